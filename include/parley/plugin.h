@@ -1,0 +1,306 @@
+/*
+ * parley/plugin.h -- the Parley conversation-agent plugin ABI.
+ *
+ * Parley is a shared object (parley.so) that a home-assistant host loads with
+ * dlopen().  The host resolves ONE symbol, PARLEY_ENTRY_SYMBOL, calls it with
+ * the ABI version it was compiled against, and gets back a table of function
+ * pointers (struct parley_plugin).  Everything else goes through that table.
+ *
+ * This header is the whole contract.  It is plain C99, includes nothing but
+ * <stddef.h> and <stdint.h>, and exposes no jansson or libcurl types.
+ *
+ * ---------------------------------------------------------------------------
+ * Life of one turn
+ * ---------------------------------------------------------------------------
+ *
+ *   host                                   plugin (agent's worker thread)
+ *   ----                                   ------------------------------
+ *   create(host, options_json)  -------->  validate options, start worker
+ *   async_process(input, done)  -------->  copy input, enqueue, return id
+ *                                          conversation -> request -> LLM
+ *                      tool_call(info) <-  model asked for a tool
+ *   complete_tool_call(call, result) --->  (any thread, any time later)
+ *                                          ... more LLM rounds ...
+ *                                          commit turn to history
+ *                     done(result)     <-  exactly once per accepted turn
+ *   destroy(agent)              -------->  cancel in-flight turns, join
+ *
+ * ---------------------------------------------------------------------------
+ * Threads
+ * ---------------------------------------------------------------------------
+ * Each agent owns one worker thread.  It runs every HTTP transfer of every
+ * turn of that agent (libcurl multi interface), and it is the ONLY thread on
+ * which the plugin calls the host's callbacks: parley_done_fn,
+ * parley_delta_fn, parley_host.tool_call and parley_host.log (log may also be
+ * called from the thread calling create()/destroy()).
+ *
+ * Callbacks must return quickly: while one runs, no other turn of that agent
+ * makes progress.  From inside a callback the host MAY call async_process,
+ * cancel, complete_tool_call and the history functions of the same agent; it
+ * MUST NOT call destroy on that agent.
+ *
+ * Every other function of the table is thread-safe and may be called from any
+ * thread, concurrently, for the lifetime of the agent.
+ *
+ * ---------------------------------------------------------------------------
+ * Memory
+ * ---------------------------------------------------------------------------
+ * - Strings passed IN by the host are only borrowed for the duration of the
+ *   call; the plugin copies what it keeps before returning.
+ * - Pointers passed to host callbacks (results, infos, deltas) are valid only
+ *   until the callback returns; the host copies what it keeps.
+ * - Strings returned OUT through a `char **` parameter are owned by the host,
+ *   who frees them with parley_plugin.free_string (never with free(): the
+ *   plugin may use another allocator).
+ * - All text is UTF-8.  All JSON is UTF-8 JSON text.
+ *
+ * ---------------------------------------------------------------------------
+ * Versioning
+ * ---------------------------------------------------------------------------
+ * PARLEY_ABI_VERSION changes only on an incompatible change.  Structs that
+ * cross the boundary start with `struct_size`; the side that fills a struct
+ * sets it to sizeof() as it knows it, and the other side reads only the
+ * fields that fit.  New fields are only ever appended, so an old host works
+ * with a new plugin and vice versa.
+ */
+#ifndef PARLEY_PLUGIN_H
+#define PARLEY_PLUGIN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/** The ABI this header describes.  Pass it to the entry function. */
+#define PARLEY_ABI_VERSION 1u
+
+/** Name of the one exported symbol, for dlsym(). */
+#define PARLEY_ENTRY_SYMBOL "parley_plugin_entry"
+
+#if defined(_WIN32)
+#define PARLEY_EXPORT __declspec(dllexport)
+#else
+#define PARLEY_EXPORT __attribute__((visibility("default")))
+#endif
+
+/** Opaque agent instance, made by create() and freed by destroy(). */
+typedef struct parley_agent parley_agent;
+
+/** Opaque handle of one tool call the host is asked to execute. */
+typedef struct parley_tool_call parley_tool_call;
+
+/** Identifies an accepted turn within its agent; never 0. */
+typedef uint64_t parley_request_id;
+
+/**
+ * Status codes.  Each has a stable lower-case name (status_name()) that hosts
+ * may log, match on, or show; docs/errors.md says what the host should do.
+ */
+typedef enum parley_status {
+    PARLEY_OK = 0,
+    PARLEY_ERR_INVALID_INPUT = 1,   /* "invalid_input": bad argument or input field */
+    PARLEY_ERR_INVALID_OPTIONS = 2, /* "invalid_options": create() rejected the options */
+    PARLEY_ERR_BUSY = 3,            /* "busy": max_in_flight turns already accepted */
+    PARLEY_ERR_CANCELLED = 4,       /* "cancelled": cancel() or destroy() ended the turn */
+    PARLEY_ERR_TIMEOUT = 5,         /* "timeout": connect/request/turn deadline passed */
+    PARLEY_ERR_CONNECT = 6,         /* "connect": could not reach the LLM server */
+    PARLEY_ERR_RATE_LIMITED = 7,    /* "rate_limited": HTTP 429 after all retries */
+    PARLEY_ERR_HTTP_STATUS = 8,     /* "http_status": the server answered another error status */
+    PARLEY_ERR_BAD_RESPONSE = 9,    /* "bad_response": unparsable or malformed LLM output */
+    PARLEY_ERR_TOOL_LOOP = 10,      /* "tool_loop": the model kept calling tools past every limit */
+    PARLEY_ERR_NOT_FOUND = 11,      /* "not_found": no such conversation / turn / request */
+    PARLEY_ERR_NO_MEMORY = 12,      /* "no_memory": an allocation failed */
+    PARLEY_ERR_INTERNAL = 13        /* "internal": a bug in Parley; please report it */
+} parley_status;
+
+typedef enum parley_log_level {
+    PARLEY_LOG_ERROR = 0,
+    PARLEY_LOG_WARN = 1,
+    PARLEY_LOG_INFO = 2,
+    PARLEY_LOG_DEBUG = 3
+} parley_log_level;
+
+/**
+ * What the plugin tells the host about one tool call.  Valid only during the
+ * parley_host.tool_call callback.
+ */
+typedef struct parley_tool_call_info {
+    uint32_t struct_size;
+    parley_request_id request_id; /* the turn asking */
+    const char *conversation_id;  /* NULL for a stateless turn */
+    const char *turn_id;          /* UUID of the turn being built */
+    const char *call_id;          /* the model's id for this call, e.g. "call_abc" */
+    const char *tool_name;        /* a tool the host declared */
+    const char *arguments_json;   /* a JSON object, already validated */
+    void *user_data;              /* the user_data given to async_process */
+} parley_tool_call_info;
+
+/**
+ * What the host offers the plugin.  Copied by create(); the host_data pointer
+ * must stay valid until destroy() returns.
+ */
+typedef struct parley_host {
+    uint32_t struct_size;
+    void *host_data; /* passed back to every callback below */
+
+    /* Optional (may be NULL).  Diagnostics.  Never contains the API key. */
+    void (*log)(void *host_data, parley_log_level level, const char *message);
+
+    /*
+     * Optional (may be NULL: then every tool the model asks for fails with an
+     * error result the model sees).  Execute one tool call.  The host must
+     * eventually call parley_plugin.complete_tool_call(call, ...) exactly once
+     * for EVERY call it receives -- from any thread, inside this callback or
+     * later, even after the turn was cancelled or the agent destroyed (the
+     * handle stays valid until completed; a late completion is then simply
+     * discarded).  A call not completed within the `tool_timeout_ms` option
+     * is given an error result and the turn moves on.
+     */
+    void (*tool_call)(void *host_data, parley_tool_call *call, const parley_tool_call_info *info);
+} parley_host;
+
+/** Text delta of a streamed answer (option "stream": true). */
+typedef void (*parley_delta_fn)(void *user_data, parley_request_id request_id, const char *text,
+                                size_t len);
+
+/**
+ * One conversation input, mirroring Home Assistant's ConversationInput.
+ * Everything is borrowed; only `text` is required.  Fields left NULL are
+ * absent.
+ */
+typedef struct parley_input {
+    uint32_t struct_size;
+    const char *text;                /* what the user said; required, non-empty */
+    const char *conversation_id;     /* NULL: a new id (auto_create_conversation_id) or a
+                                        stateless turn; else continue/start that conversation */
+    const char *language;            /* e.g. "en" */
+    const char *device_id;
+    const char *satellite_id;
+    const char *agent_id;
+    const char *extra_system_prompt; /* appended to the system prompt for this turn */
+    const char *context_json;        /* a JSON object, e.g. {"user_id":"..."} */
+    const char *tools_json;          /* JSON array of tools for this turn only, same
+                                        form as the `tools` option; added to those */
+    parley_delta_fn on_delta;        /* optional; called with text deltas when streaming */
+} parley_input;
+
+/** The outcome of one turn.  Valid only during the done callback. */
+typedef struct parley_result {
+    uint32_t struct_size;
+    parley_request_id request_id;
+    parley_status status;        /* PARLEY_OK or why the turn failed */
+    const char *error_message;   /* NULL on success; else human-readable, with the
+                                    server's own error text when it sent one */
+    const char *conversation_id; /* NULL for a stateless turn */
+    const char *turn_id;         /* UUID of this turn; set even on failure */
+    const char *response;        /* the final answer; NULL on failure */
+    const char *steps_json;      /* JSON array of the turn's steps (see docs/abi.md);
+                                    "[]" on failure */
+    int continue_conversation;   /* 1 when the answer ends in a question */
+} parley_result;
+
+/**
+ * Completion callback: called exactly once per turn that async_process
+ * accepted, on the agent's worker thread (or, for turns cancelled by
+ * destroy(), on the thread calling destroy()), never from inside
+ * async_process itself.
+ */
+typedef void (*parley_done_fn)(void *user_data, const parley_result *result);
+
+/** The function table returned by the entry point.  Static; never freed. */
+typedef struct parley_plugin {
+    uint32_t struct_size;
+    uint32_t abi_version; /* PARLEY_ABI_VERSION the plugin implements */
+    const char *name;     /* "parley" */
+    const char *version;  /* e.g. "0.1.0" */
+
+    /**
+     * Make an agent from options (a JSON object; see docs/options.md).
+     * Returns NULL on failure and, if `error` is not NULL, sets *error to a
+     * message naming the offending option (free with free_string).  Unknown
+     * keys, wrong types and out-of-range values are all errors.
+     */
+    parley_agent *(*create)(const parley_host *host, const char *options_json, char **error);
+
+    /**
+     * Cancel everything in flight, call each pending turn's done callback
+     * with PARLEY_ERR_CANCELLED (on the calling thread), stop the worker,
+     * free the agent.  Blocks until then.  NULL is a no-op.  Not from a
+     * callback of this agent.
+     */
+    void (*destroy)(parley_agent *agent);
+
+    /**
+     * Start a turn.  Returns at once.
+     * PARLEY_OK: the turn is accepted; *request_id (if not NULL) receives its
+     *   id; `done` will be called exactly once, later, on the worker thread.
+     * Anything else (INVALID_INPUT, BUSY, NO_MEMORY): nothing was started,
+     *   `done` will NOT be called, and *error (if not NULL) explains.
+     * Turns on the same conversation_id run one after another in submission
+     * order; turns on different conversations run concurrently.
+     */
+    parley_status (*async_process)(parley_agent *agent, const parley_input *input,
+                                   parley_done_fn done, void *user_data,
+                                   parley_request_id *request_id, char **error);
+
+    /**
+     * Ask to cancel a turn.  Its done callback then comes with
+     * PARLEY_ERR_CANCELLED (unless it already completed) and its history is
+     * left untouched.  PARLEY_ERR_NOT_FOUND if the id is unknown or done.
+     */
+    parley_status (*cancel)(parley_agent *agent, parley_request_id request_id);
+
+    /**
+     * Give the result of a tool call (see parley_host.tool_call).
+     * result_json: any JSON value, or plain text (sent to the model as-is);
+     * NULL means "no output".  is_error != 0 marks a failure: the model
+     * sees it as {"error": ..., "error_text": ...}.  Any thread; exactly
+     * once per call.  Always frees the handle.
+     */
+    parley_status (*complete_tool_call)(parley_tool_call *call, const char *result_json,
+                                        int is_error);
+
+    /** JSON Schema (draft 2020-12) of every option with its default.  Free with free_string. */
+    char *(*options_schema)(void);
+
+    /** Free a string the plugin returned.  NULL is a no-op. */
+    void (*free_string)(char *s);
+
+    /** Stable name of a status ("ok", "timeout", ...).  Never NULL; static. */
+    const char *(*status_name)(parley_status status);
+
+    /* -- History introspection.  Thread-safe against turns in flight: they
+     *    see committed turns only.  *out_json is freed with free_string. -- */
+
+    /** {"conversation_id", "created_at", "last_used_at", "turns":[...]} or NOT_FOUND. */
+    parley_status (*history_get)(parley_agent *agent, const char *conversation_id,
+                                 char **out_json);
+
+    /** {"conversation_id", "turn": {...}} for a turn_id, or NOT_FOUND. */
+    parley_status (*turn_get)(parley_agent *agent, const char *turn_id, char **out_json);
+
+    /** {"conversations":[{"conversation_id","created_at","last_used_at","turns"}...]} */
+    parley_status (*conversations_list)(parley_agent *agent, char **out_json);
+
+    /** Forget one conversation (NOT_FOUND if unknown), or all when conversation_id is NULL. */
+    parley_status (*history_clear)(parley_agent *agent, const char *conversation_id);
+
+    /** Counters and gauges as a JSON object (turns, errors, retries, in_flight, ...). */
+    parley_status (*metrics)(parley_agent *agent, char **out_json);
+} parley_plugin;
+
+/**
+ * The entry point.  Returns the function table if the plugin can serve a host
+ * built against `host_abi_version`, else NULL.
+ */
+typedef const parley_plugin *(*parley_entry_fn)(uint32_t host_abi_version);
+
+PARLEY_EXPORT const parley_plugin *parley_plugin_entry(uint32_t host_abi_version);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* PARLEY_PLUGIN_H */

@@ -1,0 +1,19 @@
+/* agent_api.h -- the functions behind the ABI table (agent.c), for entry.c. */
+#ifndef PARLEY_AGENT_API_H
+#define PARLEY_AGENT_API_H
+
+#include <parley/plugin.h>
+
+parley_agent *agent_create(const parley_host *host, const char *options_json, char **error);
+void agent_destroy(parley_agent *a);
+parley_status agent_async_process(parley_agent *a, const parley_input *in, parley_done_fn done,
+                                  void *user_data, parley_request_id *request_id, char **error);
+parley_status agent_cancel(parley_agent *a, parley_request_id id);
+parley_status agent_complete_tool_call(parley_tool_call *h, const char *result, int is_error);
+parley_status agent_history_get(parley_agent *a, const char *id, char **out);
+parley_status agent_turn_get(parley_agent *a, const char *turn_id, char **out);
+parley_status agent_conversations_list(parley_agent *a, char **out);
+parley_status agent_history_clear(parley_agent *a, const char *id);
+parley_status agent_metrics(parley_agent *a, char **out);
+
+#endif

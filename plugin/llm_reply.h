@@ -1,0 +1,80 @@
+/*
+ * llm_reply.h -- what the LLM answered, decoded from an OpenAI-compatible
+ * Chat Completions response: either a whole JSON body (non-streamed) or a
+ * Server-Sent-Events stream of chat.completion.chunk objects (streamed).
+ *
+ * Both decoders produce the same llm_reply, so a streamed turn commits
+ * exactly the same history as a non-streamed one.
+ *
+ * Decoders never trust the server: any shape they do not expect is an error
+ * with a message saying what was wrong (it becomes PARLEY_ERR_BAD_RESPONSE).
+ */
+#ifndef PARLEY_LLM_REPLY_H
+#define PARLEY_LLM_REPLY_H
+
+#include <stddef.h>
+
+typedef struct llm_tool_call {
+    char *id;        /* the model's call id; synthesised ("call_<n>") when the server gave none */
+    char *name;      /* function name; never NULL, may be "" if the server sent an empty one */
+    char *arguments; /* the arguments as JSON TEXT exactly as sent (an object sent instead of a
+                        string, as Ollama does, is serialised); NOT validated here */
+} llm_tool_call;
+
+typedef struct llm_reply {
+    char *content;         /* assistant text; NULL when there is none (tool calls only) */
+    llm_tool_call *calls;  /* ncalls entries, in the order the model gave them */
+    size_t ncalls;
+    char *finish_reason;   /* "stop", "tool_calls", "length", ... or NULL if absent */
+} llm_reply;
+
+void llm_reply_free(llm_reply *r); /* frees the members; r itself may be on the stack */
+
+/*
+ * Decode a complete (non-streamed) response body.  Returns 0 and fills *out,
+ * or -1 and sets *err (malloc'd) to e.g. "response is not JSON: ..." or
+ * "response has no choices".  Invalid UTF-8 is an error.  A reply with
+ * neither content nor tool calls decodes as content "" (models do that).
+ */
+int llm_reply_decode(const char *body, size_t len, llm_reply *out, char **err);
+
+/*
+ * The server's own error text from an error body (OpenAI {"error":{"message":..}},
+ * Ollama {"error":"..."}, or a short plain-text body), malloc'd, or NULL when
+ * there is nothing readable.  At most ~500 bytes; control characters removed.
+ */
+char *llm_error_text(const char *body, size_t len);
+
+/* ---- streaming ---- */
+
+typedef struct llm_stream llm_stream;
+
+/* Called with each piece of assistant text as soon as it is decoded. */
+typedef void (*llm_text_fn)(void *ud, const char *text, size_t len);
+
+llm_stream *llm_stream_new(llm_text_fn on_text, void *ud);
+
+/*
+ * Feed raw bytes of the HTTP body as they arrive, split anywhere (mid-line,
+ * mid-UTF-8 sequence).  Handles "data:" lines (with or without the space),
+ * CRLF or LF line ends, comment lines (":..."), "event:"/"id:"/"retry:" fields
+ * (ignored), multi-line data joined with "\n", and "data: [DONE]".  Each
+ * event's data is a chat.completion.chunk JSON: choices[0].delta.content
+ * pieces are appended (and passed to on_text); delta.tool_calls pieces are
+ * merged by `index` (id, function.name and the first type set once,
+ * function.arguments concatenated); finish_reason is kept.  An event whose
+ * data is {"error":...} is an error carrying its message.
+ * Returns 0, or -1 with *err set (then the stream is dead).
+ */
+int llm_stream_feed(llm_stream *s, const char *data, size_t len, char **err);
+
+/*
+ * The body ended.  Returns 0 and moves the accumulated reply into *out when
+ * the stream was complete ("[DONE]" seen, or at least a finish_reason seen and
+ * no partial event pending); else -1 and *err ("stream ended before [DONE]").
+ */
+int llm_stream_finish(llm_stream *s, llm_reply *out, char **err);
+
+void llm_stream_free(llm_stream *s);
+
+#endif

@@ -1,0 +1,338 @@
+/* options.c -- see options.h.  The table below is the single source of truth. */
+#include "options.h"
+
+#include <jansson.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "buf.h"
+
+typedef enum { OPT_STRING, OPT_NSTRING, OPT_BOOL, OPT_INT, OPT_NUMBER, OPT_TOOLS } opt_type;
+
+typedef struct opt_spec {
+    const char *name;
+    opt_type type;
+    size_t offset;     /* into parley_options */
+    double min, max;   /* for OPT_INT / OPT_NUMBER */
+    const char *dflt;  /* default as JSON text; "null" = unset */
+    const char *doc;
+} opt_spec;
+
+#define OFF(f) offsetof(parley_options, f)
+#define BIG 9.0e15
+
+static const opt_spec SPECS[] = {
+    {"base_url", OPT_STRING, OFF(base_url), 0, 0, "\"http://127.0.0.1:11434/v1\"",
+     "OpenAI-compatible API root; requests go to <base_url>/chat/completions"},
+    {"model", OPT_STRING, OFF(model), 0, 0, NULL, "Model name sent with every request (required)"},
+    {"api_key", OPT_NSTRING, OFF(api_key), 0, 0, "null",
+     "API key sent as 'Authorization: Bearer'; never logged"},
+    {"api_key_env", OPT_NSTRING, OFF(api_key_env), 0, 0, "null",
+     "Name of an environment variable holding the API key (read at create)"},
+    {"verify_tls", OPT_BOOL, OFF(verify_tls), 0, 0, "true", "Verify the server's TLS certificate"},
+    {"prompt", OPT_STRING, OFF(prompt), 0, 0,
+     "\"You are a helpful voice assistant for a smart home. Answer briefly.\"",
+     "System prompt sent first in every request (\"\" for none)"},
+    {"temperature", OPT_NUMBER, OFF(temperature), 0, 2, "null", "Sampling temperature; null = server default"},
+    {"top_p", OPT_NUMBER, OFF(top_p), 0, 1, "null", "Nucleus sampling; null = server default"},
+    {"max_tokens", OPT_INT, OFF(max_tokens), 1, 1048576, "null",
+     "Cap on tokens generated per request; null = server default"},
+    {"stream", OPT_BOOL, OFF(stream), 0, 0, "false",
+     "Stream answers (SSE) and hand text deltas to the host as they arrive"},
+    {"connect_timeout_ms", OPT_INT, OFF(connect_timeout_ms), 1, 600000, "5000",
+     "Time allowed to connect to the LLM server"},
+    {"request_timeout_ms", OPT_INT, OFF(request_timeout_ms), 1, 3600000, "60000",
+     "Time allowed for one HTTP request, connect included"},
+    {"stream_idle_timeout_ms", OPT_INT, OFF(stream_idle_timeout_ms), 1000, 3600000, "30000",
+     "A streamed response that sends nothing for this long fails (1 s resolution)"},
+    {"turn_timeout_ms", OPT_INT, OFF(turn_timeout_ms), 1, 86400000, "120000",
+     "Time allowed for a whole turn: every request, retry and tool call"},
+    {"tool_timeout_ms", OPT_INT, OFF(tool_timeout_ms), 1, 86400000, "30000",
+     "A tool call the host has not completed by then gets an error result"},
+    {"max_retries", OPT_INT, OFF(max_retries), 0, 10, "2",
+     "Retries of a request after 429, 5xx or a connection failure"},
+    {"retry_backoff_ms", OPT_INT, OFF(retry_backoff_ms), 0, 60000, "500",
+     "Base of the exponential backoff (with jitter) between retries"},
+    {"retry_max_delay_ms", OPT_INT, OFF(retry_max_delay_ms), 0, 600000, "20000",
+     "Longest wait before a retry, Retry-After included"},
+    {"max_history_turns", OPT_INT, OFF(max_history_turns), 0, 100000, "20",
+     "Whole turns of history kept and sent per conversation; 0 = unlimited"},
+    {"max_conversations", OPT_INT, OFF(max_conversations), 1, 100000000, "10000",
+     "Conversations kept; the least recently used is forgotten beyond it"},
+    {"history_idle_timeout_s", OPT_INT, OFF(history_idle_timeout_s), 0, 31536000, "0",
+     "Forget a conversation idle this long; 0 = never"},
+    {"auto_create_conversation_id", OPT_BOOL, OFF(auto_create_conversation_id), 0, 0, "false",
+     "Mint a UUID conversation_id when the input has none (else such turns are stateless)"},
+    {"max_tool_iterations", OPT_INT, OFF(max_tool_iterations), 1, 100, "10",
+     "Tool rounds per turn; then one last request with tool_choice \"none\""},
+    {"tools", OPT_TOOLS, OFF(tools_json), 0, 0, "[]",
+     "Tools offered to the model: [{name, description, parameters}] or OpenAI form"},
+    {"max_in_flight", OPT_INT, OFF(max_in_flight), 1, 1000000, "10000",
+     "Turns accepted at once; beyond it async_process returns busy"},
+    {"max_input_bytes", OPT_INT, OFF(max_input_bytes), 1, 16777216, "65536",
+     "Largest input text (and largest input field)"},
+    {"max_response_bytes", OPT_INT, OFF(max_response_bytes), 1024, 1073741824, "8388608",
+     "Largest HTTP response body accepted from the LLM server"},
+    {"max_tool_result_bytes", OPT_INT, OFF(max_tool_result_bytes), 16, 16777216, "65536",
+     "Largest tool result; a larger one is replaced by an error result"},
+    {"debug_log_bodies", OPT_BOOL, OFF(debug_log_bodies), 0, 0, "false",
+     "Log request and response bodies at debug level (the API key is never logged)"},
+};
+#define NSPECS (sizeof SPECS / sizeof SPECS[0])
+
+static char *fmt_err(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static char *fmt_err(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    char *s = NULL;
+    if (vasprintf(&s, fmt, ap) < 0)
+        s = NULL;
+    va_end(ap);
+    return s;
+}
+
+static const char *type_word(opt_type t)
+{
+    switch (t) {
+    case OPT_STRING: return "a string";
+    case OPT_NSTRING: return "a string or null";
+    case OPT_BOOL: return "true or false";
+    case OPT_INT: return "an integer";
+    case OPT_NUMBER: return "a number";
+    case OPT_TOOLS: return "an array of tools";
+    }
+    return "?";
+}
+
+/* Store one value (already known to be of an acceptable JSON type). */
+static int set_value(parley_options *o, const opt_spec *s, json_t *v, char **err)
+{
+    char *field = (char *)o + s->offset;
+    switch (s->type) {
+    case OPT_STRING:
+    case OPT_NSTRING: {
+        char **dst = (char **)field;
+        free(*dst);
+        *dst = json_is_null(v) ? NULL : strdup(json_string_value(v));
+        return 0;
+    }
+    case OPT_BOOL:
+        *(int *)field = json_is_true(v);
+        return 0;
+    case OPT_INT: {
+        if (json_is_null(v)) {
+            *(int64_t *)field = 0;
+            return 0;
+        }
+        json_int_t n = json_integer_value(v);
+        if ((double)n < s->min || (double)n > s->max) {
+            *err = fmt_err("option '%s': must be an integer from %.0f to %.0f (got %lld)", s->name,
+                           s->min, s->max, (long long)n);
+            return -1;
+        }
+        *(int64_t *)field = n;
+        return 0;
+    }
+    case OPT_NUMBER: {
+        if (json_is_null(v)) {
+            *(double *)field = -1;
+            return 0;
+        }
+        double d = json_number_value(v);
+        if (!(d >= s->min && d <= s->max)) {
+            *err = fmt_err("option '%s': must be a number from %g to %g (got %g)", s->name, s->min,
+                           s->max, d);
+            return -1;
+        }
+        *(double *)field = d;
+        return 0;
+    }
+    case OPT_TOOLS: {
+        char **dst = (char **)field;
+        free(*dst);
+        *dst = json_dumps(v, JSON_COMPACT | JSON_PRESERVE_ORDER);
+        return 0;
+    }
+    }
+    return 0;
+}
+
+/* An option whose default is null may be set to null explicitly ("server default"). */
+static int nullable(const opt_spec *s) { return s->dflt && strcmp(s->dflt, "null") == 0; }
+
+static int type_ok(const opt_spec *s, json_t *v)
+{
+    if (json_is_null(v) && nullable(s))
+        return 1;
+    switch (s->type) {
+    case OPT_STRING:
+    case OPT_NSTRING: return json_is_string(v);
+    case OPT_BOOL: return json_is_boolean(v);
+    case OPT_INT: return json_is_integer(v);
+    case OPT_NUMBER: return json_is_number(v);
+    case OPT_TOOLS: return json_is_array(v);
+    }
+    return 0;
+}
+
+static int apply_defaults(parley_options *o)
+{
+    for (size_t i = 0; i < NSPECS; i++) {
+        if (!SPECS[i].dflt)
+            continue;
+        json_t *v = json_loads(SPECS[i].dflt, JSON_DECODE_ANY, NULL);
+        char *err = NULL;
+        int rc = v ? set_value(o, &SPECS[i], v, &err) : -1;
+        json_decref(v);
+        free(err);
+        if (rc != 0)
+            return -1;
+    }
+    return 0;
+}
+
+static int valid_url(const char *u)
+{
+    return strncmp(u, "http://", 7) == 0 || strncmp(u, "https://", 8) == 0;
+}
+
+/* Checks that involve more than one option, or the environment. */
+static int finish(parley_options *o, json_t *root, char **err)
+{
+    if (!o->model || !*o->model) {
+        *err = fmt_err("option 'model': required (a non-empty string)");
+        return -1;
+    }
+    if (!valid_url(o->base_url) || strlen(o->base_url) < 10) {
+        *err = fmt_err("option 'base_url': must be an http:// or https:// URL");
+        return -1;
+    }
+    size_t n = strlen(o->base_url);
+    while (n > 0 && o->base_url[n - 1] == '/')
+        o->base_url[--n] = '\0';
+    if (json_object_get(root, "api_key") && json_object_get(root, "api_key_env") &&
+        !json_is_null(json_object_get(root, "api_key")) &&
+        !json_is_null(json_object_get(root, "api_key_env"))) {
+        *err = fmt_err("option 'api_key_env': give api_key or api_key_env, not both");
+        return -1;
+    }
+    if (o->api_key_env) {
+        const char *k = getenv(o->api_key_env);
+        if (!k || !*k) {
+            *err = fmt_err("option 'api_key_env': environment variable '%s' is not set",
+                           o->api_key_env);
+            return -1;
+        }
+        free(o->api_key);
+        o->api_key = strdup(k);
+    }
+    if (o->api_key && strpbrk(o->api_key, "\r\n")) {
+        *err = fmt_err("option 'api_key': must not contain line breaks");
+        return -1;
+    }
+    return 0;
+}
+
+int options_parse(const char *json_text, parley_options *o, char **err)
+{
+    *err = NULL;
+    memset(o, 0, sizeof *o);
+    if (apply_defaults(o) != 0) {
+        options_free(o);
+        *err = fmt_err("out of memory");
+        return -1;
+    }
+    json_error_t jerr;
+    json_t *root = json_loads(json_text ? json_text : "", 0, &jerr);
+    if (!root) {
+        *err = fmt_err("options are not valid JSON: %s (line %d, column %d)", jerr.text, jerr.line,
+                       jerr.column);
+        goto fail;
+    }
+    if (!json_is_object(root)) {
+        *err = fmt_err("options must be a JSON object");
+        goto fail;
+    }
+    const char *key;
+    json_t *v;
+    json_object_foreach(root, key, v) {
+        const opt_spec *s = NULL;
+        for (size_t i = 0; i < NSPECS; i++)
+            if (strcmp(SPECS[i].name, key) == 0)
+                s = &SPECS[i];
+        if (!s) {
+            *err = fmt_err("option '%s': unknown option", key);
+            goto fail;
+        }
+        if (!type_ok(s, v)) {
+            *err = fmt_err("option '%s': must be %s", key, type_word(s->type));
+            goto fail;
+        }
+        if (set_value(o, s, v, err) != 0)
+            goto fail;
+    }
+    if (finish(o, root, err) != 0)
+        goto fail;
+    json_decref(root);
+    return 0;
+fail:
+    json_decref(root);
+    options_free(o);
+    if (!*err)
+        *err = fmt_err("out of memory");
+    return -1;
+}
+
+void options_free(parley_options *o)
+{
+    for (size_t i = 0; i < NSPECS; i++) {
+        opt_type t = SPECS[i].type;
+        if (t == OPT_STRING || t == OPT_NSTRING || t == OPT_TOOLS) {
+            char **p = (char **)((char *)o + SPECS[i].offset);
+            free(*p);
+            *p = NULL;
+        }
+    }
+}
+
+static const char *schema_type(const opt_spec *s)
+{
+    int null_ok = nullable(s);
+    switch (s->type) {
+    case OPT_STRING:
+    case OPT_NSTRING: return null_ok ? "[\"string\",\"null\"]" : "\"string\"";
+    case OPT_BOOL: return "\"boolean\"";
+    case OPT_INT: return null_ok ? "[\"integer\",\"null\"]" : "\"integer\"";
+    case OPT_NUMBER: return null_ok ? "[\"number\",\"null\"]" : "\"number\"";
+    case OPT_TOOLS: return "\"array\"";
+    }
+    return "\"null\"";
+}
+
+char *options_schema(void)
+{
+    pbuf b = PBUF_INIT;
+    pbuf_puts(&b, "{\"$schema\":\"https://json-schema.org/draft/2020-12/schema\","
+                  "\"title\":\"Parley agent options\",\"type\":\"object\","
+                  "\"additionalProperties\":false,\"required\":[\"model\"],\"properties\":{");
+    for (size_t i = 0; i < NSPECS; i++) {
+        const opt_spec *s = &SPECS[i];
+        if (i)
+            pbuf_putc(&b, ',');
+        pbuf_json_string(&b, s->name, strlen(s->name));
+        pbuf_printf(&b, ":{\"type\":%s", schema_type(s));
+        if (s->type == OPT_INT || s->type == OPT_NUMBER)
+            pbuf_printf(&b, ",\"minimum\":%.17g,\"maximum\":%.17g", s->min, s->max);
+        if (s->dflt)
+            pbuf_printf(&b, ",\"default\":%s", s->dflt);
+        pbuf_puts(&b, ",\"description\":");
+        pbuf_json_string(&b, s->doc, strlen(s->doc));
+        pbuf_putc(&b, '}');
+    }
+    pbuf_puts(&b, "}}");
+    return pbuf_take(&b);
+}

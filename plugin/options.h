@@ -1,0 +1,66 @@
+/*
+ * options.h -- the agent's options: parsed once from the host's JSON text at
+ * create(), validated strictly (unknown key, wrong type, out of range: each is
+ * an error naming the option), then read-only for the agent's life.
+ *
+ * One table in options.c describes every option (name, type, range, default,
+ * doc); the parser, the defaults and the JSON Schema are all derived from it,
+ * so they cannot drift apart.
+ */
+#ifndef PARLEY_OPTIONS_H
+#define PARLEY_OPTIONS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct parley_options {
+    /* LLM endpoint */
+    char *base_url;              /* without trailing '/', e.g. http://127.0.0.1:11434/v1 */
+    char *model;
+    char *api_key;               /* resolved from api_key or api_key_env; NULL = none */
+    char *api_key_env;
+    int verify_tls;
+    /* generation */
+    char *prompt;                /* system prompt; "" = none */
+    double temperature;          /* < 0: not sent */
+    double top_p;                /* < 0: not sent */
+    int64_t max_tokens;          /* 0: not sent */
+    int stream;
+    /* time */
+    int64_t connect_timeout_ms;
+    int64_t request_timeout_ms;
+    int64_t stream_idle_timeout_ms;
+    int64_t turn_timeout_ms;
+    int64_t tool_timeout_ms;
+    int64_t max_retries;
+    int64_t retry_backoff_ms;
+    int64_t retry_max_delay_ms;
+    /* history */
+    int64_t max_history_turns;   /* 0 = unlimited */
+    int64_t max_conversations;
+    int64_t history_idle_timeout_s; /* 0 = never */
+    int auto_create_conversation_id;
+    /* tools */
+    int64_t max_tool_iterations;
+    char *tools_json;            /* the `tools` option as compact JSON text ("[]" if absent) */
+    /* bounds */
+    int64_t max_in_flight;
+    int64_t max_input_bytes;
+    int64_t max_response_bytes;
+    int64_t max_tool_result_bytes;
+    /* diagnostics */
+    int debug_log_bodies;
+} parley_options;
+
+/*
+ * Parse and validate.  Returns 0, or -1 with *err (malloc'd) naming the
+ * option: "option 'temperature': must be a number from 0 to 2".
+ * On failure *opts holds nothing that needs freeing.
+ */
+int options_parse(const char *json_text, parley_options *opts, char **err);
+void options_free(parley_options *opts);
+
+/* JSON Schema of every option with its default and description (malloc'd). */
+char *options_schema(void);
+
+#endif

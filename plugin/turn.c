@@ -1,0 +1,808 @@
+/* turn.c -- one turn's data path; see turn.h for the map. */
+#include "turn.h"
+
+#include <jansson.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+
+#include "clock.h"
+#include "llm_request.h"
+#include "utf8.h"
+#include "worker.h"
+
+#define MAX_CONVERSATION_ID_BYTES 256
+
+static char *fmt(const char *f, ...) __attribute__((format(printf, 1, 2)));
+static char *fmt(const char *f, ...)
+{
+    va_list ap;
+    va_start(ap, f);
+    char *s = NULL;
+    if (vasprintf(&s, f, ap) < 0)
+        s = NULL;
+    va_end(ap);
+    return s;
+}
+
+/* ======================================================================
+ * 1. Input: validate and copy (host thread, inside async_process)
+ * ====================================================================== */
+
+static int valid_conversation_id(const char *id)
+{
+    size_t n = strlen(id);
+    if (n == 0 || n > MAX_CONVERSATION_ID_BYTES || !utf8_valid(id, n))
+        return 0;
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)id[i];
+        if (c < 0x20 || c == 0x7f)
+            return 0;
+    }
+    return 1;
+}
+
+/* Copy an optional text field, checking it is UTF-8 and not too long. */
+static int copy_field(const char *name, const char *src, size_t max, char **dst, char **err)
+{
+    *dst = NULL;
+    if (!src)
+        return 0;
+    size_t n = strlen(src);
+    if (n > max) {
+        *err = fmt("input '%s': %zu bytes, more than max_input_bytes (%zu)", name, n, max);
+        return -1;
+    }
+    if (!utf8_valid(src, n)) {
+        *err = fmt("input '%s': not valid UTF-8", name);
+        return -1;
+    }
+    if (!(*dst = strdup(src))) {
+        *err = fmt("out of memory");
+        return -1;
+    }
+    return 0;
+}
+
+static int copy_input(turn *t, const parley_agent *a, const parley_input *in, char **err)
+{
+    size_t max = (size_t)a->opts.max_input_bytes;
+    if (!in->text || !*in->text) {
+        *err = fmt("input 'text': required, and must not be empty");
+        return -1;
+    }
+    if (copy_field("text", in->text, max, &t->text, err) ||
+        copy_field("language", in->language, max, &t->language, err) ||
+        copy_field("device_id", in->device_id, max, &t->device_id, err) ||
+        copy_field("satellite_id", in->satellite_id, max, &t->satellite_id, err) ||
+        copy_field("agent_id", in->agent_id, max, &t->agent_id, err) ||
+        copy_field("extra_system_prompt", in->extra_system_prompt, max, &t->extra_system_prompt, err) ||
+        copy_field("context_json", in->context_json, max, &t->context_json, err))
+        return -1;
+    if (t->context_json) {
+        json_error_t jerr;
+        json_t *ctx = json_loads(t->context_json, 0, &jerr);
+        int ok = json_is_object(ctx);
+        json_decref(ctx);
+        if (!ok) {
+            *err = fmt("input 'context_json': must be a JSON object%s%s", ctx ? "" : ": ",
+                       ctx ? "" : jerr.text);
+            return -1;
+        }
+    }
+    t->tools = a->tools;
+    if (in->tools_json) {
+        char *terr = NULL;
+        t->own_tools = toolset_parse(in->tools_json, a->tools, &terr);
+        if (!t->own_tools) {
+            *err = fmt("input 'tools_json': %s", terr ? terr : "out of memory");
+            free(terr);
+            return -1;
+        }
+        t->tools = t->own_tools;
+    }
+    return 0;
+}
+
+/* The conversation this turn belongs to: given, minted, or none (stateless). */
+static int resolve_conversation(turn *t, const parley_agent *a, const parley_input *in, char **err)
+{
+    if (in->conversation_id) {
+        if (!valid_conversation_id(in->conversation_id)) {
+            *err = fmt("input 'conversation_id': must be 1 to %d bytes of UTF-8 without control "
+                       "characters", MAX_CONVERSATION_ID_BYTES);
+            return -1;
+        }
+        t->conversation_id = strdup(in->conversation_id);
+    } else if (a->opts.auto_create_conversation_id) {
+        char id[UUID_STR_LEN];
+        if (uuid4(id) != 0) {
+            *err = fmt("no randomness available for a conversation id");
+            return -1;
+        }
+        t->conversation_id = strdup(id);
+    } else {
+        return 0; /* stateless */
+    }
+    if (!t->conversation_id) {
+        *err = fmt("out of memory");
+        return -1;
+    }
+    return 0;
+}
+
+turn *turn_new(parley_agent *a, const parley_input *in, parley_done_fn done, void *user_data,
+               parley_status *status, char **err)
+{
+    *err = NULL;
+    *status = PARLEY_ERR_INVALID_INPUT;
+    if (!in || in->struct_size < offsetof(parley_input, text) + sizeof in->text || !done) {
+        *err = fmt(!done ? "done callback is required" : "input is missing or too small");
+        return NULL;
+    }
+    /* Read only the fields the host's struct has (it may be older than ours). */
+    parley_input copy;
+    memset(&copy, 0, sizeof copy);
+    memcpy(&copy, in, in->struct_size < sizeof copy ? in->struct_size : sizeof copy);
+
+    turn *t = calloc(1, sizeof *t);
+    if (!t) {
+        *status = PARLEY_ERR_NO_MEMORY;
+        *err = fmt("out of memory");
+        return NULL;
+    }
+    t->agent = a;
+    t->done = done;
+    t->user_data = user_data;
+    t->on_delta = copy.on_delta;
+    t->deadline = (ptimer)PTIMER_INIT(t);
+    t->wait = (ptimer)PTIMER_INIT(t);
+    if (copy_input(t, a, &copy, err) != 0 || resolve_conversation(t, a, &copy, err) != 0)
+        goto fail;
+    if (uuid4(t->turn_id) != 0) {
+        *err = fmt("no randomness available for a turn id");
+        goto fail;
+    }
+    t->id = atomic_fetch_add(&a->next_request_id, 1);
+    snprintf(t->id_key, sizeof t->id_key, "%llu", (unsigned long long)t->id);
+    *status = PARLEY_OK;
+    return t;
+fail:
+    turn_free(t);
+    return NULL;
+}
+
+static void free_calls(turn *t)
+{
+    for (size_t i = 0; i < t->ncalls; i++) {
+        free(t->calls[i].id);
+        free(t->calls[i].name);
+        free(t->calls[i].arguments);
+        free(t->calls[i].content);
+    }
+    free(t->calls);
+    t->calls = NULL;
+    t->ncalls = t->calls_pending = 0;
+}
+
+void turn_free(turn *t)
+{
+    if (!t)
+        return;
+    free(t->text);
+    free(t->extra_system_prompt);
+    free(t->context_json);
+    free(t->language);
+    free(t->device_id);
+    free(t->satellite_id);
+    free(t->agent_id);
+    free(t->conversation_id);
+    toolset_free(t->own_tools);
+    pbuf_free(&t->history);
+    pbuf_free(&t->messages);
+    pbuf_free(&t->steps);
+    pbuf_free(&t->body);
+    free(t->stream_error);
+    free(t->answer);
+    llm_stream_free(t->stream);
+    free_calls(t);
+    free(t);
+}
+
+/* ======================================================================
+ * Recording: the turn's messages (committed at the end) and its steps
+ * ====================================================================== */
+
+static void record_message(turn *t, const pbuf *msg)
+{
+    if (t->messages.len)
+        pbuf_putc(&t->messages, ',');
+    pbuf_append(&t->messages, msg->data, msg->len);
+    t->nmessages++;
+}
+
+static void record_step(turn *t, const pbuf *step)
+{
+    pbuf_putc(&t->steps, t->steps.len ? ',' : '[');
+    pbuf_append(&t->steps, step->data, step->len);
+}
+
+static void put_str(pbuf *b, const char *s) { pbuf_json_string(b, s, strlen(s)); }
+
+static void record_user_message(turn *t)
+{
+    pbuf m = PBUF_INIT;
+    pbuf_puts(&m, "{\"role\":\"user\",\"content\":");
+    put_str(&m, t->text);
+    pbuf_putc(&m, '}');
+    record_message(t, &m);
+    pbuf_free(&m);
+}
+
+/* JSON text as-is if it is valid JSON, else as a JSON string. */
+static void put_json_or_string(pbuf *b, const char *text)
+{
+    json_t *v = json_loads(text, JSON_DECODE_ANY, NULL);
+    char *compact = v ? json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY | JSON_PRESERVE_ORDER) : NULL;
+    if (compact)
+        pbuf_puts(b, compact);
+    else
+        put_str(b, text);
+    free(compact);
+    json_decref(v);
+}
+
+static void record_tool_calls(turn *t, const char *content)
+{
+    pbuf m = PBUF_INIT;
+    pbuf_puts(&m, "{\"role\":\"assistant\",\"content\":");
+    if (content && *content)
+        put_str(&m, content);
+    else
+        pbuf_puts(&m, "null");
+    pbuf_puts(&m, ",\"tool_calls\":[");
+    for (size_t i = 0; i < t->ncalls; i++) {
+        const turn_call *c = &t->calls[i];
+        pbuf_puts(&m, i ? ",{\"id\":" : "{\"id\":");
+        put_str(&m, c->id);
+        pbuf_puts(&m, ",\"type\":\"function\",\"function\":{\"name\":");
+        put_str(&m, c->name);
+        pbuf_puts(&m, ",\"arguments\":");
+        put_str(&m, c->arguments);
+        pbuf_puts(&m, "}}");
+
+        pbuf s = PBUF_INIT;
+        pbuf_puts(&s, "{\"type\":\"tool_call\",\"call_id\":");
+        put_str(&s, c->id);
+        pbuf_puts(&s, ",\"name\":");
+        put_str(&s, c->name);
+        pbuf_puts(&s, ",\"arguments\":");
+        put_json_or_string(&s, c->arguments);
+        pbuf_putc(&s, '}');
+        record_step(t, &s);
+        pbuf_free(&s);
+    }
+    pbuf_puts(&m, "]}");
+    record_message(t, &m);
+    pbuf_free(&m);
+}
+
+static void record_tool_results(turn *t)
+{
+    for (size_t i = 0; i < t->ncalls; i++) {
+        const turn_call *c = &t->calls[i];
+        pbuf m = PBUF_INIT;
+        pbuf_puts(&m, "{\"role\":\"tool\",\"tool_call_id\":");
+        put_str(&m, c->id);
+        pbuf_puts(&m, ",\"content\":");
+        put_str(&m, c->content);
+        pbuf_putc(&m, '}');
+        record_message(t, &m);
+        pbuf_free(&m);
+
+        pbuf s = PBUF_INIT;
+        pbuf_puts(&s, "{\"type\":\"tool_result\",\"call_id\":");
+        put_str(&s, c->id);
+        pbuf_puts(&s, ",\"name\":");
+        put_str(&s, c->name);
+        pbuf_puts(&s, ",\"content\":");
+        put_str(&s, c->content);
+        pbuf_printf(&s, ",\"is_error\":%s}", c->is_error ? "true" : "false");
+        record_step(t, &s);
+        pbuf_free(&s);
+    }
+}
+
+static void record_answer(turn *t, const char *content)
+{
+    pbuf m = PBUF_INIT;
+    pbuf_puts(&m, "{\"role\":\"assistant\",\"content\":");
+    put_str(&m, content);
+    pbuf_putc(&m, '}');
+    record_message(t, &m);
+    pbuf_free(&m);
+
+    free(t->answer);
+    t->answer = strdup(content);
+
+    pbuf s = PBUF_INIT;
+    pbuf_puts(&s, "{\"type\":\"answer\",\"content\":");
+    put_str(&s, content);
+    pbuf_putc(&s, '}');
+    record_step(t, &s);
+    pbuf_free(&s);
+}
+
+/* ======================================================================
+ * 2. Begin: the conversation's history, as it is now
+ * ====================================================================== */
+
+static void turn_request(turn *t);
+
+void turn_begin(turn *t)
+{
+    parley_agent *a = t->agent;
+    t->started_wall_ms = clock_wall_ms();
+    if (timer_arm(&a->timers, &t->deadline, clock_mono_ms() + (uint64_t)a->opts.turn_timeout_ms)) {
+        turn_end(t, PARLEY_ERR_NO_MEMORY, "out of memory");
+        return;
+    }
+    if (t->conversation_id)
+        history_render(a->hist, t->conversation_id, clock_wall_ms(), &t->history);
+    record_user_message(t);
+    turn_request(t);
+}
+
+/* ======================================================================
+ * 3. Request: render the body, start the HTTP call
+ * ====================================================================== */
+
+static void on_stream_text(void *ud, const char *text, size_t len)
+{
+    turn *t = ud;
+    if (t->on_delta && len)
+        t->on_delta(t->user_data, t->id, text, len);
+}
+
+static int stream_sink(void *owner, const char *data, size_t len)
+{
+    turn *t = owner;
+    char *err = NULL;
+    if (llm_stream_feed(t->stream, data, len, &err) != 0) {
+        free(t->stream_error);
+        t->stream_error = err;
+        return -1;
+    }
+    return 0;
+}
+
+static void turn_request(turn *t)
+{
+    parley_agent *a = t->agent;
+    llm_request r = {
+        .extra_system_prompt = t->extra_system_prompt,
+        .history = t->history.data ? t->history.data : "",
+        .history_len = t->history.len,
+        .messages = t->messages.data,
+        .messages_len = t->messages.len,
+        .tools_json = toolset_json(t->tools),
+        .tool_choice_none = t->tool_rounds >= a->opts.max_tool_iterations,
+    };
+    llm_request_render(&t->body, &a->opts, &r);
+    if (t->body.oom || t->messages.oom || t->steps.oom || t->history.oom) {
+        turn_end(t, PARLEY_ERR_NO_MEMORY, "out of memory building the request");
+        return;
+    }
+    if (a->opts.debug_log_bodies)
+        agent_log(a, PARLEY_LOG_DEBUG, "turn %s request: %s", t->turn_id, t->body.data);
+    llm_stream_free(t->stream);
+    t->stream = NULL;
+    if (a->opts.stream && !(t->stream = llm_stream_new(on_stream_text, t))) {
+        turn_end(t, PARLEY_ERR_NO_MEMORY, "out of memory");
+        return;
+    }
+    t->http = http_call_start(a->multi, &a->http, t->body.data, t->body.len, t,
+                              t->stream ? stream_sink : NULL);
+    if (!t->http) {
+        turn_end(t, PARLEY_ERR_INTERNAL, "could not start the HTTP request");
+        return;
+    }
+    atomic_fetch_add(&a->metrics.llm_requests, 1);
+}
+
+/* ======================================================================
+ * 4. The reply: retry, fail, run tools, or answer
+ * ====================================================================== */
+
+static void turn_dispatch_tools(turn *t, llm_reply *reply);
+
+/* Exponential backoff with jitter, or the server's Retry-After; capped. */
+static uint64_t retry_delay_ms(const turn *t, int64_t retry_after_ms)
+{
+    const parley_options *o = &t->agent->opts;
+    uint64_t cap = (uint64_t)o->retry_max_delay_ms;
+    if (retry_after_ms >= 0)
+        return (uint64_t)retry_after_ms < cap ? (uint64_t)retry_after_ms : cap;
+    uint64_t d = (uint64_t)o->retry_backoff_ms << (t->attempt < 16 ? t->attempt : 16);
+    if (d > cap)
+        d = cap;
+    unsigned r = 0;
+    if (getrandom(&r, sizeof r, GRND_NONBLOCK) != sizeof r)
+        r = (unsigned)clock_mono_ms();
+    return d / 2 + (d / 2 ? r % (d / 2 + 1) : 0); /* "equal jitter": [d/2, d] */
+}
+
+/* 1 when a retry was scheduled. */
+static int maybe_retry(turn *t, parley_status st, const char *msg, int64_t retry_after_ms)
+{
+    parley_agent *a = t->agent;
+    if (t->attempt >= a->opts.max_retries)
+        return 0;
+    uint64_t delay = retry_delay_ms(t, retry_after_ms);
+    uint64_t at = clock_mono_ms() + delay;
+    if (timer_armed(&t->deadline) && at >= t->deadline.when_ms)
+        return 0; /* would pass the turn's deadline: fail now instead */
+    if (timer_arm(&a->timers, &t->wait, at) != 0)
+        return 0;
+    t->attempt++;
+    atomic_fetch_add(&a->metrics.llm_retries, 1);
+    agent_log(a, PARLEY_LOG_WARN, "turn %s: %s (%s); retry %d of %lld in %llu ms", t->turn_id,
+              status_name(st), msg ? msg : "", t->attempt, (long long)a->opts.max_retries,
+              (unsigned long long)delay);
+    return 1;
+}
+
+static int decode_reply(turn *t, llm_reply *reply, char **err)
+{
+    if (t->stream)
+        return llm_stream_finish(t->stream, reply, err);
+    const pbuf *b = &t->http->body;
+    return llm_reply_decode(b->data ? b->data : "", b->len, reply, err);
+}
+
+void turn_on_http_done(turn *t, CURLcode code)
+{
+    parley_agent *a = t->agent;
+    char *msg = NULL;
+    int retryable = 0;
+    parley_status st = http_call_outcome(t->http, code, &msg, &retryable);
+    if (st == PARLEY_ERR_BAD_RESPONSE && !msg && t->stream_error)
+        msg = fmt("bad streamed response: %s", t->stream_error);
+    int64_t retry_after = t->http->retry_after_ms;
+    if (st != PARLEY_OK) {
+        http_call_free(t->http);
+        t->http = NULL;
+        if (!(retryable && maybe_retry(t, st, msg, retry_after)))
+            turn_end(t, st, msg ? msg : status_name(st));
+        free(msg);
+        return;
+    }
+    if (a->opts.debug_log_bodies && !t->stream)
+        agent_log(a, PARLEY_LOG_DEBUG, "turn %s response: %s", t->turn_id,
+                  t->http->body.data ? t->http->body.data : "");
+    llm_reply reply;
+    memset(&reply, 0, sizeof reply);
+    char *err = NULL;
+    int rc = decode_reply(t, &reply, &err);
+    http_call_free(t->http);
+    t->http = NULL;
+    t->attempt = 0;
+    if (rc != 0) {
+        char *m = fmt("bad response from the LLM server: %s", err ? err : "undecodable");
+        turn_end(t, PARLEY_ERR_BAD_RESPONSE, m);
+        free(m);
+        free(err);
+        llm_reply_free(&reply);
+        return;
+    }
+    if (reply.ncalls == 0) {
+        record_answer(t, reply.content ? reply.content : "");
+        llm_reply_free(&reply);
+        turn_end(t, PARLEY_OK, NULL);
+        return;
+    }
+    if (t->tool_rounds >= a->opts.max_tool_iterations) {
+        /* We said tool_choice "none" and the model still wants tools. */
+        if (reply.content && *reply.content) {
+            record_answer(t, reply.content);
+            turn_end(t, PARLEY_OK, NULL);
+        } else {
+            char *m = fmt("the model kept calling tools after %d rounds and tool_choice \"none\"",
+                          t->tool_rounds);
+            turn_end(t, PARLEY_ERR_TOOL_LOOP, m);
+            free(m);
+        }
+        llm_reply_free(&reply);
+        return;
+    }
+    turn_dispatch_tools(t, &reply);
+    llm_reply_free(&reply);
+}
+
+/* ======================================================================
+ * 5. Tools: validate each call, hand the good ones to the host
+ * ====================================================================== */
+
+static char *error_content(const char *kind, const char *text)
+{
+    json_t *o = json_pack("{s:s,s:s}", "error", kind, "error_text", text);
+    char *s = o ? json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
+    json_decref(o);
+    return s;
+}
+
+static void after_tools(turn *t);
+
+/* Why a call cannot go to the host, or NULL when it can. */
+static char *call_problem(const turn *t, const turn_call *c)
+{
+    if (!toolset_has(t->tools, c->name))
+        return error_content("unknown_tool", "No tool with this name is available");
+    json_error_t jerr;
+    json_t *args = json_loads(c->arguments, 0, &jerr);
+    int is_object = json_is_object(args);
+    json_decref(args);
+    if (!is_object) {
+        char *text = fmt("Arguments are not a JSON object%s%s", args ? "" : ": ", args ? "" : jerr.text);
+        char *s = error_content("invalid_arguments", text ? text : "invalid arguments");
+        free(text);
+        return s;
+    }
+    if (!t->agent->host.tool_call)
+        return error_content("no_executor", "The host does not execute tools");
+    return NULL;
+}
+
+static void turn_dispatch_tools(turn *t, llm_reply *reply)
+{
+    parley_agent *a = t->agent;
+    free_calls(t);
+    t->calls = calloc(reply->ncalls, sizeof *t->calls);
+    if (!t->calls) {
+        turn_end(t, PARLEY_ERR_NO_MEMORY, "out of memory");
+        return;
+    }
+    t->ncalls = reply->ncalls;
+    for (size_t i = 0; i < reply->ncalls; i++) {
+        /* Take the strings over from the reply instead of copying them. */
+        t->calls[i].id = reply->calls[i].id;
+        t->calls[i].name = reply->calls[i].name;
+        t->calls[i].arguments = reply->calls[i].arguments;
+        reply->calls[i].id = reply->calls[i].name = reply->calls[i].arguments = NULL;
+    }
+    record_tool_calls(t, reply->content);
+    t->tool_rounds++;
+
+    /* Count every call pending first: the host may complete one inside its callback. */
+    t->calls_pending = t->ncalls;
+    for (size_t i = 0; i < t->ncalls && !t->ended; i++) {
+        turn_call *c = &t->calls[i];
+        atomic_fetch_add(&a->metrics.tool_calls, 1);
+        char *problem = call_problem(t, c);
+        if (problem) {
+            c->content = problem;
+            c->is_error = 1;
+            t->calls_pending--;
+            atomic_fetch_add(&a->metrics.tool_errors, 1);
+            continue;
+        }
+        parley_tool_call *h = calloc(1, sizeof *h);
+        if (!h) {
+            turn_end(t, PARLEY_ERR_NO_MEMORY, "out of memory");
+            return;
+        }
+        h->box = a->box;
+        h->owner = t;
+        h->index = i;
+        pthread_mutex_lock(&a->box->mu);
+        a->box->refs++;
+        pthread_mutex_unlock(&a->box->mu);
+        c->handle = h;
+        parley_tool_call_info info = {
+            .struct_size = sizeof info,
+            .request_id = t->id,
+            .conversation_id = t->conversation_id,
+            .turn_id = t->turn_id,
+            .call_id = c->id,
+            .tool_name = c->name,
+            .arguments_json = c->arguments,
+            .user_data = t->user_data,
+        };
+        a->host.tool_call(a->host.host_data, h, &info);
+    }
+    if (t->ended)
+        return;
+    if (t->calls_pending == 0) {
+        after_tools(t);
+        return;
+    }
+    if (timer_arm(&a->timers, &t->wait, clock_mono_ms() + (uint64_t)a->opts.tool_timeout_ms) != 0)
+        turn_end(t, PARLEY_ERR_NO_MEMORY, "out of memory");
+}
+
+/* The tool message content for what the host gave back. */
+static char *result_content(const turn *t, const char *result, int is_error, int *is_error_out)
+{
+    size_t max = (size_t)t->agent->opts.max_tool_result_bytes;
+    const char *text = result ? result : "";
+    size_t n = strlen(text);
+    *is_error_out = 1;
+    if (n > max) {
+        char *m = fmt("The tool result of %zu bytes exceeds max_tool_result_bytes (%zu)", n, max);
+        char *s = error_content("result_too_large", m ? m : "result too large");
+        free(m);
+        return s;
+    }
+    if (!utf8_valid(text, n))
+        return error_content("invalid_result", "The tool result is not valid UTF-8");
+    if (is_error)
+        return error_content("tool_error", *text ? text : "The tool failed");
+    *is_error_out = 0;
+    json_t *v = json_loads(text, JSON_DECODE_ANY, NULL);
+    char *s = v ? json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY | JSON_PRESERVE_ORDER) : strdup(text);
+    json_decref(v);
+    return s;
+}
+
+/* Drop the turn's claim on a handle: a later completion is then discarded. */
+static void detach_handle(turn *t, turn_call *c)
+{
+    if (!c->handle)
+        return;
+    pthread_mutex_lock(&t->agent->box->mu);
+    c->handle->owner = NULL;
+    pthread_mutex_unlock(&t->agent->box->mu);
+    c->handle = NULL;
+}
+
+void turn_on_tool_result(turn *t, parley_tool_call *h)
+{
+    turn_call *c = &t->calls[h->index];
+    c->handle = NULL;
+    c->content = result_content(t, h->result, h->is_error, &c->is_error);
+    if (c->is_error)
+        atomic_fetch_add(&t->agent->metrics.tool_errors, 1);
+    if (!c->content) {
+        turn_end(t, PARLEY_ERR_NO_MEMORY, "out of memory");
+        return;
+    }
+    if (--t->calls_pending == 0) {
+        timer_disarm(&t->agent->timers, &t->wait);
+        after_tools(t);
+    }
+}
+
+/* Every call of the round has a result: record them, ask the model again. */
+static void after_tools(turn *t)
+{
+    record_tool_results(t);
+    free_calls(t);
+    turn_request(t);
+}
+
+/* The host did not answer some calls in time: they fail, the turn goes on. */
+static void tool_timeout(turn *t)
+{
+    parley_agent *a = t->agent;
+    for (size_t i = 0; i < t->ncalls; i++) {
+        turn_call *c = &t->calls[i];
+        if (c->content)
+            continue;
+        detach_handle(t, c);
+        char *m = fmt("The host did not answer within %lld ms", (long long)a->opts.tool_timeout_ms);
+        c->content = error_content("timeout", m ? m : "timeout");
+        c->is_error = 1;
+        free(m);
+        atomic_fetch_add(&a->metrics.tool_timeouts, 1);
+        if (!c->content) {
+            turn_end(t, PARLEY_ERR_NO_MEMORY, "out of memory");
+            return;
+        }
+    }
+    t->calls_pending = 0;
+    after_tools(t);
+}
+
+/* ======================================================================
+ * 6. Timers
+ * ====================================================================== */
+
+void turn_on_timer(turn *t, ptimer *which)
+{
+    if (which == &t->deadline) {
+        char *m = fmt("the turn took longer than turn_timeout_ms (%lld ms)",
+                      (long long)t->agent->opts.turn_timeout_ms);
+        turn_end(t, PARLEY_ERR_TIMEOUT, m ? m : "turn timeout");
+        free(m);
+    } else if (t->calls_pending) {
+        tool_timeout(t);
+    } else {
+        turn_request(t); /* the backoff before a retry is over */
+    }
+}
+
+/* ======================================================================
+ * 7. End: commit on success, call back exactly once, release
+ * ====================================================================== */
+
+/* Home Assistant's rule: a reply ending in a question keeps the mic open. */
+static int ends_in_question(const char *s)
+{
+    size_t n = strlen(s);
+    while (n > 0 && (s[n - 1] == ' ' || s[n - 1] == '\n' || s[n - 1] == '\t' || s[n - 1] == '\r'))
+        n--;
+    if (n == 0)
+        return 0;
+    if (s[n - 1] == '?' || s[n - 1] == ';')
+        return 1;
+    return n >= 3 && memcmp(s + n - 3, "\xEF\xBC\x9F", 3) == 0; /* fullwidth '?' */
+}
+
+static parley_status commit(turn *t)
+{
+    if (!t->conversation_id)
+        return PARLEY_OK;
+    if (t->messages.oom)
+        return PARLEY_ERR_NO_MEMORY;
+    history_turn_in in = {
+        .turn_id = t->turn_id,
+        .started_ms = t->started_wall_ms,
+        .finished_ms = clock_wall_ms(),
+        .messages = t->messages.data,
+        .messages_len = t->messages.len,
+        .nmessages = t->nmessages,
+    };
+    return history_commit(t->agent->hist, t->conversation_id, &in, in.finished_ms) == 0
+               ? PARLEY_OK
+               : PARLEY_ERR_NO_MEMORY;
+}
+
+void turn_end(turn *t, parley_status status, const char *message)
+{
+    parley_agent *a = t->agent;
+    if (t->ended)
+        return;
+    t->ended = 1;
+    /* Stop everything still running for this turn. */
+    http_call_free(t->http);
+    t->http = NULL;
+    timer_disarm(&a->timers, &t->deadline);
+    timer_disarm(&a->timers, &t->wait);
+    for (size_t i = 0; i < t->ncalls; i++)
+        detach_handle(t, &t->calls[i]);
+
+    const char *answer = t->answer;
+    if (status == PARLEY_OK) {
+        status = answer ? commit(t) : PARLEY_ERR_NO_MEMORY;
+        if (status != PARLEY_OK)
+            message = "out of memory committing the turn";
+    }
+    if (t->steps.len)
+        pbuf_putc(&t->steps, ']');
+    worker_forget(t);
+
+    parley_result r = {
+        .struct_size = sizeof r,
+        .request_id = t->id,
+        .status = status,
+        .error_message = status == PARLEY_OK ? NULL : (message ? message : status_name(status)),
+        .conversation_id = t->conversation_id,
+        .turn_id = t->turn_id,
+        .response = status == PARLEY_OK ? answer : NULL,
+        .steps_json = t->steps.len && !t->steps.oom ? t->steps.data : "[]",
+        .continue_conversation = status == PARLEY_OK && ends_in_question(answer),
+    };
+    if (status == PARLEY_OK)
+        atomic_fetch_add(&a->metrics.turns_ok, 1);
+    else if (status == PARLEY_ERR_CANCELLED)
+        atomic_fetch_add(&a->metrics.turns_cancelled, 1);
+    else
+        atomic_fetch_add(&a->metrics.turns_failed, 1);
+    if (status != PARLEY_OK && status != PARLEY_ERR_CANCELLED)
+        agent_log(a, PARLEY_LOG_INFO, "turn %s failed: %s: %s", t->turn_id, status_name(status),
+                  r.error_message);
+    t->done(t->user_data, &r);
+    worker_release(t);
+}
