@@ -196,15 +196,16 @@ typedef struct parley_result {
     const char *conversation_id; /* NULL for a stateless turn */
     const char *turn_id;         /* UUID of this turn; set even on failure */
     const char *response;        /* the final answer; NULL on failure */
-    const char *steps_json;      /* JSON array of the turn's steps (see docs/abi.md);
-                                    "[]" on failure */
+    const char *steps_json;      /* JSON array of the steps the turn took (see
+                                    docs/abi.md), also on failure: a tool may have
+                                    run although the turn failed.  "[]" if none */
     int continue_conversation;   /* 1 when the answer ends in a question */
 } parley_result;
 
 /**
  * Completion callback: called exactly once per turn that async_process
- * accepted, on the agent's worker thread (or, for turns cancelled by
- * destroy(), on the thread calling destroy()), never from inside
+ * accepted, on the agent's worker thread (also for the turns destroy()
+ * cancels: destroy() returns after those callbacks), never from inside
  * async_process itself.
  */
 typedef void (*parley_done_fn)(void *user_data, const parley_result *result);
@@ -226,8 +227,8 @@ typedef struct parley_plugin {
 
     /**
      * Cancel everything in flight, call each pending turn's done callback
-     * with PARLEY_ERR_CANCELLED (on the calling thread), stop the worker,
-     * free the agent.  Blocks until then.  NULL is a no-op.  Not from a
+     * with PARLEY_ERR_CANCELLED (on the worker thread, before returning),
+     * stop the worker, free the agent.  Blocks until then.  NULL is a no-op.  Not from a
      * callback of this agent.
      */
     void (*destroy)(parley_agent *agent);

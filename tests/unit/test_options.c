@@ -1,0 +1,170 @@
+/* test_options.c -- option parsing, validation messages, schema, and docs/options.md. */
+#include <jansson.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "options.h"
+#include "toolset.h"
+
+/* Parse and expect failure with a message containing `needle`. */
+static void expect_error(const char *json, const char *needle)
+{
+    parley_options o;
+    char *err = NULL;
+    int rc = options_parse(json, &o, &err);
+    CHECK(rc == -1);
+    CHECK(err && strstr(err, needle));
+    if (!err || !strstr(err, needle))
+        fprintf(stderr, "  options %s\n  error   %s\n  wanted  %s\n", json, err ? err : "(none)", needle);
+    free(err);
+}
+
+static void test_defaults(void)
+{
+    parley_options o;
+    char *err = NULL;
+    CHECK(options_parse("{\"model\":\"m\"}", &o, &err) == 0);
+    CHECK(err == NULL);
+    CHECK_STR(o.base_url, "http://127.0.0.1:11434/v1");
+    CHECK(o.max_history_turns == 20);
+    CHECK(o.max_tool_iterations == 10);
+    CHECK(o.auto_create_conversation_id == 0);
+    CHECK(o.stream == 0);
+    CHECK(o.verify_tls == 1);
+    CHECK(o.temperature < 0 && o.top_p < 0 && o.max_tokens == 0); /* unset: not sent */
+    CHECK(o.api_key == NULL);
+    CHECK_STR(o.tools_json, "[]");
+    options_free(&o);
+}
+
+static void test_values(void)
+{
+    parley_options o;
+    char *err = NULL;
+    CHECK(options_parse("{\"model\":\"m\",\"base_url\":\"https://x.example/v1///\",\"temperature\":0.5,"
+                        "\"max_history_turns\":0,\"api_key\":\"k\",\"stream\":true,\"top_p\":null}",
+                        &o, &err) == 0);
+    CHECK_STR(o.base_url, "https://x.example/v1"); /* trailing slashes trimmed */
+    CHECK(o.temperature == 0.5);
+    CHECK(o.max_history_turns == 0);
+    CHECK_STR(o.api_key, "k");
+    CHECK(o.stream == 1);
+    CHECK(o.top_p < 0);
+    options_free(&o);
+
+    setenv("PARLEY_TEST_KEY", "from-env", 1);
+    CHECK(options_parse("{\"model\":\"m\",\"api_key_env\":\"PARLEY_TEST_KEY\"}", &o, &err) == 0);
+    CHECK_STR(o.api_key, "from-env");
+    options_free(&o);
+}
+
+static void test_errors(void)
+{
+    expect_error("", "not valid JSON");
+    expect_error("[1]", "must be a JSON object");
+    expect_error("{}", "option 'model': required");
+    expect_error("{\"model\":\"m\",\"colour\":1}", "option 'colour': unknown option");
+    expect_error("{\"model\":\"m\",\"temperature\":3}", "option 'temperature': must be a number from 0 to 2");
+    expect_error("{\"model\":\"m\",\"temperature\":\"hot\"}", "option 'temperature': must be a number");
+    expect_error("{\"model\":\"m\",\"max_history_turns\":-1}", "option 'max_history_turns'");
+    expect_error("{\"model\":\"m\",\"max_history_turns\":1.5}", "option 'max_history_turns': must be an integer");
+    expect_error("{\"model\":\"m\",\"max_history_turns\":null}", "option 'max_history_turns'");
+    expect_error("{\"model\":\"m\",\"stream\":1}", "option 'stream': must be true or false");
+    expect_error("{\"model\":\"m\",\"base_url\":\"ftp://x\"}", "option 'base_url'");
+    expect_error("{\"model\":7}", "option 'model': must be a string");
+    expect_error("{\"model\":\"m\",\"tools\":{}}", "option 'tools': must be an array");
+    expect_error("{\"model\":\"m\",\"api_key\":\"a\",\"api_key_env\":\"B\"}", "not both");
+    unsetenv("PARLEY_TEST_UNSET");
+    expect_error("{\"model\":\"m\",\"api_key_env\":\"PARLEY_TEST_UNSET\"}", "'PARLEY_TEST_UNSET' is not set");
+    expect_error("{\"model\":\"m\",\"api_key\":\"a\\nb\"}", "option 'api_key'");
+}
+
+static void test_tools(void)
+{
+    char *err = NULL;
+    toolset *t = toolset_parse("[{\"name\":\"turn_on\",\"description\":\"d\",\"parameters\":{\"type\":\"object\"}},"
+                               "{\"type\":\"function\",\"function\":{\"name\":\"get_state\"}}]", NULL, &err);
+    CHECK(t != NULL);
+    CHECK(toolset_count(t) == 2);
+    CHECK(toolset_has(t, "turn_on") && toolset_has(t, "get_state") && !toolset_has(t, "x"));
+    json_t *arr = json_loads(toolset_json(t), 0, NULL);
+    CHECK(json_array_size(arr) == 2);
+    CHECK_STR(json_string_value(json_object_get(json_array_get(arr, 1), "type")), "function");
+    /* A tool without parameters gets an empty object schema: servers require one. */
+    CHECK(json_is_object(json_object_get(json_object_get(json_array_get(arr, 1), "function"), "parameters")));
+    json_decref(arr);
+
+    toolset *more = toolset_parse("[{\"name\":\"extra\"}]", t, &err);
+    CHECK(more && toolset_count(more) == 3 && toolset_has(more, "turn_on"));
+    toolset_free(more);
+    CHECK(toolset_parse("[{\"name\":\"turn_on\"}]", t, &err) == NULL);
+    CHECK(err && strstr(err, "duplicate"));
+    free(err);
+    toolset_free(t);
+
+    const char *bad[] = {"[1]", "[{\"name\":\"has space\"}]", "[{\"name\":\"\"}]",
+                         "[{\"name\":\"a\",\"parameters\":[]}]", "[{\"type\":\"x\",\"function\":{}}]", "{}"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        err = NULL;
+        CHECK(toolset_parse(bad[i], NULL, &err) == NULL);
+        CHECK(err != NULL);
+        free(err);
+    }
+}
+
+/* Every option in the schema is documented in docs/options.md with its default. */
+static void test_schema_matches_docs(void)
+{
+    char *schema_text = options_schema();
+    json_error_t jerr;
+    json_t *schema = json_loads(schema_text, 0, &jerr);
+    CHECK(schema != NULL);
+    json_t *props = json_object_get(schema, "properties");
+    CHECK(json_object_size(props) >= 25);
+
+    FILE *f = fopen(PARLEY_SOURCE_DIR "/docs/options.md", "r");
+    CHECK(f != NULL);
+    static char doc[65536];
+    size_t n = f ? fread(doc, 1, sizeof doc - 1, f) : 0;
+    doc[n] = '\0';
+    if (f)
+        fclose(f);
+
+    const char *name;
+    json_t *p;
+    json_object_foreach(props, name, p) {
+        char row[256];
+        snprintf(row, sizeof row, "| `%s` |", name);
+        const char *at = strstr(doc, row);
+        CHECK(at != NULL);
+        if (!at) {
+            fprintf(stderr, "  docs/options.md has no row for '%s'\n", name);
+            continue;
+        }
+        json_t *dflt = json_object_get(p, "default");
+        if (!dflt)
+            continue; /* required */
+        char *d = json_dumps(dflt, JSON_ENCODE_ANY | JSON_COMPACT);
+        char cell[512];
+        snprintf(cell, sizeof cell, "| `%s` |", d);
+        const char *eol = strchr(at, '\n');
+        const char *found = strstr(at, cell);
+        CHECK(found && (!eol || found < eol));
+        if (!found || (eol && found > eol))
+            fprintf(stderr, "  docs/options.md: '%s' should show default %s\n", name, d);
+        free(d);
+    }
+    json_decref(schema);
+    free(schema_text);
+}
+
+int main(void)
+{
+    test_defaults();
+    test_values();
+    test_errors();
+    test_tools();
+    test_schema_matches_docs();
+    return check_report();
+}
