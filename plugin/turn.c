@@ -254,6 +254,30 @@ static void put_json_or_string(pbuf *b, const char *text)
     json_decref(v);
 }
 
+/*
+ * Arguments as they may be stored and sent back: servers reject a history
+ * whose tool-call arguments are not JSON (every later request of the
+ * conversation would fail), so invalid text is wrapped in a JSON object.
+ */
+static void put_stored_arguments(pbuf *b, const char *arguments)
+{
+    json_t *v = json_loads(arguments, JSON_DECODE_ANY, NULL);
+    json_decref(v);
+    if (v) {
+        put_str(b, arguments);
+        return;
+    }
+    pbuf wrapped = PBUF_INIT;
+    pbuf_puts(&wrapped, "{\"invalid_json\":");
+    put_str(&wrapped, arguments);
+    pbuf_putc(&wrapped, '}');
+    if (wrapped.oom)
+        b->oom = 1;
+    else
+        put_str(b, wrapped.data);
+    pbuf_free(&wrapped);
+}
+
 static void record_tool_calls(turn *t, const char *content)
 {
     pbuf m = PBUF_INIT;
@@ -270,7 +294,7 @@ static void record_tool_calls(turn *t, const char *content)
         pbuf_puts(&m, ",\"type\":\"function\",\"function\":{\"name\":");
         put_str(&m, c->name);
         pbuf_puts(&m, ",\"arguments\":");
-        put_str(&m, c->arguments);
+        put_stored_arguments(&m, c->arguments);
         pbuf_puts(&m, "}}");
 
         pbuf s = PBUF_INIT;

@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# Build Parley and run the whole test suite, the way CI does:
+#   1. a normal build (-Wall -Wextra -Werror), every test;
+#   2. an ASan+UBSan build, every test;
+#   3. a TSan build, the concurrency tests (label "tsan");
+#   4. valgrind on one end-to-end conversation (zero leaks, zero errors);
+#   5. libFuzzer targets, a fixed number of runs each.
+# Usage: scripts/test.sh [--quick]   (--quick: step 1 only)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh
+
+JOBS=$(nproc)
+quick=0
+[ "${1:-}" = "--quick" ] && quick=1
+
+step() { printf '\n==== %s ====\n' "$*"; }
+
+build() { # dir, extra cmake args...
+  local dir=$1; shift
+  cmake -S . -B "$dir" -DPARLEY_WERROR=ON "$@" >/dev/null
+  cmake --build "$dir" -j"$JOBS" >/dev/null
+}
+
+step "normal build + all tests"
+build build -DCMAKE_BUILD_TYPE=RelWithDebInfo
+ctest --test-dir build --output-on-failure -j"$JOBS"
+[ $quick = 1 ] && exit 0
+
+step "ASan+UBSan build + all tests"
+build build-asan -DCMAKE_BUILD_TYPE=Debug -DPARLEY_SANITIZE=address,undefined
+ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+PARLEY_TEST_SLOWDOWN=2 ctest --test-dir build-asan --output-on-failure -j"$JOBS"
+
+step "TSan build + concurrency tests"
+build build-tsan -DCMAKE_BUILD_TYPE=Debug -DPARLEY_SANITIZE=thread -DCMAKE_C_COMPILER=clang
+TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 PARLEY_TEST_SLOWDOWN=4 \
+  ctest --test-dir build-tsan --output-on-failure -L tsan
+
+step "valgrind: one end-to-end conversation"
+PARLEY_VALGRIND=1 PARLEY_BUILD_DIR="$PWD/build" PARLEY_TEST_SLOWDOWN=10 \
+  python3 -m unittest -v tests/integration/valgrind_check.py 2>&1 | tail -n 5
+
+step "libFuzzer targets"
+build build-fuzz -DCMAKE_BUILD_TYPE=Debug -DPARLEY_FUZZ=ON -DCMAKE_C_COMPILER=clang
+ctest --test-dir build-fuzz --output-on-failure -L fuzz
+
+step "all test stages passed"
