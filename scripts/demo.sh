@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# Parley's main job: a short conversation through the host shim.
+#
+#   scripts/demo.sh                     offline: against the bundled fake LLM, scripted
+#   scripts/demo.sh --options FILE      interactive: against the LLM your options name
+#
+# The offline run shows multi-turn memory (the fake model reports how many
+# messages it was sent) and a tool call the host executes (the demo home).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh
+cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+cmake --build build -j"$(nproc)" >/dev/null
+
+SHIM=build/host-shim/parley-host
+PLUGIN=build/plugin/parley.so
+
+if [ "${1:-}" = "--options" ]; then
+  exec "$SHIM" --plugin "$PLUGIN" --options "$2" --tools demo --set auto_create_conversation_id=true
+fi
+
+work=$(mktemp -d)
+cleanup() { [ -n "${FAKE_PID:-}" ] && kill "$FAKE_PID" 2>/dev/null; wait 2>/dev/null; rm -rf "$work"; }
+trap cleanup EXIT
+
+build/tests/fake-llm/parley-fake-llm --port 0 --port-file "$work/port" --quiet >/dev/null &
+FAKE_PID=$!
+for _ in $(seq 100); do [ -s "$work/port" ] && break; sleep 0.05; done
+port=$(cat "$work/port")
+cat >"$work/options.json" <<JSON
+{"base_url": "http://127.0.0.1:$port/v1", "model": "fake-model",
+ "auto_create_conversation_id": true, "max_history_turns": 20}
+JSON
+
+echo "Parley demo: plugin $PLUGIN, offline fake LLM on 127.0.0.1:$port, demo home tools"
+echo
+coproc SHIM { "$SHIM" --plugin "$PLUGIN" --options "$work/options.json" --tools demo 2>&1; }
+say() {
+  printf 'you> %s\n' "$1"
+  printf '%s\n' "$1" >&"${SHIM[1]}"
+  local out
+  while IFS= read -r out <&"${SHIM[0]}"; do
+    printf '%s\n' "$out"
+    case "$out" in parley\>*|parley!*) break ;; esac
+  done
+  echo
+}
+say "Hello! I just got home."
+say "Please turn on the kitchen light."
+say "Is the kitchen light on now?"
+say "Thanks. Can you remember what I said first? [[ask]]"
+printf '/history\n/quit\n' >&"${SHIM[1]}"
+echo "history as the plugin stores it (/history):"
+cat <&"${SHIM[0]}"
