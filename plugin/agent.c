@@ -77,7 +77,6 @@ static int setup_http(parley_agent *a)
         .headers = a->headers,
         .connect_timeout_ms = (long)o->connect_timeout_ms,
         .request_timeout_ms = (long)o->request_timeout_ms,
-        .stream_idle_timeout_s = o->stream ? (long)((o->stream_idle_timeout_ms + 999) / 1000) : 0,
         .verify_tls = o->verify_tls,
         .max_response_bytes = (size_t)o->max_response_bytes,
     };

@@ -104,10 +104,6 @@ http_call *http_call_start(CURLM *multi, const http_config *cfg, const char *bod
     curl_easy_setopt(e, CURLOPT_PROTOCOLS_STR, "http,https");
     /* Expect: 100-continue would cost a round trip on every large body. */
     curl_easy_setopt(e, CURLOPT_EXPECT_100_TIMEOUT_MS, 0L);
-    if (cfg->stream_idle_timeout_s > 0) {
-        curl_easy_setopt(e, CURLOPT_LOW_SPEED_LIMIT, 1L);
-        curl_easy_setopt(e, CURLOPT_LOW_SPEED_TIME, cfg->stream_idle_timeout_s);
-    }
     if (curl_multi_add_handle(multi, e) != CURLM_OK) {
         curl_easy_cleanup(e);
         free(c);
@@ -173,6 +169,16 @@ parley_status http_call_outcome(const http_call *c, CURLcode code, char **msg, i
     }
     if (c->sink_failed)
         return PARLEY_ERR_BAD_RESPONSE; /* the sink keeps its own message */
+    /* A reused connection has no connect time, but its request did get under way. */
+    curl_off_t connect_us = 0, pretransfer_us = 0;
+    curl_easy_getinfo(c->easy, CURLINFO_CONNECT_TIME_T, &connect_us);
+    curl_easy_getinfo(c->easy, CURLINFO_PRETRANSFER_TIME_T, &pretransfer_us);
+    if (code == CURLE_OPERATION_TIMEDOUT && connect_us == 0 && pretransfer_us == 0) {
+        /* Never connected: as much a connection failure as a refusal. */
+        *retryable = 1;
+        *msg = msgf("cannot reach the LLM server: %s", detail);
+        return PARLEY_ERR_CONNECT;
+    }
     if (code == CURLE_OPERATION_TIMEDOUT) {
         *msg = msgf("LLM request timed out: %s", detail);
         return PARLEY_ERR_TIMEOUT;

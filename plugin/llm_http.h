@@ -21,7 +21,6 @@ typedef struct http_config {
     struct curl_slist *headers;    /* Content-Type, Accept, Authorization */
     long connect_timeout_ms;
     long request_timeout_ms;
-    long stream_idle_timeout_s;    /* 0 = none (non-streamed) */
     int verify_tls;
     size_t max_response_bytes;
 } http_config;

@@ -390,10 +390,22 @@ static void on_stream_text(void *ud, const char *text, size_t len)
         t->on_delta(t->user_data, t->id, text, len);
 }
 
+/* A streamed answer must keep coming: each piece pushes the idle deadline back. */
+static int arm_stream_idle(turn *t)
+{
+    parley_agent *a = t->agent;
+    return timer_arm(&a->timers, &t->wait, clock_mono_ms() + (uint64_t)a->opts.stream_idle_timeout_ms);
+}
+
 static int stream_sink(void *owner, const char *data, size_t len)
 {
     turn *t = owner;
     char *err = NULL;
+    if (arm_stream_idle(t) != 0) {
+        free(t->stream_error);
+        t->stream_error = strdup("out of memory");
+        return -1;
+    }
     if (llm_stream_feed(t->stream, data, len, &err) != 0) {
         free(t->stream_error);
         t->stream_error = err;
@@ -431,6 +443,10 @@ static void turn_request(turn *t)
                               t->stream ? stream_sink : NULL);
     if (!t->http) {
         turn_end(t, PARLEY_ERR_INTERNAL, "could not start the HTTP request");
+        return;
+    }
+    if (t->stream && arm_stream_idle(t) != 0) {
+        turn_end(t, PARLEY_ERR_NO_MEMORY, "out of memory");
         return;
     }
     atomic_fetch_add(&a->metrics.llm_requests, 1);
@@ -495,6 +511,7 @@ void turn_on_http_done(turn *t, CURLcode code)
     if (st == PARLEY_ERR_BAD_RESPONSE && !msg && t->stream_error)
         msg = fmt("bad streamed response: %s", t->stream_error);
     int64_t retry_after = t->http->retry_after_ms;
+    timer_disarm(&a->timers, &t->wait); /* the stream idle timer, if any */
     if (st != PARLEY_OK) {
         http_call_free(t->http);
         t->http = NULL;
@@ -661,8 +678,14 @@ static char *result_content(const turn *t, const char *result, int is_error, int
     }
     if (!utf8_valid(text, n))
         return error_content("invalid_result", "The tool result is not valid UTF-8");
-    if (is_error)
-        return error_content("tool_error", *text ? text : "The tool failed");
+    if (is_error) {
+        /* A host that reports its error as a JSON string means the text inside. */
+        json_t *v = json_loads(text, JSON_DECODE_ANY, NULL);
+        char *s = error_content("tool_error", json_is_string(v) ? json_string_value(v)
+                                              : *text ? text : "The tool failed");
+        json_decref(v);
+        return s;
+    }
     *is_error_out = 0;
     json_t *v = json_loads(text, JSON_DECODE_ANY, NULL);
     char *s = v ? json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY | JSON_PRESERVE_ORDER) : strdup(text);
@@ -739,6 +762,11 @@ void turn_on_timer(turn *t, ptimer *which)
         char *m = fmt("the turn took longer than turn_timeout_ms (%lld ms)",
                       (long long)t->agent->opts.turn_timeout_ms);
         turn_end(t, PARLEY_ERR_TIMEOUT, m ? m : "turn timeout");
+        free(m);
+    } else if (t->http) {
+        char *m = fmt("the streamed answer stalled: no data for stream_idle_timeout_ms (%lld ms)",
+                      (long long)t->agent->opts.stream_idle_timeout_ms);
+        turn_end(t, PARLEY_ERR_TIMEOUT, m ? m : "stream idle timeout");
         free(m);
     } else if (t->calls_pending) {
         tool_timeout(t);

@@ -69,11 +69,10 @@ struct turn {
     char *stream_error;
     turn_call *calls;
     size_t ncalls, calls_pending;
-    int cancel_requested;     /* set under inbox.mu by cancel() */
     int ended;
 
     ptimer deadline;          /* turn_timeout_ms */
-    ptimer wait;              /* retry backoff or tool timeout */
+    ptimer wait;              /* retry backoff, tool timeout, or stream idle timeout */
 
     /* worker bookkeeping */
     lane *lane;

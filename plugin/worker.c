@@ -86,12 +86,13 @@ static void schedule(parley_agent *a, turn *t)
     if (!l) {
         size_t n = strlen(t->conversation_id);
         l = calloc(1, sizeof *l + n + 1);
+        if (l)
+            memcpy(l->id, t->conversation_id, n + 1); /* the key: set before dict_add reads it */
         if (!l || dict_add(a->lanes, l) != 0) {
             free(l);
             turn_end(t, PARLEY_ERR_NO_MEMORY, "out of memory");
             return;
         }
-        memcpy(l->id, t->conversation_id, n + 1);
     }
     t->lane = l;
     if (!l->active) {

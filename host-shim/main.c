@@ -1,0 +1,337 @@
+/*
+ * main.c -- parley-host: command line, signals, loading the plugin, creating
+ * the agent, and an orderly teardown (destroy, then tool handles, then
+ * dlclose).
+ *
+ * Exit codes: 0 done (even if turns failed: those are reported in the
+ * output), 1 create() failed, 2 usage / options / tools / loading error,
+ * 128+signal after SIGINT or SIGTERM.
+ */
+#include <dlfcn.h>
+#include <errno.h>
+#include <getopt.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "shim.h"
+
+struct shim g_shim = {
+    .mu = PTHREAD_MUTEX_INITIALIZER,
+    .cv = PTHREAD_COND_INITIALIZER,
+    .log_level = PARLEY_LOG_WARN,
+    .wake_fd = -1,
+};
+
+static int wake_pipe[2] = {-1, -1};
+static pthread_t sig_thread;
+static sigset_t sig_set;
+
+static void usage(FILE *f) {
+    fputs("usage: parley-host --plugin PATH --options FILE [--set KEY=JSON]...\n"
+          "                   [--tools FILE|demo] [--jsonl] [--concurrency N]\n"
+          "                   [--log-level error|warn|info|debug]\n"
+          "\n"
+          "  --plugin PATH       parley.so to load\n"
+          "  --options FILE      agent options (a JSON object)\n"
+          "  --set KEY=JSON      set one top-level option; a value that is not valid\n"
+          "                      JSON is taken as a string (repeatable)\n"
+          "  --tools FILE|demo   tools to offer: a tools file, or the built-in demo home\n"
+          "  --jsonl             read JSON lines on stdin, write JSON lines on stdout\n"
+          "  --concurrency N     JSONL: at most N turns in flight (1..100000, default 1)\n"
+          "  --log-level LEVEL   plugin/host messages shown on stderr (default warn)\n"
+          "\n"
+          "Interactive mode (default): type a message, or /help for commands.\n"
+          "See docs/shim.md.\n",
+          f);
+}
+
+static int usage_error(const char *fmt, const char *arg) {
+    fputs("parley-host: ", stderr);
+    fprintf(stderr, fmt, arg);
+    fputs("\n(try parley-host --help)\n", stderr);
+    return 2;
+}
+
+/* SIGINT/SIGTERM are blocked everywhere (threads inherit the mask) and
+ * taken here, where it is safe to lock, broadcast and write. */
+static void *signal_thread(void *arg) {
+    (void)arg;
+    for (;;) {
+        int sig = 0;
+        if (sigwait(&sig_set, &sig) != 0)
+            continue;
+        if (sig == SIGUSR1)
+            return NULL; /* our own shutdown request */
+        if (atomic_load(&g_shim.interrupted) != 0)
+            continue;
+        pthread_mutex_lock(&g_shim.mu);
+        atomic_store(&g_shim.interrupted, sig);
+        pthread_cond_broadcast(&g_shim.cv);
+        pthread_mutex_unlock(&g_shim.mu);
+        ssize_t w;
+        do
+            w = write(wake_pipe[1], "x", 1);
+        while (w < 0 && errno == EINTR);
+    }
+}
+
+/* --set KEY=JSON: JSON if it parses, else the text as a string. */
+static int apply_set(json_t *options, const char *arg) {
+    const char *eq = strchr(arg, '=');
+    if (!eq || eq == arg)
+        return usage_error("--set expects KEY=JSON, got '%s'", arg);
+    char *key = strndup(arg, (size_t)(eq - arg));
+    json_t *v = json_loads(eq + 1, JSON_DECODE_ANY, NULL);
+    if (!v)
+        v = json_string(eq + 1);
+    if (!key || !v) {
+        free(key);
+        return usage_error("--set %s: value is not valid UTF-8", arg);
+    }
+    json_object_set_new(options, key, v);
+    free(key);
+    return 0;
+}
+
+static int parse_level(const char *s, parley_log_level *out) {
+    static const char *names[] = {"error", "warn", "info", "debug"};
+    for (int i = 0; i < 4; i++) {
+        if (strcmp(s, names[i]) == 0) {
+            *out = (parley_log_level)i;
+            return 0;
+        }
+    }
+    return -1;
+}
+
+int main(int argc, char **argv) {
+    /* Before any thread exists (ours or the plugin's), so all inherit it. */
+    sigemptyset(&sig_set);
+    sigaddset(&sig_set, SIGINT);
+    sigaddset(&sig_set, SIGTERM);
+    sigaddset(&sig_set, SIGUSR1);
+    pthread_sigmask(SIG_BLOCK, &sig_set, NULL);
+    signal(SIGPIPE, SIG_IGN); /* a closed stdout must not kill us mid-destroy */
+
+    enum { OPT_PLUGIN = 1, OPT_OPTIONS, OPT_SET, OPT_TOOLS, OPT_JSONL, OPT_CONC, OPT_LOG, OPT_HELP };
+    static const struct option longopts[] = {
+        {"plugin", required_argument, NULL, OPT_PLUGIN},
+        {"options", required_argument, NULL, OPT_OPTIONS},
+        {"set", required_argument, NULL, OPT_SET},
+        {"tools", required_argument, NULL, OPT_TOOLS},
+        {"jsonl", no_argument, NULL, OPT_JSONL},
+        {"concurrency", required_argument, NULL, OPT_CONC},
+        {"log-level", required_argument, NULL, OPT_LOG},
+        {"help", no_argument, NULL, OPT_HELP},
+        {NULL, 0, NULL, 0},
+    };
+    const char *plugin_path = NULL, *options_path = NULL, *tools_spec = NULL;
+    int jsonl = 0;
+    unsigned long concurrency = 1;
+    /* --set values are applied after the options file, in order. */
+    const char **sets = calloc((size_t)argc, sizeof *sets);
+    size_t nsets = 0;
+    if (!sets)
+        return 2;
+
+    int rc = 2, c;
+    opterr = 0;
+    while ((c = getopt_long(argc, argv, "+h", longopts, NULL)) != -1) {
+        switch (c) {
+        case OPT_PLUGIN: plugin_path = optarg; break;
+        case OPT_OPTIONS: options_path = optarg; break;
+        case OPT_SET: sets[nsets++] = optarg; break;
+        case OPT_TOOLS:
+            if (tools_spec) {
+                rc = usage_error("%s", "--tools given more than once");
+                goto out_args;
+            }
+            tools_spec = optarg;
+            break;
+        case OPT_JSONL: jsonl = 1; break;
+        case OPT_CONC: {
+            char *end;
+            errno = 0;
+            unsigned long n = strtoul(optarg, &end, 10);
+            if (errno || end == optarg || *end || optarg[0] == '-' || n < 1 || n > 100000) {
+                rc = usage_error("--concurrency must be an integer from 1 to 100000, got '%s'",
+                                 optarg);
+                goto out_args;
+            }
+            concurrency = n;
+            break;
+        }
+        case OPT_LOG:
+            if (parse_level(optarg, &g_shim.log_level) < 0) {
+                rc = usage_error("--log-level must be error, warn, info or debug, got '%s'",
+                                 optarg);
+                goto out_args;
+            }
+            break;
+        case 'h':
+        case OPT_HELP:
+            usage(stdout);
+            rc = 0;
+            goto out_args;
+        default:
+            rc = usage_error("unknown or incomplete option '%s'", argv[optind - 1]);
+            goto out_args;
+        }
+    }
+    if (optind < argc) {
+        rc = usage_error("unexpected argument '%s'", argv[optind]);
+        goto out_args;
+    }
+    if (!plugin_path) {
+        rc = usage_error("%s", "--plugin PATH is required");
+        goto out_args;
+    }
+    if (!options_path) {
+        rc = usage_error("%s", "--options FILE is required");
+        goto out_args;
+    }
+    if (strcmp(options_path, "-") == 0) {
+        rc = usage_error("%s", "--options - is not allowed: stdin carries the conversation");
+        goto out_args;
+    }
+
+    /* ---- options ---- */
+    json_error_t je;
+    json_t *options = json_load_file(options_path, JSON_REJECT_DUPLICATES, &je);
+    if (!options) {
+        if (je.line > 0)
+            fprintf(stderr, "parley-host: --options %s:%d:%d: %s\n", options_path, je.line,
+                    je.column, je.text);
+        else /* could not open: the text names the file and the reason */
+            fprintf(stderr, "parley-host: --options: %s\n", je.text);
+        goto out_args;
+    }
+    if (!json_is_object(options)) {
+        fprintf(stderr, "parley-host: --options %s: not a JSON object\n", options_path);
+        goto out_options;
+    }
+    for (size_t i = 0; i < nsets; i++)
+        if (apply_set(options, sets[i]) != 0)
+            goto out_options;
+    if (tools_spec) {
+        char *err = NULL;
+        if (tools_load(tools_spec, &err) < 0 || tools_declare(options, &err) < 0) {
+            fprintf(stderr, "parley-host: --tools: %s\n", err ? err : "failed");
+            free(err);
+            goto out_tools;
+        }
+    }
+    char *options_json = json_dumps(options, SHIM_JSON_COMPACT);
+    if (!options_json) {
+        fprintf(stderr, "parley-host: cannot serialize the options\n");
+        goto out_tools;
+    }
+
+    /* ---- plugin ---- */
+    void *dl = dlopen(plugin_path, RTLD_NOW | RTLD_LOCAL);
+    if (!dl) {
+        fprintf(stderr, "parley-host: cannot load plugin: %s\n", dlerror());
+        goto out_json;
+    }
+    dlerror();
+    void *sym = dlsym(dl, PARLEY_ENTRY_SYMBOL);
+    parley_entry_fn entry;
+    /* ISO C has no object-to-function pointer cast; POSIX guarantees the
+     * representation, so copy the bits. */
+    memcpy(&entry, &sym, sizeof entry);
+    if (!sym) {
+        const char *e = dlerror();
+        fprintf(stderr, "parley-host: %s: no symbol %s: %s\n", plugin_path, PARLEY_ENTRY_SYMBOL,
+                e ? e : "NULL");
+        goto out_dl;
+    }
+    const parley_plugin *pl = entry(PARLEY_ABI_VERSION);
+    if (!pl) {
+        fprintf(stderr, "parley-host: %s: the plugin does not support ABI version %u\n",
+                plugin_path, PARLEY_ABI_VERSION);
+        goto out_dl;
+    }
+    /* We call every v1 entry, so the table must hold all of them. */
+    if (pl->struct_size < sizeof(parley_plugin) || !pl->create || !pl->destroy ||
+        !pl->async_process || !pl->cancel || !pl->complete_tool_call || !pl->free_string ||
+        !pl->status_name || !pl->history_get || !pl->turn_get || !pl->conversations_list ||
+        !pl->history_clear || !pl->metrics) {
+        fprintf(stderr, "parley-host: %s: incomplete plugin function table (struct_size %u)\n",
+                plugin_path, (unsigned)pl->struct_size);
+        goto out_dl;
+    }
+    g_shim.pl = pl;
+    diag(PARLEY_LOG_INFO, "loaded %s %s (ABI %u) from %s", pl->name ? pl->name : "?",
+         pl->version ? pl->version : "?", (unsigned)pl->abi_version, plugin_path);
+
+    /* ---- threads ---- */
+    if (pipe(wake_pipe) != 0) {
+        fprintf(stderr, "parley-host: pipe: %s\n", strerror(errno));
+        goto out_dl;
+    }
+    g_shim.wake_fd = wake_pipe[0];
+    int e = pthread_create(&sig_thread, NULL, signal_thread, NULL);
+    if (e != 0) {
+        fprintf(stderr, "parley-host: cannot start the signal thread: %s\n", strerror(e));
+        goto out_pipe;
+    }
+    char *terr = NULL;
+    if (tools_start(&terr) < 0) {
+        fprintf(stderr, "parley-host: %s\n", terr ? terr : "cannot start the tool thread");
+        free(terr);
+        goto out_sig;
+    }
+
+    /* ---- agent ---- */
+    parley_host host = {
+        .struct_size = sizeof host,
+        .host_data = &g_shim,
+        .log = host_log,
+        /* Always set: tools declared in the options or per turn that the
+         * shim does not know still get a definite "unknown tool" answer. */
+        .tool_call = tools_on_call,
+    };
+    char *cerr = NULL;
+    g_shim.agent = pl->create(&host, options_json, &cerr);
+    if (!g_shim.agent) {
+        fprintf(stderr, "parley-host: create failed: %s\n", cerr ? cerr : "(no message)");
+        plugin_free(cerr);
+        rc = 1;
+        goto out_sig;
+    }
+    plugin_free(cerr);
+
+    rc = jsonl ? run_jsonl(concurrency) : run_interactive();
+
+    /* destroy() cancels what is still in flight; the done callbacks run on
+     * this thread and still write their lines. */
+    pl->destroy(g_shim.agent);
+    g_shim.agent = NULL;
+    interactive_free();
+    int sig = atomic_load(&g_shim.interrupted);
+    if (sig)
+        rc = 128 + sig;
+
+out_sig:
+    tools_shutdown();
+    pthread_kill(sig_thread, SIGUSR1);
+    pthread_join(sig_thread, NULL);
+out_pipe:
+    close(wake_pipe[0]);
+    close(wake_pipe[1]);
+out_dl:
+    tools_shutdown(); /* no-op if done above; frees tools on early failures */
+    dlclose(dl);
+out_json:
+    free(options_json);
+out_tools:
+    tools_shutdown();
+out_options:
+    json_decref(options);
+out_args:
+    free(sets);
+    return rc;
+}

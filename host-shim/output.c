@@ -1,0 +1,191 @@
+/*
+ * output.c -- everything parley-host writes: stdout lines under one lock,
+ * diagnostics and plugin log messages on stderr, and the small JSON helpers
+ * that turn plugin strings into output values.
+ */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "shim.h"
+
+/* Callbacks arrive on the plugin's worker thread (and on the thread calling
+ * destroy) while the main thread prints command output: one lock for stdout. */
+static pthread_mutex_t out_mu = PTHREAD_MUTEX_INITIALIZER;
+
+void out_json_line(json_t *value) {
+    char *s = json_dumps(value, SHIM_JSON_COMPACT);
+    if (!s) {
+        /* Only on OOM: every string we build is valid UTF-8. */
+        diag(PARLEY_LOG_ERROR, "cannot serialize an output line");
+        return;
+    }
+    size_t n = strlen(s);
+    /* Reuse the terminating NUL's slot for the newline: one fwrite per line. */
+    s[n] = '\n';
+    pthread_mutex_lock(&out_mu);
+    fwrite(s, 1, n + 1, stdout);
+    fflush(stdout);
+    pthread_mutex_unlock(&out_mu);
+    free(s);
+}
+
+void out_text(const char *s, size_t len) {
+    pthread_mutex_lock(&out_mu);
+    fwrite(s, 1, len, stdout);
+    fflush(stdout);
+    pthread_mutex_unlock(&out_mu);
+}
+
+void out_printf(const char *fmt, ...) {
+    char *s = NULL;
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vasprintf(&s, fmt, ap);
+    va_end(ap);
+    if (n < 0)
+        return;
+    out_text(s, (size_t)n);
+    free(s);
+}
+
+const char *log_level_name(parley_log_level level) {
+    switch (level) {
+    case PARLEY_LOG_ERROR: return "error";
+    case PARLEY_LOG_WARN: return "warn";
+    case PARLEY_LOG_INFO: return "info";
+    case PARLEY_LOG_DEBUG: return "debug";
+    }
+    return "?";
+}
+
+/* stderr is unbuffered: format first and write once, so messages from
+ * several threads do not interleave mid-line. */
+static void err_line(const char *prefix, const char *fmt, va_list ap) {
+    char *msg = NULL;
+    if (vasprintf(&msg, fmt, ap) < 0)
+        return;
+    fprintf(stderr, "%s%s\n", prefix, msg);
+    free(msg);
+}
+
+void diag(parley_log_level level, const char *fmt, ...) {
+    if (level != PARLEY_LOG_ERROR && level > g_shim.log_level)
+        return;
+    char prefix[32];
+    if (level == PARLEY_LOG_ERROR)
+        snprintf(prefix, sizeof prefix, "parley-host: ");
+    else
+        snprintf(prefix, sizeof prefix, "parley-host[%s]: ", log_level_name(level));
+    va_list ap;
+    va_start(ap, fmt);
+    err_line(prefix, fmt, ap);
+    va_end(ap);
+}
+
+void host_log(void *host_data, parley_log_level level, const char *message) {
+    const struct shim *s = host_data;
+    if ((int)level > (int)s->log_level)
+        return;
+    fprintf(stderr, "parley[%s]: %s\n", log_level_name(level), message ? message : "");
+}
+
+/* Length of the valid UTF-8 sequence at p (RFC 3629), or 0 if invalid. */
+static size_t utf8_seq(const unsigned char *p, size_t n) {
+    unsigned c = p[0];
+    size_t len;
+    unsigned min;
+    if (c < 0x80)
+        return 1;
+    if (c >= 0xC2 && c <= 0xDF) {
+        len = 2;
+        min = 0x80;
+    } else if (c >= 0xE0 && c <= 0xEF) {
+        len = 3;
+        min = 0x800;
+    } else if (c >= 0xF0 && c <= 0xF4) {
+        len = 4;
+        min = 0x10000;
+    } else {
+        return 0;
+    }
+    if (n < len)
+        return 0;
+    uint32_t cp = c & (0x7Fu >> len);
+    for (size_t i = 1; i < len; i++) {
+        if ((p[i] & 0xC0) != 0x80)
+            return 0;
+        cp = (cp << 6) | (p[i] & 0x3F);
+    }
+    if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF))
+        return 0;
+    return len;
+}
+
+json_t *jstrn(const char *s, size_t len) {
+    if (!s)
+        return json_null();
+    json_t *j = json_stringn(s, len);
+    if (j)
+        return j;
+    /* Invalid UTF-8: replace each bad byte with U+FFFD (3 bytes). */
+    char *fixed = malloc(len * 3 + 1);
+    if (!fixed)
+        return json_null();
+    size_t o = 0;
+    const unsigned char *p = (const unsigned char *)s;
+    for (size_t i = 0; i < len;) {
+        size_t k = utf8_seq(p + i, len - i);
+        if (k == 0) {
+            memcpy(fixed + o, "\xEF\xBF\xBD", 3);
+            o += 3;
+            i++;
+        } else {
+            memcpy(fixed + o, p + i, k);
+            o += k;
+            i += k;
+        }
+    }
+    j = json_stringn(fixed, o);
+    free(fixed);
+    return j ? j : json_null();
+}
+
+json_t *jstr(const char *s) {
+    return s ? jstrn(s, strlen(s)) : json_null();
+}
+
+json_t *jparse_plugin(const char *text, json_t *if_null, const char *what) {
+    if (!text)
+        return if_null;
+    json_decref(if_null);
+    json_error_t e;
+    json_t *v = json_loads(text, JSON_DECODE_ANY, &e);
+    if (v)
+        return v;
+    diag(PARLEY_LOG_WARN, "%s from the plugin is not valid JSON (%s); passing it on as a string",
+         what, e.text);
+    return jstr(text);
+}
+
+const char *status_str(parley_status status) {
+    const char *n = g_shim.pl ? g_shim.pl->status_name(status) : NULL;
+    return n ? n : "unknown";
+}
+
+json_t *jerror_code(const char *code, const char *message) {
+    json_t *e = json_object();
+    json_object_set_new(e, "code", jstr(code));
+    json_object_set_new(e, "message", jstr(message ? message : code));
+    return e;
+}
+
+json_t *jerror(parley_status status, const char *message) {
+    return jerror_code(status_str(status), message);
+}
+
+void plugin_free(char *s) {
+    if (s)
+        g_shim.pl->free_string(s);
+}

@@ -1,0 +1,848 @@
+/*
+ * llm_reply.c -- see llm_reply.h.
+ *
+ * Both decoders funnel into the same two finishing steps (fill_call and
+ * set_content), which is what makes a streamed reply identical to the same
+ * reply sent whole.
+ */
+#include "llm_reply.h"
+
+#include <jansson.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "buf.h"
+#include "sse.h"
+
+#define MAX_ERROR_TEXT 500       /* llm_error_text's bound, in bytes */
+#define MAX_SSE_SIZE (8u << 20)  /* one SSE line, or one event's data */
+#define MAX_STREAM_CALLS 128     /* tool call indexes in a stream: 0..127 */
+
+/* ------------------------------------------------------------------ */
+/* Errors and small helpers                                            */
+/* ------------------------------------------------------------------ */
+
+static int fail(char **err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* Sets *err to the formatted message (NULL if even that allocation fails). */
+static int fail(char **err, const char *fmt, ...)
+{
+    if (!err)
+        return -1;
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(NULL, 0, fmt, ap);
+    va_end(ap);
+    *err = n >= 0 ? malloc((size_t)n + 1) : NULL;
+    if (*err) {
+        va_start(ap, fmt);
+        vsnprintf(*err, (size_t)n + 1, fmt, ap);
+        va_end(ap);
+    }
+    return -1;
+}
+
+static int fail_oom(char **err) { return fail(err, "out of memory"); }
+
+static const char *type_name(const json_t *v)
+{
+    switch (json_typeof(v)) {
+    case JSON_OBJECT: return "an object";
+    case JSON_ARRAY: return "an array";
+    case JSON_STRING: return "a string";
+    case JSON_INTEGER:
+    case JSON_REAL: return "a number";
+    case JSON_TRUE:
+    case JSON_FALSE: return "a boolean";
+    case JSON_NULL: return "null";
+    }
+    return "of an unknown type";
+}
+
+/* A member that is missing and one that is null mean the same to us. */
+static const json_t *member(const json_t *obj, const char *key)
+{
+    const json_t *v = json_object_get(obj, key);
+    return json_is_null(v) ? NULL : v;
+}
+
+/* *out = the string member `key`, or NULL when absent; other types are errors. */
+static int optional_string(const json_t *obj, const char *key, const char *what,
+                           const char **out, char **err)
+{
+    const json_t *v = member(obj, key);
+    *out = NULL;
+    if (!v)
+        return 0;
+    if (!json_is_string(v))
+        return fail(err, "%s %s is %s, not a string", what, key, type_name(v));
+    *out = json_string_value(v);
+    return 0;
+}
+
+/* Length of the valid UTF-8 character at s (no overlongs, no surrogates,
+   nothing above U+10FFFF), or 0 when s does not start one. */
+static size_t utf8_char_len(const unsigned char *s, size_t n)
+{
+    unsigned char lo = 0x80, hi = 0xBF; /* the range allowed for the second byte */
+    size_t len;
+    if (s[0] < 0x80)
+        return 1;
+    if (s[0] >= 0xC2 && s[0] <= 0xDF) {
+        len = 2;
+    } else if (s[0] >= 0xE0 && s[0] <= 0xEF) {
+        len = 3;
+        lo = s[0] == 0xE0 ? 0xA0 : 0x80;
+        hi = s[0] == 0xED ? 0x9F : 0xBF;
+    } else if (s[0] >= 0xF0 && s[0] <= 0xF4) {
+        len = 4;
+        lo = s[0] == 0xF0 ? 0x90 : 0x80;
+        hi = s[0] == 0xF4 ? 0x8F : 0xBF;
+    } else {
+        return 0;
+    }
+    if (n < len || s[1] < lo || s[1] > hi)
+        return 0;
+    for (size_t i = 2; i < len; i++)
+        if ((s[i] & 0xC0) != 0x80)
+            return 0;
+    return len;
+}
+
+/* C0, DEL and C1 controls: they would garble a log line or a UI. */
+static int is_control_char(const unsigned char *s, size_t len)
+{
+    if (len == 1)
+        return s[0] < 0x20 || s[0] == 0x7F;
+    return len == 2 && s[0] == 0xC2 && s[1] < 0xA0;
+}
+
+/*
+ * Server text made safe to show and to embed in JSON: valid UTF-8 only
+ * (invalid bytes dropped), control characters turned into spaces, runs of
+ * spaces collapsed, trimmed, at most `max` bytes cut on a character boundary
+ * ("..." then appended).  NULL when nothing is left (or out of memory).
+ */
+static char *clean_text(const char *text, size_t n, size_t max)
+{
+    const unsigned char *s = (const unsigned char *)text;
+    pbuf out = PBUF_INIT;
+    int space_pending = 0;
+    for (size_t i = 0; i < n;) {
+        size_t len = utf8_char_len(s + i, n - i);
+        if (len == 0) {
+            i++;
+            continue;
+        }
+        if (s[i] == ' ' || is_control_char(s + i, len)) {
+            space_pending = out.len > 0;
+        } else if (out.len + (size_t)space_pending + len > max) {
+            pbuf_puts(&out, "...");
+            break;
+        } else {
+            if (space_pending)
+                pbuf_putc(&out, ' ');
+            space_pending = 0;
+            pbuf_append(&out, s + i, len);
+        }
+        i += len;
+    }
+    if (out.len == 0) {
+        pbuf_free(&out);
+        return NULL;
+    }
+    return pbuf_take(&out);
+}
+
+static int fail_not_json(char **err, const char *what, const json_error_t *jerr)
+{
+    char *why = clean_text(jerr->text, strlen(jerr->text), MAX_ERROR_TEXT);
+    int rc = fail(err, "%s is not JSON: %s (at byte %d)", what, why ? why : "parse error",
+                  jerr->position);
+    free(why);
+    return rc;
+}
+
+/* ------------------------------------------------------------------ */
+/* The server's error text                                             */
+/* ------------------------------------------------------------------ */
+
+/* The message string of a JSON error body, or NULL. */
+static const json_t *json_error_message(const json_t *root)
+{
+    if (json_is_array(root)) /* Gemini's OpenAI endpoint wraps its errors in a list */
+        root = json_array_get(root, 0);
+    if (!json_is_object(root))
+        return NULL;
+    const json_t *error = member(root, "error");
+    if (json_is_string(error)) /* Ollama */
+        return error;
+    if (json_is_object(error)) { /* OpenAI, llama.cpp, vLLM */
+        const json_t *message = member(error, "message");
+        return json_is_string(message) ? message : NULL;
+    }
+    const json_t *message = member(root, "message"); /* older vLLM: {"object":"error",...} */
+    if (json_is_string(message))
+        return message;
+    const json_t *detail = member(root, "detail"); /* FastAPI-based servers */
+    return json_is_string(detail) ? detail : NULL;
+}
+
+static char *json_error_text(const json_t *root)
+{
+    if (json_is_string(root))
+        return clean_text(json_string_value(root), json_string_length(root), MAX_ERROR_TEXT);
+    const json_t *message = json_error_message(root);
+    if (!message)
+        return NULL;
+    return clean_text(json_string_value(message), json_string_length(message), MAX_ERROR_TEXT);
+}
+
+/* Where `needle` (lower case ASCII) first occurs in hay[0..n), ignoring case. */
+static const char *find_ci(const char *hay, size_t n, const char *needle)
+{
+    size_t m = strlen(needle);
+    for (size_t i = 0; i + m <= n; i++)
+        if (strncasecmp(hay + i, needle, m) == 0)
+            return hay + i;
+    return NULL;
+}
+
+static int looks_like_html(const char *body, size_t len)
+{
+    size_t i = 0;
+    while (i < len && (body[i] == ' ' || body[i] == '\t' || body[i] == '\r' || body[i] == '\n'))
+        i++;
+    return i < len && body[i] == '<';
+}
+
+/* The text of the first <tag ...>...</tag> (proxies' error pages put the
+   status in <title> and <h1>), or NULL. */
+static char *html_element_text(const char *body, size_t len, const char *open, const char *close)
+{
+    const char *end = body + len;
+    const char *start = find_ci(body, len, open);
+    if (!start)
+        return NULL;
+    const char *gt = memchr(start, '>', (size_t)(end - start));
+    if (!gt)
+        return NULL;
+    const char *text = gt + 1;
+    const char *stop = find_ci(text, (size_t)(end - text), close);
+    if (!stop)
+        return NULL;
+    return clean_text(text, (size_t)(stop - text), MAX_ERROR_TEXT);
+}
+
+char *llm_error_text(const char *body, size_t len)
+{
+    if (!body || len == 0)
+        return NULL;
+    json_t *root = json_loadb(body, len, JSON_DECODE_ANY, NULL);
+    if (root && (json_is_object(root) || json_is_array(root) || json_is_string(root))) {
+        char *text = json_error_text(root);
+        json_decref(root);
+        return text;
+    }
+    json_decref(root); /* a bare number or literal reads fine as plain text */
+    if (looks_like_html(body, len)) {
+        char *title = html_element_text(body, len, "<title", "</title");
+        return title ? title : html_element_text(body, len, "<h1", "</h1");
+    }
+    return clean_text(body, len, MAX_ERROR_TEXT);
+}
+
+/* An {"error": ...} member says the server failed, even with a 200 status. */
+static int is_error_body(const json_t *root) { return member(root, "error") != NULL; }
+
+static int fail_server_error(const json_t *root, char **err)
+{
+    char *text = json_error_text(root);
+    int rc = fail(err, "server returned an error: %s", text ? text : "(no message)");
+    free(text);
+    return rc;
+}
+
+/* ------------------------------------------------------------------ */
+/* Pieces both decoders share                                          */
+/* ------------------------------------------------------------------ */
+
+/* Append the text parts of an array content ([{"type":"text","text":..}]);
+   parts of other types (images, ...) carry no text for us. */
+static int append_text_parts(pbuf *text, const json_t *parts, const char *what, char **err)
+{
+    size_t i;
+    const json_t *part;
+    json_array_foreach(parts, i, part) {
+        if (!json_is_object(part))
+            return fail(err, "%s part %zu is %s, not an object", what, i, type_name(part));
+        const char *type, *part_text;
+        if (optional_string(part, "type", what, &type, err) != 0)
+            return -1;
+        if (type && strcmp(type, "text") != 0)
+            continue;
+        if (optional_string(part, "text", what, &part_text, err) != 0)
+            return -1;
+        if (!part_text)
+            return fail(err, "%s part %zu has no text", what, i);
+        pbuf_append(text, part_text, strlen(part_text));
+    }
+    return 0;
+}
+
+/* Append a message's (or a delta's) content: a string, null, or text parts. */
+static int append_content(pbuf *text, const json_t *content, const char *what, char **err)
+{
+    if (!content || json_is_null(content))
+        return 0;
+    if (json_is_string(content))
+        pbuf_append(text, json_string_value(content), json_string_length(content));
+    else if (json_is_array(content)) {
+        if (append_text_parts(text, content, what, err) != 0)
+            return -1;
+    } else
+        return fail(err, "%s is %s, expected a string", what, type_name(content));
+    return text->oom ? fail_oom(err) : 0;
+}
+
+/*
+ * Compact JSON text of an arguments object (Ollama sends objects).  Reals
+ * are printed with 15 digits when that reads back exactly, so 0.1 stays
+ * "0.1" rather than jansson's default "0.10000000000000001"; else with 17.
+ */
+static char *arguments_object_text(const json_t *obj)
+{
+    char *text = json_dumps(obj, JSON_COMPACT | JSON_REAL_PRECISION(15));
+    if (!text)
+        return NULL;
+    json_t *back = json_loads(text, 0, NULL);
+    int exact = back && json_equal(back, obj);
+    json_decref(back);
+    if (exact)
+        return text;
+    free(text);
+    return json_dumps(obj, JSON_COMPACT | JSON_REAL_PRECISION(17));
+}
+
+/* Append a call's arguments: a string (or a piece of one) as is, an object
+   serialised; absent adds nothing. */
+static int append_arguments(pbuf *args, const json_t *value, const char *what, char **err)
+{
+    if (!value || json_is_null(value))
+        return 0;
+    if (json_is_string(value)) {
+        pbuf_append(args, json_string_value(value), json_string_length(value));
+    } else if (json_is_object(value)) {
+        char *text = arguments_object_text(value);
+        if (!text)
+            return fail_oom(err);
+        pbuf_puts(args, text);
+        free(text);
+    } else {
+        return fail(err, "%s arguments is %s, expected a string or an object", what,
+                    type_name(value));
+    }
+    return args->oom ? fail_oom(err) : 0;
+}
+
+/* Fill one decoded call.  `pos` is its place in the reply: a missing or
+   empty id becomes "call_<pos>", missing or empty arguments "{}". */
+static int fill_call(llm_tool_call *c, size_t pos, const char *id, const char *name,
+                     const pbuf *args, char **err)
+{
+    if (id && *id)
+        c->id = strdup(id);
+    else if (asprintf(&c->id, "call_%zu", pos) < 0)
+        c->id = NULL;
+    c->name = strdup(name);
+    c->arguments = strdup(args->len ? args->data : "{}");
+    if (!c->id || !c->name || !c->arguments)
+        return fail_oom(err);
+    return 0;
+}
+
+/* Empty text is "no content" beside tool calls (NULL), and "" without them. */
+static int set_content(llm_reply *out, pbuf *text, char **err)
+{
+    if (text->oom)
+        return fail_oom(err);
+    if (text->len > 0)
+        out->content = pbuf_take(text);
+    else if (out->ncalls == 0)
+        out->content = strdup("");
+    else
+        return 0;
+    return out->content ? 0 : fail_oom(err);
+}
+
+/* Keep the choice's finish_reason when it has one (a later chunk's wins). */
+static int take_finish_reason(const json_t *choice, char **dst, const char *what, char **err)
+{
+    const char *reason;
+    if (optional_string(choice, "finish_reason", what, &reason, err) != 0)
+        return -1;
+    if (!reason)
+        return 0;
+    char *copy = strdup(reason);
+    if (!copy)
+        return fail_oom(err);
+    free(*dst);
+    *dst = copy;
+    return 0;
+}
+
+void llm_reply_free(llm_reply *r)
+{
+    if (!r)
+        return;
+    for (size_t i = 0; i < r->ncalls; i++) {
+        free(r->calls[i].id);
+        free(r->calls[i].name);
+        free(r->calls[i].arguments);
+    }
+    free(r->calls);
+    free(r->content);
+    free(r->finish_reason);
+    memset(r, 0, sizeof *r);
+}
+
+/* ------------------------------------------------------------------ */
+/* A whole (non-streamed) response                                     */
+/* ------------------------------------------------------------------ */
+
+static int decode_tool_call(const json_t *call, size_t i, llm_tool_call *dst, char **err)
+{
+    if (!json_is_object(call))
+        return fail(err, "response's tool call %zu is %s, not an object", i, type_name(call));
+    const json_t *function = member(call, "function");
+    if (!json_is_object(function))
+        return fail(err, "response's tool call %zu has no function object", i);
+    const char *id, *name;
+    if (optional_string(call, "id", "response's tool call", &id, err) != 0 ||
+        optional_string(function, "name", "response's tool call function", &name, err) != 0)
+        return -1;
+    if (!name)
+        return fail(err, "response's tool call %zu has no function name", i);
+    pbuf args = PBUF_INIT;
+    int rc = append_arguments(&args, member(function, "arguments"), "response's tool call", err);
+    if (rc == 0)
+        rc = fill_call(dst, i, id, name, &args, err);
+    pbuf_free(&args);
+    return rc;
+}
+
+static int decode_tool_calls(const json_t *calls, llm_reply *out, char **err)
+{
+    if (!calls)
+        return 0;
+    if (!json_is_array(calls))
+        return fail(err, "response's tool_calls is %s, not an array", type_name(calls));
+    size_t n = json_array_size(calls);
+    if (n == 0)
+        return 0;
+    out->calls = calloc(n, sizeof *out->calls);
+    if (!out->calls)
+        return fail_oom(err);
+    out->ncalls = n; /* all zeroed, so llm_reply_free can clean up a partial decode */
+    for (size_t i = 0; i < n; i++)
+        if (decode_tool_call(json_array_get(calls, i), i, &out->calls[i], err) != 0)
+            return -1;
+    return 0;
+}
+
+static int decode_message(const json_t *message, llm_reply *out, char **err)
+{
+    pbuf text = PBUF_INIT;
+    int rc = append_content(&text, member(message, "content"), "response's message content", err);
+    if (rc == 0)
+        rc = decode_tool_calls(member(message, "tool_calls"), out, err);
+    if (rc == 0)
+        rc = set_content(out, &text, err);
+    pbuf_free(&text);
+    return rc;
+}
+
+static int decode_root(const json_t *root, llm_reply *out, char **err)
+{
+    if (!json_is_object(root))
+        return fail(err, "response is not a JSON object (it is %s)", type_name(root));
+    if (is_error_body(root))
+        return fail_server_error(root, err);
+    const json_t *choices = member(root, "choices");
+    if (!choices)
+        return fail(err, "response has no choices");
+    if (!json_is_array(choices))
+        return fail(err, "response's choices is %s, not an array", type_name(choices));
+    if (json_array_size(choices) == 0)
+        return fail(err, "response has no choices (empty array)");
+    const json_t *choice = json_array_get(choices, 0);
+    if (!json_is_object(choice))
+        return fail(err, "response's choices[0] is %s, not an object", type_name(choice));
+    const json_t *message = member(choice, "message");
+    if (!message)
+        return fail(err, "response's choices[0] has no message");
+    if (!json_is_object(message))
+        return fail(err, "response's choices[0] message is %s, not an object", type_name(message));
+    if (take_finish_reason(choice, &out->finish_reason, "response's choices[0]", err) != 0)
+        return -1;
+    return decode_message(message, out, err);
+}
+
+int llm_reply_decode(const char *body, size_t len, llm_reply *out, char **err)
+{
+    memset(out, 0, sizeof *out);
+    if (err)
+        *err = NULL;
+    json_error_t jerr;
+    json_t *root = json_loadb(body ? body : "", body ? len : 0, JSON_DECODE_ANY, &jerr);
+    if (!root)
+        return fail_not_json(err, "response", &jerr);
+    int rc = decode_root(root, out, err);
+    json_decref(root);
+    if (rc != 0)
+        llm_reply_free(out);
+    return rc;
+}
+
+/* ------------------------------------------------------------------ */
+/* A streamed response                                                 */
+/* ------------------------------------------------------------------ */
+
+typedef struct stream_call {
+    char *id;       /* the first non-empty id given */
+    char *name;     /* the first name given (a non-empty one replaces an empty one) */
+    pbuf arguments; /* every piece, concatenated */
+    int used;       /* some delta named this slot; gaps between indexes are skipped */
+} stream_call;
+
+struct llm_stream {
+    sse_parser sse;
+    llm_text_fn on_text;
+    void *ud;
+    pbuf content;
+    stream_call *calls; /* slots by tool call index */
+    size_t nslots;
+    size_t last_slot;   /* the slot the last tool call delta went to ... */
+    int has_last_slot;  /* ... if there was one */
+    char *finish_reason;
+    size_t events;      /* data events seen, to word the "ended early" error */
+    int done;           /* [DONE] seen: the rest of the body is ignored */
+    int finished;       /* llm_stream_finish was called */
+    int failed;         /* an error was returned: the stream is dead */
+    char *error;        /* that error, to repeat to later calls */
+};
+
+static int grow_slots(llm_stream *s, size_t n)
+{
+    if (n <= s->nslots)
+        return 0;
+    stream_call *calls = realloc(s->calls, n * sizeof *calls);
+    if (!calls)
+        return -1;
+    memset(calls + s->nslots, 0, (n - s->nslots) * sizeof *calls);
+    s->calls = calls;
+    s->nslots = n;
+    return 0;
+}
+
+/*
+ * The slot of a delta without an index.  Servers that omit it (Ollama before
+ * 0.5, Gemini, ...) send each call whole, or continue the last call: a delta
+ * continues the last call unless it contradicts it -- a known id names its
+ * call, and a new id or a second name opens a new call.
+ */
+static size_t implicit_slot(const llm_stream *s, const char *id, const char *name)
+{
+    int has_id = id && *id, has_name = name && *name;
+    if (has_id)
+        for (size_t i = 0; i < s->nslots; i++)
+            if (s->calls[i].id && strcmp(s->calls[i].id, id) == 0)
+                return i;
+    if (!s->has_last_slot)
+        return s->nslots;
+    const stream_call *last = &s->calls[s->last_slot];
+    int new_id = has_id && last->id;
+    int new_name = has_name && last->name && *last->name;
+    return new_id || new_name ? s->nslots : s->last_slot;
+}
+
+static int call_slot(llm_stream *s, const json_t *index, const char *id, const char *name,
+                     size_t *slot, char **err)
+{
+    if (!index) {
+        *slot = implicit_slot(s, id, name);
+    } else if (!json_is_integer(index)) {
+        return fail(err, "stream chunk's tool call index is %s, not an integer", type_name(index));
+    } else {
+        json_int_t i = json_integer_value(index);
+        if (i < 0 || i >= MAX_STREAM_CALLS)
+            return fail(err, "stream chunk's tool call index %lld is out of range (0..%d)",
+                        (long long)i, MAX_STREAM_CALLS - 1);
+        *slot = (size_t)i;
+    }
+    if (*slot >= MAX_STREAM_CALLS)
+        return fail(err, "stream has more than %d tool calls", MAX_STREAM_CALLS);
+    return grow_slots(s, *slot + 1) == 0 ? 0 : fail_oom(err);
+}
+
+/* Set-once strings: a later value only replaces a missing or empty one. */
+static int keep_first(char **dst, const char *value, char **err)
+{
+    if (!value || (*dst && (**dst || !*value)))
+        return 0;
+    char *copy = strdup(value);
+    if (!copy)
+        return fail_oom(err);
+    free(*dst);
+    *dst = copy;
+    return 0;
+}
+
+static int merge_tool_call(llm_stream *s, const json_t *delta, char **err)
+{
+    if (!json_is_object(delta))
+        return fail(err, "stream chunk's tool call is %s, not an object", type_name(delta));
+    const json_t *function = member(delta, "function");
+    if (function && !json_is_object(function))
+        return fail(err, "stream chunk's tool call function is %s, not an object",
+                    type_name(function));
+    const char *id, *name = NULL;
+    if (optional_string(delta, "id", "stream chunk's tool call", &id, err) != 0 ||
+        (function &&
+         optional_string(function, "name", "stream chunk's tool call function", &name, err) != 0))
+        return -1;
+    size_t slot = 0;
+    if (call_slot(s, member(delta, "index"), id, name, &slot, err) != 0)
+        return -1;
+    stream_call *c = &s->calls[slot];
+    c->used = 1;
+    s->last_slot = slot;
+    s->has_last_slot = 1;
+    if (keep_first(&c->id, id && *id ? id : NULL, err) != 0 || keep_first(&c->name, name, err) != 0)
+        return -1;
+    if (!function)
+        return 0;
+    return append_arguments(&c->arguments, member(function, "arguments"),
+                            "stream chunk's tool call", err);
+}
+
+static int merge_tool_calls(llm_stream *s, const json_t *calls, char **err)
+{
+    if (!calls)
+        return 0;
+    if (!json_is_array(calls))
+        return fail(err, "stream chunk's tool_calls is %s, not an array", type_name(calls));
+    size_t i;
+    const json_t *call;
+    json_array_foreach(calls, i, call) {
+        if (merge_tool_call(s, call, err) != 0)
+            return -1;
+    }
+    return 0;
+}
+
+static int apply_delta(llm_stream *s, const json_t *delta, char **err)
+{
+    size_t before = s->content.len;
+    if (append_content(&s->content, member(delta, "content"), "stream chunk's delta content",
+                       err) != 0)
+        return -1;
+    if (s->content.len > before && s->on_text)
+        s->on_text(s->ud, s->content.data + before, s->content.len - before);
+    return merge_tool_calls(s, member(delta, "tool_calls"), err);
+}
+
+static int apply_chunk(llm_stream *s, const json_t *chunk, char **err)
+{
+    if (!json_is_object(chunk))
+        return fail(err, "stream chunk is not a JSON object (it is %s)", type_name(chunk));
+    if (is_error_body(chunk))
+        return fail_server_error(chunk, err);
+    const json_t *choices = member(chunk, "choices");
+    if (!choices)
+        return 0; /* e.g. a usage-only chunk */
+    if (!json_is_array(choices))
+        return fail(err, "stream chunk's choices is %s, not an array", type_name(choices));
+    if (json_array_size(choices) == 0)
+        return 0; /* the final usage chunk of stream_options.include_usage */
+    const json_t *choice = json_array_get(choices, 0);
+    if (!json_is_object(choice))
+        return fail(err, "stream chunk's choices[0] is %s, not an object", type_name(choice));
+    const json_t *delta = member(choice, "delta");
+    if (delta && !json_is_object(delta))
+        return fail(err, "stream chunk's delta is %s, not an object", type_name(delta));
+    if (delta && apply_delta(s, delta, err) != 0)
+        return -1;
+    return take_finish_reason(choice, &s->finish_reason, "stream chunk's choices[0]", err);
+}
+
+static int is_space(char c) { return c == ' ' || c == '\t' || c == '\r' || c == '\n'; }
+
+/* Is the event's data, whitespace trimmed, exactly `word`? */
+static int data_is(const char *data, size_t len, const char *word)
+{
+    while (len > 0 && is_space(data[0]))
+        data++, len--;
+    while (len > 0 && is_space(data[len - 1]))
+        len--;
+    return len == strlen(word) && memcmp(data, word, len) == 0;
+}
+
+/* sse_event_fn: one event's data.  Returns 1 (stop) at [DONE]. */
+static int on_event(void *ud, const char *data, size_t len, char **err)
+{
+    llm_stream *s = ud;
+    s->events++;
+    if (data_is(data, len, "[DONE]")) {
+        s->done = 1;
+        return 1;
+    }
+    if (data_is(data, len, ""))
+        return 0; /* an empty "data:" keep-alive */
+    json_error_t jerr;
+    json_t *chunk = json_loadb(data, len, JSON_DECODE_ANY, &jerr);
+    if (!chunk)
+        return fail_not_json(err, "stream chunk", &jerr);
+    int rc = apply_chunk(s, chunk, err);
+    json_decref(chunk);
+    return rc;
+}
+
+llm_stream *llm_stream_new(llm_text_fn on_text, void *ud)
+{
+    llm_stream *s = calloc(1, sizeof *s);
+    if (!s)
+        return NULL;
+    sse_init(&s->sse, MAX_SSE_SIZE, on_event, s);
+    s->on_text = on_text;
+    s->ud = ud;
+    return s;
+}
+
+/* Kill the stream with `msg` (owned; NULL meaning out of memory) and hand a
+   copy to the caller. */
+static int die(llm_stream *s, char *msg, char **err)
+{
+    s->failed = 1;
+    s->error = msg ? msg : strdup("out of memory");
+    if (err)
+        *err = s->error ? strdup(s->error) : NULL;
+    return -1;
+}
+
+static int repeat_error(const llm_stream *s, char **err)
+{
+    return fail(err, "%s", s->error ? s->error : "out of memory");
+}
+
+int llm_stream_feed(llm_stream *s, const char *data, size_t len, char **err)
+{
+    if (err)
+        *err = NULL;
+    if (s->failed)
+        return repeat_error(s, err);
+    if (s->finished)
+        return fail(err, "stream fed after it finished");
+    if (s->done || len == 0)
+        return 0;
+    char *msg = NULL;
+    if (sse_feed(&s->sse, data, len, &msg) < 0)
+        return die(s, msg, err);
+    return 0;
+}
+
+/* The body ended: was the stream complete? */
+static int check_complete(llm_stream *s, char **err)
+{
+    if (s->done)
+        return 0;
+    if (sse_has_partial_line(&s->sse))
+        return fail(err, "stream ended mid-line, before [DONE]");
+    if (sse_flush(&s->sse, err) < 0) /* the last event's blank line may be missing */
+        return -1;
+    if (s->done || s->finish_reason)
+        return 0;
+    if (s->events == 0)
+        return fail(err, "stream ended before [DONE], without any data event");
+    return fail(err, "stream ended before [DONE] and without a finish_reason");
+}
+
+static size_t used_slots(const llm_stream *s)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < s->nslots; i++)
+        n += s->calls[i].used ? 1 : 0;
+    return n;
+}
+
+static int build_calls(llm_stream *s, llm_reply *out, char **err)
+{
+    size_t n = used_slots(s);
+    if (n == 0)
+        return 0;
+    out->calls = calloc(n, sizeof *out->calls);
+    if (!out->calls)
+        return fail_oom(err);
+    out->ncalls = n;
+    size_t pos = 0;
+    for (size_t i = 0; i < s->nslots; i++) {
+        const stream_call *c = &s->calls[i];
+        if (!c->used)
+            continue;
+        if (!c->name)
+            return fail(err, "stream tool call %zu has no function name", i);
+        if (c->arguments.oom)
+            return fail_oom(err);
+        if (fill_call(&out->calls[pos], pos, c->id, c->name, &c->arguments, err) != 0)
+            return -1;
+        pos++;
+    }
+    return 0;
+}
+
+static int build_reply(llm_stream *s, llm_reply *out, char **err)
+{
+    if (build_calls(s, out, err) != 0 || set_content(out, &s->content, err) != 0) {
+        llm_reply_free(out);
+        return -1;
+    }
+    out->finish_reason = s->finish_reason;
+    s->finish_reason = NULL;
+    return 0;
+}
+
+int llm_stream_finish(llm_stream *s, llm_reply *out, char **err)
+{
+    memset(out, 0, sizeof *out);
+    if (err)
+        *err = NULL;
+    if (s->failed)
+        return repeat_error(s, err);
+    if (s->finished)
+        return fail(err, "stream already finished");
+    s->finished = 1;
+    char *msg = NULL;
+    if (check_complete(s, &msg) != 0 || build_reply(s, out, &msg) != 0)
+        return die(s, msg, err);
+    return 0;
+}
+
+void llm_stream_free(llm_stream *s)
+{
+    if (!s)
+        return;
+    sse_free(&s->sse);
+    pbuf_free(&s->content);
+    for (size_t i = 0; i < s->nslots; i++) {
+        free(s->calls[i].id);
+        free(s->calls[i].name);
+        pbuf_free(&s->calls[i].arguments);
+    }
+    free(s->calls);
+    free(s->finish_reason);
+    free(s->error);
+    free(s);
+}

@@ -1,0 +1,247 @@
+/* parley-fake-llm: an offline, deterministic, OpenAI-compatible Chat
+ * Completions server for Parley's integration tests, demo and benchmarks.
+ *
+ * Module map:
+ *   main.c    CLI, daemon start/stop, signals
+ *   http.c    MHD access handler: routing, body collection, latency via
+ *             suspend/resume, request log entries
+ *   validate.c request validation (OpenAI-style 400s)
+ *   chat.c    markers, reply generation, JSON bodies
+ *   sse.c     paced (chunked) bodies: SSE streams, slow/cut streams
+ *   faults.c  fault-mode parsing, retry counters, fault responses
+ *   timer.c   wakeup heap thread that resumes suspended connections
+ *   reqlog.c  JSON-lines request log
+ *   util.c    buffers, clocks, UTF-8 helpers
+ */
+#ifndef PARLEY_FAKELLM_H
+#define PARLEY_FAKELLM_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <jansson.h>
+#include <microhttpd.h>
+
+#define FAKE_MAX_BODY ((size_t)8 * 1024 * 1024)
+#define FAKE_MODEL_ID "fake-model"
+
+/* ------------------------------------------------------------ util.c */
+
+typedef struct {
+    char *data;
+    size_t len, cap;
+} buf_t;
+
+void *xmalloc(size_t n);
+void *xrealloc(void *p, size_t n);
+char *xstrdup(const char *s);
+char *xstrndup(const char *s, size_t n);
+void buf_reserve(buf_t *b, size_t extra);
+void buf_append(buf_t *b, const void *p, size_t n);
+void buf_puts(buf_t *b, const char *s);
+void buf_printf(buf_t *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Hands the (NUL-terminated) buffer to the caller and resets b. */
+char *buf_take(buf_t *b, size_t *len);
+void buf_free(buf_t *b);
+
+uint64_t now_ms(void); /* CLOCK_MONOTONIC */
+/* Smallest index >= want that does not split a UTF-8 sequence. */
+size_t utf8_boundary(const char *s, size_t len, size_t want);
+/* json_stringn(), but invalid UTF-8 is replaced by U+FFFD instead of failing. */
+json_t *json_string_lossy(const char *s, size_t n);
+/* json_dumps(JSON_COMPACT) returning the length too; aborts on OOM. */
+char *json_dump_compact(const json_t *j, size_t *len);
+/* Parses "123" fully into *out; false on junk or overflow. */
+bool parse_ulong(const char *s, size_t n, unsigned long *out);
+
+/* ------------------------------------------------------------ faults.c */
+
+enum fault_kind {
+    FAULT_NONE,
+    FAULT_STATUS,        /* 500, 429:S, 503x2, ... */
+    FAULT_HANG,
+    FAULT_TRUNCATED,
+    FAULT_NOT_JSON,
+    FAULT_BAD_SHAPE,     /* arg: SHAPE_* */
+    FAULT_INVALID_UTF8,
+    FAULT_RESET,
+    FAULT_OVERSIZED,     /* arg: MiB */
+    FAULT_ENDLESS_TOOLS,
+    FAULT_SLOW_STREAM,   /* arg: ms between chunks */
+    FAULT_STREAM_CUT,    /* arg: 1 = abort the connection instead of a clean end */
+};
+
+enum { SHAPE_NO_CHOICES, SHAPE_EMPTY_CHOICES, SHAPE_NULL_MESSAGE };
+
+struct fault {
+    enum fault_kind kind;
+    unsigned status;          /* FAULT_STATUS */
+    long retry_after;         /* seconds for Retry-After, -1 = no header */
+    unsigned long first_k;    /* FAULT_STATUS: >0 => only the first K sightings of a body fail */
+    unsigned long arg;
+    char name[64];            /* as written by the user; goes to the log */
+};
+
+bool fault_parse(const char *s, size_t n, struct fault *out);
+/* Decides whether f applies to this body; counts sightings for "xK" modes. */
+bool fault_fires(const struct fault *f, const char *body, size_t len);
+void faults_cleanup(void);
+
+struct MHD_Response *fault_status_response(const struct fault *f);
+struct MHD_Response *fault_oversized_response(const char *model, unsigned long seq,
+                                              unsigned long mib);
+/* Declares a big Content-Length, sends `json`'s first half, then aborts. Takes json. */
+struct MHD_Response *fault_reset_response(char *json, size_t len);
+
+/* ------------------------------------------------------------ validate.c, chat.c */
+
+enum tool_choice { CHOICE_AUTO, CHOICE_NONE, CHOICE_REQUIRED, CHOICE_FUNCTION };
+
+struct api_error {
+    unsigned status;
+    const char *type;
+    char *message; /* malloc'd */
+    char *param;   /* malloc'd or NULL */
+    const char *code;
+};
+
+/* Facts extracted from a validated request body. */
+struct chat_request {
+    json_t *body;              /* borrowed */
+    const char *model;         /* borrowed from body */
+    bool stream, include_usage;
+    char *user_text;           /* U: last user message, "" if none */
+    char *system_text;         /* first system/developer message or NULL */
+    size_t n_messages, n_user;
+    bool has_tool_msgs, last_is_tool;
+    json_t *tools;             /* borrowed, NULL if not offered */
+    enum tool_choice choice;
+    const char *forced_tool;   /* CHOICE_FUNCTION */
+};
+
+struct tool_call {
+    char *id, *name, *args;
+};
+
+struct chat_reply {
+    char *content; /* NULL => JSON null */
+    struct tool_call *calls;
+    size_t ncalls;
+    const char *finish_reason;
+};
+
+/* validate.c: validates body and fills req; on failure fills err (a 400). */
+bool chat_parse(json_t *body, struct chat_request *req, struct api_error *err);
+void chat_request_free(struct chat_request *req);
+const char *chat_role_of(const json_t *msg);
+/* Text of a string or array-of-parts content (parts joined by '\n'). */
+char *chat_content_text(const json_t *content);
+
+/* chat.c */
+void chat_reply_build(const struct chat_request *req, unsigned long seq, bool endless_tools,
+                      struct chat_reply *out);
+void chat_reply_free(struct chat_reply *r);
+/* Non-streaming chat.completion body. */
+char *chat_completion_json(const struct chat_request *req, const struct chat_reply *r,
+                           unsigned long seq, size_t prompt_bytes, size_t *len);
+json_t *chat_usage(size_t prompt_bytes, const struct chat_reply *r);
+/* {"id":"chatcmpl-SEQ","object":object,"created","model","system_fingerprint"} */
+json_t *chat_object_base(const struct chat_request *req, unsigned long seq, const char *object);
+/* Bodies for the bad_shape fault (variant: SHAPE_*). */
+char *chat_bad_shape_json(const struct chat_request *req, unsigned long seq, unsigned long variant,
+                          size_t *len);
+
+/* Finds "[[name:VALUE]]" (or "[[name]]") in text; value may be NULL. */
+bool marker_find(const char *text, const char *name, const char **value, size_t *vlen);
+
+void api_error_set(struct api_error *e, unsigned status, const char *type, const char *param,
+                   const char *code, const char *fmt, ...) __attribute__((format(printf, 6, 7)));
+void api_error_free(struct api_error *e);
+char *api_error_json(const struct api_error *e, size_t *len);
+
+/* Content used by the invalid_utf8 fault: contains INVALID_UTF8_MARK, which
+ * utf8_poison() turns into the raw bytes 0xC3 0x28 after JSON encoding. */
+#define INVALID_UTF8_MARK "\xEE\x80\x80" /* U+E000, never split by the chunker */
+size_t utf8_poison(char *s, size_t len);
+
+/* ------------------------------------------------------------ sse.c */
+
+struct paced_opts {
+    uint64_t gap_ms;     /* delay before every segment but the first */
+    bool cut;            /* stop halfway through the middle segment */
+    bool abort_at_cut;   /* ... and abort the connection instead of ending cleanly */
+    bool poison_utf8;    /* apply utf8_poison() to every segment */
+};
+
+/* A body made of segments, each handed to MHD separately (one HTTP chunk). */
+struct segments {
+    buf_t data;
+    size_t *ends;
+    size_t n, cap;
+};
+void segments_add(struct segments *s, const char *p, size_t n);
+void segments_free(struct segments *s);
+
+void sse_build(const struct chat_request *req, const struct chat_reply *r, unsigned long seq,
+               size_t prompt_bytes, bool poison_utf8, struct segments *out);
+/* Splits a finished body into ~8 pieces (for slow/cut non-stream replies). */
+void segments_split(const char *body, size_t len, size_t pieces, struct segments *out);
+/* Takes ownership of segs. */
+struct MHD_Response *paced_response(struct MHD_Connection *conn, struct segments *segs,
+                                    const struct paced_opts *o, const char *content_type);
+
+/* ------------------------------------------------------------ timer.c */
+
+#define TIMER_NEVER UINT64_MAX
+
+void timer_start(void);
+/* The connection must already be suspended; it is resumed at due_ms
+ * (now_ms() clock), or at timer_stop() for TIMER_NEVER. */
+void timer_resume_at(struct MHD_Connection *conn, uint64_t due_ms);
+/* Resumes every pending connection and joins the thread. */
+void timer_stop(void);
+
+/* ------------------------------------------------------------ reqlog.c */
+
+bool reqlog_open(const char *path);
+/* body: parsed JSON (borrowed) or NULL, then raw bytes are logged as a string
+ * (or null when empty). status < 0 logs null. fault may be NULL. */
+void reqlog_write(unsigned long seq, const char *method, const char *path, const char *auth,
+                  const char *ctype, const json_t *body, const char *raw, size_t rawlen,
+                  int status, const char *fault);
+void reqlog_close(void);
+
+/* ------------------------------------------------------------ http.c */
+
+enum MHD_Result http_handler(void *cls, struct MHD_Connection *conn, const char *url,
+                             const char *method, const char *version, const char *upload_data,
+                             size_t *upload_data_size, void **con_cls);
+void http_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
+                    enum MHD_RequestTerminationCode toe);
+/* Suspends conn and arranges for the timer to resume it. */
+void http_suspend_until(struct MHD_Connection *conn, uint64_t due_ms);
+/* Call after a suspension made by http_suspend_until() ends. */
+void http_resumed(void);
+
+/* ------------------------------------------------------------ main.c */
+
+struct config {
+    const char *host;
+    unsigned port;
+    const char *port_file;
+    const char *log_path;
+    unsigned long latency_ms;
+    struct fault fault;
+    unsigned threads;
+    unsigned max_connections;
+    bool quiet;
+};
+
+extern struct config g_cfg;
+extern atomic_bool g_shutting_down;
+extern atomic_long g_suspended; /* connections currently suspended by us */
+extern atomic_ulong g_seq;      /* last assigned request sequence number */
+
+#endif

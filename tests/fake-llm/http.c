@@ -1,0 +1,332 @@
+/* The MHD access handler: routing, body collection, delayed replies.
+ *
+ * MHD calls the handler several times per request: once with the headers,
+ * once per piece of body, once with *upload_data_size == 0 when the body is
+ * complete, and once more after each resume if we suspended. The reply is
+ * decided on the "body complete" call; a delayed reply is kept in the
+ * request and queued on the call that follows the resume. */
+#include "fakellm.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct request {
+    buf_t body;
+    bool too_big;     /* body exceeded FAKE_MAX_BODY: discard it, answer 413 */
+    bool decided;     /* the reply has been decided (and logged) */
+    bool suspended;   /* suspended by us, waiting for the timer */
+    struct MHD_Response *pending; /* reply to queue after the resume; NULL = hang */
+    unsigned pending_status;
+};
+
+/* What the router decided for one request. */
+struct outcome {
+    unsigned status;
+    struct MHD_Response *resp; /* NULL only when hang */
+    bool hang;
+    uint64_t delay_ms;
+    char fault[64]; /* empty = no fault applied */
+};
+
+void http_suspend_until(struct MHD_Connection *conn, uint64_t due_ms)
+{
+    atomic_fetch_add(&g_suspended, 1);
+    MHD_suspend_connection(conn);
+    timer_resume_at(conn, due_ms);
+}
+
+void http_resumed(void)
+{
+    atomic_fetch_sub(&g_suspended, 1);
+}
+
+static struct MHD_Response *buffer_response(char *data, size_t len, const char *ctype)
+{
+    struct MHD_Response *r = MHD_create_response_from_buffer(len, data, MHD_RESPMEM_MUST_FREE);
+    MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, ctype);
+    return r;
+}
+
+static void set_error(struct outcome *o, struct api_error *e)
+{
+    size_t len;
+    char *json = api_error_json(e, &len);
+    o->status = e->status;
+    o->resp = buffer_response(json, len, "application/json");
+    api_error_free(e);
+}
+
+static void set_json(struct outcome *o, unsigned status, char *json, size_t len)
+{
+    o->status = status;
+    o->resp = buffer_response(json, len, "application/json");
+}
+
+/* ---------------------------------------------------------- chat */
+
+static void chat_reply_response(struct MHD_Connection *conn, const struct request *r,
+                                const struct chat_request *req, const struct fault *f,
+                                unsigned long seq, struct outcome *o)
+{
+    struct chat_reply rep;
+    chat_reply_build(req, seq, f->kind == FAULT_ENDLESS_TOOLS, &rep);
+    if (f->kind == FAULT_INVALID_UTF8) {
+        /* A plain text reply whose content holds 0xC3 0x28 once encoded. */
+        chat_reply_free(&rep);
+        rep.content = xstrdup("Invalid UTF-8 ahead: " INVALID_UTF8_MARK " (bytes C3 28).");
+        rep.finish_reason = "stop";
+    }
+    bool paced_fault = f->kind == FAULT_SLOW_STREAM || f->kind == FAULT_STREAM_CUT;
+    struct paced_opts po = {
+        .gap_ms = f->kind == FAULT_SLOW_STREAM ? f->arg : 0,
+        .cut = f->kind == FAULT_STREAM_CUT,
+        .abort_at_cut = f->kind == FAULT_STREAM_CUT && f->arg == 1,
+        .poison_utf8 = f->kind == FAULT_INVALID_UTF8,
+    };
+    o->status = MHD_HTTP_OK;
+
+    if (req->stream && f->kind != FAULT_TRUNCATED && f->kind != FAULT_RESET) {
+        struct segments segs = {0};
+        sse_build(req, &rep, seq, r->body.len, po.poison_utf8, &segs);
+        o->resp = paced_response(conn, &segs, &po, "text/event-stream");
+        chat_reply_free(&rep);
+        return;
+    }
+
+    size_t len;
+    char *json = chat_completion_json(req, &rep, seq, r->body.len, &len);
+    chat_reply_free(&rep);
+    if (po.poison_utf8)
+        len = utf8_poison(json, len);
+    if (f->kind == FAULT_TRUNCATED) {
+        set_json(o, MHD_HTTP_OK, json, len / 2);
+    } else if (f->kind == FAULT_RESET) {
+        o->resp = fault_reset_response(json, len);
+    } else if (paced_fault) {
+        struct segments segs = {0};
+        segments_split(json, len, 8, &segs);
+        free(json);
+        o->resp = paced_response(conn, &segs, &po, "application/json");
+    } else {
+        set_json(o, MHD_HTTP_OK, json, len);
+    }
+}
+
+static void handle_chat(struct MHD_Connection *conn, const struct request *r, json_t *body,
+                        unsigned long seq, struct outcome *o)
+{
+    struct api_error err = {0};
+    struct chat_request req;
+    if (!chat_parse(body, &req, &err)) {
+        set_error(o, &err);
+        chat_request_free(&req);
+        return;
+    }
+
+    /* Per-request markers override the command line. */
+    struct fault f = g_cfg.fault;
+    const char *v;
+    size_t vlen;
+    if (marker_find(req.user_text, "fault", &v, &vlen) && (!v || !fault_parse(v, vlen, &f))) {
+        api_error_set(&err, 400, "invalid_request_error", "messages", "fake_bad_marker",
+                      "parley-fake-llm: unknown fault mode '%.*s' in [[fault:...]] marker.",
+                      (int)vlen, v ? v : "");
+        set_error(o, &err);
+        goto out;
+    }
+    if (marker_find(req.user_text, "latency", &v, &vlen)) {
+        unsigned long ms;
+        if (!v || !parse_ulong(v, vlen, &ms)) {
+            api_error_set(&err, 400, "invalid_request_error", "messages", "fake_bad_marker",
+                          "parley-fake-llm: bad [[latency:MS]] marker.");
+            set_error(o, &err);
+            goto out;
+        }
+        o->delay_ms = ms;
+    }
+    if (!fault_fires(&f, r->body.data ? r->body.data : "", r->body.len))
+        f.kind = FAULT_NONE;
+    if (f.kind == FAULT_ENDLESS_TOOLS && (!req.tools || req.choice == CHOICE_NONE))
+        f.kind = FAULT_NONE; /* nothing to loop on: answer normally */
+    if (f.kind != FAULT_NONE)
+        snprintf(o->fault, sizeof o->fault, "%s", f.name);
+
+    size_t len;
+    switch (f.kind) {
+    case FAULT_STATUS:
+        o->status = f.status;
+        o->resp = fault_status_response(&f);
+        break;
+    case FAULT_HANG:
+        o->hang = true;
+        break;
+    case FAULT_NOT_JSON:
+        o->status = MHD_HTTP_OK;
+        o->resp = buffer_response(xstrdup("<html>oops</html>"), 17, "text/html");
+        break;
+    case FAULT_BAD_SHAPE: {
+        char *json = chat_bad_shape_json(&req, seq, f.arg, &len);
+        set_json(o, MHD_HTTP_OK, json, len);
+        break;
+    }
+    case FAULT_OVERSIZED:
+        o->status = MHD_HTTP_OK;
+        o->resp = fault_oversized_response(req.model, seq, f.arg);
+        break;
+    default:
+        chat_reply_response(conn, r, &req, &f, seq, o);
+        break;
+    }
+out:
+    chat_request_free(&req);
+}
+
+/* ---------------------------------------------------------- routing */
+
+static bool is_get(const char *method)
+{
+    return strcmp(method, "GET") == 0 || strcmp(method, "HEAD") == 0;
+}
+
+static void route(struct MHD_Connection *conn, const struct request *r, const char *url,
+                  const char *method, json_t *body, unsigned long seq, struct outcome *o)
+{
+    struct api_error err = {0};
+    if (r->too_big) {
+        api_error_set(&err, 413, "invalid_request_error", NULL, "request_too_large",
+                      "Request body too large: the limit is %zu bytes.", FAKE_MAX_BODY);
+        set_error(o, &err);
+        o->delay_ms = 0; /* may be answered before the body is read: never suspend */
+    } else if (strcmp(method, "POST") == 0 &&
+               (strcmp(url, "/v1/chat/completions") == 0 ||
+                strcmp(url, "/chat/completions") == 0)) {
+        handle_chat(conn, r, body, seq, o);
+    } else if (is_get(method) && (strcmp(url, "/v1/models") == 0 || strcmp(url, "/models") == 0)) {
+        static const char models[] =
+            "{\"object\":\"list\",\"data\":[{\"id\":\"" FAKE_MODEL_ID "\",\"object\":\"model\","
+            "\"created\":1700000000,\"owned_by\":\"parley-fake-llm\"}]}";
+        set_json(o, MHD_HTTP_OK, xstrdup(models), sizeof models - 1);
+    } else if (is_get(method) && strcmp(url, "/health") == 0) {
+        o->status = MHD_HTTP_OK;
+        o->resp = buffer_response(xstrdup("ok"), 2, "text/plain");
+        o->delay_ms = 0; /* readiness probes should never wait */
+    } else {
+        api_error_set(&err, 404, "invalid_request_error", NULL, "unknown_url",
+                      "Invalid URL (%s %s)", method, url);
+        set_error(o, &err);
+    }
+}
+
+static const char *header(struct MHD_Connection *conn, const char *name)
+{
+    return MHD_lookup_connection_value(conn, MHD_HEADER_KIND, name);
+}
+
+/* Decides, logs and sends (or schedules) the reply for a complete request. */
+static enum MHD_Result dispatch(struct MHD_Connection *conn, struct request *r, const char *url,
+                                const char *method)
+{
+    unsigned long seq = atomic_fetch_add(&g_seq, 1) + 1;
+    json_t *body = NULL;
+    if (r->body.len)
+        body = json_loadb(r->body.data, r->body.len, JSON_DECODE_ANY, NULL);
+
+    struct outcome o = {.delay_ms = g_cfg.latency_ms};
+    route(conn, r, url, method, body, seq, &o);
+
+    reqlog_write(seq, method, url, header(conn, MHD_HTTP_HEADER_AUTHORIZATION),
+                 header(conn, MHD_HTTP_HEADER_CONTENT_TYPE), body, r->body.data, r->body.len,
+                 o.hang ? -1 : (int)o.status, o.fault[0] ? o.fault : NULL);
+    if (!g_cfg.quiet)
+        fprintf(stderr, "fake-llm: #%lu %s %s -> %s%u%s%s\n", seq, method, url,
+                o.hang ? "hang" : "", o.hang ? 0 : o.status, o.fault[0] ? " fault=" : "",
+                o.fault);
+    json_decref(body);
+    buf_free(&r->body);
+    r->decided = true;
+
+    if (atomic_load(&g_shutting_down)) {
+        if (o.resp)
+            MHD_destroy_response(o.resp);
+        return MHD_NO;
+    }
+    if (o.hang || o.delay_ms) {
+        r->pending = o.resp;
+        r->pending_status = o.status;
+        r->suspended = true;
+        http_suspend_until(conn, o.hang ? TIMER_NEVER : now_ms() + o.delay_ms);
+        return MHD_YES;
+    }
+    enum MHD_Result ret = MHD_queue_response(conn, o.status, o.resp);
+    MHD_destroy_response(o.resp);
+    return ret;
+}
+
+enum MHD_Result http_handler(void *cls, struct MHD_Connection *conn, const char *url,
+                             const char *method, const char *version, const char *upload_data,
+                             size_t *upload_data_size, void **con_cls)
+{
+    (void)cls;
+    (void)version;
+    struct request *r = *con_cls;
+
+    if (!r) { /* headers only so far */
+        r = xmalloc(sizeof *r);
+        memset(r, 0, sizeof *r);
+        *con_cls = r;
+        const char *cl = header(conn, MHD_HTTP_HEADER_CONTENT_LENGTH);
+        if (cl && strtoull(cl, NULL, 10) > FAKE_MAX_BODY) {
+            /* Refuse before reading the body; MHD closes the connection after. */
+            r->too_big = true;
+            return dispatch(conn, r, url, method);
+        }
+        return MHD_YES;
+    }
+
+    if (*upload_data_size) {
+        if (!r->too_big && r->body.len + *upload_data_size > FAKE_MAX_BODY) {
+            r->too_big = true; /* chunked upload grew too big: drop it */
+            buf_free(&r->body);
+        }
+        if (!r->too_big && !r->decided)
+            buf_append(&r->body, upload_data, *upload_data_size);
+        *upload_data_size = 0;
+        return MHD_YES;
+    }
+
+    if (r->suspended) { /* the timer resumed us */
+        r->suspended = false;
+        http_resumed();
+        struct MHD_Response *resp = r->pending;
+        r->pending = NULL;
+        if (!resp) /* hang: only shutdown resumes it */
+            return MHD_NO;
+        enum MHD_Result ret = MHD_NO;
+        if (!atomic_load(&g_shutting_down))
+            ret = MHD_queue_response(conn, r->pending_status, resp);
+        MHD_destroy_response(resp);
+        return ret;
+    }
+    if (r->decided)
+        return MHD_YES; /* response already queued (early 413) */
+    return dispatch(conn, r, url, method);
+}
+
+void http_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
+                    enum MHD_RequestTerminationCode toe)
+{
+    (void)cls;
+    (void)conn;
+    (void)toe;
+    struct request *r = *con_cls;
+    if (!r)
+        return;
+    if (r->suspended)
+        http_resumed();
+    if (r->pending)
+        MHD_destroy_response(r->pending);
+    buf_free(&r->body);
+    free(r);
+    *con_cls = NULL;
+}
