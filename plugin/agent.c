@@ -186,6 +186,8 @@ parley_status agent_async_process(parley_agent *a, const parley_input *in, parle
         atomic_fetch_add(&a->metrics.rejected_invalid, 1);
         goto fail;
     }
+    /* Once queued, the turn belongs to the worker and may be gone at any moment. */
+    parley_request_id id = t->id;
     inbox *box = a->box;
     pthread_mutex_lock(&box->mu);
     if (!box->alive || box->stop) {
@@ -211,7 +213,7 @@ parley_status agent_async_process(parley_agent *a, const parley_input *in, parle
     }
     atomic_fetch_add(&a->metrics.turns_accepted, 1);
     if (request_id)
-        *request_id = t->id; /* t->id is immutable; the turn itself may be gone already */
+        *request_id = id;
     return PARLEY_OK;
 fail:
     if (error)
