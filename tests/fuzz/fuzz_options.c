@@ -1,0 +1,48 @@
+/*
+ * fuzz_options.c -- the options parser and the tools validator on arbitrary
+ * text: whatever the host passes to create() must give an agent's options or
+ * a clear error naming an option, never a crash or a leak.
+ */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "options.h"
+#include "toolset.h"
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    char *text = malloc(size + 1);
+    if (!text)
+        return 0;
+    memcpy(text, data, size);
+    text[size] = '\0';
+
+    parley_options o;
+    char *err = NULL;
+    if (options_parse(text, &o, &err) == 0) {
+        if (err)
+            abort(); /* success never comes with an error */
+        toolset *t = toolset_parse(o.tools_json, NULL, &err);
+        if (!t == !err)
+            abort(); /* exactly one of a toolset and an error */
+        toolset_free(t);
+        free(err);
+        options_free(&o);
+    } else {
+        /* Every failure explains itself, naming an option or the JSON problem. */
+        if (!err || (!strstr(err, "option '") && !strstr(err, "options")))
+            abort();
+        free(err);
+    }
+    /* The same text as a per-turn tools array. */
+    err = NULL;
+    toolset *t = toolset_parse(text, NULL, &err);
+    if (!t == !err)
+        abort();
+    toolset_free(t);
+    free(err);
+    free(text);
+    return 0;
+}

@@ -1,0 +1,80 @@
+"""One end-to-end run of parley-host + parley.so under valgrind memcheck.
+
+Run by scripts/test.sh (not by ctest: valgrind is slow).  It fails on any
+memory error and on any definitely/indirectly lost block, across a session
+that exercises every path of a turn: plain, multi-turn history, tools (with a
+host error and an unknown tool), streaming, a server error, a cancel, and
+history ops.
+"""
+import json
+import os
+import subprocess
+import tempfile
+import unittest
+
+from harness import FAKE, PLUGIN, SHIM, SLOW, FakeLLM, options
+
+
+class Valgrind(unittest.TestCase):
+    def run_under_valgrind(self, opts, lines, tools=None):
+        with tempfile.TemporaryDirectory() as d:
+            opt_path = os.path.join(d, "o.json")
+            with open(opt_path, "w") as f:
+                json.dump(opts, f)
+            log = os.path.join(d, "vg.log")
+            args = ["valgrind", "--error-exitcode=99", "--leak-check=full",
+                    "--errors-for-leak-kinds=definite,indirect", "--show-leak-kinds=definite,indirect",
+                    "--log-file=" + log, SHIM, "--plugin", PLUGIN, "--options", opt_path, "--jsonl",
+                    "--concurrency", "4"]
+            if tools:
+                args += ["--tools", tools]
+            text = "".join(json.dumps(l) + "\n" for l in lines)
+            res = subprocess.run(args, input=text, capture_output=True, text=True,
+                                 timeout=300 * SLOW)
+            with open(log) as f:
+                report = f.read()
+        self.assertEqual(res.returncode, 0, "valgrind found errors:\n" + report[-4000:])
+        self.assertIn("ERROR SUMMARY: 0 errors", report)
+        return [json.loads(l) for l in res.stdout.splitlines() if l.strip()]
+
+    def test_session_is_clean(self):
+        with FakeLLM() as llm:
+            opts = options(llm, request_timeout_ms=60000, turn_timeout_ms=120000)
+            out = self.run_under_valgrind(opts, [
+                {"text": "hello", "conversation_id": "a"},
+                {"text": "turn on the kitchen light", "conversation_id": "a"},
+                {"text": "[[tool:turn_on {\"name\":\"garage\"}]] [[tool:nope {}]]", "conversation_id": "b"},
+                {"text": "[[fault:500]] fail", "conversation_id": "a"},
+                {"text": "[[latency:3000]] slow", "conversation_id": "c"},
+                {"op": "sleep", "ms": 300},
+                {"op": "cancel", "seq": 5},
+                {"op": "history", "conversation_id": "a"},
+                {"op": "list"},
+                {"op": "metrics"},
+                {"text": "[[latency:5000]] still running at EOF", "conversation_id": "d"},
+            ], tools="demo")
+            codes = {l["seq"]: (l.get("error") or {}).get("code") for l in out}
+            self.assertIsNone(codes[1])
+            self.assertIsNone(codes[2])
+            self.assertIsNone(codes[3])
+            self.assertEqual(codes[4], "http_status")
+            self.assertEqual(codes[5], "cancelled")
+            self.assertIsNone(codes[11])  # EOF waits for in-flight turns
+
+    def test_streaming_is_clean(self):
+        with FakeLLM() as llm:
+            opts = options(llm, stream=True, request_timeout_ms=60000)
+            out = self.run_under_valgrind(opts, [
+                {"text": "stream this", "conversation_id": "s"},
+                {"text": "[[tool:get_state {}]] and this", "conversation_id": "s"},
+                {"text": "[[fault:stream_cut]] cut", "conversation_id": "s"},
+            ], tools="demo")
+            by = {l["seq"]: l for l in out}
+            self.assertIsNone(by[1]["error"])
+            self.assertGreater(by[1].get("deltas", 0), 1)
+            self.assertIsNone(by[2]["error"])
+            self.assertEqual(by[3]["error"]["code"], "bad_response")
+
+
+if __name__ == "__main__":
+    unittest.main()
