@@ -256,6 +256,8 @@ class FailedTurns(HistoryCase):
         lines.append(dict(failing, conversation_id=cid))                  # 4
         lines.extend(extra_lines)
         before_seq = 3
+        lines.append({"op": "list"})
+        list_seq = len(lines)
         lines.append({"op": "history", "conversation_id": cid})
         after_hist_seq = len(lines)
         lines.append({"text": after, "conversation_id": cid})
@@ -275,6 +277,11 @@ class FailedTurns(HistoryCase):
 
         # Byte-identical history dump before and after the failed turn.
         self.assertEqual(run.raw_result(before_seq), run.raw_result(after_hist_seq))
+        # ... and the conversation was not even "used" by it.
+        listed = run.by_seq(list_seq)["result"]["conversations"]
+        self.assertEqual(listed, [{k: run.by_seq(before_seq)["result"][k]
+                                   for k in ("conversation_id", "created_at", "last_used_at")}
+                                  | {"turns": 2}])
         before = self.history_turns(run.by_seq(before_seq))
         self.assertEqual(len(before), 2)
 
@@ -291,6 +298,27 @@ class FailedTurns(HistoryCase):
         self.assertNotIn(failed["turn_id"], run.raw[-2])
         self.assertEqual(run.by_seq(after_hist_seq + 3)["result"]["conversations"][0]["turns"], 3)
         return run, failed, llm
+
+    def test_failed_first_turn_creates_nothing(self):
+        llm = self.server()
+        lines = [{"text": "doomed [[fault:500]]", "conversation_id": "ghost"},
+                 {"op": "history", "conversation_id": "ghost"},
+                 {"op": "list"},
+                 {"text": "cancelled [[latency:3000]]", "conversation_id": "ghost2"},
+                 {"op": "cancel", "seq": 4},
+                 {"op": "history", "conversation_id": "ghost2"},
+                 {"op": "list"},
+                 {"text": "now it works", "conversation_id": "ghost"}]
+        run = self.run_ok(lines, options(llm, max_retries=0), concurrency=2)
+        self.assertTurnError(run.by_seq(1), "http_status")
+        self.assertEqual(run.by_seq(2)["error"]["code"], "not_found", run.by_seq(2))
+        self.assertEqual(run.by_seq(3)["result"], {"conversations": []})
+        self.assertTurnError(run.by_seq(4), "cancelled")
+        self.assertEqual(run.by_seq(6)["error"]["code"], "not_found", run.by_seq(6))
+        self.assertEqual(run.by_seq(7)["result"], {"conversations": []})
+        self.assertTurnOk(run.by_seq(8))
+        self.assertEqual(messages(self.requests_for(llm, "now it works")[0]),
+                         [SYS, user("now it works")])
 
     def test_http_500_no_retries(self):
         text = "this fails [[fault:500]]"
@@ -372,6 +400,30 @@ class SameConversationConcurrency(HistoryCase):
         self.assertEqual([t["messages"][0]["content"] for t in turns], texts)
         self.assertEqual([t["turn_id"] for t in turns], [run.by_seq(i)["turn_id"]
                                                            for i in range(1, n + 1)])
+
+
+    def test_cancel_queued_turn_keeps_order(self):
+        # t2 waits behind t1 on the same id and is cancelled before it starts:
+        # t3 must still run after t1, and see t1 but not t2.
+        llm = self.server()
+        cid = "queue"
+        lines = [{"text": "first slow [[latency:600]]", "conversation_id": cid},
+                 {"text": "second, cancelled while queued", "conversation_id": cid},
+                 {"text": "third", "conversation_id": cid},
+                 {"op": "cancel", "seq": 2},
+                 {"op": "history", "conversation_id": cid}]
+        run = self.run_ok(lines, options(llm), concurrency=4)
+        self.assertIsNone(run.by_seq(4)["error"], run.by_seq(4))
+        t1 = self.assertTurnOk(run.by_seq(1))
+        self.assertTurnError(run.by_seq(2), "cancelled")
+        self.assertEqual(run.by_seq(2)["steps"], [])
+        t3 = self.assertTurnOk(run.by_seq(3))
+        self.assertEqual(self.requests_for(llm, "second, cancelled while queued"), [])
+        self.assertEqual(messages(self.requests_for(llm, "third")[0]),
+                         [SYS, user("first slow [[latency:600]]"), assistant(t1["response"]),
+                          user("third")])
+        turns = self.history_turns(run.by_seq(5))
+        self.assertEqual([t["turn_id"] for t in turns], [t1["turn_id"], t3["turn_id"]])
 
 
 class Isolation(HistoryCase):
