@@ -5,7 +5,7 @@
  *
  * Exit codes: 0 done (even if turns failed: those are reported in the
  * output), 1 create() failed, 2 usage / options / tools / loading error,
- * 128+signal after SIGINT or SIGTERM.
+ * 128+signal after SIGINT or SIGTERM (a second one exits at once).
  */
 #include <dlfcn.h>
 #include <errno.h>
@@ -66,7 +66,7 @@ static void *signal_thread(void *arg) {
         if (sig == SIGUSR1)
             return NULL; /* our own shutdown request */
         if (atomic_load(&g_shim.interrupted) != 0)
-            continue;
+            _exit(128 + sig); /* second signal: the orderly shutdown is stuck */
         pthread_mutex_lock(&g_shim.mu);
         atomic_store(&g_shim.interrupted, sig);
         pthread_cond_broadcast(&g_shim.cv);
@@ -114,6 +114,10 @@ int main(int argc, char **argv) {
     sigaddset(&sig_set, SIGTERM);
     sigaddset(&sig_set, SIGUSR1);
     pthread_sigmask(SIG_BLOCK, &sig_set, NULL);
+    /* A shell starts background jobs with SIGINT ignored; tests still need
+     * Ctrl-C semantics, so take the signals whatever we inherited. */
+    signal(SIGINT, SIG_DFL);
+    signal(SIGTERM, SIG_DFL);
     signal(SIGPIPE, SIG_IGN); /* a closed stdout must not kill us mid-destroy */
 
     enum { OPT_PLUGIN = 1, OPT_OPTIONS, OPT_SET, OPT_TOOLS, OPT_JSONL, OPT_CONC, OPT_LOG, OPT_HELP };
@@ -316,19 +320,19 @@ int main(int argc, char **argv) {
         rc = 128 + sig;
 
 out_sig:
-    tools_shutdown();
     pthread_kill(sig_thread, SIGUSR1);
     pthread_join(sig_thread, NULL);
 out_pipe:
     close(wake_pipe[0]);
     close(wake_pipe[1]);
 out_dl:
-    tools_shutdown(); /* no-op if done above; frees tools on early failures */
+    /* After destroy() and before dlclose(): completes what is still held. */
+    tools_shutdown();
     dlclose(dl);
 out_json:
     free(options_json);
 out_tools:
-    tools_shutdown();
+    tools_shutdown(); /* idempotent; frees the tools when we never got this far */
 out_options:
     json_decref(options);
 out_args:

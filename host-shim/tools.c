@@ -7,7 +7,6 @@
  * once, by the completer thread after its delay, or -- for "never" tools and
  * anything still queued -- by tools_shutdown() after destroy().
  */
-#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

@@ -32,7 +32,7 @@
  * turn of that agent (libcurl multi interface), and it is the ONLY thread on
  * which the plugin calls the host's callbacks: parley_done_fn,
  * parley_delta_fn, parley_host.tool_call and parley_host.log (log may also be
- * called from the thread calling create()/destroy()).
+ * called from the thread calling create()).
  *
  * Callbacks must return quickly: while one runs, no other turn of that agent
  * makes progress.  From inside a callback the host MAY call async_process,
@@ -161,7 +161,13 @@ typedef struct parley_host {
     void (*tool_call)(void *host_data, parley_tool_call *call, const parley_tool_call_info *info);
 } parley_host;
 
-/** Text delta of a streamed answer (option "stream": true). */
+/**
+ * Text delta of a streamed answer (option "stream": true), called on the
+ * worker thread with the user_data given to async_process, before that
+ * turn's done callback.  Each delta is whole UTF-8 characters (never a split
+ * sequence) and is not NUL-terminated: use `len`.  The deltas of a turn,
+ * concatenated, are the text the model streamed in its answer rounds.
+ */
 typedef void (*parley_delta_fn)(void *user_data, parley_request_id request_id, const char *text,
                                 size_t len);
 
@@ -237,6 +243,9 @@ typedef struct parley_plugin {
      * Start a turn.  Returns at once.
      * PARLEY_OK: the turn is accepted; *request_id (if not NULL) receives its
      *   id; `done` will be called exactly once, later, on the worker thread.
+     *   The callback may run (on the worker) before async_process has even
+     *   returned: a host that looks the turn up by request id must be ready
+     *   for that.
      * Anything else (INVALID_INPUT, BUSY, NO_MEMORY): nothing was started,
      *   `done` will NOT be called, and *error (if not NULL) explains.
      * Turns on the same conversation_id run one after another in submission
