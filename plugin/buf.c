@@ -124,3 +124,14 @@ void pbuf_free(pbuf *b)
     b->len = b->cap = 0;
     b->oom = 0;
 }
+
+char *pstr_printf(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    char *s = NULL;
+    if (vasprintf(&s, fmt, ap) < 0)
+        s = NULL;
+    va_end(ap);
+    return s;
+}

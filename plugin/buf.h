@@ -34,4 +34,7 @@ void pbuf_reset(pbuf *b);  /* len = 0, keep the memory */
 char *pbuf_take(pbuf *b);
 void pbuf_free(pbuf *b);
 
+/* A malloc'd formatted string (for error messages), or NULL on OOM. */
+char *pstr_printf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
 #endif

@@ -129,18 +129,6 @@ void http_call_free(http_call *c)
     free(c);
 }
 
-static char *msgf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static char *msgf(const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    char *s = NULL;
-    if (vasprintf(&s, fmt, ap) < 0)
-        s = NULL;
-    va_end(ap);
-    return s;
-}
-
 static int is_connection_failure(CURLcode code)
 {
     switch (code) {
@@ -164,7 +152,7 @@ parley_status http_call_outcome(const http_call *c, CURLcode code, char **msg, i
     *retryable = 0;
     const char *detail = c->error[0] ? c->error : curl_easy_strerror(code);
     if (c->oversized) {
-        *msg = msgf("LLM response larger than max_response_bytes (%zu bytes)", c->max_bytes);
+        *msg = pstr_printf("LLM response larger than max_response_bytes (%zu bytes)", c->max_bytes);
         return PARLEY_ERR_BAD_RESPONSE;
     }
     if (c->sink_failed)
@@ -176,26 +164,26 @@ parley_status http_call_outcome(const http_call *c, CURLcode code, char **msg, i
     if (code == CURLE_OPERATION_TIMEDOUT && connect_us == 0 && pretransfer_us == 0) {
         /* Never connected: as much a connection failure as a refusal. */
         *retryable = 1;
-        *msg = msgf("cannot reach the LLM server: %s", detail);
+        *msg = pstr_printf("cannot reach the LLM server: %s", detail);
         return PARLEY_ERR_CONNECT;
     }
     if (code == CURLE_OPERATION_TIMEDOUT) {
-        *msg = msgf("LLM request timed out: %s", detail);
+        *msg = pstr_printf("LLM request timed out: %s", detail);
         return PARLEY_ERR_TIMEOUT;
     }
     if (code != CURLE_OK) {
         if (is_connection_failure(code) && c->received == 0) {
             *retryable = 1;
-            *msg = msgf("cannot reach the LLM server: %s", detail);
+            *msg = pstr_printf("cannot reach the LLM server: %s", detail);
             return PARLEY_ERR_CONNECT;
         }
-        *msg = msgf("LLM connection failed mid-response: %s", detail);
+        *msg = pstr_printf("LLM connection failed mid-response: %s", detail);
         return PARLEY_ERR_BAD_RESPONSE;
     }
     if (c->status >= 200 && c->status < 300)
         return PARLEY_OK;
     char *server_text = llm_error_text(c->body.data ? c->body.data : "", c->body.len);
-    *msg = msgf("LLM server answered HTTP %ld%s%s", c->status, server_text ? ": " : "",
+    *msg = pstr_printf("LLM server answered HTTP %ld%s%s", c->status, server_text ? ": " : "",
                 server_text ? server_text : "");
     free(server_text);
     if (c->status == 429) {

@@ -83,18 +83,6 @@ static const opt_spec SPECS[] = {
 };
 #define NSPECS (sizeof SPECS / sizeof SPECS[0])
 
-static char *fmt_err(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static char *fmt_err(const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    char *s = NULL;
-    if (vasprintf(&s, fmt, ap) < 0)
-        s = NULL;
-    va_end(ap);
-    return s;
-}
-
 static const char *type_word(opt_type t)
 {
     switch (t) {
@@ -130,7 +118,7 @@ static int set_value(parley_options *o, const opt_spec *s, json_t *v, char **err
         }
         json_int_t n = json_integer_value(v);
         if ((double)n < s->min || (double)n > s->max) {
-            *err = fmt_err("option '%s': must be an integer from %.0f to %.0f (got %lld)", s->name,
+            *err = pstr_printf("option '%s': must be an integer from %.0f to %.0f (got %lld)", s->name,
                            s->min, s->max, (long long)n);
             return -1;
         }
@@ -144,7 +132,7 @@ static int set_value(parley_options *o, const opt_spec *s, json_t *v, char **err
         }
         double d = json_number_value(v);
         if (!(d >= s->min && d <= s->max)) {
-            *err = fmt_err("option '%s': must be a number from %g to %g (got %g)", s->name, s->min,
+            *err = pstr_printf("option '%s': must be a number from %g to %g (got %g)", s->name, s->min,
                            s->max, d);
             return -1;
         }
@@ -204,11 +192,11 @@ static int valid_url(const char *u)
 static int finish(parley_options *o, json_t *root, char **err)
 {
     if (!o->model || !*o->model) {
-        *err = fmt_err("option 'model': required (a non-empty string)");
+        *err = pstr_printf("option 'model': required (a non-empty string)");
         return -1;
     }
     if (!valid_url(o->base_url) || strlen(o->base_url) < 10) {
-        *err = fmt_err("option 'base_url': must be an http:// or https:// URL");
+        *err = pstr_printf("option 'base_url': must be an http:// or https:// URL");
         return -1;
     }
     size_t n = strlen(o->base_url);
@@ -217,13 +205,13 @@ static int finish(parley_options *o, json_t *root, char **err)
     if (json_object_get(root, "api_key") && json_object_get(root, "api_key_env") &&
         !json_is_null(json_object_get(root, "api_key")) &&
         !json_is_null(json_object_get(root, "api_key_env"))) {
-        *err = fmt_err("option 'api_key_env': give api_key or api_key_env, not both");
+        *err = pstr_printf("option 'api_key_env': give api_key or api_key_env, not both");
         return -1;
     }
     if (o->api_key_env) {
         const char *k = getenv(o->api_key_env);
         if (!k || !*k) {
-            *err = fmt_err("option 'api_key_env': environment variable '%s' is not set",
+            *err = pstr_printf("option 'api_key_env': environment variable '%s' is not set",
                            o->api_key_env);
             return -1;
         }
@@ -231,7 +219,7 @@ static int finish(parley_options *o, json_t *root, char **err)
         o->api_key = strdup(k);
     }
     if (o->api_key && strpbrk(o->api_key, "\r\n")) {
-        *err = fmt_err("option 'api_key': must not contain line breaks");
+        *err = pstr_printf("option 'api_key': must not contain line breaks");
         return -1;
     }
     return 0;
@@ -243,18 +231,18 @@ int options_parse(const char *json_text, parley_options *o, char **err)
     memset(o, 0, sizeof *o);
     if (apply_defaults(o) != 0) {
         options_free(o);
-        *err = fmt_err("out of memory");
+        *err = pstr_printf("out of memory");
         return -1;
     }
     json_error_t jerr;
     json_t *root = json_loads(json_text ? json_text : "", 0, &jerr);
     if (!root) {
-        *err = fmt_err("options are not valid JSON: %s (line %d, column %d)", jerr.text, jerr.line,
+        *err = pstr_printf("options are not valid JSON: %s (line %d, column %d)", jerr.text, jerr.line,
                        jerr.column);
         goto fail;
     }
     if (!json_is_object(root)) {
-        *err = fmt_err("options must be a JSON object");
+        *err = pstr_printf("options must be a JSON object");
         goto fail;
     }
     const char *key;
@@ -265,11 +253,11 @@ int options_parse(const char *json_text, parley_options *o, char **err)
             if (strcmp(SPECS[i].name, key) == 0)
                 s = &SPECS[i];
         if (!s) {
-            *err = fmt_err("option '%s': unknown option", key);
+            *err = pstr_printf("option '%s': unknown option", key);
             goto fail;
         }
         if (!type_ok(s, v)) {
-            *err = fmt_err("option '%s': must be %s", key, type_word(s->type));
+            *err = pstr_printf("option '%s': must be %s", key, type_word(s->type));
             goto fail;
         }
         if (set_value(o, s, v, err) != 0)
@@ -283,7 +271,7 @@ fail:
     json_decref(root);
     options_free(o);
     if (!*err)
-        *err = fmt_err("out of memory");
+        *err = pstr_printf("out of memory");
     return -1;
 }
 

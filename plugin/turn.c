@@ -15,18 +15,6 @@
 
 #define MAX_CONVERSATION_ID_BYTES 256
 
-static char *fmt(const char *f, ...) __attribute__((format(printf, 1, 2)));
-static char *fmt(const char *f, ...)
-{
-    va_list ap;
-    va_start(ap, f);
-    char *s = NULL;
-    if (vasprintf(&s, f, ap) < 0)
-        s = NULL;
-    va_end(ap);
-    return s;
-}
-
 /* ======================================================================
  * 1. Input: validate and copy (host thread, inside async_process)
  * ====================================================================== */
@@ -52,15 +40,15 @@ static int copy_field(const char *name, const char *src, size_t max, char **dst,
         return 0;
     size_t n = strlen(src);
     if (n > max) {
-        *err = fmt("input '%s': %zu bytes, more than max_input_bytes (%zu)", name, n, max);
+        *err = pstr_printf("input '%s': %zu bytes, more than max_input_bytes (%zu)", name, n, max);
         return -1;
     }
     if (!utf8_valid(src, n)) {
-        *err = fmt("input '%s': not valid UTF-8", name);
+        *err = pstr_printf("input '%s': not valid UTF-8", name);
         return -1;
     }
     if (!(*dst = strdup(src))) {
-        *err = fmt("out of memory");
+        *err = pstr_printf("out of memory");
         return -1;
     }
     return 0;
@@ -70,7 +58,7 @@ static int copy_input(turn *t, const parley_agent *a, const parley_input *in, ch
 {
     size_t max = (size_t)a->opts.max_input_bytes;
     if (!in->text || !*in->text) {
-        *err = fmt("input 'text': required, and must not be empty");
+        *err = pstr_printf("input 'text': required, and must not be empty");
         return -1;
     }
     if (copy_field("text", in->text, max, &t->text, err) ||
@@ -87,7 +75,7 @@ static int copy_input(turn *t, const parley_agent *a, const parley_input *in, ch
         int ok = json_is_object(ctx);
         json_decref(ctx);
         if (!ok) {
-            *err = fmt("input 'context_json': must be a JSON object%s%s", ctx ? "" : ": ",
+            *err = pstr_printf("input 'context_json': must be a JSON object%s%s", ctx ? "" : ": ",
                        ctx ? "" : jerr.text);
             return -1;
         }
@@ -97,7 +85,7 @@ static int copy_input(turn *t, const parley_agent *a, const parley_input *in, ch
         char *terr = NULL;
         t->own_tools = toolset_parse(in->tools_json, a->tools, &terr);
         if (!t->own_tools) {
-            *err = fmt("input 'tools_json': %s", terr ? terr : "out of memory");
+            *err = pstr_printf("input 'tools_json': %s", terr ? terr : "out of memory");
             free(terr);
             return -1;
         }
@@ -111,7 +99,7 @@ static int resolve_conversation(turn *t, const parley_agent *a, const parley_inp
 {
     if (in->conversation_id) {
         if (!valid_conversation_id(in->conversation_id)) {
-            *err = fmt("input 'conversation_id': must be 1 to %d bytes of UTF-8 without control "
+            *err = pstr_printf("input 'conversation_id': must be 1 to %d bytes of UTF-8 without control "
                        "characters", MAX_CONVERSATION_ID_BYTES);
             return -1;
         }
@@ -119,7 +107,7 @@ static int resolve_conversation(turn *t, const parley_agent *a, const parley_inp
     } else if (a->opts.auto_create_conversation_id) {
         char id[UUID_STR_LEN];
         if (uuid4(id) != 0) {
-            *err = fmt("no randomness available for a conversation id");
+            *err = pstr_printf("no randomness available for a conversation id");
             return -1;
         }
         t->conversation_id = strdup(id);
@@ -127,7 +115,7 @@ static int resolve_conversation(turn *t, const parley_agent *a, const parley_inp
         return 0; /* stateless */
     }
     if (!t->conversation_id) {
-        *err = fmt("out of memory");
+        *err = pstr_printf("out of memory");
         return -1;
     }
     return 0;
@@ -139,7 +127,7 @@ turn *turn_new(parley_agent *a, const parley_input *in, parley_done_fn done, voi
     *err = NULL;
     *status = PARLEY_ERR_INVALID_INPUT;
     if (!in || in->struct_size < offsetof(parley_input, text) + sizeof in->text || !done) {
-        *err = fmt(!done ? "done callback is required" : "input is missing or too small");
+        *err = pstr_printf(!done ? "done callback is required" : "input is missing or too small");
         return NULL;
     }
     /* Read only the fields the host's struct has (it may be older than ours). */
@@ -150,7 +138,7 @@ turn *turn_new(parley_agent *a, const parley_input *in, parley_done_fn done, voi
     turn *t = calloc(1, sizeof *t);
     if (!t) {
         *status = PARLEY_ERR_NO_MEMORY;
-        *err = fmt("out of memory");
+        *err = pstr_printf("out of memory");
         return NULL;
     }
     t->agent = a;
@@ -162,7 +150,7 @@ turn *turn_new(parley_agent *a, const parley_input *in, parley_done_fn done, voi
     if (copy_input(t, a, &copy, err) != 0 || resolve_conversation(t, a, &copy, err) != 0)
         goto fail;
     if (uuid4(t->turn_id) != 0) {
-        *err = fmt("no randomness available for a turn id");
+        *err = pstr_printf("no randomness available for a turn id");
         goto fail;
     }
     t->id = atomic_fetch_add(&a->next_request_id, 1);
@@ -509,7 +497,7 @@ void turn_on_http_done(turn *t, CURLcode code)
     int retryable = 0;
     parley_status st = http_call_outcome(t->http, code, &msg, &retryable);
     if (st == PARLEY_ERR_BAD_RESPONSE && !msg && t->stream_error)
-        msg = fmt("bad streamed response: %s", t->stream_error);
+        msg = pstr_printf("bad streamed response: %s", t->stream_error);
     int64_t retry_after = t->http->retry_after_ms;
     timer_disarm(&a->timers, &t->wait); /* the stream idle timer, if any */
     if (st != PARLEY_OK) {
@@ -531,7 +519,7 @@ void turn_on_http_done(turn *t, CURLcode code)
     t->http = NULL;
     t->attempt = 0;
     if (rc != 0) {
-        char *m = fmt("bad response from the LLM server: %s", err ? err : "undecodable");
+        char *m = pstr_printf("bad response from the LLM server: %s", err ? err : "undecodable");
         turn_end(t, PARLEY_ERR_BAD_RESPONSE, m);
         free(m);
         free(err);
@@ -550,7 +538,7 @@ void turn_on_http_done(turn *t, CURLcode code)
             record_answer(t, reply.content);
             turn_end(t, PARLEY_OK, NULL);
         } else {
-            char *m = fmt("the model kept calling tools after %d rounds and tool_choice \"none\"",
+            char *m = pstr_printf("the model kept calling tools after %d rounds and tool_choice \"none\"",
                           t->tool_rounds);
             turn_end(t, PARLEY_ERR_TOOL_LOOP, m);
             free(m);
@@ -586,7 +574,7 @@ static char *call_problem(const turn *t, const turn_call *c)
     int is_object = json_is_object(args);
     json_decref(args);
     if (!is_object) {
-        char *text = fmt("Arguments are not a JSON object%s%s", args ? "" : ": ", args ? "" : jerr.text);
+        char *text = pstr_printf("Arguments are not a JSON object%s%s", args ? "" : ": ", args ? "" : jerr.text);
         char *s = error_content("invalid_arguments", text ? text : "invalid arguments");
         free(text);
         return s;
@@ -671,7 +659,7 @@ static char *result_content(const turn *t, const char *result, int is_error, int
     size_t n = strlen(text);
     *is_error_out = 1;
     if (n > max) {
-        char *m = fmt("The tool result of %zu bytes exceeds max_tool_result_bytes (%zu)", n, max);
+        char *m = pstr_printf("The tool result of %zu bytes exceeds max_tool_result_bytes (%zu)", n, max);
         char *s = error_content("result_too_large", m ? m : "result too large");
         free(m);
         return s;
@@ -738,7 +726,7 @@ static void tool_timeout(turn *t)
         if (c->content)
             continue;
         detach_handle(t, c);
-        char *m = fmt("The host did not answer within %lld ms", (long long)a->opts.tool_timeout_ms);
+        char *m = pstr_printf("The host did not answer within %lld ms", (long long)a->opts.tool_timeout_ms);
         c->content = error_content("timeout", m ? m : "timeout");
         c->is_error = 1;
         free(m);
@@ -759,12 +747,12 @@ static void tool_timeout(turn *t)
 void turn_on_timer(turn *t, ptimer *which)
 {
     if (which == &t->deadline) {
-        char *m = fmt("the turn took longer than turn_timeout_ms (%lld ms)",
+        char *m = pstr_printf("the turn took longer than turn_timeout_ms (%lld ms)",
                       (long long)t->agent->opts.turn_timeout_ms);
         turn_end(t, PARLEY_ERR_TIMEOUT, m ? m : "turn timeout");
         free(m);
     } else if (t->http) {
-        char *m = fmt("the streamed answer stalled: no data for stream_idle_timeout_ms (%lld ms)",
+        char *m = pstr_printf("the streamed answer stalled: no data for stream_idle_timeout_ms (%lld ms)",
                       (long long)t->agent->opts.stream_idle_timeout_ms);
         turn_end(t, PARLEY_ERR_TIMEOUT, m ? m : "stream idle timeout");
         free(m);
