@@ -8,11 +8,15 @@
  * Control lines ("op") are answered on this thread; most of them are
  * barriers that first wait for every submitted turn to be written, so tests
  * see deterministic snapshots.
+ *
+ * What a line asks for is decided by jsonl_parse.c; this file only acts on
+ * it: submitting turns, waiting, calling the plugin, writing answers.
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "jsonl_parse.h"
 #include "shim.h"
 
 /* One submitted turn.  Two references: the reader's (until it has stored
@@ -76,22 +80,6 @@ static void error_line(unsigned long seq, json_t *error) {
     json_decref(line);
 }
 
-static char *line_msg(unsigned long seq, const char *fmt, const char *arg) {
-    char *msg = NULL, *full = NULL;
-    if (asprintf(&msg, fmt, arg) < 0)
-        msg = NULL;
-    if (asprintf(&full, "line %lu: %s", seq, msg ? msg : "invalid input") < 0)
-        full = NULL;
-    free(msg);
-    return full;
-}
-
-static void invalid_line(unsigned long seq, const char *fmt, const char *arg) {
-    char *msg = line_msg(seq, fmt, arg);
-    error_line(seq, jerror_code("invalid_input", msg));
-    free(msg);
-}
-
 /* {"seq":N,"op":..,"result":..,"error":..}; result and error are stolen. */
 static void op_reply(unsigned long seq, const char *op, json_t *result, json_t *error) {
     json_t *line = json_object();
@@ -101,6 +89,24 @@ static void op_reply(unsigned long seq, const char *op, json_t *result, json_t *
     json_object_set_new(line, "error", error ? error : json_null());
     out_json_line(line);
     json_decref(line);
+}
+
+/* An invalid_input answer, "line N: <what>": an op reply when the line named
+ * an op (op non-NULL), else an error line. */
+static void invalid_line(unsigned long seq, const char *op, const char *what) {
+    char *msg = NULL;
+    if (asprintf(&msg, "line %lu: %s", seq, what) < 0)
+        msg = NULL; /* jerror_code then falls back to the code */
+    json_t *error = jerror_code("invalid_input", msg);
+    free(msg);
+    if (op)
+        op_reply(seq, op, NULL, error);
+    else
+        error_line(seq, error);
+}
+
+static void no_memory_line(unsigned long seq) {
+    error_line(seq, jerror_code("no_memory", "parley-host: out of memory"));
 }
 
 /* ---- plugin callbacks ----------------------------------------------------- */
@@ -161,69 +167,25 @@ static void on_done(void *user_data, const parley_result *r) {
 
 /* ---- conversation lines --------------------------------------------------- */
 
-static const char *const str_fields[] = {"conversation_id", "language", "device_id",
-                                         "satellite_id",    "agent_id", "extra_system_prompt"};
-#define NSTR (sizeof str_fields / sizeof str_fields[0])
-
-/* Validate and submit one conversation line; then wait for a free slot. */
-static void handle_turn(unsigned long seq, json_t *obj, unsigned long concurrency) {
-    const char *key;
-    json_t *v;
-    json_object_foreach(obj, key, v) {
-        int known = strcmp(key, "text") == 0 || strcmp(key, "context") == 0 ||
-                    strcmp(key, "tools") == 0;
-        for (size_t i = 0; i < NSTR; i++)
-            known |= strcmp(key, str_fields[i]) == 0;
-        if (!known) {
-            invalid_line(seq, "unknown key \"%s\"", key);
-            return;
-        }
-    }
-    json_t *text = json_object_get(obj, "text");
-    if (!json_is_string(text)) {
-        invalid_line(seq, "%s", text ? "\"text\" must be a string" : "\"text\" is required");
-        return;
-    }
-    const char *strs[NSTR];
-    for (size_t i = 0; i < NSTR; i++) {
-        v = json_object_get(obj, str_fields[i]);
-        if (v && !json_is_string(v) && !json_is_null(v)) {
-            invalid_line(seq, "\"%s\" must be a string", str_fields[i]);
-            return;
-        }
-        strs[i] = json_string_value(v); /* NULL for absent or null */
-    }
-    json_t *context = json_object_get(obj, "context");
-    if (context && !json_is_object(context) && !json_is_null(context)) {
-        invalid_line(seq, "%s", "\"context\" must be an object");
-        return;
-    }
-    json_t *tools = json_object_get(obj, "tools");
-    if (tools && !json_is_array(tools) && !json_is_null(tools)) {
-        invalid_line(seq, "%s", "\"tools\" must be an array");
-        return;
-    }
-
-    char *context_json = json_is_object(context) ? json_dumps(context, SHIM_JSON_COMPACT) : NULL;
-    char *tools_json = json_is_array(tools) ? json_dumps(tools, SHIM_JSON_COMPACT) : NULL;
+/* Submit one validated conversation line; then wait for a free slot. */
+static void handle_turn(unsigned long seq, const struct jsonl_turn *req,
+                        unsigned long concurrency) {
     parley_input in = {
         .struct_size = sizeof in,
-        .text = json_string_value(text),
-        .conversation_id = strs[0],
-        .language = strs[1],
-        .device_id = strs[2],
-        .satellite_id = strs[3],
-        .agent_id = strs[4],
-        .extra_system_prompt = strs[5],
-        .context_json = context_json,
-        .tools_json = tools_json,
+        .text = req->text,
+        .conversation_id = req->conversation_id,
+        .language = req->language,
+        .device_id = req->device_id,
+        .satellite_id = req->satellite_id,
+        .agent_id = req->agent_id,
+        .extra_system_prompt = req->extra_system_prompt,
+        .context_json = req->context_json,
+        .tools_json = req->tools_json,
         .on_delta = on_delta,
     };
     struct turn *t = calloc(1, sizeof *t);
     if (!t) {
-        error_line(seq, jerror_code("no_memory", "parley-host: out of memory"));
-        free(context_json);
-        free(tools_json);
+        no_memory_line(seq);
         return;
     }
     t->seq = seq;
@@ -235,8 +197,6 @@ static void handle_turn(unsigned long seq, json_t *obj, unsigned long concurrenc
     parley_request_id rid = 0;
     char *err = NULL;
     parley_status st = g_shim.pl->async_process(g_shim.agent, &in, on_done, t, &rid, &err);
-    free(context_json);
-    free(tools_json);
     if (st != PARLEY_OK) {
         /* Not accepted: done will never come, so both references are ours. */
         pthread_mutex_lock(&g_shim.mu);
@@ -263,25 +223,10 @@ static void handle_turn(unsigned long seq, json_t *obj, unsigned long concurrenc
 
 /* ---- control lines ------------------------------------------------------- */
 
-enum op_kind { OP_HISTORY, OP_TURN, OP_LIST, OP_CLEAR, OP_METRICS, OP_WAIT, OP_CANCEL, OP_SLEEP };
-
-struct op_def {
-    const char *name;
-    enum op_kind kind;
-    int barrier;
-    const char *arg; /* the one key besides "op" it accepts, or NULL */
-};
-
-static const struct op_def ops[] = {
-    {"history", OP_HISTORY, 1, "conversation_id"},
-    {"turn", OP_TURN, 1, "turn_id"},
-    {"list", OP_LIST, 1, NULL},
-    {"clear", OP_CLEAR, 1, "conversation_id"},
-    {"metrics", OP_METRICS, 1, NULL},
-    {"wait", OP_WAIT, 1, NULL},
-    {"cancel", OP_CANCEL, 0, "seq"},
-    {"sleep", OP_SLEEP, 0, "ms"},
-};
+/* Barrier ops first wait for every submitted turn (docs/shim.md). */
+static int is_barrier(enum jsonl_op_kind kind) {
+    return kind != JSONL_OP_CANCEL && kind != JSONL_OP_SLEEP;
+}
 
 /* Wait until every submitted turn has completed and its line is written.
  * Returns -1 when a signal cut the wait short. */
@@ -310,11 +255,11 @@ static void op_answer(unsigned long seq, const char *op, parley_status st, char 
     free(msg);
 }
 
-static void op_cancel(unsigned long seq, json_int_t target) {
+static void op_cancel(unsigned long seq, long long target) {
     parley_request_id id = 0;
     pthread_mutex_lock(&g_shim.mu);
     for (struct turn *t = inflight; t; t = t->next)
-        if ((json_int_t)t->seq == target)
+        if ((long long)t->seq == target)
             id = t->id;
     pthread_mutex_unlock(&g_shim.mu);
     /* Outside our lock: cancel may take the plugin's locks, which its
@@ -326,122 +271,77 @@ static void op_cancel(unsigned long seq, json_int_t target) {
     }
     char *msg = NULL;
     int n = st == PARLEY_ERR_NOT_FOUND
-                ? asprintf(&msg, "no turn from line %lld is in flight", (long long)target)
+                ? asprintf(&msg, "no turn from line %lld is in flight", target)
                 : asprintf(&msg, "cancel: %s", status_str(st));
     op_reply(seq, "cancel", NULL, jerror(st, n < 0 ? NULL : msg));
     free(msg);
 }
 
-static void handle_op(unsigned long seq, json_t *obj, json_t *jop) {
-    if (!json_is_string(jop)) {
-        invalid_line(seq, "%s", "\"op\" must be a string");
-        return;
-    }
-    const char *op = json_string_value(jop);
-    const struct op_def *def = NULL;
-    for (size_t i = 0; i < sizeof ops / sizeof ops[0] && !def; i++)
-        if (strcmp(ops[i].name, op) == 0)
-            def = &ops[i];
-    char *msg = NULL;
-    if (!def) {
-        msg = line_msg(seq, "unknown op \"%s\"", op);
-        goto invalid;
-    }
-    const char *key;
-    json_t *v;
-    json_object_foreach(obj, key, v) {
-        if (strcmp(key, "op") != 0 && (!def->arg || strcmp(key, def->arg) != 0)) {
-            msg = line_msg(seq, "unknown key \"%s\"", key);
-            goto invalid;
-        }
-    }
-    json_t *arg = def->arg ? json_object_get(obj, def->arg) : NULL;
-    const char *id = json_string_value(arg);
-    const char *want = NULL;
-    switch (def->kind) {
-    case OP_HISTORY:
-    case OP_TURN:
-        if (!id)
-            want = "\"%s\" must be a string";
-        break;
-    case OP_CLEAR:
-        if (arg && !id && !json_is_null(arg))
-            want = "\"%s\" must be a string or null";
-        break;
-    case OP_CANCEL:
-        if (!json_is_integer(arg) || json_integer_value(arg) < 1)
-            want = "\"%s\" must be a positive integer";
-        break;
-    case OP_SLEEP:
-        if (!json_is_integer(arg) || json_integer_value(arg) < 0 ||
-            json_integer_value(arg) > 86400000)
-            want = "\"%s\" must be an integer from 0 to 86400000";
-        break;
-    default:
-        break;
-    }
-    if (want) {
-        msg = line_msg(seq, want, def->arg);
-        goto invalid;
-    }
-
-    if (def->barrier && barrier() < 0)
+/* Run one validated op line and write its answer. */
+static void handle_op(unsigned long seq, const struct jsonl_op *op) {
+    if (is_barrier(op->kind) && barrier() < 0)
         return; /* interrupted: the run is ending, no answer */
 
     const parley_plugin *pl = g_shim.pl;
     parley_agent *ag = g_shim.agent;
+    const char *name = op->name, *id = op->id;
     char *out = NULL;
     parley_status st;
     /* (Call, then pass `out`: argument evaluation order is unspecified.) */
-    switch (def->kind) {
-    case OP_HISTORY:
+    switch (op->kind) {
+    case JSONL_OP_HISTORY:
         st = pl->history_get(ag, id, &out);
-        op_answer(seq, op, st, out, "conversation", id);
+        op_answer(seq, name, st, out, "conversation", id);
         break;
-    case OP_TURN:
+    case JSONL_OP_TURN:
         st = pl->turn_get(ag, id, &out);
-        op_answer(seq, op, st, out, "turn", id);
+        op_answer(seq, name, st, out, "turn", id);
         break;
-    case OP_LIST:
+    case JSONL_OP_LIST:
         st = pl->conversations_list(ag, &out);
-        op_answer(seq, op, st, out, NULL, NULL);
+        op_answer(seq, name, st, out, NULL, NULL);
         break;
-    case OP_METRICS:
+    case JSONL_OP_METRICS:
         st = pl->metrics(ag, &out);
-        op_answer(seq, op, st, out, NULL, NULL);
+        op_answer(seq, name, st, out, NULL, NULL);
         break;
-    case OP_CLEAR:
+    case JSONL_OP_CLEAR:
         st = pl->history_clear(ag, id);
         if (st == PARLEY_OK)
-            op_reply(seq, op, NULL, NULL);
+            op_reply(seq, name, NULL, NULL);
         else
-            op_answer(seq, op, st, NULL, id ? "conversation" : NULL, id);
+            op_answer(seq, name, st, NULL, id ? "conversation" : NULL, id);
         break;
-    case OP_WAIT:
-        op_reply(seq, op, NULL, NULL);
+    case JSONL_OP_WAIT:
+        op_reply(seq, name, NULL, NULL);
         break;
-    case OP_CANCEL:
-        op_cancel(seq, json_integer_value(arg));
+    case JSONL_OP_CANCEL:
+        op_cancel(seq, op->num);
         break;
-    case OP_SLEEP: /* stop reading for a while; turns keep running */
-        if (shim_sleep_ms((long)json_integer_value(arg)) == 0)
-            op_reply(seq, op, NULL, NULL); /* interrupted: no answer, as for barriers */
+    case JSONL_OP_SLEEP: /* stop reading for a while; turns keep running */
+        if (shim_sleep_ms((long)op->num) == 0)
+            op_reply(seq, name, NULL, NULL); /* interrupted: no answer, as for barriers */
         break;
     }
-    return;
-
-invalid:
-    op_reply(seq, op, NULL, jerror_code("invalid_input", msg));
-    free(msg);
 }
 
 /* ---- the loop --------------------------------------------------------------- */
 
-static int blank(const char *s, size_t n) {
-    for (size_t i = 0; i < n; i++)
-        if (s[i] != ' ' && s[i] != '\t' && s[i] != '\r')
-            return 0;
-    return 1;
+static void handle_line(unsigned long seq, const struct jsonl_line *l,
+                        unsigned long concurrency) {
+    switch (l->kind) {
+    case JSONL_BLANK: /* no answer */
+        break;
+    case JSONL_INVALID:
+        invalid_line(seq, l->invalid.op, l->invalid.message);
+        break;
+    case JSONL_TURN:
+        handle_turn(seq, &l->turn, concurrency);
+        break;
+    case JSONL_OP:
+        handle_op(seq, &l->op);
+        break;
+    }
 }
 
 int run_jsonl(unsigned long concurrency) {
@@ -454,27 +354,17 @@ int run_jsonl(unsigned long concurrency) {
     while (!shim_interrupted() && lr_next(&lr) == LR_LINE) {
         seq++; /* every line counts, blank or not */
         if (lr.too_long) {
-            char lim[32];
-            snprintf(lim, sizeof lim, "%u", SHIM_MAX_LINE);
-            invalid_line(seq, "line longer than %s bytes", lim);
+            char what[64];
+            snprintf(what, sizeof what, "line longer than %u bytes", SHIM_MAX_LINE);
+            invalid_line(seq, NULL, what);
             continue;
         }
-        if (blank(lr.line, lr.len))
-            continue;
-        json_error_t je;
-        json_t *obj = json_loadb(lr.line, lr.len, JSON_DECODE_ANY | JSON_REJECT_DUPLICATES, &je);
-        if (!obj) {
-            invalid_line(seq, "%s", je.text);
-            continue;
-        }
-        json_t *op = json_object_get(obj, "op");
-        if (!json_is_object(obj))
-            invalid_line(seq, "%s", "not a JSON object");
-        else if (op)
-            handle_op(seq, obj, op);
+        struct jsonl_line l;
+        if (jsonl_parse_line(lr.line, lr.len, &l) < 0)
+            no_memory_line(seq);
         else
-            handle_turn(seq, obj, concurrency);
-        json_decref(obj);
+            handle_line(seq, &l, concurrency);
+        jsonl_line_free(&l);
     }
     lr_free(&lr);
     /* EOF: let every turn finish (a signal cuts this short; destroy() in

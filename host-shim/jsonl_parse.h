@@ -1,0 +1,80 @@
+/*
+ * jsonl_parse.h -- the pure half of the --jsonl driver: one input line in, a
+ * validated, self-contained description of what it asks for out.  No I/O, no
+ * globals, no plugin calls, so it can be tested and fuzzed on its own;
+ * jsonl.c performs what the description says (docs/shim.md, "JSONL mode").
+ */
+#ifndef PARLEY_HOST_JSONL_PARSE_H
+#define PARLEY_HOST_JSONL_PARSE_H
+
+#include <stddef.h>
+
+enum jsonl_kind {
+    JSONL_BLANK,   /* only spaces, tabs, CRs: no answer at all */
+    JSONL_INVALID, /* answered with an invalid_input error */
+    JSONL_TURN,    /* a conversation turn for async_process */
+    JSONL_OP,      /* a control line ("op") */
+};
+
+enum jsonl_op_kind {
+    JSONL_OP_HISTORY,
+    JSONL_OP_TURN,
+    JSONL_OP_LIST,
+    JSONL_OP_CLEAR,
+    JSONL_OP_METRICS,
+    JSONL_OP_WAIT,
+    JSONL_OP_CANCEL,
+    JSONL_OP_SLEEP,
+};
+
+/* Longest "ms" a sleep op accepts: one day. */
+#define JSONL_SLEEP_MAX_MS 86400000
+
+struct jsonl_invalid {
+    /* What is wrong, e.g. "unknown key \"x\"": valid UTF-8, never empty.
+     * The shim prints it as "line N: <message>". */
+    char *message;
+    /* The "op" string as given when the line is an op line (even an unknown
+     * op): the answer is then an op reply echoing it.  NULL: an error line. */
+    char *op;
+};
+
+/* Exactly what the shim puts in parley_input.  NULL: absent or null. */
+struct jsonl_turn {
+    char *text; /* never NULL */
+    char *conversation_id;
+    char *language;
+    char *device_id;
+    char *satellite_id;
+    char *agent_id;
+    char *extra_system_prompt;
+    char *context_json; /* a JSON object, serialized compactly */
+    char *tools_json;   /* a JSON array, serialized compactly */
+};
+
+struct jsonl_op {
+    enum jsonl_op_kind kind;
+    const char *name; /* "history", "turn", ...: static, never freed */
+    /* history: the conversation id, turn: the turn id (both never NULL);
+     * clear: the conversation id, or NULL for all; other ops: NULL. */
+    char *id;
+    /* cancel: the input line number of the turn (>= 1); sleep: milliseconds
+     * (0..JSONL_SLEEP_MAX_MS); other ops: 0. */
+    long long num;
+};
+
+/* Only the member that `kind` names is filled; the others are zeroed. */
+struct jsonl_line {
+    enum jsonl_kind kind;
+    struct jsonl_invalid invalid;
+    struct jsonl_turn turn;
+    struct jsonl_op op;
+};
+
+/* Classify and validate one input line (without its "\n" or "\r\n"; it may
+ * hold any bytes, NULs included).  Returns 0 with *out filled, or -1 when out
+ * of memory, with *out zeroed.  Free *out with jsonl_line_free either way. */
+int jsonl_parse_line(const char *line, size_t len, struct jsonl_line *out);
+void jsonl_line_free(struct jsonl_line *l);
+
+#endif
