@@ -14,6 +14,7 @@
 #include <jansson.h>
 
 #include "jsonl_parse.h"
+#include "utf8_repair.h"
 /* For SHIM_JSON_COMPACT only: context and tools reach the plugin serialized
  * exactly as the shim prints JSON. */
 #include "shim.h"
@@ -47,67 +48,6 @@ static int set_invalid(struct jsonl_line *l, struct problem p) {
         return -1;
     }
     return 0;
-}
-
-/* Length of the valid UTF-8 sequence at p (RFC 3629), or 0 if invalid.
- * (The same rules as jstrn() in output.c, which is not linked here.) */
-static size_t utf8_seq(const unsigned char *p, size_t n) {
-    unsigned c = p[0];
-    size_t len;
-    uint32_t min;
-    if (c < 0x80)
-        return 1;
-    if (c >= 0xC2 && c <= 0xDF) {
-        len = 2;
-        min = 0x80;
-    } else if (c >= 0xE0 && c <= 0xEF) {
-        len = 3;
-        min = 0x800;
-    } else if (c >= 0xF0 && c <= 0xF4) {
-        len = 4;
-        min = 0x10000;
-    } else {
-        return 0;
-    }
-    if (n < len)
-        return 0;
-    uint32_t cp = c & (0x7Fu >> len);
-    for (size_t i = 1; i < len; i++) {
-        if ((p[i] & 0xC0) != 0x80)
-            return 0;
-        cp = (cp << 6) | (p[i] & 0x3F);
-    }
-    if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF))
-        return 0;
-    return len;
-}
-
-/* s with every byte that starts no valid UTF-8 sequence replaced by U+FFFD.
- * jansson's error text quotes input and lives in a fixed-size buffer; 2.14
- * quotes whole characters only, but the promise of valid UTF-8 should not
- * rest on that.  This is the repair jstrn() makes when printing, so the
- * output is the same as when the raw text went straight to it. */
-static char *utf8_repaired(const char *s) {
-    size_t n = strlen(s);
-    char *fixed = malloc(n * 3 + 1);
-    if (!fixed)
-        return NULL;
-    const unsigned char *p = (const unsigned char *)s;
-    size_t o = 0;
-    for (size_t i = 0; i < n;) {
-        size_t k = utf8_seq(p + i, n - i);
-        if (k == 0) {
-            memcpy(fixed + o, "\xEF\xBF\xBD", 3);
-            o += 3;
-            i++;
-        } else {
-            memcpy(fixed + o, p + i, k);
-            o += k;
-            i += k;
-        }
-    }
-    fixed[o] = '\0';
-    return fixed;
 }
 
 /* ---- conversation lines --------------------------------------------------- */
@@ -272,7 +212,7 @@ static int parse_op(json_t *obj, json_t *jop, struct jsonl_line *l) {
 
 static int decode_error(struct jsonl_line *l, const char *text) {
     l->kind = JSONL_INVALID;
-    l->invalid.message = utf8_repaired(text);
+    l->invalid.message = utf8_repaired(text, strlen(text), NULL);
     return l->invalid.message ? 0 : -1;
 }
 

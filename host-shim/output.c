@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "shim.h"
+#include "utf8_repair.h"
 
 /* Callbacks arrive on the plugin's worker thread (and on the thread calling
  * destroy) while the main thread prints command output: one lock for stdout. */
@@ -91,62 +92,17 @@ void host_log(void *host_data, parley_log_level level, const char *message) {
     fprintf(stderr, "parley[%s]: %s\n", log_level_name(level), message ? message : "");
 }
 
-/* Length of the valid UTF-8 sequence at p (RFC 3629), or 0 if invalid. */
-static size_t utf8_seq(const unsigned char *p, size_t n) {
-    unsigned c = p[0];
-    size_t len;
-    unsigned min;
-    if (c < 0x80)
-        return 1;
-    if (c >= 0xC2 && c <= 0xDF) {
-        len = 2;
-        min = 0x80;
-    } else if (c >= 0xE0 && c <= 0xEF) {
-        len = 3;
-        min = 0x800;
-    } else if (c >= 0xF0 && c <= 0xF4) {
-        len = 4;
-        min = 0x10000;
-    } else {
-        return 0;
-    }
-    if (n < len)
-        return 0;
-    uint32_t cp = c & (0x7Fu >> len);
-    for (size_t i = 1; i < len; i++) {
-        if ((p[i] & 0xC0) != 0x80)
-            return 0;
-        cp = (cp << 6) | (p[i] & 0x3F);
-    }
-    if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF))
-        return 0;
-    return len;
-}
-
 json_t *jstrn(const char *s, size_t len) {
     if (!s)
         return json_null();
     json_t *j = json_stringn(s, len);
     if (j)
         return j;
-    /* Invalid UTF-8: replace each bad byte with U+FFFD (3 bytes). */
-    char *fixed = malloc(len * 3 + 1);
+    /* Invalid UTF-8: replace each bad byte with U+FFFD. */
+    size_t o = 0;
+    char *fixed = utf8_repaired(s, len, &o);
     if (!fixed)
         return json_null();
-    size_t o = 0;
-    const unsigned char *p = (const unsigned char *)s;
-    for (size_t i = 0; i < len;) {
-        size_t k = utf8_seq(p + i, len - i);
-        if (k == 0) {
-            memcpy(fixed + o, "\xEF\xBF\xBD", 3);
-            o += 3;
-            i++;
-        } else {
-            memcpy(fixed + o, p + i, k);
-            o += k;
-            i += k;
-        }
-    }
     j = json_stringn(fixed, o);
     free(fixed);
     return j ? j : json_null();
