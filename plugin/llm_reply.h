@@ -15,10 +15,11 @@
 #include <stddef.h>
 
 typedef struct llm_tool_call {
-    char *id;        /* the model's call id; synthesised ("call_<n>") when the server gave none */
+    char *id;        /* the model's call id; "call_<position>" when the server gave none */
     char *name;      /* function name; never NULL, may be "" if the server sent an empty one */
-    char *arguments; /* the arguments as JSON TEXT exactly as sent (an object sent instead of a
-                        string, as Ollama does, is serialised); NOT validated here */
+    char *arguments; /* the arguments as JSON TEXT as sent (an object sent instead of a
+                        string, as Ollama does, is serialised; missing/empty -> "{}");
+                        NOT validated here */
 } llm_tool_call;
 
 typedef struct llm_reply {
@@ -61,8 +62,10 @@ llm_stream *llm_stream_new(llm_text_fn on_text, void *ud);
  * (ignored), multi-line data joined with "\n", and "data: [DONE]".  Each
  * event's data is a chat.completion.chunk JSON: choices[0].delta.content
  * pieces are appended (and passed to on_text); delta.tool_calls pieces are
- * merged by `index` (id, function.name and the first type set once,
- * function.arguments concatenated); finish_reason is kept.  An event whose
+ * merged by `index` (id and function.name set when first given,
+ * function.arguments concatenated; deltas without an index, as older Ollama
+ * sends, continue the last call unless they bring a new id or name);
+ * finish_reason is kept.  An event whose
  * data is {"error":...} is an error carrying its message.
  * Returns 0, or -1 with *err set (then the stream is dead).
  */
@@ -71,7 +74,8 @@ int llm_stream_feed(llm_stream *s, const char *data, size_t len, char **err);
 /*
  * The body ended.  Returns 0 and moves the accumulated reply into *out when
  * the stream was complete ("[DONE]" seen, or at least a finish_reason seen and
- * no partial event pending); else -1 and *err ("stream ended before [DONE]").
+ * no partial line pending; a last event whose blank line never came is still
+ * decoded); else -1 and *err ("stream ended before [DONE]").
  */
 int llm_stream_finish(llm_stream *s, llm_reply *out, char **err);
 
