@@ -88,6 +88,7 @@ static void agent_free(parley_agent *a)
     if (a->multi)
         curl_multi_cleanup(a->multi);
     dict_free(a->lanes);
+    free(a->reaped);
     timer_heap_free(&a->timers);
     curl_slist_free_all(a->headers);
     free(a->url);

@@ -84,6 +84,8 @@ struct parley_agent {
     turn *ready_head;        /* turns whose conversation is free: begin them next */
     turn *ready_tail;
     int stopping;            /* the worker is cancelling everything */
+    struct reaped_transfer { http_call *call; CURLcode result; } *reaped; /* reap batch */
+    size_t reaped_cap;
     uint64_t next_expiry_sweep_ms;
 };
 

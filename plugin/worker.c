@@ -253,17 +253,39 @@ static void fire_timers(parley_agent *a)
     }
 }
 
+/*
+ * Read every finished transfer first, then act on them: ending a turn removes
+ * its easy handle, and libcurl searches the unread messages on each removal,
+ * so handling them one by one while reading costs O(batch^2).  Safe because
+ * ending one turn never frees another turn's transfer.
+ */
 static void reap_transfers(parley_agent *a)
 {
     CURLMsg *msg;
     int left;
+    size_t n = 0;
     while ((msg = curl_multi_info_read(a->multi, &left))) {
         if (msg->msg != CURLMSG_DONE)
             continue;
         http_call *c = http_call_of(msg->easy_handle);
-        if (c)
-            turn_on_http_done(c->owner, msg->data.result);
+        if (!c)
+            continue;
+        if (n == a->reaped_cap) {
+            size_t cap = a->reaped_cap ? a->reaped_cap * 2 : 64;
+            void *p = realloc(a->reaped, cap * sizeof *a->reaped);
+            if (!p) { /* no room to batch: handle this one now */
+                turn_on_http_done(c->owner, msg->data.result);
+                continue;
+            }
+            a->reaped = p;
+            a->reaped_cap = cap;
+        }
+        a->reaped[n].call = c;
+        a->reaped[n].result = msg->data.result;
+        n++;
     }
+    for (size_t i = 0; i < n; i++)
+        turn_on_http_done(a->reaped[i].call->owner, a->reaped[i].result);
 }
 
 static void sweep_history(parley_agent *a)

@@ -1,0 +1,1433 @@
+/*
+ * parley_bench.c -- what Parley costs beyond the LLM call, measured as
+ * ratios to a bare libcurl client ("the floor") against the same fake LLM
+ * server, in the same run.
+ *
+ *   parley-bench [--scenario seq|concurrent|all] [options]   (--help lists them)
+ *
+ * Scenarios
+ *   seq         one conversation with a 20-turn history and 5 tools declared,
+ *               server latency 0: turns one after another.  Floor: the same
+ *               number of POSTs of the same body size with curl_easy on one
+ *               reused connection.
+ *   concurrent  10,000 conversations in flight at once, server latency 200 ms,
+ *               each conversation doing 3 turns back to back (closed loop).
+ *               Floor: curl multi (epoll + curl_multi_socket_action) keeping
+ *               10,000 POSTs of the same body sizes in flight: the ceiling of
+ *               the server (and of this machine) at that concurrency.
+ *
+ * How it runs
+ *   The parent process never loads the plugin nor initialises libcurl.  It starts
+ *   parley-fake-llm as a child (127.0.0.1, port 0), then forks one child
+ *   process per measured phase, so every phase has its own clean address
+ *   space, its own getrusage() and its own VmHWM.  A phase child loads
+ *   parley.so with dlopen() through the ABI (or drives libcurl directly for
+ *   the floor), measures, and writes one struct result to a pipe.  The
+ *   parent kills a phase that overruns --phase-timeout-s.
+ *
+ *   Request bodies: before measuring, a capture phase runs the same turns
+ *   against a separate fake server started with --log, and the floor then
+ *   sends those very request bodies (re-serialised from the log, which gives
+ *   the same byte count as Parley sent: compact JSON either way).
+ *
+ *   Each repetition starts a fresh server and runs the Parley phase and the
+ *   floor phase against it, alternating which goes first.  The summary gives
+ *   medians over the repetitions; a ratio is the median of the per-repetition
+ *   ratios (Parley and floor paired on the same server instance).
+ *
+ * Measured per phase: turns/s, p50/p99 latency (submission to completion, as
+ * the host sees it), CPU seconds of this process per turn (getrusage, all
+ * threads), CPU seconds of the fake server per turn (/proc/PID/stat),
+ * VmHWM, RSS growth.  Nothing is asserted: the bench reports what it saw.
+ */
+#include <curl/curl.h>
+#include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <jansson.h>
+#include <limits.h>
+#include <parley/plugin.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#ifndef PARLEY_BENCH_PLUGIN
+#define PARLEY_BENCH_PLUGIN "parley.so"
+#endif
+#ifndef PARLEY_BENCH_FAKE_LLM
+#define PARLEY_BENCH_FAKE_LLM "parley-fake-llm"
+#endif
+
+#define SEQ_CONVERSATION "bench-sequential-conversation"
+#define MAX_CONC_TURNS 16
+
+/* ======================================================================
+ * Configuration
+ * ====================================================================== */
+
+static struct config {
+    const char *plugin;
+    const char *fake_llm;
+    const char *scenario;       /* seq | concurrent | all */
+    const char *summary_file;   /* key=value medians, for run.sh */
+    int seq_turns;              /* measured turns */
+    int seq_history;            /* turns of history kept (max_history_turns) */
+    int seq_repeats;
+    int conc_conversations;
+    int conc_turns;             /* turns per conversation */
+    int conc_latency_ms;
+    int conc_repeats;
+    int server_threads;         /* fake server threads for the concurrent scenario */
+    int phase_timeout_s;
+    int verbose;
+} cfg = {
+    .plugin = PARLEY_BENCH_PLUGIN,
+    .fake_llm = PARLEY_BENCH_FAKE_LLM,
+    .scenario = "all",
+    .seq_turns = 2000,
+    .seq_history = 20,
+    .seq_repeats = 5,
+    .conc_conversations = 10000,
+    .conc_turns = 3,
+    .conc_latency_ms = 200,
+    .conc_repeats = 3,
+    .server_threads = 2,
+    .phase_timeout_s = 120,
+};
+
+/* Five Home-Assistant-like tools, declared in the agent's options. */
+static const char TOOLS_JSON[] =
+    "["
+    "{\"name\":\"HassTurnOn\",\"description\":\"Turns on/opens a device or entity\","
+    "\"parameters\":{\"type\":\"object\",\"properties\":{\"name\":{\"type\":\"string\"},"
+    "\"area\":{\"type\":\"string\"},\"domain\":{\"type\":\"array\",\"items\":{\"type\":\"string\"}}}}},"
+    "{\"name\":\"HassTurnOff\",\"description\":\"Turns off/closes a device or entity\","
+    "\"parameters\":{\"type\":\"object\",\"properties\":{\"name\":{\"type\":\"string\"},"
+    "\"area\":{\"type\":\"string\"},\"domain\":{\"type\":\"array\",\"items\":{\"type\":\"string\"}}}}},"
+    "{\"name\":\"HassLightSet\",\"description\":\"Sets the brightness or color of a light\","
+    "\"parameters\":{\"type\":\"object\",\"properties\":{\"name\":{\"type\":\"string\"},"
+    "\"area\":{\"type\":\"string\"},\"brightness\":{\"type\":\"integer\",\"minimum\":0,"
+    "\"maximum\":100},\"color\":{\"type\":\"string\"}}}},"
+    "{\"name\":\"HassClimateSetTemperature\",\"description\":\"Sets the target temperature\","
+    "\"parameters\":{\"type\":\"object\",\"properties\":{\"area\":{\"type\":\"string\"},"
+    "\"temperature\":{\"type\":\"number\"}},\"required\":[\"temperature\"]}},"
+    "{\"name\":\"GetLiveContext\",\"description\":\"Current state of the home's devices\","
+    "\"parameters\":{\"type\":\"object\",\"properties\":{}}}"
+    "]";
+
+/* ======================================================================
+ * Small helpers
+ * ====================================================================== */
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static void sleep_ms(long ms)
+{
+    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+    }
+}
+
+static void die(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
+static void die(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fputs("parley-bench: ", stderr);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+    exit(1);
+}
+
+/* A "Name:   123 kB" field of /proc/self/status, in KiB; -1 when unreadable. */
+static long status_kib(const char *field)
+{
+    FILE *f = fopen("/proc/self/status", "r");
+    char line[256];
+    long kib = -1;
+    size_t n = strlen(field);
+    while (f && fgets(line, sizeof line, f)) {
+        if (strncmp(line, field, n) == 0 && line[n] == ':') {
+            kib = strtol(line + n + 1, NULL, 10);
+            break;
+        }
+    }
+    if (f)
+        fclose(f);
+    return kib;
+}
+
+/* user + system CPU seconds of this process, every thread included. */
+static double self_cpu_s(void)
+{
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    return (double)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) +
+           (double)(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6;
+}
+
+/* user + system CPU seconds of another process, from /proc/PID/stat (10 ms ticks). */
+static double proc_cpu_s(pid_t pid)
+{
+    char path[64], buf[1024];
+    snprintf(path, sizeof path, "/proc/%ld/stat", (long)pid);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return -1;
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    const char *p = strrchr(buf, ')'); /* the command name may contain spaces */
+    if (!p)
+        return -1;
+    /* After ") ": state(3) ppid(4) ... utime(14) stime(15). */
+    unsigned long long utime = 0, stime = 0;
+    if (sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &utime, &stime) != 2)
+        return -1;
+    return (double)(utime + stime) / (double)sysconf(_SC_CLK_TCK);
+}
+
+/* Make n bytes at p resident now, so the bench's own arrays are in the baseline RSS. */
+static void touch(void *p, size_t n)
+{
+    volatile char *c = p;
+    for (size_t i = 0; i < n; i += 4096)
+        c[i] = c[i];
+    if (n)
+        c[n - 1] = c[n - 1];
+}
+
+static void raise_nofile(void)
+{
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+        rl.rlim_cur = rl.rlim_max;
+        setrlimit(RLIMIT_NOFILE, &rl);
+    }
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* Nearest-rank percentile of v[0..n) (sorts v). */
+static double percentile(double *v, size_t n, double pct)
+{
+    if (n == 0)
+        return 0;
+    qsort(v, n, sizeof *v, cmp_double);
+    size_t rank = (size_t)(pct / 100.0 * (double)n + 0.999999);
+    if (rank < 1)
+        rank = 1;
+    if (rank > n)
+        rank = n;
+    return v[rank - 1];
+}
+
+static double median(const double *v, size_t n)
+{
+    double tmp[64];
+    if (n == 0 || n > 64)
+        return 0;
+    memcpy(tmp, v, n * sizeof *v);
+    qsort(tmp, n, sizeof *tmp, cmp_double);
+    return n % 2 ? tmp[n / 2] : (tmp[n / 2 - 1] + tmp[n / 2]) / 2;
+}
+
+/* ======================================================================
+ * The fake LLM server
+ * ====================================================================== */
+
+struct server {
+    pid_t pid;
+    int port;
+    char port_file[PATH_MAX];
+};
+
+static char workdir[64]; /* mkdtemp: port files and the capture log */
+
+static void server_start(struct server *s, const char *tag, int latency_ms, int threads,
+                         int max_connections, const char *log_path)
+{
+    snprintf(s->port_file, sizeof s->port_file, "%s/%s.port", workdir, tag);
+    unlink(s->port_file);
+    char lat[16], thr[16], maxc[16];
+    snprintf(lat, sizeof lat, "%d", latency_ms);
+    snprintf(thr, sizeof thr, "%d", threads);
+    snprintf(maxc, sizeof maxc, "%d", max_connections);
+    const char *argv[16] = {cfg.fake_llm, "--host", "127.0.0.1", "--port", "0", "--port-file",
+                            s->port_file, "--latency-ms", lat, "--threads", thr,
+                            "--max-connections", maxc, "--quiet"};
+    int argc = 14;
+    if (log_path) {
+        argv[argc++] = "--log";
+        argv[argc++] = log_path;
+    }
+    argv[argc] = NULL;
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid < 0)
+        die("fork: %s", strerror(errno));
+    if (pid == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL); /* never outlive the bench */
+        int devnull = open("/dev/null", O_WRONLY);
+        if (devnull >= 0)
+            dup2(devnull, STDOUT_FILENO); /* it prints "listening on N" */
+        execv(cfg.fake_llm, (char *const *)argv);
+        fprintf(stderr, "parley-bench: cannot run %s: %s\n", cfg.fake_llm, strerror(errno));
+        _exit(127);
+    }
+    s->pid = pid;
+    for (int i = 0; i < 1000; i++) { /* up to 10 s */
+        FILE *f = fopen(s->port_file, "r");
+        if (f) {
+            int port = 0;
+            int ok = fscanf(f, "%d", &port) == 1;
+            fclose(f);
+            if (ok && port > 0) {
+                s->port = port;
+                return;
+            }
+        }
+        if (waitpid(pid, NULL, WNOHANG) == pid)
+            die("%s exited before listening", cfg.fake_llm);
+        sleep_ms(10);
+    }
+    kill(pid, SIGKILL);
+    die("%s did not report its port within 10 s", cfg.fake_llm);
+}
+
+static void server_stop(struct server *s)
+{
+    if (s->pid <= 0)
+        return;
+    kill(s->pid, SIGTERM);
+    for (int i = 0; i < 500; i++) { /* up to 5 s, then SIGKILL */
+        if (waitpid(s->pid, NULL, WNOHANG) == s->pid) {
+            s->pid = 0;
+            unlink(s->port_file);
+            return;
+        }
+        sleep_ms(10);
+    }
+    kill(s->pid, SIGKILL);
+    waitpid(s->pid, NULL, 0);
+    s->pid = 0;
+    unlink(s->port_file);
+}
+
+/* ======================================================================
+ * Phases: each runs in a forked child and reports one struct result
+ * ====================================================================== */
+
+struct result {
+    int ok;               /* the phase ran to its end (failures may still be > 0) */
+    char error[256];      /* first error seen, if any */
+    long turns;           /* turns (or requests) measured */
+    long failures;        /* turns that did not end in success, rejections included */
+    long retries;         /* Parley's llm_retries during the phase */
+    long peak_in_flight;
+    double wall_s;
+    double p50_ms, p99_ms;
+    double cpu_s;         /* this process, during the measured window */
+    double server_cpu_s;  /* the fake server, during the measured window */
+    long rss_base_kib;    /* VmRSS when the measured window opened */
+    long rss_end_kib;     /* VmRSS when it closed */
+    long hwm_kib;         /* VmHWM at the end */
+    double body_bytes;    /* mean request body size */
+};
+
+/* What the phase children need; set by the parent before fork(). */
+static struct phase_ctx {
+    int port;
+    pid_t server_pid;
+    char *seq_body;                      /* captured: a turn with the full history */
+    size_t seq_body_len;
+    char *conc_body[MAX_CONC_TURNS];     /* captured: turn k of a conversation */
+    size_t conc_body_len[MAX_CONC_TURNS];
+} ctx;
+
+static void set_error(struct result *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void set_error(struct result *r, const char *fmt, ...)
+{
+    if (r->error[0])
+        return; /* keep the first */
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(r->error, sizeof r->error, fmt, ap);
+    va_end(ap);
+}
+
+typedef void (*phase_fn)(struct result *r);
+
+/* Run fn in a child process; the parent waits at most phase_timeout_s. */
+static struct result run_phase(phase_fn fn)
+{
+    struct result r;
+    memset(&r, 0, sizeof r);
+    int fds[2];
+    if (pipe(fds) != 0)
+        die("pipe: %s", strerror(errno));
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid < 0)
+        die("fork: %s", strerror(errno));
+    if (pid == 0) {
+        close(fds[0]);
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        raise_nofile();
+        fn(&r);
+        ssize_t w = write(fds[1], &r, sizeof r);
+        _exit(w == (ssize_t)sizeof r ? 0 : 1);
+    }
+    close(fds[1]);
+    struct pollfd pfd = {fds[0], POLLIN, 0};
+    int ready = poll(&pfd, 1, cfg.phase_timeout_s * 1000);
+    ssize_t got = ready > 0 ? read(fds[0], &r, sizeof r) : 0;
+    close(fds[0]);
+    if (got != (ssize_t)sizeof r) {
+        kill(pid, SIGKILL);
+        memset(&r, 0, sizeof r);
+    }
+    int status = 0;
+    waitpid(pid, &status, 0);
+    if (got != (ssize_t)sizeof r) {
+        if (ready == 0)
+            snprintf(r.error, sizeof r.error, "phase killed after %d s (--phase-timeout-s)",
+                     cfg.phase_timeout_s);
+        else if (WIFSIGNALED(status))
+            snprintf(r.error, sizeof r.error, "phase died of signal %d", WTERMSIG(status));
+        else
+            snprintf(r.error, sizeof r.error, "phase exited with status %d without a result",
+                     WEXITSTATUS(status));
+    }
+    return r;
+}
+
+/* ---- Parley through the ABI --------------------------------------------- */
+
+static const parley_plugin *load_plugin(struct result *r)
+{
+    void *so = dlopen(cfg.plugin, RTLD_NOW | RTLD_LOCAL);
+    if (!so) {
+        set_error(r, "dlopen %s: %s", cfg.plugin, dlerror());
+        return NULL;
+    }
+    parley_entry_fn entry = (parley_entry_fn)dlsym(so, PARLEY_ENTRY_SYMBOL);
+    const parley_plugin *p = entry ? entry(PARLEY_ABI_VERSION) : NULL;
+    if (!p)
+        set_error(r, "%s: no compatible %s", cfg.plugin, PARLEY_ENTRY_SYMBOL);
+    return p;
+}
+
+static void on_log(void *host_data, parley_log_level level, const char *message)
+{
+    (void)host_data;
+    if (level <= PARLEY_LOG_WARN && cfg.verbose)
+        fprintf(stderr, "parley: %s\n", message);
+}
+
+static parley_agent *make_agent(const parley_plugin *p, struct result *r, long max_in_flight,
+                                long max_conversations)
+{
+    static const parley_host host = {.struct_size = sizeof host, .log = on_log};
+    char *options = NULL;
+    if (asprintf(&options,
+                 "{\"base_url\":\"http://127.0.0.1:%d/v1\",\"model\":\"fake-model\","
+                 "\"tools\":%s,\"max_history_turns\":%d,\"max_in_flight\":%ld,"
+                 "\"max_conversations\":%ld,\"turn_timeout_ms\":%d,\"request_timeout_ms\":%d}",
+                 ctx.port, TOOLS_JSON, cfg.seq_history, max_in_flight, max_conversations,
+                 cfg.phase_timeout_s * 1000, cfg.phase_timeout_s * 1000) < 0)
+        return NULL;
+    char *err = NULL;
+    parley_agent *a = p->create(&host, options, &err);
+    free(options);
+    if (!a) {
+        set_error(r, "create: %s", err ? err : "failed");
+        p->free_string(err);
+    }
+    return a;
+}
+
+static long parley_retries(const parley_plugin *p, parley_agent *a)
+{
+    char *m = NULL;
+    long retries = -1;
+    if (p->metrics(a, &m) == PARLEY_OK && m) {
+        const char *k = strstr(m, "\"llm_retries\":");
+        if (k)
+            retries = strtol(k + strlen("\"llm_retries\":"), NULL, 10);
+    }
+    p->free_string(m);
+    return retries;
+}
+
+/* Fixed-width texts: every turn of a scenario sends a body of the same size. */
+static void seq_text(char *out, size_t n, int i)
+{
+    snprintf(out, n, "Turn %06d: turn on the kitchen lights and set the living room to 21 degrees",
+             i);
+}
+
+static void conc_id(char *out, size_t n, int i) { snprintf(out, n, "conv-%07d", i); }
+
+static void conc_text(char *out, size_t n, int i, int k)
+{
+    snprintf(out, n, "Conversation %07d turn %02d: what is the temperature in the bedroom", i, k);
+}
+
+/* One turn at a time: the host thread waits for each done callback. */
+struct waiter {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int done;
+    parley_status status;
+    char error[200];
+};
+
+static void seq_done(void *user_data, const parley_result *res)
+{
+    struct waiter *w = user_data;
+    pthread_mutex_lock(&w->mu);
+    w->status = res->status;
+    if (res->status != PARLEY_OK)
+        snprintf(w->error, sizeof w->error, "%s: %s", "turn failed",
+                 res->error_message ? res->error_message : "?");
+    w->done = 1;
+    pthread_cond_signal(&w->cv);
+    pthread_mutex_unlock(&w->mu);
+}
+
+/* Runs turn i of the sequential conversation; 0 on success. */
+static int seq_turn(const parley_plugin *p, parley_agent *a, struct waiter *w, int i,
+                    struct result *r)
+{
+    char text[128];
+    seq_text(text, sizeof text, i);
+    parley_input in = {.struct_size = sizeof in, .text = text, .conversation_id = SEQ_CONVERSATION};
+    w->done = 0;
+    char *err = NULL;
+    if (p->async_process(a, &in, seq_done, w, NULL, &err) != PARLEY_OK) {
+        set_error(r, "async_process: %s", err ? err : "?");
+        p->free_string(err);
+        return -1;
+    }
+    pthread_mutex_lock(&w->mu);
+    while (!w->done)
+        pthread_cond_wait(&w->cv, &w->mu);
+    pthread_mutex_unlock(&w->mu);
+    if (w->status != PARLEY_OK) {
+        set_error(r, "%s", w->error);
+        return -1;
+    }
+    return 0;
+}
+
+/* Warm-up turns: enough to fill the history, plus a few more. */
+static int seq_warmup_turns(void) { return cfg.seq_history + 10; }
+
+static void phase_seq_parley(struct result *r)
+{
+    const parley_plugin *p = load_plugin(r);
+    parley_agent *a = p ? make_agent(p, r, 16, 16) : NULL;
+    if (!a)
+        return;
+    struct waiter w = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, PARLEY_OK, ""};
+    int n = cfg.seq_turns, warm = seq_warmup_turns();
+    double *lat = calloc((size_t)n, sizeof *lat);
+    if (!lat) {
+        set_error(r, "out of memory");
+        return;
+    }
+    touch(lat, (size_t)n * sizeof *lat);
+    for (int i = 0; i < warm; i++)
+        if (seq_turn(p, a, &w, i, r) != 0)
+            r->failures++;
+
+    r->rss_base_kib = status_kib("VmRSS");
+    double srv0 = proc_cpu_s(ctx.server_pid), cpu0 = self_cpu_s(), t0 = now_s();
+    for (int i = 0; i < n; i++) {
+        double s = now_s();
+        if (seq_turn(p, a, &w, warm + i, r) != 0)
+            r->failures++;
+        lat[i] = now_s() - s;
+    }
+    r->wall_s = now_s() - t0;
+    r->cpu_s = self_cpu_s() - cpu0;
+    r->server_cpu_s = proc_cpu_s(ctx.server_pid) - srv0;
+    r->rss_end_kib = status_kib("VmRSS");
+    r->hwm_kib = status_kib("VmHWM");
+    r->turns = n;
+    r->peak_in_flight = 1;
+    r->body_bytes = (double)ctx.seq_body_len;
+    r->retries = parley_retries(p, a);
+    r->p50_ms = percentile(lat, (size_t)n, 50) * 1e3;
+    r->p99_ms = percentile(lat, (size_t)n, 99) * 1e3;
+    p->destroy(a);
+    free(lat);
+    r->ok = 1;
+}
+
+/* ---- Parley, many conversations at once ----------------------------------- */
+
+static struct conc {
+    const parley_plugin *p;
+    parley_agent *a;
+    int n, k;
+    char (*ids)[16];
+    double *start;           /* per conversation: when its current turn was submitted */
+    int *turn_no;            /* per conversation: turns completed */
+    double *lat;             /* n * k latencies */
+    atomic_long completed, failures, in_flight, peak_in_flight;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int finished;
+    char error[200];
+} conc;
+
+static void conc_note_error(const char *what, const char *msg)
+{
+    pthread_mutex_lock(&conc.mu);
+    if (!conc.error[0])
+        snprintf(conc.error, sizeof conc.error, "%s: %s", what, msg ? msg : "?");
+    pthread_mutex_unlock(&conc.mu);
+}
+
+static void conc_count_done(long turns)
+{
+    if (atomic_fetch_add(&conc.completed, turns) + turns >= (long)conc.n * conc.k) {
+        pthread_mutex_lock(&conc.mu);
+        conc.finished = 1;
+        pthread_cond_signal(&conc.cv);
+        pthread_mutex_unlock(&conc.mu);
+    }
+}
+
+static void conc_done(void *user_data, const parley_result *res);
+
+/* Submit conversation i's next turn; on refusal its remaining turns count as failed. */
+static void conc_submit(int i)
+{
+    char text[128];
+    conc_text(text, sizeof text, i, conc.turn_no[i]);
+    parley_input in = {.struct_size = sizeof in, .text = text, .conversation_id = conc.ids[i]};
+    char *err = NULL;
+    long now_in = atomic_fetch_add(&conc.in_flight, 1) + 1;
+    long peak = atomic_load(&conc.peak_in_flight);
+    while (now_in > peak && !atomic_compare_exchange_weak(&conc.peak_in_flight, &peak, now_in)) {
+    }
+    conc.start[i] = now_s();
+    parley_status st = conc.p->async_process(conc.a, &in, conc_done, (void *)(intptr_t)i, NULL, &err);
+    if (st != PARLEY_OK) {
+        atomic_fetch_sub(&conc.in_flight, 1);
+        conc_note_error("async_process", err);
+        conc.p->free_string(err);
+        long left = conc.k - conc.turn_no[i];
+        atomic_fetch_add(&conc.failures, left);
+        conc_count_done(left);
+    }
+}
+
+static void conc_done(void *user_data, const parley_result *res)
+{
+    int i = (int)(intptr_t)user_data;
+    conc.lat[(size_t)i * (size_t)conc.k + (size_t)conc.turn_no[i]] = now_s() - conc.start[i];
+    conc.turn_no[i]++;
+    atomic_fetch_sub(&conc.in_flight, 1);
+    if (res->status != PARLEY_OK) {
+        atomic_fetch_add(&conc.failures, 1);
+        conc_note_error("turn failed", res->error_message);
+    }
+    if (conc.turn_no[i] < conc.k)
+        conc_submit(i); /* allowed from inside a callback (plugin.h) */
+    conc_count_done(1);
+}
+
+/* Wait until every turn completed, sampling VmRSS; 0, or -1 on timeout. */
+static int conc_wait(double deadline, long *rss_peak)
+{
+    int rc = 0;
+    pthread_mutex_lock(&conc.mu);
+    while (!conc.finished) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_nsec += 20 * 1000000L;
+        if (ts.tv_nsec >= 1000000000L) {
+            ts.tv_sec++;
+            ts.tv_nsec -= 1000000000L;
+        }
+        pthread_cond_timedwait(&conc.cv, &conc.mu, &ts);
+        pthread_mutex_unlock(&conc.mu);
+        long rss = status_kib("VmRSS");
+        if (rss > *rss_peak)
+            *rss_peak = rss;
+        pthread_mutex_lock(&conc.mu);
+        if (!conc.finished && now_s() > deadline) {
+            rc = -1;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&conc.mu);
+    return rc;
+}
+
+static void phase_conc_parley(struct result *r)
+{
+    int n = cfg.conc_conversations, k = cfg.conc_turns;
+    conc.p = load_plugin(r);
+    conc.a = conc.p ? make_agent(conc.p, r, n, 2L * n + 16) : NULL;
+    if (!conc.a)
+        return;
+    conc.n = n;
+    conc.k = k;
+    pthread_mutex_init(&conc.mu, NULL);
+    pthread_cond_init(&conc.cv, NULL);
+    conc.ids = calloc((size_t)n, sizeof *conc.ids);
+    conc.start = calloc((size_t)n, sizeof *conc.start);
+    conc.turn_no = calloc((size_t)n, sizeof *conc.turn_no);
+    conc.lat = calloc((size_t)n * (size_t)k, sizeof *conc.lat);
+    if (!conc.ids || !conc.start || !conc.turn_no || !conc.lat) {
+        set_error(r, "out of memory");
+        return;
+    }
+    for (int i = 0; i < n; i++)
+        conc_id(conc.ids[i], sizeof conc.ids[i], i);
+    touch(conc.ids, (size_t)n * sizeof *conc.ids);
+    touch(conc.start, (size_t)n * sizeof *conc.start);
+    touch(conc.turn_no, (size_t)n * sizeof *conc.turn_no);
+    touch(conc.lat, (size_t)n * (size_t)k * sizeof *conc.lat);
+
+    /* Warm-up: one turn on a conversation of its own (libcurl, jansson, the worker). */
+    struct waiter w = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, PARLEY_OK, ""};
+    if (seq_turn(conc.p, conc.a, &w, 0, r) != 0)
+        return;
+
+    r->rss_base_kib = status_kib("VmRSS");
+    long rss_peak = r->rss_base_kib;
+    double srv0 = proc_cpu_s(ctx.server_pid), cpu0 = self_cpu_s(), t0 = now_s();
+    for (int i = 0; i < n; i++)
+        conc_submit(i);
+    int rc = conc_wait(t0 + cfg.phase_timeout_s - 5, &rss_peak);
+    r->wall_s = now_s() - t0;
+    r->cpu_s = self_cpu_s() - cpu0;
+    r->server_cpu_s = proc_cpu_s(ctx.server_pid) - srv0;
+    r->rss_end_kib = status_kib("VmRSS");
+    r->hwm_kib = status_kib("VmHWM");
+    if (rss_peak > r->hwm_kib)
+        r->hwm_kib = rss_peak;
+    r->turns = (long)n * k;
+    r->failures = atomic_load(&conc.failures);
+    r->peak_in_flight = atomic_load(&conc.peak_in_flight);
+    r->retries = parley_retries(conc.p, conc.a);
+    double mean_body = 0;
+    for (int j = 0; j < k; j++)
+        mean_body += (double)ctx.conc_body_len[j] / k;
+    r->body_bytes = mean_body;
+    if (rc != 0) {
+        set_error(r, "%ld of %ld turns still unfinished at the deadline",
+                  r->turns - atomic_load(&conc.completed), r->turns);
+        r->failures += r->turns - atomic_load(&conc.completed);
+        return; /* destroy() would wait for them: just exit */
+    }
+    if (conc.error[0])
+        set_error(r, "%s", conc.error);
+    size_t nl = (size_t)n * (size_t)k;
+    r->p50_ms = percentile(conc.lat, nl, 50) * 1e3;
+    r->p99_ms = percentile(conc.lat, nl, 99) * 1e3;
+    conc.p->destroy(conc.a);
+    r->ok = 1;
+}
+
+/* ---- the floor: bare libcurl ------------------------------------------------ */
+
+static size_t count_body(char *data, size_t size, size_t nmemb, void *ud)
+{
+    (void)data;
+    *(size_t *)ud += size * nmemb;
+    return size * nmemb;
+}
+
+static struct curl_slist *floor_headers(void)
+{
+    return curl_slist_append(NULL, "Content-Type: application/json");
+}
+
+static void floor_setup(CURL *e, const char *url, struct curl_slist *headers, size_t *received)
+{
+    curl_easy_setopt(e, CURLOPT_URL, url);
+    curl_easy_setopt(e, CURLOPT_POST, 1L);
+    curl_easy_setopt(e, CURLOPT_HTTPHEADER, headers);
+    curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, count_body);
+    curl_easy_setopt(e, CURLOPT_WRITEDATA, received);
+    curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, (long)cfg.phase_timeout_s * 1000);
+}
+
+/* 0 when the request got a 200 with a body (read *received after the transfer). */
+static int floor_check(CURL *e, CURLcode code, const size_t *received, struct result *r)
+{
+    long status = 0;
+    curl_easy_getinfo(e, CURLINFO_RESPONSE_CODE, &status);
+    if (code != CURLE_OK) {
+        set_error(r, "curl: %s", curl_easy_strerror(code));
+        return -1;
+    }
+    if (status != 200 || *received == 0) {
+        set_error(r, "HTTP %ld (%zu body bytes)", status, *received);
+        return -1;
+    }
+    return 0;
+}
+
+static void phase_seq_floor(struct result *r)
+{
+    curl_global_init(CURL_GLOBAL_DEFAULT);
+    char url[96];
+    snprintf(url, sizeof url, "http://127.0.0.1:%d/v1/chat/completions", ctx.port);
+    struct curl_slist *headers = floor_headers();
+    CURL *e = curl_easy_init();
+    size_t received = 0;
+    int n = cfg.seq_turns, warm = seq_warmup_turns();
+    double *lat = calloc((size_t)n, sizeof *lat);
+    if (!e || !headers || !lat) {
+        set_error(r, "out of memory");
+        return;
+    }
+    floor_setup(e, url, headers, &received);
+    curl_easy_setopt(e, CURLOPT_POSTFIELDS, ctx.seq_body);
+    curl_easy_setopt(e, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)ctx.seq_body_len);
+    touch(lat, (size_t)n * sizeof *lat);
+    for (int i = 0; i < warm; i++) {
+        received = 0;
+        if (floor_check(e, curl_easy_perform(e), &received, r) != 0)
+            r->failures++;
+    }
+    r->rss_base_kib = status_kib("VmRSS");
+    double srv0 = proc_cpu_s(ctx.server_pid), cpu0 = self_cpu_s(), t0 = now_s();
+    for (int i = 0; i < n; i++) {
+        double s = now_s();
+        received = 0;
+        if (floor_check(e, curl_easy_perform(e), &received, r) != 0)
+            r->failures++;
+        lat[i] = now_s() - s;
+    }
+    r->wall_s = now_s() - t0;
+    r->cpu_s = self_cpu_s() - cpu0;
+    r->server_cpu_s = proc_cpu_s(ctx.server_pid) - srv0;
+    r->rss_end_kib = status_kib("VmRSS");
+    r->hwm_kib = status_kib("VmHWM");
+    r->turns = n;
+    r->peak_in_flight = 1;
+    r->body_bytes = (double)ctx.seq_body_len;
+    r->p50_ms = percentile(lat, (size_t)n, 50) * 1e3;
+    r->p99_ms = percentile(lat, (size_t)n, 99) * 1e3;
+    curl_easy_cleanup(e);
+    curl_slist_free_all(headers);
+    free(lat);
+    r->ok = 1;
+}
+
+/* curl multi driven by epoll and curl_multi_socket_action: the cheapest way
+ * to keep N transfers in flight with libcurl. */
+struct fmulti {
+    CURLM *m;
+    int epfd;
+    double timer_at; /* when curl wants CURL_SOCKET_TIMEOUT; < 0: not armed */
+};
+
+struct ftransfer {
+    CURL *e;
+    int turn;         /* requests completed on this transfer */
+    double start;
+    size_t received;
+};
+
+static int fm_socket(CURL *e, curl_socket_t s, int what, void *userp, void *socketp)
+{
+    (void)e;
+    (void)socketp;
+    struct fmulti *fm = userp;
+    if (what == CURL_POLL_REMOVE) {
+        epoll_ctl(fm->epfd, EPOLL_CTL_DEL, s, NULL);
+        return 0;
+    }
+    struct epoll_event ev;
+    memset(&ev, 0, sizeof ev);
+    ev.events = (what & CURL_POLL_IN ? EPOLLIN : 0u) | (what & CURL_POLL_OUT ? EPOLLOUT : 0u);
+    ev.data.fd = s;
+    if (epoll_ctl(fm->epfd, EPOLL_CTL_MOD, s, &ev) != 0 && errno == ENOENT)
+        epoll_ctl(fm->epfd, EPOLL_CTL_ADD, s, &ev);
+    return 0;
+}
+
+static int fm_timer(CURLM *m, long timeout_ms, void *userp)
+{
+    (void)m;
+    struct fmulti *fm = userp;
+    fm->timer_at = timeout_ms < 0 ? -1 : now_s() + (double)timeout_ms / 1e3;
+    return 0;
+}
+
+static void ftransfer_start(struct fmulti *fm, struct ftransfer *t)
+{
+    int k = t->turn;
+    curl_easy_setopt(t->e, CURLOPT_POSTFIELDS, ctx.conc_body[k]);
+    curl_easy_setopt(t->e, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)ctx.conc_body_len[k]);
+    t->received = 0;
+    t->start = now_s();
+    curl_multi_add_handle(fm->m, t->e);
+}
+
+static void phase_conc_floor(struct result *r)
+{
+    int n = cfg.conc_conversations, k = cfg.conc_turns;
+    curl_global_init(CURL_GLOBAL_DEFAULT);
+    char url[96];
+    snprintf(url, sizeof url, "http://127.0.0.1:%d/v1/chat/completions", ctx.port);
+    struct curl_slist *headers = floor_headers();
+    struct fmulti fm = {curl_multi_init(), epoll_create1(EPOLL_CLOEXEC), -1};
+    struct ftransfer *ts = calloc((size_t)n, sizeof *ts);
+    double *lat = calloc((size_t)n * (size_t)k, sizeof *lat);
+    struct epoll_event *evs = calloc(1024, sizeof *evs);
+    if (!headers || !fm.m || fm.epfd < 0 || !ts || !lat || !evs) {
+        set_error(r, "out of memory");
+        return;
+    }
+    touch(ts, (size_t)n * sizeof *ts);
+    touch(lat, (size_t)n * (size_t)k * sizeof *lat);
+    curl_multi_setopt(fm.m, CURLMOPT_SOCKETFUNCTION, fm_socket);
+    curl_multi_setopt(fm.m, CURLMOPT_SOCKETDATA, &fm);
+    curl_multi_setopt(fm.m, CURLMOPT_TIMERFUNCTION, fm_timer);
+    curl_multi_setopt(fm.m, CURLMOPT_TIMERDATA, &fm);
+    for (int i = 0; i < n; i++) {
+        ts[i].e = curl_easy_init();
+        if (!ts[i].e) {
+            set_error(r, "out of memory");
+            return;
+        }
+        floor_setup(ts[i].e, url, headers, &ts[i].received);
+        curl_easy_setopt(ts[i].e, CURLOPT_PRIVATE, &ts[i]);
+    }
+    /* Warm-up: one request, as the Parley phase makes one turn. */
+    {
+        size_t received = 0;
+        CURL *e = curl_easy_init();
+        floor_setup(e, url, headers, &received);
+        curl_easy_setopt(e, CURLOPT_POSTFIELDS, ctx.conc_body[0]);
+        curl_easy_setopt(e, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)ctx.conc_body_len[0]);
+        if (floor_check(e, curl_easy_perform(e), &received, r) != 0)
+            r->failures++;
+        curl_easy_cleanup(e);
+    }
+
+    r->rss_base_kib = status_kib("VmRSS");
+    long rss_peak = r->rss_base_kib, completed = 0, in_flight = 0, total = (long)n * k;
+    double srv0 = proc_cpu_s(ctx.server_pid), cpu0 = self_cpu_s(), t0 = now_s();
+    double deadline = t0 + cfg.phase_timeout_s - 5, next_sample = t0;
+    int running = 0;
+    for (int i = 0; i < n; i++) {
+        ftransfer_start(&fm, &ts[i]);
+        in_flight++;
+    }
+    r->peak_in_flight = in_flight;
+    while (completed < total) {
+        double now = now_s();
+        if (now > deadline) {
+            set_error(r, "%ld of %ld requests still unfinished at the deadline",
+                      total - completed, total);
+            r->failures += total - completed;
+            break;
+        }
+        int wait_ms = 20;
+        if (fm.timer_at >= 0) {
+            double d = (fm.timer_at - now) * 1e3;
+            wait_ms = d <= 0 ? 0 : d < 20 ? (int)d + 1 : 20;
+        }
+        int nev = epoll_wait(fm.epfd, evs, 1024, wait_ms);
+        for (int j = 0; j < nev; j++) {
+            int flags = (evs[j].events & EPOLLIN ? CURL_CSELECT_IN : 0) |
+                        (evs[j].events & EPOLLOUT ? CURL_CSELECT_OUT : 0) |
+                        (evs[j].events & (EPOLLERR | EPOLLHUP) ? CURL_CSELECT_ERR : 0);
+            curl_multi_socket_action(fm.m, evs[j].data.fd, flags, &running);
+        }
+        if (fm.timer_at >= 0 && now_s() >= fm.timer_at) {
+            fm.timer_at = -1;
+            curl_multi_socket_action(fm.m, CURL_SOCKET_TIMEOUT, 0, &running);
+        }
+        CURLMsg *msg;
+        int left;
+        while ((msg = curl_multi_info_read(fm.m, &left))) {
+            if (msg->msg != CURLMSG_DONE)
+                continue;
+            struct ftransfer *t = NULL;
+            curl_easy_getinfo(msg->easy_handle, CURLINFO_PRIVATE, (char **)&t);
+            CURLcode code = msg->data.result;
+            size_t idx = (size_t)(t - ts) * (size_t)k + (size_t)t->turn;
+            lat[idx] = now_s() - t->start;
+            if (floor_check(t->e, code, &t->received, r) != 0)
+                r->failures++;
+            curl_multi_remove_handle(fm.m, t->e); /* msg is invalid from here */
+            completed++;
+            in_flight--;
+            if (++t->turn < k) {
+                ftransfer_start(&fm, t);
+                in_flight++;
+            }
+        }
+        if (now_s() >= next_sample) {
+            long rss = status_kib("VmRSS");
+            if (rss > rss_peak)
+                rss_peak = rss;
+            next_sample = now_s() + 0.02;
+        }
+    }
+    r->wall_s = now_s() - t0;
+    r->cpu_s = self_cpu_s() - cpu0;
+    r->server_cpu_s = proc_cpu_s(ctx.server_pid) - srv0;
+    r->rss_end_kib = status_kib("VmRSS");
+    r->hwm_kib = status_kib("VmHWM");
+    if (rss_peak > r->hwm_kib)
+        r->hwm_kib = rss_peak;
+    r->turns = total;
+    double mean_body = 0;
+    for (int j = 0; j < k; j++)
+        mean_body += (double)ctx.conc_body_len[j] / k;
+    r->body_bytes = mean_body;
+    size_t nl = (size_t)completed;
+    r->p50_ms = percentile(lat, nl, 50) * 1e3;
+    r->p99_ms = percentile(lat, nl, 99) * 1e3;
+    if (completed < total)
+        return;
+    for (int i = 0; i < n; i++)
+        curl_easy_cleanup(ts[i].e);
+    curl_multi_cleanup(fm.m);
+    curl_slist_free_all(headers);
+    r->ok = 1;
+}
+
+/* ---- capture: the request bodies Parley sends -------------------------------- */
+
+static void phase_capture(struct result *r)
+{
+    const parley_plugin *p = load_plugin(r);
+    parley_agent *a = p ? make_agent(p, r, 16, 16) : NULL;
+    if (!a)
+        return;
+    struct waiter w = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, PARLEY_OK, ""};
+    /* The sequential turns, up to the first measured one. */
+    for (int i = 0; i <= seq_warmup_turns(); i++)
+        if (seq_turn(p, a, &w, i, r) != 0)
+            return;
+    /* One concurrent-scenario conversation, all its turns. */
+    char id[16];
+    conc_id(id, sizeof id, 0);
+    for (int j = 0; j < cfg.conc_turns; j++) {
+        char text[128];
+        conc_text(text, sizeof text, 0, j);
+        parley_input in = {.struct_size = sizeof in, .text = text, .conversation_id = id};
+        w.done = 0;
+        if (p->async_process(a, &in, seq_done, &w, NULL, NULL) != PARLEY_OK) {
+            set_error(r, "capture: async_process refused a turn");
+            return;
+        }
+        pthread_mutex_lock(&w.mu);
+        while (!w.done)
+            pthread_cond_wait(&w.cv, &w.mu);
+        pthread_mutex_unlock(&w.mu);
+        if (w.status != PARLEY_OK) {
+            set_error(r, "capture: %s", w.error);
+            return;
+        }
+    }
+    p->destroy(a);
+    r->ok = 1;
+}
+
+/* Request bodies from the fake server's JSON-lines log, in order. */
+static size_t read_logged_bodies(const char *path, char ***bodies)
+{
+    FILE *f = fopen(path, "r");
+    if (!f)
+        die("cannot read %s", path);
+    size_t n = 0, cap = 0, linecap = 0;
+    char *line = NULL;
+    *bodies = NULL;
+    while (getline(&line, &linecap, f) > 0) {
+        json_t *o = json_loads(line, 0, NULL);
+        json_t *b = json_object_get(o, "body");
+        char *s = b ? json_dumps(b, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
+        json_decref(o);
+        if (!s)
+            die("bad line in %s", path);
+        if (n == cap) {
+            cap = cap ? cap * 2 : 64;
+            *bodies = realloc(*bodies, cap * sizeof **bodies);
+            if (!*bodies)
+                die("out of memory");
+        }
+        (*bodies)[n++] = s;
+    }
+    free(line);
+    fclose(f);
+    return n;
+}
+
+static void capture_bodies(void)
+{
+    char log_path[PATH_MAX];
+    snprintf(log_path, sizeof log_path, "%s/capture.log", workdir);
+    unlink(log_path);
+    struct server s;
+    server_start(&s, "capture", 0, 2, 64, log_path);
+    ctx.port = s.port;
+    ctx.server_pid = s.pid;
+    struct result r = run_phase(phase_capture);
+    server_stop(&s);
+    if (!r.ok)
+        die("capture phase failed: %s", r.error[0] ? r.error : "?");
+    char **bodies;
+    size_t n = read_logged_bodies(log_path, &bodies);
+    size_t seq_index = (size_t)seq_warmup_turns(); /* the first "measured" turn */
+    if (n != seq_index + 1 + (size_t)cfg.conc_turns)
+        die("capture: expected %zu requests in %s, found %zu", seq_index + 1 + cfg.conc_turns,
+            log_path, n);
+    ctx.seq_body = bodies[seq_index];
+    ctx.seq_body_len = strlen(bodies[seq_index]);
+    for (int k = 0; k < cfg.conc_turns; k++) {
+        ctx.conc_body[k] = bodies[seq_index + 1 + (size_t)k];
+        ctx.conc_body_len[k] = strlen(ctx.conc_body[k]);
+    }
+    for (size_t i = 0; i < seq_index; i++)
+        free(bodies[i]);
+    free(bodies);
+    unlink(log_path);
+    printf("request bodies (captured from Parley via the fake server's --log):\n"
+           "  sequential turn with %d turns of history and 5 tools: %zu bytes\n",
+           cfg.seq_history, ctx.seq_body_len);
+    printf("  concurrent turns 1..%d of a conversation:", cfg.conc_turns);
+    for (int k = 0; k < cfg.conc_turns; k++)
+        printf(" %zu", ctx.conc_body_len[k]);
+    printf(" bytes\n\n");
+}
+
+/* ======================================================================
+ * Reporting
+ * ====================================================================== */
+
+static FILE *summary;
+
+static void print_result(const char *scenario, int rep, int reps, const char *who,
+                         const struct result *r)
+{
+    printf("[%s %d/%d] %-6s %6ld turns %9.0f/s  p50 %8.3f ms  p99 %8.3f ms  cpu %7.1f us/turn  "
+           "server cpu %7.1f us/turn  VmHWM %7.1f MiB  RSS +%ld KiB  in flight %ld  failures %ld",
+           scenario, rep, reps, who, r->turns, r->wall_s > 0 ? (double)r->turns / r->wall_s : 0,
+           r->p50_ms, r->p99_ms, r->turns ? r->cpu_s / (double)r->turns * 1e6 : 0,
+           r->turns ? r->server_cpu_s / (double)r->turns * 1e6 : 0, (double)r->hwm_kib / 1024,
+           r->rss_end_kib - r->rss_base_kib, r->peak_in_flight, r->failures);
+    if (r->retries > 0)
+        printf("  retries %ld", r->retries);
+    if (!r->ok || r->error[0])
+        printf("  [%s%s]", r->ok ? "" : "INCOMPLETE: ", r->error[0] ? r->error : "?");
+    printf("\n");
+    fflush(stdout);
+}
+
+/* Medians over repetitions of one metric for Parley and for the floor. */
+struct series {
+    double parley[64], floor[64], ratio[64];
+    size_t n;
+};
+
+static void row(const char *key, const char *label, const char *fmt, const struct series *s,
+                int with_ratio)
+{
+    double p = median(s->parley, s->n), f = median(s->floor, s->n);
+    char pv[32], fv[32];
+    snprintf(pv, sizeof pv, fmt, p);
+    snprintf(fv, sizeof fv, fmt, f);
+    printf("  %-34s %14s %14s", label, pv, fv);
+    if (with_ratio)
+        printf(" %10.3f", median(s->ratio, s->n));
+    printf("\n");
+    if (summary) { /* as printed, for run.sh's table */
+        fprintf(summary, "%s.parley=%s\n%s.floor=%s\n", key, pv, key, fv);
+        if (with_ratio)
+            fprintf(summary, "%s.ratio=%.3f\n", key, median(s->ratio, s->n));
+    }
+}
+
+static void add(struct series *s, double parley, double floor_v, double ratio)
+{
+    s->parley[s->n] = parley;
+    s->floor[s->n] = floor_v;
+    s->ratio[s->n] = ratio;
+    s->n++;
+}
+
+struct scenario_figures {
+    struct series thr, mean_ms, p50, p99, cpu, srv, hwm, growth, per_inflight, fail, inflight;
+    int complete; /* every phase of every repetition ran to its end */
+};
+
+static void collect(struct scenario_figures *fg, const struct result *p, const struct result *f)
+{
+    double tp = p->turns / p->wall_s, tf = f->turns / f->wall_s;
+    add(&fg->thr, tp, tf, tp / tf);
+    add(&fg->mean_ms, 1e3 / tp, 1e3 / tf, tf / tp);
+    add(&fg->p50, p->p50_ms, f->p50_ms, p->p50_ms / f->p50_ms);
+    add(&fg->p99, p->p99_ms, f->p99_ms, p->p99_ms / f->p99_ms);
+    double cp = p->cpu_s / p->turns * 1e6, cf = f->cpu_s / f->turns * 1e6;
+    add(&fg->cpu, cp, cf, cp / cf);
+    add(&fg->srv, p->server_cpu_s / p->turns * 1e6, f->server_cpu_s / f->turns * 1e6, 0);
+    add(&fg->hwm, p->hwm_kib / 1024.0, f->hwm_kib / 1024.0, 0);
+    add(&fg->growth, (double)(p->rss_end_kib - p->rss_base_kib),
+        (double)(f->rss_end_kib - f->rss_base_kib), 0);
+    add(&fg->per_inflight, (double)(p->hwm_kib - p->rss_base_kib) / (double)p->peak_in_flight,
+        (double)(f->hwm_kib - f->rss_base_kib) / (double)f->peak_in_flight, 0);
+    add(&fg->fail, (double)p->failures, (double)f->failures, 0);
+    add(&fg->inflight, (double)p->peak_in_flight, (double)f->peak_in_flight, 0);
+    if (!p->ok || !f->ok)
+        fg->complete = 0;
+}
+
+static const char *verdict(int met) { return met ? "met" : "MISSED"; }
+
+/* ======================================================================
+ * Scenarios
+ * ====================================================================== */
+
+static void scenario(const char *name, int reps, int latency_ms, int threads, int max_conn,
+                     phase_fn parley_fn, phase_fn floor_fn, struct scenario_figures *fg)
+{
+    memset(fg, 0, sizeof *fg);
+    fg->complete = 1;
+    for (int rep = 1; rep <= reps; rep++) {
+        struct server s;
+        char tag[32];
+        snprintf(tag, sizeof tag, "%s-%d", name, rep);
+        server_start(&s, tag, latency_ms, threads, max_conn, NULL);
+        ctx.port = s.port;
+        ctx.server_pid = s.pid;
+        struct result p, f;
+        if (rep % 2) { /* alternate the order: drift hits both sides alike */
+            p = run_phase(parley_fn);
+            print_result(name, rep, reps, "parley", &p);
+            f = run_phase(floor_fn);
+            print_result(name, rep, reps, "floor", &f);
+        } else {
+            f = run_phase(floor_fn);
+            print_result(name, rep, reps, "floor", &f);
+            p = run_phase(parley_fn);
+            print_result(name, rep, reps, "parley", &p);
+        }
+        server_stop(&s);
+        if (p.turns && f.turns && p.wall_s > 0 && f.wall_s > 0)
+            collect(fg, &p, &f);
+        else
+            fg->complete = 0;
+    }
+}
+
+static void report_seq(const struct scenario_figures *fg)
+{
+    printf("\nScenario 1 -- sequential: 1 conversation, %d-turn history, 5 tools, server "
+           "latency 0 ms; %d turns, median of %zu runs\n",
+           cfg.seq_history, cfg.seq_turns, fg->thr.n);
+    printf("  %-34s %14s %14s %10s\n", "", "Parley", "floor", "ratio");
+    row("seq.turns_per_s", "turns/s", "%.0f", &fg->thr, 1);
+    row("seq.mean_ms", "mean turn time (ms)", "%.3f", &fg->mean_ms, 1);
+    row("seq.p50_ms", "p50 latency (ms)", "%.3f", &fg->p50, 1);
+    row("seq.p99_ms", "p99 latency (ms)", "%.3f", &fg->p99, 1);
+    row("seq.cpu_us", "client CPU per turn (us)", "%.1f", &fg->cpu, 1);
+    row("seq.server_cpu_us", "server CPU per turn (us)", "%.1f", &fg->srv, 0);
+    row("seq.hwm_mib", "peak RSS, VmHWM (MiB)", "%.1f", &fg->hwm, 0);
+    row("seq.rss_growth_kib", "RSS growth over the run (KiB)", "%.0f", &fg->growth, 0);
+    row("seq.failures", "failures", "%.0f", &fg->fail, 0);
+    double ratio = median(fg->mean_ms.ratio, fg->mean_ms.n);
+    printf("  => Parley turn time / floor request time = %.3f (target <= 1.10: %s)%s\n", ratio,
+           verdict(ratio <= 1.10), fg->complete ? "" : "  [some phases incomplete]");
+    if (summary)
+        fprintf(summary, "seq.body_bytes=%zu\nseq.complete=%d\n", ctx.seq_body_len, fg->complete);
+}
+
+static void report_conc(const struct scenario_figures *fg)
+{
+    printf("\nScenario 2 -- concurrent: %d conversations in flight, %d turns each, server "
+           "latency %d ms, %d server threads; median of %zu runs\n",
+           cfg.conc_conversations, cfg.conc_turns, cfg.conc_latency_ms, cfg.server_threads,
+           fg->thr.n);
+    printf("  %-34s %14s %14s %10s\n", "", "Parley", "floor", "ratio");
+    row("conc.turns_per_s", "turns/s", "%.0f", &fg->thr, 1);
+    row("conc.p50_ms", "p50 latency (ms)", "%.1f", &fg->p50, 1);
+    row("conc.p99_ms", "p99 latency (ms)", "%.1f", &fg->p99, 1);
+    row("conc.cpu_us", "client CPU per turn (us)", "%.1f", &fg->cpu, 1);
+    row("conc.server_cpu_us", "server CPU per turn (us)", "%.1f", &fg->srv, 0);
+    row("conc.peak_in_flight", "peak turns in flight", "%.0f", &fg->inflight, 0);
+    row("conc.hwm_mib", "peak RSS, VmHWM (MiB)", "%.1f", &fg->hwm, 0);
+    row("conc.kib_per_in_flight", "RSS per in-flight turn (KiB)", "%.1f", &fg->per_inflight, 0);
+    row("conc.failures", "failures", "%.0f", &fg->fail, 0);
+    double ratio = median(fg->thr.ratio, fg->thr.n);
+    double kib = median(fg->per_inflight.parley, fg->per_inflight.n);
+    double worst_fail = 0;
+    for (size_t i = 0; i < fg->fail.n; i++)
+        if (fg->fail.parley[i] > worst_fail)
+            worst_fail = fg->fail.parley[i];
+    printf("  => Parley throughput / floor throughput = %.3f (target >= 0.80: %s)\n", ratio,
+           verdict(ratio >= 0.80));
+    printf("  => Parley failures, worst run = %.0f (target 0: %s)\n", worst_fail,
+           verdict(worst_fail == 0 && fg->complete));
+    printf("  => RSS per in-flight turn = %.1f KiB (target <= 64 KiB: %s)\n", kib,
+           verdict(kib <= 64));
+    printf("     (VmHWM minus VmRSS before the first submission, over the peak number of turns "
+           "in flight;\n      includes the history committed during the run)\n");
+    if (summary)
+        fprintf(summary, "conc.failures_worst=%.0f\nconc.complete=%d\n", worst_fail, fg->complete);
+}
+
+/* ======================================================================
+ * main
+ * ====================================================================== */
+
+static void usage(FILE *out)
+{
+    fprintf(out,
+            "usage: parley-bench [options]\n"
+            "  --scenario seq|concurrent|all   (all)\n"
+            "  --plugin PATH                   parley.so (%s)\n"
+            "  --fake-llm PATH                 parley-fake-llm (%s)\n"
+            "  --seq-turns N                   measured sequential turns (2000)\n"
+            "  --seq-repeats N                 (5)\n"
+            "  --conc-conversations N          conversations in flight at once (10000)\n"
+            "  --conc-turns N                  turns per conversation, 1..%d (3)\n"
+            "  --conc-latency-ms N             server latency (200)\n"
+            "  --conc-repeats N                (3)\n"
+            "  --server-threads N              fake server threads, concurrent scenario (2)\n"
+            "  --phase-timeout-s N             kill a phase after N s (120)\n"
+            "  --summary-file PATH             also write the medians as key=value lines\n"
+            "  --verbose                       show the plugin's warnings\n",
+            PARLEY_BENCH_PLUGIN, PARLEY_BENCH_FAKE_LLM, MAX_CONC_TURNS);
+}
+
+static int int_arg(const char *name, const char *v, int lo, int hi)
+{
+    char *end;
+    long x = strtol(v, &end, 10);
+    if (*v == '\0' || *end != '\0' || x < lo || x > hi) {
+        fprintf(stderr, "parley-bench: %s must be an integer from %d to %d\n", name, lo, hi);
+        exit(2);
+    }
+    return (int)x;
+}
+
+int main(int argc, char **argv)
+{
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+            usage(stdout);
+            return 0;
+        }
+        if (strcmp(a, "--verbose") == 0) {
+            cfg.verbose = 1;
+            continue;
+        }
+        if (!v) {
+            usage(stderr);
+            return 2;
+        }
+        i++;
+        if (strcmp(a, "--scenario") == 0)
+            cfg.scenario = v;
+        else if (strcmp(a, "--plugin") == 0)
+            cfg.plugin = v;
+        else if (strcmp(a, "--fake-llm") == 0)
+            cfg.fake_llm = v;
+        else if (strcmp(a, "--summary-file") == 0)
+            cfg.summary_file = v;
+        else if (strcmp(a, "--seq-turns") == 0)
+            cfg.seq_turns = int_arg(a, v, 1, 10000000);
+        else if (strcmp(a, "--seq-repeats") == 0)
+            cfg.seq_repeats = int_arg(a, v, 1, 64);
+        else if (strcmp(a, "--conc-conversations") == 0)
+            cfg.conc_conversations = int_arg(a, v, 1, 1000000);
+        else if (strcmp(a, "--conc-turns") == 0)
+            cfg.conc_turns = int_arg(a, v, 1, MAX_CONC_TURNS);
+        else if (strcmp(a, "--conc-latency-ms") == 0)
+            cfg.conc_latency_ms = int_arg(a, v, 0, 60000);
+        else if (strcmp(a, "--conc-repeats") == 0)
+            cfg.conc_repeats = int_arg(a, v, 1, 64);
+        else if (strcmp(a, "--server-threads") == 0)
+            cfg.server_threads = int_arg(a, v, 1, 1024);
+        else if (strcmp(a, "--phase-timeout-s") == 0)
+            cfg.phase_timeout_s = int_arg(a, v, 10, 3600);
+        else {
+            usage(stderr);
+            return 2;
+        }
+    }
+    int do_seq = strcmp(cfg.scenario, "seq") == 0 || strcmp(cfg.scenario, "all") == 0;
+    int do_conc = strcmp(cfg.scenario, "concurrent") == 0 || strcmp(cfg.scenario, "all") == 0;
+    if (!do_seq && !do_conc) {
+        usage(stderr);
+        return 2;
+    }
+    if (access(cfg.plugin, R_OK) != 0)
+        die("plugin not found: %s (--plugin)", cfg.plugin);
+    if (access(cfg.fake_llm, X_OK) != 0)
+        die("fake server not found: %s (--fake-llm)", cfg.fake_llm);
+    raise_nofile();
+    struct rlimit rl;
+    getrlimit(RLIMIT_NOFILE, &rl);
+    if (do_conc && rl.rlim_cur < (rlim_t)cfg.conc_conversations + 64)
+        fprintf(stderr,
+                "parley-bench: warning: RLIMIT_NOFILE is %llu, fewer than %d connections need\n",
+                (unsigned long long)rl.rlim_cur, cfg.conc_conversations + 64);
+    snprintf(workdir, sizeof workdir, "/tmp/parley-bench.XXXXXX");
+    if (!mkdtemp(workdir))
+        die("mkdtemp: %s", strerror(errno));
+    if (cfg.summary_file && !(summary = fopen(cfg.summary_file, "w")))
+        die("cannot write %s", cfg.summary_file);
+    signal(SIGPIPE, SIG_IGN);
+
+    printf("parley-bench: plugin %s\n              server %s (127.0.0.1 only)\n\n", cfg.plugin,
+           cfg.fake_llm);
+    capture_bodies();
+
+    struct scenario_figures seq, conc_fg;
+    if (do_seq)
+        scenario("seq", cfg.seq_repeats, 0, 2, 64, phase_seq_parley, phase_seq_floor, &seq);
+    if (do_conc)
+        scenario("concurrent", cfg.conc_repeats, cfg.conc_latency_ms, cfg.server_threads,
+                 2 * cfg.conc_conversations + 64, phase_conc_parley, phase_conc_floor, &conc_fg);
+    if (do_seq)
+        report_seq(&seq);
+    if (do_conc)
+        report_conc(&conc_fg);
+    if (summary)
+        fclose(summary);
+    rmdir(workdir);
+    return 0;
+}
