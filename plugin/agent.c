@@ -60,23 +60,28 @@ static int setup_http(parley_agent *a)
         a->url = NULL;
         return -1;
     }
-    a->headers = curl_slist_append(NULL, "Content-Type: application/json");
-    if (o->stream)
-        a->headers = curl_slist_append(a->headers, "Accept: text/event-stream");
-    if (o->api_key) {
-        char *auth = NULL;
-        if (asprintf(&auth, "Authorization: Bearer %s", o->api_key) < 0)
-            return -1;
-        a->headers = curl_slist_append(a->headers, auth);
-        free(auth);
-    }
-    if (!a->headers)
+    char *auth = NULL;
+    if (o->api_key && asprintf(&auth, "Authorization: Bearer %s", o->api_key) < 0)
         return -1;
+    const char *lines[] = {"Content-Type: application/json",
+                           o->stream ? "Accept: text/event-stream" : NULL, auth};
+    for (size_t i = 0; i < sizeof lines / sizeof lines[0]; i++) {
+        if (!lines[i])
+            continue;
+        struct curl_slist *more = curl_slist_append(a->headers, lines[i]);
+        if (!more) { /* the list so far stays in a->headers, freed by agent_free */
+            free(auth);
+            return -1;
+        }
+        a->headers = more;
+    }
+    free(auth);
     a->http = (http_config){
         .url = a->url,
         .headers = a->headers,
         .connect_timeout_ms = (long)o->connect_timeout_ms,
-        .request_timeout_ms = (long)o->request_timeout_ms,
+        /* Streamed answers are timed by the turn: first byte, then idle gaps. */
+        .request_timeout_ms = o->stream ? 0 : (long)o->request_timeout_ms,
         .verify_tls = o->verify_tls,
         .max_response_bytes = (size_t)o->max_response_bytes,
     };

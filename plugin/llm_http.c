@@ -41,13 +41,27 @@ static int64_t parse_retry_after(const char *v)
     long long secs = strtoll(v, &end, 10);
     if (end != v && secs >= 0)
         return secs > 86400 ? 86400000 : (int64_t)secs * 1000;
+    /* An HTTP date, "Sun, 06 Nov 1994 08:49:37 GMT": parsed by hand, since
+     * strptime's month names follow the host's locale. */
+    static const char months[] = "JanFebMarAprMayJunJulAugSepOctNovDec";
+    char mon[4] = "";
+    int day, year, hh, mm, ss;
+    const char *comma = strchr(v, ',');
+    if (!comma || sscanf(comma + 1, " %d %3s %d %d:%d:%d GMT", &day, mon, &year, &hh, &mm, &ss) != 6)
+        return -1;
+    const char *m = strlen(mon) == 3 ? strstr(months, mon) : NULL;
+    if (!m || (m - months) % 3 != 0)
+        return -1;
     struct tm tm;
     memset(&tm, 0, sizeof tm);
-    if (strptime(v, "%a, %d %b %Y %H:%M:%S GMT", &tm)) {
-        time_t when = timegm(&tm), now = time(NULL);
-        return when > now ? (int64_t)(when - now) * 1000 : 0;
-    }
-    return -1;
+    tm.tm_mday = day;
+    tm.tm_mon = (int)((m - months) / 3);
+    tm.tm_year = year - 1900;
+    tm.tm_hour = hh;
+    tm.tm_min = mm;
+    tm.tm_sec = ss;
+    time_t when = timegm(&tm), now = time(NULL);
+    return when > now ? (int64_t)(when - now) * 1000 : 0;
 }
 
 static size_t on_header(char *data, size_t size, size_t nmemb, void *ud)
@@ -180,16 +194,20 @@ parley_status http_call_outcome(const http_call *c, CURLcode code, char **msg, i
         *msg = pstr_printf("LLM connection failed mid-response: %s", detail);
         return PARLEY_ERR_BAD_RESPONSE;
     }
-    if (c->status >= 200 && c->status < 300)
+    /* A body-less answer (an empty 429 from a gateway) never reached on_body. */
+    long status = c->status;
+    if (status == 0)
+        curl_easy_getinfo(c->easy, CURLINFO_RESPONSE_CODE, &status);
+    if (status >= 200 && status < 300)
         return PARLEY_OK;
     char *server_text = llm_error_text(c->body.data ? c->body.data : "", c->body.len);
-    *msg = pstr_printf("LLM server answered HTTP %ld%s%s", c->status, server_text ? ": " : "",
+    *msg = pstr_printf("LLM server answered HTTP %ld%s%s", status, server_text ? ": " : "",
                 server_text ? server_text : "");
     free(server_text);
-    if (c->status == 429) {
+    if (status == 429) {
         *retryable = 1;
         return PARLEY_ERR_RATE_LIMITED;
     }
-    *retryable = c->status >= 500;
+    *retryable = status >= 500;
     return PARLEY_ERR_HTTP_STATUS;
 }

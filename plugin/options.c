@@ -45,7 +45,7 @@ static const opt_spec SPECS[] = {
     {"connect_timeout_ms", OPT_INT, OFF(connect_timeout_ms), 1, 600000, "5000",
      "Time allowed to connect to the LLM server"},
     {"request_timeout_ms", OPT_INT, OFF(request_timeout_ms), 1, 3600000, "60000",
-     "Time allowed for one HTTP request, connect included"},
+     "Time allowed for one HTTP request, connect included (streamed: until the first byte)"},
     {"stream_idle_timeout_ms", OPT_INT, OFF(stream_idle_timeout_ms), 1, 3600000, "30000",
      "A streamed response that sends nothing for this long fails"},
     {"turn_timeout_ms", OPT_INT, OFF(turn_timeout_ms), 1, 86400000, "120000",
@@ -106,7 +106,7 @@ static int set_value(parley_options *o, const opt_spec *s, json_t *v, char **err
         char **dst = (char **)field;
         free(*dst);
         *dst = json_is_null(v) ? NULL : strdup(json_string_value(v));
-        return 0;
+        return json_is_null(v) || *dst ? 0 : -1;
     }
     case OPT_BOOL:
         *(int *)field = json_is_true(v);
@@ -143,7 +143,7 @@ static int set_value(parley_options *o, const opt_spec *s, json_t *v, char **err
         char **dst = (char **)field;
         free(*dst);
         *dst = json_dumps(v, JSON_COMPACT | JSON_PRESERVE_ORDER);
-        return 0;
+        return *dst ? 0 : -1;
     }
     }
     return 0;

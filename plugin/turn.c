@@ -49,7 +49,7 @@ static int copy_field(const char *name, const char *src, size_t max, char **dst,
     }
     if (!(*dst = strdup(src))) {
         *err = pstr_printf("out of memory");
-        return -1;
+        return -2;
     }
     return 0;
 }
@@ -61,14 +61,20 @@ static int copy_input(turn *t, const parley_agent *a, const parley_input *in, ch
         *err = pstr_printf("input 'text': required, and must not be empty");
         return -1;
     }
-    if (copy_field("text", in->text, max, &t->text, err) ||
-        copy_field("language", in->language, max, &t->language, err) ||
-        copy_field("device_id", in->device_id, max, &t->device_id, err) ||
-        copy_field("satellite_id", in->satellite_id, max, &t->satellite_id, err) ||
-        copy_field("agent_id", in->agent_id, max, &t->agent_id, err) ||
-        copy_field("extra_system_prompt", in->extra_system_prompt, max, &t->extra_system_prompt, err) ||
-        copy_field("context_json", in->context_json, max, &t->context_json, err))
-        return -1;
+    const struct { const char *name, *src; char **dst; } fields[] = {
+        {"text", in->text, &t->text},
+        {"language", in->language, &t->language},
+        {"device_id", in->device_id, &t->device_id},
+        {"satellite_id", in->satellite_id, &t->satellite_id},
+        {"agent_id", in->agent_id, &t->agent_id},
+        {"extra_system_prompt", in->extra_system_prompt, &t->extra_system_prompt},
+        {"context_json", in->context_json, &t->context_json},
+    };
+    for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++) {
+        int rc = copy_field(fields[i].name, fields[i].src, max, fields[i].dst, err);
+        if (rc != 0)
+            return rc;
+    }
     if (t->context_json) {
         json_error_t jerr;
         json_t *ctx = json_loads(t->context_json, 0, &jerr);
@@ -85,9 +91,10 @@ static int copy_input(turn *t, const parley_agent *a, const parley_input *in, ch
         char *terr = NULL;
         t->own_tools = toolset_parse(in->tools_json, a->tools, &terr);
         if (!t->own_tools) {
+            int oom = !terr || strcmp(terr, "out of memory") == 0;
             *err = pstr_printf("input 'tools_json': %s", terr ? terr : "out of memory");
             free(terr);
-            return -1;
+            return oom ? -2 : -1;
         }
         t->tools = t->own_tools;
     }
@@ -116,7 +123,7 @@ static int resolve_conversation(turn *t, const parley_agent *a, const parley_inp
     }
     if (!t->conversation_id) {
         *err = pstr_printf("out of memory");
-        return -1;
+        return -2;
     }
     return 0;
 }
@@ -147,8 +154,13 @@ turn *turn_new(parley_agent *a, const parley_input *in, parley_done_fn done, voi
     t->on_delta = copy.on_delta;
     t->deadline = (ptimer)PTIMER_INIT(t);
     t->wait = (ptimer)PTIMER_INIT(t);
-    if (copy_input(t, a, &copy, err) != 0 || resolve_conversation(t, a, &copy, err) != 0)
+    int rc = copy_input(t, a, &copy, err);
+    if (rc == 0)
+        rc = resolve_conversation(t, a, &copy, err);
+    if (rc != 0) {
+        *status = rc == -2 ? PARLEY_ERR_NO_MEMORY : PARLEY_ERR_INVALID_INPUT;
         goto fail;
+    }
     if (uuid4(t->turn_id) != 0) {
         *err = pstr_printf("no randomness available for a turn id");
         goto fail;
@@ -378,18 +390,24 @@ static void on_stream_text(void *ud, const char *text, size_t len)
         t->on_delta(t->user_data, t->id, text, len);
 }
 
-/* A streamed answer must keep coming: each piece pushes the idle deadline back. */
-static int arm_stream_idle(turn *t)
+/*
+ * A streamed answer has no total time limit (it may speak for minutes); it
+ * must start within request_timeout_ms, then keep coming: each piece pushes
+ * the idle deadline back by stream_idle_timeout_ms.  The turn's own deadline
+ * still bounds it all.
+ */
+static int arm_stream_timer(turn *t, int first_byte)
 {
     parley_agent *a = t->agent;
-    return timer_arm(&a->timers, &t->wait, clock_mono_ms() + (uint64_t)a->opts.stream_idle_timeout_ms);
+    int64_t ms = first_byte ? a->opts.request_timeout_ms : a->opts.stream_idle_timeout_ms;
+    return timer_arm(&a->timers, &t->wait, clock_mono_ms() + (uint64_t)ms);
 }
 
 static int stream_sink(void *owner, const char *data, size_t len)
 {
     turn *t = owner;
     char *err = NULL;
-    if (arm_stream_idle(t) != 0) {
+    if (arm_stream_timer(t, 0) != 0) {
         free(t->stream_error);
         t->stream_error = strdup("out of memory");
         return -1;
@@ -433,7 +451,7 @@ static void turn_request(turn *t)
         turn_end(t, PARLEY_ERR_INTERNAL, "could not start the HTTP request");
         return;
     }
-    if (t->stream && arm_stream_idle(t) != 0) {
+    if (t->stream && arm_stream_timer(t, 1) != 0) {
         turn_end(t, PARLEY_ERR_NO_MEMORY, "out of memory");
         return;
     }
@@ -526,6 +544,9 @@ void turn_on_http_done(turn *t, CURLcode code)
         llm_reply_free(&reply);
         return;
     }
+    if (reply.finish_reason && strcmp(reply.finish_reason, "length") == 0)
+        agent_log(a, PARLEY_LOG_WARN, "turn %s: the model hit max_tokens; the answer may be cut short",
+                  t->turn_id);
     if (reply.ncalls == 0) {
         record_answer(t, reply.content ? reply.content : "");
         llm_reply_free(&reply);
@@ -606,7 +627,7 @@ static void turn_dispatch_tools(turn *t, llm_reply *reply)
 
     /* Count every call pending first: the host may complete one inside its callback. */
     t->calls_pending = t->ncalls;
-    for (size_t i = 0; i < t->ncalls && !t->ended; i++) {
+    for (size_t i = 0; i < t->ncalls; i++) {
         turn_call *c = &t->calls[i];
         atomic_fetch_add(&a->metrics.tool_calls, 1);
         char *problem = call_problem(t, c);
@@ -638,11 +659,15 @@ static void turn_dispatch_tools(turn *t, llm_reply *reply)
             .tool_name = c->name,
             .arguments_json = c->arguments,
             .user_data = t->user_data,
+            .language = t->language,
+            .device_id = t->device_id,
+            .satellite_id = t->satellite_id,
+            .agent_id = t->agent_id,
+            .context_json = t->context_json,
         };
+        /* The host cannot end the turn from here: cancel and results go through the inbox. */
         a->host.tool_call(a->host.host_data, h, &info);
     }
-    if (t->ended)
-        return;
     if (t->calls_pending == 0) {
         after_tools(t);
         return;
@@ -752,9 +777,13 @@ void turn_on_timer(turn *t, ptimer *which)
         turn_end(t, PARLEY_ERR_TIMEOUT, m ? m : "turn timeout");
         free(m);
     } else if (t->http) {
-        char *m = pstr_printf("the streamed answer stalled: no data for stream_idle_timeout_ms (%lld ms)",
-                      (long long)t->agent->opts.stream_idle_timeout_ms);
-        turn_end(t, PARLEY_ERR_TIMEOUT, m ? m : "stream idle timeout");
+        const parley_options *o = &t->agent->opts;
+        char *m = t->http->received
+                      ? pstr_printf("the streamed answer stalled: no data for "
+                                    "stream_idle_timeout_ms (%lld ms)", (long long)o->stream_idle_timeout_ms)
+                      : pstr_printf("no answer from the LLM server within request_timeout_ms (%lld ms)",
+                                    (long long)o->request_timeout_ms);
+        turn_end(t, PARLEY_ERR_TIMEOUT, m ? m : "stream timeout");
         free(m);
     } else if (t->calls_pending) {
         tool_timeout(t);

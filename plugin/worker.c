@@ -299,16 +299,18 @@ static void sweep_history(parley_agent *a)
     history_expire(a->hist, clock_wall_ms());
 }
 
-/* destroy(): every turn still held ends cancelled, exactly once. */
+/*
+ * destroy(): every turn still held ends cancelled, exactly once.  The inbox
+ * stays alive while they end (box->stop already refuses new turns): a host
+ * may complete a tool call meanwhile, even from a done callback, and its
+ * handle must wait in the inbox until its turn has let go of it.
+ */
 static void cancel_everything(parley_agent *a)
 {
     inbox *box = a->box;
     pthread_mutex_lock(&box->mu);
-    box->alive = 0; /* from now on async_process refuses and completions are dropped */
     turn *submitted = box->submitted_head;
     box->submitted_head = box->submitted_tail = NULL;
-    parley_tool_call *completed = box->completed;
-    box->completed = NULL;
     pthread_mutex_unlock(&box->mu);
 
     a->stopping = 1;
@@ -322,6 +324,13 @@ static void cancel_everything(parley_agent *a)
     }
     while (a->all_head)
         turn_end(a->all_head, PARLEY_ERR_CANCELLED, "the agent was destroyed");
+
+    /* No turn holds a handle now: later completions just free theirs. */
+    pthread_mutex_lock(&box->mu);
+    box->alive = 0;
+    parley_tool_call *completed = box->completed;
+    box->completed = NULL;
+    pthread_mutex_unlock(&box->mu);
     while (completed) {
         parley_tool_call *h = completed;
         completed = h->next;

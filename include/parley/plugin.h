@@ -135,6 +135,13 @@ typedef struct parley_tool_call_info {
     const char *tool_name;        /* a tool the host declared */
     const char *arguments_json;   /* a JSON object, already validated */
     void *user_data;              /* the user_data given to async_process */
+    /* The turn's input, so a tool can act where the user is (e.g. "turn on
+     * the light" from the kitchen satellite).  NULL when the input had none. */
+    const char *language;
+    const char *device_id;
+    const char *satellite_id;
+    const char *agent_id;
+    const char *context_json;
 } parley_tool_call_info;
 
 /**
@@ -165,8 +172,9 @@ typedef struct parley_host {
  * Text delta of a streamed answer (option "stream": true), called on the
  * worker thread with the user_data given to async_process, before that
  * turn's done callback.  Each delta is whole UTF-8 characters (never a split
- * sequence) and is not NUL-terminated: use `len`.  The deltas of a turn,
- * concatenated, are the text the model streamed in its answer rounds.
+ * sequence) and is not NUL-terminated: use `len`.  Deltas carry all the text
+ * the model streams, including any it says alongside tool calls ("Let me
+ * check..."); the result's `response` is the final answer only.
  */
 typedef void (*parley_delta_fn)(void *user_data, parley_request_id request_id, const char *text,
                                 size_t len);
@@ -246,7 +254,8 @@ typedef struct parley_plugin {
      *   The callback may run (on the worker) before async_process has even
      *   returned: a host that looks the turn up by request id must be ready
      *   for that.
-     * Anything else (INVALID_INPUT, BUSY, NO_MEMORY): nothing was started,
+     * Anything else (INVALID_INPUT, BUSY, NO_MEMORY, or CANCELLED while the
+     *   agent is being destroyed): nothing was started,
      *   `done` will NOT be called, and *error (if not NULL) explains.
      * Turns on the same conversation_id run one after another in submission
      * order; turns on different conversations run concurrently.

@@ -66,5 +66,21 @@ class Stress(unittest.TestCase):
         self.run_stress(8, 200)
 
 
+DESTROY_RACE = os.path.join(BUILD, "tests", "stress", "parley-destroy-race")
+
+
+class DestroyRace(unittest.TestCase):
+    def test_tool_completed_from_a_callback_during_destroy(self):
+        # A use-after-free once: destroy() marked the inbox dead before ending
+        # turns, so a completion from a done callback freed a handle its turn
+        # still held.  Under ASan that aborts; here every turn must end
+        # cancelled exactly once, 20 rounds in a row.
+        with FakeLLM() as llm:
+            res = subprocess.run([DESTROY_RACE, PLUGIN, llm.base_url], capture_output=True,
+                                 text=True, timeout=120 * SLOW)
+        self.assertEqual(res.returncode, 0, (res.stdout + res.stderr)[-4000:])
+        self.assertRegex(res.stdout, r"^\d+ passed, 0 failed$")
+
+
 if __name__ == "__main__":
     unittest.main()
