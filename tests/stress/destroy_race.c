@@ -17,15 +17,21 @@
 static const parley_plugin *P;
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static parley_tool_call *held;
-static int tool_calls, done_t1, done_t2, cancelled, passed, failed;
+static int tool_calls, done_t1, done_t2, cancelled, passed, failed, info_ok;
 
 #define CHECK(c) ((c) ? (void)passed++ : (void)(failed++, fprintf(stderr, "CHECK failed: %s\n", #c)))
 
 static void on_tool(void *hd, parley_tool_call *c, const parley_tool_call_info *info)
 {
     (void)hd;
-    (void)info;
+    /* The turn's input reaches the tool, so it can act where the user is. */
+    int ok = info->struct_size >= sizeof *info && info->device_id &&
+             strcmp(info->device_id, "kitchen-satellite") == 0 && info->language &&
+             strcmp(info->language, "en") == 0 && info->context_json &&
+             strcmp(info->context_json, "{\"user_id\":\"u1\"}") == 0 && !info->satellite_id &&
+             strcmp(info->tool_name, "turn_on") == 0;
     pthread_mutex_lock(&mu);
+    info_ok += ok;
     held = c; /* hold it: the host answers later, from T2's done callback */
     tool_calls++;
     pthread_mutex_unlock(&mu);
@@ -87,13 +93,18 @@ int main(int argc, char **argv)
             return 2;
         }
         pthread_mutex_lock(&mu);
-        tool_calls = done_t1 = done_t2 = cancelled = 0;
+        tool_calls = done_t1 = done_t2 = cancelled = info_ok = 0;
         held = NULL;
         pthread_mutex_unlock(&mu);
 
-        parley_input t1 = {.struct_size = sizeof t1, .text = "[[tool:turn_on {}]]"};
+        parley_input t1 = {.struct_size = sizeof t1, .text = "[[tool:turn_on {}]]",
+                           .device_id = "kitchen-satellite", .language = "en",
+                           .context_json = "{\"user_id\":\"u1\"}"};
         CHECK(P->async_process(a, &t1, on_done, "T1", NULL, NULL) == PARLEY_OK);
         CHECK(wait_for_tool_call());
+        pthread_mutex_lock(&mu);
+        CHECK(info_ok == 1);
+        pthread_mutex_unlock(&mu);
         parley_input t2 = {.struct_size = sizeof t2, .text = "hello [[latency:5000]]"};
         CHECK(P->async_process(a, &t2, on_done, "T2", NULL, NULL) == PARLEY_OK);
         usleep(20000 + 5000 * (round % 5)); /* T2's request under way */
