@@ -368,6 +368,26 @@ static struct phase_ctx {
     size_t conc_body_len[MAX_CONC_TURNS];
 } ctx;
 
+/* The measured window of a phase: CPU, wall time and memory from open to close. */
+struct window {
+    double server_cpu0, cpu0, t0;
+};
+
+static struct window window_open(struct result *r)
+{
+    r->rss_base_kib = status_kib("VmRSS");
+    return (struct window){proc_cpu_s(ctx.server_pid), self_cpu_s(), now_s()};
+}
+
+static void window_close(const struct window *w, struct result *r)
+{
+    r->wall_s = now_s() - w->t0;
+    r->cpu_s = self_cpu_s() - w->cpu0;
+    r->server_cpu_s = proc_cpu_s(ctx.server_pid) - w->server_cpu0;
+    r->rss_end_kib = status_kib("VmRSS");
+    r->hwm_kib = status_kib("VmHWM");
+}
+
 static void set_error(struct result *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static void set_error(struct result *r, const char *fmt, ...)
 {
@@ -565,19 +585,14 @@ static void phase_seq_parley(struct result *r)
         if (seq_turn(p, a, &w, i, r) != 0)
             r->failures++;
 
-    r->rss_base_kib = status_kib("VmRSS");
-    double srv0 = proc_cpu_s(ctx.server_pid), cpu0 = self_cpu_s(), t0 = now_s();
+    struct window win = window_open(r);
     for (int i = 0; i < n; i++) {
         double s = now_s();
         if (seq_turn(p, a, &w, warm + i, r) != 0)
             r->failures++;
         lat[i] = now_s() - s;
     }
-    r->wall_s = now_s() - t0;
-    r->cpu_s = self_cpu_s() - cpu0;
-    r->server_cpu_s = proc_cpu_s(ctx.server_pid) - srv0;
-    r->rss_end_kib = status_kib("VmRSS");
-    r->hwm_kib = status_kib("VmHWM");
+    window_close(&win, r);
     r->turns = n;
     r->peak_in_flight = 1;
     r->body_bytes = (double)ctx.seq_body_len;
@@ -723,17 +738,13 @@ static void phase_conc_parley(struct result *r)
     if (seq_turn(conc.p, conc.a, &w, 0, r) != 0)
         return;
 
-    r->rss_base_kib = status_kib("VmRSS");
+    struct window win = window_open(r);
     long rss_peak = r->rss_base_kib;
-    double srv0 = proc_cpu_s(ctx.server_pid), cpu0 = self_cpu_s(), t0 = now_s();
+    double t0 = win.t0;
     for (int i = 0; i < n; i++)
         conc_submit(i);
     int rc = conc_wait(t0 + cfg.phase_timeout_s - 5, &rss_peak);
-    r->wall_s = now_s() - t0;
-    r->cpu_s = self_cpu_s() - cpu0;
-    r->server_cpu_s = proc_cpu_s(ctx.server_pid) - srv0;
-    r->rss_end_kib = status_kib("VmRSS");
-    r->hwm_kib = status_kib("VmHWM");
+    window_close(&win, r);
     if (rss_peak > r->hwm_kib)
         r->hwm_kib = rss_peak;
     r->turns = (long)n * k;
@@ -823,8 +834,7 @@ static void phase_seq_floor(struct result *r)
         if (floor_check(e, curl_easy_perform(e), &received, r) != 0)
             r->failures++;
     }
-    r->rss_base_kib = status_kib("VmRSS");
-    double srv0 = proc_cpu_s(ctx.server_pid), cpu0 = self_cpu_s(), t0 = now_s();
+    struct window win = window_open(r);
     for (int i = 0; i < n; i++) {
         double s = now_s();
         received = 0;
@@ -832,11 +842,7 @@ static void phase_seq_floor(struct result *r)
             r->failures++;
         lat[i] = now_s() - s;
     }
-    r->wall_s = now_s() - t0;
-    r->cpu_s = self_cpu_s() - cpu0;
-    r->server_cpu_s = proc_cpu_s(ctx.server_pid) - srv0;
-    r->rss_end_kib = status_kib("VmRSS");
-    r->hwm_kib = status_kib("VmHWM");
+    window_close(&win, r);
     r->turns = n;
     r->peak_in_flight = 1;
     r->body_bytes = (double)ctx.seq_body_len;
@@ -941,9 +947,9 @@ static void phase_conc_floor(struct result *r)
         curl_easy_cleanup(e);
     }
 
-    r->rss_base_kib = status_kib("VmRSS");
+    struct window win = window_open(r);
     long rss_peak = r->rss_base_kib, completed = 0, in_flight = 0, total = (long)n * k;
-    double srv0 = proc_cpu_s(ctx.server_pid), cpu0 = self_cpu_s(), t0 = now_s();
+    double t0 = win.t0;
     double deadline = t0 + cfg.phase_timeout_s - 5, next_sample = t0;
     int running = 0;
     for (int i = 0; i < n; i++) {
@@ -1002,11 +1008,7 @@ static void phase_conc_floor(struct result *r)
             next_sample = now_s() + 0.02;
         }
     }
-    r->wall_s = now_s() - t0;
-    r->cpu_s = self_cpu_s() - cpu0;
-    r->server_cpu_s = proc_cpu_s(ctx.server_pid) - srv0;
-    r->rss_end_kib = status_kib("VmRSS");
-    r->hwm_kib = status_kib("VmHWM");
+    window_close(&win, r);
     if (rss_peak > r->hwm_kib)
         r->hwm_kib = rss_peak;
     r->turns = total;
