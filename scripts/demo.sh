@@ -48,7 +48,7 @@ say() {
 say "Hello! I just got home."
 say "Please turn on the kitchen light."
 say "Is the kitchen light on now?"
-say "Thanks. Can you remember what I said first? [[ask]]"
+say "Thanks. Do you remember what I said first? [[recall]]"
 printf '/history\n/quit\n' >&"${SHIM[1]}"
 echo "history as the plugin stores it (/history):"
 cat <&"${SHIM[0]}"

@@ -233,6 +233,20 @@ static void tool_results_text(const struct chat_request *req, buf_t *b)
     buf_printf(b, " (messages: %zu)", req->n_messages);
 }
 
+/* The text of the request's first user message (malloc'd), or NULL. */
+static char *first_user_text(const struct chat_request *req)
+{
+    json_t *msgs = json_object_get(req->body, "messages");
+    size_t i;
+    json_t *m;
+    json_array_foreach(msgs, i, m) {
+        const char *role = json_string_value(json_object_get(m, "role"));
+        if (role && strcmp(role, "user") == 0)
+            return chat_content_text(json_object_get(m, "content"));
+    }
+    return NULL;
+}
+
 /* Rule 3: echo markers or "You said: ...". */
 static void plain_text(const struct chat_request *req, buf_t *b)
 {
@@ -244,6 +258,12 @@ static void plain_text(const struct chat_request *req, buf_t *b)
         free(s);
     } else if (req->system_text && marker_find(u, "echo-system", NULL, NULL)) {
         buf_puts(b, req->system_text);
+    } else if (marker_find(u, "recall", NULL, NULL)) {
+        /* Shows memory in the demo: only history can tell what came first. */
+        char *first = first_user_text(req);
+        buf_printf(b, "Your first message was: \"%s\". I have seen %zu messages (%zu from you).",
+                   first ? first : u, req->n_messages, req->n_user);
+        free(first);
     } else {
         buf_printf(b, "You said: \"%s\". I have seen %zu messages (%zu from you).", u,
                    req->n_messages, req->n_user);

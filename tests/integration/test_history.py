@@ -111,6 +111,21 @@ class FollowUps(HistoryCase):
         self.assertLessEqual(h["turns"][0]["finished_at"], h["turns"][1]["started_at"])
 
 
+class Recall(HistoryCase):
+    def test_model_can_recall_the_first_turn_only_through_history(self):
+        # What the README demo shows: a follow-up answered from memory.
+        llm = self.server()
+        run = self.run_ok([{"text": "My name is Ada.", "conversation_id": "r"},
+                           {"text": "What did I say first? [[recall]]", "conversation_id": "r"},
+                           {"text": "What did I say first? [[recall]]", "conversation_id": "other"}],
+                          options(llm))
+        self.assertEqual(self.assertTurnOk(run.by_seq(2))["response"],
+                         'Your first message was: "My name is Ada.". I have seen 4 messages (2 from you).')
+        # Another conversation has no such memory: its first message is the question itself.
+        self.assertTrue(self.assertTurnOk(run.by_seq(3))["response"].startswith(
+            'Your first message was: "What did I say first?'))
+
+
 class Truncation(HistoryCase):
     def run_plain(self, n_turns, max_hist, snapshots=True):
         """n_turns plain turns on one id, a history op after each (when
