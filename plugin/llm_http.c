@@ -1,7 +1,6 @@
 /* llm_http.c -- see llm_http.h. */
 #include "llm_http.h"
 
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
