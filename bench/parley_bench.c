@@ -476,8 +476,11 @@ static parley_agent *make_agent(const parley_plugin *p, struct result *r, long m
     if (asprintf(&options,
                  "{\"base_url\":\"http://127.0.0.1:%d/v1\",\"model\":\"fake-model\","
                  "\"tools\":%s,\"max_history_turns\":%d,\"max_in_flight\":%ld,"
+                 "\"max_connections\":%ld,"
                  "\"max_conversations\":%ld,\"turn_timeout_ms\":%d,\"request_timeout_ms\":%d}",
-                 ctx.port, TOOLS_JSON, cfg.seq_history, max_in_flight, max_conversations,
+                 ctx.port, TOOLS_JSON, cfg.seq_history, max_in_flight,
+                 /* one connection per turn in flight, as the floor has */
+                 max_in_flight < 100000 ? max_in_flight : 100000L, max_conversations,
                  cfg.phase_timeout_s * 1000, cfg.phase_timeout_s * 1000) < 0)
         return NULL;
     char *err = NULL;

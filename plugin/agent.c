@@ -12,7 +12,9 @@
 
 #include "clock.h"
 #include "agent_api.h"
+#include "tool_handle.h"
 #include "turn.h"
+#include "utf8.h"
 
 static pthread_once_t curl_once = PTHREAD_ONCE_INIT;
 static CURLcode curl_init_result;
@@ -20,16 +22,28 @@ static CURLcode curl_init_result;
 /* curl_global_init is not thread-safe on older libcurls: do it exactly once. */
 static void init_curl(void) { curl_init_result = curl_global_init(CURL_GLOBAL_DEFAULT); }
 
+/* Whole messages, never cut (a debug body may be megabytes), always valid UTF-8. */
 void agent_log(parley_agent *a, parley_log_level level, const char *fmt, ...)
 {
     if (!a->host.log)
         return;
-    char msg[1024];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
+    char *msg = pstr_vprintf(fmt, ap);
     va_end(ap);
-    a->host.log(a->host.host_data, level, msg);
+    if (!msg)
+        return; /* out of memory: a log line is not worth failing for */
+    size_t n = strlen(msg);
+    if (utf8_valid(msg, n)) {
+        a->host.log(a->host.host_data, level, msg);
+    } else {
+        pbuf repaired = PBUF_INIT;
+        utf8_append_repaired(&repaired, msg, n);
+        if (!repaired.oom)
+            a->host.log(a->host.host_data, level, repaired.data);
+        pbuf_free(&repaired);
+    }
+    free(msg);
 }
 
 static char *dup_error(const char *s) { return strdup(s ? s : "out of memory"); }
@@ -52,6 +66,24 @@ static inbox *inbox_new(void)
     return box;
 }
 
+/* The URL as messages may show it: no user:password@, no query, no fragment. */
+static char *url_for_display(const char *url)
+{
+    CURLU *h = curl_url();
+    char *shown = NULL, *out = NULL;
+    if (h && curl_url_set(h, CURLUPART_URL, url, 0) == CURLUE_OK &&
+        curl_url_set(h, CURLUPART_USER, NULL, 0) == CURLUE_OK &&
+        curl_url_set(h, CURLUPART_PASSWORD, NULL, 0) == CURLUE_OK &&
+        curl_url_set(h, CURLUPART_OPTIONS, NULL, 0) == CURLUE_OK &&
+        curl_url_set(h, CURLUPART_QUERY, NULL, 0) == CURLUE_OK &&
+        curl_url_set(h, CURLUPART_FRAGMENT, NULL, 0) == CURLUE_OK &&
+        curl_url_get(h, CURLUPART_URL, &shown, 0) == CURLUE_OK)
+        out = strdup(shown);
+    curl_free(shown);
+    curl_url_cleanup(h);
+    return out;
+}
+
 /* Everything requests share: the URL, the headers, the limits. */
 static int setup_http(parley_agent *a)
 {
@@ -60,6 +92,8 @@ static int setup_http(parley_agent *a)
         a->url = NULL;
         return -1;
     }
+    if (!(a->display_url = url_for_display(a->url)))
+        return -1;
     char *auth = NULL;
     if (o->api_key && asprintf(&auth, "Authorization: Bearer %s", o->api_key) < 0)
         return -1;
@@ -78,6 +112,7 @@ static int setup_http(parley_agent *a)
     free(auth);
     a->http = (http_config){
         .url = a->url,
+        .display_url = a->display_url,
         .headers = a->headers,
         .connect_timeout_ms = (long)o->connect_timeout_ms,
         /* Streamed answers are timed by the turn: first byte, then idle gaps. */
@@ -90,13 +125,13 @@ static int setup_http(parley_agent *a)
 
 static void agent_free(parley_agent *a)
 {
-    if (a->multi)
-        curl_multi_cleanup(a->multi);
+    http_pool_cleanup(&a->pool);
     dict_free(a->lanes);
     free(a->reaped);
     timer_heap_free(&a->timers);
     curl_slist_free_all(a->headers);
     free(a->url);
+    free(a->display_url);
     toolset_free(a->tools);
     history_free(a->hist);
     options_free(&a->opts);
@@ -149,7 +184,11 @@ parley_agent *agent_create(const parley_host *host, const char *options_json, ch
         err = dup_error("could not start the worker thread");
         goto fail;
     }
-    agent_log(a, PARLEY_LOG_INFO, "agent ready: model %s at %s", a->opts.model, a->url);
+    if (!a->opts.verify_tls)
+        agent_log(a, PARLEY_LOG_WARN, "verify_tls is false: the LLM server's TLS certificate is NOT "
+                  "checked, so anyone on the network path can read the API key and the "
+                  "conversations; use it only for testing");
+    agent_log(a, PARLEY_LOG_INFO, "agent ready: model %s at %s", a->opts.model, a->display_url);
     return a;
 fail:
     if (error)
@@ -260,10 +299,13 @@ parley_status agent_cancel(parley_agent *a, parley_request_id id)
     return st;
 }
 
-parley_status agent_complete_tool_call(parley_tool_call *h, const char *result, int is_error)
+parley_status agent_complete_tool_call(parley_tool_call *call, const char *result, int is_error)
 {
-    if (!h)
+    if (!call)
         return PARLEY_ERR_INVALID_INPUT;
+    parley_tool_call *h = tool_handle_take(call);
+    if (!h)
+        return PARLEY_ERR_NOT_FOUND; /* already completed (or never given out) */
     char *copy = result ? strdup(result) : NULL;
     parley_status st = result && !copy ? PARLEY_ERR_NO_MEMORY : PARLEY_OK;
     inbox *box = h->box;

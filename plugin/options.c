@@ -1,6 +1,7 @@
 /* options.c -- see options.h.  The table below is the single source of truth. */
 #include "options.h"
 
+#include <curl/curl.h>
 #include <jansson.h>
 #include <math.h>
 #include <stdio.h>
@@ -71,6 +72,8 @@ static const opt_spec SPECS[] = {
      "Tools offered to the model: [{name, description, parameters}] or OpenAI form"},
     {"max_in_flight", OPT_INT, OFF(max_in_flight), 1, 1000000, "10000",
      "Turns accepted at once; beyond it async_process returns busy"},
+    {"max_connections", OPT_INT, OFF(max_connections), 1, 100000, "64",
+     "Connections to the LLM server open at once; more requests wait for a free one"},
     {"max_input_bytes", OPT_INT, OFF(max_input_bytes), 1, 16777216, "65536",
      "Largest input text (and largest input field)"},
     {"max_response_bytes", OPT_INT, OFF(max_response_bytes), 1024, 1073741824, "8388608",
@@ -182,9 +185,32 @@ static int apply_defaults(parley_options *o)
     return 0;
 }
 
-static int valid_url(const char *u)
+/*
+ * base_url must be an http(s) URL libcurl itself can parse, so a request never
+ * fails later for a reason create() could have named.  The URL is not echoed:
+ * it may carry credentials (user:password@host).
+ */
+static int check_base_url(const char *u, char **err)
 {
-    return strncmp(u, "http://", 7) == 0 || strncmp(u, "https://", 8) == 0;
+    CURLU *h = curl_url();
+    if (!h) {
+        *err = pstr_printf("out of memory");
+        return -1;
+    }
+    char *scheme = NULL, *host = NULL;
+    CURLUcode rc = curl_url_set(h, CURLUPART_URL, u, 0);
+    if (rc == CURLUE_OK)
+        rc = curl_url_get(h, CURLUPART_SCHEME, &scheme, 0);
+    if (rc == CURLUE_OK)
+        rc = curl_url_get(h, CURLUPART_HOST, &host, 0);
+    if (rc != CURLUE_OK)
+        *err = pstr_printf("option 'base_url': not a URL libcurl can parse (%s)", curl_url_strerror(rc));
+    else if (strcmp(scheme, "http") != 0 && strcmp(scheme, "https") != 0)
+        *err = pstr_printf("option 'base_url': must be an http:// or https:// URL");
+    curl_free(scheme);
+    curl_free(host);
+    curl_url_cleanup(h);
+    return *err ? -1 : 0;
 }
 
 /* Checks that involve more than one option, or the environment. */
@@ -194,10 +220,8 @@ static int finish(parley_options *o, json_t *root, char **err)
         *err = pstr_printf("option 'model': required (a non-empty string)");
         return -1;
     }
-    if (!valid_url(o->base_url) || strlen(o->base_url) < 10) {
-        *err = pstr_printf("option 'base_url': must be an http:// or https:// URL");
+    if (check_base_url(o->base_url, err) != 0)
         return -1;
-    }
     size_t n = strlen(o->base_url);
     while (n > 0 && o->base_url[n - 1] == '/')
         o->base_url[--n] = '\0';
@@ -224,6 +248,54 @@ static int finish(parley_options *o, json_t *root, char **err)
     return 0;
 }
 
+static const opt_spec *find_spec(const char *name)
+{
+    for (size_t i = 0; i < NSPECS; i++)
+        if (strcmp(SPECS[i].name, name) == 0)
+            return &SPECS[i];
+    return NULL;
+}
+
+/*
+ * The parser's reason, in our words, and where.  jansson's own text quotes
+ * the source near the error ("near 'sk-abc'"), and for a short token that
+ * is the token itself, an API key as likely as anything: never echo it.
+ * Only a duplicate key is named, and only when it is an option's name.
+ */
+static char *parse_error(const json_error_t *e)
+{
+    const char *why;
+    switch (json_error_code(e)) {
+    case json_error_out_of_memory: return pstr_printf("out of memory");
+    case json_error_stack_overflow: why = "nested too deeply"; break;
+    case json_error_invalid_utf8: why = "not valid UTF-8"; break;
+    case json_error_premature_end_of_input: why = "the text ends too early"; break;
+    case json_error_end_of_input_expected: why = "unexpected text after the JSON value"; break;
+    case json_error_null_character: why = "a \\u0000 escape in a string"; break;
+    case json_error_null_byte_in_key: why = "a NUL byte in a key"; break;
+    case json_error_numeric_overflow: why = "a number too large"; break;
+    case json_error_duplicate_key: {
+        /* jansson's text ends "near '\"KEY\"'": the key, with quotes. */
+        const char *q = strstr(e->text, "near '\"");
+        char name[64] = "";
+        if (q) {
+            q += 7;
+            size_t n = strcspn(q, "\"");
+            if (n < sizeof name && q[n] == '"') {
+                memcpy(name, q, n);
+                name[n] = '\0';
+            }
+        }
+        if (find_spec(name))
+            return pstr_printf("option '%s': given more than once", name);
+        return pstr_printf("options: a key is given more than once (line %d, column %d)", e->line,
+                           e->column);
+    }
+    default: why = "invalid syntax"; break;
+    }
+    return pstr_printf("options are not valid JSON: %s (line %d, column %d)", why, e->line, e->column);
+}
+
 int options_parse(const char *json_text, parley_options *o, char **err)
 {
     *err = NULL;
@@ -234,10 +306,9 @@ int options_parse(const char *json_text, parley_options *o, char **err)
         return -1;
     }
     json_error_t jerr;
-    json_t *root = json_loads(json_text ? json_text : "", 0, &jerr);
+    json_t *root = json_loads(json_text ? json_text : "", JSON_REJECT_DUPLICATES, &jerr);
     if (!root) {
-        *err = pstr_printf("options are not valid JSON: %s (line %d, column %d)", jerr.text, jerr.line,
-                       jerr.column);
+        *err = parse_error(&jerr);
         goto fail;
     }
     if (!json_is_object(root)) {
@@ -247,10 +318,7 @@ int options_parse(const char *json_text, parley_options *o, char **err)
     const char *key;
     json_t *v;
     json_object_foreach(root, key, v) {
-        const opt_spec *s = NULL;
-        for (size_t i = 0; i < NSPECS; i++)
-            if (strcmp(SPECS[i].name, key) == 0)
-                s = &SPECS[i];
+        const opt_spec *s = find_spec(key);
         if (!s) {
             *err = pstr_printf("option '%s': unknown option", key);
             goto fail;

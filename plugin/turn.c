@@ -9,6 +9,7 @@
 
 #include "clock.h"
 #include "llm_request.h"
+#include "tool_handle.h"
 #include "utf8.h"
 #include "worker.h"
 
@@ -164,6 +165,7 @@ turn *turn_new(parley_agent *a, const parley_input *in, parley_done_fn done, voi
         *err = pstr_printf("no randomness available for a turn id");
         goto fail;
     }
+    t->accepted_mono_ms = clock_mono_ms(); /* turn_timeout_ms counts from here */
     t->id = atomic_fetch_add(&a->next_request_id, 1);
     snprintf(t->id_key, sizeof t->id_key, "%llu", (unsigned long long)t->id);
     *status = PARLEY_OK;
@@ -368,10 +370,6 @@ void turn_begin(turn *t)
 {
     parley_agent *a = t->agent;
     t->started_wall_ms = clock_wall_ms();
-    if (timer_arm(&a->timers, &t->deadline, clock_mono_ms() + (uint64_t)a->opts.turn_timeout_ms)) {
-        turn_end(t, PARLEY_ERR_NO_MEMORY, "out of memory");
-        return;
-    }
     if (t->conversation_id)
         history_render(a->hist, t->conversation_id, clock_wall_ms(), &t->history);
     record_user_message(t);
@@ -416,7 +414,8 @@ static int stream_sink(void *owner, const char *data, size_t len)
         t->stream_error = err;
         return -1;
     }
-    return 0;
+    /* [DONE]: finish now, even if the server holds the connection open. */
+    return llm_stream_done(t->stream) ? HTTP_SINK_COMPLETE : 0;
 }
 
 static void turn_request(turn *t)
@@ -444,7 +443,7 @@ static void turn_request(turn *t)
         turn_end(t, PARLEY_ERR_NO_MEMORY, "out of memory");
         return;
     }
-    t->http = http_call_start(a->multi, &a->http, t->body.data, t->body.len, t,
+    t->http = http_call_start(&a->pool, &a->http, t->body.data, t->body.len, t,
                               t->stream ? stream_sink : NULL);
     if (!t->http) {
         turn_end(t, PARLEY_ERR_INTERNAL, "could not start the HTTP request");
@@ -638,7 +637,9 @@ static void turn_dispatch_tools(turn *t, llm_reply *reply)
             continue;
         }
         parley_tool_call *h = calloc(1, sizeof *h);
-        if (!h) {
+        parley_tool_call *given = h ? tool_handle_register(h) : NULL;
+        if (!given) {
+            free(h);
             turn_end(t, PARLEY_ERR_NO_MEMORY, "out of memory");
             return;
         }
@@ -665,7 +666,7 @@ static void turn_dispatch_tools(turn *t, llm_reply *reply)
             .context_json = t->context_json,
         };
         /* The host cannot end the turn from here: cancel and results go through the inbox. */
-        a->host.tool_call(a->host.host_data, h, &info);
+        a->host.tool_call(a->host.host_data, given, &info);
     }
     if (t->calls_pending == 0) {
         after_tools(t);
@@ -777,6 +778,14 @@ void turn_on_timer(turn *t, ptimer *which)
         free(m);
     } else if (t->http) {
         const parley_options *o = &t->agent->opts;
+        /* No first byte yet: the request's time counts from when it got a connection. */
+        uint64_t due = t->http->started_ms + (uint64_t)o->request_timeout_ms;
+        if (!t->http->received && (!t->http->started || clock_mono_ms() < due)) {
+            if (timer_arm(&t->agent->timers, &t->wait,
+                          t->http->started ? due : clock_mono_ms() + (uint64_t)o->request_timeout_ms))
+                turn_end(t, PARLEY_ERR_NO_MEMORY, "out of memory");
+            return;
+        }
         char *m = t->http->received
                       ? pstr_printf("the streamed answer stalled: no data for "
                                     "stream_idle_timeout_ms (%lld ms)", (long long)o->stream_idle_timeout_ms)

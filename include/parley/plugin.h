@@ -276,7 +276,9 @@ typedef struct parley_plugin {
      * result_json: any JSON value, or plain text (sent to the model as-is);
      * NULL means "no output".  is_error != 0 marks a failure: the model
      * sees it as {"error": ..., "error_text": ...}.  Any thread; exactly
-     * once per call.  Always frees the handle.
+     * once per call.  Always frees the handle.  `call` is an opaque id, not
+     * an address the plugin frees: completing the same call a second time
+     * is detected and returns PARLEY_ERR_NOT_FOUND, changing nothing.
      */
     parley_status (*complete_tool_call)(parley_tool_call *call, const char *result_json,
                                         int is_error);

@@ -83,6 +83,8 @@ static void chat_reply_response(struct MHD_Connection *conn, const struct reques
         .cut = f->kind == FAULT_STREAM_CUT,
         .abort_at_cut = f->kind == FAULT_STREAM_CUT && f->arg == 1,
         .poison_utf8 = f->kind == FAULT_INVALID_UTF8,
+        .hold_open = f->kind == FAULT_DONE_HOLD, /* streams only: a JSON body ends normally */
+        .keepalive_ms = f->kind == FAULT_DONE_HOLD ? f->arg : 0,
     };
     o->status = MHD_HTTP_OK;
 
@@ -135,6 +137,12 @@ static void handle_chat(struct MHD_Connection *conn, const struct request *r, js
         set_error(o, &err);
         goto out;
     }
+    if (f.kind == FAULT_HEADER_FLOOD && g_cfg.fault.kind != FAULT_HEADER_FLOOD) {
+        api_error_set(&err, 400, "invalid_request_error", "messages", "fake_bad_marker",
+                      "parley-fake-llm: header_flood needs --fault header_flood (memory limit).");
+        set_error(o, &err);
+        goto out;
+    }
     if (marker_find(req.user_text, "latency", &v, &vlen)) {
         unsigned long ms;
         if (!v || !parse_ulong(v, vlen, &ms)) {
@@ -176,6 +184,8 @@ static void handle_chat(struct MHD_Connection *conn, const struct request *r, js
         break;
     default:
         chat_reply_response(conn, r, &req, &f, seq, o);
+        if (f.kind == FAULT_HEADER_FLOOD)
+            fault_header_flood(o->resp, f.arg);
         break;
     }
 out:
