@@ -197,18 +197,24 @@ static int check_base_url(const char *u, char **err)
         *err = pstr_printf("out of memory");
         return -1;
     }
-    char *scheme = NULL, *host = NULL;
+    char *scheme = NULL, *host = NULL, *query = NULL, *fragment = NULL;
     CURLUcode rc = curl_url_set(h, CURLUPART_URL, u, 0);
     if (rc == CURLUE_OK)
         rc = curl_url_get(h, CURLUPART_SCHEME, &scheme, 0);
     if (rc == CURLUE_OK)
         rc = curl_url_get(h, CURLUPART_HOST, &host, 0);
+    curl_url_get(h, CURLUPART_QUERY, &query, 0);
+    curl_url_get(h, CURLUPART_FRAGMENT, &fragment, 0);
     if (rc != CURLUE_OK)
         *err = pstr_printf("option 'base_url': not a URL libcurl can parse (%s)", curl_url_strerror(rc));
     else if (strcmp(scheme, "http") != 0 && strcmp(scheme, "https") != 0)
         *err = pstr_printf("option 'base_url': must be an http:// or https:// URL");
+    else if (query || fragment) /* "/chat/completions" would be appended to it */
+        *err = pstr_printf("option 'base_url': must not have a ?query or #fragment");
     curl_free(scheme);
     curl_free(host);
+    curl_free(query);
+    curl_free(fragment);
     curl_url_cleanup(h);
     return *err ? -1 : 0;
 }
@@ -296,6 +302,16 @@ static char *parse_error(const json_error_t *e)
     return pstr_printf("options are not valid JSON: %s (line %d, column %d)", why, e->line, e->column);
 }
 
+/* Option names are lower_case words; anything else (an API key pasted as a
+ * key, say) is not echoed in an error. */
+static int looks_like_option_name(const char *k)
+{
+    size_t n = strlen(k);
+    if (n == 0 || n > 64 || k[0] < 'a' || k[0] > 'z')
+        return 0;
+    return strspn(k, "abcdefghijklmnopqrstuvwxyz0123456789_") == n;
+}
+
 int options_parse(const char *json_text, parley_options *o, char **err)
 {
     *err = NULL;
@@ -320,7 +336,10 @@ int options_parse(const char *json_text, parley_options *o, char **err)
     json_object_foreach(root, key, v) {
         const opt_spec *s = find_spec(key);
         if (!s) {
-            *err = pstr_printf("option '%s': unknown option", key);
+            *err = looks_like_option_name(key)
+                       ? pstr_printf("option '%s': unknown option", key)
+                       : pstr_printf("options: an unknown key that is no option's name (not shown: "
+                                     "it could be a secret); option names are lower_case");
             goto fail;
         }
         if (!type_ok(s, v)) {
