@@ -152,7 +152,9 @@ typedef struct parley_host {
     uint32_t struct_size;
     void *host_data; /* passed back to every callback below */
 
-    /* Optional (may be NULL).  Diagnostics.  Never contains the API key. */
+    /* Optional (may be NULL).  Diagnostics: one whole message per call (never
+     * cut, however long), always valid UTF-8, NUL-terminated.  Never contains
+     * the API key. */
     void (*log)(void *host_data, parley_log_level level, const char *message);
 
     /*
