@@ -332,7 +332,10 @@ parley_status http_call_outcome(const http_call *c, CURLcode code, char **msg, i
         }
         if (is_connection_failure(code) && !began) {
             *retryable = 1;
-            *msg = pstr_printf("cannot reach the LLM server: %s", detail);
+            *msg = code == CURLE_SSL_CONNECT_ERROR
+                       ? pstr_printf("TLS handshake with the LLM server failed: %s (an https:// "
+                                     "base_url for a server that speaks plain http?)", detail)
+                       : pstr_printf("cannot reach the LLM server: %s", detail);
             return PARLEY_ERR_CONNECT;
         }
         /* The response began (headers or body), then broke: oversized headers, a cut. */

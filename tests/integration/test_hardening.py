@@ -192,6 +192,18 @@ class TransportClasses(ParleyTestCase):
         self.assertRegex(run.stderr, r"parley\[warn\]: verify_tls is false")
 
 
+class PlainServerOverTLS(ParleyTestCase):
+    """Defect 3: a failed TLS handshake is `connect` (retried: it may be transient)."""
+
+    def test_https_to_a_plain_http_server(self):
+        with FakeLLM() as fake:
+            url = "https://127.0.0.1:%d/v1" % fake.port
+            run = self.run_ok([{"text": "hi"}], options(fake, base_url=url, max_retries=1))
+        msg = self.assertTurnError(run.by_seq(1), "connect")["error"]["message"]
+        self.assertIn("TLS handshake", msg)
+        self.assertIn("plain http", msg)
+
+
 class StatusAndHeaders(ParleyTestCase):
     """Defect 3 (statuses, header overflow) and issue 16: same status whatever the mode."""
 
