@@ -14,6 +14,8 @@ static size_t on_body(char *data, size_t size, size_t nmemb, void *ud)
 {
     http_call *c = ud;
     size_t n = size * nmemb;
+    if (c->complete)
+        return n; /* after the end of the answer (keep-alive comments): not even counted */
     if (c->status == 0)
         curl_easy_getinfo(c->easy, CURLINFO_RESPONSE_CODE, &c->status);
     if (c->received + n > c->max_bytes) {
@@ -24,8 +26,8 @@ static size_t on_body(char *data, size_t size, size_t nmemb, void *ud)
     if (c->sink && c->status >= 200 && c->status < 300) {
         int rc = c->sink(c->owner, data, n);
         if (rc == HTTP_SINK_COMPLETE) {
-            c->complete = 1; /* ends the transfer now: nothing after the end matters */
-            return 0;
+            c->complete = 1; /* let the body end by itself, so the connection can be reused */
+            return n;
         }
         if (rc != 0) {
             c->sink_failed = 1;
@@ -300,7 +302,7 @@ parley_status http_call_outcome(const http_call *c, CURLcode code, char **msg, i
         return PARLEY_ERR_BAD_RESPONSE;
     }
     if (c->complete)
-        return PARLEY_OK; /* the sink had the whole answer and ended the transfer */
+        return PARLEY_OK; /* the sink had the whole answer; what came after does not matter */
     if (c->sink_failed)
         return PARLEY_ERR_BAD_RESPONSE; /* the sink keeps its own message */
     long status = c->status;

@@ -32,8 +32,9 @@ typedef struct http_config {
 
 /*
  * Receives the body of a 2xx answer; returns 0 for more, HTTP_SINK_COMPLETE
- * when the answer is whole (the transfer then ends at once, whatever the
- * server still sends or holds open), or -1 to abort it as a failure.
+ * when the answer is whole (`complete` is set; anything the server sends
+ * after it is dropped unseen, and the owner may end the call without waiting
+ * for the body's end), or -1 to abort the transfer as a failure.
  */
 typedef int (*http_sink_fn)(void *owner, const char *data, size_t len);
 #define HTTP_SINK_COMPLETE 1
@@ -68,7 +69,7 @@ struct http_call {
     int64_t retry_after_ms;  /* from Retry-After; -1 when absent */
     int oversized;           /* the body passed max_bytes */
     int sink_failed;         /* the sink refused data */
-    int complete;            /* the sink has the whole answer: the transfer was ended */
+    int complete;            /* the sink has the whole answer (the body may not have ended) */
     size_t header_bytes;     /* response header bytes seen (the response began) */
     int headers_done;        /* a final (non-1xx) header block ended */
     const char *display_url;

@@ -400,22 +400,32 @@ static int arm_stream_timer(turn *t, int first_byte)
     return timer_arm(&a->timers, &t->wait, clock_mono_ms() + (uint64_t)ms);
 }
 
+/*
+ * After [DONE] the answer is whole.  The body's end normally follows at once
+ * (and then the connection can be reused); a server that holds the
+ * connection open, or keeps sending keep-alive comments, gets this long
+ * before the turn ends without it.  Nothing after [DONE] re-arms a timer.
+ */
+#define STREAM_END_GRACE_MS 50
+
 static int stream_sink(void *owner, const char *data, size_t len)
 {
     turn *t = owner;
     char *err = NULL;
-    if (arm_stream_timer(t, 0) != 0) {
-        free(t->stream_error);
-        t->stream_error = strdup("out of memory");
-        return -1;
-    }
     if (llm_stream_feed(t->stream, data, len, &err) != 0) {
         free(t->stream_error);
         t->stream_error = err;
         return -1;
     }
-    /* [DONE]: finish now, even if the server holds the connection open. */
-    return llm_stream_done(t->stream) ? HTTP_SINK_COMPLETE : 0;
+    int done = llm_stream_done(t->stream);
+    parley_agent *a = t->agent;
+    if (done ? timer_arm(&a->timers, &t->wait, clock_mono_ms() + STREAM_END_GRACE_MS)
+             : arm_stream_timer(t, 0)) {
+        free(t->stream_error);
+        t->stream_error = strdup("out of memory");
+        return -1;
+    }
+    return done ? HTTP_SINK_COMPLETE : 0;
 }
 
 static void turn_request(turn *t)
@@ -776,6 +786,8 @@ void turn_on_timer(turn *t, ptimer *which)
                       (long long)t->agent->opts.turn_timeout_ms);
         turn_end(t, PARLEY_ERR_TIMEOUT, m ? m : "turn timeout");
         free(m);
+    } else if (t->http && t->http->complete) {
+        turn_on_http_done(t, CURLE_OK); /* [DONE] came, the body's end did not: done anyway */
     } else if (t->http) {
         const parley_options *o = &t->agent->opts;
         /* No first byte yet: the request's time counts from when it got a connection. */

@@ -214,10 +214,11 @@ void timer_stop(void);
 
 bool reqlog_open(const char *path);
 /* body: parsed JSON (borrowed) or NULL, then raw bytes are logged as a string
- * (or null when empty). status < 0 logs null. fault may be NULL. */
+ * (or null when empty). status < 0 logs null. fault may be NULL.  client_port
+ * < 0 logs null (one port = one connection). */
 void reqlog_write(unsigned long seq, const char *method, const char *path, const char *auth,
                   const char *ctype, const json_t *body, const char *raw, size_t rawlen,
-                  int status, const char *fault);
+                  int status, const char *fault, int client_port);
 void reqlog_close(void);
 
 /* ------------------------------------------------------------ http.c */

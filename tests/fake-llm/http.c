@@ -7,6 +7,7 @@
  * request and queued on the call that follows the resume. */
 #include "fakellm.h"
 
+#include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -233,6 +234,20 @@ static const char *header(struct MHD_Connection *conn, const char *name)
     return MHD_lookup_connection_value(conn, MHD_HEADER_KIND, name);
 }
 
+/* The client's TCP port: requests with the same one came on the same connection. */
+static int client_port(struct MHD_Connection *conn)
+{
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+    if (!ci || !ci->client_addr)
+        return -1;
+    if (ci->client_addr->sa_family == AF_INET)
+        return ntohs(((const struct sockaddr_in *)(const void *)ci->client_addr)->sin_port);
+    if (ci->client_addr->sa_family == AF_INET6)
+        return ntohs(((const struct sockaddr_in6 *)(const void *)ci->client_addr)->sin6_port);
+    return -1;
+}
+
 /* Decides, logs and sends (or schedules) the reply for a complete request. */
 static enum MHD_Result dispatch(struct MHD_Connection *conn, struct request *r, const char *url,
                                 const char *method)
@@ -247,7 +262,7 @@ static enum MHD_Result dispatch(struct MHD_Connection *conn, struct request *r, 
 
     reqlog_write(seq, method, url, header(conn, MHD_HTTP_HEADER_AUTHORIZATION),
                  header(conn, MHD_HTTP_HEADER_CONTENT_TYPE), body, r->body.data, r->body.len,
-                 o.hang ? -1 : (int)o.status, o.fault[0] ? o.fault : NULL);
+                 o.hang ? -1 : (int)o.status, o.fault[0] ? o.fault : NULL, client_port(conn));
     if (!g_cfg.quiet)
         fprintf(stderr, "fake-llm: #%lu %s %s -> %s%u%s%s\n", seq, method, url,
                 o.hang ? "hang" : "", o.hang ? 0 : o.status, o.fault[0] ? " fault=" : "",

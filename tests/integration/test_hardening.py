@@ -91,6 +91,18 @@ class FinishedStream(ParleyTestCase):
         self.assertIn("hello", res["response"])
         self.assertEqual(len(run.by_seq(2)["result"]["turns"]), 1)  # committed
 
+    def test_a_normal_stream_keeps_its_connection(self):
+        # Ending the turn at [DONE] must not cost the kept-alive connection:
+        # the body's end follows at once and the next request reuses it.
+        lines = [{"text": "turn %d" % i, "conversation_id": "k"} for i in range(4)]
+        for stream in (False, True):
+            with FakeLLM() as fake:
+                run = self.run_ok(lines, options(fake, stream=stream))
+                ports = {r["client_port"] for r in fake.chat_requests()}
+            for seq in range(1, 5):
+                self.assertTurnOk(run.by_seq(seq))
+            self.assertEqual(len(ports), 1, "stream=%s: one connection for 4 requests" % stream)
+
     def test_keepalive_comments_after_done(self):
         self.check("done_keepalive:100")
 
