@@ -172,8 +172,8 @@ class TLSServer:
 
     def close(self):
         self.stop = True
-        self.sock.close()
         self.thread.join()
+        self.sock.close()
 
 
 class TransportClasses(ParleyTestCase):
@@ -214,6 +214,65 @@ class PlainServerOverTLS(ParleyTestCase):
         msg = self.assertTurnError(run.by_seq(1), "connect")["error"]["message"]
         self.assertIn("TLS handshake", msg)
         self.assertIn("plain http", msg)
+
+
+class CutErrorServer:
+    """Answers every request with a 401 whose body is cut short: headers promise
+    more than is sent, then the connection closes (as some gateways do)."""
+
+    def __init__(self):
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(16)
+        self.port = self.sock.getsockname()[1]
+        self.requests = 0
+        self.stop = False
+        self.thread = threading.Thread(target=self.serve, daemon=True)
+        self.thread.start()
+
+    def serve(self):
+        self.sock.settimeout(0.2)
+        while not self.stop:
+            try:
+                conn, _ = self.sock.accept()
+            except socket.timeout:
+                continue
+            except OSError:
+                return
+            with conn:
+                conn.settimeout(10)
+                data = b""
+                while b"\r\n\r\n" not in data:
+                    chunk = conn.recv(65536)
+                    if not chunk:
+                        break
+                    data += chunk
+                self.requests += 1
+                conn.sendall(b"HTTP/1.1 401 Unauthorized\r\nContent-Type: text/event-stream\r\n"
+                             b"Content-Length: 1000\r\n\r\n"
+                             b'data: {"error":{"message":"Incorrect API key provided."}}\n\n')
+
+    def close(self):
+        self.stop = True
+        self.thread.join()
+        self.sock.close()
+
+
+class CutErrorBody(ParleyTestCase):
+    """Issue 16: an error status is that status even when its body is then cut."""
+
+    def test_401_with_a_cut_body_is_http_status_streamed_or_not(self):
+        server = CutErrorServer()
+        try:
+            for stream in (False, True):
+                before = server.requests
+                run = self.run_ok([{"text": "hi"}], options(
+                    None, base_url="http://127.0.0.1:%d/v1" % server.port, stream=stream))
+                res = self.assertTurnError(run.by_seq(1), "http_status")
+                self.assertIn("HTTP 401", res["error"]["message"])
+                self.assertEqual(server.requests - before, 1, "a 401 is not retried")
+        finally:
+            server.close()
 
 
 class StatusAndHeaders(ParleyTestCase):
