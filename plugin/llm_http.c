@@ -129,6 +129,20 @@ static int call_add(http_call *c)
     return 0;
 }
 
+/* O(1): a cancel storm over thousands of waiting calls stays linear. */
+static void wait_unlink(http_pool *p, http_call *c)
+{
+    if (c->wait_prev)
+        c->wait_prev->wait_next = c->wait_next;
+    else
+        p->wait_head = c->wait_next;
+    if (c->wait_next)
+        c->wait_next->wait_prev = c->wait_prev;
+    else
+        p->wait_tail = c->wait_prev;
+    c->wait_prev = c->wait_next = NULL;
+}
+
 /* Start waiting calls while connections are free. */
 static void pool_start_waiting(http_pool *p)
 {
@@ -136,10 +150,7 @@ static void pool_start_waiting(http_pool *p)
         http_call *c = p->wait_head;
         if (call_add(c) != 0)
             return; /* curl is out of memory: it stays first in line; the turn's deadline bounds it */
-        p->wait_head = c->wait_next;
-        if (!p->wait_head)
-            p->wait_tail = NULL;
-        c->wait_next = NULL;
+        wait_unlink(p, c);
     }
 }
 
@@ -187,11 +198,13 @@ http_call *http_call_start(http_pool *pool, const http_config *cfg, const char *
             free(c);
             return NULL;
         }
-    } else if (pool->wait_tail) {
-        pool->wait_tail->wait_next = c;
-        pool->wait_tail = c;
     } else {
-        pool->wait_head = pool->wait_tail = c;
+        c->wait_prev = pool->wait_tail;
+        if (pool->wait_tail)
+            pool->wait_tail->wait_next = c;
+        else
+            pool->wait_head = c;
+        pool->wait_tail = c;
     }
     return c;
 }
@@ -201,22 +214,6 @@ http_call *http_call_of(CURL *easy)
     http_call *c = NULL;
     curl_easy_getinfo(easy, CURLINFO_PRIVATE, (char **)&c);
     return c;
-}
-
-static void wait_unlink(http_pool *p, http_call *c)
-{
-    http_call *prev = NULL;
-    for (http_call *it = p->wait_head; it; prev = it, it = it->wait_next) {
-        if (it != c)
-            continue;
-        if (prev)
-            prev->wait_next = c->wait_next;
-        else
-            p->wait_head = c->wait_next;
-        if (p->wait_tail == c)
-            p->wait_tail = prev;
-        return;
-    }
 }
 
 void http_call_free(http_call *c)

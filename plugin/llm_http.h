@@ -59,7 +59,7 @@ struct http_call {
     http_pool *pool;
     int started;             /* on the multi handle (else waiting for a connection) */
     uint64_t started_ms;     /* clock_mono_ms() when it got on the multi handle */
-    http_call *wait_next;
+    http_call *wait_prev, *wait_next; /* in the pool's wait list */
     void *owner;             /* the turn; CURLOPT_PRIVATE points at this struct */
     http_sink_fn sink;       /* NULL: buffer the body */
     pbuf body;               /* buffered body (error bodies always) */

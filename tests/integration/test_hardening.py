@@ -368,6 +368,23 @@ class ConnectionCap(ParleyTestCase):
             self.assertGreaterEqual(run.elapsed, 8 * 0.3 * SLOW * 0.9)
 
 
+    def test_turns_waiting_for_a_connection_end_by_their_deadline(self):
+        # The only connection hangs; five turns wait for it and end by their
+        # turn_timeout_ms while waiting, as does the hung one; then the
+        # connection is free again and the next turn succeeds.
+        lines = [{"text": "[[fault:hang]]"}] + [{"text": "waiting %d" % i} for i in range(5)]
+        lines.append({"text": "afterwards"})
+        with FakeLLM() as fake:
+            run = self.run_ok(lines, options(fake, max_connections=1,
+                                             turn_timeout_ms=int(1000 * SLOW)), concurrency=6)
+            reqs = fake.chat_requests()
+        for seq in range(1, 7):
+            self.assertTurnError(run.by_seq(seq), "timeout")
+        self.assertTurnOk(run.by_seq(7))
+        self.assertEqual([r["body"]["messages"][-1]["content"] for r in reqs],
+                         ["[[fault:hang]]", "afterwards"])  # the waiting ones never went out
+
+
 class LogLines(ParleyTestCase):
     """Defect 5: log messages are whole and valid UTF-8."""
 
