@@ -45,7 +45,8 @@ static const opt_spec SPECS[] = {
     {"connect_timeout_ms", OPT_INT, OFF(connect_timeout_ms), 1, 600000, "5000",
      "Time allowed to connect to the LLM server"},
     {"request_timeout_ms", OPT_INT, OFF(request_timeout_ms), 1, 3600000, "60000",
-     "Time allowed for one HTTP request, connect included, from when a connection is free (streamed: until the first byte)"},
+     "Time allowed for one HTTP request, connect included, from when a connection is free "
+     "(streamed: until the first byte)"},
     {"stream_idle_timeout_ms", OPT_INT, OFF(stream_idle_timeout_ms), 1, 3600000, "30000",
      "A streamed response that sends nothing for this long fails"},
     {"turn_timeout_ms", OPT_INT, OFF(turn_timeout_ms), 1, 86400000, "120000",
