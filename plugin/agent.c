@@ -185,8 +185,8 @@ parley_agent *agent_create(const parley_host *host, const char *options_json, ch
         goto fail;
     }
     if (!a->opts.verify_tls)
-        agent_log(a, PARLEY_LOG_WARN, "verify_tls is false: the LLM server's TLS certificate is NOT "
-                  "checked, so anyone on the network path can read the API key and the "
+        agent_log(a, PARLEY_LOG_WARN, "verify_tls is false: the LLM server's TLS certificate "
+                  "is NOT checked, so anyone on the network path can read the API key and the "
                   "conversations; use it only for testing");
     agent_log(a, PARLEY_LOG_INFO, "agent ready: model %s at %s", a->opts.model, a->display_url);
     return a;

@@ -149,7 +149,7 @@ static void pool_start_waiting(http_pool *p)
     while (p->wait_head && p->active < p->max_active) {
         http_call *c = p->wait_head;
         if (call_add(c) != 0)
-            return; /* curl is out of memory: it stays first in line; the turn's deadline bounds it */
+            return; /* curl out of memory: it stays first in line; its deadline bounds it */
         wait_unlink(p, c);
     }
 }

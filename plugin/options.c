@@ -32,7 +32,8 @@ static const opt_spec SPECS[] = {
      "API key sent as 'Authorization: Bearer'; never logged"},
     {"api_key_env", OPT_NSTRING, OFF(api_key_env), 0, 0, "null",
      "Name of an environment variable holding the API key (read at create)"},
-    {"verify_tls", OPT_BOOL, OFF(verify_tls), 0, 0, "true", "Verify the server's TLS certificate (false: for testing only; logs a warning)"},
+    {"verify_tls", OPT_BOOL, OFF(verify_tls), 0, 0, "true",
+     "Verify the server's TLS certificate (false: for testing only; logs a warning)"},
     {"prompt", OPT_STRING, OFF(prompt), 0, 0,
      "\"You are a helpful voice assistant for a smart home. Answer briefly.\"",
      "System prompt sent first in every request (\"\" for none)"},
@@ -50,7 +51,8 @@ static const opt_spec SPECS[] = {
     {"stream_idle_timeout_ms", OPT_INT, OFF(stream_idle_timeout_ms), 1, 3600000, "30000",
      "A streamed response that sends nothing for this long fails"},
     {"turn_timeout_ms", OPT_INT, OFF(turn_timeout_ms), 1, 86400000, "120000",
-     "Time allowed for a whole turn from async_process: queueing, every request, retry and tool call"},
+     "Time allowed for a whole turn from async_process: queueing, every request, retry and "
+     "tool call"},
     {"tool_timeout_ms", OPT_INT, OFF(tool_timeout_ms), 1, 86400000, "30000",
      "A tool call the host has not completed by then gets an error result"},
     {"max_retries", OPT_INT, OFF(max_retries), 0, 10, "2",
@@ -207,7 +209,8 @@ static int check_base_url(const char *u, char **err)
     curl_url_get(h, CURLUPART_QUERY, &query, 0);
     curl_url_get(h, CURLUPART_FRAGMENT, &fragment, 0);
     if (rc != CURLUE_OK)
-        *err = pstr_printf("option 'base_url': not a URL libcurl can parse (%s)", curl_url_strerror(rc));
+        *err = pstr_printf("option 'base_url': not a URL libcurl can parse (%s)",
+                           curl_url_strerror(rc));
     else if (strcmp(scheme, "http") != 0 && strcmp(scheme, "https") != 0)
         *err = pstr_printf("option 'base_url': must be an http:// or https:// URL");
     else if (query || fragment) /* "/chat/completions" would be appended to it */
@@ -300,7 +303,8 @@ static char *parse_error(const json_error_t *e)
     }
     default: why = "invalid syntax"; break;
     }
-    return pstr_printf("options are not valid JSON: %s (line %d, column %d)", why, e->line, e->column);
+    return pstr_printf("options are not valid JSON: %s (line %d, column %d)", why, e->line,
+                       e->column);
 }
 
 /* Option names are lower_case words; anything else (an API key pasted as a
