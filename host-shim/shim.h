@@ -36,6 +36,7 @@ struct shim {
     const parley_plugin *pl;
     parley_agent *agent;
     parley_log_level log_level;
+    json_t *options; /* borrowed: the options given to create() (for /options, the banner) */
 
     /* mu/cv guard the runners' turn bookkeeping and are also broadcast by
      * the signal thread, so every wait in the shim wakes up on SIGINT. */
