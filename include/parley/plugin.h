@@ -275,7 +275,9 @@ typedef struct parley_plugin {
      * Give the result of a tool call (see parley_host.tool_call).
      * result_json: any JSON value, or plain text (sent to the model as-is);
      * NULL means "no output".  is_error != 0 marks a failure: the model
-     * sees it as {"error": ..., "error_text": ...}.  Any thread; exactly
+     * sees it as {"error": "tool_error", "error_text": ...}, with a JSON
+     * result other than a string kept as JSON under "details" (see
+     * docs/errors.md).  Any thread; exactly
      * once per call.  Always frees the handle.
      */
     parley_status (*complete_tool_call)(parley_tool_call *call, const char *result_json,
