@@ -69,6 +69,14 @@ static void *signal_thread(void *arg) {
             continue;
         if (sig == SIGUSR1)
             return NULL; /* our own shutdown request */
+        if (sig == SIGINT && atomic_load(&g_shim.turn_in_flight) &&
+            !atomic_exchange(&g_shim.cancel_requested, 1)) {
+            /* Interactive: the first Ctrl-C cancels the turn in flight. */
+            pthread_mutex_lock(&g_shim.mu);
+            pthread_cond_broadcast(&g_shim.cv);
+            pthread_mutex_unlock(&g_shim.mu);
+            continue;
+        }
         if (atomic_load(&g_shim.interrupted) != 0)
             _exit(128 + sig); /* second signal: the orderly shutdown is stuck */
         pthread_mutex_lock(&g_shim.mu);
