@@ -48,8 +48,9 @@ if [ "${1:-}" = "--interactive" ]; then
 fi
 
 echo "Parley demo: plugin $PLUGIN, offline fake LLM on 127.0.0.1:$port, demo home tools"
-echo
 coproc SHIM { "$SHIM" --plugin "$PLUGIN" --options "$work/options.json" --tools demo 2>&1; }
+IFS= read -r banner <&"${SHIM[0]}"   # "parley X: model M at URL, ..."
+printf '%s\n\n' "$banner"
 say() {
   printf 'you> %s\n' "$1"
   printf '%s\n' "$1" >&"${SHIM[1]}"
