@@ -8,7 +8,6 @@ request log, that it sent the same Authorization header a turn sends."""
 import http.server
 import json
 import os
-import socket
 import subprocess
 import tempfile
 import threading
@@ -16,6 +15,7 @@ import time
 import unittest
 
 from harness import PLUGIN, SHIM, SLOW, FakeLLM, options
+from test_basic import closed_port
 
 
 def check(opts, timeout=60):
@@ -28,15 +28,6 @@ def check(opts, timeout=60):
                              capture_output=True, text=True, timeout=timeout * SLOW)
     out = json.loads(res.stdout) if res.stdout.strip() else None
     return res.returncode, out, res.stderr
-
-
-def closed_port():
-    """A loopback port nothing listens on (bound, then released)."""
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
 
 
 class GetStub:

@@ -14,6 +14,7 @@ import time
 import unittest
 
 from harness import PLUGIN, SHIM, SLOW, FakeLLM, options
+from test_tools import tool
 
 ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 
@@ -108,26 +109,31 @@ class PtyShim:
         self.dir.cleanup()
 
 
-def tool(name, result, **kw):
-    t = {"name": name, "description": "Test tool %s" % name,
-         "parameters": {"type": "object", "properties": {"name": {"type": "string"}}},
-         "result": result}
-    t.update(kw)
-    return t
-
-
 class Interactive(unittest.TestCase):
     def opts(self, fake, **kw):
         return options(fake, auto_create_conversation_id=True, **kw)
+
+    def quit(self, sh):
+        """At the next prompt, /quit: a clean exit."""
+        sh.read_until("you> ")
+        sh.type("/quit")
+        self.assertEqual(sh.wait(), 0)
+
+    def command_json(self, sh, command):
+        """Type a command that prints pretty JSON; returns it parsed."""
+        sh.read_until("you> ")
+        start = len(sh.out)
+        sh.type(command)
+        sh.read_until(r'\n\}\r?\n')
+        body = ANSI.sub("", sh.out[start:]).replace("\r", "")
+        return json.loads(body[body.index("{"):body.rindex("}") + 1])
 
     def test_banner_names_model_and_server(self):
         with FakeLLM() as fake, PtyShim(self.opts(fake)) as sh:
             m = sh.read_until(r"parley [0-9.]+: model (\S+) at (\S+?),")
             self.assertEqual(m.group(1), "fake-model")
             self.assertEqual(m.group(2), fake.base_url)
-            sh.read_until("you> ")
-            sh.type("/quit")
-            self.assertEqual(sh.wait(), 0)
+            self.quit(sh)
 
     def test_thinking_indicator_is_shown_then_cleared(self):
         with FakeLLM() as fake, PtyShim(self.opts(fake)) as sh:
@@ -182,9 +188,7 @@ class Interactive(unittest.TestCase):
             sh.type('[[tool:launch {"x":1}]]')
             sh.read_until(r'-> launch \{"x":1\}')
             sh.read_until(r"<- .*unknown_tool.* \(error\)")
-            sh.read_until("you> ")
-            sh.type("/quit")
-            self.assertEqual(sh.wait(), 0)
+            self.quit(sh)
 
     def test_ctrl_c_cancels_the_turn_then_quits_at_the_prompt(self):
         with FakeLLM() as fake, PtyShim(self.opts(fake)) as sh:
@@ -234,12 +238,7 @@ class Interactive(unittest.TestCase):
                 'tool: <- {"ok":true}',
                 lines[3]])
             self.assertTrue(lines[3].startswith("assistant: Done. turn_on"), lines)
-            sh.read_until("you> ")
-            start = len(sh.out)
-            sh.type("/history --json")
-            sh.read_until(r'\n\}\r?\n')
-            body = ANSI.sub("", sh.out[start:]).replace("\r", "")
-            doc = json.loads(body[body.index("{"):body.rindex("}") + 1])
+            doc = self.command_json(sh, "/history --json")
             self.assertEqual(len(doc["turns"]), 1)
             self.assertEqual(doc["turns"][0]["messages"][2]["role"], "tool")
             sh.type("/quit")
@@ -247,12 +246,7 @@ class Interactive(unittest.TestCase):
 
     def test_options_masks_secrets(self):
         with FakeLLM() as fake, PtyShim(self.opts(fake, api_key="sk-very-secret")) as sh:
-            sh.read_until("you> ")
-            start = len(sh.out)
-            sh.type("/options")
-            sh.read_until(r'\n\}\r?\n')
-            body = ANSI.sub("", sh.out[start:]).replace("\r", "")
-            shown = json.loads(body[body.index("{"):body.rindex("}") + 1])
+            shown = self.command_json(sh, "/options")
             self.assertEqual(shown["api_key"], "********")
             self.assertNotIn("sk-very-secret", sh.out)
             self.assertEqual(shown["model"], "fake-model")
