@@ -24,6 +24,8 @@ LOGS=build-logs
 mkdir -p "$LOGS"
 rm -f "$LOGS"/*.log
 PROGRESS="python3 scripts/test_progress.py"
+PARLEY_TEST_T0=$(date +%s.%N)   # the progress lines' clock: time since this script started
+export PARLEY_TEST_T0
 T0=$SECONDS
 stage_start=$SECONDS
 step() {

@@ -19,6 +19,7 @@ line with "<test number>: "):
 A test that ctest failed counts at least one failure whatever it printed.
 The output of every failed test is printed in full at the end.
 """
+import os
 import re
 import sys
 import threading
@@ -26,14 +27,16 @@ import time
 
 HEARTBEAT_S = 20
 
-START = time.monotonic()
+# Times are since PARLEY_TEST_T0 (epoch seconds: when test.sh started), so
+# every stage's lines share one clock; else since this script started.
+START = float(os.environ.get("PARLEY_TEST_T0") or time.time())
 lock = threading.Lock()
-last_print = [START]
+last_print = [time.monotonic()]
 
 
 def say(line):
     with lock:
-        elapsed = int(time.monotonic() - START)
+        elapsed = int(time.time() - START)
         print("  [%d:%02d] %s" % (elapsed // 60, elapsed % 60, line), flush=True)
         last_print[0] = time.monotonic()
 
