@@ -45,17 +45,25 @@ static void print_value(const char *prefix, json_t *v, const char *suffix) {
     free(dumped);
 }
 
-/* "  -> name args": args_json is JSON text (printed as such) or NULL. */
-static void print_call(const char *name, const char *args_json) {
-    json_t *args = args_json ? json_loads(args_json, JSON_DECODE_ANY, NULL) : NULL;
+/* "  -> name args"; args borrowed, NULL printed as {}. */
+static void print_call_value(const char *name, json_t *args) {
     char *prefix = NULL;
     if (asprintf(&prefix, "  -> %s ", name ? name : "?") < 0)
         prefix = NULL;
-    if (!args)
-        args = jstr(args_json ? args_json : "{}");
-    print_value(prefix ? prefix : "  -> ", args, "");
-    json_decref(args);
+    json_t *empty = args ? NULL : json_object();
+    print_value(prefix ? prefix : "  -> ", args ? args : empty, "");
+    json_decref(empty);
     free(prefix);
+}
+
+/* The same from the callback's arguments_json: JSON text, or raw text the
+ * model sent that is not JSON. */
+static void print_call(const char *name, const char *args_json) {
+    json_t *args = args_json ? json_loads(args_json, JSON_DECODE_ANY, NULL) : NULL;
+    if (!args && args_json)
+        args = jstr(args_json);
+    print_call_value(name, args);
+    json_decref(args);
 }
 
 /* "  <- content [(error)]": content is JSON text or plain text. */
@@ -133,13 +141,8 @@ static void print_missed_steps(const char *steps_json) {
         if (!type)
             continue;
         if (strcmp(type, "tool_call") == 0 && !seen) {
-            const char *name = json_string_value(json_object_get(s, "name"));
-            json_t *args = json_object_get(s, "arguments");
-            char *prefix = NULL;
-            if (asprintf(&prefix, "  -> %s ", name ? name : "?") < 0)
-                continue;
-            print_value(prefix, args ? args : json_object(), "");
-            free(prefix);
+            print_call_value(json_string_value(json_object_get(s, "name")),
+                             json_object_get(s, "arguments"));
         } else if (strcmp(type, "tool_result") == 0 && !(seen && seen->result_shown)) {
             json_t *content = json_object_get(s, "content");
             print_value("  <- ", content ? content : json_null(),
