@@ -291,8 +291,17 @@ static void print_history_compact(const char *json) {
             if (asprintf(&prefix, "%s: %s", role ? role : "?",
                          role && strcmp(role, "tool") == 0 ? "<- " : "") < 0)
                 continue;
-            if (content && !json_is_null(content))
-                print_value(prefix, content, "");
+            if (json_is_string(content)) {
+                /* One line per message: line breaks in the text become spaces. */
+                char *text = strdup(json_string_value(content));
+                for (char *c = text; c && *c; c++)
+                    if (*c == '\n' || *c == '\r')
+                        *c = ' ';
+                out_printf("%s%s\n", prefix, text ? text : "");
+                free(text);
+            } else if (content && !json_is_null(content)) {
+                print_value(prefix, content, ""); /* content parts: compact JSON */
+            }
             json_array_foreach(json_object_get(m, "tool_calls"), k, call) {
                 json_t *fn = json_object_get(call, "function");
                 const char *name = json_string_value(json_object_get(fn, "name"));
