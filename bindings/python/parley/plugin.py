@@ -46,7 +46,8 @@ def candidate_paths(path=None):
         found.append(("PARLEY_PLUGIN", env))
     plugindir = _pkg_config_plugindir()
     if plugindir:
-        found.append(("pkg-config plugindir", os.path.join(plugindir, PLUGIN_FILE)))
+        found.append(("pkg-config plugindir",
+                      os.path.normpath(os.path.join(plugindir, PLUGIN_FILE))))
     found.append(("next to the package",
                   os.path.join(os.path.dirname(os.path.abspath(__file__)), PLUGIN_FILE)))
     return found
