@@ -16,7 +16,7 @@ from unittest import mock
 
 from support import BINDING, PLUGIN, SLOW, AgentCase, FakeLLM, options, parley
 
-from parley import _abi, agent as agent_mod, plugin as plugin_mod
+from parley import _abi, agent as agent_mod
 
 
 class LoadTest(unittest.TestCase):

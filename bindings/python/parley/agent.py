@@ -176,13 +176,17 @@ class _Core:
             return False
 
     def _c_log(self, _host_data, level, message):
+        on_loop = threading.get_ident() == self.loop_thread  # e.g. during create()
+        _in_callback.active = not on_loop
         try:
-            if threading.get_ident() == self.loop_thread:
-                self._deliver_log(level, _text(message))  # e.g. during create()
+            if on_loop:
+                self._deliver_log(level, _text(message))
             else:
                 self._hop(self._deliver_log, level, _text(message))
         except BaseException:  # noqa: BLE001 -- nothing may raise into C
             pass
+        finally:
+            _in_callback.active = False
 
     def _c_done(self, user_data, result_ptr):
         _in_callback.active = True
