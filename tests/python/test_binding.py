@@ -127,19 +127,21 @@ class ToolTest(AgentCase):
         self.assertIn("not JSON", r.steps[1]["content"])
 
     async def test_slow_tool_does_not_block_other_turns(self):
-        order = []
+        release = asyncio.Event()
+        slow_started = asyncio.Event()
 
         async def slow(call):
-            await asyncio.sleep(0.5 * SLOW)
-            order.append("slow tool")
+            slow_started.set()
+            await release.wait()  # only the other turn finishing lets this one go on
             return "finally"
 
         async with self.agent(tools={"slow": slow}) as agent:
             slow_turn = asyncio.create_task(agent.process("[[tool:slow {}]]", "c-slow"))
-            quick = await agent.process("quick", "c-quick")
-            order.append("quick turn")
-            r = await slow_turn
-        self.assertEqual(order, ["quick turn", "slow tool"])
+            await asyncio.wait_for(slow_started.wait(), 10 * SLOW)
+            quick = await asyncio.wait_for(agent.process("quick", "c-quick"), 10 * SLOW)
+            self.assertFalse(slow_turn.done())
+            release.set()
+            r = await asyncio.wait_for(slow_turn, 10 * SLOW)
         self.assertEqual(r.steps[1]["content"], "finally")
         self.assertIn("You said", quick.response)
 

@@ -123,8 +123,9 @@ class NeverClosedTest(AgentCase):
             warnings.simplefilter("always")
             del agent
             gc.collect()
-        self.assertIn(ResourceWarning, [w.category for w in caught])
-        self.assertIn("never closed", str(caught[0].message))
+        resource = [str(w.message) for w in caught if w.category is ResourceWarning]
+        self.assertEqual(len(resource), 1, resource)
+        self.assertIn("never closed", resource[0])
         self.assertIsNone(core.handle)  # destroyed
         self.assertNotIn(core, agent_mod._live)
 
