@@ -62,6 +62,14 @@ class TurnTest(AgentCase):
             self.assertIn("text", str(cm.exception))
             with self.assertRaises(parley.InvalidInput):
                 await agent.process("hi", context="[1, 2]")  # context must be an object
+            # What C cannot carry is refused here, naming the field, never cut short.
+            with self.assertRaisesRegex(parley.InvalidInput, "device_id contains a NUL"):
+                await agent.process("hi", device_id="a\0b")
+            with self.assertRaisesRegex(parley.InvalidInput, "text is not valid Unicode"):
+                await agent.process("lone \ud800 surrogate")
+            with self.assertRaisesRegex(TypeError, "language must be a str, not int"):
+                await agent.process("hi", language=7)
+        self.assertEqual(self.fake.chat_requests(), [])
 
     async def test_failed_turn_raises_with_status_and_leaves_history(self):
         async with self.agent(auto_create_conversation_id=True, max_retries=0) as agent:

@@ -26,7 +26,7 @@ import warnings
 import weakref
 
 from . import _abi
-from .errors import Cancelled, ParleyError
+from .errors import Cancelled, InvalidInput, ParleyError
 from .plugin import Plugin, load_plugin
 
 _log = logging.getLogger("parley")
@@ -100,6 +100,19 @@ def _declared_name(decl):
 
 def _text(b):
     return None if b is None else b.decode("utf-8", "replace")
+
+
+def _c_str(field, value):
+    """`value` as the NUL-terminated UTF-8 the plugin reads, or a clear error
+    (a NUL would silently cut the string short in C)."""
+    if not isinstance(value, str):
+        raise TypeError("%s must be a str, not %s" % (field, type(value).__name__))
+    if "\0" in value:
+        raise InvalidInput("%s contains a NUL character" % field)
+    try:
+        return value.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise InvalidInput("%s is not valid Unicode: %s" % (field, e)) from None
 
 
 def _tool_result(value):
@@ -200,7 +213,8 @@ class _Core:
     def _c_delta(self, user_data, _request_id, text, length):
         _in_callback.active = True
         try:
-            self._hop(self._on_delta, user_data, ctypes.string_at(text, length).decode())
+            self._hop(self._on_delta, user_data,
+                      ctypes.string_at(text, length).decode("utf-8", "replace"))
         except BaseException:  # noqa: BLE001
             pass
         finally:
@@ -485,15 +499,15 @@ class Agent:
         if unknown:
             raise TypeError("unknown input field(s) %s; known: %s, context, tools"
                             % (", ".join(sorted(unknown)), ", ".join(_TEXT_FIELDS)))
-        inp = _abi.Input(struct_size=ctypes.sizeof(_abi.Input), text=text.encode())
+        inp = _abi.Input(struct_size=ctypes.sizeof(_abi.Input), text=_c_str("text", text))
         if conversation_id is not None:
-            inp.conversation_id = conversation_id.encode()
+            inp.conversation_id = _c_str("conversation_id", conversation_id)
         for name in _TEXT_FIELDS:
             if fields.get(name) is not None:
-                setattr(inp, name, str(fields[name]).encode())
+                setattr(inp, name, _c_str(name, fields[name]))
         if context is not None:
-            inp.context_json = (context if isinstance(context, str)
-                                else json.dumps(context)).encode()
+            inp.context_json = _c_str("context", context if isinstance(context, str)
+                                      else json.dumps(context))
         if turn_tools:
             inp.tools_json = json.dumps([tool_declaration(n, fn)
                                          for n, fn in turn_tools.items()]).encode()
@@ -583,11 +597,11 @@ class Agent:
     async def history(self, conversation_id):
         """{"conversation_id", "created_at", "last_used_at", "turns": [...]};
         raises parley.NotFound for an unknown conversation."""
-        return await self._call("history_get", conversation_id.encode())
+        return await self._call("history_get", _c_str("conversation_id", conversation_id))
 
     async def turn(self, turn_id):
         """{"conversation_id", "turn": {...}} for a turn_id, or parley.NotFound."""
-        return await self._call("turn_get", turn_id.encode())
+        return await self._call("turn_get", _c_str("turn_id", turn_id))
 
     async def conversations(self):
         """[{"conversation_id", "created_at", "last_used_at", "turns"}, ...]"""
@@ -596,7 +610,8 @@ class Agent:
     async def clear_history(self, conversation_id=None):
         """Forget one conversation (parley.NotFound if unknown), or all."""
         await self._call("history_clear",
-                         None if conversation_id is None else conversation_id.encode(),
+                         None if conversation_id is None
+                         else _c_str("conversation_id", conversation_id),
                          returns_json=False)
 
     async def metrics(self):
