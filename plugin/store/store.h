@@ -1,0 +1,187 @@
+/*
+ * store.h -- where conversations are kept.  One interface, one file per
+ * backend (memory.c, sqlite.c; redis.c later), in the spirit of SQLite's
+ * sqlite3_vfs and curl's lib/vtls/: the agent and the turn know only this
+ * header; a backend is a table of functions plus a struct that starts with
+ * `struct store`.
+ *
+ * What a store holds
+ * ------------------
+ * Conversations, each named by a store_key (the conversation id, qualified by
+ * persona and interface so that the same id under two personas or two
+ * interfaces is two conversations).  A conversation is an ordered list of
+ * whole TURNS; a turn is its messages, in order.  A message is an opaque JSON
+ * object text (the store never interprets it) plus the few fields the store
+ * indexes: its id, role and time.  The unit of writing, truncation and
+ * deletion is the whole turn, so a tool result is never kept or sent without
+ * the call that asked for it.
+ *
+ * Retention (what is KEPT) is the store's: store_limits.  What is SENT is the
+ * caller's: load() takes the number of most recent turns it wants.
+ *
+ * Errors
+ * ------
+ * Every function returns a parley_status: PARLEY_OK, PARLEY_ERR_NOT_FOUND
+ * (where documented), PARLEY_ERR_NO_MEMORY, or PARLEY_ERR_STORAGE (I/O
+ * failure, corrupt data, lost connection).  On failure *err, when err is not
+ * NULL, receives a malloc'd message for a person: it names the store
+ * ("sqlite store /var/lib/parley/history.db: disk I/O error") and never holds
+ * a secret (password).  A failed call changes nothing: append() is atomic.
+ *
+ * Threads
+ * -------
+ * Every function of an open store may be called from any thread, concurrently
+ * (host threads read history while the agent's turns load and append); the
+ * backend serialises internally as it needs.  A backend whose calls may block
+ * on I/O (disk, network) sets `blocking`: the agent then never calls its
+ * load/append/expire on the worker thread that runs the HTTP transfers.
+ *
+ * Versioning
+ * ----------
+ * STORE_BACKEND_VERSION counts the functions a backend table has.  Functions
+ * are only ever appended (queries, per-message operations, ...); a caller
+ * checks `version` before using one that came later.
+ */
+#ifndef PARLEY_STORE_H
+#define PARLEY_STORE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "../buf.h"
+#include "../plugin_status.h"
+
+#define STORE_BACKEND_VERSION 1
+
+/* Longest conversation id, and the length of turn and message ids (UUIDs). */
+#define STORE_MAX_CONVERSATION_ID 256
+#define STORE_ID_LEN 36
+
+typedef struct store store;
+
+/* Names one conversation.  "" (never NULL) for "no persona" / "no interface". */
+typedef struct store_key {
+    const char *conversation_id; /* 1..STORE_MAX_CONVERSATION_ID bytes, validated by the caller */
+    const char *persona;
+    const char *interface_type;
+} store_key;
+
+/* One message of a turn being appended (borrowed for the call). */
+typedef struct store_message {
+    const char *message_id;      /* STORE_ID_LEN chars, unique in the store */
+    const char *role;            /* "user", "assistant", "tool", "system" */
+    uint64_t created_ms;         /* wall clock, ms since the epoch */
+    const char *json;            /* the message: one JSON object, compact */
+    size_t json_len;
+} store_message;
+
+/* One whole turn being appended (borrowed for the call). */
+typedef struct store_turn {
+    const char *turn_id;         /* STORE_ID_LEN chars */
+    uint64_t started_ms;         /* wall clock */
+    uint64_t finished_ms;
+    const store_message *messages;
+    size_t nmessages;            /* >= 1 */
+} store_turn;
+
+typedef struct store_limits {
+    size_t keep_turns;           /* whole turns kept per conversation, oldest dropped; 0 = all */
+    size_t max_conversations;    /* >= 1; beyond it the least recently used is forgotten */
+    uint64_t idle_timeout_ms;    /* forget a conversation idle this long; 0 = never */
+} store_limits;
+
+/* Where the backend may say things (warnings at open, recovery); may be NULL. */
+typedef void (*store_log_fn)(void *ud, parley_log_level level, const char *message);
+
+typedef struct store_config {
+    const char *location;        /* what follows "scheme:" in history_store ("" for memory) */
+    store_limits limits;
+    int sync_full;               /* durable backends: flush to stable storage on every append */
+    store_log_fn log;
+    void *log_ud;
+} store_config;
+
+typedef struct store_stats {
+    size_t conversations;
+    size_t turns;
+    size_t message_bytes;        /* bytes of stored message JSON */
+    size_t evicted;              /* conversations forgotten by max_conversations, since open */
+    size_t expired;              /* conversations forgotten by the idle timeout, since open */
+} store_stats;
+
+typedef struct store_backend {
+    int version;                 /* STORE_BACKEND_VERSION the table was written for */
+    const char *scheme;          /* "memory", "sqlite" */
+    int blocking;                /* calls may block on I/O: keep them off the worker */
+
+    /* Open (create if missing) the store described by cfg.  The backend
+     * copies what it keeps of cfg.  A file it does not recognise (not a
+     * Parley store, corrupt, a newer schema) is refused unmodified with a
+     * message naming the location and the reason; so is a store another
+     * agent holds, unless the backend shares it safely. */
+    parley_status (*open)(const store_config *cfg, store **out, char **err);
+    void (*close)(store *s);
+
+    /*
+     * The messages of the last `last_turns` turns of `key` (0 = all), oldest
+     * first, appended to `out` each followed by ',' ("m1,m2,"), and their
+     * count in *nmessages.  An unknown conversation, or one idle past the
+     * timeout at now_ms (it is then forgotten), is PARLEY_OK with nothing
+     * appended.  Reading never changes what a later read shows.
+     */
+    parley_status (*load)(store *s, const store_key *key, size_t last_turns, uint64_t now_ms,
+                          pbuf *out, size_t *nmessages, char **err);
+
+    /*
+     * Append one whole turn to `key`, creating the conversation if needed (or
+     * restarting it when it was idle past the timeout), then apply the
+     * limits: drop turns beyond keep_turns, forget least recently used
+     * conversations beyond max_conversations (never `key` itself).
+     * Idempotent: a turn_id already in the store is PARLEY_OK and changes
+     * nothing (a retried append never duplicates a turn).  Atomic: on failure
+     * nothing of the turn is stored.
+     */
+    parley_status (*append)(store *s, const store_key *key, const store_turn *turn,
+                            uint64_t now_ms, char **err);
+
+    /*
+     * The JSON the ABI returns (appended to out; write it with store_json.h
+     * so every backend prints the same bytes for the same content):
+     *   get_conversation: {"conversation_id","created_at","last_used_at","turns":[turn...]}
+     *   get_turn:         {"conversation_id","turn":turn}
+     *   list:             {"conversations":[{"conversation_id","created_at","last_used_at",
+     *                      "turns":N}...]}, most recently used first
+     * where turn = {"turn_id","started_at","finished_at","messages":[...]}.
+     * PARLEY_ERR_NOT_FOUND for an unknown (or expired at now_ms) conversation or turn.
+     */
+    parley_status (*get_conversation)(store *s, const store_key *key, uint64_t now_ms, pbuf *out,
+                                      char **err);
+    parley_status (*get_turn)(store *s, const char *turn_id, uint64_t now_ms, pbuf *out,
+                              char **err);
+    parley_status (*list)(store *s, uint64_t now_ms, pbuf *out, char **err);
+
+    /* Forget one conversation (PARLEY_ERR_NOT_FOUND if unknown), or all when key is NULL. */
+    parley_status (*forget)(store *s, const store_key *key, char **err);
+
+    /* Forget every conversation idle past the timeout at now_ms; *expired (may be NULL) counts them. */
+    parley_status (*expire)(store *s, uint64_t now_ms, size_t *expired, char **err);
+
+    parley_status (*stats)(store *s, store_stats *out, char **err);
+} store_backend;
+
+/* The first member of every backend's store object. */
+struct store {
+    const store_backend *backend;
+};
+
+/*
+ * The backend for a history_store option value: "memory", or "sqlite:PATH".
+ * Sets *location to what follows the scheme's colon ("" for memory).  NULL
+ * when the scheme is unknown.
+ */
+const store_backend *store_backend_for(const char *spec, const char **location);
+
+extern const store_backend store_memory_backend;
+extern const store_backend store_sqlite_backend;
+
+#endif
