@@ -34,6 +34,11 @@ class AgentCase(unittest.IsolatedAsyncioTestCase):
         self.fake = FakeLLM()
         self.addCleanup(self.fake.close)
 
+    async def asyncSetUp(self):
+        # The test runner's debug mode reports callbacks over 0.1 s; on a loaded
+        # machine (or under ASan) starting 200 turns takes longer than that.
+        asyncio.get_running_loop().slow_callback_duration = 10
+
     def agent(self, tools=None, log=None, **opts):
         return parley.Agent(options(self.fake, **opts), tools=tools, log=log, plugin=PLUGIN)
 

@@ -153,6 +153,23 @@ class ToolTest(AgentCase):
         self.assertEqual(r.steps[1]["content"], "finally")
         self.assertIn("You said", quick.response)
 
+    async def test_tool_past_its_timeout(self):
+        cancelled = asyncio.Event()
+
+        async def stuck(call):
+            try:
+                await asyncio.sleep(3600)
+            except asyncio.CancelledError:
+                cancelled.set()  # the turn ended: the late call is completed and dropped
+                raise
+
+        async with self.agent(tools={"stuck": stuck}, tool_timeout_ms=int(200 * SLOW)) as agent:
+            r = await agent.process("[[tool:stuck {}]]")
+            self.assertTrue(r.steps[1]["is_error"])
+            self.assertIn("timeout", r.steps[1]["content"])
+            await asyncio.wait_for(cancelled.wait(), 10 * SLOW)
+            self.assertEqual((await agent.metrics())["tool_timeouts"], 1)
+
     async def test_per_turn_tools(self):
         async def light(call):
             return "on"
@@ -202,6 +219,12 @@ class StreamTest(AgentCase):
         self.assertEqual("".join(deltas), result.response)
         self.assertTrue(self.fake.chat_requests()[0]["body"]["stream"])
 
+    async def test_stream_without_the_option_gives_only_the_result(self):
+        async with self.agent() as agent:
+            items = [x async for x in agent.stream("hello")]
+        self.assertEqual(len(items), 1)
+        self.assertIsInstance(items[0], parley.Result)
+
     async def test_stream_error_raises(self):
         async with self.agent(stream=True, max_retries=0) as agent:
             with self.assertRaises(parley.HttpStatus):
@@ -249,6 +272,39 @@ class CancelTest(AgentCase):
 
 
 class ConcurrencyTest(AgentCase):
+
+    async def test_busy_when_max_in_flight_is_reached(self):
+        async with self.agent(max_in_flight=2) as agent:
+            tasks = [asyncio.create_task(agent.process("slow [[latency:30000]]", "c%d" % i))
+                     for i in range(2)]
+            await asyncio.sleep(0)  # both started
+            with self.assertRaises(parley.Busy) as cm:
+                await agent.process("one too many")
+            self.assertEqual(cm.exception.status, "busy")
+            for t in tasks:
+                t.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def test_cancel_storm_then_close(self):
+        """Turns with tools cancelled at arbitrary points, then the rest closed
+        mid-flight: every outcome is a result, a cancellation or Cancelled (the
+        ASan run checks every tool handle is completed exactly once)."""
+        async def tool_a(call):
+            await asyncio.sleep(0.001 * (hash(call.call_id) % 20))
+            return "a"
+
+        agent = self.agent(tools={"tool_a": tool_a})
+        tasks = [asyncio.create_task(agent.process("[[tool:tool_a {}]] [[latency:%d]]" % (i % 7),
+                                                   "c%d" % i)) for i in range(120)]
+        for i, t in enumerate(tasks):
+            if i % 3 == 0:
+                await asyncio.sleep(0.001)
+                t.cancel()
+        await asyncio.sleep(0.05)
+        await asyncio.wait_for(agent.aclose(), 60 * SLOW)
+        outcomes = await asyncio.gather(*tasks, return_exceptions=True)
+        kinds = {type(o).__name__ for o in outcomes}
+        self.assertLessEqual(kinds, {"Result", "CancelledError", "Cancelled"}, outcomes)
 
     async def test_200_concurrent_turns(self):
         async def turn_on(call):
