@@ -361,6 +361,14 @@ class CloseTest(AgentCase):
             await agent.metrics()
         await agent.aclose()  # idempotent
 
+    async def test_concurrent_closes_all_wait(self):
+        agent = self.agent()
+        turn = asyncio.ensure_future(agent.process("slow [[latency:30000]]"))
+        await self.wait_requests(1)
+        await asyncio.gather(agent.aclose(), agent.aclose(), agent.aclose())
+        self.assertTrue(turn.done())  # every closer returned after the turn was settled
+        self.assertIsInstance(turn.exception(), parley.Cancelled)
+
     async def test_close_settles_futures_before_returning(self):
         agent = self.agent()
         fut = asyncio.ensure_future(agent.process("slow [[latency:30000]]"))

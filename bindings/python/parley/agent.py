@@ -169,6 +169,7 @@ class _Core:
         self.calls = set()         # every _PendingCall not yet completed; under lock
         self.lock = threading.Lock()
         self.idle = threading.Condition(self.lock)
+        self.destroying = threading.Lock()
         self.in_use = 0            # plugin calls on the agent in progress
         self.closing = False
         self.handle = None
@@ -364,18 +365,19 @@ class _Core:
         """Cancel every turn (each done callback runs before this returns),
         free the agent, complete every tool call still open.  Idempotent.
         Not from this agent's worker thread."""
-        with self.lock:
-            self.closing = True
-            while self.in_use:
-                self.idle.wait()
-            handle, self.handle = self.handle, None
-        if handle is not None:
-            self.plugin.function("destroy")(handle)
-        with self.lock:
-            left = list(self.calls)
-        for call in left:
-            call.complete(b"the agent was closed", 1)
-        _live.discard(self)
+        with self.destroying:  # a second caller returns only once it is done
+            with self.lock:
+                self.closing = True
+                while self.in_use:
+                    self.idle.wait()
+                handle, self.handle = self.handle, None
+            if handle is not None:
+                self.plugin.function("destroy")(handle)
+            with self.lock:
+                left = list(self.calls)
+            for call in left:
+                call.complete(b"the agent was closed", 1)
+            _live.discard(self)
 
 
 # Every core not yet destroyed, so interpreter exit can destroy them.
@@ -449,6 +451,7 @@ class Agent:
             message = self._plugin.take_string(err.value) or "create() failed"
             raise self._plugin.error(2, message)  # PARLEY_ERR_INVALID_OPTIONS
         core.handle = handle
+        self._closing = None  # the aclose() task, once started
         _live.add(core)
         self._finalizer = weakref.finalize(self, _finalize, core)
         self._finalizer.atexit = False  # _destroy_all_at_exit does it, without a warning
@@ -472,9 +475,12 @@ class Agent:
         turn's done callback has run: their process() calls raise
         parley.Cancelled, their stream() iterators raise it too.  Running
         tool coroutines are cancelled (their calls complete as errors)."""
+        if self._closing is None:  # every caller waits for the one close
+            self._closing = asyncio.ensure_future(self._close())
+        await asyncio.shield(self._closing)
+
+    async def _close(self):
         core = self._core
-        if core.closing:
-            return
         self._finalizer.detach()
         core.closing = True  # from here on, new turns and tool calls are refused
         with core.lock:
