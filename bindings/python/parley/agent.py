@@ -172,6 +172,7 @@ class _Core:
         self.destroying = threading.Lock()
         self.in_use = 0            # plugin calls on the agent in progress
         self.closing = False
+        self.abandoned = False     # the Agent was collected without aclose()
         self.handle = None
         self._tokens = itertools.count(1)
         # The C side keeps these function pointers: they live as long as we do.
@@ -260,6 +261,8 @@ class _Core:
         if turn is None:
             return
         turn.finished = True
+        if self.abandoned:
+            return  # the Agent is gone: nobody awaits this turn
         for call in list(turn.calls):  # the turn is over: its tools' results are moot
             if call.task is not None:
                 call.task.cancel()
@@ -271,7 +274,7 @@ class _Core:
         if turn.queue is not None:
             turn.queue.put_nowait(("error" if isinstance(outcome, BaseException) else "result",
                                    outcome))
-        elif not turn.future.done():
+        elif turn.future is not None and not turn.future.done():
             if isinstance(outcome, BaseException):
                 turn.future.set_exception(outcome)
             else:
@@ -399,6 +402,7 @@ def _finalize(core):
         return
     warnings.warn("parley.Agent was never closed (use 'async with' or await agent.aclose()); "
                   "destroying its plugin agent now", ResourceWarning, stacklevel=2)
+    core.abandoned = True
     if getattr(_in_callback, "active", False):
         # Collected on a plugin worker thread: destroy() must not run there.
         try:
@@ -559,6 +563,10 @@ class Agent:
             return await turn.future
         except asyncio.CancelledError:
             self._cancel(turn)
+            # The cancelled future keeps the CancelledError, whose traceback holds
+            # this frame and so this Agent: drop it, or the core (via the turn
+            # still in flight) would keep the Agent alive.
+            turn.future = None
             raise
 
     async def stream(self, text, conversation_id=None, **fields):
