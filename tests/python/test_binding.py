@@ -305,6 +305,7 @@ class ConcurrencyTest(AgentCase):
         outcomes = await asyncio.gather(*tasks, return_exceptions=True)
         kinds = {type(o).__name__ for o in outcomes}
         self.assertLessEqual(kinds, {"Result", "CancelledError", "Cancelled"}, outcomes)
+        self.assertEqual(agent._core.calls, set())  # every tool call was completed
 
     async def test_200_concurrent_turns(self):
         async def turn_on(call):
@@ -354,6 +355,7 @@ class CloseTest(AgentCase):
                 await asyncio.wait_for(t, 1 * SLOW)
             self.assertEqual(cm.exception.status, "cancelled")
         self.assertEqual(len(tool_cancelled), 1)
+        self.assertEqual(agent._core.calls, set())  # every tool call was completed
         self.assertTrue(agent.closed)
         with self.assertRaises(parley.Cancelled):
             await agent.process("after close")
