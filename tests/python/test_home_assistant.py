@@ -133,6 +133,13 @@ class HomeAssistantExampleTest(AgentCase):
         self.assertIn("conversation", manifest["dependencies"])
         self.assertEqual(manifest["requirements"], [])  # the binding is standard library only
 
+    async def test_every_file_compiles(self):
+        # config_flow.py needs voluptuous and HA selectors, not stood in here: at least it compiles.
+        for name in sorted(os.listdir(EXAMPLE)):
+            if name.endswith(".py"):
+                with open(os.path.join(EXAMPLE, name)) as f:
+                    compile(f.read(), name, "exec")
+
     async def test_turn_with_ha_tool_and_input_fields(self):
         entry, entity = await self.setup_entry()
         api = FakeAPI()
