@@ -10,7 +10,8 @@ plugin (ctypes, standard library only).  See docs/python.md.
 
     asyncio.run(main())
 """
-from .agent import Agent, Result, ToolCall, tool, tool_declaration
+from .agent import Agent, Result
+from .tools import ToolCall, tool, tool_declaration
 from .errors import (BadResponse, Busy, Cancelled, ConnectError, HttpStatus, InternalError,
                      InvalidInput, InvalidOptions, NoMemory, NotFound, ParleyError,
                      PluginLoadError, RateLimited, Timeout, ToolLoop)

@@ -28,6 +28,7 @@ import weakref
 from . import _abi
 from .errors import Cancelled, InvalidInput, ParleyError
 from .plugin import Plugin, load_plugin
+from .tools import PendingCall, ToolCall, declared_name, tool_declaration, tool_result
 
 _log = logging.getLogger("parley")
 _PY_LEVEL = {0: logging.ERROR, 1: logging.WARNING, 2: logging.INFO, 3: logging.DEBUG}
@@ -52,52 +53,6 @@ class Result:
     extra: dict = dataclasses.field(default_factory=dict)  # appended result fields, by C name
 
 
-@dataclasses.dataclass
-class ToolCall:
-    """What a tool callable receives: the model's call and the turn's input."""
-    name: str
-    arguments: dict
-    call_id: str
-    request_id: int
-    conversation_id: object = None
-    turn_id: object = None
-    language: object = None
-    device_id: object = None
-    satellite_id: object = None
-    agent_id: object = None
-    context: object = None  # dict from the input's context, or None
-
-
-def tool(description=None, parameters=None):
-    """Decorator declaring how the model sees a tool callable:
-
-        @parley.tool("Turn a light on", {"type": "object", "properties": {...}})
-        async def turn_on(call): ...
-
-    Without it the description is the docstring and the parameters are an
-    empty object schema."""
-    def mark(fn):
-        fn.parley_tool = {"description": description, "parameters": parameters}
-        return fn
-    return mark
-
-
-def tool_declaration(name, fn):
-    """{"name", "description", "parameters"} for a tool callable."""
-    spec = getattr(fn, "parley_tool", None) or {}
-    return {"name": name,
-            "description": spec.get("description") or inspect.getdoc(fn) or name,
-            "parameters": spec.get("parameters") or {"type": "object", "properties": {}}}
-
-
-def _declared_name(decl):
-    if isinstance(decl, dict):
-        if isinstance(decl.get("function"), dict):
-            return decl["function"].get("name")
-        return decl.get("name")
-    return None
-
-
 def _text(b):
     return None if b is None else b.decode("utf-8", "replace")
 
@@ -115,35 +70,6 @@ def _c_str(field, value):
         raise InvalidInput("%s is not valid Unicode: %s" % (field, e)) from None
 
 
-def _tool_result(value):
-    """A tool's return value as complete_tool_call's result_json: str as-is
-    (plain text), None as "no output", anything else as JSON."""
-    if value is None:
-        return None
-    if isinstance(value, str):
-        return value.encode()
-    return json.dumps(value, ensure_ascii=False).encode()
-
-
-class _PendingCall:
-    """One tool call handle: completed exactly once, from whichever thread
-    gets there first (the tool's task, close, or interpreter exit)."""
-
-    def __init__(self, core, handle):
-        self.core = core
-        self.handle = handle
-        self.done = False
-        self.task = None
-
-    def complete(self, result_json, is_error):
-        with self.core.lock:
-            if self.done:
-                return
-            self.done = True
-            self.core.calls.discard(self)
-        self.core.plugin.function("complete_tool_call")(self.handle, result_json, int(is_error))
-
-
 class _Turn:
     def __init__(self, loop, tools, streaming):
         self.future = loop.create_future()
@@ -151,7 +77,7 @@ class _Turn:
         self.tools = tools
         self.request_id = None
         self.finished = False
-        self.calls = set()  # _PendingCall of this turn's running tools
+        self.calls = set()  # PendingCall of this turn's running tools
 
 
 class _Core:
@@ -166,7 +92,7 @@ class _Core:
         self.tools = tools
         self.log = log
         self.turns = {}            # token -> _Turn; loop thread only
-        self.calls = set()         # every _PendingCall not yet completed; under lock
+        self.calls = set()         # every PendingCall not yet completed; under lock
         self.lock = threading.Lock()
         self.idle = threading.Condition(self.lock)
         self.destroying = threading.Lock()
@@ -225,7 +151,7 @@ class _Core:
     def _c_tool_call(self, _host_data, handle, info_ptr):
         _in_callback.active = True
         try:
-            call = _PendingCall(self, handle)
+            call = PendingCall(self, handle)
             with self.lock:
                 self.calls.add(call)
             try:
@@ -332,7 +258,7 @@ class _Core:
             if inspect.isawaitable(value):
                 value = await value
             try:
-                result = _tool_result(value)
+                result = tool_result(value)
             except (TypeError, ValueError) as e:
                 call.complete(("tool %r returned a value that is not JSON: %s"
                                % (tc.name, e)).encode(), 1)
@@ -437,7 +363,7 @@ class Agent:
         self._plugin = plugin if isinstance(plugin, Plugin) else load_plugin(plugin)
         tools = dict(tools or {})
         options = dict(options)
-        declared = [_declared_name(d) for d in options.get("tools") or []]
+        declared = [declared_name(d) for d in options.get("tools") or []]
         for name in declared:
             if name is not None and name not in tools:
                 raise ValueError("tool %r is declared in options['tools'] but has no callable "
