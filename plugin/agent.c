@@ -66,24 +66,6 @@ static inbox *inbox_new(void)
     return box;
 }
 
-/* The URL as messages may show it: no user:password@, no query, no fragment. */
-static char *url_for_display(const char *url)
-{
-    CURLU *h = curl_url();
-    char *shown = NULL, *out = NULL;
-    if (h && curl_url_set(h, CURLUPART_URL, url, 0) == CURLUE_OK &&
-        curl_url_set(h, CURLUPART_USER, NULL, 0) == CURLUE_OK &&
-        curl_url_set(h, CURLUPART_PASSWORD, NULL, 0) == CURLUE_OK &&
-        curl_url_set(h, CURLUPART_OPTIONS, NULL, 0) == CURLUE_OK &&
-        curl_url_set(h, CURLUPART_QUERY, NULL, 0) == CURLUE_OK &&
-        curl_url_set(h, CURLUPART_FRAGMENT, NULL, 0) == CURLUE_OK &&
-        curl_url_get(h, CURLUPART_URL, &shown, 0) == CURLUE_OK)
-        out = strdup(shown);
-    curl_free(shown);
-    curl_url_cleanup(h);
-    return out;
-}
-
 /* Everything requests share: the URL, the headers, the limits. */
 static int setup_http(parley_agent *a)
 {
@@ -92,7 +74,7 @@ static int setup_http(parley_agent *a)
         a->url = NULL;
         return -1;
     }
-    if (!(a->display_url = url_for_display(a->url)))
+    if (!(a->display_url = http_display_url(a->url)))
         return -1;
     char *auth = NULL;
     if (o->api_key && asprintf(&auth, "Authorization: Bearer %s", o->api_key) < 0)

@@ -98,6 +98,23 @@ static size_t on_header(char *data, size_t size, size_t nmemb, void *ud)
     return n;
 }
 
+char *http_display_url(const char *url)
+{
+    CURLU *h = curl_url();
+    char *shown = NULL, *out = NULL;
+    if (h && curl_url_set(h, CURLUPART_URL, url, 0) == CURLUE_OK &&
+        curl_url_set(h, CURLUPART_USER, NULL, 0) == CURLUE_OK &&
+        curl_url_set(h, CURLUPART_PASSWORD, NULL, 0) == CURLUE_OK &&
+        curl_url_set(h, CURLUPART_OPTIONS, NULL, 0) == CURLUE_OK &&
+        curl_url_set(h, CURLUPART_QUERY, NULL, 0) == CURLUE_OK &&
+        curl_url_set(h, CURLUPART_FRAGMENT, NULL, 0) == CURLUE_OK &&
+        curl_url_get(h, CURLUPART_URL, &shown, 0) == CURLUE_OK)
+        out = strdup(shown);
+    curl_free(shown);
+    curl_url_cleanup(h);
+    return out;
+}
+
 int http_pool_init(http_pool *p, size_t max_connections)
 {
     memset(p, 0, sizeof *p);

@@ -50,6 +50,11 @@ typedef struct http_pool {
     http_call *wait_tail;
 } http_pool;
 
+/* The URL as messages may show it (malloc'd; NULL on OOM or an unparsable
+ * URL): without user:password@, login options, query or fragment, any of
+ * which may hold a secret. */
+char *http_display_url(const char *url);
+
 /* Create the multi handle, capped at max_connections; 0 or -1. */
 int http_pool_init(http_pool *p, size_t max_connections);
 void http_pool_cleanup(http_pool *p); /* every call must be freed first */
