@@ -1,0 +1,97 @@
+/* test_persona.c -- persona.c: the `personas` option, tool subsets, overrides, counters. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "persona.h"
+
+static int contains(const char *s, const char *part) { return s && strstr(s, part) != NULL; }
+
+static const char *TOOLS = "[{\"name\":\"lights\"},{\"name\":\"oven\"},{\"name\":\"music\"}]";
+
+static void test_parse(void)
+{
+    char *err = NULL;
+    toolset *agent = toolset_parse(TOOLS, NULL, &err);
+    CHECK(agent != NULL);
+    persona_set s;
+    CHECK(persona_set_parse("{\"chef\": {\"prompt\": \"You cook.\", \"model\": \"m2\", "
+                            "\"temperature\": 0.2, \"top_p\": 0.5, \"max_tokens\": 77, "
+                            "\"tools\": [\"music\", \"oven\"], \"max_history_turns\": 3},"
+                            " \"butler\": {\"prompt\": \"\"}}", agent, &s, &err) == 0);
+    CHECK(err == NULL && s.n == 2);
+    const persona *chef = persona_find(&s, "chef"), *butler = persona_find(&s, "butler");
+    CHECK(chef && butler && !persona_find(&s, "Chef") && !persona_find(&s, ""));
+    if (chef && butler) {
+        CHECK(toolset_count(chef->tools) == 2 && toolset_has(chef->tools, "oven") &&
+              !toolset_has(chef->tools, "lights"));
+        CHECK(butler->tools == NULL);
+        parley_options base = {0}, o;
+        base.model = "m1";
+        base.prompt = "agent prompt";
+        base.temperature = 1;
+        base.top_p = -1;
+        base.max_tokens = 0;
+        base.max_history_turns = 20;
+        persona_apply(chef, &base, &o);
+        CHECK_STR(o.model, "m2");
+        CHECK_STR(o.prompt, "You cook.");
+        CHECK(o.temperature == 0.2 && o.top_p == 0.5 && o.max_tokens == 77 &&
+              o.max_history_turns == 3);
+        persona_apply(butler, &base, &o);
+        CHECK_STR(o.model, "m1");
+        CHECK_STR(o.prompt, "");
+        CHECK(o.temperature == 1 && o.top_p == -1 && o.max_tokens == 0 && o.max_history_turns == 20);
+        persona_apply(NULL, &base, &o);
+        CHECK_STR(o.prompt, "agent prompt");
+    }
+    char *names = persona_names(&s);
+    CHECK_STR(names, "\"chef\", \"butler\"");
+    free(names);
+    persona_set_free(&s);
+
+    const char *bad[][2] = {
+        {"[]", "must be an object"},
+        {"{\"a\": \"hi\"}", "persona \"a\": must be an object"},
+        {"{\"a\": {}}", "persona \"a\": 'prompt' (a string) is required"},
+        {"{\"a\": {\"prompt\": \"p\", \"tools\": [\"oven\", \"grill\"]}}",
+         "persona \"a\": tool \"grill\" is not one of the agent's tools"},
+        {"{\"a\": {\"prompt\": \"p\", \"tools\": \"oven\"}}", "'tools' must be an array"},
+        {"{\"a\": {\"prompt\": \"p\", \"tools\": [\"oven\", \"oven\"]}}", "persona \"a\": 'tools':"},
+        {"{\"a\": {\"prompt\": \"p\", \"temperature\": 3}}", "'temperature' must be a number from 0 to 2"},
+        {"{\"a\": {\"prompt\": \"p\", \"max_history_turns\": -1}}", "'max_history_turns' must be"},
+        {"{\"a\": {\"prompt\": \"p\", \"max_tokens\": 1.5}}", "'max_tokens' must be an integer"},
+        {"{\"a\": {\"prompt\": \"p\", \"model\": \"\"}}", "'model' must be a non-empty string"},
+        {"{\"a\": {\"prompt\": \"p\", \"promt\": \"q\"}}", "unknown key \"promt\""},
+        {"{\"\": {\"prompt\": \"p\"}}", "a persona name must be 1 to 64 bytes"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        err = NULL;
+        CHECK(persona_set_parse(bad[i][0], agent, &s, &err) == -1);
+        CHECK(contains(err, bad[i][1]));
+        if (!contains(err, bad[i][1]))
+            fprintf(stderr, "  %s -> %s\n", bad[i][0], err ? err : "(null)");
+        CHECK(s.n == 0 && s.items == NULL);
+        free(err);
+    }
+    CHECK(persona_set_parse(NULL, agent, &s, &err) == 0 && s.n == 0);
+    toolset_free(agent);
+}
+
+static void test_counters(void)
+{
+    persona_metrics m;
+    persona_metrics_init(&m);
+    persona_counters *a = persona_metrics_for(&m, "chef"), *b = persona_metrics_for(&m, "butler");
+    CHECK(a && b && a != b && persona_metrics_for(&m, "chef") == a);
+    atomic_fetch_add(&a->turns, 2);
+    CHECK(atomic_load(&persona_metrics_for(&m, "chef")->turns) == 2);
+    persona_metrics_destroy(&m);
+}
+
+int main(void)
+{
+    test_parse();
+    test_counters();
+    return check_report();
+}
