@@ -12,6 +12,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "images.h"
 #include "shim.h"
 
 /* The one turn in flight.  Static, not on the stack: after a signal the
@@ -35,6 +36,10 @@ static int interactive_on; /* set by run_interactive: JSONL mode prints no steps
 
 /* Last conversation id a result reported (under g_shim.mu). */
 static char *conv_id;
+/* Only the input thread touches these two: the persona of the next turns, and
+ * the images (JSON array of {"url"}) attached to the next message. */
+static char *persona;
+static json_t *pending_images;
 
 static void print_value(const char *prefix, json_t *v, const char *suffix) {
     /* Strings as their text, anything else as compact JSON. */
@@ -237,11 +242,16 @@ static void run_turn(const char *text) {
     cur.ndeltas = 0;
     live_reset();
 
+    char *images = pending_images ? json_dumps(pending_images, JSON_COMPACT) : NULL;
+    json_decref(pending_images); /* attached to this message only, sent or refused */
+    pending_images = NULL;
     parley_input in = {
         .struct_size = sizeof in,
         .text = text,
         .conversation_id = cid,
         .on_delta = on_delta,
+        .persona = persona,
+        .images_json = images,
     };
     char *err = NULL;
     parley_request_id rid = 0;
@@ -249,6 +259,7 @@ static void run_turn(const char *text) {
     atomic_store(&g_shim.turn_in_flight, 1);
     parley_status st = g_shim.pl->async_process(g_shim.agent, &in, on_done, NULL, &rid, &err);
     free(cid);
+    free(images);
     if (st != PARLEY_OK) {
         atomic_store(&g_shim.turn_in_flight, 0);
         out_printf("parley! %s: %s\n", status_str(st), err ? err : status_str(st));
@@ -357,12 +368,16 @@ static void help(void) {
     out_printf("Type a message to talk to the agent.  Commands:\n"
                "  /new      start a new conversation (forget the conversation id)\n"
                "  /id       show the current conversation id\n"
-               "  /history  show the current conversation, one line per message\n"
+               "  /history  show the current conversation (of the current persona),\n"
+               "            one line per message\n"
                "            (/history --json: the full JSON)\n"
                "  /options  show the effective options (secrets masked)\n"
                "  /list     list the conversations the agent remembers\n"
-               "  /clear    forget the current conversation in the agent\n"
+               "  /clear    forget the current conversation (of the current persona)\n"
                "  /metrics  show the agent's counters\n"
+               "  /persona NAME  speak to persona NAME from now on (its own history);\n"
+               "            /persona alone: back to the agent's own prompt\n"
+               "  /image PATH  attach an image file to the next message\n"
                "  /quit     leave (end of input and Ctrl-C at the prompt do too)\n"
                "Ctrl-C while the agent is thinking cancels that turn.\n"
                "  /help     this text\n");
@@ -424,6 +439,26 @@ static int command(const char *cmd) {
             else
                 show(st, NULL, "conversation", cid);
         }
+    } else if (strcmp(cmd, "/persona") == 0 || strncmp(cmd, "/persona ", 9) == 0) {
+        const char *name = cmd[8] ? cmd + 9 : "";
+        free(persona);
+        persona = *name ? strdup(name) : NULL; /* the plugin checks the name at the next turn */
+        if (persona)
+            out_printf("(persona %s)\n", persona);
+        else
+            out_printf("(no persona: the agent's own prompt)\n");
+    } else if (strncmp(cmd, "/image ", 7) == 0 && cmd[7]) {
+        char *why = NULL, *url = shim_image_data_url(cmd + 7, &why);
+        if (!url) {
+            out_printf("parley! invalid_input: %s\n", why ? why : "out of memory");
+        } else {
+            if (!pending_images)
+                pending_images = json_array();
+            json_array_append_new(pending_images, json_pack("{s:s}", "url", url));
+            out_printf("(image %s attached to the next message)\n", cmd + 7);
+        }
+        free(url);
+        free(why);
     } else {
         out_printf("unknown command %s (try /help)\n", cmd);
     }
@@ -482,6 +517,10 @@ int run_interactive(void) {
 void interactive_free(void) {
     free(conv_id);
     conv_id = NULL;
+    free(persona);
+    persona = NULL;
+    json_decref(pending_images);
+    pending_images = NULL;
     live_reset();
     free(live);
     live = NULL;

@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "images.h"
 #include "jsonl_parse.h"
 #include "shim.h"
 
@@ -170,6 +171,12 @@ static void on_done(void *user_data, const parley_result *r) {
 /* Submit one validated conversation line; then wait for a free slot. */
 static void handle_turn(unsigned long seq, const struct jsonl_turn *req,
                         unsigned long concurrency) {
+    char *images = NULL, *why = NULL;
+    if (req->images_json && !(images = shim_images_resolve(req->images_json, &why))) {
+        invalid_line(seq, NULL, why ? why : "out of memory");
+        free(why);
+        return;
+    }
     parley_input in = {
         .struct_size = sizeof in,
         .text = req->text,
@@ -182,9 +189,12 @@ static void handle_turn(unsigned long seq, const struct jsonl_turn *req,
         .context_json = req->context_json,
         .tools_json = req->tools_json,
         .on_delta = on_delta,
+        .persona = req->persona,
+        .images_json = images,
     };
     struct turn *t = calloc(1, sizeof *t);
     if (!t) {
+        free(images);
         no_memory_line(seq);
         return;
     }
@@ -197,6 +207,7 @@ static void handle_turn(unsigned long seq, const struct jsonl_turn *req,
     parley_request_id rid = 0;
     char *err = NULL;
     parley_status st = g_shim.pl->async_process(g_shim.agent, &in, on_done, t, &rid, &err);
+    free(images); /* async_process copied what it keeps */
     if (st != PARLEY_OK) {
         /* Not accepted: done will never come, so both references are ours. */
         pthread_mutex_lock(&g_shim.mu);

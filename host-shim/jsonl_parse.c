@@ -63,6 +63,7 @@ static const struct str_field {
     {"satellite_id", offsetof(struct jsonl_turn, satellite_id)},
     {"agent_id", offsetof(struct jsonl_turn, agent_id)},
     {"extra_system_prompt", offsetof(struct jsonl_turn, extra_system_prompt)},
+    {"persona", offsetof(struct jsonl_turn, persona)},
 };
 #define NSTR (sizeof str_fields / sizeof str_fields[0])
 
@@ -71,7 +72,8 @@ static char **str_slot(struct jsonl_turn *t, size_t i) {
 }
 
 static int known_turn_key(const char *key) {
-    if (strcmp(key, "text") == 0 || strcmp(key, "context") == 0 || strcmp(key, "tools") == 0)
+    if (strcmp(key, "text") == 0 || strcmp(key, "context") == 0 || strcmp(key, "tools") == 0 ||
+        strcmp(key, "images") == 0)
         return 1;
     for (size_t i = 0; i < NSTR; i++)
         if (strcmp(key, str_fields[i].key) == 0)
@@ -100,6 +102,9 @@ static struct problem turn_problem(json_t *obj) {
     v = json_object_get(obj, "tools");
     if (v && !json_is_array(v) && !json_is_null(v))
         return (struct problem){"%s", "\"tools\" must be an array"};
+    v = json_object_get(obj, "images");
+    if (v && !json_is_array(v) && !json_is_null(v))
+        return (struct problem){"%s", "\"images\" must be an array of {\"url\"} or {\"path\"}"};
     return (struct problem){NULL, NULL};
 }
 
@@ -118,6 +123,8 @@ static int build_turn(json_t *obj, struct jsonl_turn *t) {
         if (dup_opt(json_string_value(json_object_get(obj, str_fields[i].key)), str_slot(t, i)) < 0)
             return -1;
     if (dump_opt(json_object_get(obj, "context"), &t->context_json) < 0)
+        return -1;
+    if (dump_opt(json_object_get(obj, "images"), &t->images_json) < 0)
         return -1;
     return dump_opt(json_object_get(obj, "tools"), &t->tools_json);
 }
@@ -255,6 +262,7 @@ void jsonl_line_free(struct jsonl_line *l) {
         free(*str_slot(&l->turn, i));
     free(l->turn.context_json);
     free(l->turn.tools_json);
+    free(l->turn.images_json);
     free(l->op.id);
     memset(l, 0, sizeof *l);
 }

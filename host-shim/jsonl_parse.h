@@ -50,6 +50,8 @@ struct jsonl_turn {
     char *extra_system_prompt;
     char *context_json; /* a JSON object, serialized compactly */
     char *tools_json;   /* a JSON array, serialized compactly */
+    char *persona;
+    char *images_json;  /* a JSON array ({"url"} or {"path"}), serialized compactly */
 };
 
 struct jsonl_op {

@@ -200,6 +200,13 @@ typedef struct parley_input {
     const char *tools_json;          /* JSON array of tools for this turn only, same
                                         form as the `tools` option; added to those */
     parley_delta_fn on_delta;        /* optional; called with text deltas when streaming */
+    /* --- appended after 0.1 (read only when struct_size covers them) --- */
+    const char *persona;             /* NULL or "": the agent's own prompt and options; else
+                                        the name of one of the `personas` option's personas.
+                                        History is kept per (persona, conversation_id) */
+    const char *images_json;         /* NULL, or a JSON array of images shown with this turn:
+                                        [{"url": "data:image/png;base64,..."} or
+                                         {"url": "https://..."}] (docs/abi.md) */
 } parley_input;
 
 /** The outcome of one turn.  Valid only during the done callback. */
