@@ -1,0 +1,126 @@
+"""Personas in one agent (option `personas`, input `persona`): each persona
+has its own system prompt, options and history per conversation id.
+
+Everything is asserted from the fake server's request log and the shim's
+history ops."""
+import json
+import os
+import tempfile
+import unittest
+
+from harness import FakeLLM, ParleyTestCase, fake_reply, messages, options, run_shim
+
+CHEF = "You are a chef."
+BUTLER = "You are a butler."
+PERSONAS = {
+    "chef": {"prompt": CHEF},
+    "butler": {"prompt": BUTLER, "model": "butler-model", "temperature": 0.3,
+               "max_tokens": 99, "tools": ["lights"], "max_history_turns": 1},
+}
+TOOLS = [{"name": "lights", "description": "Lights", "result": "on"},
+         {"name": "oven", "description": "Oven", "result": "hot"}]
+
+
+def user(text):
+    return {"role": "user", "content": text}
+
+
+def assistant(text):
+    return {"role": "assistant", "content": text}
+
+
+def system(text):
+    return {"role": "system", "content": text}
+
+
+class PersonaCase(ParleyTestCase):
+    maxDiff = None
+
+    def setUp(self):
+        self.llm = FakeLLM()
+        self.addCleanup(self.llm.close)
+
+    def opts(self, **kw):
+        o = options(self.llm, personas=PERSONAS, tools=[{"name": "lights"}, {"name": "oven"}])
+        o.update(kw)
+        return o
+
+
+class Separation(PersonaCase):
+    def test_two_personas_on_one_conversation_never_see_each_other(self):
+        run = self.run_ok([
+            {"text": "c1", "conversation_id": "x", "persona": "chef"},
+            {"text": "b1", "conversation_id": "x", "persona": "butler"},
+            {"text": "c2", "conversation_id": "x", "persona": "chef"},
+            {"text": "n1", "conversation_id": "x"},
+        ], self.opts(), tools=TOOLS)
+        for seq in (1, 2, 3, 4):
+            self.assertTurnOk(run.by_seq(seq))
+        reqs = self.llm.chat_requests()
+        self.assertEqual(len(reqs), 4)
+        self.assertEqual(messages(reqs[0]), [system(CHEF), user("c1")])
+        self.assertEqual(messages(reqs[1]), [system(BUTLER), user("b1")])
+        # switching back restores the chef's own conversation, without the butler's turn
+        self.assertEqual(messages(reqs[2]), [system(CHEF), user("c1"),
+                                             assistant(fake_reply("c1", 2, 1)), user("c2")])
+        # no persona: the agent's own prompt and history (empty so far)
+        self.assertEqual(messages(reqs[3]), [system("You are a test assistant."), user("n1")])
+
+    def test_persona_options_and_tools_reach_the_request(self):
+        run = self.run_ok([
+            {"text": "b1", "conversation_id": "y", "persona": "butler"},
+            {"text": "b2", "conversation_id": "y", "persona": "butler"},
+            {"text": "c1", "conversation_id": "y", "persona": "chef",
+             "extra_system_prompt": "It is Sunday."},
+        ], self.opts(), tools=TOOLS)
+        for seq in (1, 2, 3):
+            self.assertTurnOk(run.by_seq(seq))
+        b1, b2, c1 = (r["body"] for r in self.llm.chat_requests())
+        self.assertEqual((b1["model"], b1["temperature"], b1["max_tokens"]),
+                         ("butler-model", 0.3, 99))
+        self.assertEqual([t["function"]["name"] for t in b1["tools"]], ["lights"])
+        # max_history_turns 1: the second butler turn carries only the first
+        self.assertEqual([m["content"] for m in b2["messages"]][1:],
+                         ["b1", fake_reply("b1", 2, 1), "b2"])
+        # the chef: the agent's model and all its tools; extra_system_prompt appends
+        self.assertEqual(c1["model"], "fake-model")
+        self.assertNotIn("temperature", c1)
+        self.assertEqual(sorted(t["function"]["name"] for t in c1["tools"]), ["lights", "oven"])
+        self.assertEqual(c1["messages"][0], system(CHEF + "\n\nIt is Sunday."))
+
+
+class Refusals(PersonaCase):
+    def test_unknown_persona_is_invalid_input_naming_it(self):
+        run = self.run_ok([{"text": "hi", "conversation_id": "z", "persona": "pirate"}],
+                          self.opts(), tools=TOOLS)
+        err = self.assertTurnError(run.by_seq(1), "invalid_input")
+        self.assertIn('"pirate"', err["message"])
+        self.assertIn('"chef"', err["message"])
+        self.assertEqual(self.llm.chat_requests(), [])
+
+    def test_bad_personas_option_is_refused_at_create(self):
+        o = self.opts(personas={"chef": {"prompt": "p", "tools": ["grill"]}})
+        run = run_shim([{"text": "hi"}], o, tools=TOOLS)
+        self.assertNotEqual(run.rc, 0)
+        self.assertIn('persona "chef": tool "grill" is not one of the agent\'s tools', run.stderr)
+
+
+class Metrics(PersonaCase):
+    def test_per_persona_counters(self):
+        run = self.run_ok([
+            {"text": "c1", "conversation_id": "m", "persona": "chef"},
+            {"text": "c2", "conversation_id": "m", "persona": "chef"},
+            {"text": "b1", "conversation_id": "m", "persona": "butler"},
+            {"text": "b2", "conversation_id": "m", "persona": "butler"},
+            {"op": "metrics"},
+        ], self.opts(), tools=TOOLS)
+        m = run.by_seq(5)["result"]["personas"]
+        self.assertEqual(m["chef"], {"turns": 2, "turns_stored": 2, "messages_stored": 4,
+                                     "truncations": 0, "clears": 0})
+        # butler keeps 1 turn of history: its second turn sent a truncated history
+        self.assertEqual(m["butler"]["turns"], 2)
+        self.assertEqual(m["butler"]["truncations"], 1)
+
+
+if __name__ == "__main__":
+    unittest.main()
