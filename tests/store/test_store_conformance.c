@@ -32,6 +32,7 @@ typedef struct backend_case {
 } backend_case;
 
 static const backend_case backends[] = {
+    {&store_memory_backend, 0},
     {&store_sqlite_backend, 1},
 };
 #define NBACKENDS (sizeof backends / sizeof backends[0])
