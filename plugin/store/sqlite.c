@@ -154,6 +154,25 @@ static const char *const stmt_sql[S_COUNT] = {
                " FROM conversations ORDER BY use_seq DESC",
 };
 
+/* The WAL is copied into the database file when it holds this many pages (SQLite's
+ * default), by a checkpointer thread.  The WAL starts over only when a commit
+ * begins after a checkpoint has copied all of it; appends back to back can keep
+ * beating the checkpointer, so past the second figure the committing connection
+ * checkpoints itself, which bounds the WAL (to about 16 MiB with 4 KiB pages). */
+#define CHECKPOINT_PAGES 1000
+#define CHECKPOINT_INLINE_PAGES (4 * CHECKPOINT_PAGES)
+
+/* The checkpointer: its own connection, woken by the commit hook. */
+typedef struct checkpointer {
+    pthread_t thread;
+    pthread_mutex_t lock;
+    pthread_cond_t wake;
+    int pending;                 /* a commit found the WAL past CHECKPOINT_PAGES */
+    int stop;
+    int running;                 /* 0: checkpoints run inline (no thread) */
+    sqlite3 *db;
+} checkpointer;
+
 /* What store_meta holds, mirrored in memory (written in the same transaction). */
 typedef struct totals {
     int64_t conversations;
@@ -174,6 +193,7 @@ typedef struct sqlite_store {
     int64_t last_use_seq;        /* the largest conversations.use_seq */
     size_t evicted;
     size_t expired;
+    checkpointer ckpt;
 } sqlite_store;
 
 /* A conversation row, as the operations need it. */
@@ -576,6 +596,93 @@ static int configure(sqlite_store *s)
     return sqlite3_exec(s->db, sql, NULL, NULL, NULL);
 }
 
+/* ---- checkpoints, off the turn path ----
+ * SQLite's automatic checkpoint runs inside the COMMIT that crosses the
+ * threshold, fsyncs included: whichever turn commits then would wait for the
+ * disk.  Instead the commit hook only wakes the checkpointer, which copies
+ * the WAL into the database with PASSIVE checkpoints (they never block an
+ * append). */
+
+static int on_wal_commit(void *ud, sqlite3 *db, const char *name, int pages)
+{
+    checkpointer *c = &((sqlite_store *)ud)->ckpt;
+    if (pages < CHECKPOINT_PAGES)
+        return SQLITE_OK;
+    if (!c->running || pages >= CHECKPOINT_INLINE_PAGES) {
+        sqlite3_wal_checkpoint_v2(db, name, SQLITE_CHECKPOINT_PASSIVE, NULL, NULL);
+        return SQLITE_OK;
+    }
+    pthread_mutex_lock(&c->lock);
+    if (!c->pending) { /* the WAL stays this long until a writer restarts it: wake once */
+        c->pending = 1;
+        pthread_cond_signal(&c->wake);
+    }
+    pthread_mutex_unlock(&c->lock);
+    return SQLITE_OK;
+}
+
+static void *checkpoint_loop(void *arg)
+{
+    checkpointer *c = arg;
+    pthread_mutex_lock(&c->lock);
+    for (;;) {
+        while (!c->pending && !c->stop)
+            pthread_cond_wait(&c->wake, &c->lock);
+        if (c->stop)
+            break;
+        c->pending = 0;
+        pthread_mutex_unlock(&c->lock);
+        /* A failure (I/O error, disk full) leaves the WAL as it is: the
+         * next commit past the threshold tries again. */
+        sqlite3_wal_checkpoint_v2(c->db, NULL, SQLITE_CHECKPOINT_PASSIVE, NULL, NULL);
+        pthread_mutex_lock(&c->lock);
+    }
+    pthread_mutex_unlock(&c->lock);
+    return NULL;
+}
+
+/* Start the checkpointer; without it (no thread, no connection) checkpoints
+ * run inline, as SQLite's own would. */
+static void checkpointer_start(sqlite_store *s)
+{
+    checkpointer *c = &s->ckpt;
+    sqlite3_wal_hook(s->db, on_wal_commit, s);
+    if (pthread_mutex_init(&c->lock, NULL) != 0)
+        return;
+    if (pthread_cond_init(&c->wake, NULL) != 0) {
+        pthread_mutex_destroy(&c->lock);
+        return;
+    }
+    if (sqlite3_open_v2(s->path, &c->db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX, NULL) ==
+        SQLITE_OK) {
+        sqlite3_busy_timeout(c->db, SQLITE_STORE_BUSY_TIMEOUT_MS);
+        c->running = pthread_create(&c->thread, NULL, checkpoint_loop, c) == 0;
+    }
+    if (!c->running) {
+        sqlite3_close(c->db);
+        c->db = NULL;
+        pthread_cond_destroy(&c->wake);
+        pthread_mutex_destroy(&c->lock);
+    }
+}
+
+static void checkpointer_stop(sqlite_store *s)
+{
+    checkpointer *c = &s->ckpt;
+    if (!c->running)
+        return;
+    pthread_mutex_lock(&c->lock);
+    c->stop = 1;
+    pthread_cond_signal(&c->wake);
+    pthread_mutex_unlock(&c->lock);
+    pthread_join(c->thread, NULL);
+    c->running = 0;
+    sqlite3_close(c->db); /* first: the main connection, closing last, checkpoints */
+    c->db = NULL;
+    pthread_cond_destroy(&c->wake);
+    pthread_mutex_destroy(&c->lock);
+}
+
 static void close_connection(sqlite_store *s)
 {
     for (int i = 0; i < S_COUNT; i++) {
@@ -591,6 +698,7 @@ static void sqlite_close(store *base)
     sqlite_store *s = (sqlite_store *)base;
     if (!s)
         return;
+    checkpointer_stop(s);
     if (s->db)
         close_connection(s);
     if (s->lock_fd >= 0)
@@ -640,6 +748,7 @@ static parley_status connect_checked(sqlite_store *s, const store_config *cfg, i
     sqlite3_db_config(s->db, SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, 0, NULL);
     if ((rc = configure(s)) != SQLITE_OK)
         return fail_sqlite(s, err, "cannot configure it", rc);
+    checkpointer_start(s);
     if (sqlite3_db_readonly(s->db, "main") == 1)
         say(cfg, PARLEY_LOG_WARN,
             pstr_printf("sqlite store %s: the file is read-only: turns will fail with "

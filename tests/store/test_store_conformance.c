@@ -1059,6 +1059,43 @@ static void test_read_only_file(const backend_case *bc)
     stop(&h);
 }
 
+/* Checkpoints happen while the store is open (on the checkpointer thread):
+ * the database file grows as the WAL is copied into it, and the WAL is
+ * reused instead of growing without end. */
+static void test_checkpoints_while_open(const backend_case *bc)
+{
+    harness h = start(bc, 0, 100000, 0);
+    struct stat st;
+    CHECK(stat(h.location, &st) == 0);
+    off_t initial = st.st_size;
+    char *wal = pstr_printf("%s-wal", h.location);
+    off_t largest_wal = 0;
+    char big[2048];
+    memset(big, 'x', sizeof big);
+    big[0] = '{', big[1] = '"', big[2] = 'x', big[3] = '"', big[4] = ':', big[5] = '"';
+    memcpy(big + sizeof big - 3, "\"}", 3);
+    for (unsigned i = 0; i < 3000; i++) {
+        char id[32];
+        snprintf(id, sizeof id, "c%u", i % 500);
+        CHECK(append_at(&h, id, 1 + i, big, 1000 + i) == 0);
+        if (stat(wal, &st) == 0 && st.st_size > largest_wal)
+            largest_wal = st.st_size;
+    }
+    for (int i = 0; i < 200 && (stat(h.location, &st) != 0 || st.st_size <= initial); i++)
+        usleep(10000 * 1); /* the checkpointer runs on its own thread */
+    CHECK(stat(h.location, &st) == 0 && st.st_size > initial);
+    CHECK(largest_wal > 0 && largest_wal < 40 * 1024 * 1024); /* ~3000 turns x 2 KiB = 6 MiB+ */
+    char *before = snapshot(&h);
+    reopen(&h);
+    char *after = snapshot(&h);
+    CHECK_STR(after, before);
+    CHECK(stats_of(&h).turns == 3000);
+    free(before);
+    free(after);
+    free(wal);
+    stop(&h);
+}
+
 static void test_location_missing(const backend_case *bc)
 {
     store_limits limits = {0, 10, 0};
@@ -1099,6 +1136,7 @@ int main(void)
             test_in_use(bc);
             test_failing_writes(bc);
             test_read_only_file(bc);
+            test_checkpoints_while_open(bc);
             test_location_missing(bc);
         }
     }
