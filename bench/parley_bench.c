@@ -68,6 +68,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "fault_vfs.h" /* tests/store: a VFS that delays fsync, for --fsync-delay-ms */
+
 #ifndef PARLEY_BENCH_PLUGIN
 #define PARLEY_BENCH_PLUGIN "parley.so"
 #endif
@@ -98,6 +100,8 @@ static struct config {
     int phase_timeout_s;
     const char *store_dir;      /* where the SQLite phases put their store files */
     int store_seq_latency_ms;   /* server latency of the store-seq scenario */
+    const char *history_sync;   /* the SQLite phases' history_sync: normal | full */
+    int fsync_delay_ms;         /* SQLite phases: every fsync takes this long (a slow disk) */
     int verbose;
 } cfg = {
     .plugin = PARLEY_BENCH_PLUGIN,
@@ -112,6 +116,7 @@ static struct config {
     .conc_repeats = 3,
     .server_threads = 2,
     .phase_timeout_s = 120,
+    .history_sync = "normal",
 };
 
 /* Five Home-Assistant-like tools, declared in the agent's options. */
@@ -487,9 +492,10 @@ static parley_agent *make_agent(const parley_plugin *p, struct result *r, long m
                  "{\"base_url\":\"http://127.0.0.1:%d/v1\",\"model\":\"fake-model\","
                  "\"tools\":%s,\"max_history_turns\":%d,\"max_in_flight\":%ld,"
                  "\"max_conversations\":%ld,\"turn_timeout_ms\":%d,\"request_timeout_ms\":%d,"
-                 "\"history_store\":\"%s\"}",
+                 "\"history_store\":\"%s\",\"history_sync\":\"%s\"}",
                  ctx.port, TOOLS_JSON, cfg.seq_history, max_in_flight, max_conversations,
-                 cfg.phase_timeout_s * 1000, cfg.phase_timeout_s * 1000, phase_store) < 0)
+                 cfg.phase_timeout_s * 1000, cfg.phase_timeout_s * 1000, phase_store,
+                 cfg.history_sync) < 0)
         return NULL;
     char *err = NULL;
     parley_agent *a = p->create(&host, options, &err);
@@ -1153,6 +1159,13 @@ static void with_sqlite_store(phase_fn fn, struct result *r)
     snprintf(path, sizeof path, "%s/parley-bench-%ld.db", cfg.store_dir ? cfg.store_dir : workdir,
              (long)getpid());
     snprintf(phase_store, sizeof phase_store, "sqlite:%s", path);
+    if (cfg.fsync_delay_ms) { /* a slow disk: the default VFS, before the plugin is loaded */
+        if (fault_vfs_install() != 0) {
+            set_error(r, "cannot install the delaying VFS");
+            return;
+        }
+        fault_vfs.sync_delay_ms = (unsigned)cfg.fsync_delay_ms;
+    }
     fn(r);
     static const char *const suffixes[] = {"", "-wal", "-shm", "-lock"};
     for (size_t i = 0; i < sizeof suffixes / sizeof suffixes[0]; i++) {
@@ -1347,8 +1360,9 @@ static void report_conc(const struct scenario_figures *fg)
 static void report_store_seq(const struct scenario_figures *fg)
 {
     printf("\nScenario 1s -- sequential turns as in scenario 1 (server latency %d ms), history in "
-           "SQLite (synchronous=NORMAL) against the memory store; median of %zu runs\n",
-           cfg.store_seq_latency_ms, fg->thr.n);
+           "SQLite (history_sync %s, fsync delay %d ms) against the memory store; median of %zu "
+           "runs\n",
+           cfg.store_seq_latency_ms, cfg.history_sync, cfg.fsync_delay_ms, fg->thr.n);
     printf("  %-34s %14s %14s %10s\n", "", "sqlite", "memory", "ratio");
     row("store_seq.mean_ms", "mean turn time (ms)", "%.3f", &fg->mean_ms, 1);
     row("store_seq.p50_ms", "p50 latency (ms)", "%.3f", &fg->p50, 1);
@@ -1364,8 +1378,8 @@ static void report_store_seq(const struct scenario_figures *fg)
 static void report_store_conc(const struct scenario_figures *fg)
 {
     printf("\nScenario 2s -- %d conversations in flight as in scenario 2, history in SQLite "
-           "against the memory store; median of %zu runs\n",
-           cfg.conc_conversations, fg->thr.n);
+           "(history_sync %s, fsync delay %d ms) against the memory store; median of %zu runs\n",
+           cfg.conc_conversations, cfg.history_sync, cfg.fsync_delay_ms, fg->thr.n);
     printf("  %-34s %14s %14s %10s\n", "", "sqlite", "memory", "ratio");
     row("store_conc.turns_per_s", "turns/s", "%.0f", &fg->thr, 1);
     row("store_conc.p50_ms", "p50 latency (ms)", "%.1f", &fg->p50, 1);
@@ -1396,6 +1410,8 @@ static void usage(FILE *out)
             "  --scenario seq|concurrent|store-seq|store-concurrent|all   (all)\n"
             "  --store-dir DIR                 store files of the store scenarios (a temp dir)\n"
             "  --store-seq-latency-ms N        server latency of store-seq (0)\n"
+            "  --history-sync normal|full      history_sync of the SQLite phases (normal)\n"
+            "  --fsync-delay-ms N              SQLite phases: each fsync sleeps N ms first (0)\n"
             "  --plugin PATH                   parley.so (%s)\n"
             "  --fake-llm PATH                 parley-fake-llm (%s)\n"
             "  --seq-turns N                   measured sequential turns (2000)\n"
@@ -1450,6 +1466,10 @@ int main(int argc, char **argv)
             cfg.summary_file = v;
         else if (strcmp(a, "--store-dir") == 0)
             cfg.store_dir = v;
+        else if (strcmp(a, "--history-sync") == 0)
+            cfg.history_sync = v;
+        else if (strcmp(a, "--fsync-delay-ms") == 0)
+            cfg.fsync_delay_ms = int_arg(a, v, 0, 10000);
         else if (strcmp(a, "--store-seq-latency-ms") == 0)
             cfg.store_seq_latency_ms = int_arg(a, v, 0, 60000);
         else if (strcmp(a, "--seq-turns") == 0)

@@ -158,9 +158,10 @@ static const char *const stmt_sql[S_COUNT] = {
  * default), by a checkpointer thread.  The WAL starts over only when a commit
  * begins after a checkpoint has copied all of it; appends back to back can keep
  * beating the checkpointer, so past the second figure the committing connection
- * checkpoints itself, which bounds the WAL (to about 16 MiB with 4 KiB pages). */
+ * checkpoints itself (that commit waits for the disk), which bounds the WAL to
+ * about 64 MiB with 4 KiB pages. */
 #define CHECKPOINT_PAGES 1000
-#define CHECKPOINT_INLINE_PAGES (4 * CHECKPOINT_PAGES)
+#define CHECKPOINT_INLINE_PAGES (16 * CHECKPOINT_PAGES)
 
 /* The checkpointer: its own connection, woken by the commit hook. */
 typedef struct checkpointer {
@@ -187,6 +188,7 @@ typedef struct sqlite_store {
     sqlite3_stmt *stmts[S_COUNT];
     char *path;
     int lock_fd;                 /* PATH-lock, flock'ed while open */
+    int lock_created;            /* this open created PATH-lock (removed if it refuses the file) */
     store_limits limits;
     int sync_full;
     totals totals;
@@ -490,7 +492,10 @@ static char *take_lock(sqlite_store *s)
     char *lock_path = pstr_printf("%s-lock", s->path);
     if (!lock_path)
         return NULL;
-    int fd = open(lock_path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+    int fd = open(lock_path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
+    s->lock_created = fd >= 0;
+    if (fd < 0)
+        fd = open(lock_path, O_RDWR | O_CLOEXEC | O_NOFOLLOW);
     if (fd < 0)
         fd = open(lock_path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW); /* a read-only directory */
     char *problem = NULL;
@@ -506,8 +511,22 @@ static char *take_lock(sqlite_store *s)
     } else {
         s->lock_fd = fd;
     }
+    if (problem && s->lock_created)
+        unlink(lock_path);
     free(lock_path);
     return problem;
+}
+
+/* Remove PATH-lock if this open created it (still holding it: another open
+ * that got the old file would refuse the same file for the same reason). */
+static void forget_lock_file(sqlite_store *s)
+{
+    if (s->lock_fd < 0 || !s->lock_created)
+        return;
+    char *lock_path = pstr_printf("%s-lock", s->path);
+    if (lock_path)
+        unlink(lock_path);
+    free(lock_path);
 }
 
 /* ---- opening: through SQLite ---- */
@@ -790,6 +809,7 @@ static parley_status sqlite_open(const store_config *cfg, store **out, char **er
     if (problem) {
         set_err(err, pstr_printf("sqlite store %s: %s", s->path, problem));
         free(problem);
+        forget_lock_file(s); /* leave nothing next to a file that is not ours */
         sqlite_close(&s->base);
         return PARLEY_ERR_STORAGE;
     }
