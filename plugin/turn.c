@@ -229,19 +229,22 @@ static void turn_commit(turn *t);
 
 static store_key key_of(const turn *t)
 {
-    return (store_key){.conversation_id = t->conversation_id, .persona = "", .interface_type = ""};
+    return (store_key){t->conversation_id, t->persona, t->interface_type};
 }
 
 /* Hand a job to the store thread and wait for it (0), or -1 (the turn ended). */
 static int wait_for_store(turn *t, store_job *job)
 {
+    if (job) {
+        job->owner = t;
+        t->job = job;
+    }
     if (!job || store_jobs_submit(t->env->jobs, job) != 0) {
+        t->job = NULL;
         store_job_free(job);
         turn_end(t, PARLEY_ERR_NO_MEMORY, "out of memory");
         return -1;
     }
-    job->owner = t;
-    t->job = job;
     return 0;
 }
 

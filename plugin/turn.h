@@ -96,6 +96,8 @@ struct turn {
     char id_key[24];          /* id as text: key in the inbox's live turns */
     char turn_id[UUID_STR_LEN];
     char *conversation_id;    /* NULL: stateless */
+    const char *persona;      /* with the id, the history key (store.h); static "" until */
+    const char *interface_type; /* the input carries them */
 
     /* the input, copied */
     char *text, *extra_system_prompt, *context_json;

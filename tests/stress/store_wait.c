@@ -362,6 +362,30 @@ static void test_destroy_with_jobs_in_flight(int fail)
     CHECK(calls_of(&loading) == 1 && calls_of(&queued) == 1);
 }
 
+static parley_status refusing_open(const store_config *cfg, store **out, char **err)
+{
+    (void)cfg;
+    *out = NULL;
+    if (err)
+        *err = strdup("gated store /nowhere/history.db: not a Parley store");
+    return PARLEY_ERR_STORAGE;
+}
+
+/* create() fails with the store's own message, naming the option. */
+static void test_open_failure(void)
+{
+    store_backend refusing = gated;
+    refusing.open = refusing_open;
+    char opts[512];
+    snprintf(opts, sizeof opts, "{\"base_url\":\"%s\",\"model\":\"fake-model\"}", base_url);
+    char *err = NULL;
+    parley_agent *a = agent_create_with_store(NULL, opts, &refusing, &err);
+    CHECK(a == NULL);
+    CHECK(err && strcmp(err, "option 'history_store': gated store /nowhere/history.db: "
+                             "not a Parley store") == 0);
+    free(err);
+}
+
 int main(int argc, char **argv)
 {
     if (argc != 2) {
@@ -370,6 +394,7 @@ int main(int argc, char **argv)
     }
     base_url = argv[1];
     gated_init();
+    test_open_failure();
     test_failed_append();
     test_cancel_while_loading();
     test_cancel_while_committing(0);
