@@ -3,14 +3,16 @@
  * store that blocks, as the agent runs them on its store thread.
  *
  * The store is a "gated" backend: the memory store behind blocking = 1,
- * whose load and append can be held at a gate (the test opens it when it
+ * whose load, append and expire can be held at a gate (the test opens it when it
  * chooses) or made to fail with PARLEY_ERR_STORAGE, so each race is
  * reproduced on purpose rather than hoped for.  Checked, each a host-visible
  * fact: a failed append ends the turn `storage` with history byte-identical
  * and the agent serving on; a cancel while loading ends the turn at once; a
  * cancel while committing reports the append's real outcome; a held append
- * stalls no other turn; destroy() with jobs in flight gives exactly one done
- * callback per turn and returns.  Run under ASan and TSan by test_stress.py.
+ * (or a held idle-expiry sweep) stalls no other turn; destroy() with jobs in
+ * flight gives exactly one done callback per turn and returns; create()
+ * reports a store that cannot open.  Run under ASan and TSan by
+ * test_stress.py.
  * Prints "N passed, N failed".
  *
  *   parley-store-wait BASE_URL
@@ -35,11 +37,11 @@ static int passed, failed;
 static struct gate {
     pthread_mutex_t mu;
     pthread_cond_t cv;
-    int hold_load, hold_append;   /* calls wait while set */
-    int loads_waiting, appends_waiting;
+    int hold_load, hold_append, hold_expire; /* calls wait while set */
+    int loads_waiting, appends_waiting, expires_waiting;
     int fail_append;              /* appends fail with PARLEY_ERR_STORAGE */
     int loads, appends;           /* calls that returned */
-} G = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 0, 0, 0, 0, 0, 0};
+} G = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 0, 0, 0, 0, 0, 0, 0, 0};
 
 static void gate_set(int *field, int value)
 {
@@ -108,6 +110,12 @@ static parley_status gated_append(store *s, const store_key *key, const store_tu
     return st;
 }
 
+static parley_status gated_expire(store *s, uint64_t now_ms, size_t *expired, char **err)
+{
+    gate_pass(&G.hold_expire, &G.expires_waiting);
+    return store_memory_backend.expire(s, now_ms, expired, err);
+}
+
 static store_backend gated;
 
 /* A memory store whose table is ours: the agent calls through s->backend. */
@@ -128,6 +136,7 @@ static void gated_init(void)
     gated.open = gated_open;
     gated.load = gated_load;
     gated.append = gated_append;
+    gated.expire = gated_expire;
 }
 
 /* ---- the host ------------------------------------------------------------ */
@@ -177,10 +186,11 @@ static int calls_of(outcome *o)
 
 static const char *base_url;
 
-static parley_agent *new_agent(void)
+static parley_agent *new_agent_with(const char *more_options)
 {
     char opts[512];
-    snprintf(opts, sizeof opts, "{\"base_url\":\"%s\",\"model\":\"fake-model\"}", base_url);
+    snprintf(opts, sizeof opts, "{\"base_url\":\"%s\",\"model\":\"fake-model\"%s}", base_url,
+             more_options);
     char *err = NULL;
     parley_agent *a = agent_create_with_store(NULL, opts, &gated, &err);
     if (!a) {
@@ -189,6 +199,8 @@ static parley_agent *new_agent(void)
     }
     return a;
 }
+
+static parley_agent *new_agent(void) { return new_agent_with(""); }
 
 static parley_request_id submit(parley_agent *a, const char *conversation_id, const char *text,
                                 outcome *o)
@@ -208,7 +220,7 @@ static char *history_of(parley_agent *a, const char *conversation_id)
 static void reset_gate(void)
 {
     pthread_mutex_lock(&G.mu);
-    G.hold_load = G.hold_append = G.fail_append = 0;
+    G.hold_load = G.hold_append = G.hold_expire = G.fail_append = 0;
     G.loads = G.appends = 0;
     pthread_cond_broadcast(&G.cv);
     pthread_mutex_unlock(&G.mu);
@@ -317,6 +329,20 @@ static void test_held_append_stalls_no_other_turn(void)
     agent_destroy(a);
 }
 
+/* The idle-expiry sweep runs on the store thread too: held, it stalls no turn. */
+static void test_held_sweep_stalls_no_turn(void)
+{
+    reset_gate();
+    gate_set(&G.hold_expire, 1);
+    parley_agent *a = new_agent_with(",\"history_idle_timeout_s\":1");
+    CHECK(gate_wait_for(&G.expires_waiting, 1)); /* the first sweep, held */
+    outcome other = {0};
+    submit(a, NULL, "meanwhile", &other);
+    CHECK(wait_done(&other) == 1 && other.status == PARLEY_OK);
+    gate_set(&G.hold_expire, 0);
+    agent_destroy(a);
+}
+
 typedef struct destroyer {
     parley_agent *a;
     int returned;
@@ -400,6 +426,7 @@ int main(int argc, char **argv)
     test_cancel_while_committing(0);
     test_cancel_while_committing(1);
     test_held_append_stalls_no_other_turn();
+    test_held_sweep_stalls_no_turn();
     for (int round = 0; round < 5; round++) {
         test_destroy_with_jobs_in_flight(round % 2);
     }
