@@ -135,7 +135,7 @@ void agent_destroy(parley_agent *a)
 {
     if (!a)
         return;
-    worker_stop(a->worker); /* every turn called back; the store thread is gone */
+    worker_stop(a->worker); /* every turn called back; the store threads are gone */
     agent_free(a);
 }
 

@@ -329,7 +329,25 @@ static void test_held_append_stalls_no_other_turn(void)
     agent_destroy(a);
 }
 
-/* The idle-expiry sweep runs on the store thread too: held, it stalls no turn. */
+/* Loads have their own thread: a held append delays no other conversation's load. */
+static void test_held_append_delays_no_load(void)
+{
+    reset_gate();
+    parley_agent *a = new_agent();
+    gate_set(&G.hold_append, 1);
+    outcome slow = {0}, other = {0};
+    submit(a, "slow", "slow disk", &slow);
+    CHECK(gate_wait_for(&G.appends_waiting, 1));
+    submit(a, "other", "my history, please", &other);
+    CHECK(gate_wait_for(&G.loads, 2)); /* slow's load, then other's, while the append is held */
+    CHECK(calls_of(&slow) == 0 && calls_of(&other) == 0); /* other's append waits its turn */
+    gate_set(&G.hold_append, 0);
+    CHECK(wait_done(&slow) == 1 && slow.status == PARLEY_OK);
+    CHECK(wait_done(&other) == 1 && other.status == PARLEY_OK);
+    agent_destroy(a);
+}
+
+/* The idle-expiry sweep runs on a store thread too: held, it stalls no turn. */
 static void test_held_sweep_stalls_no_turn(void)
 {
     reset_gate();
@@ -358,7 +376,7 @@ static void *destroy_thread(void *arg)
     return NULL;
 }
 
-/* destroy() with an append held and a load queued behind it: one callback each. */
+/* destroy() with an append and a load held in the store threads: one callback each. */
 static void test_destroy_with_jobs_in_flight(int fail)
 {
     reset_gate();
@@ -368,7 +386,9 @@ static void test_destroy_with_jobs_in_flight(int fail)
     outcome committing = {0}, loading = {0}, queued = {0};
     submit(a, "b", "committing", &committing);
     CHECK(gate_wait_for(&G.appends_waiting, 1));
-    submit(a, "a", "loading", &loading);  /* its load waits behind the append */
+    gate_set(&G.hold_load, 1);
+    submit(a, "a", "loading", &loading);
+    CHECK(gate_wait_for(&G.loads_waiting, 1));
     submit(a, "b", "queued", &queued);    /* waits for its conversation */
     usleep(20000);
     destroyer d = {a, 0};
@@ -381,6 +401,7 @@ static void test_destroy_with_jobs_in_flight(int fail)
     int returned_early = d.returned;
     pthread_mutex_unlock(&mu);
     CHECK(!returned_early); /* destroy waits for the append's outcome */
+    gate_set(&G.hold_load, 0);  /* the load comes back to nobody */
     gate_set(&G.hold_append, 0);
     pthread_join(th, NULL);
     CHECK(calls_of(&committing) == 1);
@@ -426,6 +447,7 @@ int main(int argc, char **argv)
     test_cancel_while_committing(0);
     test_cancel_while_committing(1);
     test_held_append_stalls_no_other_turn();
+    test_held_append_delays_no_load();
     test_held_sweep_stalls_no_turn();
     for (int round = 0; round < 5; round++) {
         test_destroy_with_jobs_in_flight(round % 2);
