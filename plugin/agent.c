@@ -119,8 +119,8 @@ parley_agent *agent_create_with_store(const parley_host *host, const char *optio
     if (!(a->worker = worker_start(&ws, &err)))
         goto fail;
     a->box = worker_inbox(a->worker);
-    host_log(&a->host, PARLEY_LOG_INFO, "agent ready: model %s at %s, history in %s",
-             a->cfg->opts.model, a->cfg->url, a->store->backend->scheme);
+    host_log(&a->host, PARLEY_LOG_INFO, "agent ready: model %s at %s", a->cfg->opts.model,
+             a->cfg->url);
     return a;
 fail:
     if (error)
