@@ -39,12 +39,15 @@ static void store_log(void *ud, parley_log_level level, const char *message)
     host_log(&a->host, level, "%s", message);
 }
 
-/* The history store the options name, with their limits.  0, or -1 with *err. */
-static int open_store(parley_agent *a, char **err)
+/* The history store the options name (or `backend` in its place), with their
+ * limits.  0, or -1 with *err. */
+static int open_store(parley_agent *a, const store_backend *backend, char **err)
 {
     const parley_options *o = &a->cfg->opts;
     const char *location = "";
-    const store_backend *backend = store_backend_for(o->history_store, &location);
+    const store_backend *named = store_backend_for(o->history_store, &location);
+    if (!backend)
+        backend = named;
     if (!backend) { /* options_parse checked the scheme */
         *err = pstr_printf("option 'history_store': unknown store \"%s\"", o->history_store);
         return -1;
@@ -80,6 +83,12 @@ static void agent_free(parley_agent *a)
 
 parley_agent *agent_create(const parley_host *host, const char *options_json, char **error)
 {
+    return agent_create_with_store(host, options_json, NULL, error);
+}
+
+parley_agent *agent_create_with_store(const parley_host *host, const char *options_json,
+                                      const store_backend *backend, char **error)
+{
     char *err = NULL;
     pthread_once(&curl_once, init_curl);
     if (curl_init_result != CURLE_OK) {
@@ -99,7 +108,7 @@ parley_agent *agent_create(const parley_host *host, const char *options_json, ch
         memcpy(&a->host, host, n);
     }
     atomic_init(&a->next_request_id, 1);
-    if (!(a->cfg = config_new(options_json, &err)) || open_store(a, &err) != 0)
+    if (!(a->cfg = config_new(options_json, &err)) || open_store(a, backend, &err) != 0)
         goto fail;
     worker_setup ws = {
         .store = a->store,
@@ -110,8 +119,8 @@ parley_agent *agent_create(const parley_host *host, const char *options_json, ch
     if (!(a->worker = worker_start(&ws, &err)))
         goto fail;
     a->box = worker_inbox(a->worker);
-    host_log(&a->host, PARLEY_LOG_INFO, "agent ready: model %s at %s, history in %s",
-             a->cfg->opts.model, a->cfg->url, a->store->backend->scheme);
+    host_log(&a->host, PARLEY_LOG_INFO, "agent ready: model %s at %s", a->cfg->opts.model,
+             a->cfg->url);
     return a;
 fail:
     if (error)
@@ -126,7 +135,7 @@ void agent_destroy(parley_agent *a)
 {
     if (!a)
         return;
-    worker_stop(a->worker); /* every turn called back; the store thread is gone */
+    worker_stop(a->worker); /* every turn called back; the store threads are gone */
     agent_free(a);
 }
 

@@ -8,8 +8,8 @@
  *                                                               |  wakeup
  *   worker thread (worker.c): drains the inbox, runs every turn, owns every
  *   curl handle, every timer and every turn; calls every host callback.
- *   store thread (store_jobs.c, only for a store that blocks): loads and
- *   appends for the worker, results back through the inbox.
+ *   store threads (store_jobs.c, only for a store that blocks): one loads,
+ *   one appends and sweeps, for the worker; results back through the inbox.
  *
  *   config: an immutable snapshot (config.h); each turn holds a reference
  *   from acceptance to its end, so swapping `cfg` changes no turn in flight.

@@ -7,13 +7,28 @@
 
 #include "clock.h"
 
+/*
+ * Two threads, one queue each: reads (LOAD) and writes (APPEND, EXPIRE).
+ * A slow write (an fsync) then delays the writes queued behind it, never a
+ * turn that only needs to read its history.  Safe because the worker runs
+ * one turn at a time per conversation: a conversation's next load is queued
+ * only after its previous append came back.  Each queue is FIFO.
+ */
+typedef struct job_queue {
+    struct store_jobs *owner;
+    pthread_t thread;
+    pthread_cond_t cv;
+    store_job *head, *tail;
+    int started;
+} job_queue;
+
+enum { READS, WRITES, NQUEUES };
+
 struct store_jobs {
     store *store;
     inbox *box;
-    pthread_t thread;
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    store_job *head, *tail;   /* FIFO: a conversation's jobs run in the order queued */
+    pthread_mutex_t mu;       /* guards both queues and `stopping` */
+    job_queue queues[NQUEUES];
     int stopping;
 };
 
@@ -69,17 +84,18 @@ static void run(store *s, store_job *job)
 
 static void *store_thread(void *arg)
 {
-    store_jobs *q = arg;
+    job_queue *jq = arg;
+    store_jobs *q = jq->owner;
     pthread_mutex_lock(&q->mu);
     for (;;) {
-        while (!q->head && !q->stopping)
-            pthread_cond_wait(&q->cv, &q->mu);
+        while (!jq->head && !q->stopping)
+            pthread_cond_wait(&jq->cv, &q->mu);
         if (q->stopping)
             break;
-        store_job *job = q->head;
-        q->head = job->queue_next;
-        if (!q->head)
-            q->tail = NULL;
+        store_job *job = jq->head;
+        jq->head = job->queue_next;
+        if (!jq->head)
+            jq->tail = NULL;
         pthread_mutex_unlock(&q->mu);
         run(q->store, job);
         if (inbox_post(q->box, &job->note) != 0)
@@ -101,15 +117,19 @@ store_jobs *store_jobs_start(store *s, inbox *box)
         free(q);
         return NULL;
     }
-    if (pthread_cond_init(&q->cv, NULL) != 0) {
-        pthread_mutex_destroy(&q->mu);
-        free(q);
-        return NULL;
+    for (int i = 0; i < NQUEUES; i++) {
+        job_queue *jq = &q->queues[i];
+        jq->owner = q;
+        if (pthread_cond_init(&jq->cv, NULL) != 0)
+            break;
+        if (pthread_create(&jq->thread, NULL, store_thread, jq) != 0) {
+            pthread_cond_destroy(&jq->cv);
+            break;
+        }
+        jq->started = 1;
     }
-    if (pthread_create(&q->thread, NULL, store_thread, q) != 0) {
-        pthread_cond_destroy(&q->cv);
-        pthread_mutex_destroy(&q->mu);
-        free(q);
+    if (!q->queues[NQUEUES - 1].started) {
+        store_jobs_stop(q);
         return NULL;
     }
     return q;
@@ -118,15 +138,16 @@ store_jobs *store_jobs_start(store *s, inbox *box)
 int store_jobs_submit(store_jobs *q, store_job *job)
 {
     int rc = -1;
+    job_queue *jq = &q->queues[job->kind == STORE_JOB_LOAD ? READS : WRITES];
     job->queue_next = NULL;
     pthread_mutex_lock(&q->mu);
     if (!q->stopping) {
-        if (q->tail)
-            q->tail->queue_next = job;
+        if (jq->tail)
+            jq->tail->queue_next = job;
         else
-            q->head = job;
-        q->tail = job;
-        pthread_cond_signal(&q->cv);
+            jq->head = job;
+        jq->tail = job;
+        pthread_cond_signal(&jq->cv);
         rc = 0;
     }
     pthread_mutex_unlock(&q->mu);
@@ -139,14 +160,21 @@ void store_jobs_stop(store_jobs *q)
         return;
     pthread_mutex_lock(&q->mu);
     q->stopping = 1;
-    pthread_cond_signal(&q->cv);
+    for (int i = 0; i < NQUEUES; i++)
+        if (q->queues[i].started)
+            pthread_cond_signal(&q->queues[i].cv);
     pthread_mutex_unlock(&q->mu);
-    pthread_join(q->thread, NULL);
-    for (store_job *job = q->head, *next; job; job = next) {
-        next = job->queue_next;
-        store_job_free(job);
+    for (int i = 0; i < NQUEUES; i++) {
+        job_queue *jq = &q->queues[i];
+        if (!jq->started)
+            continue;
+        pthread_join(jq->thread, NULL);
+        pthread_cond_destroy(&jq->cv);
+        for (store_job *job = jq->head, *next; job; job = next) {
+            next = job->queue_next;
+            store_job_free(job);
+        }
     }
-    pthread_cond_destroy(&q->cv);
     pthread_mutex_destroy(&q->mu);
     free(q);
 }

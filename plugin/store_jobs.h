@@ -1,10 +1,12 @@
 /*
- * store_jobs.h -- the store thread of an agent whose store blocks (disk,
+ * store_jobs.h -- the store threads of an agent whose store blocks (disk,
  * network: store_backend.blocking).  The worker never waits on such a store:
- * it queues a job here and goes on running the other turns; the store thread
+ * it queues a job here and goes on running the other turns; a store thread
  * runs the job and posts it back through the inbox (inbox_post + wakeup), the
- * way tool results come back.  With a non-blocking store (memory) there is no
- * store thread: the turn calls the store inline.
+ * way tool results come back.  Reads (loads) and writes (appends, expiry
+ * sweeps) have a thread each, so a slow write never delays a turn's load.
+ * With a non-blocking store (memory) there are no store threads: the turn
+ * calls the store inline.
  *
  * Ownership: a job is the worker's until store_jobs_submit, the store
  * thread's while it runs, and the worker's again once it is taken from the
@@ -50,12 +52,12 @@ typedef struct store_job {
 store_job *store_job_new(store_job_kind kind, const store_key *key);
 void store_job_free(store_job *job);
 
-/* Start the thread for store `s`, posting results to `box`; NULL on failure. */
+/* Start the threads for store `s`, posting results to `box`; NULL on failure. */
 store_jobs *store_jobs_start(store *s, inbox *box);
 /* Queue a job (0), or -1 when the thread is stopping (the job stays the caller's). */
 int store_jobs_submit(store_jobs *q, store_job *job);
-/* Finish the job running, drop the queued ones (nobody waits for them: the
- * worker has ended every turn), join the thread, free.  NULL is a no-op. */
+/* Finish the jobs running, drop the queued ones (nobody waits for them: the
+ * worker has ended every turn), join the threads, free.  NULL is a no-op. */
 void store_jobs_stop(store_jobs *q);
 
 #endif

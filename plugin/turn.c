@@ -229,19 +229,22 @@ static void turn_commit(turn *t);
 
 static store_key key_of(const turn *t)
 {
-    return (store_key){.conversation_id = t->conversation_id, .persona = "", .interface_type = ""};
+    return (store_key){t->conversation_id, t->persona, t->interface_type};
 }
 
-/* Hand a job to the store thread and wait for it (0), or -1 (the turn ended). */
+/* Hand a job to the store threads and wait for it (0), or -1 (the turn ended). */
 static int wait_for_store(turn *t, store_job *job)
 {
+    if (job) {
+        job->owner = t;
+        t->job = job;
+    }
     if (!job || store_jobs_submit(t->env->jobs, job) != 0) {
+        t->job = NULL;
         store_job_free(job);
         turn_end(t, PARLEY_ERR_NO_MEMORY, "out of memory");
         return -1;
     }
-    job->owner = t;
-    t->job = job;
     return 0;
 }
 
@@ -261,7 +264,7 @@ void turn_begin(turn *t)
     /* The last max_history_turns turns: what this turn sends. */
     store_key key = key_of(t);
     size_t last = (size_t)t->cfg->opts.max_history_turns;
-    if (env->jobs) { /* WAIT loading: the store thread reads */
+    if (env->jobs) { /* WAIT loading: the store's read thread loads */
         store_job *job = store_job_new(STORE_JOB_LOAD, &key);
         if (job)
             job->last_turns = last;
@@ -746,7 +749,7 @@ static void turn_commit(turn *t)
     store_turn in = {.turn_id = t->turn_id, .started_ms = t->started_wall_ms, .finished_ms = now,
                      .messages = msgs, .nmessages = t->nmessages};
     store_key key = key_of(t);
-    if (env->jobs) { /* WAIT committing: the store thread writes */
+    if (env->jobs) { /* WAIT committing: the store's write thread appends */
         store_job *job = store_job_new(STORE_JOB_APPEND, &key);
         if (job)
             job->turn = in; /* takes msgs */

@@ -9,7 +9,7 @@
  *                     agent's config snapshot; inbox_submit hands it over
  *   turn_begin        arm the turn deadline; load the last max_history_turns
  *                     turns of its conversation from the store
- *                     -- WAIT "loading" when the store blocks (store thread)
+ *                     -- WAIT "loading" when the store blocks (store_jobs.h)
  *   turn_on_history   record the user message, then
  *   turn_request      render the request, start the HTTP call
  *   turn_on_http_done decode the reply (or retry / fail)
@@ -65,7 +65,7 @@ typedef struct turn_env {
     CURLM *multi;
     timer_heap *timers;
     store *store;
-    store_jobs *jobs;          /* the store thread; NULL: the store is called inline */
+    store_jobs *jobs;          /* the store threads; NULL: the store is called inline */
     inbox *box;                /* tool-call handles */
     const parley_host *host;   /* tool_call and log callbacks */
     agent_counters *metrics;
@@ -96,6 +96,8 @@ struct turn {
     char id_key[24];          /* id as text: key in the inbox's live turns */
     char turn_id[UUID_STR_LEN];
     char *conversation_id;    /* NULL: stateless */
+    const char *persona;      /* with the id, the history key (store.h); static "" until */
+    const char *interface_type; /* the input carries them */
 
     /* the input, copied */
     char *text, *extra_system_prompt, *context_json;

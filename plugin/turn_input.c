@@ -120,6 +120,8 @@ static int resolve_conversation(turn *t, const agent_config *cfg, const parley_i
     } else {
         return 0; /* stateless */
     }
+    t->persona = "";
+    t->interface_type = "";
     if (!t->conversation_id) {
         *err = pstr_printf("out of memory");
         return -2;

@@ -36,10 +36,10 @@ struct worker {
     struct reaped_transfer { http_call *call; CURLcode result; } *reaped; /* reap batch */
     size_t reaped_cap;
     store *store;
-    store_jobs *jobs;        /* the store thread, when the store blocks */
+    store_jobs *jobs;        /* the store threads, when the store blocks */
     uint64_t idle_timeout_ms;
     uint64_t next_expiry_sweep_ms;
-    int expiry_in_flight;    /* a sweep job is with the store thread */
+    int expiry_in_flight;    /* a sweep job is with the store threads */
     const parley_host *host;
     agent_counters *metrics;
     turn_env env;            /* what every turn sees */
@@ -311,7 +311,7 @@ static void reap_transfers(worker *w)
         turn_on_http_done(w->reaped[i].call->owner, w->reaped[i].result);
 }
 
-/* Forget idle conversations about once a second: inline, or on the store thread. */
+/* Forget idle conversations about once a second: inline, or on a store thread. */
 static void sweep_history(worker *w)
 {
     if (!w->idle_timeout_ms || w->expiry_in_flight)
@@ -336,7 +336,7 @@ static void sweep_history(worker *w)
 
 /*
  * destroy(): every turn still held ends, exactly once: cancelled, or -- for
- * a turn whose append is with the store thread -- with that append's
+ * a turn whose append is with a store thread -- with that append's
  * outcome, which is waited for (the job borrows the turn's messages).  The
  * inbox stays open meanwhile (it already refuses new turns): a host may
  * complete a tool call, even from a done callback, and its handle must wait
@@ -436,7 +436,7 @@ worker *worker_start(const worker_setup *setup, char **err)
         return NULL;
     }
     if (w->store->backend->blocking && !(w->jobs = store_jobs_start(w->store, w->box))) {
-        *err = pstr_printf("could not start the store thread");
+        *err = pstr_printf("could not start the store threads");
         worker_free(w);
         return NULL;
     }

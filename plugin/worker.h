@@ -3,7 +3,7 @@
  * inbox (new turns, tool results, cancels, store results), fires timers,
  * keeps one turn at a time running per conversation ("lanes"), and is the
  * only caller of the turn events (turn.h).  For a store that blocks it also
- * owns the store thread (store_jobs.h) and sends the idle-expiry sweeps there.
+ * owns the store threads (store_jobs.h) and sends the idle-expiry sweeps there.
  */
 #ifndef PARLEY_WORKER_H
 #define PARLEY_WORKER_H
@@ -24,7 +24,7 @@ typedef struct worker_setup {
     uint64_t idle_timeout_ms;  /* the store's; 0: no expiry sweeps */
 } worker_setup;
 
-/* Start the thread (and the store thread when the store blocks).  NULL with *err. */
+/* Start the thread (and the store threads when the store blocks).  NULL with *err. */
 worker *worker_start(const worker_setup *setup, char **err);
 /* Where host threads post to this worker. */
 inbox *worker_inbox(worker *w);

@@ -243,7 +243,9 @@ typedef struct parley_plugin {
 
     /**
      * Cancel everything in flight, call each pending turn's done callback
-     * with PARLEY_ERR_CANCELLED (on the worker thread, before returning),
+     * with PARLEY_ERR_CANCELLED (on the worker thread, before returning; a
+     * turn being written to the history store waits for the write and
+     * reports it, as with cancel),
      * stop the worker, free the agent.  Blocks until then.  NULL is a no-op.  Not from a
      * callback of this agent.
      */
@@ -269,7 +271,9 @@ typedef struct parley_plugin {
     /**
      * Ask to cancel a turn.  Its done callback then comes with
      * PARLEY_ERR_CANCELLED (unless it already completed) and its history is
-     * left untouched.  PARLEY_ERR_NOT_FOUND if the id is unknown or done.
+     * left untouched.  A turn already being written to the history store is
+     * not cut off: its callback reports the write (PARLEY_OK: stored;
+     * PARLEY_ERR_STORAGE: not).  PARLEY_ERR_NOT_FOUND if the id is unknown or done.
      */
     parley_status (*cancel)(parley_agent *agent, parley_request_id request_id);
 
