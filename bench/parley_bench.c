@@ -1164,7 +1164,7 @@ static void with_sqlite_store(phase_fn fn, struct result *r)
             set_error(r, "cannot install the delaying VFS");
             return;
         }
-        fault_vfs.sync_delay_ms = (unsigned)cfg.fsync_delay_ms;
+        FAULT_VFS_SET(sync_delay_ms, (unsigned)cfg.fsync_delay_ms);
     }
     fn(r);
     static const char *const suffixes[] = {"", "-wal", "-shm", "-lock"};

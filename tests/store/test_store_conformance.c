@@ -983,7 +983,7 @@ static void test_failing_writes(const backend_case *bc)
     const int faults[] = {SQLITE_FULL, SQLITE_IOERR_WRITE};
     for (size_t f = 0; f < sizeof faults / sizeof faults[0]; f++) {
         char *before = snapshot(&h);
-        fault_vfs.fail_writes = faults[f];
+        FAULT_VFS_SET(fail_writes, faults[f]);
         char *err = NULL;
         parley_status st = append_keyed(&h, "", "", "a", 100 + (unsigned)f, USER("lost"),
                                         2000 + f, &err);
@@ -996,7 +996,7 @@ static void test_failing_writes(const backend_case *bc)
         free(err);
         char *during = snapshot(&h); /* reads still served */
         CHECK_STR(during, before);
-        fault_vfs.fail_writes = 0;
+        FAULT_VFS_SET(fail_writes, 0);
         char *after = snapshot(&h);
         CHECK_STR(after, before);
         CHECK(append_at(&h, "a", 300 + (unsigned)f, USER("kept"), 3000 + f) == 0);
@@ -1019,11 +1019,11 @@ static void test_failing_writes(const backend_case *bc)
     harness full = {bc, path, limits, s};
     append_at(&full, "a", 1, USER("a"), 1000);
     char *before = snapshot(&full);
-    fault_vfs.fail_syncs = SQLITE_IOERR_FSYNC;
+    FAULT_VFS_SET(fail_syncs, SQLITE_IOERR_FSYNC);
     char *err = NULL;
     CHECK(append_keyed(&full, "", "", "a", 2, USER("lost"), 2000, &err) == PARLEY_ERR_STORAGE);
     free(err);
-    fault_vfs.fail_syncs = 0;
+    FAULT_VFS_SET(fail_syncs, 0);
     char *after = snapshot(&full);
     CHECK_STR(after, before);
     CHECK(append_at(&full, "a", 3, USER("kept"), 3000) == 0);
@@ -1102,6 +1102,60 @@ static void test_checkpoints_while_open(const backend_case *bc)
     stop(&h);
 }
 
+/* A read never waits for a write: while an append sits in a slow fsync
+ * (history_sync full, the fault VFS sleeping in xSync), loads and dumps of
+ * other conversations complete. */
+typedef struct slow_append {
+    harness *h;
+    int finished;
+    parley_status status;
+} slow_append;
+
+static void *append_slowly(void *arg)
+{
+    slow_append *a = arg;
+    char *err = NULL;
+    a->status = append_keyed(a->h, "", "", "slow", 2, USER("slow"), 2000, &err);
+    free(err);
+    __atomic_store_n(&a->finished, 1, __ATOMIC_SEQ_CST);
+    return NULL;
+}
+
+static void test_reads_do_not_wait_for_writes(const backend_case *bc)
+{
+    const char *slowdown = getenv("PARLEY_TEST_SLOWDOWN");
+    unsigned delay_ms = (unsigned)(1500 * (slowdown ? atof(slowdown) : 1.0));
+    store_limits limits = {0, 10, 0};
+    char *path = fresh_location(bc);
+    store_config cfg = {path, limits, 1, NULL, NULL};
+    store *s = NULL;
+    CHECK(bc->backend->open(&cfg, &s, NULL) == PARLEY_OK);
+    harness h = {bc, path, limits, s};
+    append_at(&h, "other", 1, USER("other"), 1000);
+    unsigned long syncs = FAULT_VFS_GET(syncs);
+    FAULT_VFS_SET(sync_delay_ms, delay_ms);
+    slow_append a = {&h, 0, PARLEY_ERR_INTERNAL};
+    pthread_t thread;
+    CHECK(pthread_create(&thread, NULL, append_slowly, &a) == 0);
+    while (FAULT_VFS_GET(syncs) == syncs)
+        usleep(1000); /* until the append is inside its fsync */
+    size_t n = 0;
+    char *text = load(&h, "other", 0, 2000, &n);
+    char *list = dump_list(&h, 2000);
+    int overtaken = !__atomic_load_n(&a.finished, __ATOMIC_SEQ_CST);
+    CHECK(overtaken); /* the reads returned while the append was still syncing */
+    CHECK_STR(text, USER("other") ",");
+    CHECK(list && strstr(list, "other") && !strstr(list, "slow")); /* not committed yet */
+    free(text);
+    free(list);
+    pthread_join(thread, NULL);
+    FAULT_VFS_SET(sync_delay_ms, 0);
+    CHECK(a.status == PARLEY_OK);
+    free(load(&h, "slow", 0, 2000, &n));
+    CHECK(n == 1);
+    stop(&h);
+}
+
 static void test_location_missing(const backend_case *bc)
 {
     store_limits limits = {0, 10, 0};
@@ -1143,6 +1197,7 @@ int main(void)
             test_failing_writes(bc);
             test_read_only_file(bc);
             test_checkpoints_while_open(bc);
+            test_reads_do_not_wait_for_writes(bc);
             test_location_missing(bc);
         }
     }
