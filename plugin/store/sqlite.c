@@ -23,8 +23,12 @@
  * then the schema is checked through SQLite with checkpoint-on-close off, so
  * a refusal at that point still leaves the database file as it was.
  *
- * One connection behind one mutex: every call may come from any thread.
- * `blocking` is set: the agent keeps these calls off its transfer loop.
+ * Three connections, each used under its own mutex, so every call may come
+ * from any thread: writes (append, forget, expire) on one; reads (load and
+ * the JSON dumps, each in one read transaction: a WAL snapshot) on another,
+ * so a read never waits for a commit's fsync; and the checkpointer's, which
+ * copies the WAL into the database on its own thread.  `blocking` is set:
+ * the agent keeps these calls off its transfer loop.
  * A side file PATH-lock, held with flock(2) while the store is open, makes
  * a second agent (another process, or the same one: flock locks belong to
  * the open file description) fail with "in use by another agent".
@@ -346,6 +350,23 @@ static void rollback(sqlite_store *s)
         run(st);
 }
 
+/* End a write transaction begun with begin(): commit it with the new totals
+ * when rc is SQLITE_OK (then s->totals = *t), else roll it back.  On failure
+ * *err says what failed, in SQLite's words (taken before the rollback). */
+static parley_status end_write(sqlite_store *s, int rc, const totals *t, const char *what,
+                               char **err)
+{
+    if (rc == SQLITE_OK)
+        rc = commit(s, t);
+    if (rc == SQLITE_OK) {
+        s->totals = *t;
+        return PARLEY_OK;
+    }
+    parley_status st = fail_sqlite(s, s->w.db, err, what, rc);
+    rollback(s);
+    return st;
+}
+
 /* ---- rows ---- */
 
 static int is_idle(const sqlite_store *s, int64_t last_used_ms, uint64_t now_ms)
@@ -424,14 +445,8 @@ static void forget_idle(sqlite_store *s, int64_t id, uint64_t now_ms)
             rc = SQLITE_OK; /* used again, or already gone */
         }
     }
-    if (rc == SQLITE_OK)
-        rc = commit(s, &t);
-    if (rc != SQLITE_OK) {
-        rollback(s);
-    } else {
-        s->totals = t;
+    if (end_write(s, rc, &t, "cannot forget an idle conversation", NULL) == PARLEY_OK)
         s->expired += (size_t)gone;
-    }
     pthread_mutex_unlock(&s->w.lock);
 }
 
@@ -1166,14 +1181,8 @@ static parley_status sqlite_append(store *base, const store_key *key, const stor
     int rc = begin(s);
     if (rc == SQLITE_OK)
         rc = append_in_transaction(s, key, turn, now_ms, &t, &evicted, &expired, &stored);
-    if (rc == SQLITE_OK)
-        rc = commit(s, &t);
-    parley_status st = PARLEY_OK;
-    if (rc != SQLITE_OK) {
-        st = fail_sqlite(s, s->w.db, err, "cannot store the turn", rc);
-        rollback(s);
-    } else {
-        s->totals = t;
+    parley_status st = end_write(s, rc, &t, "cannot store the turn", err);
+    if (st == PARLEY_OK) {
         s->evicted += evicted;
         s->expired += expired;
         if (stored)
@@ -1406,15 +1415,7 @@ static parley_status sqlite_forget(store *base, const store_key *key, char **err
         else if (rc == SQLITE_DONE)
             rc = SQLITE_OK;
     }
-    if (rc == SQLITE_OK)
-        rc = commit(s, &t);
-    parley_status st = PARLEY_OK;
-    if (rc != SQLITE_OK) {
-        st = fail_sqlite(s, s->w.db, err, "cannot forget", rc);
-        rollback(s);
-    } else {
-        s->totals = t;
-    }
+    parley_status st = end_write(s, rc, &t, "cannot forget", err);
     pthread_mutex_unlock(&s->w.lock);
     return st == PARLEY_OK && !found ? not_found(err) : st;
 }
@@ -1427,13 +1428,14 @@ static parley_status sqlite_expire(store *base, uint64_t now_ms, size_t *expired
 {
     sqlite_store *s = (sqlite_store *)base;
     size_t n = 0;
-    int rc = SQLITE_OK, more = 1;
-    while (more && rc == SQLITE_OK) {
+    parley_status st = PARLEY_OK;
+    int more = 1;
+    while (more && st == PARLEY_OK) {
         pthread_mutex_lock(&s->w.lock);
         totals t = s->totals;
         size_t batch = 0;
         more = 0;
-        rc = begin(s);
+        int rc = begin(s);
         while (rc == SQLITE_OK) {
             conv_row tail;
             if ((rc = lru_tail(s, &tail)) != SQLITE_ROW) {
@@ -1450,23 +1452,16 @@ static parley_status sqlite_expire(store *base, uint64_t now_ms, size_t *expired
                 break;
             }
         }
-        if (rc == SQLITE_OK)
-            rc = commit(s, &t);
-        if (rc == SQLITE_OK) {
-            s->totals = t;
+        st = end_write(s, rc, &t, "cannot expire idle conversations", err);
+        if (st == PARLEY_OK) {
             s->expired += batch;
             n += batch;
-        } else {
-            fail_sqlite(s, s->w.db, err, "cannot expire idle conversations", rc);
-            rollback(s);
         }
         pthread_mutex_unlock(&s->w.lock);
     }
     if (expired)
         *expired = n;
-    if (rc == SQLITE_OK)
-        return PARLEY_OK;
-    return (rc & 0xff) == SQLITE_NOMEM ? PARLEY_ERR_NO_MEMORY : PARLEY_ERR_STORAGE;
+    return st;
 }
 
 static parley_status sqlite_stats(store *base, store_stats *out, char **err)
