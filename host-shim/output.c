@@ -14,6 +14,16 @@
 /* Callbacks arrive on the plugin's worker thread (and on the thread calling
  * destroy) while the main thread prints command output: one lock for stdout. */
 static pthread_mutex_t out_mu = PTHREAD_MUTEX_INITIALIZER;
+static int at_line_start = 1; /* the last byte written was '\n' (or nothing yet) */
+static int status_shown;      /* a transient status is on the current line */
+
+/* Under out_mu: erase the status line before real output takes its place. */
+static void clear_status_locked(void) {
+    if (status_shown) {
+        fputs("\r\033[K", stdout);
+        status_shown = 0;
+    }
+}
 
 void out_json_line(json_t *value) {
     char *s = json_dumps(value, SHIM_JSON_COMPACT);
@@ -34,9 +44,49 @@ void out_json_line(json_t *value) {
 
 void out_text(const char *s, size_t len) {
     pthread_mutex_lock(&out_mu);
+    clear_status_locked();
     fwrite(s, 1, len, stdout);
+    if (len)
+        at_line_start = s[len - 1] == '\n';
     fflush(stdout);
     pthread_mutex_unlock(&out_mu);
+}
+
+void out_status(const char *text) {
+    pthread_mutex_lock(&out_mu);
+    if (at_line_start) { /* never on a line that streamed text is still filling */
+        clear_status_locked();
+        if (text && *text) {
+            fputs(text, stdout);
+            status_shown = 1;
+        }
+        fflush(stdout);
+    }
+    pthread_mutex_unlock(&out_mu);
+}
+
+void out_end_line(void) {
+    pthread_mutex_lock(&out_mu);
+    clear_status_locked();
+    if (!at_line_start) {
+        fputc('\n', stdout);
+        at_line_start = 1;
+    }
+    fflush(stdout);
+    pthread_mutex_unlock(&out_mu);
+}
+
+void out_input_echoed(void) {
+    pthread_mutex_lock(&out_mu);
+    at_line_start = 1;
+    pthread_mutex_unlock(&out_mu);
+}
+
+int out_at_line_start(void) {
+    pthread_mutex_lock(&out_mu);
+    int r = at_line_start;
+    pthread_mutex_unlock(&out_mu);
+    return r;
 }
 
 void out_printf(const char *fmt, ...) {
@@ -123,6 +173,21 @@ json_t *jparse_plugin(const char *text, json_t *if_null, const char *what) {
     diag(PARLEY_LOG_WARN, "%s from the plugin is not valid JSON (%s); passing it on as a string",
          what, e.text);
     return jstr(text);
+}
+
+const char *json_error_reason(const json_error_t *e) {
+    switch (json_error_code(e)) {
+    case json_error_out_of_memory: return "out of memory";
+    case json_error_stack_overflow: return "nested too deeply";
+    case json_error_invalid_utf8: return "not valid UTF-8";
+    case json_error_premature_end_of_input: return "the text ends too early";
+    case json_error_end_of_input_expected: return "unexpected text after the JSON value";
+    case json_error_null_character: return "a \\u0000 escape in a string";
+    case json_error_null_byte_in_key: return "a NUL byte in a key";
+    case json_error_numeric_overflow: return "a number too large";
+    case json_error_duplicate_key: return "a key given more than once";
+    default: return "invalid syntax";
+    }
 }
 
 const char *status_str(parley_status status) {

@@ -2,6 +2,7 @@
 PYTHONPATH (and PKG_CONFIG_PATH, for a prefix pkg-config does not search)
 imports parley, finds parley.so through pkg-config and holds a conversation
 with a tool -- in a fresh interpreter, outside the source tree."""
+import glob
 import json
 import os
 import shutil
@@ -42,7 +43,10 @@ class InstallTest(unittest.TestCase):
             env = dict(os.environ)
             env.pop("PARLEY_PLUGIN", None)
             env["PYTHONPATH"] = os.path.join(prefix, "lib", "python3", "dist-packages")
-            env["PKG_CONFIG_PATH"] = os.path.join(prefix, "share", "pkgconfig")
+            # parley.pc is in <prefix>/<libdir>/pkgconfig (libdir: lib, lib64, lib/<multiarch>).
+            pc = glob.glob(os.path.join(prefix, "lib*", "**", "parley.pc"), recursive=True)
+            self.assertEqual(len(pc), 1, pc)
+            env["PKG_CONFIG_PATH"] = os.path.dirname(pc[0])
             with tempfile.TemporaryDirectory() as elsewhere:
                 script = os.path.join(elsewhere, "installed.py")
                 with open(script, "w") as f:

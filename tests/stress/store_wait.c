@@ -284,6 +284,23 @@ static void test_cancel_while_loading(void)
     CHECK(calls_of(&o) == 1 && calls_of(&next) == 1);
 }
 
+/* The turn's deadline passing while its history loads ends it `timeout`. */
+static void test_deadline_while_loading(void)
+{
+    reset_gate();
+    parley_agent *a = new_agent_with(",\"turn_timeout_ms\":200");
+    gate_set(&G.hold_load, 1);
+    outcome o = {0};
+    submit(a, "slow-load", "never sent", &o);
+    CHECK(gate_wait_for(&G.loads_waiting, 1));
+    CHECK(wait_done(&o) == 1); /* while the load is still held */
+    CHECK(o.status == PARLEY_ERR_TIMEOUT);
+    CHECK(strstr(o.message, "turn_timeout_ms") != NULL);
+    gate_set(&G.hold_load, 0);
+    agent_destroy(a);
+    CHECK(calls_of(&o) == 1);
+}
+
 /* Cancel while committing: the append's outcome is what the host hears. */
 static void test_cancel_while_committing(int fail)
 {
@@ -444,6 +461,7 @@ int main(int argc, char **argv)
     test_open_failure();
     test_failed_append();
     test_cancel_while_loading();
+    test_deadline_while_loading();
     test_cancel_while_committing(0);
     test_cancel_while_committing(1);
     test_held_append_stalls_no_other_turn();

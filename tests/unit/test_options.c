@@ -93,6 +93,88 @@ static void test_errors(void)
     expect_error("{\"model\":\"m\",\"api_key\":\"a\\nb\"}", "option 'api_key'");
 }
 
+/* A misspelt option names the one it most likely meant; a far-off key does not guess. */
+static void test_did_you_mean(void)
+{
+    expect_error("{\"model\":\"m\",\"temprature\":1}",
+                 "option 'temprature': unknown option (did you mean 'temperature'?)");
+    expect_error("{\"model\":\"m\",\"Temperature\":1}", "(did you mean 'temperature'?)");
+    expect_error("{\"model\":\"m\",\"max_history\":5}", "(did you mean 'max_history_turns'?)");
+    expect_error("{\"model\":\"m\",\"baseurl\":\"x\"}", "(did you mean 'base_url'?)");
+    expect_error("{\"model\":\"m\",\"strem\":true}", "(did you mean 'stream'?)");
+    expect_error("{\"modle\":\"m\"}", "(did you mean 'model'?)");
+    /* Nothing close: no suggestion at all. */
+    parley_options o;
+    const char *far[] = {"{\"model\":\"m\",\"colour\":1}", "{\"model\":\"m\",\"x\":1}",
+                         "{\"model\":\"m\",\"\":1}"};
+    for (size_t i = 0; i < sizeof far / sizeof far[0]; i++) {
+        char *err = NULL;
+        CHECK(options_parse(far[i], &o, &err) == -1);
+        CHECK(err && strstr(err, "unknown option") && !strstr(err, "did you mean"));
+        free(err);
+    }
+    /* A very long key is compared cheaply and gets no suggestion. */
+    char big[4096];
+    snprintf(big, sizeof big, "{\"model\":\"m\",\"%0*d\":1}", 3000, 0);
+    char *err = NULL;
+    CHECK(options_parse(big, &o, &err) == -1);
+    CHECK(err && !strstr(err, "did you mean"));
+    free(err);
+}
+
+/* What a settings form needs from the schema, for EVERY option: a title and a
+ * group (options_ui.c); secrets write-only, URLs as uri, items for arrays. */
+static void test_schema_presentation(void)
+{
+    char *text = options_schema();
+    json_t *schema = text ? json_loads(text, 0, NULL) : NULL;
+    CHECK(schema != NULL);
+    json_t *props = json_object_get(schema, "properties");
+    const char *name;
+    json_t *p;
+    json_object_foreach(props, name, p) {
+        const char *title = json_string_value(json_object_get(p, "title"));
+        const char *group = json_string_value(json_object_get(p, "x-group"));
+        CHECK(title && *title);
+        CHECK(group && (strcmp(group, "basic") == 0 || strcmp(group, "advanced") == 0));
+        if (!title || !*title || !group)
+            fprintf(stderr, "  option '%s' has no title/group: add its row to plugin/options_ui.c\n",
+                    name);
+        const char *type = json_string_value(json_object_get(p, "type"));
+        if (type && strcmp(type, "array") == 0)
+            CHECK(json_is_object(json_object_get(p, "items")));
+    }
+    json_t *key = json_object_get(props, "api_key");
+    CHECK(json_is_true(json_object_get(key, "writeOnly")));
+    CHECK_STR(json_string_value(json_object_get(key, "format")), "password");
+    CHECK_STR(json_string_value(json_object_get(json_object_get(props, "base_url"), "format")), "uri");
+    CHECK(json_object_get(json_object_get(props, "model"), "writeOnly") == NULL);
+    json_t *items = json_object_get(json_object_get(props, "tools"), "items");
+    CHECK_STR(json_string_value(json_object_get(items, "type")), "object");
+    CHECK_STR(json_string_value(json_object_get(json_object_get(props, "model"), "x-group")), "basic");
+
+    /* Every example is a valid configuration. */
+    json_t *examples = json_object_get(schema, "examples");
+    CHECK(json_array_size(examples) >= 1);
+    size_t i;
+    json_t *ex;
+    json_array_foreach(examples, i, ex) {
+        char *ex_text = json_dumps(ex, JSON_COMPACT);
+        parley_options o;
+        char *err = NULL;
+        setenv("OPENAI_API_KEY", "sk-test", 0);
+        CHECK(ex_text && options_parse(ex_text, &o, &err) == 0);
+        if (err)
+            fprintf(stderr, "  example %zu: %s\n", i, err);
+        else
+            options_free(&o);
+        free(err);
+        free(ex_text);
+    }
+    json_decref(schema);
+    free(text);
+}
+
 static void test_tools(void)
 {
     char *err = NULL;
@@ -172,12 +254,80 @@ static void test_schema_matches_docs(void)
     free(schema_text);
 }
 
+/* No parse error quotes the text: with a short key, jansson's "near '...'" is the key. */
+static void test_errors_never_quote_the_key(void)
+{
+    static const char key[] = "sk-Q7x";
+    static const char *shapes[] = {
+        "{\"model\":\"m\",\"api_key\":%s",      "{\"model\":\"m\",\"api_key\":%s,}",
+        "{\"model\":\"m\",\"api_key\":%s \"x\":1}", "{\"model\":\"m\" \"api_key\":%s}",
+        "{\"model\":\"m\",\"api_key\":%s}}",     "{\"model\":\"m\",\"api_key\":%s]",
+        "{\"model\":\"m\",\"api_key\":[%s}",     "{\"model\":\"m\",\"api_key\":%s:1}",
+        "[%s",                                   "%s",
+        "{\"model\":\"m\",\"api_key\":%s,\"api_key\":%s}",
+        "{\"model\":\"m\",\"api_key\":\"\\u%s\"}", "{%s:1}",
+        "{\"model\":\"m\",\"base_url\":\"http://u:%s@[::1/v1\"}",
+        "{\"model\":\"m\",\"base_url\":\"http://u:%s@h/v1?q\"}",
+    };
+    const char *values[] = {"\"sk-Q7x\"", "sk-Q7x", "\"sk-Q7x", "'sk-Q7x'", "sk-Q7x\""};
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
+        for (size_t j = 0; j < sizeof values / sizeof values[0]; j++) {
+            char text[512];
+            snprintf(text, sizeof text, shapes[i], values[j], values[j]);
+            parley_options o;
+            char *err = NULL;
+            int rc = options_parse(text, &o, &err);
+            if (rc == 0) {
+                options_free(&o);
+                continue;
+            }
+            CHECK(err != NULL);
+            CHECK(err && !strstr(err, key) && !strstr(err, "Q7x"));
+            if (err && strstr(err, "Q7x"))
+                fprintf(stderr, "  options %s\n  error   %s\n", text, err);
+            free(err);
+        }
+    }
+    /* Where the error is, though, is still said. */
+    expect_error("{\"model\":\"m\",\"api_key\":\"sk-Q7x}", "(line 1, column");
+}
+
+static void test_duplicate_keys(void)
+{
+    expect_error("{\"model\":\"a\",\"model\":\"b\"}", "option 'model': given more than once");
+    expect_error("{\"model\":\"a\",\"stream\":true,\"stream\":false}",
+                 "option 'stream': given more than once");
+    /* Not an option's name: not echoed (it could be anything). */
+    expect_error("{\"model\":\"a\",\"sk-Q7x\":1,\"sk-Q7x\":2}", "a key is given more than once");
+}
+
+static void test_base_url_parsed_by_libcurl(void)
+{
+    expect_error("{\"model\":\"m\",\"base_url\":\"http://[::1/v1\"}",
+                 "option 'base_url': not a URL libcurl can parse");
+    expect_error("{\"model\":\"m\",\"base_url\":\"http://exa mple.com/v1\"}", "option 'base_url'");
+    expect_error("{\"model\":\"m\",\"base_url\":\"http://h:99999/v1\"}", "option 'base_url'");
+    expect_error("{\"model\":\"m\",\"base_url\":\"http://h/v1?key=1\"}", "?query or #fragment");
+    expect_error("{\"model\":\"m\",\"base_url\":\"ftp://h/v1\"}", "http:// or https://");
+    parley_options o;
+    char *err = NULL;
+    CHECK(options_parse("{\"model\":\"m\",\"base_url\":\"https://[::1]:8443/v1/\"}", &o, &err) == 0);
+    CHECK_STR(o.base_url, "https://[::1]:8443/v1");
+    CHECK(o.max_connections == 64);
+    options_free(&o);
+}
+
 int main(void)
 {
     test_defaults();
     test_values();
     test_errors();
+    test_did_you_mean();
+    test_schema_presentation();
     test_tools();
     test_schema_matches_docs();
+    test_errors_never_quote_the_key();
+    test_duplicate_keys();
+    test_base_url_parsed_by_libcurl();
     return check_report();
 }
