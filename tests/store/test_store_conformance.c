@@ -1036,20 +1036,26 @@ static void test_failing_writes(const backend_case *bc)
     stop(&full);
 }
 
-/* A read-only file (not for root, whom permissions do not stop): reads work,
- * appends fail with 'storage'. */
-static void test_read_only_file(const backend_case *bc)
+/* A read-only file: reads work, appends fail with 'storage' naming the file,
+ * and nothing changes.  Root ignores file permissions, so as root the check
+ * runs in a child process that has become the unprivileged user 65534. */
+static int read_only_checks(const backend_case *bc, const char *dir)
 {
-    if (geteuid() == 0) {
-        printf("test_read_only_file: skipped (root ignores file permissions; the failing-write "
-               "cases cover the error path)\n");
-        return;
-    }
-    char *path = make_store_file(bc);
-    CHECK(chmod(path, 0400) == 0);
+    int failed_before = check_failed;
+    char *path = pstr_printf("%s/read-only.db", dir);
     store_limits limits = {0, 10, 0};
     char *err = NULL;
     harness h = {bc, path, limits, open_at(bc, path, limits, &err)};
+    free(err);
+    CHECK(h.s != NULL);
+    append_at(&h, "a", 1, TURN1, 1000);
+    bc->backend->close(h.s);
+    CHECK(chmod(path, 0400) == 0);
+    size_t len_before = 0, len_after = 0;
+    char *bytes_before = read_file(path, &len_before);
+    h.s = open_at(bc, path, limits, &err);
+    if (!h.s)
+        fprintf(stderr, "read-only open: %s\n", err ? err : "?");
     free(err);
     CHECK(h.s != NULL);
     if (h.s) {
@@ -1058,10 +1064,44 @@ static void test_read_only_file(const backend_case *bc)
         CHECK(n == 4);
         err = NULL;
         CHECK(append_keyed(&h, "", "", "a", 9, USER("x"), 3000, &err) == PARLEY_ERR_STORAGE);
-        CHECK(err && strstr(err, path));
+        CHECK(err && strstr(err, path) && strstr(err, "readonly"));
         free(err);
+        free(load(&h, "a", 0, 3000, &n));
+        CHECK(n == 4);
+        bc->backend->close(h.s);
     }
-    stop(&h);
+    char *bytes_after = read_file(path, &len_after);
+    CHECK(bytes_before && bytes_after && len_before == len_after &&
+          memcmp(bytes_before, bytes_after, len_before) == 0);
+    free(bytes_before);
+    free(bytes_after);
+    free(path);
+    return check_failed - failed_before;
+}
+
+static void test_read_only_file(const backend_case *bc)
+{
+    if (geteuid() != 0) {
+        read_only_checks(bc, tmpdir);
+        return;
+    }
+    char dir[] = "/tmp/parley-store-ro-XXXXXX";
+    CHECK(mkdtemp(dir) != NULL);
+    const uid_t nobody = 65534;
+    CHECK(chown(dir, nobody, nobody) == 0);
+    pid_t pid = fork();
+    if (pid == 0) {
+        if (setgid(nobody) != 0 || setuid(nobody) != 0)
+            _exit(100);
+        _exit(read_only_checks(bc, dir) ? 1 : 0);
+    }
+    int status = -1;
+    waitpid(pid, &status, 0);
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    char *cmd = pstr_printf("rm -rf '%s'", dir);
+    if (cmd && system(cmd) != 0)
+        fprintf(stderr, "could not remove %s\n", dir);
+    free(cmd);
 }
 
 /* Checkpoints happen while the store is open (on the checkpointer thread):
