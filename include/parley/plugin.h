@@ -112,7 +112,9 @@ typedef enum parley_status {
     PARLEY_ERR_TOOL_LOOP = 10,      /* "tool_loop": the model kept calling tools past every limit */
     PARLEY_ERR_NOT_FOUND = 11,      /* "not_found": no such conversation / turn / request */
     PARLEY_ERR_NO_MEMORY = 12,      /* "no_memory": an allocation failed */
-    PARLEY_ERR_INTERNAL = 13        /* "internal": a bug in Parley; please report it */
+    PARLEY_ERR_INTERNAL = 13,       /* "internal": a bug in Parley; please report it */
+    PARLEY_ERR_STORAGE = 14         /* "storage": the history store failed (I/O error, disk
+                                       full, corrupt or unreachable store); history unchanged */
 } parley_status;
 
 typedef enum parley_log_level {
@@ -250,7 +252,9 @@ typedef struct parley_plugin {
 
     /**
      * Cancel everything in flight, call each pending turn's done callback
-     * with PARLEY_ERR_CANCELLED (on the worker thread, before returning),
+     * with PARLEY_ERR_CANCELLED (on the worker thread, before returning; a
+     * turn being written to the history store waits for the write and
+     * reports it, as with cancel),
      * stop the worker, free the agent.  Blocks until then.  NULL is a no-op.  Not from a
      * callback of this agent.
      */
@@ -276,7 +280,9 @@ typedef struct parley_plugin {
     /**
      * Ask to cancel a turn.  Its done callback then comes with
      * PARLEY_ERR_CANCELLED (unless it already completed) and its history is
-     * left untouched.  PARLEY_ERR_NOT_FOUND if the id is unknown or done.
+     * left untouched.  A turn already being written to the history store is
+     * not cut off: its callback reports the write (PARLEY_OK: stored;
+     * PARLEY_ERR_STORAGE: not).  PARLEY_ERR_NOT_FOUND if the id is unknown or done.
      */
     parley_status (*cancel)(parley_agent *agent, parley_request_id request_id);
 
