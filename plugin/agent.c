@@ -78,6 +78,7 @@ static void agent_free(parley_agent *a)
     if (a->store)
         a->store->backend->close(a->store);
     config_unref(a->cfg);
+    persona_metrics_destroy(&a->persona_metrics);
     pthread_mutex_destroy(&a->cfg_mu);
     free(a);
 }
@@ -109,12 +110,14 @@ parley_agent *agent_create_with_store(const parley_host *host, const char *optio
         memcpy(&a->host, host, n);
     }
     atomic_init(&a->next_request_id, 1);
+    persona_metrics_init(&a->persona_metrics);
     if (!(a->cfg = config_new(options_json, &err)) || open_store(a, backend, &err) != 0)
         goto fail;
     worker_setup ws = {
         .store = a->store,
         .host = &a->host,
         .metrics = &a->metrics,
+        .persona_metrics = &a->persona_metrics,
         .idle_timeout_ms = (uint64_t)a->cfg->opts.history_idle_timeout_s * 1000u,
         .max_connections = (size_t)a->cfg->opts.max_connections,
     };
@@ -293,7 +296,7 @@ parley_status agent_metrics(parley_agent *a, char **out)
                  "\"rejected_invalid\":%llu,\"llm_requests\":%llu,\"llm_retries\":%llu,"
                  "\"tool_calls\":%llu,\"tool_errors\":%llu,\"tool_timeouts\":%llu,"
                  "\"conversations\":%zu,\"stored_turns\":%zu,\"stored_message_bytes\":%zu,"
-                 "\"conversations_evicted\":%zu,\"conversations_expired\":%zu}",
+                 "\"conversations_evicted\":%zu,\"conversations_expired\":%zu,",
                  (unsigned long long)m->turns_accepted, (unsigned long long)m->turns_ok,
                  (unsigned long long)m->turns_failed, (unsigned long long)m->turns_cancelled,
                  (long long)m->in_flight, (unsigned long long)m->rejected_busy,
@@ -301,6 +304,16 @@ parley_status agent_metrics(parley_agent *a, char **out)
                  (unsigned long long)m->llm_retries, (unsigned long long)m->tool_calls,
                  (unsigned long long)m->tool_errors, (unsigned long long)m->tool_timeouts,
                  hs.conversations, hs.turns, hs.message_bytes, hs.evicted, hs.expired) < 0) {
+        *out = NULL;
+        return PARLEY_ERR_NO_MEMORY;
+    }
+    pbuf b = PBUF_INIT;
+    pbuf_puts(&b, *out);
+    free(*out);
+    persona_metrics_json(&a->persona_metrics, &b);
+    pbuf_putc(&b, '}');
+    if (b.oom || !(*out = pbuf_take(&b))) {
+        pbuf_free(&b);
         *out = NULL;
         return PARLEY_ERR_NO_MEMORY;
     }

@@ -37,6 +37,7 @@ struct parley_agent {
     inbox *box;              /* the worker's; borrowed */
     atomic_uint_fast64_t next_request_id;
     agent_counters metrics;
+    persona_metrics persona_metrics; /* per persona, for the agent's life */
 };
 
 #endif

@@ -50,6 +50,7 @@ static void config_free(agent_config *c)
     free(c->url);
     free(c->display_url);
     toolset_free(c->tools);
+    persona_set_free(&c->personas);
     options_free(&c->opts);
     free(c);
 }
@@ -72,6 +73,10 @@ agent_config *config_new(const char *options_json, char **err)
     if (!c->tools) {
         *err = pstr_printf("option 'tools': %s", terr ? terr : "out of memory");
         free(terr);
+        config_free(c);
+        return NULL;
+    }
+    if (persona_set_parse(c->opts.personas_json, c->tools, &c->personas, err) != 0) {
         config_free(c);
         return NULL;
     }

@@ -19,12 +19,14 @@
 
 #include "llm_http.h"
 #include "options.h"
+#include "persona.h"
 #include "toolset.h"
 
 typedef struct agent_config {
     atomic_int refs;
     parley_options opts;
     toolset *tools;              /* from opts.tools_json */
+    persona_set personas;        /* from opts.personas_json */
     http_config http;            /* points into url and headers below */
     char *url;                   /* <base_url>/chat/completions */
     char *display_url;           /* url without credentials, query or fragment: for messages */

@@ -15,7 +15,8 @@
 #include "options_ui.h"
 #include "store/store.h"
 
-typedef enum { OPT_STRING, OPT_NSTRING, OPT_BOOL, OPT_INT, OPT_NUMBER, OPT_TOOLS } opt_type;
+/* OPT_TOOLS, OPT_OBJECT: an array / object kept as compact JSON text. */
+typedef enum { OPT_STRING, OPT_NSTRING, OPT_BOOL, OPT_INT, OPT_NUMBER, OPT_TOOLS, OPT_OBJECT } opt_type;
 
 typedef struct opt_spec {
     const char *name;
@@ -85,6 +86,17 @@ static const opt_spec SPECS[] = {
      "Tool rounds per turn; then one last request with tool_choice \"none\""},
     {"tools", OPT_TOOLS, OFF(tools_json), 0, 0, "[]",
      "Tools offered to the model: [{name, description, parameters}] or OpenAI form"},
+    {"personas", OPT_OBJECT, OFF(personas_json), 0, 0, "{}",
+     "Characters the agent can speak as: {name: {prompt, model?, temperature?, top_p?, "
+     "max_tokens?, tools? (names of the agent's tools), max_history_turns?}}; the input's "
+     "persona picks one, each with its own history per conversation"},
+    {"history_images", OPT_STRING, OFF(history_images), 0, 0, "\"placeholder\"",
+     "What history keeps of a turn's images: \"placeholder\" (a line such as [image: "
+     "image/jpeg, 183 KB] per image) or \"keep\" (the image itself, sent again every turn)"},
+    {"max_image_bytes", OPT_INT, OFF(max_image_bytes), 1, 67108864, "8388608",
+     "Largest image (decoded bytes of a data: URL) a turn may carry"},
+    {"max_images_per_turn", OPT_INT, OFF(max_images_per_turn), 0, 64, "4",
+     "Images one turn may carry; 0 refuses every image"},
     {"max_in_flight", OPT_INT, OFF(max_in_flight), 1, 1000000, "10000",
      "Turns accepted at once; beyond it async_process returns busy"},
     {"max_connections", OPT_INT, OFF(max_connections), 1, 100000, "64",
@@ -109,6 +121,7 @@ static const char *type_word(opt_type t)
     case OPT_INT: return "an integer";
     case OPT_NUMBER: return "a number";
     case OPT_TOOLS: return "an array of tools";
+    case OPT_OBJECT: return "an object";
     }
     return "?";
 }
@@ -156,7 +169,8 @@ static int set_value(parley_options *o, const opt_spec *s, json_t *v, char **err
         *(double *)field = d;
         return 0;
     }
-    case OPT_TOOLS: {
+    case OPT_TOOLS:
+    case OPT_OBJECT: {
         char **dst = (char **)field;
         free(*dst);
         *dst = json_dumps(v, JSON_COMPACT | JSON_PRESERVE_ORDER);
@@ -180,6 +194,7 @@ static int type_ok(const opt_spec *s, json_t *v)
     case OPT_INT: return json_is_integer(v);
     case OPT_NUMBER: return json_is_number(v);
     case OPT_TOOLS: return json_is_array(v);
+    case OPT_OBJECT: return json_is_object(v);
     }
     return 0;
 }
@@ -267,6 +282,11 @@ static int finish(parley_options *o, json_t *root, char **err)
     if (!store_backend_for(o->history_store, &location)) {
         *err = pstr_printf("option 'history_store': unknown store \"%s\" (expected \"memory\" or "
                            "\"sqlite:PATH\")", o->history_store);
+        return -1;
+    }
+    if (strcmp(o->history_images, "placeholder") != 0 && strcmp(o->history_images, "keep") != 0) {
+        *err = pstr_printf("option 'history_images': must be \"placeholder\" or \"keep\" (got "
+                           "\"%.32s\")", o->history_images);
         return -1;
     }
     if (strcmp(o->history_sync, "normal") != 0 && strcmp(o->history_sync, "full") != 0) {
@@ -454,7 +474,7 @@ void options_free(parley_options *o)
 {
     for (size_t i = 0; i < NSPECS; i++) {
         opt_type t = SPECS[i].type;
-        if (t == OPT_STRING || t == OPT_NSTRING || t == OPT_TOOLS) {
+        if (t == OPT_STRING || t == OPT_NSTRING || t == OPT_TOOLS || t == OPT_OBJECT) {
             char **p = (char **)((char *)o + SPECS[i].offset);
             free(*p);
             *p = NULL;
@@ -472,6 +492,7 @@ static const char *schema_type(const opt_spec *s)
     case OPT_INT: return null_ok ? "[\"integer\",\"null\"]" : "\"integer\"";
     case OPT_NUMBER: return null_ok ? "[\"number\",\"null\"]" : "\"number\"";
     case OPT_TOOLS: return "\"array\"";
+    case OPT_OBJECT: return "\"object\"";
     }
     return "\"null\"";
 }

@@ -47,6 +47,11 @@ typedef struct parley_options {
     /* tools */
     int64_t max_tool_iterations;
     char *tools_json;            /* the `tools` option as compact JSON text ("[]" if absent) */
+    /* personas and images */
+    char *personas_json;         /* the `personas` object as compact JSON text ("{}" if absent) */
+    char *history_images;        /* "placeholder" or "keep" */
+    int64_t max_image_bytes;
+    int64_t max_images_per_turn;
     /* bounds */
     int64_t max_in_flight;
     int64_t max_connections;     /* connections to the LLM server open at once */

@@ -266,6 +266,24 @@ void persona_metrics_destroy(persona_metrics *m)
     pthread_mutex_destroy(&m->lock);
 }
 
+void persona_metrics_json(persona_metrics *m, pbuf *out)
+{
+    pbuf_puts(out, "\"personas\":{");
+    pthread_mutex_lock(&m->lock);
+    for (persona_counters *c = m->head; c; c = c->next) {
+        pbuf_json_string(out, c->name, strlen(c->name));
+        pbuf_printf(out, ":{\"turns\":%llu,\"turns_stored\":%llu,\"messages_stored\":%llu,"
+                         "\"truncations\":%llu,\"clears\":%llu}%s",
+                    (unsigned long long)atomic_load(&c->turns),
+                    (unsigned long long)atomic_load(&c->turns_stored),
+                    (unsigned long long)atomic_load(&c->messages_stored),
+                    (unsigned long long)atomic_load(&c->truncations),
+                    (unsigned long long)atomic_load(&c->clears), c->next ? "," : "");
+    }
+    pthread_mutex_unlock(&m->lock);
+    pbuf_putc(out, '}');
+}
+
 persona_counters *persona_metrics_for(persona_metrics *m, const char *name)
 {
     pthread_mutex_lock(&m->lock);

@@ -18,6 +18,7 @@
 #include <stdint.h>
 #include <pthread.h>
 
+#include "buf.h"
 #include "options.h"
 #include "toolset.h"
 
@@ -77,5 +78,7 @@ void persona_metrics_init(persona_metrics *m);
 void persona_metrics_destroy(persona_metrics *m);
 /* The counters of `name` (created on first use; stable until destroy), or NULL on OOM. */
 persona_counters *persona_metrics_for(persona_metrics *m, const char *name);
+/* Append "personas":{name:{"turns":N,...},...} (every persona that had a turn or a clear). */
+void persona_metrics_json(persona_metrics *m, pbuf *out);
 
 #endif

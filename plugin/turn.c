@@ -39,6 +39,9 @@ void turn_free(turn *t)
     free(t->satellite_id);
     free(t->agent_id);
     free(t->conversation_id);
+    free(t->persona_name);
+    image_list_free(&t->images);
+    pbuf_free(&t->stored_user);
     toolset_free(t->own_tools);
     pbuf_free(&t->history);
     pbuf_free(&t->messages);
@@ -93,12 +96,48 @@ static void record_step(turn *t, const pbuf *step)
 
 static void put_str(pbuf *b, const char *s) { pbuf_json_string(b, s, strlen(s)); }
 
+/*
+ * The user message.  With images its content is Chat Completions content
+ * parts (the neutral record's form, docs/history.md): the text, then one
+ * image_url part per image.  History keeps that too with history_images
+ * "keep"; with "placeholder" it keeps the text plus one line per image.
+ */
 static void record_user_message(turn *t)
 {
     pbuf m = PBUF_INIT;
     pbuf_puts(&m, "{\"role\":\"user\",\"content\":");
-    put_str(&m, t->text);
+    if (!t->images.n) {
+        put_str(&m, t->text);
+    } else {
+        pbuf_puts(&m, "[{\"type\":\"text\",\"text\":");
+        put_str(&m, t->text);
+        pbuf_putc(&m, '}');
+        for (size_t i = 0; i < t->images.n; i++) {
+            pbuf_puts(&m, ",{\"type\":\"image_url\",\"image_url\":{\"url\":");
+            put_str(&m, t->images.items[i].url);
+            pbuf_puts(&m, "}}");
+        }
+        pbuf_putc(&m, ']');
+        if (strcmp(t->cfg->opts.history_images, "placeholder") == 0) {
+            pbuf text = PBUF_INIT;
+            pbuf_puts(&text, t->text);
+            for (size_t i = 0; i < t->images.n; i++) {
+                pbuf_putc(&text, '\n');
+                image_placeholder(&text, &t->images.items[i]);
+            }
+            pbuf_puts(&t->stored_user, "{\"role\":\"user\",\"content\":");
+            pbuf_json_string(&t->stored_user, text.data ? text.data : "", text.len);
+            pbuf_putc(&t->stored_user, '}');
+            if (text.oom)
+                t->messages.oom = 1;
+            pbuf_free(&text);
+            if (t->stored_user.oom)
+                t->messages.oom = 1;
+        }
+    }
     pbuf_putc(&m, '}');
+    if (m.oom)
+        t->messages.oom = 1;
     record_message(t, "user", &m);
     pbuf_free(&m);
 }
@@ -253,13 +292,20 @@ void turn_begin(turn *t)
 {
     const turn_env *env = t->env;
     t->started_wall_ms = clock_wall_ms();
+    if (t->persona_name && env->persona_metrics &&
+        (t->counters = persona_metrics_for(env->persona_metrics, t->persona_name)))
+        atomic_fetch_add(&t->counters->turns, 1);
     if (!t->conversation_id) {
         turn_on_history(t, PARLEY_OK, NULL);
         return;
     }
-    /* The last max_history_turns turns: what this turn sends. */
+    /* The last max_history_turns turns: what this turn sends.  A persona
+     * counts the turns its limit leaves out, so one more is read (and
+     * dropped again in turn_on_history). */
     store_key key = key_of(t);
-    size_t last = (size_t)t->cfg->opts.max_history_turns;
+    size_t last = (size_t)t->opts.max_history_turns;
+    if (t->counters && last)
+        last++;
     if (env->jobs) { /* WAIT loading: the store's read thread loads */
         store_job *job = store_job_new(STORE_JOB_LOAD, &key);
         if (job)
@@ -275,6 +321,41 @@ void turn_begin(turn *t)
     free(err);
 }
 
+/*
+ * Where each top-level message of stored text ("m,m,") starts, counting those
+ * that open a turn: a turn's first message is its user message, which Parley
+ * always writes as {"role":"user",...}.  When the text holds more than
+ * `keep` turns, drop the oldest and return 1.
+ */
+static int drop_oldest_turn(pbuf *history, size_t keep)
+{
+    static const char USER[] = "{\"role\":\"user\"";
+    size_t turns = 0, second = 0;
+    int depth = 0, in_string = 0;
+    for (size_t i = 0; i < history->len; i++) {
+        char c = history->data[i];
+        if (in_string) {
+            if (c == '\\')
+                i++;
+            else if (c == '"')
+                in_string = 0;
+        } else if (c == '"') {
+            in_string = 1;
+        } else if (c == '{' || c == '[') {
+            if (depth++ == 0 && c == '{' && history->len - i >= sizeof USER - 1 &&
+                memcmp(history->data + i, USER, sizeof USER - 1) == 0 && ++turns == 2)
+                second = i;
+        } else if (c == '}' || c == ']') {
+            depth--;
+        }
+    }
+    if (turns <= keep || !second)
+        return 0;
+    memmove(history->data, history->data + second, history->len - second + 1);
+    history->len -= second;
+    return 1;
+}
+
 void turn_on_history(turn *t, parley_status status, const char *message)
 {
     t->job = NULL;
@@ -285,6 +366,9 @@ void turn_on_history(turn *t, parley_status status, const char *message)
         free(m);
         return;
     }
+    if (t->counters && t->opts.max_history_turns &&
+        drop_oldest_turn(&t->history, (size_t)t->opts.max_history_turns))
+        atomic_fetch_add(&t->counters->truncations, 1);
     record_user_message(t);
     turn_request(t);
 }
@@ -350,7 +434,7 @@ static void turn_request(turn *t)
         .tools_json = toolset_json(t->tools),
         .tool_choice_none = t->tool_rounds >= t->cfg->opts.max_tool_iterations,
     };
-    llm_request_render(&t->body, &t->cfg->opts, &r);
+    llm_request_render(&t->body, &t->opts, &r);
     if (t->body.oom || t->messages.oom || t->steps.oom || t->history.oom) {
         turn_end(t, PARLEY_ERR_NO_MEMORY, "out of memory building the request");
         return;
@@ -750,6 +834,10 @@ static store_message *store_messages(const turn *t)
         msgs[i] = (store_message){.message_id = m->id, .role = m->role, .created_ms = m->created_ms,
                                   .json = t->messages.data + m->offset, .json_len = m->len};
     }
+    if (msgs && t->stored_user.len) { /* the user message with its images as placeholders */
+        msgs[0].json = t->stored_user.data;
+        msgs[0].json_len = t->stored_user.len;
+    }
     return msgs;
 }
 
@@ -802,6 +890,10 @@ void turn_on_committed(turn *t, parley_status status, const char *message)
 {
     t->job = NULL;
     t->committing = 0;
+    if (status == PARLEY_OK && t->counters) {
+        atomic_fetch_add(&t->counters->turns_stored, 1);
+        atomic_fetch_add(&t->counters->messages_stored, t->nmessages);
+    }
     if (status == PARLEY_OK) {
         turn_end(t, PARLEY_OK, NULL);
         return;

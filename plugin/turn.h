@@ -51,6 +51,7 @@
 #include "buf.h"
 #include "config.h"
 #include "counters.h"
+#include "image.h"
 #include "inbox.h"
 #include "llm_http.h"
 #include "llm_reply.h"
@@ -71,6 +72,7 @@ typedef struct turn_env {
     inbox *box;                /* tool-call handles */
     const parley_host *host;   /* tool_call and log callbacks */
     agent_counters *metrics;
+    persona_metrics *persona_metrics; /* per-persona counters (persona.h) */
     void (*ended)(void *worker, turn *t); /* the turn ended: report it and free it */
     void *worker;
 } turn_env;
@@ -98,8 +100,16 @@ struct turn {
     char id_key[24];          /* id as text: key in the inbox's live turns */
     char turn_id[UUID_STR_LEN];
     char *conversation_id;    /* NULL: stateless */
-    const char *persona;      /* with the id, the history key (store.h); static "" until */
-    const char *interface_type; /* the input carries them */
+    const char *persona;      /* with the id, the history key (store.h): persona_name or "" */
+    const char *interface_type; /* static "" until the input carries it */
+    char *persona_name;       /* the input's persona, NULL for none */
+    const persona *persona_def; /* its settings, in cfg; NULL: the agent's own */
+    persona_counters *counters; /* the persona's metrics; NULL without a persona (or OOM) */
+    parley_options opts;      /* what its requests use: cfg->opts with the persona's overrides
+                                 (a shallow copy: strings borrowed from cfg) */
+    image_list images;        /* the input's images, checked */
+    pbuf stored_user;         /* the user message as stored, when it differs from the sent one
+                                 (images as placeholders); empty: the same */
 
     /* the input, copied */
     char *text, *extra_system_prompt, *context_json;

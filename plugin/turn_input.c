@@ -81,10 +81,12 @@ static int copy_input(turn *t, const agent_config *cfg, const parley_input *in, 
             return -1;
         }
     }
-    t->tools = cfg->tools;
+    const toolset *base = t->persona_def && t->persona_def->tools ? t->persona_def->tools
+                                                                  : cfg->tools;
+    t->tools = base;
     if (in->tools_json) {
         char *terr = NULL;
-        t->own_tools = toolset_parse(in->tools_json, cfg->tools, &terr);
+        t->own_tools = toolset_parse(in->tools_json, base, &terr);
         if (!t->own_tools) {
             int oom = !terr || strcmp(terr, "out of memory") == 0;
             *err = pstr_printf("input 'tools_json': %s", terr ? terr : "out of memory");
@@ -94,6 +96,36 @@ static int copy_input(turn *t, const agent_config *cfg, const parley_input *in, 
         t->tools = t->own_tools;
     }
     return 0;
+}
+
+/* The persona the input names (one of the `personas` option's), or none. */
+static int resolve_persona(turn *t, const agent_config *cfg, const parley_input *in, char **err)
+{
+    if (in->persona && *in->persona) {
+        if (!(t->persona_def = persona_find(&cfg->personas, in->persona))) {
+            char *names = persona_names(&cfg->personas);
+            *err = pstr_printf("input 'persona': unknown persona \"%.64s\" (%s%s)", in->persona,
+                               cfg->personas.n ? "personas: " : "the option 'personas' names none",
+                               cfg->personas.n && names ? names : "");
+            free(names);
+            return -1;
+        }
+        if (!(t->persona_name = strdup(in->persona))) {
+            *err = pstr_printf("out of memory");
+            return -2;
+        }
+    }
+    persona_apply(t->persona_def, &cfg->opts, &t->opts);
+    return 0;
+}
+
+/* The input's images, checked before anything is sent or stored. */
+static int accept_images(turn *t, const agent_config *cfg, const parley_input *in, char **err)
+{
+    if (!in->images_json)
+        return 0;
+    image_limits lim = {(size_t)cfg->opts.max_image_bytes, (size_t)cfg->opts.max_images_per_turn};
+    return image_list_parse(in->images_json, &lim, &t->images, err);
 }
 
 /*
@@ -121,7 +153,7 @@ static int resolve_conversation(turn *t, const agent_config *cfg, const parley_i
     } else {
         return 0; /* stateless */
     }
-    t->persona = "";
+    t->persona = t->persona_name ? t->persona_name : "";
     t->interface_type = "";
     if (!t->conversation_id) {
         *err = pstr_printf("out of memory");
@@ -156,7 +188,11 @@ turn *turn_input_accept(agent_config *cfg, parley_request_id id, const parley_in
     t->on_delta = copy.on_delta;
     t->deadline = (ptimer)PTIMER_INIT(t);
     t->wait = (ptimer)PTIMER_INIT(t);
-    int rc = copy_input(t, cfg, &copy, err);
+    int rc = resolve_persona(t, cfg, &copy, err);
+    if (rc == 0)
+        rc = copy_input(t, cfg, &copy, err);
+    if (rc == 0)
+        rc = accept_images(t, cfg, &copy, err);
     if (rc == 0)
         rc = resolve_conversation(t, cfg, &copy, err);
     if (rc != 0) {

@@ -43,6 +43,7 @@ struct worker {
     int expiry_in_flight;    /* a sweep job is with the store threads */
     const parley_host *host;
     agent_counters *metrics;
+    persona_metrics *persona_metrics;
     turn_env env;            /* what every turn sees */
     pthread_t thread;
 };
@@ -435,6 +436,7 @@ worker *worker_start(const worker_setup *setup, char **err)
     w->store = setup->store;
     w->host = setup->host;
     w->metrics = setup->metrics;
+    w->persona_metrics = setup->persona_metrics;
     w->idle_timeout_ms = setup->idle_timeout_ms;
     if (http_pool_init(&w->pool, setup->max_connections) == 0)
         w->multi = w->pool.multi;
@@ -458,6 +460,7 @@ worker *worker_start(const worker_setup *setup, char **err)
         .box = w->box,
         .host = w->host,
         .metrics = w->metrics,
+        .persona_metrics = w->persona_metrics,
         .ended = on_turn_ended,
         .worker = w,
     };

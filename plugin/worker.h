@@ -13,6 +13,7 @@
 
 #include "counters.h"
 #include "inbox.h"
+#include "persona.h"
 #include "store/store.h"
 
 typedef struct worker worker;
@@ -21,6 +22,7 @@ typedef struct worker_setup {
     store *store;              /* borrowed; outlives the worker */
     const parley_host *host;   /* borrowed; outlives the worker */
     agent_counters *metrics;   /* borrowed; outlives the worker */
+    persona_metrics *persona_metrics; /* borrowed; outlives the worker */
     uint64_t idle_timeout_ms;  /* the store's; 0: no expiry sweeps */
     size_t max_connections;    /* to the LLM server at once (the HTTP pool's cap) */
 } worker_setup;
