@@ -41,7 +41,7 @@ class PersonaCase(ParleyTestCase):
         self.addCleanup(self.llm.close)
 
     def opts(self, **kw):
-        o = options(self.llm, personas=PERSONAS, tools=[{"name": "lights"}, {"name": "oven"}])
+        o = options(self.llm, personas=PERSONAS)  # tools: the shim adds TOOLS
         o.update(kw)
         return o
 
@@ -93,7 +93,7 @@ class Refusals(PersonaCase):
     def test_unknown_persona_is_invalid_input_naming_it(self):
         run = self.run_ok([{"text": "hi", "conversation_id": "z", "persona": "pirate"}],
                           self.opts(), tools=TOOLS)
-        err = self.assertTurnError(run.by_seq(1), "invalid_input")
+        err = self.assertTurnError(run.by_seq(1), "invalid_input")["error"]
         self.assertIn('"pirate"', err["message"])
         self.assertIn('"chef"', err["message"])
         self.assertEqual(self.llm.chat_requests(), [])
@@ -112,14 +112,17 @@ class Metrics(PersonaCase):
             {"text": "c2", "conversation_id": "m", "persona": "chef"},
             {"text": "b1", "conversation_id": "m", "persona": "butler"},
             {"text": "b2", "conversation_id": "m", "persona": "butler"},
+            {"text": "b3", "conversation_id": "m", "persona": "butler"},
             {"op": "metrics"},
         ], self.opts(), tools=TOOLS)
-        m = run.by_seq(5)["result"]["personas"]
+        m = run.by_seq(6)["result"]["personas"]
         self.assertEqual(m["chef"], {"turns": 2, "turns_stored": 2, "messages_stored": 4,
                                      "truncations": 0, "clears": 0})
-        # butler keeps 1 turn of history: its second turn sent a truncated history
-        self.assertEqual(m["butler"]["turns"], 2)
-        self.assertEqual(m["butler"]["truncations"], 1)
+        # the butler sends 1 turn of history: its third turn left b1 out
+        self.assertEqual(m["butler"], {"turns": 3, "turns_stored": 3, "messages_stored": 6,
+                                       "truncations": 1, "clears": 0})
+        self.assertEqual(messages(self.llm.chat_requests()[-1])[1:],
+                         [user("b2"), assistant(fake_reply("b2", 4, 2)), user("b3")])
 
 
 if __name__ == "__main__":
