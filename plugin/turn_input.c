@@ -125,6 +125,14 @@ static int accept_images(turn *t, const agent_config *cfg, const parley_input *i
     if (!in->images_json)
         return 0;
     image_limits lim = {(size_t)cfg->opts.max_image_bytes, (size_t)cfg->opts.max_images_per_turn};
+    /* Bound the text before parsing it: every image at its largest, as base64, plus room. */
+    size_t most = lim.max_images * (lim.max_bytes / 3 * 4 + 4 + 4096) + 64;
+    size_t len = strlen(in->images_json);
+    if (len > most) {
+        *err = pstr_printf("input 'images_json': %zu bytes, more than max_images_per_turn images "
+                           "of max_image_bytes could need (%zu)", len, most);
+        return -1;
+    }
     return image_list_parse(in->images_json, &lim, &t->images, err);
 }
 

@@ -111,8 +111,21 @@ static bool check_content(const json_t *c, const char *where, struct api_error *
         snprintf(p, sizeof p, "%s[%zu].type", where, j);
         if (!json_is_string(type))
             BAD("missing_required_parameter", p, "Missing required parameter: '%s'.", p);
+        if (strcmp(json_string_value(type), "image_url") == 0) {
+            /* {"type":"image_url","image_url":{"url":"data:image/..;base64,.." or "http(s)://.."}} */
+            json_t *iu = json_object_get(part, "image_url");
+            const char *url = json_string_value(json_object_get(iu, "url"));
+            snprintf(p, sizeof p, "%s[%zu].image_url.url", where, j);
+            if (!url)
+                BAD("missing_required_parameter", p, "Missing required parameter: '%s'.", p);
+            if (strncmp(url, "data:image/", 11) != 0 && strncmp(url, "https://", 8) != 0 &&
+                strncmp(url, "http://", 7) != 0)
+                BAD("invalid_value", p, "Invalid image URL in '%s': expected a data:image/ URL "
+                    "or an http(s) URL.", p);
+            continue;
+        }
         if (strcmp(json_string_value(type), "text") != 0)
-            continue; /* images etc.: accepted, ignored */
+            BAD("invalid_value", p, "Invalid value for '%s': expected 'text' or 'image_url'.", p);
         json_t *text = json_object_get(part, "text");
         snprintf(p, sizeof p, "%s[%zu].text", where, j);
         if (!text)

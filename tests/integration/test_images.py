@@ -1,0 +1,144 @@
+"""Images in a turn (input images_json; shim "images"): what reaches the
+model, what history keeps (history_images), what is refused; personas and
+placeholders across a restart on the SQLite store.
+
+Everything is asserted from the fake server's request log and the shim's
+history ops."""
+import base64
+import os
+import tempfile
+import unittest
+
+from harness import FakeLLM, ParleyTestCase, fake_reply, messages, options, run_shim
+
+PNG = b"\x89PNG\r\n\x1a\n\0\0\0\rIHDR" + bytes(2000)
+JPEG = b"\xff\xd8\xff\xe0\0\x10JFIF\0" + bytes(300)
+
+
+def data_url(mime, data):
+    return "data:%s;base64,%s" % (mime, base64.b64encode(data).decode())
+
+
+def parts(text, *urls):
+    return [{"type": "text", "text": text}] + [
+        {"type": "image_url", "image_url": {"url": u}} for u in urls]
+
+
+def user(content):
+    return {"role": "user", "content": content}
+
+
+def assistant(text):
+    return {"role": "assistant", "content": text}
+
+
+SYS = {"role": "system", "content": "You are a test assistant."}
+PLACEHOLDER = "what is this?\n[image: image/png, 2 KB]\n[image: https://example.com/door.jpg]"
+
+
+class ImageCase(ParleyTestCase):
+    maxDiff = None
+
+    def setUp(self):
+        self.llm = FakeLLM()
+        self.addCleanup(self.llm.close)
+
+
+class Placeholders(ImageCase):
+    def test_images_reach_the_request_and_history_keeps_placeholders(self):
+        png = data_url("image/png", PNG)
+        run = self.run_ok([
+            {"text": "what is this?", "conversation_id": "i",
+             "images": [{"url": png}, {"url": "https://example.com/door.jpg"}]},
+            {"text": "and now?", "conversation_id": "i"},
+            {"op": "history", "conversation_id": "i"},
+        ], options(self.llm))
+        self.assertTurnOk(run.by_seq(1))
+        self.assertTurnOk(run.by_seq(2))
+        r1, r2 = self.llm.chat_requests()
+        # the turn with the images sends them as content parts
+        self.assertEqual(messages(r1), [SYS, user(parts("what is this?", png,
+                                                        "https://example.com/door.jpg"))])
+        # later turns carry the placeholder, never the image bytes
+        a1 = fake_reply("what is this?", 2, 1)
+        self.assertEqual(messages(r2), [SYS, user(PLACEHOLDER), assistant(a1), user("and now?")])
+        turns = run.by_seq(3)["result"]["turns"]
+        self.assertEqual(turns[0]["messages"], [user(PLACEHOLDER), assistant(a1)])
+
+    def test_keep_stores_and_resends_the_image(self):
+        jpg = data_url("image/jpeg", JPEG)
+        run = self.run_ok([
+            {"text": "look", "conversation_id": "k", "images": [{"url": jpg}]},
+            {"text": "again", "conversation_id": "k"},
+        ], options(self.llm, history_images="keep"))
+        self.assertTurnOk(run.by_seq(2))
+        r2 = self.llm.chat_requests()[1]
+        self.assertEqual(messages(r2)[1], user(parts("look", jpg)))
+
+    def test_shim_reads_an_image_file(self):
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, "photo.bin")  # the MIME type comes from the bytes
+            with open(path, "wb") as f:
+                f.write(JPEG)
+            run = self.run_ok([{"text": "see", "images": [{"path": path}]},
+                               {"text": "see", "images": [{"path": os.path.join(d, "none")}]}],
+                              options(self.llm))
+        self.assertTurnOk(run.by_seq(1))
+        self.assertEqual(messages(self.llm.chat_requests()[0])[1],
+                         user(parts("see", data_url("image/jpeg", JPEG))))
+        err = self.assertTurnError(run.by_seq(2), "invalid_input")["error"]
+        self.assertIn("none: No such file", err["message"])
+        self.assertEqual(len(self.llm.chat_requests()), 1)
+
+
+class Refusals(ImageCase):
+    BAD = [
+        ([{"url": "data:image/png;base64,iVBOR!!"}], "image 1: the data is not valid base64"),
+        ([{"url": data_url("image/png", JPEG)}], "image 1: the data is image/jpeg, not image/png"),
+        ([{"url": data_url("image/bmp", b"BM" + bytes(20))}], 'type "image/bmp" is not'),
+        ([{"url": "https://a.example/x.png"}, {"url": "ftp://a.example/x.png"}],
+         "image 2: the URL must be data:, http: or https: (not ftp:)"),
+        ([{"url": data_url("image/png", PNG)}] * 5, "5 images, more than max_images_per_turn (4)"),
+        ([{"url": data_url("image/png", PNG + bytes(1000))}], "more than max_image_bytes (3000)"),
+    ]
+
+    def test_bad_images_are_refused_and_nothing_is_sent_or_stored(self):
+        lines = [{"text": "first", "conversation_id": "b"},
+                 {"op": "history", "conversation_id": "b"}]
+        for images, _ in self.BAD:
+            lines.append({"text": "bad", "conversation_id": "b", "images": images})
+        lines.append({"op": "history", "conversation_id": "b"})
+        run = self.run_ok(lines, options(self.llm, max_image_bytes=3000))
+        for k, (_, expected) in enumerate(self.BAD):
+            err = self.assertTurnError(run.by_seq(3 + k), "invalid_input")["error"]
+            self.assertIn("input 'images_json': ", err["message"])
+            self.assertIn(expected, err["message"])
+        self.assertEqual(len(self.llm.chat_requests()), 1)
+        n = len(lines)
+        self.assertEqual(run.raw_result(2), run.raw_result(n))
+
+
+class Restart(ImageCase):
+    def test_personas_and_placeholders_survive_a_restart_on_sqlite(self):
+        with tempfile.TemporaryDirectory() as d:
+            o = options(self.llm, history_store="sqlite:" + os.path.join(d, "h.db"),
+                        personas={"chef": {"prompt": "You are a chef."},
+                                  "butler": {"prompt": "You are a butler."}})
+            png = data_url("image/png", PNG)
+            self.run_ok([{"text": "c1", "conversation_id": "s", "persona": "chef",
+                          "images": [{"url": png}]},
+                         {"text": "b1", "conversation_id": "s", "persona": "butler"}], o)
+            self.run_ok([{"text": "c2", "conversation_id": "s", "persona": "chef"},
+                         {"text": "b2", "conversation_id": "s", "persona": "butler"}], o)
+        reqs = self.llm.chat_requests()
+        self.assertEqual(messages(reqs[2]),
+                         [{"role": "system", "content": "You are a chef."},
+                          user("c1\n[image: image/png, 2 KB]"),
+                          assistant(fake_reply("c1", 2, 1)), user("c2")])
+        self.assertEqual(messages(reqs[3]),
+                         [{"role": "system", "content": "You are a butler."}, user("b1"),
+                          assistant(fake_reply("b1", 2, 1)), user("b2")])
+
+
+if __name__ == "__main__":
+    unittest.main()
