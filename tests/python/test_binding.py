@@ -1,6 +1,7 @@
 """The asyncio binding against the real parley.so and the fake LLM: turns,
 memory, tools, streaming, cancellation, concurrency, closing, history."""
 import asyncio
+import base64
 import json
 import unittest
 
@@ -47,6 +48,21 @@ class TurnTest(AgentCase):
                           {"user_id": "u42"}))
         system = harness.messages(self.fake.chat_requests()[0])[0]["content"]
         self.assertTrue(system.endswith("\n\nSpeak German."), system)
+
+    async def test_persona_and_images_reach_the_request(self):
+        png = "data:image/png;base64," + base64.b64encode(b"\x89PNG\r\n\x1a\n" + bytes(8)).decode()
+        async with self.agent(personas={"chef": {"prompt": "You are a chef."}}) as agent:
+            await agent.process("look", "c", persona="chef", images=[{"url": png}])
+            with self.assertRaisesRegex(parley.InvalidInput, 'unknown persona "pirate"'):
+                await agent.process("hi", "c", persona="pirate")
+            with self.assertRaisesRegex(parley.InvalidInput, "image 1: the URL must be"):
+                await agent.process("hi", "c", images='[{"url": "ftp://x/y.png"}]')
+        msgs = harness.messages(self.fake.chat_requests()[0])
+        self.assertEqual(msgs, [{"role": "system", "content": "You are a chef."},
+                                {"role": "user", "content": [
+                                    {"type": "text", "text": "look"},
+                                    {"type": "image_url", "image_url": {"url": png}}]}])
+        self.assertEqual(len(self.fake.chat_requests()), 1)
 
     async def test_unknown_input_field_is_a_type_error(self):
         async with self.agent() as agent:

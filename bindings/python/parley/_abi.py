@@ -65,6 +65,9 @@ class Input(Structure):
         ("context_json", c_char_p),
         ("tools_json", c_char_p),
         ("on_delta", DELTA_FN),
+        # appended after 0.1
+        ("persona", c_char_p),
+        ("images_json", c_char_p),
     ]
 
 

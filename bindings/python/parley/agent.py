@@ -34,7 +34,8 @@ _log = logging.getLogger("parley")
 _PY_LEVEL = {0: logging.ERROR, 1: logging.WARNING, 2: logging.INFO, 3: logging.DEBUG}
 
 # Input fields process()/stream() accept as keywords, as in HA's ConversationInput.
-_TEXT_FIELDS = ("language", "device_id", "satellite_id", "agent_id", "extra_system_prompt")
+_TEXT_FIELDS = ("language", "device_id", "satellite_id", "agent_id", "extra_system_prompt",
+                "persona")
 
 # Set while this thread runs one of our plugin callbacks (a plugin worker).
 _in_callback = threading.local()
@@ -431,9 +432,10 @@ class Agent:
             raise RuntimeError("a parley.Agent must be used on the event loop it was created on")
         turn_tools = fields.pop("tools", None) or {}
         context = fields.pop("context", None)
+        images = fields.pop("images", None)
         unknown = set(fields) - set(_TEXT_FIELDS)
         if unknown:
-            raise TypeError("unknown input field(s) %s; known: %s, context, tools"
+            raise TypeError("unknown input field(s) %s; known: %s, context, images, tools"
                             % (", ".join(sorted(unknown)), ", ".join(_TEXT_FIELDS)))
         inp = _abi.Input(struct_size=ctypes.sizeof(_abi.Input), text=_c_str("text", text))
         if conversation_id is not None:
@@ -444,6 +446,9 @@ class Agent:
         if context is not None:
             inp.context_json = _c_str("context", context if isinstance(context, str)
                                       else json.dumps(context))
+        if images is not None:
+            inp.images_json = _c_str("images", images if isinstance(images, str)
+                                     else json.dumps(images))
         if turn_tools:
             inp.tools_json = json.dumps([tool_declaration(n, fn)
                                          for n, fn in turn_tools.items()]).encode()
@@ -481,8 +486,10 @@ class Agent:
         """Run one turn; returns its Result or raises a ParleyError.
 
         fields: language, device_id, satellite_id, agent_id,
-        extra_system_prompt (str); context (dict or JSON text, e.g.
-        {"user_id": ...}); tools ({name: callable}, for this turn only).
+        extra_system_prompt, persona (str: one of the `personas` option's
+        names); context (dict or JSON text, e.g. {"user_id": ...}); images
+        (a list of {"url": "data:image/...;base64,..." or "https://..."}, or
+        its JSON text); tools ({name: callable}, for this turn only).
         Cancelling the awaiting task cancels the turn in the plugin."""
         turn = self._start(text, conversation_id, fields, streaming=False)
         try:
