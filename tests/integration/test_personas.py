@@ -3,6 +3,7 @@ has its own system prompt, options and history per conversation id.
 
 Everything is asserted from the fake server's request log and the shim's
 history ops."""
+import base64
 import json
 import os
 import tempfile
@@ -123,6 +124,52 @@ class Metrics(PersonaCase):
                                        "truncations": 1, "clears": 0})
         self.assertEqual(messages(self.llm.chat_requests()[-1])[1:],
                          [user("b2"), assistant(fake_reply("b2", 4, 2)), user("b3")])
+
+
+class Interactive(PersonaCase):
+    def test_persona_and_image_commands(self):
+        from test_shim_interactive import PtyShim
+        o = self.opts(auto_create_conversation_id=True)
+        with tempfile.TemporaryDirectory() as d, PtyShim(o, tools=TOOLS) as sh:
+            path = os.path.join(d, "snap.gif")
+            with open(path, "wb") as f:
+                f.write(GIF)
+            sh.read_until("you> ")
+            sh.type("/persona chef")
+            sh.read_until(r"\(persona chef\)")
+            sh.type("hello chef")
+            sh.read_until("parley> ")
+            sh.read_until("you> ")
+            sh.type("/image " + path)
+            sh.read_until(r"\(image .*snap.gif attached to the next message\)")
+            sh.type("/image " + os.path.join(d, "missing.png"))
+            sh.read_until(r"parley! invalid_input: image .*missing.png: No such file")
+            sh.type("what is it?")
+            sh.read_until("parley> ")
+            sh.read_until("you> ")
+            sh.type("/persona pirate")
+            sh.read_until(r"\(persona pirate\)")
+            sh.type("arr")
+            sh.read_until(r'parley! invalid_input: input \'persona\': unknown persona "pirate"')
+            sh.type("/persona")
+            sh.read_until(r"\(no persona: the agent's own prompt\)")
+            sh.type("plain")
+            sh.read_until("parley> ")
+            sh.read_until("you> ")
+            sh.type("/quit")
+            self.assertEqual(sh.wait(), 0)
+        r1, r2, r3 = self.llm.chat_requests()
+        self.assertEqual(messages(r1), [system(CHEF), user("hello chef")])
+        gif = "data:image/gif;base64," + base64.b64encode(GIF).decode()
+        self.assertEqual(messages(r2)[1:], [
+            user("hello chef"), assistant(fake_reply("hello chef", 2, 1)),
+            user([{"type": "text", "text": "what is it?"},
+                  {"type": "image_url", "image_url": {"url": gif}}])])
+        # the same conversation id, no persona: none of the chef's turns
+        self.assertEqual(messages(r3), [system("You are a test assistant."), user("plain")])
+
+
+GIF = b"GIF89a\x01\x00\x01\x00\x00\x00\x00;"
 
 
 if __name__ == "__main__":
