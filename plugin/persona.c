@@ -220,6 +220,19 @@ const persona *persona_find(const persona_set *s, const char *name)
     return NULL;
 }
 
+int persona_check_name(const persona_set *s, const char *name, int all_ok, const char *where,
+                       char **err)
+{
+    if (!*name || persona_find(s, name) || (all_ok && strcmp(name, "*") == 0))
+        return 0;
+    char *names = persona_names(s);
+    *err = pstr_printf("%s: unknown persona \"%.64s\" (%s%s)", where, name,
+                       s->n ? "personas: " : "the option 'personas' names none",
+                       s->n && names ? names : "");
+    free(names);
+    return -1;
+}
+
 char *persona_names(const persona_set *s)
 {
     pbuf b = PBUF_INIT;

@@ -53,6 +53,15 @@ void persona_set_free(persona_set *s);
 /* The persona called `name`, or NULL. */
 const persona *persona_find(const persona_set *s, const char *name);
 
+/*
+ * Check a persona name from a host (input `persona`, a history selector's
+ * "persona"): "" is the agent's own (no persona), "*" every persona (only
+ * where all_ok), else it must be one of the set.  0, or -1 with *err
+ * (malloc'd): "<where>: unknown persona \"pirate\" (personas: \"chef\")".
+ */
+int persona_check_name(const persona_set *s, const char *name, int all_ok, const char *where,
+                       char **err);
+
 /* Names of every persona for a message ("\"chef\", \"butler\""), malloc'd. */
 char *persona_names(const persona_set *s);
 

@@ -102,14 +102,9 @@ static int copy_input(turn *t, const agent_config *cfg, const parley_input *in, 
 static int resolve_persona(turn *t, const agent_config *cfg, const parley_input *in, char **err)
 {
     if (in->persona && *in->persona) {
-        if (!(t->persona_def = persona_find(&cfg->personas, in->persona))) {
-            char *names = persona_names(&cfg->personas);
-            *err = pstr_printf("input 'persona': unknown persona \"%.64s\" (%s%s)", in->persona,
-                               cfg->personas.n ? "personas: " : "the option 'personas' names none",
-                               cfg->personas.n && names ? names : "");
-            free(names);
+        if (persona_check_name(&cfg->personas, in->persona, 0, "input 'persona'", err) != 0)
             return -1;
-        }
+        t->persona_def = persona_find(&cfg->personas, in->persona);
         if (!(t->persona_name = strdup(in->persona))) {
             *err = pstr_printf("out of memory");
             return -2;

@@ -45,6 +45,12 @@ static void test_parse(void)
         persona_apply(NULL, &base, &o);
         CHECK_STR(o.prompt, "agent prompt");
     }
+    err = NULL;
+    CHECK(persona_check_name(&s, "chef", 0, "x", &err) == 0 && persona_check_name(&s, "", 0, "x", &err) == 0);
+    CHECK(persona_check_name(&s, "*", 1, "x", &err) == 0 && err == NULL);
+    CHECK(persona_check_name(&s, "*", 0, "selector", &err) == -1);
+    CHECK(contains(err, "selector: unknown persona \"*\" (personas: \"chef\", \"butler\")"));
+    free(err);
     char *names = persona_names(&s);
     CHECK_STR(names, "\"chef\", \"butler\"");
     free(names);
