@@ -13,6 +13,7 @@
 #include "buf.h"
 #include "clock.h"
 #include "host_log.h"
+#include "query.h"
 #include "tool_handle.h"
 #include "turn.h"
 #include "turn_input.h"
@@ -274,6 +275,81 @@ parley_status agent_history_clear(parley_agent *a, const char *id)
         host_log(&a->host, PARLEY_LOG_WARN, "history_clear: %s", err);
     free(err);
     return st;
+}
+
+/* {"error":{"status":"invalid_input","field":..,"message":..}}: how a read function whose
+ * only channel is out_json names what was wrong. */
+static char *input_error_json(const char *field, const char *message)
+{
+    pbuf b = PBUF_INIT;
+    pbuf_puts(&b, "{\"error\":{\"status\":\"invalid_input\",\"field\":");
+    pbuf_json_string(&b, field, strlen(field));
+    pbuf_puts(&b, ",\"message\":");
+    pbuf_json_string(&b, message, strlen(message));
+    pbuf_puts(&b, "}}");
+    char *s = pbuf_take(&b);
+    pbuf_free(&b);
+    return s;
+}
+
+parley_status agent_history_query(parley_agent *a, const char *query_json, char **out)
+{
+    if (!a || !out)
+        return PARLEY_ERR_INVALID_INPUT;
+    *out = NULL;
+    query_request r;
+    const char *field = NULL;
+    char *err = NULL;
+    parley_status st = query_parse(query_json, &r, &field, &err);
+    if (st != PARLEY_OK) {
+        *out = err ? input_error_json(field, err) : NULL;
+        free(err);
+        return st;
+    }
+    if (!a->store->backend->query) {
+        query_request_free(&r);
+        *out = input_error_json("history_store", "queries are not supported by this store");
+        return PARLEY_ERR_STORAGE;
+    }
+    pbuf b = PBUF_INIT;
+    size_t count = 0;
+    uint64_t last = 0;
+    int more = 0;
+    pbuf_puts(&b, "{\"messages\":[");
+    st = a->store->backend->query(a->store, &r.q, clock_wall_ms(), &b, &count, &last, &more,
+                                  &err);
+    if (st == PARLEY_OK) {
+        char *cursor = more ? query_cursor(&r.q, last) : NULL;
+        pbuf_puts(&b, "],\"next_cursor\":");
+        if (cursor)
+            pbuf_json_string(&b, cursor, strlen(cursor));
+        else
+            pbuf_puts(&b, "null");
+        pbuf_putc(&b, '}');
+        if (more && !cursor)
+            b.oom = 1;
+        free(cursor);
+        if (b.oom)
+            st = PARLEY_ERR_NO_MEMORY;
+    } else if (err) {
+        host_log(&a->host, PARLEY_LOG_WARN, "history_query: %s", err);
+    }
+    query_request_free(&r);
+    return read_result(st, &b, err, out);
+}
+
+parley_status agent_message_get(parley_agent *a, const char *message_id, char **out)
+{
+    if (!a || !message_id || !out)
+        return PARLEY_ERR_INVALID_INPUT;
+    *out = NULL;
+    if (!a->store->backend->get_message)
+        return PARLEY_ERR_STORAGE; /* a backend without per-message reads */
+    pbuf b = PBUF_INIT;
+    char *err = NULL;
+    parley_status st =
+        a->store->backend->get_message(a->store, message_id, clock_wall_ms(), &b, &err);
+    return read_result(st, &b, err, out);
 }
 
 parley_status agent_metrics(parley_agent *a, char **out)

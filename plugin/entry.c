@@ -29,6 +29,8 @@ static const parley_plugin PLUGIN = {
     .history_clear = agent_history_clear,
     .metrics = agent_metrics,
     .check_connection = connection_check,
+    .history_query = agent_history_query,
+    .message_get = agent_message_get,
 };
 
 PARLEY_EXPORT const parley_plugin *parley_plugin_entry(uint32_t host_abi_version)

@@ -339,6 +339,28 @@ typedef struct parley_plugin {
      * out_json and error may be NULL; strings set are freed with free_string.
      */
     parley_status (*check_connection)(const char *options_json, char **out_json, char **error);
+
+    /* -- Messages (docs/history.md).  Any thread, concurrently with turns in
+     *    flight (they see committed turns only); *out_json is freed with
+     *    free_string.  On PARLEY_ERR_INVALID_INPUT, *out_json (when set) is
+     *    {"error":{"status":"invalid_input","field":"limit","message":"..."}}
+     *    naming the offending key. -- */
+
+    /**
+     * Query stored messages across conversations.  query_json: a JSON object
+     * (NULL = {}) with optional keys conversation_id, interface_type,
+     * persona, role, since, until (RFC 3339), search (ASCII-case-insensitive
+     * text in a message's content), limit (1..10000, default 100), order
+     * ("newest" default, or "oldest"), cursor (a next_cursor of the same
+     * query).  PARLEY_OK: *out_json = {"messages":[message...],
+     * "next_cursor":"..."|null}, where message = {"message_id",
+     * "conversation_id","interface_type","persona","turn_id","role",
+     * "created_at","message":{...}}.
+     */
+    parley_status (*history_query)(parley_agent *agent, const char *query_json, char **out_json);
+
+    /** One stored message by message_id (the form history_query returns), or NOT_FOUND. */
+    parley_status (*message_get)(parley_agent *agent, const char *message_id, char **out_json);
 } parley_plugin;
 
 /**
