@@ -179,6 +179,7 @@ static void handle_turn(unsigned long seq, const struct jsonl_turn *req,
         .satellite_id = req->satellite_id,
         .agent_id = req->agent_id,
         .extra_system_prompt = req->extra_system_prompt,
+        .interface_type = req->interface_type,
         .context_json = req->context_json,
         .tools_json = req->tools_json,
         .on_delta = on_delta,
@@ -255,6 +256,15 @@ static void op_answer(unsigned long seq, const char *op, parley_status st, char 
     free(msg);
 }
 
+/* invalid_input from a query: the plugin's {"error":{..,"message"}} says which key. */
+static void op_input_error(unsigned long seq, const char *op, char *out) {
+    json_t *answer = out ? json_loads(out, 0, NULL) : NULL;
+    const char *msg = json_string_value(json_object_get(json_object_get(answer, "error"), "message"));
+    op_reply(seq, op, NULL, jerror(PARLEY_ERR_INVALID_INPUT, msg ? msg : "invalid query"));
+    json_decref(answer);
+    plugin_free(out);
+}
+
 static void op_cancel(unsigned long seq, long long target) {
     parley_request_id id = 0;
     pthread_mutex_lock(&g_shim.mu);
@@ -311,6 +321,17 @@ static void handle_op(unsigned long seq, const struct jsonl_op *op) {
             op_reply(seq, name, NULL, NULL);
         else
             op_answer(seq, name, st, NULL, id ? "conversation" : NULL, id);
+        break;
+    case JSONL_OP_QUERY:
+        st = pl->history_query(ag, id, &out);
+        if (st == PARLEY_ERR_INVALID_INPUT)
+            op_input_error(seq, name, out);
+        else
+            op_answer(seq, name, st, out, NULL, NULL);
+        break;
+    case JSONL_OP_MESSAGE:
+        st = pl->message_get(ag, id, &out);
+        op_answer(seq, name, st, out, "message", id);
         break;
     case JSONL_OP_WAIT:
         op_reply(seq, name, NULL, NULL);

@@ -25,6 +25,8 @@ enum jsonl_op_kind {
     JSONL_OP_WAIT,
     JSONL_OP_CANCEL,
     JSONL_OP_SLEEP,
+    JSONL_OP_QUERY,
+    JSONL_OP_MESSAGE,
 };
 
 /* Longest "ms" a sleep op accepts: one day. */
@@ -48,6 +50,7 @@ struct jsonl_turn {
     char *satellite_id;
     char *agent_id;
     char *extra_system_prompt;
+    char *interface_type;
     char *context_json; /* a JSON object, serialized compactly */
     char *tools_json;   /* a JSON array, serialized compactly */
 };
@@ -55,8 +58,10 @@ struct jsonl_turn {
 struct jsonl_op {
     enum jsonl_op_kind kind;
     const char *name; /* "history", "turn", ...: static, never freed */
-    /* history: the conversation id, turn: the turn id (both never NULL);
-     * clear: the conversation id, or NULL for all; other ops: NULL. */
+    /* history: the conversation id, turn: the turn id, message: the message
+     * id (never NULL); clear: the conversation id, or NULL for all; query:
+     * the line without "op", compact JSON (the plugin checks its keys);
+     * other ops: NULL. */
     char *id;
     /* cancel: the input line number of the turn (>= 1); sleep: milliseconds
      * (0..JSONL_SLEEP_MAX_MS); other ops: 0. */

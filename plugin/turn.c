@@ -39,6 +39,7 @@ void turn_free(turn *t)
     free(t->satellite_id);
     free(t->agent_id);
     free(t->conversation_id);
+    free(t->own_interface_type);
     toolset_free(t->own_tools);
     pbuf_free(&t->history);
     pbuf_free(&t->messages);

@@ -99,7 +99,8 @@ struct turn {
     char turn_id[UUID_STR_LEN];
     char *conversation_id;    /* NULL: stateless */
     const char *persona;      /* with the id, the history key (store.h); static "" until */
-    const char *interface_type; /* the input carries them */
+    const char *interface_type; /* the input carries them: "" or own_interface_type */
+    char *own_interface_type;
 
     /* the input, copied */
     char *text, *extra_system_prompt, *context_json;

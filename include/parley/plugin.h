@@ -202,6 +202,17 @@ typedef struct parley_input {
     const char *tools_json;          /* JSON array of tools for this turn only, same
                                         form as the `tools` option; added to those */
     parley_delta_fn on_delta;        /* optional; called with text deltas when streaming */
+
+    /* -- Appended after ABI 1.0 (a host's older, smaller struct_size simply
+     *    leaves them absent).  Borrowed for the call, like the fields above. -- */
+    const char *metadata_json;        /* reserved: a JSON object to keep with the user's
+                                         message; this build refuses it (invalid_input) */
+    const char *interface_type;       /* e.g. "telegram", "web": history is kept per
+                                         (interface_type, conversation_id); NULL or "" = none */
+    const char *interface_message_id; /* reserved: the interface's id of the user's message;
+                                         this build refuses it (invalid_input) */
+    const char *reply_to_json;        /* reserved: {"turn_id":..} or {"interface_message_id":..};
+                                         this build refuses it (invalid_input) */
 } parley_input;
 
 /** The outcome of one turn.  Valid only during the done callback. */
