@@ -11,11 +11,18 @@
 #include "store/store.h"
 #include "store/store_json.h"
 
-static const store_backend *const backends[] = {&store_memory_backend};
+static const store_backend *const backends[] = {&store_memory_backend, &store_sqlite_backend};
 
+static char tmpdir[] = "/tmp/parley-query-test-XXXXXX";
+static unsigned files;
+
+/* A fresh store: memory, or a new SQLite file in tmpdir. */
 static store *open_store(const store_backend *b, size_t keep_turns, uint64_t idle_ms)
 {
-    store_config cfg = {.location = "", .limits = {keep_turns, 1000, idle_ms}};
+    char path[128] = "";
+    if (b == &store_sqlite_backend)
+        snprintf(path, sizeof path, "%s/q%u.db", tmpdir, files++);
+    store_config cfg = {.location = path, .limits = {keep_turns, 1000, idle_ms}};
     store *s = NULL;
     char *err = NULL;
     if (b->open(&cfg, &s, &err) != PARLEY_OK) {
@@ -247,6 +254,29 @@ static void test_forgotten_not_found(const store_backend *b)
     s->backend->close(s);
 }
 
+/* SQLite: closed and opened again, every id, time, interface and position is the same. */
+static void test_reopen_keeps_everything(void)
+{
+    store *s = fixture(&store_sqlite_backend);
+    char path[128];
+    snprintf(path, sizeof path, "%s/q%u.db", tmpdir, files - 1);
+    result before = run(s, (store_query){.limit = 4, .newest_first = 1});
+    s->backend->close(s);
+    store_config cfg = {.location = path, .limits = {0, 1000, 0}};
+    char *err = NULL;
+    CHECK(store_sqlite_backend.open(&cfg, &s, &err) == PARLEY_OK);
+    free(err);
+    result after = run(s, (store_query){.limit = 4, .newest_first = 1});
+    CHECK_STR(after.json, before.json);
+    CHECK(after.last == before.last && after.more == 1);
+    check_ids(s, (store_query){.after = before.last, .newest_first = 1},
+              "302 301 202 201 102 101");
+    check_ids(s, (store_query){.interface_type = "telegram"}, "201 202");
+    free(before.json);
+    free(after.json);
+    s->backend->close(s);
+}
+
 static void test_content_matches(void)
 {
     CHECK(store_json_content_matches("{\"content\":\"Hello\"}", 19, "hELLo"));
@@ -261,6 +291,10 @@ static void test_content_matches(void)
 
 int main(void)
 {
+    if (!mkdtemp(tmpdir)) {
+        perror("mkdtemp");
+        return 2;
+    }
     test_content_matches();
     for (size_t i = 0; i < sizeof backends / sizeof backends[0]; i++) {
         fprintf(stderr, "backend %s\n", backends[i]->scheme);
@@ -269,5 +303,10 @@ int main(void)
         test_paging(backends[i]);
         test_forgotten_not_found(backends[i]);
     }
+    test_reopen_keeps_everything();
+    char cmd[160];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
+    if (system(cmd) != 0)
+        fprintf(stderr, "could not remove %s\n", tmpdir);
     return check_report();
 }
