@@ -179,6 +179,30 @@ static int starts_with(const char *s, const char *end, const unsigned char *need
     return 1;
 }
 
+/* The common case, a content without escapes: ASCII-case-insensitive search
+ * of the raw bytes, candidates found with memchr (fast on long texts). */
+static int plain_contains(const char *s, size_t len, const char *needle, size_t n)
+{
+    unsigned char lo = fold((unsigned char)needle[0]);
+    unsigned char up = lo >= 'a' && lo <= 'z' ? (unsigned char)(lo - 32) : lo;
+    const char *end = s + len;
+    while ((size_t)(end - s) >= n) {
+        size_t starts = (size_t)(end - s) - n + 1; /* where a whole match still fits */
+        const char *a = memchr(s, lo, starts);
+        const char *b = up != lo ? memchr(s, up, a ? (size_t)(a - s) : starts) : NULL;
+        const char *c = b ? b : a;
+        if (!c)
+            return 0;
+        size_t i = 1;
+        while (i < n && fold((unsigned char)c[i]) == fold((unsigned char)needle[i]))
+            i++;
+        if (i == n)
+            return 1;
+        s = c + 1;
+    }
+    return 0;
+}
+
 int store_json_content_matches(const char *json, size_t json_len, const char *needle)
 {
     static const char key[] = "\"content\":\"";
@@ -190,6 +214,9 @@ int store_json_content_matches(const char *json, size_t json_len, const char *ne
     if (n == 0)
         return 1;
     s += sizeof key - 1;
+    const char *close = memchr(s, '"', (size_t)(end - s));
+    if (close && !memchr(s, '\\', (size_t)(close - s)))
+        return plain_contains(s, (size_t)(close - s), needle, n);
     unsigned char first = fold((unsigned char)needle[0]), bytes[4];
     for (;;) {
         const char *start = s;

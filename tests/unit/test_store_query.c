@@ -287,6 +287,14 @@ static void test_content_matches(void)
     CHECK(store_json_content_matches("{\"content\":\"a\\nb\"}", 18, "a\nb"));
     CHECK(store_json_content_matches("{\"content\":\"\\ud83d\\ude00!\"}", 27, "\xf0\x9f\x98\x80!"));
     CHECK(store_json_content_matches("{\"content\":\"x\"}", 15, ""));
+    /* without escapes (the memchr path): ends, both cases, a match that would not fit */
+    const char *plain = "{\"content\":\"abcXyZ\"}";
+    CHECK(store_json_content_matches(plain, strlen(plain), "xyz"));
+    CHECK(store_json_content_matches(plain, strlen(plain), "Z"));
+    CHECK(store_json_content_matches(plain, strlen(plain), "ABCxyz"));
+    CHECK(!store_json_content_matches(plain, strlen(plain), "yzz"));
+    CHECK(!store_json_content_matches(plain, strlen(plain), "abcxyz!"));
+    CHECK(!store_json_content_matches(plain, strlen(plain), "\""));
 }
 
 int main(void)
