@@ -65,6 +65,11 @@ class Input(Structure):
         ("context_json", c_char_p),
         ("tools_json", c_char_p),
         ("on_delta", DELTA_FN),
+        # appended after ABI 1.0 (docs/history.md)
+        ("metadata_json", c_char_p),
+        ("interface_type", c_char_p),
+        ("interface_message_id", c_char_p),
+        ("reply_to_json", c_char_p),
     ]
 
 
@@ -133,7 +138,10 @@ PLUGIN_FUNCTIONS = [
     ("conversations_list", CFUNCTYPE(c_int, _P, _PP)),
     ("history_clear", CFUNCTYPE(c_int, _P, c_char_p)),
     ("metrics", CFUNCTYPE(c_int, _P, _PP)),
-    # Appended functions go here, in header order (e.g. history_query).
+    # Appended functions go here, in header order.
+    ("check_connection", CFUNCTYPE(c_int, c_char_p, _PP, _PP)),
+    ("history_query", CFUNCTYPE(c_int, _P, c_char_p, _PP)),
+    ("message_get", CFUNCTYPE(c_int, _P, c_char_p, _PP)),
 ]
 
 
