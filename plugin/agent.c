@@ -14,6 +14,7 @@
 #include "clock.h"
 #include "host_log.h"
 #include "query.h"
+#include "selector.h"
 #include "tool_handle.h"
 #include "turn.h"
 #include "turn_input.h"
@@ -350,6 +351,109 @@ parley_status agent_message_get(parley_agent *a, const char *message_id, char **
     parley_status st =
         a->store->backend->get_message(a->store, message_id, clock_wall_ms(), &b, &err);
     return read_result(st, &b, err, out);
+}
+
+parley_status agent_history_get_by(parley_agent *a, const char *selector_json, char **out)
+{
+    if (!a || !out)
+        return PARLEY_ERR_INVALID_INPUT;
+    *out = NULL;
+    selector sel;
+    char *err = NULL;
+    if (selector_parse(selector_json, 0, &sel, &err) != PARLEY_OK) {
+        *out = err ? input_error_json("selector", err) : NULL;
+        free(err);
+        return PARLEY_ERR_INVALID_INPUT;
+    }
+    pbuf b = PBUF_INIT;
+    parley_status st =
+        a->store->backend->get_conversation(a->store, &sel.key, clock_wall_ms(), &b, &err);
+    selector_free(&sel);
+    return read_result(st, &b, err, out);
+}
+
+/* The personas under which (id, interface) has a conversation, as a JSON object's keys
+ * (found with the query: the store keeps no index by id alone).  NULL on failure. */
+static json_t *personas_of(parley_agent *a, const store_key *key, parley_status *st)
+{
+    store_query q = {.conversation_id = key->conversation_id,
+                     .interface_type = key->interface_type, .until_ms = UINT64_MAX,
+                     .limit = STORE_QUERY_MAX_LIMIT};
+    json_t *personas = json_object();
+    int more = 1;
+    *st = personas ? PARLEY_OK : PARLEY_ERR_NO_MEMORY;
+    while (*st == PARLEY_OK && more) {
+        pbuf b = PBUF_INIT;
+        size_t count = 0;
+        char *err = NULL;
+        pbuf_putc(&b, '[');
+        *st = a->store->backend->query(a->store, &q, clock_wall_ms(), &b, &count, &q.after, &more,
+                                       &err);
+        pbuf_putc(&b, ']');
+        free(err);
+        json_t *msgs = *st == PARLEY_OK && !b.oom ? json_loadb(b.data, b.len, 0, NULL) : NULL;
+        if (*st == PARLEY_OK && !msgs)
+            *st = PARLEY_ERR_NO_MEMORY;
+        size_t i;
+        json_t *m;
+        json_array_foreach(msgs, i, m) {
+            const char *p = json_string_value(json_object_get(m, "persona"));
+            if (p && json_object_set_new(personas, p, json_true()) != 0)
+                *st = PARLEY_ERR_NO_MEMORY;
+        }
+        json_decref(msgs);
+        pbuf_free(&b);
+    }
+    if (*st != PARLEY_OK) {
+        json_decref(personas);
+        return NULL;
+    }
+    return personas;
+}
+
+parley_status agent_history_clear_by(parley_agent *a, const char *selector_json)
+{
+    if (!a)
+        return PARLEY_ERR_INVALID_INPUT;
+    selector sel;
+    char *err = NULL;
+    if (selector_parse(selector_json, 1, &sel, &err) != PARLEY_OK) {
+        host_log(&a->host, PARLEY_LOG_WARN, "history_clear_by: %s", err ? err : "invalid");
+        free(err);
+        return PARLEY_ERR_INVALID_INPUT;
+    }
+    parley_status st = PARLEY_ERR_NOT_FOUND;
+    if (!sel.every_persona) {
+        st = a->store->backend->forget(a->store, &sel.key, &err);
+    } else if (!a->store->backend->query) {
+        st = PARLEY_ERR_STORAGE;
+        err = pstr_printf("persona \"*\" is not supported by this store");
+    } else {
+        json_t *personas = personas_of(a, &sel.key, &st);
+        const char *persona;
+        json_t *unused;
+        if (personas && json_object_size(personas) == 0)
+            st = PARLEY_ERR_NOT_FOUND;
+        json_object_foreach(personas, persona, unused) {
+            store_key k = sel.key;
+            k.persona = persona;
+            char *one = NULL;
+            parley_status fst = a->store->backend->forget(a->store, &k, &one);
+            if (fst != PARLEY_OK && fst != PARLEY_ERR_NOT_FOUND) {
+                st = fst;
+                free(err);
+                err = one;
+            } else {
+                free(one);
+            }
+        }
+        json_decref(personas);
+    }
+    if (err)
+        host_log(&a->host, PARLEY_LOG_WARN, "history_clear_by: %s", err);
+    free(err);
+    selector_free(&sel);
+    return st;
 }
 
 parley_status agent_metrics(parley_agent *a, char **out)

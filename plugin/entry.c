@@ -31,6 +31,8 @@ static const parley_plugin PLUGIN = {
     .check_connection = connection_check,
     .history_query = agent_history_query,
     .message_get = agent_message_get,
+    .history_get_by = agent_history_get_by,
+    .history_clear_by = agent_history_clear_by,
 };
 
 PARLEY_EXPORT const parley_plugin *parley_plugin_entry(uint32_t host_abi_version)

@@ -372,6 +372,19 @@ typedef struct parley_plugin {
 
     /** One stored message by message_id (the form history_query returns), or NOT_FOUND. */
     parley_status (*message_get)(parley_agent *agent, const char *message_id, char **out_json);
+
+    /**
+     * history_get / history_clear for a conversation named by a selector,
+     * {"conversation_id", "interface_type"?, "persona"?} (absent or "" =
+     * none: history_get_by({"conversation_id":"x"}) is history_get("x")).
+     * history_clear_by also takes persona "*": the conversation under every
+     * persona.  NOT_FOUND when nothing matched.  history_clear_by has no
+     * out_json: a bad selector is INVALID_INPUT, explained through the host's
+     * log callback.
+     */
+    parley_status (*history_get_by)(parley_agent *agent, const char *selector_json,
+                                    char **out_json);
+    parley_status (*history_clear_by)(parley_agent *agent, const char *selector_json);
 } parley_plugin;
 
 /**

@@ -142,6 +142,8 @@ PLUGIN_FUNCTIONS = [
     ("check_connection", CFUNCTYPE(c_int, c_char_p, _PP, _PP)),
     ("history_query", CFUNCTYPE(c_int, _P, c_char_p, _PP)),
     ("message_get", CFUNCTYPE(c_int, _P, c_char_p, _PP)),
+    ("history_get_by", CFUNCTYPE(c_int, _P, c_char_p, _PP)),
+    ("history_clear_by", CFUNCTYPE(c_int, _P, c_char_p)),
 ]
 
 

@@ -576,6 +576,16 @@ class Agent:
         parley.InvalidInput naming it."""
         return await self._call("history_query", json.dumps(filters).encode())
 
+    async def history_by(self, conversation_id, **selector):
+        """history() of the conversation under interface_type= and/or persona=."""
+        return await self._call("history_get_by", json.dumps(
+            dict(selector, conversation_id=conversation_id)).encode())
+
+    async def clear_history_by(self, conversation_id, **selector):
+        """Forget the conversation under interface_type= and/or persona= ("*": every persona)."""
+        await self._call("history_clear_by", json.dumps(
+            dict(selector, conversation_id=conversation_id)).encode(), returns_json=False)
+
     async def message(self, message_id):
         """One stored message by id (the form query() returns), or parley.NotFound."""
         return await self._call("message_get", _c_str("message_id", message_id))
