@@ -383,6 +383,39 @@ static void help(void) {
                "  /help     this text\n");
 }
 
+/* The selector of conversation `cid` under the current persona (compact JSON, malloc'd). */
+static char *persona_selector(const char *cid) {
+    json_t *sel = json_pack("{s:s,s:s}", "conversation_id", cid, "persona", persona);
+    char *text = sel ? json_dumps(sel, JSON_COMPACT) : NULL;
+    json_decref(sel);
+    return text;
+}
+
+/* history_get (no persona) or history_get_by (the current persona). */
+static parley_status history_of(const char *cid, char **out) {
+    const parley_plugin *pl = g_shim.pl;
+    if (!persona)
+        return pl->history_get(g_shim.agent, cid, out);
+    if (!SHIM_HAS_FIELD(pl, parley_plugin, history_get_by) || !pl->history_get_by)
+        return PARLEY_ERR_INVALID_INPUT;
+    char *sel = persona_selector(cid);
+    parley_status st = sel ? pl->history_get_by(g_shim.agent, sel, out) : PARLEY_ERR_NO_MEMORY;
+    free(sel);
+    return st;
+}
+
+static parley_status clear_of(const char *cid) {
+    const parley_plugin *pl = g_shim.pl;
+    if (!persona)
+        return pl->history_clear(g_shim.agent, cid);
+    if (!SHIM_HAS_FIELD(pl, parley_plugin, history_clear_by) || !pl->history_clear_by)
+        return PARLEY_ERR_INVALID_INPUT;
+    char *sel = persona_selector(cid);
+    parley_status st = sel ? pl->history_clear_by(g_shim.agent, sel) : PARLEY_ERR_NO_MEMORY;
+    free(sel);
+    return st;
+}
+
 /* Returns 1 to quit. */
 static int command(const char *cmd) {
     const parley_plugin *pl = g_shim.pl;
@@ -409,7 +442,7 @@ static int command(const char *cmd) {
         if (!cid) {
             out_printf("(no conversation)\n");
         } else {
-            parley_status st = pl->history_get(g_shim.agent, cid, &out);
+            parley_status st = history_of(cid, &out);
             if (st == PARLEY_OK && strcmp(cmd, "/history") == 0) {
                 print_history_compact(out);
                 plugin_free(out);
@@ -433,7 +466,7 @@ static int command(const char *cmd) {
         if (!cid) {
             out_printf("(no conversation)\n"); /* never clear-all by accident */
         } else {
-            parley_status st = pl->history_clear(g_shim.agent, cid);
+            parley_status st = clear_of(cid);
             if (st == PARLEY_OK)
                 out_printf("(cleared)\n");
             else

@@ -186,6 +186,7 @@ static void handle_turn(unsigned long seq, const struct jsonl_turn *req,
         .satellite_id = req->satellite_id,
         .agent_id = req->agent_id,
         .extra_system_prompt = req->extra_system_prompt,
+        .interface_type = req->interface_type,
         .context_json = req->context_json,
         .tools_json = req->tools_json,
         .on_delta = on_delta,
@@ -267,6 +268,15 @@ static void op_answer(unsigned long seq, const char *op, parley_status st, char 
     free(msg);
 }
 
+/* invalid_input from a query: the plugin's {"error":{..,"message"}} says which key. */
+static void op_input_error(unsigned long seq, const char *op, char *out) {
+    json_t *answer = out ? json_loads(out, 0, NULL) : NULL;
+    const char *msg = json_string_value(json_object_get(json_object_get(answer, "error"), "message"));
+    op_reply(seq, op, NULL, jerror(PARLEY_ERR_INVALID_INPUT, msg ? msg : "invalid query"));
+    json_decref(answer);
+    plugin_free(out);
+}
+
 static void op_cancel(unsigned long seq, long long target) {
     parley_request_id id = 0;
     pthread_mutex_lock(&g_shim.mu);
@@ -302,8 +312,16 @@ static void handle_op(unsigned long seq, const struct jsonl_op *op) {
     /* (Call, then pass `out`: argument evaluation order is unspecified.) */
     switch (op->kind) {
     case JSONL_OP_HISTORY:
-        st = pl->history_get(ag, id, &out);
-        op_answer(seq, name, st, out, "conversation", id);
+        if (op->json && !(SHIM_HAS_FIELD(pl, parley_plugin, history_get_by) && pl->history_get_by)) {
+            op_reply(seq, name, NULL, jerror(PARLEY_ERR_INVALID_INPUT,
+                                             "this plugin has no history_get_by (\"persona\")"));
+            break;
+        }
+        st = op->json ? pl->history_get_by(ag, op->json, &out) : pl->history_get(ag, id, &out);
+        if (st == PARLEY_ERR_INVALID_INPUT && op->json)
+            op_input_error(seq, name, out);
+        else
+            op_answer(seq, name, st, out, "conversation", id);
         break;
     case JSONL_OP_TURN:
         st = pl->turn_get(ag, id, &out);
@@ -318,11 +336,27 @@ static void handle_op(unsigned long seq, const struct jsonl_op *op) {
         op_answer(seq, name, st, out, NULL, NULL);
         break;
     case JSONL_OP_CLEAR:
-        st = pl->history_clear(ag, id);
+        if (op->json && !(SHIM_HAS_FIELD(pl, parley_plugin, history_clear_by) && pl->history_clear_by)) {
+            op_reply(seq, name, NULL, jerror(PARLEY_ERR_INVALID_INPUT,
+                                             "this plugin has no history_clear_by (\"persona\")"));
+            break;
+        }
+        st = op->json ? pl->history_clear_by(ag, op->json) : pl->history_clear(ag, id);
         if (st == PARLEY_OK)
             op_reply(seq, name, NULL, NULL);
         else
             op_answer(seq, name, st, NULL, id ? "conversation" : NULL, id);
+        break;
+    case JSONL_OP_QUERY:
+        st = pl->history_query(ag, id, &out);
+        if (st == PARLEY_ERR_INVALID_INPUT)
+            op_input_error(seq, name, out);
+        else
+            op_answer(seq, name, st, out, NULL, NULL);
+        break;
+    case JSONL_OP_MESSAGE:
+        st = pl->message_get(ag, id, &out);
+        op_answer(seq, name, st, out, "message", id);
         break;
     case JSONL_OP_WAIT:
         op_reply(seq, name, NULL, NULL);

@@ -64,6 +64,7 @@ static const struct str_field {
     {"agent_id", offsetof(struct jsonl_turn, agent_id)},
     {"extra_system_prompt", offsetof(struct jsonl_turn, extra_system_prompt)},
     {"persona", offsetof(struct jsonl_turn, persona)},
+    {"interface_type", offsetof(struct jsonl_turn, interface_type)},
 };
 #define NSTR (sizeof str_fields / sizeof str_fields[0])
 
@@ -142,7 +143,7 @@ static int parse_turn(json_t *obj, struct jsonl_line *l) {
 static const struct op_def {
     const char *name;
     enum jsonl_op_kind kind;
-    const char *arg; /* the one key besides "op" it accepts, or NULL */
+    const char *arg; /* the one key besides "op" it accepts, or NULL; "*": any keys */
 } ops[] = {
     {"history", JSONL_OP_HISTORY, "conversation_id"},
     {"turn", JSONL_OP_TURN, "turn_id"},
@@ -153,6 +154,8 @@ static const struct op_def {
     {"cancel", JSONL_OP_CANCEL, "seq"},
     {"sleep", JSONL_OP_SLEEP, "ms"},
     {"update_options", JSONL_OP_UPDATE_OPTIONS, "options"},
+    {"query", JSONL_OP_QUERY, "*"},
+    {"message", JSONL_OP_MESSAGE, "message_id"},
 };
 
 static const struct op_def *find_op(const char *name) {
@@ -167,6 +170,7 @@ static const char *op_arg_problem(const struct op_def *def, json_t *arg) {
     switch (def->kind) {
     case JSONL_OP_HISTORY:
     case JSONL_OP_TURN:
+    case JSONL_OP_MESSAGE:
         return json_is_string(arg) ? NULL : "\"%s\" must be a string";
     case JSONL_OP_CLEAR:
         return !arg || json_is_string(arg) || json_is_null(arg) ? NULL
@@ -187,12 +191,27 @@ static const char *op_arg_problem(const struct op_def *def, json_t *arg) {
     }
 }
 
+/* history and clear also take "persona": the conversation under that persona
+ * (history_get_by / history_clear_by; clear: "*" = under every persona). */
+static int takes_persona(const struct op_def *def) {
+    return def->kind == JSONL_OP_HISTORY || def->kind == JSONL_OP_CLEAR;
+}
+
 static struct problem op_problem(json_t *obj, const char *name, const struct op_def *def) {
     if (!def)
         return (struct problem){"unknown op \"%s\"", name};
+    if (def->arg && strcmp(def->arg, "*") == 0)
+        return (struct problem){NULL, NULL}; /* the plugin checks every key */
     const char *key;
     json_t *v;
     json_object_foreach(obj, key, v) {
+        if (takes_persona(def) && strcmp(key, "persona") == 0) {
+            if (!json_is_string(v))
+                return (struct problem){"\"%s\" must be a string", "persona"};
+            if (!json_is_string(json_object_get(obj, def->arg)))
+                return (struct problem){"\"persona\" needs a \"%s\"", def->arg};
+            continue;
+        }
         if (strcmp(key, "op") != 0 && (!def->arg || strcmp(key, def->arg) != 0))
             return (struct problem){"unknown key \"%s\"", key};
     }
@@ -210,10 +229,19 @@ static int parse_op(json_t *obj, json_t *jop, struct jsonl_line *l) {
     if (p.fmt)
         return set_invalid(l, p) < 0 ? -1 : dup_opt(name, &l->invalid.op);
 
-    json_t *arg = def->arg ? json_object_get(obj, def->arg) : NULL;
     l->kind = JSONL_OP;
     l->op.kind = def->kind;
     l->op.name = def->name;
+    if (def->kind == JSONL_OP_QUERY) {
+        json_object_del(obj, "op");
+        return (l->op.id = json_dumps(obj, SHIM_JSON_COMPACT)) ? 0 : -1;
+    }
+    json_t *arg = def->arg ? json_object_get(obj, def->arg) : NULL;
+    if (takes_persona(def) && json_object_get(obj, "persona")) { /* a selector */
+        json_object_del(obj, "op");
+        if (!(l->op.json = json_dumps(obj, SHIM_JSON_COMPACT)))
+            return -1;
+    }
     l->op.num = json_integer_value(arg); /* 0 unless an integer */
     if (json_is_object(arg) && !(l->op.json = json_dumps(arg, SHIM_JSON_COMPACT)))
         return -1;

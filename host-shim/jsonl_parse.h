@@ -26,6 +26,8 @@ enum jsonl_op_kind {
     JSONL_OP_CANCEL,
     JSONL_OP_SLEEP,
     JSONL_OP_UPDATE_OPTIONS,
+    JSONL_OP_QUERY,
+    JSONL_OP_MESSAGE,
 };
 
 /* Longest "ms" a sleep op accepts: one day. */
@@ -49,6 +51,7 @@ struct jsonl_turn {
     char *satellite_id;
     char *agent_id;
     char *extra_system_prompt;
+    char *interface_type;
     char *context_json; /* a JSON object, serialized compactly */
     char *tools_json;   /* a JSON array, serialized compactly */
     char *persona;
@@ -58,13 +61,16 @@ struct jsonl_turn {
 struct jsonl_op {
     enum jsonl_op_kind kind;
     const char *name; /* "history", "turn", ...: static, never freed */
-    /* history: the conversation id, turn: the turn id (both never NULL);
-     * clear: the conversation id, or NULL for all; other ops: NULL. */
+    /* history: the conversation id, turn: the turn id, message: the message
+     * id (never NULL); clear: the conversation id, or NULL for all; query:
+     * the line without "op", compact JSON (the plugin checks its keys);
+     * other ops: NULL. */
     char *id;
     /* cancel: the input line number of the turn (>= 1); sleep: milliseconds
      * (0..JSONL_SLEEP_MAX_MS); other ops: 0. */
     long long num;
-    /* update_options: the "options" object, serialized compactly; else NULL. */
+    /* update_options: the "options" object, serialized compactly; history and
+     * clear with a "persona": the selector {"conversation_id","persona"}; else NULL. */
     char *json;
 };
 

@@ -13,6 +13,8 @@
 #include "buf.h"
 #include "clock.h"
 #include "host_log.h"
+#include "query.h"
+#include "selector.h"
 #include "tool_handle.h"
 #include "turn.h"
 #include "turn_input.h"
@@ -339,6 +341,220 @@ parley_status agent_history_clear(parley_agent *a, const char *id)
     if (err)
         host_log(&a->host, PARLEY_LOG_WARN, "history_clear: %s", err);
     free(err);
+    return st;
+}
+
+/* {"error":{"status":"invalid_input","field":..,"message":..}}: how a read function whose
+ * only channel is out_json names what was wrong. */
+static char *input_error_json(const char *field, const char *message)
+{
+    pbuf b = PBUF_INIT;
+    pbuf_puts(&b, "{\"error\":{\"status\":\"invalid_input\",\"field\":");
+    pbuf_json_string(&b, field, strlen(field));
+    pbuf_puts(&b, ",\"message\":");
+    pbuf_json_string(&b, message, strlen(message));
+    pbuf_puts(&b, "}}");
+    char *s = pbuf_take(&b);
+    pbuf_free(&b);
+    return s;
+}
+
+parley_status agent_history_query(parley_agent *a, const char *query_json, char **out)
+{
+    if (!a || !out)
+        return PARLEY_ERR_INVALID_INPUT;
+    *out = NULL;
+    query_request r;
+    const char *field = NULL;
+    char *err = NULL;
+    parley_status st = query_parse(query_json, &r, &field, &err);
+    if (st != PARLEY_OK) {
+        *out = err ? input_error_json(field, err) : NULL;
+        free(err);
+        return st;
+    }
+    if (!a->store->backend->query) {
+        query_request_free(&r);
+        *out = input_error_json("history_store", "queries are not supported by this store");
+        return PARLEY_ERR_STORAGE;
+    }
+    pbuf b = PBUF_INIT;
+    size_t count = 0;
+    uint64_t last = 0;
+    int more = 0;
+    pbuf_puts(&b, "{\"messages\":[");
+    st = a->store->backend->query(a->store, &r.q, clock_wall_ms(), &b, &count, &last, &more,
+                                  &err);
+    if (st == PARLEY_OK) {
+        char *cursor = more ? query_cursor(&r.q, last) : NULL;
+        pbuf_puts(&b, "],\"next_cursor\":");
+        if (cursor)
+            pbuf_json_string(&b, cursor, strlen(cursor));
+        else
+            pbuf_puts(&b, "null");
+        pbuf_putc(&b, '}');
+        if (more && !cursor)
+            b.oom = 1;
+        free(cursor);
+        if (b.oom)
+            st = PARLEY_ERR_NO_MEMORY;
+    } else if (err) {
+        host_log(&a->host, PARLEY_LOG_WARN, "history_query: %s", err);
+    }
+    query_request_free(&r);
+    return read_result(st, &b, err, out);
+}
+
+parley_status agent_message_get(parley_agent *a, const char *message_id, char **out)
+{
+    if (!a || !message_id || !out)
+        return PARLEY_ERR_INVALID_INPUT;
+    *out = NULL;
+    if (!a->store->backend->get_message)
+        return PARLEY_ERR_STORAGE; /* a backend without per-message reads */
+    pbuf b = PBUF_INIT;
+    char *err = NULL;
+    parley_status st =
+        a->store->backend->get_message(a->store, message_id, clock_wall_ms(), &b, &err);
+    return read_result(st, &b, err, out);
+}
+
+/* A selector's persona must be one of the current options' personas ("" = none;
+ * "*" = every persona, where the selector allowed it). */
+static int check_selector_persona(parley_agent *a, const selector *sel, char **err)
+{
+    if (sel->every_persona || !*sel->key.persona)
+        return 0;
+    agent_config *cfg = current_config(a);
+    int rc = persona_check_name(&cfg->personas, sel->key.persona, 0, "selector 'persona'", err);
+    config_unref(cfg);
+    return rc;
+}
+
+/* One more clear of `persona`'s history in its metrics (none for persona ""). */
+static void count_clear(parley_agent *a, const char *persona)
+{
+    persona_counters *c = *persona ? persona_metrics_for(&a->persona_metrics, persona) : NULL;
+    if (c)
+        atomic_fetch_add(&c->clears, 1);
+}
+
+parley_status agent_history_get_by(parley_agent *a, const char *selector_json, char **out)
+{
+    if (!a || !out)
+        return PARLEY_ERR_INVALID_INPUT;
+    *out = NULL;
+    selector sel;
+    char *err = NULL;
+    if (selector_parse(selector_json, 0, &sel, &err) != PARLEY_OK) {
+        *out = err ? input_error_json("selector", err) : NULL;
+        free(err);
+        return PARLEY_ERR_INVALID_INPUT;
+    }
+    if (check_selector_persona(a, &sel, &err) != 0) {
+        *out = err ? input_error_json("persona", err) : NULL;
+        free(err);
+        selector_free(&sel);
+        return PARLEY_ERR_INVALID_INPUT;
+    }
+    pbuf b = PBUF_INIT;
+    parley_status st =
+        a->store->backend->get_conversation(a->store, &sel.key, clock_wall_ms(), &b, &err);
+    selector_free(&sel);
+    return read_result(st, &b, err, out);
+}
+
+/* The personas under which (id, interface) has a conversation, as a JSON object's keys
+ * (found with the query: the store keeps no index by id alone).  NULL on failure. */
+static json_t *personas_of(parley_agent *a, const store_key *key, parley_status *st)
+{
+    store_query q = {.conversation_id = key->conversation_id,
+                     .interface_type = key->interface_type, .until_ms = UINT64_MAX,
+                     .limit = STORE_QUERY_MAX_LIMIT};
+    json_t *personas = json_object();
+    int more = 1;
+    *st = personas ? PARLEY_OK : PARLEY_ERR_NO_MEMORY;
+    while (*st == PARLEY_OK && more) {
+        pbuf b = PBUF_INIT;
+        size_t count = 0;
+        char *err = NULL;
+        pbuf_putc(&b, '[');
+        *st = a->store->backend->query(a->store, &q, clock_wall_ms(), &b, &count, &q.after, &more,
+                                       &err);
+        pbuf_putc(&b, ']');
+        free(err);
+        json_t *msgs = *st == PARLEY_OK && !b.oom ? json_loadb(b.data, b.len, 0, NULL) : NULL;
+        if (*st == PARLEY_OK && !msgs)
+            *st = PARLEY_ERR_NO_MEMORY;
+        size_t i;
+        json_t *m;
+        json_array_foreach(msgs, i, m) {
+            const char *p = json_string_value(json_object_get(m, "persona"));
+            if (p && json_object_set_new(personas, p, json_true()) != 0)
+                *st = PARLEY_ERR_NO_MEMORY;
+        }
+        json_decref(msgs);
+        pbuf_free(&b);
+    }
+    if (*st != PARLEY_OK) {
+        json_decref(personas);
+        return NULL;
+    }
+    return personas;
+}
+
+parley_status agent_history_clear_by(parley_agent *a, const char *selector_json)
+{
+    if (!a)
+        return PARLEY_ERR_INVALID_INPUT;
+    selector sel;
+    char *err = NULL;
+    if (selector_parse(selector_json, 1, &sel, &err) != PARLEY_OK) {
+        host_log(&a->host, PARLEY_LOG_WARN, "history_clear_by: %s", err ? err : "invalid");
+        free(err);
+        return PARLEY_ERR_INVALID_INPUT;
+    }
+    if (check_selector_persona(a, &sel, &err) != 0) {
+        host_log(&a->host, PARLEY_LOG_WARN, "history_clear_by: %s", err ? err : "invalid");
+        free(err);
+        selector_free(&sel);
+        return PARLEY_ERR_INVALID_INPUT;
+    }
+    parley_status st = PARLEY_ERR_NOT_FOUND;
+    if (!sel.every_persona) {
+        st = a->store->backend->forget(a->store, &sel.key, &err);
+        if (st == PARLEY_OK)
+            count_clear(a, sel.key.persona);
+    } else if (!a->store->backend->query) {
+        st = PARLEY_ERR_STORAGE;
+        err = pstr_printf("persona \"*\" is not supported by this store");
+    } else {
+        json_t *personas = personas_of(a, &sel.key, &st);
+        const char *persona;
+        json_t *unused;
+        if (personas && json_object_size(personas) == 0)
+            st = PARLEY_ERR_NOT_FOUND;
+        json_object_foreach(personas, persona, unused) {
+            store_key k = sel.key;
+            k.persona = persona;
+            char *one = NULL;
+            parley_status fst = a->store->backend->forget(a->store, &k, &one);
+            if (fst == PARLEY_OK)
+                count_clear(a, persona);
+            if (fst != PARLEY_OK && fst != PARLEY_ERR_NOT_FOUND) {
+                st = fst;
+                free(err);
+                err = one;
+            } else {
+                free(one);
+            }
+        }
+        json_decref(personas);
+    }
+    if (err)
+        host_log(&a->host, PARLEY_LOG_WARN, "history_clear_by: %s", err);
+    free(err);
+    selector_free(&sel);
     return st;
 }
 

@@ -30,6 +30,10 @@ static const parley_plugin PLUGIN = {
     .metrics = agent_metrics,
     .check_connection = connection_check,
     .update_options = agent_update_options,
+    .history_query = agent_history_query,
+    .message_get = agent_message_get,
+    .history_get_by = agent_history_get_by,
+    .history_clear_by = agent_history_clear_by,
 };
 
 PARLEY_EXPORT const parley_plugin *parley_plugin_entry(uint32_t host_abi_version)

@@ -109,7 +109,7 @@ static int int_key(const char *who, json_t *obj, const char *key, int64_t lo, in
 static const char *const KEYS[] = {"prompt", "model", "temperature", "top_p", "max_tokens",
                                    "tools", "max_history_turns"};
 
-static int parse_one(const char *name, json_t *obj, const toolset *agent_tools, persona *p,
+static int parse_one(const char *name, json_t *obj, const toolset *agent_tools, persona_spec *p,
                      char **err)
 {
     p->temperature = p->top_p = -1;
@@ -212,7 +212,7 @@ void persona_set_free(persona_set *s)
     memset(s, 0, sizeof *s);
 }
 
-const persona *persona_find(const persona_set *s, const char *name)
+const persona_spec *persona_find(const persona_set *s, const char *name)
 {
     for (size_t i = 0; i < s->n; i++)
         if (strcmp(s->items[i].name, name) == 0)
@@ -244,7 +244,7 @@ char *persona_names(const persona_set *s)
     return pbuf_take(&b);
 }
 
-void persona_apply(const persona *p, const parley_options *base, parley_options *o)
+void persona_apply(const persona_spec *p, const parley_options *base, parley_options *o)
 {
     *o = *base;
     if (!p)

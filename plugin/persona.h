@@ -25,7 +25,7 @@
 /* Longest persona name (bytes). */
 #define PERSONA_MAX_NAME 64
 
-typedef struct persona {
+typedef struct persona_spec {
     char *name;
     char *prompt;               /* the system prompt ("" = none) */
     char *model;                /* NULL: the agent's */
@@ -33,10 +33,10 @@ typedef struct persona {
     int64_t max_tokens;         /* 0: the agent's */
     int64_t max_history_turns;  /* < 0: the agent's */
     toolset *tools;             /* NULL: all the agent's tools */
-} persona;
+} persona_spec;
 
 typedef struct persona_set {
-    persona *items;
+    persona_spec *items;
     size_t n;
 } persona_set;
 
@@ -51,7 +51,7 @@ int persona_set_parse(const char *json_object, const toolset *agent_tools, perso
 void persona_set_free(persona_set *s);
 
 /* The persona called `name`, or NULL. */
-const persona *persona_find(const persona_set *s, const char *name);
+const persona_spec *persona_find(const persona_set *s, const char *name);
 
 /*
  * Check a persona name from a host (input `persona`, a history selector's
@@ -69,7 +69,7 @@ char *persona_names(const persona_set *s);
  * The options one request of persona p is made with: *o with p's overrides
  * (a shallow copy: its strings are borrowed from p and `base`).  p NULL: *base.
  */
-void persona_apply(const persona *p, const parley_options *base, parley_options *o);
+void persona_apply(const persona_spec *p, const parley_options *base, parley_options *o);
 
 /* Per-persona metrics: kept by the agent for its whole life, across option updates. */
 typedef struct persona_counters {

@@ -42,6 +42,7 @@ void turn_free(turn *t)
     free(t->persona_name);
     image_list_free(&t->images);
     pbuf_free(&t->stored_user);
+    free(t->own_interface_type);
     toolset_free(t->own_tools);
     pbuf_free(&t->history);
     pbuf_free(&t->messages);

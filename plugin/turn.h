@@ -101,9 +101,10 @@ struct turn {
     char turn_id[UUID_STR_LEN];
     char *conversation_id;    /* NULL: stateless */
     const char *persona;      /* with the id, the history key (store.h): persona_name or "" */
-    const char *interface_type; /* static "" until the input carries it */
+    const char *interface_type; /* the input carries them: "" or own_interface_type */
+    char *own_interface_type;
     char *persona_name;       /* the input's persona, NULL for none */
-    const persona *persona_def; /* its settings, in cfg; NULL: the agent's own */
+    const persona_spec *persona_def; /* its settings, in cfg; NULL: the agent's own */
     persona_counters *counters; /* the persona's metrics; NULL without a persona (or OOM) */
     parley_options opts;      /* what its requests use: cfg->opts with the persona's overrides
                                  (a shallow copy: strings borrowed from cfg) */

@@ -14,7 +14,8 @@
 #include "clock.h"
 #include "utf8.h"
 
-static int valid_conversation_id(const char *id)
+/* A conversation id or an interface type: 1..256 bytes of UTF-8, no control characters. */
+static int valid_key_part(const char *id)
 {
     size_t n = strlen(id);
     if (n == 0 || n > STORE_MAX_CONVERSATION_ID || !utf8_valid(id, n))
@@ -81,6 +82,18 @@ static int copy_input(turn *t, const agent_config *cfg, const parley_input *in, 
             return -1;
         }
     }
+    const struct { const char *name, *value; } not_yet[] = {
+        {"metadata_json", in->metadata_json},
+        {"interface_message_id", in->interface_message_id},
+        {"reply_to_json", in->reply_to_json},
+    };
+    for (size_t i = 0; i < sizeof not_yet / sizeof not_yet[0]; i++) {
+        if (not_yet[i].value) {
+            *err = pstr_printf("input '%s': not supported by this build yet (leave it NULL)",
+                               not_yet[i].name);
+            return -1;
+        }
+    }
     const toolset *base = t->persona_def && t->persona_def->tools ? t->persona_def->tools
                                                                   : cfg->tools;
     t->tools = base;
@@ -140,7 +153,7 @@ static int resolve_conversation(turn *t, const agent_config *cfg, const parley_i
                                 char **err)
 {
     if (in->conversation_id) {
-        if (!valid_conversation_id(in->conversation_id)) {
+        if (!valid_key_part(in->conversation_id)) {
             *err = pstr_printf("input 'conversation_id': must be 1 to %d bytes of UTF-8 without control "
                        "characters", STORE_MAX_CONVERSATION_ID);
             return -1;
@@ -161,6 +174,18 @@ static int resolve_conversation(turn *t, const agent_config *cfg, const parley_i
     if (!t->conversation_id) {
         *err = pstr_printf("out of memory");
         return -2;
+    }
+    if (in->interface_type && *in->interface_type) { /* "" is "no interface" */
+        if (!valid_key_part(in->interface_type)) {
+            *err = pstr_printf("input 'interface_type': must be 1 to %d bytes of UTF-8 without "
+                               "control characters", STORE_MAX_CONVERSATION_ID);
+            return -1;
+        }
+        if (!(t->own_interface_type = strdup(in->interface_type))) {
+            *err = pstr_printf("out of memory");
+            return -2;
+        }
+        t->interface_type = t->own_interface_type;
     }
     return 0;
 }

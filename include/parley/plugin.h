@@ -202,7 +202,18 @@ typedef struct parley_input {
     const char *tools_json;          /* JSON array of tools for this turn only, same
                                         form as the `tools` option; added to those */
     parley_delta_fn on_delta;        /* optional; called with text deltas when streaming */
-    /* --- appended after 0.1 (read only when struct_size covers them) --- */
+
+    /* -- Appended after ABI 1.0 (a host's older, smaller struct_size simply
+     *    leaves them absent).  Borrowed for the call, like the fields above. -- */
+    const char *metadata_json;        /* reserved: a JSON object to keep with the user's
+                                         message; this build refuses it (invalid_input) */
+    const char *interface_type;       /* e.g. "telegram", "web": history is kept per
+                                         (interface_type, conversation_id); NULL or "" = none */
+    const char *interface_message_id; /* reserved: the interface's id of the user's message;
+                                         this build refuses it (invalid_input) */
+    const char *reply_to_json;        /* reserved: {"turn_id":..} or {"interface_message_id":..};
+                                         this build refuses it (invalid_input) */
+    /* personas and images (docs/abi.md), appended after the fields above */
     const char *persona;             /* NULL or "": the agent's own prompt and options; else
                                         the name of one of the `personas` option's personas.
                                         History is kept per (persona, conversation_id) */
@@ -363,6 +374,41 @@ typedef struct parley_plugin {
      * callback of this agent.
      */
     parley_status (*update_options)(parley_agent *agent, const char *options_json, char **error);
+
+    /* -- Messages (docs/history.md).  Any thread, concurrently with turns in
+     *    flight (they see committed turns only); *out_json is freed with
+     *    free_string.  On PARLEY_ERR_INVALID_INPUT, *out_json (when set) is
+     *    {"error":{"status":"invalid_input","field":"limit","message":"..."}}
+     *    naming the offending key. -- */
+
+    /**
+     * Query stored messages across conversations.  query_json: a JSON object
+     * (NULL = {}) with optional keys conversation_id, interface_type,
+     * persona, role, since, until (RFC 3339), search (ASCII-case-insensitive
+     * text in a message's content), limit (1..10000, default 100), order
+     * ("newest" default, or "oldest"), cursor (a next_cursor of the same
+     * query).  PARLEY_OK: *out_json = {"messages":[message...],
+     * "next_cursor":"..."|null}, where message = {"message_id",
+     * "conversation_id","interface_type","persona","turn_id","role",
+     * "created_at","message":{...}}.
+     */
+    parley_status (*history_query)(parley_agent *agent, const char *query_json, char **out_json);
+
+    /** One stored message by message_id (the form history_query returns), or NOT_FOUND. */
+    parley_status (*message_get)(parley_agent *agent, const char *message_id, char **out_json);
+
+    /**
+     * history_get / history_clear for a conversation named by a selector,
+     * {"conversation_id", "interface_type"?, "persona"?} (absent or "" =
+     * none: history_get_by({"conversation_id":"x"}) is history_get("x")).
+     * history_clear_by also takes persona "*": the conversation under every
+     * persona.  NOT_FOUND when nothing matched.  history_clear_by has no
+     * out_json: a bad selector is INVALID_INPUT, explained through the host's
+     * log callback.
+     */
+    parley_status (*history_get_by)(parley_agent *agent, const char *selector_json,
+                                    char **out_json);
+    parley_status (*history_clear_by)(parley_agent *agent, const char *selector_json);
 } parley_plugin;
 
 /**

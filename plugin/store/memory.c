@@ -42,7 +42,10 @@ typedef struct stored_message {
 
 typedef struct stored_turn {
     struct stored_turn *newer;  /* NULL for the newest */
+    struct stored_turn *store_newer; /* every turn of the store in append order: */
+    struct stored_turn *store_older; /* what a query across conversations walks */
     conversation *conv;
+    uint64_t first_seq;         /* position of messages[0]; the others follow */
     uint64_t started_ms;
     uint64_t finished_ms;
     uint32_t nmessages;
@@ -109,6 +112,9 @@ typedef struct memory_store {
     dict *by_turn_id;           /* turn id -> stored_turn */
     conversation *lru_head;     /* most recently used */
     conversation *lru_tail;     /* next to evict or expire */
+    stored_turn *store_oldest;  /* every turn, in append order */
+    stored_turn *store_newest;
+    uint64_t next_seq;          /* a message's position: 1, 2, ... in append order */
     size_t nturns;
     size_t message_bytes;
     size_t evicted;
@@ -185,9 +191,22 @@ static int is_idle(const memory_store *m, const conversation *c, uint64_t now_ms
     return timeout && now_ms > c->last_used_ms && now_ms - c->last_used_ms > timeout;
 }
 
+static void store_list_unlink(memory_store *m, stored_turn *t)
+{
+    if (t->store_newer)
+        t->store_newer->store_older = t->store_older;
+    else
+        m->store_newest = t->store_older;
+    if (t->store_older)
+        t->store_older->store_newer = t->store_newer;
+    else
+        m->store_oldest = t->store_newer;
+}
+
 static void drop_oldest_turn(memory_store *m, conversation *c)
 {
     stored_turn *t = c->oldest;
+    store_list_unlink(m, t);
     c->oldest = t->newer;
     if (!c->oldest)
         c->newest = NULL;
@@ -252,6 +271,7 @@ static void free_all_entries(memory_store *m)
         c = next;
     }
     m->lru_head = m->lru_tail = NULL;
+    m->store_oldest = m->store_newest = NULL;
     m->nturns = 0;
     m->message_bytes = 0;
 }
@@ -285,6 +305,7 @@ static parley_status memory_open(const store_config *cfg, store **out, char **er
     if (!m)
         return fail(err, PARLEY_ERR_NO_MEMORY);
     m->base.backend = &store_memory_backend;
+    m->next_seq = 1;
     m->limits = cfg->limits;
     if (m->limits.max_conversations == 0) /* contract says >= 1; stay bounded */
         m->limits.max_conversations = 1;
@@ -436,6 +457,15 @@ static conversation *conversation_new(const char *key, const char *conversation_
 static void link_turn(memory_store *m, conversation *c, stored_turn *t)
 {
     t->conv = c;
+    t->first_seq = m->next_seq;
+    m->next_seq += t->nmessages;
+    t->store_newer = NULL;
+    t->store_older = m->store_newest;
+    if (m->store_newest)
+        m->store_newest->store_newer = t;
+    else
+        m->store_oldest = t;
+    m->store_newest = t;
     if (c->newest)
         c->newest->newer = t;
     else
@@ -676,6 +706,207 @@ static parley_status memory_stats(store *s, store_stats *out, char **err)
     return PARLEY_OK;
 }
 
+/* ---- queries ---- */
+
+/* The parts of a conversation's dict key (see the top of this file). */
+typedef struct conversation_parts {
+    const char *id, *persona, *interface_type;
+    size_t id_len, persona_len, interface_len;
+} conversation_parts;
+
+static conversation_parts parts_of(const conversation *c)
+{
+    conversation_parts p = {.id = c->key, .id_len = c->id_len, .persona = "", .interface_type = ""};
+    if (c->key[c->id_len] != '\x1f')
+        return p;
+    char *colon;
+    p.persona_len = strtoul(c->key + c->id_len + 1, &colon, 10);
+    p.persona = colon + 1;
+    p.interface_type = p.persona + p.persona_len;
+    p.interface_len = strlen(p.interface_type);
+    return p;
+}
+
+static int field_is(const char *want, const char *have, size_t have_len)
+{
+    return !want || (strlen(want) == have_len && memcmp(want, have, have_len) == 0);
+}
+
+static int conversation_matches(const conversation *c, const store_query *q)
+{
+    conversation_parts p = parts_of(c);
+    return field_is(q->conversation_id, p.id, p.id_len) &&
+           field_is(q->persona, p.persona, p.persona_len) &&
+           field_is(q->interface_type, p.interface_type, p.interface_len);
+}
+
+static void uuid_format(const uint8_t id[16], char out[STORE_ID_LEN + 1])
+{
+    static const char hex[] = "0123456789abcdef";
+    size_t o = 0;
+    for (size_t i = 0; i < 16; i++) {
+        if (i == 4 || i == 6 || i == 8 || i == 10)
+            out[o++] = '-';
+        out[o++] = hex[id[i] >> 4];
+        out[o++] = hex[id[i] & 15];
+    }
+    out[o] = '\0';
+}
+
+static uint64_t created_ms_of(const stored_turn *t, size_t i)
+{
+    return t->started_ms + t->messages[i].created_after_ms;
+}
+
+/* Where message i of t starts in the turn's joined text. */
+static const char *message_text(const stored_turn *t, size_t i)
+{
+    const char *p = text_of(t);
+    for (size_t k = 0; k < i; k++)
+        p += t->messages[k].length + 1;
+    return p;
+}
+
+static void put_message(pbuf *b, const stored_turn *t, size_t i, const char *json)
+{
+    char id[STORE_ID_LEN + 1];
+    uuid_format(t->messages[i].message_id, id);
+    conversation_parts p = parts_of(t->conv);
+    store_json_message(b, id, p.id, p.id_len, p.persona, p.persona_len, p.interface_type,
+                       p.interface_len, t->turn_id, ROLES[t->messages[i].role],
+                       created_ms_of(t, i), json, t->messages[i].length);
+}
+
+typedef struct query_run {
+    memory_store *m;
+    const store_query *q;
+    int role;                   /* -1: any */
+    uint64_t now_ms;
+    pbuf *out;
+    size_t count;
+    uint64_t last;
+    int more;
+} query_run;
+
+/* Offer one turn's messages to the query; 1 once it has all it wants. */
+static int query_turn(query_run *r, const stored_turn *t)
+{
+    const store_query *q = r->q;
+    if (!conversation_matches(t->conv, q) || is_idle(r->m, t->conv, r->now_ms))
+        return 0;
+    /* Walk the joined text "m1,m2,..." forwards, or backwards from its end. */
+    const char *forward = text_of(t), *backward = text_of(t) + t->length + 1;
+    for (size_t k = 0; k < t->nmessages; k++) {
+        size_t i = q->newest_first ? t->nmessages - 1 - k : k;
+        const char *json;
+        if (q->newest_first) {
+            json = backward = backward - 1 - t->messages[i].length;
+        } else {
+            json = forward;
+            forward += t->messages[i].length + 1;
+        }
+        uint64_t pos = t->first_seq + i, created = created_ms_of(t, i);
+        if (q->after && (q->newest_first ? pos >= q->after : pos <= q->after))
+            continue;
+        if ((r->role >= 0 && t->messages[i].role != (uint32_t)r->role) || created < q->since_ms ||
+            created > q->until_ms)
+            continue;
+        if (q->search && *q->search &&
+            !store_json_content_matches(json, t->messages[i].length, q->search))
+            continue;
+        if (r->count == q->limit) {
+            r->more = 1;
+            return 1;
+        }
+        if (r->count)
+            pbuf_putc(r->out, ',');
+        put_message(r->out, t, i, json);
+        r->count++;
+        r->last = pos;
+    }
+    return 0;
+}
+
+/* One conversation's turns (when the key is exact), else every turn of the store. */
+static void query_walk(query_run *r)
+{
+    const store_query *q = r->q;
+    memory_store *m = r->m;
+    if (q->conversation_id && q->persona && q->interface_type) {
+        store_key key = {q->conversation_id, q->persona, q->interface_type};
+        char *owned;
+        const char *k = key_text(&key, &owned);
+        conversation *c = k ? dict_find(m->by_key, k) : NULL;
+        free(owned);
+        if (!c)
+            return;
+        if (!q->newest_first) {
+            for (const stored_turn *t = c->oldest; t; t = t->newer)
+                if (query_turn(r, t))
+                    return;
+            return;
+        }
+        const stored_turn **turns = malloc(c->nturns * sizeof *turns);
+        if (!turns) {
+            r->out->oom = 1;
+            return;
+        }
+        size_t n = 0;
+        for (const stored_turn *t = c->oldest; t; t = t->newer)
+            turns[n++] = t;
+        while (n-- > 0 && !query_turn(r, turns[n]))
+            ;
+        free(turns);
+        return;
+    }
+    for (const stored_turn *t = q->newest_first ? m->store_newest : m->store_oldest; t;
+         t = q->newest_first ? t->store_older : t->store_newer)
+        if (query_turn(r, t))
+            return;
+}
+
+static parley_status memory_query(store *s, const store_query *q, uint64_t now_ms, pbuf *out,
+                                  size_t *count, uint64_t *last, int *more, char **err)
+{
+    query_run r = {.m = (memory_store *)s, .q = q, .role = role_code(q->role), .now_ms = now_ms,
+                   .out = out};
+    size_t mark = out->len;
+    pthread_mutex_lock(&r.m->lock);
+    query_walk(&r);
+    pthread_mutex_unlock(&r.m->lock);
+    *count = r.count;
+    *last = r.last;
+    *more = r.more;
+    return finish_json(out, mark, err);
+}
+
+static parley_status memory_get_message(store *s, const char *message_id, uint64_t now_ms,
+                                        pbuf *out, char **err)
+{
+    memory_store *m = (memory_store *)s;
+    uint8_t id[16];
+    if (uuid_parse(message_id, id) != 0)
+        return fail(err, PARLEY_ERR_NOT_FOUND);
+    size_t mark = out->len;
+    int found = 0;
+    pthread_mutex_lock(&m->lock);
+    /* A scan: a host looks one message up now and then; an index per message
+     * would cost every stored message a dict slot. */
+    for (const stored_turn *t = m->store_newest; t && !found; t = t->store_older) {
+        for (size_t i = 0; i < t->nmessages; i++) {
+            if (memcmp(t->messages[i].message_id, id, 16) != 0)
+                continue;
+            if (!is_idle(m, t->conv, now_ms)) {
+                put_message(out, t, i, message_text(t, i));
+                found = 1;
+            }
+            break;
+        }
+    }
+    pthread_mutex_unlock(&m->lock);
+    return found ? finish_json(out, mark, err) : fail(err, PARLEY_ERR_NOT_FOUND);
+}
+
 const store_backend store_memory_backend = {
     .version = STORE_BACKEND_VERSION,
     .scheme = "memory",
@@ -690,4 +921,6 @@ const store_backend store_memory_backend = {
     .forget = memory_forget,
     .expire = memory_expire,
     .stats = memory_stats,
+    .query = memory_query,
+    .get_message = memory_get_message,
 };

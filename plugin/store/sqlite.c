@@ -776,6 +776,17 @@ static void sqlite_close(store *base)
     free(s);
 }
 
+/* parley_content_matches(json, needle): the search rule every backend shares (store_json.h). */
+static void content_matches(sqlite3_context *ctx, int argc, sqlite3_value **argv)
+{
+    (void)argc;
+    const char *json = (const char *)sqlite3_value_text(argv[0]);
+    const char *needle = (const char *)sqlite3_value_text(argv[1]);
+    sqlite3_result_int(ctx, json && needle &&
+                                store_json_content_matches(json, (size_t)sqlite3_value_bytes(argv[0]),
+                                                           needle));
+}
+
 /* The read connection: sees every committed write (WAL), writes nothing. */
 static int open_reader(sqlite_store *s)
 {
@@ -785,6 +796,11 @@ static int open_reader(sqlite_store *s)
         return rc;
     sqlite3_extended_result_codes(s->r.db, 1);
     sqlite3_busy_timeout(s->r.db, SQLITE_STORE_BUSY_TIMEOUT_MS);
+    rc = sqlite3_create_function(s->r.db, "parley_content_matches", 2,
+                                 SQLITE_UTF8 | SQLITE_DETERMINISTIC, NULL, content_matches,
+                                 NULL, NULL);
+    if (rc != SQLITE_OK)
+        return rc;
     return sqlite3_exec(s->r.db, "PRAGMA query_only = 1", NULL, NULL, NULL);
 }
 
@@ -832,6 +848,10 @@ static parley_status connect_checked(sqlite_store *s, const store_config *cfg, i
     if ((rc = open_reader(s)) != SQLITE_OK)
         return fail_sqlite(s, s->r.db, err, "cannot open it for reading", rc);
     checkpointer_start(s);
+    /* Best effort (a read-only file keeps working without it): message_get by id.
+     * Added by version 2 of the backend, so a file of an earlier build gets it here. */
+    sqlite3_exec(s->w.db, "CREATE INDEX IF NOT EXISTS messages_by_message_id"
+                          " ON messages(message_id)", NULL, NULL, NULL);
     if (sqlite3_db_readonly(s->w.db, "main") == 1)
         say(cfg, PARLEY_LOG_WARN,
             pstr_printf("sqlite store %s: the file is read-only: turns will fail with "
@@ -1348,6 +1368,127 @@ static parley_status sqlite_get_turn(store *base, const char *turn_id, uint64_t 
     return status == PARLEY_OK && !found ? not_found(err) : status;
 }
 
+/* ---- queries (backend version 2) ---- */
+
+/* The columns every message read selects; the FROM clause joins its turn and conversation.
+ * A message's position is its row id: rows are inserted in append order. */
+#define MESSAGE_COLUMNS                                                                      \
+    "SELECT m.id, m.message_id, m.role, m.created_ms, m.json, t.turn_id, c.conversation_id," \
+    " c.persona, c.interface_type FROM messages m JOIN turns t ON t.id = m.turn"              \
+    " JOIN conversations c ON c.id = t.conversation"
+/* Not idle past the timeout (?1 timeout, ?2 now): is_idle() in SQL. */
+#define LIVE_CONVERSATION " NOT (?1 > 0 AND ?2 > c.last_used_ms AND ?2 - c.last_used_ms > ?1)"
+
+static void put_message_row(sqlite3_stmt *st, pbuf *out)
+{
+    const char *text[9];
+    size_t len[9];
+    for (int i = 1; i < 9; i++) {
+        text[i] = (const char *)sqlite3_column_text(st, i);
+        len[i] = text[i] ? (size_t)sqlite3_column_bytes(st, i) : 0;
+        if (!text[i])
+            text[i] = "";
+    }
+    store_json_message(out, text[1], text[6], len[6], text[7], len[7], text[8], len[8], text[5],
+                       text[2], (uint64_t)sqlite3_column_int64(st, 3), text[4], len[4]);
+}
+
+/* The query's SQL: only the filters it has, so SQLite can use the indexes. */
+static char *query_sql(const store_query *q)
+{
+    return sqlite3_mprintf(MESSAGE_COLUMNS " WHERE" LIVE_CONVERSATION
+                           " AND m.created_ms BETWEEN ?3 AND ?4%s%s%s%s%s%s"
+                           " ORDER BY m.id %s LIMIT ?11",
+                           q->conversation_id ? " AND c.conversation_id = ?5" : "",
+                           q->persona ? " AND c.persona = ?6" : "",
+                           q->interface_type ? " AND c.interface_type = ?7" : "",
+                           q->role ? " AND m.role = ?8" : "",
+                           !q->after ? "" : q->newest_first ? " AND m.id < ?9" : " AND m.id > ?9",
+                           q->search && *q->search ? " AND parley_content_matches(m.json, ?10)" : "",
+                           q->newest_first ? "DESC" : "ASC");
+}
+
+static parley_status sqlite_query(store *base, const store_query *q, uint64_t now_ms, pbuf *out,
+                                  size_t *count, uint64_t *last, int *more, char **err)
+{
+    sqlite_store *s = (sqlite_store *)base;
+    size_t mark = out->len;
+    *count = 0;
+    *last = 0;
+    *more = 0;
+    char *sql = query_sql(q);
+    if (!sql)
+        return fail_with(err, PARLEY_ERR_NO_MEMORY, s->path, "cannot query", "out of memory");
+    pthread_mutex_lock(&s->r.lock);
+    sqlite3_stmt *st = NULL;
+    int rc = read_begin(&s->r);
+    if (rc == SQLITE_OK)
+        rc = sqlite3_prepare_v2(s->r.db, sql, -1, &st, NULL);
+    if (st) {
+        sqlite3_bind_int64(st, 1, (int64_t)s->limits.idle_timeout_ms);
+        sqlite3_bind_int64(st, 2, (int64_t)now_ms);
+        sqlite3_bind_int64(st, 3, (int64_t)q->since_ms);
+        sqlite3_bind_int64(st, 4, q->until_ms > INT64_MAX ? INT64_MAX : (int64_t)q->until_ms);
+        const char *texts[] = {q->conversation_id, q->persona, q->interface_type, q->role};
+        for (int i = 0; i < 4; i++)
+            if (texts[i])
+                bind_text(st, 5 + i, texts[i]);
+        sqlite3_bind_int64(st, 9, (int64_t)q->after);
+        if (q->search)
+            bind_text(st, 10, q->search);
+        sqlite3_bind_int64(st, 11, (int64_t)q->limit + 1); /* one more: is there a next page? */
+        while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+            if (*count == q->limit) {
+                *more = 1;
+                continue; /* (the LIMIT ends the loop at the next step) */
+            }
+            if (*count)
+                pbuf_putc(out, ',');
+            put_message_row(st, out);
+            *last = (uint64_t)sqlite3_column_int64(st, 0);
+            (*count)++;
+        }
+        sqlite3_finalize(st);
+    }
+    sqlite3_free(sql);
+    parley_status status = finish_json(s, out, mark, rc, "cannot query the messages", err);
+    read_end(&s->r);
+    pthread_mutex_unlock(&s->r.lock);
+    if (status != PARLEY_OK)
+        *count = 0, *more = 0;
+    return status;
+}
+
+static parley_status sqlite_get_message(store *base, const char *message_id, uint64_t now_ms,
+                                        pbuf *out, char **err)
+{
+    sqlite_store *s = (sqlite_store *)base;
+    size_t mark = out->len;
+    int found = 0;
+    pthread_mutex_lock(&s->r.lock);
+    sqlite3_stmt *st = NULL;
+    int rc = read_begin(&s->r);
+    if (rc == SQLITE_OK)
+        rc = sqlite3_prepare_v2(s->r.db,
+                                MESSAGE_COLUMNS " WHERE m.message_id = ?3 AND" LIVE_CONVERSATION,
+                                -1, &st, NULL);
+    if (st) {
+        sqlite3_bind_int64(st, 1, (int64_t)s->limits.idle_timeout_ms);
+        sqlite3_bind_int64(st, 2, (int64_t)now_ms);
+        bind_text(st, 3, message_id ? message_id : "");
+        if ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+            put_message_row(st, out);
+            found = 1;
+            rc = SQLITE_DONE;
+        }
+        sqlite3_finalize(st);
+    }
+    parley_status status = finish_json(s, out, mark, rc, "cannot read the message", err);
+    read_end(&s->r);
+    pthread_mutex_unlock(&s->r.lock);
+    return status == PARLEY_OK && !found ? not_found(err) : status;
+}
+
 static parley_status sqlite_list(store *base, uint64_t now_ms, pbuf *out, char **err)
 {
     sqlite_store *s = (sqlite_store *)base;
@@ -1492,4 +1633,6 @@ const store_backend store_sqlite_backend = {
     .forget = sqlite_forget,
     .expire = sqlite_expire,
     .stats = sqlite_stats,
+    .query = sqlite_query,
+    .get_message = sqlite_get_message,
 };

@@ -51,7 +51,7 @@
 #include "../buf.h"
 #include "../plugin_status.h"
 
-#define STORE_BACKEND_VERSION 1
+#define STORE_BACKEND_VERSION 2
 
 /* Longest conversation id, and the length of turn and message ids (UUIDs). */
 #define STORE_MAX_CONVERSATION_ID 256
@@ -108,6 +108,25 @@ typedef struct store_stats {
     size_t evicted;              /* conversations forgotten by max_conversations, since open */
     size_t expired;              /* conversations forgotten by the idle timeout, since open */
 } store_stats;
+
+/* Version 2: a query over stored messages (borrowed for the call).  Every
+ * filter is independent; NULL means "any". */
+#define STORE_QUERY_MAX_LIMIT 10000
+
+typedef struct store_query {
+    const char *conversation_id; /* NULL: every conversation */
+    const char *persona;         /* NULL: any persona ("" is "no persona") */
+    const char *interface_type;  /* NULL: any interface ("" is "no interface") */
+    const char *role;            /* NULL, or "user", "assistant", "tool", "system" */
+    uint64_t since_ms;           /* created_ms >= since_ms (0: no bound) */
+    uint64_t until_ms;           /* created_ms <= until_ms (UINT64_MAX: no bound) */
+    const char *search;          /* NULL or "": none; else ASCII-case-insensitive substring
+                                    of the message's string "content" */
+    size_t limit;                /* 1..STORE_QUERY_MAX_LIMIT */
+    int newest_first;            /* order: 1 newest first, 0 oldest first */
+    uint64_t after;              /* a position returned earlier: continue strictly beyond
+                                    it in this order; 0: from the start */
+} store_query;
 
 typedef struct store_backend {
     int version;                 /* STORE_BACKEND_VERSION the table was written for */
@@ -167,6 +186,24 @@ typedef struct store_backend {
     parley_status (*expire)(store *s, uint64_t now_ms, size_t *expired, char **err);
 
     parley_status (*stats)(store *s, store_stats *out, char **err);
+
+    /* ---- version 2 ---- */
+
+    /*
+     * The messages matching q, in q's order, at most q->limit, appended to
+     * `out` as message objects (store_json_message) joined by ',' (no
+     * brackets); *count receives how many.  *last receives the POSITION of
+     * the last one written (an opaque number, increasing with the order
+     * messages were stored: the caller passes it back as q->after for the
+     * next page), *more whether more messages match beyond it.  Expired
+     * conversations are not shown.
+     */
+    parley_status (*query)(store *s, const store_query *q, uint64_t now_ms, pbuf *out,
+                           size_t *count, uint64_t *last, int *more, char **err);
+
+    /* One message by its message_id, as store_json_message; PARLEY_ERR_NOT_FOUND if unknown. */
+    parley_status (*get_message)(store *s, const char *message_id, uint64_t now_ms, pbuf *out,
+                                 char **err);
 } store_backend;
 
 /* The first member of every backend's store object. */

@@ -1,4 +1,7 @@
 /* store_json.c -- see store_json.h. */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE /* memmem */
+#endif
 #include "store_json.h"
 
 #include <string.h>
@@ -58,4 +61,169 @@ void store_json_conversation_head(pbuf *b, const char *conversation_id, uint64_t
     time_field(b, "created_at", created_ms);
     pbuf_putc(b, ',');
     time_field(b, "last_used_at", last_used_ms);
+}
+
+void store_json_message(pbuf *b, const char *message_id, const char *conversation_id,
+                        size_t conversation_id_len, const char *persona, size_t persona_len,
+                        const char *interface_type, size_t interface_len, const char *turn_id,
+                        const char *role, uint64_t created_ms, const char *json, size_t json_len)
+{
+    pbuf_putc(b, '{');
+    string_field(b, "message_id", message_id);
+    pbuf_puts(b, ",\"conversation_id\":");
+    pbuf_json_string(b, conversation_id, conversation_id_len);
+    pbuf_puts(b, ",\"interface_type\":");
+    pbuf_json_string(b, interface_type, interface_len);
+    pbuf_puts(b, ",\"persona\":");
+    pbuf_json_string(b, persona, persona_len);
+    pbuf_putc(b, ',');
+    string_field(b, "turn_id", turn_id);
+    pbuf_putc(b, ',');
+    string_field(b, "role", role);
+    pbuf_putc(b, ',');
+    time_field(b, "created_at", created_ms);
+    pbuf_puts(b, ",\"message\":");
+    pbuf_append(b, json, json_len);
+    pbuf_putc(b, '}');
+}
+
+/* ---- content search ---- */
+
+static int hex4(const char *p, const char *end, unsigned *out)
+{
+    if (end - p < 4)
+        return -1;
+    unsigned v = 0;
+    for (int i = 0; i < 4; i++) {
+        char c = p[i];
+        int d = c >= '0' && c <= '9' ? c - '0'
+              : c >= 'a' && c <= 'f' ? c - 'a' + 10
+              : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+        if (d < 0)
+            return -1;
+        v = v << 4 | (unsigned)d;
+    }
+    *out = v;
+    return 0;
+}
+
+/* Decode the character of a JSON string body at *p into UTF-8 bytes (out);
+ * advances *p.  0 at the closing quote, at `end`, or on a malformed escape. */
+static size_t next_char(const char **p, const char *end, unsigned char out[4])
+{
+    const char *s = *p;
+    if (s >= end || *s == '"')
+        return 0;
+    if (*s != '\\') {
+        out[0] = (unsigned char)*s;
+        *p = s + 1;
+        return 1;
+    }
+    if (s + 1 >= end)
+        return 0;
+    static const char from[] = "\"\\/bfnrt", to[] = "\"\\/\b\f\n\r\t";
+    const char *e = strchr(from, s[1]);
+    if (e && s[1]) {
+        out[0] = (unsigned char)to[e - from];
+        *p = s + 2;
+        return 1;
+    }
+    unsigned cp;
+    if (s[1] != 'u' || hex4(s + 2, end, &cp) != 0)
+        return 0;
+    s += 6;
+    unsigned lo;
+    if (cp >= 0xD800 && cp < 0xDC00 && end - s >= 6 && s[0] == '\\' && s[1] == 'u' &&
+        hex4(s + 2, end, &lo) == 0 && lo >= 0xDC00 && lo < 0xE000) {
+        cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
+        s += 6;
+    }
+    *p = s;
+    if (cp < 0x80) {
+        out[0] = (unsigned char)cp;
+        return 1;
+    }
+    if (cp < 0x800) {
+        out[0] = (unsigned char)(0xC0 | cp >> 6);
+        out[1] = (unsigned char)(0x80 | (cp & 0x3F));
+        return 2;
+    }
+    if (cp < 0x10000) {
+        out[0] = (unsigned char)(0xE0 | cp >> 12);
+        out[1] = (unsigned char)(0x80 | (cp >> 6 & 0x3F));
+        out[2] = (unsigned char)(0x80 | (cp & 0x3F));
+        return 3;
+    }
+    out[0] = (unsigned char)(0xF0 | cp >> 18);
+    out[1] = (unsigned char)(0x80 | (cp >> 12 & 0x3F));
+    out[2] = (unsigned char)(0x80 | (cp >> 6 & 0x3F));
+    out[3] = (unsigned char)(0x80 | (cp & 0x3F));
+    return 4;
+}
+
+static unsigned char fold(unsigned char c) { return c >= 'A' && c <= 'Z' ? c + 32 : c; }
+
+/* Does the decoded string starting at `s` begin with needle? */
+static int starts_with(const char *s, const char *end, const unsigned char *needle, size_t n)
+{
+    size_t matched = 0;
+    unsigned char bytes[4];
+    while (matched < n) {
+        size_t k = next_char(&s, end, bytes);
+        if (k == 0)
+            return 0;
+        for (size_t i = 0; i < k && matched < n; i++, matched++)
+            if (fold(bytes[i]) != fold(needle[matched]))
+                return 0;
+    }
+    return 1;
+}
+
+/* The common case, a content without escapes: ASCII-case-insensitive search
+ * of the raw bytes, candidates found with memchr (fast on long texts). */
+static int plain_contains(const char *s, size_t len, const char *needle, size_t n)
+{
+    unsigned char lo = fold((unsigned char)needle[0]);
+    unsigned char up = lo >= 'a' && lo <= 'z' ? (unsigned char)(lo - 32) : lo;
+    const char *end = s + len;
+    while ((size_t)(end - s) >= n) {
+        size_t starts = (size_t)(end - s) - n + 1; /* where a whole match still fits */
+        const char *a = memchr(s, lo, starts);
+        const char *b = up != lo ? memchr(s, up, a ? (size_t)(a - s) : starts) : NULL;
+        const char *c = b ? b : a;
+        if (!c)
+            return 0;
+        size_t i = 1;
+        while (i < n && fold((unsigned char)c[i]) == fold((unsigned char)needle[i]))
+            i++;
+        if (i == n)
+            return 1;
+        s = c + 1;
+    }
+    return 0;
+}
+
+int store_json_content_matches(const char *json, size_t json_len, const char *needle)
+{
+    static const char key[] = "\"content\":\"";
+    const char *end = json + json_len;
+    const char *s = memmem(json, json_len, key, sizeof key - 1);
+    size_t n = strlen(needle);
+    if (!s)
+        return 0;
+    if (n == 0)
+        return 1;
+    s += sizeof key - 1;
+    const char *close = memchr(s, '"', (size_t)(end - s));
+    if (close && !memchr(s, '\\', (size_t)(close - s)))
+        return plain_contains(s, (size_t)(close - s), needle, n);
+    unsigned char first = fold((unsigned char)needle[0]), bytes[4];
+    for (;;) {
+        const char *start = s;
+        size_t k = next_char(&s, end, bytes);
+        if (k == 0)
+            return 0;
+        if (fold(bytes[0]) == first && starts_with(start, end, (const unsigned char *)needle, n))
+            return 1;
+    }
 }

@@ -27,4 +27,18 @@ void store_json_turn(pbuf *b, const char *turn_id, uint64_t started_ms, uint64_t
 void store_json_conversation_head(pbuf *b, const char *conversation_id, uint64_t created_ms,
                                   uint64_t last_used_ms);
 
+/* One message of a query or a lookup:
+ * {"message_id","conversation_id","interface_type","persona","turn_id","role",
+ *  "created_at","message":<json verbatim>}. */
+void store_json_message(pbuf *b, const char *message_id, const char *conversation_id,
+                        size_t conversation_id_len, const char *persona, size_t persona_len,
+                        const char *interface_type, size_t interface_len, const char *turn_id,
+                        const char *role, uint64_t created_ms, const char *json,
+                        size_t json_len);
+
+/* Does the message object `json` have a string "content" holding `needle`
+ * (ASCII case-insensitive; needle as plain text, not JSON-escaped)?  The
+ * same rule for every backend. */
+int store_json_content_matches(const char *json, size_t json_len, const char *needle);
+
 #endif

@@ -90,6 +90,51 @@ class Separation(PersonaCase):
         self.assertEqual(c1["messages"][0], system(CHEF + "\n\nIt is Sunday."))
 
 
+class HistoryByPersona(PersonaCase):
+    def test_history_and_clear_per_persona(self):
+        run = self.run_ok([
+            {"text": "c1", "conversation_id": "h", "persona": "chef"},
+            {"text": "b1", "conversation_id": "h", "persona": "butler"},
+            {"text": "n1", "conversation_id": "h"},
+            {"op": "history", "conversation_id": "h", "persona": "chef"},
+            {"op": "history", "conversation_id": "h", "persona": "butler"},
+            {"op": "history", "conversation_id": "h"},
+            {"op": "clear", "conversation_id": "h", "persona": "chef"},
+            {"op": "history", "conversation_id": "h", "persona": "chef"},
+            {"text": "b2", "conversation_id": "h", "persona": "butler"},
+            {"text": "c2", "conversation_id": "h", "persona": "chef"},
+            {"op": "history", "conversation_id": "h", "persona": "pirate"},
+            {"op": "clear", "conversation_id": "h", "persona": "*"},
+            {"op": "history", "conversation_id": "h", "persona": "butler"},
+            {"op": "history", "conversation_id": "h"},
+            {"op": "metrics"},
+        ], self.opts(), tools=TOOLS)
+
+        def texts(seq):
+            line = run.by_seq(seq)
+            self.assertIsNone(line["error"], line)
+            return [m["content"] for t in line["result"]["turns"] for m in t["messages"]]
+        self.assertEqual(texts(4), ["c1", fake_reply("c1", 2, 1)])
+        self.assertEqual(texts(5), ["b1", fake_reply("b1", 2, 1)])
+        self.assertEqual(texts(6), ["n1", fake_reply("n1", 2, 1)])
+        # clearing the chef's history leaves the butler's
+        self.assertIsNone(run.by_seq(7)["error"])
+        self.assertEqual(run.by_seq(8)["error"]["code"], "not_found")
+        reqs = self.llm.chat_requests()
+        self.assertEqual(messages(reqs[3]), [system(BUTLER), user("b1"),
+                                             assistant(fake_reply("b1", 2, 1)), user("b2")])
+        self.assertEqual(messages(reqs[4]), [system(CHEF), user("c2")])
+        err = run.by_seq(11)["error"]
+        self.assertEqual(err["code"], "invalid_input")
+        self.assertIn('unknown persona "pirate"', err["message"])
+        # "*": the conversation under every persona, the agent's own included
+        self.assertIsNone(run.by_seq(12)["error"])
+        self.assertEqual(run.by_seq(13)["error"]["code"], "not_found")
+        self.assertEqual(run.by_seq(14)["error"]["code"], "not_found")
+        m = run.by_seq(15)["result"]["personas"]
+        self.assertEqual((m["chef"]["clears"], m["butler"]["clears"]), (2, 1))
+
+
 class Refusals(PersonaCase):
     def test_unknown_persona_is_invalid_input_naming_it(self):
         run = self.run_ok([{"text": "hi", "conversation_id": "z", "persona": "pirate"}],
@@ -147,6 +192,12 @@ class Interactive(PersonaCase):
             sh.type("what is it?")
             sh.read_until("parley> ")
             sh.read_until("you> ")
+            sh.type("/history")
+            sh.read_until(r"user: what is it\? \[image: image/gif, 14 bytes\]")
+            sh.type("/clear")
+            sh.read_until(r"\(cleared\)")
+            sh.type("/history")
+            sh.read_until(r"parley! not_found")
             sh.type("/persona pirate")
             sh.read_until(r"\(persona pirate\)")
             sh.type("arr")

@@ -20,7 +20,7 @@ static void test_parse(void)
                             "\"tools\": [\"music\", \"oven\"], \"max_history_turns\": 3},"
                             " \"butler\": {\"prompt\": \"\"}}", agent, &s, &err) == 0);
     CHECK(err == NULL && s.n == 2);
-    const persona *chef = persona_find(&s, "chef"), *butler = persona_find(&s, "butler");
+    const persona_spec *chef = persona_find(&s, "chef"), *butler = persona_find(&s, "butler");
     CHECK(chef && butler && !persona_find(&s, "Chef") && !persona_find(&s, ""));
     if (chef && butler) {
         CHECK(toolset_count(chef->tools) == 2 && toolset_has(chef->tools, "oven") &&

@@ -65,7 +65,12 @@ class Input(Structure):
         ("context_json", c_char_p),
         ("tools_json", c_char_p),
         ("on_delta", DELTA_FN),
-        # appended after 0.1
+        # appended after ABI 1.0 (docs/history.md)
+        ("metadata_json", c_char_p),
+        ("interface_type", c_char_p),
+        ("interface_message_id", c_char_p),
+        ("reply_to_json", c_char_p),
+        # personas and images
         ("persona", c_char_p),
         ("images_json", c_char_p),
     ]
@@ -139,7 +144,10 @@ PLUGIN_FUNCTIONS = [
     # Appended after ABI 1.0, in header order: present when struct_size covers them.
     ("check_connection", CFUNCTYPE(c_int, c_char_p, _PP, _PP)),
     ("update_options", CFUNCTYPE(c_int, _P, c_char_p, _PP)),
-    # Further appended functions go here, in header order (e.g. history_query).
+    ("history_query", CFUNCTYPE(c_int, _P, c_char_p, _PP)),
+    ("message_get", CFUNCTYPE(c_int, _P, c_char_p, _PP)),
+    ("history_get_by", CFUNCTYPE(c_int, _P, c_char_p, _PP)),
+    ("history_clear_by", CFUNCTYPE(c_int, _P, c_char_p)),
 ]
 
 

@@ -35,7 +35,7 @@ _PY_LEVEL = {0: logging.ERROR, 1: logging.WARNING, 2: logging.INFO, 3: logging.D
 
 # Input fields process()/stream() accept as keywords, as in HA's ConversationInput.
 _TEXT_FIELDS = ("language", "device_id", "satellite_id", "agent_id", "extra_system_prompt",
-                "persona")
+                "interface_type", "persona")
 
 # Set while this thread runs one of our plugin callbacks (a plugin worker).
 _in_callback = threading.local()
@@ -56,6 +56,14 @@ class Result:
 
 def _text(b):
     return None if b is None else b.decode("utf-8", "replace")
+
+
+def _named_problem(text):
+    """The message of an {"error": {"message": ..}} a read function returned, or None."""
+    try:
+        return json.loads(text)["error"]["message"]
+    except (TypeError, ValueError, KeyError):
+        return None
 
 
 def _c_str(field, value):
@@ -542,7 +550,7 @@ class Agent:
                     else fn(handle, *args)
             text = self._plugin.take_string(out.value) if returns_json else None
             if status != _abi.OK:
-                raise self._plugin.error(status, "%s(%s)" % (
+                raise self._plugin.error(status, _named_problem(text) or "%s(%s)" % (
                     name, ", ".join(repr(a.decode()) for a in args if a is not None)))
             return json.loads(text) if text is not None else None
 
@@ -592,6 +600,29 @@ class Agent:
     async def metrics(self):
         """Counters and gauges (turns, errors, retries, in_flight, ...)."""
         return await self._call("metrics")
+
+    async def query(self, **filters):
+        """history_query: {"messages": [...], "next_cursor": str or None}.
+
+        filters (docs/history.md, "Querying messages"): conversation_id,
+        interface_type, persona, role, since, until (RFC 3339 text), search,
+        limit, order ("newest"/"oldest"), cursor.  A bad filter raises
+        parley.InvalidInput naming it."""
+        return await self._call("history_query", json.dumps(filters).encode())
+
+    async def history_by(self, conversation_id, **selector):
+        """history() of the conversation under interface_type= and/or persona=."""
+        return await self._call("history_get_by", json.dumps(
+            dict(selector, conversation_id=conversation_id)).encode())
+
+    async def clear_history_by(self, conversation_id, **selector):
+        """Forget the conversation under interface_type= and/or persona= ("*": every persona)."""
+        await self._call("history_clear_by", json.dumps(
+            dict(selector, conversation_id=conversation_id)).encode(), returns_json=False)
+
+    async def message(self, message_id):
+        """One stored message by id (the form query() returns), or parley.NotFound."""
+        return await self._call("message_get", _c_str("message_id", message_id))
 
     def options_schema(self):
         return self._plugin.options_schema()

@@ -1,0 +1,54 @@
+"""The binding's message functions: query() and message() against the real
+parley.so, and the interface_type input field (docs/history.md)."""
+import unittest
+
+from support import AgentCase, harness, parley
+
+
+class MessagesTest(AgentCase):
+
+    async def test_interface_query_and_message(self):
+        async with self.agent() as agent:
+            web = await agent.process("hello from the web", "c", interface_type="web")
+            tg = await agent.process("hello from telegram", "c", interface_type="telegram")
+            found = await agent.query(interface_type="web", order="oldest")
+            self.assertIsNone(found["next_cursor"])
+            self.assertEqual([(m["role"], m["message"]["content"]) for m in found["messages"]],
+                             [("user", "hello from the web"), ("assistant", web.response)])
+            first = found["messages"][0]
+            self.assertEqual((first["conversation_id"], first["interface_type"],
+                              first["turn_id"]), ("c", "web", web.turn_id))
+            self.assertEqual(await agent.message(first["message_id"]), first)
+            page = await agent.query(limit=1, search="HELLO", role="user")
+            self.assertEqual(page["messages"][0]["message"]["content"], "hello from telegram")
+            rest = await agent.query(limit=1, search="HELLO", role="user",
+                                     cursor=page["next_cursor"])
+            self.assertEqual(rest["messages"][0]["message_id"], first["message_id"])
+            with self.assertRaisesRegex(parley.InvalidInput, "limit"):
+                await agent.query(limit=0)
+            with self.assertRaisesRegex(parley.InvalidInput, "cursor"):
+                await agent.query(cursor=page["next_cursor"])
+            with self.assertRaises(parley.NotFound):
+                await agent.message("00000000-0000-4000-8000-000000000000")
+            # selectors: the conversation under one interface, then forgotten
+            h = await agent.history_by("c", interface_type="telegram")
+            self.assertEqual([t["turn_id"] for t in h["turns"]], [tg.turn_id])
+            with self.assertRaisesRegex(parley.InvalidInput, "colour"):
+                await agent.history_by("c", colour="red")
+            with self.assertRaisesRegex(parley.InvalidInput, "persona"):
+                await agent.history_by("c", persona="*")
+            with self.assertRaises(parley.NotFound):
+                await agent.history_by("c")  # no turn without an interface
+            await agent.clear_history_by("c", interface_type="web", persona="*")
+            with self.assertRaises(parley.NotFound):
+                await agent.history_by("c", interface_type="web")
+            with self.assertRaises(parley.NotFound):
+                await agent.clear_history_by("c", interface_type="web", persona="*")
+            await agent.history_by("c", interface_type="telegram")  # untouched
+        # the two interfaces are two conversations: the second turn saw only itself
+        last = self.fake.chat_requests()[-1]
+        self.assertEqual(harness.user_texts(last), ["hello from telegram"])
+
+
+if __name__ == "__main__":
+    unittest.main()

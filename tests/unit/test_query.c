@@ -1,0 +1,96 @@
+/* test_query.c -- history_query's JSON: every filter read, every bad input named, cursors. */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "query.h"
+
+/* The field named when `json` is refused, or "ok". */
+static const char *refused_field(const char *json)
+{
+    query_request r;
+    const char *field = NULL;
+    char *err = NULL;
+    parley_status st = query_parse(json, &r, &field, &err);
+    if (st == PARLEY_OK) {
+        query_request_free(&r);
+        return "ok";
+    }
+    CHECK(st == PARLEY_ERR_INVALID_INPUT && err && strstr(err, field) == err);
+    CHECK(r.root == NULL);
+    free(err);
+    return field;
+}
+
+static void test_bad_input_names_the_field(void)
+{
+    CHECK_STR(refused_field("{}"), "ok");
+    CHECK_STR(refused_field(NULL), "ok");
+    CHECK_STR(refused_field("[1]"), "query");
+    CHECK_STR(refused_field("{\"limit\":1,"), "query");
+    CHECK_STR(refused_field("{\"colour\":1}"), "query");
+    CHECK_STR(refused_field("{\"role\":\"robot\"}"), "role");
+    CHECK_STR(refused_field("{\"role\":3}"), "role");
+    CHECK_STR(refused_field("{\"limit\":0}"), "limit");
+    CHECK_STR(refused_field("{\"limit\":10001}"), "limit");
+    CHECK_STR(refused_field("{\"limit\":\"20\"}"), "limit");
+    CHECK_STR(refused_field("{\"limit\":10000}"), "ok");
+    CHECK_STR(refused_field("{\"since\":\"yesterday\"}"), "since");
+    CHECK_STR(refused_field("{\"until\":\"2026-02-30T00:00:00Z\"}"), "until");
+    CHECK_STR(refused_field("{\"since\":\"2026-11-22T19:31:00\"}"), "since"); /* no zone */
+    CHECK_STR(refused_field("{\"since\":\"2026-11-23T00:00:00Z\",\"until\":\"2026-11-22T00:00:00Z\"}"),
+              "since");
+    CHECK_STR(refused_field("{\"since\":\"2026-11-22T00:00:00Z\",\"until\":\"2026-11-22T00:00:00Z\"}"),
+              "ok");
+    CHECK_STR(refused_field("{\"order\":\"random\"}"), "order");
+    CHECK_STR(refused_field("{\"conversation_id\":\"\"}"), "conversation_id");
+    char big[1200];
+    snprintf(big, sizeof big, "{\"search\":\"%01100d\"}", 0);
+    CHECK_STR(refused_field(big), "search");
+    CHECK_STR(refused_field("{\"cursor\":\"abc\"}"), "cursor");
+    CHECK_STR(refused_field("{\"search\":\"a\\u0000b\"}"), "search"); /* no NUL inside */
+}
+
+static void test_times(void)
+{
+    uint64_t ms = 0;
+    CHECK(query_parse_time("1970-01-01T00:00:01Z", &ms) == 0 && ms == 1000);
+    CHECK(query_parse_time("2026-11-22T19:31:00.123Z", &ms) == 0 && ms == 1795375860123ull);
+    CHECK(query_parse_time("2026-11-22T20:31:00.123+01:00", &ms) == 0 && ms == 1795375860123ull);
+    CHECK(query_parse_time("2024-02-29T00:00:00Z", &ms) == 0);
+    CHECK(query_parse_time("2023-02-29T00:00:00Z", &ms) != 0);
+    CHECK(query_parse_time("1969-12-31T23:59:59Z", &ms) != 0);
+    CHECK(query_parse_time("2026-11-22T19:31:00.Z", &ms) != 0);
+    CHECK(query_parse_time("2026-11-22T19:31:00Zjunk", &ms) != 0);
+}
+
+/* A cursor continues its own query only. */
+static void test_cursor(void)
+{
+    query_request r;
+    const char *field;
+    char *err = NULL;
+    CHECK(query_parse("{\"role\":\"user\",\"limit\":5}", &r, &field, &err) == PARLEY_OK);
+    char *cursor = query_cursor(&r.q, 42);
+    query_request_free(&r);
+
+    char json[256];
+    snprintf(json, sizeof json, "{\"role\":\"user\",\"limit\":9,\"cursor\":\"%s\"}", cursor);
+    CHECK(query_parse(json, &r, &field, &err) == PARLEY_OK); /* limit may change */
+    CHECK(r.q.after == 42);
+    query_request_free(&r);
+    snprintf(json, sizeof json, "{\"role\":\"assistant\",\"cursor\":\"%s\"}", cursor);
+    CHECK_STR(refused_field(json), "cursor");
+    snprintf(json, sizeof json, "{\"role\":\"user\",\"order\":\"oldest\",\"cursor\":\"%s\"}", cursor);
+    CHECK_STR(refused_field(json), "cursor");
+    free(cursor);
+}
+
+int main(void)
+{
+    test_bad_input_names_the_field();
+    test_times();
+    test_cursor();
+    return check_report();
+}
