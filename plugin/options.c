@@ -63,6 +63,8 @@ static const opt_spec SPECS[] = {
      "Conversations kept; the least recently used is forgotten beyond it"},
     {"history_idle_timeout_s", OPT_INT, OFF(history_idle_timeout_s), 0, 31536000, "0",
      "Forget a conversation idle this long; 0 = never"},
+    {"history_key_prefix", OPT_STRING, OFF(history_key_prefix), 0, 0, "\"parley:\"",
+     "Prefix of every key a shared (Redis) history store writes"},
     {"auto_create_conversation_id", OPT_BOOL, OFF(auto_create_conversation_id), 0, 0, "false",
      "Mint a UUID conversation_id when the input has none (else such turns are stateless)"},
     {"max_tool_iterations", OPT_INT, OFF(max_tool_iterations), 1, 100, "10",

@@ -39,6 +39,7 @@ typedef struct parley_options {
     int64_t max_history_turns;   /* 0 = unlimited */
     int64_t max_conversations;
     int64_t history_idle_timeout_s; /* 0 = never */
+    char *history_key_prefix;    /* shared stores (redis): prefix of every key */
     int auto_create_conversation_id;
     /* tools */
     int64_t max_tool_iterations;

@@ -99,6 +99,7 @@ typedef struct store_config {
     int sync_full;               /* durable backends: flush to stable storage on every append */
     store_log_fn log;
     void *log_ud;
+    const char *key_prefix;      /* shared stores (redis): the prefix of every key; NULL = "parley:" */
 } store_config;
 
 typedef struct store_stats {
@@ -175,7 +176,8 @@ struct store {
 };
 
 /*
- * The backend for a history_store option value: "memory", or "sqlite:PATH".
+ * The backend for a history_store option value: "memory", "sqlite:PATH", or
+ * "redis://[:PASSWORD@]HOST:PORT[/DB]".
  * Sets *location to what follows the scheme's colon ("" for memory).  NULL
  * when the scheme is unknown.
  */
@@ -183,5 +185,6 @@ const store_backend *store_backend_for(const char *spec, const char **location);
 
 extern const store_backend store_memory_backend;
 extern const store_backend store_sqlite_backend;
+extern const store_backend store_redis_backend;
 
 #endif
