@@ -88,6 +88,42 @@ static int setup_http(parley_agent *a)
     return 0;
 }
 
+static void store_log(void *ud, parley_log_level level, const char *message)
+{
+    agent_log(ud, level, "%s", message);
+}
+
+/* The history store the options name, with their limits.  0, or -1 with *err. */
+static int open_store(parley_agent *a, char **err)
+{
+    const parley_options *o = &a->opts;
+    const char *location = "";
+    const store_backend *backend = store_backend_for(o->history_store, &location);
+    if (!backend) { /* options_parse checked the scheme */
+        *err = pstr_printf("option 'history_store': unknown store");
+        return -1;
+    }
+    int64_t keep = o->history_keep_turns < 0 ? o->max_history_turns : o->history_keep_turns;
+    store_config cfg = {
+        .location = location,
+        .limits = {.keep_turns = (size_t)keep,
+                   .max_conversations = (size_t)o->max_conversations,
+                   .idle_timeout_ms = (uint64_t)o->history_idle_timeout_s * 1000u},
+        .sync_full = strcmp(o->history_sync, "full") == 0,
+        .log = store_log,
+        .log_ud = a,
+        .key_prefix = o->history_key_prefix,
+    };
+    char *serr = NULL;
+    if (backend->open(&cfg, &a->store, &serr) != PARLEY_OK) {
+        a->store = NULL;
+        *err = pstr_printf("option 'history_store': %s", serr ? serr : "could not open the store");
+        free(serr);
+        return -1;
+    }
+    return 0;
+}
+
 static void agent_free(parley_agent *a)
 {
     if (a->multi)
@@ -98,7 +134,8 @@ static void agent_free(parley_agent *a)
     curl_slist_free_all(a->headers);
     free(a->url);
     toolset_free(a->tools);
-    history_free(a->hist);
+    if (a->store)
+        a->store->backend->close(a->store);
     options_free(&a->opts);
     if (a->box)
         inbox_unref(a->box);
@@ -136,14 +173,10 @@ parley_agent *agent_create(const parley_host *host, const char *options_json, ch
         free(terr);
         goto fail;
     }
-    history_limits lim = {
-        .max_turns = (size_t)a->opts.max_history_turns,
-        .max_conversations = (size_t)a->opts.max_conversations,
-        .idle_timeout_ms = (uint64_t)a->opts.history_idle_timeout_s * 1000u,
-    };
-    a->hist = history_new(&lim);
+    if (open_store(a, &err) != 0)
+        goto fail;
     a->box = inbox_new();
-    if (!a->hist || !a->box || setup_http(a) != 0)
+    if (!a->box || setup_http(a) != 0)
         goto fail;
     if (worker_start(a) != 0) {
         err = dup_error("could not start the worker thread");
@@ -288,9 +321,20 @@ parley_status agent_complete_tool_call(parley_tool_call *h, const char *result, 
 
 /* ---- history introspection ------------------------------------------------ */
 
-static parley_status dump_status(int rc)
+static store_key key_for(const char *conversation_id)
 {
-    return rc == 0 ? PARLEY_OK : rc == -1 ? PARLEY_ERR_NOT_FOUND : PARLEY_ERR_NO_MEMORY;
+    return (store_key){.conversation_id = conversation_id, .persona = "", .interface_type = ""};
+}
+
+/* Hand a store read to the host: its JSON in *out, or the status (the message is dropped:
+ * the ABI's read functions return a status only). */
+static parley_status read_result(parley_status st, pbuf *b, char *err, char **out)
+{
+    free(err);
+    if (st == PARLEY_OK && !(*out = pbuf_take(b)))
+        st = PARLEY_ERR_NO_MEMORY;
+    pbuf_free(b);
+    return st;
 }
 
 parley_status agent_history_get(parley_agent *a, const char *id, char **out)
@@ -298,7 +342,11 @@ parley_status agent_history_get(parley_agent *a, const char *id, char **out)
     if (!a || !id || !out)
         return PARLEY_ERR_INVALID_INPUT;
     *out = NULL;
-    return dump_status(history_dump_conversation(a->hist, id, clock_wall_ms(), out));
+    store_key key = key_for(id);
+    pbuf b = PBUF_INIT;
+    char *err = NULL;
+    parley_status st = a->store->backend->get_conversation(a->store, &key, clock_wall_ms(), &b, &err);
+    return read_result(st, &b, err, out);
 }
 
 parley_status agent_turn_get(parley_agent *a, const char *turn_id, char **out)
@@ -306,7 +354,10 @@ parley_status agent_turn_get(parley_agent *a, const char *turn_id, char **out)
     if (!a || !turn_id || !out)
         return PARLEY_ERR_INVALID_INPUT;
     *out = NULL;
-    return dump_status(history_dump_turn(a->hist, turn_id, clock_wall_ms(), out));
+    pbuf b = PBUF_INIT;
+    char *err = NULL;
+    parley_status st = a->store->backend->get_turn(a->store, turn_id, clock_wall_ms(), &b, &err);
+    return read_result(st, &b, err, out);
 }
 
 parley_status agent_conversations_list(parley_agent *a, char **out)
@@ -314,22 +365,35 @@ parley_status agent_conversations_list(parley_agent *a, char **out)
     if (!a || !out)
         return PARLEY_ERR_INVALID_INPUT;
     *out = NULL;
-    return dump_status(history_dump_list(a->hist, clock_wall_ms(), out));
+    pbuf b = PBUF_INIT;
+    char *err = NULL;
+    parley_status st = a->store->backend->list(a->store, clock_wall_ms(), &b, &err);
+    return read_result(st, &b, err, out);
 }
 
 parley_status agent_history_clear(parley_agent *a, const char *id)
 {
     if (!a)
         return PARLEY_ERR_INVALID_INPUT;
-    return history_clear(a->hist, id) == 0 ? PARLEY_OK : PARLEY_ERR_NOT_FOUND;
+    store_key key = key_for(id);
+    char *err = NULL;
+    parley_status st = a->store->backend->forget(a->store, id ? &key : NULL, &err);
+    if (err)
+        agent_log(a, PARLEY_LOG_WARN, "history_clear: %s", err);
+    free(err);
+    return st;
 }
 
 parley_status agent_metrics(parley_agent *a, char **out)
 {
     if (!a || !out)
         return PARLEY_ERR_INVALID_INPUT;
-    history_stats hs;
-    history_get_stats(a->hist, &hs);
+    store_stats hs;
+    memset(&hs, 0, sizeof hs);
+    char *err = NULL;
+    if (a->store->backend->stats(a->store, &hs, &err) != PARLEY_OK)
+        agent_log(a, PARLEY_LOG_WARN, "metrics: %s", err ? err : "store stats unavailable");
+    free(err);
     const agent_counters *m = &a->metrics;
     if (asprintf(out,
                  "{\"turns_accepted\":%llu,\"turns_ok\":%llu,\"turns_failed\":%llu,"

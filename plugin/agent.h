@@ -8,7 +8,7 @@
  *   worker thread: drains the inbox, runs every turn, owns every curl
  *   handle, every timer and every turn; calls every host callback.
  *
- *   history: its own mutex; the worker renders and commits, hosts dump.
+ *   store: thread-safe (store.h); the worker loads and appends, hosts read.
  *
  * The inbox is reference-counted apart from the agent because tool-call
  * handles may outlive the agent (the host must complete each one, even after
@@ -24,9 +24,9 @@
 #include <stdint.h>
 
 #include "dict.h"
-#include "history.h"
 #include "llm_http.h"
 #include "options.h"
+#include "store/store.h"
 #include "timer_heap.h"
 #include "toolset.h"
 
@@ -67,7 +67,7 @@ struct parley_agent {
     parley_host host;
     parley_options opts;
     toolset *tools;          /* from the options; read-only after create */
-    history *hist;
+    store *store;            /* history_store; its own locking (store.h) */
     http_config http;        /* shared by every request; read-only after create */
     struct curl_slist *headers;
     char *url;

@@ -201,6 +201,7 @@ void turn_free(turn *t)
     toolset_free(t->own_tools);
     pbuf_free(&t->history);
     pbuf_free(&t->messages);
+    free(t->message_index);
     pbuf_free(&t->steps);
     pbuf_free(&t->body);
     free(t->stream_error);
@@ -214,10 +215,30 @@ void turn_free(turn *t)
  * Recording: the turn's messages (committed at the end) and its steps
  * ====================================================================== */
 
-static void record_message(turn *t, const pbuf *msg)
+/* Append one message, and index it for the store (a failure is sticky oom). */
+static void record_message(turn *t, const char *role, const pbuf *msg)
 {
+    if (t->nmessages == t->message_index_cap) {
+        size_t cap = t->message_index_cap ? t->message_index_cap * 2 : 4;
+        turn_message *more = realloc(t->message_index, cap * sizeof *more);
+        if (!more) {
+            t->messages.oom = 1;
+            return;
+        }
+        t->message_index = more;
+        t->message_index_cap = cap;
+    }
+    turn_message *m = &t->message_index[t->nmessages];
+    if (uuid4(m->id) != 0) {
+        t->messages.oom = 1; /* no randomness: treated as a failure to record */
+        return;
+    }
     if (t->messages.len)
         pbuf_putc(&t->messages, ',');
+    m->offset = t->messages.len;
+    m->len = msg->len;
+    m->role = role;
+    m->created_ms = clock_wall_ms();
     pbuf_append(&t->messages, msg->data, msg->len);
     t->nmessages++;
 }
@@ -236,7 +257,7 @@ static void record_user_message(turn *t)
     pbuf_puts(&m, "{\"role\":\"user\",\"content\":");
     put_str(&m, t->text);
     pbuf_putc(&m, '}');
-    record_message(t, &m);
+    record_message(t, "user", &m);
     pbuf_free(&m);
 }
 
@@ -308,7 +329,7 @@ static void record_tool_calls(turn *t, const char *content)
         pbuf_free(&s);
     }
     pbuf_puts(&m, "]}");
-    record_message(t, &m);
+    record_message(t, "assistant", &m);
     pbuf_free(&m);
 }
 
@@ -322,7 +343,7 @@ static void record_tool_results(turn *t)
         pbuf_puts(&m, ",\"content\":");
         put_str(&m, c->content);
         pbuf_putc(&m, '}');
-        record_message(t, &m);
+        record_message(t, "tool", &m);
         pbuf_free(&m);
 
         pbuf s = PBUF_INIT;
@@ -344,7 +365,7 @@ static void record_answer(turn *t, const char *content)
     pbuf_puts(&m, "{\"role\":\"assistant\",\"content\":");
     put_str(&m, content);
     pbuf_putc(&m, '}');
-    record_message(t, &m);
+    record_message(t, "assistant", &m);
     pbuf_free(&m);
 
     free(t->answer);
@@ -363,6 +384,12 @@ static void record_answer(turn *t, const char *content)
  * ====================================================================== */
 
 static void turn_request(turn *t);
+static void turn_commit(turn *t);
+
+static store_key key_of(const turn *t)
+{
+    return (store_key){.conversation_id = t->conversation_id, .persona = "", .interface_type = ""};
+}
 
 void turn_begin(turn *t)
 {
@@ -372,8 +399,29 @@ void turn_begin(turn *t)
         turn_end(t, PARLEY_ERR_NO_MEMORY, "out of memory");
         return;
     }
-    if (t->conversation_id)
-        history_render(a->hist, t->conversation_id, clock_wall_ms(), &t->history);
+    if (!t->conversation_id) {
+        turn_on_history(t, PARLEY_OK, NULL);
+        return;
+    }
+    /* The last max_history_turns turns: what this turn sends. */
+    store_key key = key_of(t);
+    size_t n = 0;
+    char *err = NULL;
+    parley_status st = a->store->backend->load(a->store, &key, (size_t)a->opts.max_history_turns,
+                                               clock_wall_ms(), &t->history, &n, &err);
+    turn_on_history(t, st, err);
+    free(err);
+}
+
+void turn_on_history(turn *t, parley_status status, const char *message)
+{
+    if (status != PARLEY_OK) {
+        char *m = pstr_printf("could not load the conversation's history: %s",
+                              message ? message : status_name(status));
+        turn_end(t, status, m ? m : status_name(status));
+        free(m);
+        return;
+    }
     record_user_message(t);
     turn_request(t);
 }
@@ -549,14 +597,14 @@ void turn_on_http_done(turn *t, CURLcode code)
     if (reply.ncalls == 0) {
         record_answer(t, reply.content ? reply.content : "");
         llm_reply_free(&reply);
-        turn_end(t, PARLEY_OK, NULL);
+        turn_commit(t);
         return;
     }
     if (t->tool_rounds >= a->opts.max_tool_iterations) {
         /* We said tool_choice "none" and the model still wants tools. */
         if (reply.content && *reply.content) {
             record_answer(t, reply.content);
-            turn_end(t, PARLEY_OK, NULL);
+            turn_commit(t);
         } else {
             char *m = pstr_printf("the model kept calling tools after %d rounds and tool_choice \"none\"",
                           t->tool_rounds);
@@ -808,23 +856,51 @@ static int ends_in_question(const char *s)
     return n >= 3 && memcmp(s + n - 3, "\xEF\xBC\x9F", 3) == 0; /* fullwidth '?' */
 }
 
-static parley_status commit(turn *t)
+/*
+ * The answer is in: append the whole turn to its conversation, then end.
+ * The turn is reported ok only once the store has it; a store failure ends
+ * it with that failure, the conversation unchanged.
+ */
+static void turn_commit(turn *t)
 {
-    if (!t->conversation_id)
-        return PARLEY_OK;
-    if (t->messages.oom)
-        return PARLEY_ERR_NO_MEMORY;
-    history_turn_in in = {
-        .turn_id = t->turn_id,
-        .started_ms = t->started_wall_ms,
-        .finished_ms = clock_wall_ms(),
-        .messages = t->messages.data,
-        .messages_len = t->messages.len,
-        .nmessages = t->nmessages,
-    };
-    return history_commit(t->agent->hist, t->conversation_id, &in, in.finished_ms) == 0
-               ? PARLEY_OK
-               : PARLEY_ERR_NO_MEMORY;
+    if (!t->answer || t->messages.oom) {
+        turn_end(t, PARLEY_ERR_NO_MEMORY, "out of memory recording the turn");
+        return;
+    }
+    if (!t->conversation_id) {
+        turn_end(t, PARLEY_OK, NULL);
+        return;
+    }
+    store_message *msgs = calloc(t->nmessages, sizeof *msgs);
+    if (!msgs) {
+        turn_end(t, PARLEY_ERR_NO_MEMORY, "out of memory committing the turn");
+        return;
+    }
+    for (size_t i = 0; i < t->nmessages; i++) {
+        const turn_message *m = &t->message_index[i];
+        msgs[i] = (store_message){.message_id = m->id, .role = m->role, .created_ms = m->created_ms,
+                                  .json = t->messages.data + m->offset, .json_len = m->len};
+    }
+    uint64_t now = clock_wall_ms();
+    store_turn in = {.turn_id = t->turn_id, .started_ms = t->started_wall_ms, .finished_ms = now,
+                     .messages = msgs, .nmessages = t->nmessages};
+    store_key key = key_of(t);
+    char *err = NULL;
+    parley_status st = t->agent->store->backend->append(t->agent->store, &key, &in, now, &err);
+    free(msgs);
+    turn_on_committed(t, st, err);
+    free(err);
+}
+
+void turn_on_committed(turn *t, parley_status status, const char *message)
+{
+    if (status == PARLEY_OK) {
+        turn_end(t, PARLEY_OK, NULL);
+        return;
+    }
+    char *m = pstr_printf("could not store the turn: %s", message ? message : status_name(status));
+    turn_end(t, status, m ? m : status_name(status));
+    free(m);
 }
 
 void turn_end(turn *t, parley_status status, const char *message)
@@ -842,11 +918,6 @@ void turn_end(turn *t, parley_status status, const char *message)
         detach_handle(t, &t->calls[i]);
 
     const char *answer = t->answer;
-    if (status == PARLEY_OK) {
-        status = answer ? commit(t) : PARLEY_ERR_NO_MEMORY;
-        if (status != PARLEY_OK)
-            message = "out of memory committing the turn";
-    }
     if (t->steps.len)
         pbuf_putc(&t->steps, ']');
     worker_forget(t);

@@ -25,6 +25,7 @@
 #include "agent.h"
 #include "buf.h"
 #include "llm_reply.h"
+#include "store/store.h"
 #include "timer_heap.h"
 #include "uuid.h"
 
@@ -37,6 +38,14 @@ typedef struct turn_call {
     char *content;            /* the tool message content, once known */
     int is_error;
 } turn_call;
+
+/* Where one message of this turn lies in `messages`, and what the store indexes. */
+typedef struct turn_message {
+    size_t offset, len;
+    const char *role;         /* static: "user", "assistant", "tool" */
+    uint64_t created_ms;
+    char id[UUID_STR_LEN];
+} turn_message;
 
 struct turn {
     parley_agent *agent;
@@ -58,7 +67,8 @@ struct turn {
     uint64_t started_wall_ms;
     pbuf history;             /* the conversation's stored messages at turn_begin */
     pbuf messages;            /* this turn's messages, comma-joined: what gets committed */
-    size_t nmessages;
+    turn_message *message_index; /* one per message of `messages` */
+    size_t nmessages, message_index_cap;
     pbuf steps;               /* the steps JSON array being built */
     pbuf body;                /* the current request body */
     char *answer;             /* the final answer, once the model gave it */
@@ -90,6 +100,10 @@ void turn_free(turn *t);
 
 /* Worker-thread events. */
 void turn_begin(turn *t);
+/* The conversation's history is in t->history (status PARLEY_OK), or could not be read. */
+void turn_on_history(turn *t, parley_status status, const char *message);
+/* The store took the turn (PARLEY_OK), or refused it (nothing stored). */
+void turn_on_committed(turn *t, parley_status status, const char *message);
 void turn_on_http_done(turn *t, CURLcode code);
 void turn_on_tool_result(turn *t, parley_tool_call *h);
 void turn_on_timer(turn *t, ptimer *which);

@@ -296,7 +296,10 @@ static void sweep_history(parley_agent *a)
     if (now < a->next_expiry_sweep_ms)
         return;
     a->next_expiry_sweep_ms = now + EXPIRY_SWEEP_MS;
-    history_expire(a->hist, clock_wall_ms());
+    char *err = NULL;
+    if (a->store->backend->expire(a->store, clock_wall_ms(), NULL, &err) != PARLEY_OK)
+        agent_log(a, PARLEY_LOG_WARN, "history expiry: %s", err ? err : "failed");
+    free(err);
 }
 
 /*

@@ -113,7 +113,8 @@ typedef enum parley_status {
     PARLEY_ERR_NOT_FOUND = 11,      /* "not_found": no such conversation / turn / request */
     PARLEY_ERR_NO_MEMORY = 12,      /* "no_memory": an allocation failed */
     PARLEY_ERR_INTERNAL = 13,       /* "internal": a bug in Parley; please report it */
-    PARLEY_ERR_STORAGE = 14         /* "storage": the history store failed (I/O, connection) */
+    PARLEY_ERR_STORAGE = 14         /* "storage": the history store failed (I/O error, disk
+                                       full, corrupt or unreachable store); history unchanged */
 } parley_status;
 
 typedef enum parley_log_level {

@@ -111,7 +111,7 @@ static long parse_number(const char *s, const char *end, long min, long max)
 
 static char *bad_location(const char *why)
 {
-    return pstr_printf("history_store: %s; expected redis://[:PASSWORD@]HOST:PORT[/DB]", why);
+    return pstr_printf("redis location: %s; expected redis://[:PASSWORD@]HOST:PORT[/DB]", why);
 }
 
 /* `loc` is what follows "redis:".  Messages never quote the text, which may hold the password. */

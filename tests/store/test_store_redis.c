@@ -171,7 +171,7 @@ static void test_bad_locations(void)
         CHECK(B->open(&cfg, &s, &err) == PARLEY_ERR_INVALID_INPUT);
         CHECK(s == NULL);
         CHECK(err && strstr(err, bad[i][1]));
-        CHECK(err && strstr(err, "history_store"));
+        CHECK(err && strstr(err, "expected redis://[:PASSWORD@]HOST:PORT[/DB]"));
         CHECK(err && !strstr(err, PASSWORD));
         if (!err || !strstr(err, bad[i][1]))
             fprintf(stderr, "  location %s: %s\n", bad[i][0], err ? err : "(null)");

@@ -28,6 +28,9 @@ static void test_defaults(void)
     CHECK(err == NULL);
     CHECK_STR(o.base_url, "http://127.0.0.1:11434/v1");
     CHECK(o.max_history_turns == 20);
+    CHECK(o.history_keep_turns == -1); /* null: the same as max_history_turns */
+    CHECK_STR(o.history_store, "memory");
+    CHECK_STR(o.history_sync, "normal");
     CHECK(o.max_tool_iterations == 10);
     CHECK(o.auto_create_conversation_id == 0);
     CHECK(o.stream == 0);
@@ -52,6 +55,11 @@ static void test_values(void)
     CHECK(o.stream == 1);
     CHECK(o.top_p < 0);
     options_free(&o);
+    CHECK(options_parse("{\"model\":\"m\",\"history_keep_turns\":0,\"history_sync\":\"full\","
+                        "\"history_store\":\"memory\"}", &o, &err) == 0);
+    CHECK(o.history_keep_turns == 0);
+    CHECK_STR(o.history_sync, "full");
+    options_free(&o);
 
     setenv("PARLEY_TEST_KEY", "from-env", 1);
     CHECK(options_parse("{\"model\":\"m\",\"api_key_env\":\"PARLEY_TEST_KEY\"}", &o, &err) == 0);
@@ -71,6 +79,17 @@ static void test_errors(void)
     expect_error("{\"model\":\"m\",\"max_history_turns\":1.5}", "option 'max_history_turns': must be an integer");
     expect_error("{\"model\":\"m\",\"max_history_turns\":null}", "option 'max_history_turns'");
     expect_error("{\"model\":\"m\",\"stream\":1}", "option 'stream': must be true or false");
+    /* only the scheme is quoted: the rest of a store URL may hold a password */
+    expect_error("{\"model\":\"m\",\"history_store\":\"rediss://:hunter2@h:1\"}",
+                 "option 'history_store': unknown store \"rediss\" (expected");
+    parley_options o;
+    char *err = NULL;
+    CHECK(options_parse("{\"model\":\"m\",\"history_store\":\"rediss://:hunter2@h:1\"}", &o, &err) == -1);
+    CHECK(err && !strstr(err, "hunter2"));
+    free(err);
+    expect_error("{\"model\":\"m\",\"history_store\":\"memoryx\"}", "option 'history_store'");
+    expect_error("{\"model\":\"m\",\"history_sync\":\"FULL\"}", "option 'history_sync'");
+    expect_error("{\"model\":\"m\",\"history_keep_turns\":-1}", "option 'history_keep_turns'");
     expect_error("{\"model\":\"m\",\"base_url\":\"ftp://x\"}", "option 'base_url'");
     expect_error("{\"model\":7}", "option 'model': must be a string");
     expect_error("{\"model\":\"m\",\"tools\":{}}", "option 'tools': must be an array");
