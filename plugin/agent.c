@@ -113,6 +113,7 @@ static int open_store(parley_agent *a, char **err)
         .log = store_log,
         .log_ud = a,
         .key_prefix = o->history_key_prefix,
+        .lease_ms = (uint64_t)o->history_lease_ms,
     };
     char *serr = NULL;
     if (backend->open(&cfg, &a->store, &serr) != PARLEY_OK) {

@@ -73,6 +73,8 @@ static const opt_spec SPECS[] = {
      "Forget a conversation idle this long (also while the host was down); 0 = never"},
     {"history_key_prefix", OPT_STRING, OFF(history_key_prefix), 0, 0, "\"parley:\"",
      "Prefix of every key a shared (Redis) history store writes"},
+    {"history_lease_ms", OPT_INT, OFF(history_lease_ms), 100, 600000, "10000",
+     "Shared store: life of a turn's lease on its conversation (renewed while the turn runs)"},
     {"auto_create_conversation_id", OPT_BOOL, OFF(auto_create_conversation_id), 0, 0, "false",
      "Mint a UUID conversation_id when the input has none (else such turns are stateless)"},
     {"max_tool_iterations", OPT_INT, OFF(max_tool_iterations), 1, 100, "10",

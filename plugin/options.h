@@ -44,6 +44,7 @@ typedef struct parley_options {
     int64_t max_conversations;
     int64_t history_idle_timeout_s; /* 0 = never */
     char *history_key_prefix;    /* shared stores (redis): prefix of every key */
+    int64_t history_lease_ms;    /* shared stores: a conversation lease's life without renewal */
     int auto_create_conversation_id;
     /* tools */
     int64_t max_tool_iterations;

@@ -391,6 +391,8 @@ static store_key key_of(const turn *t)
     return (store_key){.conversation_id = t->conversation_id, .persona = "", .interface_type = ""};
 }
 
+static void turn_load_history(turn *t);
+
 void turn_begin(turn *t)
 {
     parley_agent *a = t->agent;
@@ -403,10 +405,46 @@ void turn_begin(turn *t)
         turn_on_history(t, PARLEY_OK, NULL);
         return;
     }
-    /* The last max_history_turns turns: what this turn sends. */
+    turn_load_history(t);
+}
+
+/* A store shared by several processes orders their turns with a lease (store.h v2). */
+static int store_has_leases(const store *s)
+{
+    return s->backend->version >= 2 && s->backend->lease_acquire && s->backend->lease_release;
+}
+
+/*
+ * Take the conversation's lease (shared stores), then load the last
+ * max_history_turns turns: what this turn sends.  While another process
+ * holds the lease, wait and try again (20, 40, 80, then every 160 ms, never
+ * longer than the holder's lease has left); turn_timeout_ms bounds the wait.
+ */
+static void turn_load_history(turn *t)
+{
+    parley_agent *a = t->agent;
     store_key key = key_of(t);
-    size_t n = 0;
     char *err = NULL;
+    if (store_has_leases(a->store) && !t->lease_held) {
+        uint64_t retry_ms = 0;
+        parley_status st = a->store->backend->lease_acquire(a->store, &key, &retry_ms, &err);
+        if (st == PARLEY_ERR_BUSY) {
+            uint64_t delay = 20u << (t->lease_waits < 3 ? t->lease_waits : 3);
+            t->lease_waits++;
+            if (retry_ms && retry_ms < delay)
+                delay = retry_ms;
+            if (timer_arm(&a->timers, &t->wait, clock_mono_ms() + delay))
+                turn_end(t, PARLEY_ERR_NO_MEMORY, "out of memory");
+            return;
+        }
+        if (st != PARLEY_OK) {
+            turn_on_history(t, st, err);
+            free(err);
+            return;
+        }
+        t->lease_held = 1;
+    }
+    size_t n = 0;
     parley_status st = a->store->backend->load(a->store, &key, (size_t)a->opts.max_history_turns,
                                                clock_wall_ms(), &t->history, &n, &err);
     turn_on_history(t, st, err);
@@ -834,6 +872,8 @@ void turn_on_timer(turn *t, ptimer *which)
         free(m);
     } else if (t->calls_pending) {
         tool_timeout(t);
+    } else if (t->conversation_id && store_has_leases(t->agent->store) && !t->lease_held) {
+        turn_load_history(t); /* the lease was busy: try again */
     } else {
         turn_request(t); /* the backoff before a retry is over */
     }
@@ -916,6 +956,11 @@ void turn_end(turn *t, parley_status status, const char *message)
     timer_disarm(&a->timers, &t->wait);
     for (size_t i = 0; i < t->ncalls; i++)
         detach_handle(t, &t->calls[i]);
+    if (t->lease_held) { /* committed or failed: the next turn, on any host, may go */
+        store_key key = key_of(t);
+        a->store->backend->lease_release(a->store, &key);
+        t->lease_held = 0;
+    }
 
     const char *answer = t->answer;
     if (t->steps.len)

@@ -82,7 +82,9 @@ struct turn {
     int ended;
 
     ptimer deadline;          /* turn_timeout_ms */
-    ptimer wait;              /* retry backoff, tool timeout, or stream idle timeout */
+    ptimer wait;              /* retry backoff, tool timeout, stream idle timeout, or lease wait */
+    int lease_held;           /* a shared store's lease on the conversation (store.h v2) */
+    int lease_waits;          /* times the lease was busy: the wait grows with it */
 
     /* worker bookkeeping */
     lane *lane;

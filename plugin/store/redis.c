@@ -29,6 +29,7 @@
 #include <string.h>
 
 #include "../clock.h"
+#include "../uuid.h"
 #include "redis_scripts.h"
 #include "store.h"
 #include "store_json.h"
@@ -40,6 +41,7 @@
  * a little never let Redis drop what the store's own check still calls live. */
 #define REDIS_TTL_GRACE_MS 60000
 #define REDIS_MAX_ARGS 24
+#define REDIS_DEFAULT_LEASE_MS 10000
 
 enum {
     SCRIPT_LOAD,
@@ -50,6 +52,9 @@ enum {
     SCRIPT_FORGET,
     SCRIPT_EXPIRE,
     SCRIPT_STATS,
+    SCRIPT_LEASE_ACQUIRE,
+    SCRIPT_LEASE_RENEW,
+    SCRIPT_LEASE_RELEASE,
     SCRIPT_COUNT
 };
 
@@ -58,6 +63,8 @@ static const char *const SCRIPTS[SCRIPT_COUNT] = {
     REDIS_LUA_PRELUDE REDIS_LUA_GET_CONVERSATION, REDIS_LUA_PRELUDE REDIS_LUA_GET_TURN,
     REDIS_LUA_PRELUDE REDIS_LUA_LIST,   REDIS_LUA_PRELUDE REDIS_LUA_FORGET,
     REDIS_LUA_PRELUDE REDIS_LUA_EXPIRE, REDIS_LUA_PRELUDE REDIS_LUA_STATS,
+    REDIS_LUA_PRELUDE REDIS_LUA_LEASE_ACQUIRE, REDIS_LUA_PRELUDE REDIS_LUA_LEASE_RENEW,
+    REDIS_LUA_PRELUDE REDIS_LUA_LEASE_RELEASE,
 };
 
 typedef struct redis_address {
@@ -68,19 +75,42 @@ typedef struct redis_address {
     char *name;     /* "redis store HOST:PORT/DB" for messages: no password */
 } redis_address;
 
-typedef struct redis_store {
-    struct store base;
-    pthread_mutex_t lock;       /* the connection is used by one call at a time */
-    redis_address addr;
-    char *prefix;
-    store_limits limits;
-    store_log_fn log;
-    void *log_ud;
+/* One connection to Redis, reopened on demand. */
+typedef struct redis_conn {
     redisContext *ctx;          /* NULL while disconnected */
     uint64_t next_connect_ms;   /* monotonic: no reconnection attempt before */
     int lost_logged;            /* the loss of the connection was logged */
+} redis_conn;
+
+/* A lease this store object holds (store.h, version 2). */
+typedef struct held_lease {
+    struct held_lease *next;
+    char token[UUID_STR_LEN];   /* random: names this holder in Redis */
+    char cid[];
+} held_lease;
+
+typedef struct redis_store {
+    struct store base;
+    redis_address addr;
+    char *prefix;
+    store_limits limits;
+    uint64_t lease_ms;
+    store_log_fn log;
+    void *log_ud;
+
+    pthread_mutex_t lock;       /* guards conn and the counters: one call at a time */
+    redis_conn conn;
     size_t evicted;
     size_t expired;
+
+    /* Leases: the list, and the thread that renews them on its own connection. */
+    pthread_mutex_t lease_lock;
+    pthread_cond_t lease_wake;
+    held_lease *leases;
+    int stopping;
+    int renewer_started;
+    pthread_t renewer;
+    redis_conn renew_conn;      /* the renewer's only */
 } redis_store;
 
 /* ---- the location: redis://[:PASSWORD@]HOST:PORT[/DB] ---- */
@@ -222,19 +252,19 @@ static struct timeval ms_to_timeval(long ms)
     return tv;
 }
 
-static void disconnect(redis_store *s)
+static void disconnect(redis_conn *c)
 {
-    if (s->ctx)
-        redisFree(s->ctx);
-    s->ctx = NULL;
+    if (c->ctx)
+        redisFree(c->ctx);
+    c->ctx = NULL;
 }
 
-/* Run one command while connecting; NULL (and *err set) unless the reply is not an error. */
-static int setup_command(redis_store *s, char **err, int argc, const char **argv)
+/* Run one command while connecting: 0, or -1 with *err. */
+static int setup_command(redis_store *s, redis_conn *c, char **err, int argc, const char **argv)
 {
-    redisReply *r = redisCommandArgv(s->ctx, argc, argv, NULL);
+    redisReply *r = redisCommandArgv(c->ctx, argc, argv, NULL);
     if (!r) {
-        fail(s, err, "lost the connection while connecting", s->ctx->errstr);
+        fail(s, err, "lost the connection while connecting", c->ctx->errstr);
         return -1;
     }
     int ok = r->type != REDIS_REPLY_ERROR;
@@ -245,58 +275,62 @@ static int setup_command(redis_store *s, char **err, int argc, const char **argv
 }
 
 /* Connect, authenticate, select the database.  PARLEY_OK or PARLEY_ERR_STORAGE. */
-static parley_status connect_now(redis_store *s, char **err)
+static parley_status connect_now(redis_store *s, redis_conn *c, char **err)
 {
-    disconnect(s);
-    s->ctx = redisConnectWithTimeout(s->addr.host, s->addr.port,
+    disconnect(c);
+    c->ctx = redisConnectWithTimeout(s->addr.host, s->addr.port,
                                      ms_to_timeval(REDIS_CONNECT_TIMEOUT_MS));
-    if (!s->ctx)
+    if (!c->ctx)
         return PARLEY_ERR_NO_MEMORY;
-    if (s->ctx->err) {
-        fail(s, err, "cannot connect", s->ctx->errstr);
-        disconnect(s);
+    if (c->ctx->err) {
+        fail(s, err, "cannot connect", c->ctx->errstr);
+        disconnect(c);
         return PARLEY_ERR_STORAGE;
     }
-    redisSetTimeout(s->ctx, ms_to_timeval(REDIS_COMMAND_TIMEOUT_MS));
-    redisEnableKeepAlive(s->ctx);
+    redisSetTimeout(c->ctx, ms_to_timeval(REDIS_COMMAND_TIMEOUT_MS));
+    redisEnableKeepAlive(c->ctx);
     char db[24];
     snprintf(db, sizeof db, "%ld", s->addr.db);
     const char *auth[] = {"AUTH", s->addr.password};
     const char *select[] = {"SELECT", db};
     const char *ping[] = {"PING"};
-    if ((s->addr.password && setup_command(s, err, 2, auth) != 0) ||
-        (s->addr.db && setup_command(s, err, 2, select) != 0) || setup_command(s, err, 1, ping) != 0) {
-        disconnect(s);
+    if ((s->addr.password && setup_command(s, c, err, 2, auth) != 0) ||
+        (s->addr.db && setup_command(s, c, err, 2, select) != 0) ||
+        setup_command(s, c, err, 1, ping) != 0) {
+        disconnect(c);
         return PARLEY_ERR_STORAGE;
     }
     return PARLEY_OK;
 }
 
 /* A usable connection: the current one, or a new one (at most every REDIS_RECONNECT_MS). */
-static parley_status ensure_connected(redis_store *s, int *fresh, char **err)
+static parley_status ensure_connected(redis_store *s, redis_conn *c, int *fresh, char **err)
 {
     *fresh = 0;
-    if (s->ctx && !s->ctx->err)
+    if (c->ctx && !c->ctx->err)
         return PARLEY_OK;
-    if (clock_mono_ms() < s->next_connect_ms)
+    if (clock_mono_ms() < c->next_connect_ms)
         return fail(s, err, "not connected (retrying shortly)", NULL);
     char *why = NULL;
-    parley_status st = connect_now(s, &why);
+    parley_status st = connect_now(s, c, &why);
     if (st != PARLEY_OK) {
-        s->next_connect_ms = clock_mono_ms() + REDIS_RECONNECT_MS;
-        if (!s->lost_logged)
-            say(s, PARLEY_LOG_WARN, "%s: unavailable (%s); turns that need history fail until it is back",
-                why ? why : "out of memory");
-        s->lost_logged = 1;
+        c->next_connect_ms = clock_mono_ms() + REDIS_RECONNECT_MS;
+        if (!c->lost_logged && s->log && why) { /* why names the store already */
+            char *line = pstr_printf("%s; turns that need history fail until it is back", why);
+            if (line)
+                s->log(s->log_ud, PARLEY_LOG_WARN, line);
+            free(line);
+        }
+        c->lost_logged = 1;
         if (err)
             *err = why;
         else
             free(why);
         return st;
     }
-    if (s->lost_logged)
+    if (c->lost_logged)
         say(s, PARLEY_LOG_INFO, "%s: %s", "connected again");
-    s->lost_logged = 0;
+    c->lost_logged = 0;
     *fresh = 1;
     return PARLEY_OK;
 }
@@ -346,8 +380,8 @@ static void args_init(script_args *a, redis_store *s, uint64_t now_ms)
  * reply; PARLEY_ERR_STORAGE otherwise, or *lease_lost when the append's
  * fencing refused it.
  */
-static parley_status run_script(redis_store *s, int id, script_args *a, int retry,
-                                redisReply **reply, char **err)
+static parley_status run_on(redis_store *s, redis_conn *c, int id, script_args *a, int retry,
+                            redisReply **reply, char **err)
 {
     a->argv[0] = "EVAL";
     a->len[0] = 4;
@@ -358,18 +392,18 @@ static parley_status run_script(redis_store *s, int id, script_args *a, int retr
     *reply = NULL;
     for (int attempt = 0;; attempt++) {
         int fresh;
-        parley_status st = ensure_connected(s, &fresh, err);
+        parley_status st = ensure_connected(s, c, &fresh, err);
         if (st != PARLEY_OK)
             return st;
-        redisReply *r = redisCommandArgv(s->ctx, a->argc, a->argv, a->len);
+        redisReply *r = redisCommandArgv(c->ctx, a->argc, a->argv, a->len);
         if (!r) {
             int again = retry && !fresh && attempt == 0;
             if (!again) {
-                st = fail(s, err, "lost the connection", s->ctx->errstr);
+                st = fail(s, err, "lost the connection", c->ctx->errstr);
                 say(s, PARLEY_LOG_WARN, "%s: lost the connection (%s); reconnecting on the next call",
-                    s->ctx->errstr);
+                    c->ctx->errstr);
             }
-            disconnect(s);
+            disconnect(c);
             if (again)
                 continue;
             return st;
@@ -382,6 +416,13 @@ static parley_status run_script(redis_store *s, int id, script_args *a, int retr
         *reply = r;
         return PARLEY_OK;
     }
+}
+
+/* run_on the store's shared connection; the caller holds s->lock. */
+static parley_status run_script(redis_store *s, int id, script_args *a, int retry,
+                                redisReply **reply, char **err)
+{
+    return run_on(s, &s->conn, id, a, retry, reply, err);
 }
 
 /* ---- replies ---- */
@@ -437,6 +478,27 @@ static char *conversation_key(const store_key *k)
 
 /* ---- the backend ---- */
 
+static void *renewer_main(void *arg);
+
+/* The lease mutex and condition (on the monotonic clock): 0, or -1. */
+static int lease_sync_init(redis_store *s)
+{
+    pthread_condattr_t attr;
+    if (pthread_condattr_init(&attr) != 0)
+        return -1;
+    int rc = pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
+    if (rc == 0)
+        rc = pthread_cond_init(&s->lease_wake, &attr);
+    pthread_condattr_destroy(&attr);
+    if (rc != 0)
+        return -1;
+    if (pthread_mutex_init(&s->lease_lock, NULL) != 0) {
+        pthread_cond_destroy(&s->lease_wake);
+        return -1;
+    }
+    return 0;
+}
+
 static parley_status redis_open(const store_config *cfg, store **out, char **err)
 {
     *out = NULL;
@@ -454,6 +516,7 @@ static parley_status redis_open(const store_config *cfg, store **out, char **err
     s->limits = cfg->limits;
     if (s->limits.max_conversations == 0)
         s->limits.max_conversations = 1;
+    s->lease_ms = cfg->lease_ms ? cfg->lease_ms : REDIS_DEFAULT_LEASE_MS;
     s->log = cfg->log;
     s->log_ud = cfg->log_ud;
     if (!s->prefix || pthread_mutex_init(&s->lock, NULL) != 0) {
@@ -462,7 +525,22 @@ static parley_status redis_open(const store_config *cfg, store **out, char **err
         free(s);
         return PARLEY_ERR_NO_MEMORY;
     }
-    st = connect_now(s, err);
+    if (lease_sync_init(s) != 0) {
+        pthread_mutex_destroy(&s->lock);
+        free(s->prefix);
+        address_free(&s->addr);
+        free(s);
+        return PARLEY_ERR_NO_MEMORY;
+    }
+    st = connect_now(s, &s->conn, err);
+    if (st == PARLEY_OK) {
+        s->renewer_started = pthread_create(&s->renewer, NULL, renewer_main, s) == 0;
+        if (!s->renewer_started) {
+            st = PARLEY_ERR_NO_MEMORY;
+            if (err)
+                *err = pstr_printf("%s: cannot start the lease renewal thread", s->addr.name);
+        }
+    }
     if (st != PARLEY_OK) {
         store_redis_backend.close(&s->base);
         return st;
@@ -476,7 +554,22 @@ static void redis_close(store *base)
     redis_store *s = (redis_store *)base;
     if (!s)
         return;
-    disconnect(s);
+    if (s->renewer_started) {
+        pthread_mutex_lock(&s->lease_lock);
+        s->stopping = 1;
+        pthread_cond_signal(&s->lease_wake);
+        pthread_mutex_unlock(&s->lease_lock);
+        pthread_join(s->renewer, NULL);
+    }
+    while (s->leases) { /* still held: they expire by themselves */
+        held_lease *next = s->leases->next;
+        free(s->leases);
+        s->leases = next;
+    }
+    disconnect(&s->conn);
+    disconnect(&s->renew_conn);
+    pthread_cond_destroy(&s->lease_wake);
+    pthread_mutex_destroy(&s->lease_lock);
     pthread_mutex_destroy(&s->lock);
     free(s->prefix);
     address_free(&s->addr);
@@ -515,6 +608,19 @@ static parley_status redis_load(store *base, const store_key *key, size_t last_t
     pthread_mutex_unlock(&s->lock);
     free(cid);
     return st;
+}
+
+/* The token of the lease this store holds on `cid` into token ("" when none). */
+static void lease_token(redis_store *s, const char *cid, char token[UUID_STR_LEN])
+{
+    pthread_mutex_lock(&s->lease_lock);
+    for (held_lease *l = s->leases; l; l = l->next) {
+        if (strcmp(l->cid, cid) == 0) {
+            memcpy(token, l->token, UUID_STR_LEN);
+            break;
+        }
+    }
+    pthread_mutex_unlock(&s->lease_lock);
 }
 
 /* "id\trole\tcreated_ms\n" per message: what the store indexes besides the JSON. */
@@ -568,7 +674,9 @@ static parley_status redis_append(store *base, const store_key *key, const store
     arg_u64(&a, s->limits.keep_turns);
     arg_u64(&a, s->limits.max_conversations);
     arg_u64(&a, idle ? idle + REDIS_TTL_GRACE_MS : 0);
-    arg_str(&a, ""); /* lease token: none */
+    char token[UUID_STR_LEN] = "";
+    lease_token(s, cid, token); /* held: the append is fenced by it */
+    arg_str(&a, token);
     pthread_mutex_lock(&s->lock);
     redisReply *r;
     parley_status st = run_script(s, SCRIPT_APPEND, &a, 1, &r, err);
@@ -794,6 +902,165 @@ static parley_status redis_stats(store *base, store_stats *out, char **err)
     return st;
 }
 
+/* ---- leases (store.h, version 2) ---- */
+
+static parley_status redis_lease_acquire(store *base, const store_key *key, uint64_t *retry_ms,
+                                         char **err)
+{
+    redis_store *s = (redis_store *)base;
+    *retry_ms = 0;
+    char *cid = conversation_key(key);
+    held_lease *l = cid ? malloc(sizeof *l + strlen(cid) + 1) : NULL;
+    if (!l) {
+        free(cid);
+        return PARLEY_ERR_NO_MEMORY;
+    }
+    strcpy(l->cid, cid);
+    free(cid);
+    if (uuid4(l->token) != 0) {
+        free(l);
+        return fail(s, err, "no randomness for a lease token", NULL);
+    }
+    script_args a;
+    args_init(&a, s, 0);
+    arg_str(&a, l->cid);
+    arg_str(&a, l->token);
+    arg_u64(&a, s->lease_ms);
+    pthread_mutex_lock(&s->lock);
+    redisReply *r;
+    /* Retried safely: the script takes a lease that already holds our token. */
+    parley_status st = run_script(s, SCRIPT_LEASE_ACQUIRE, &a, 1, &r, err);
+    if (st == PARLEY_OK) {
+        long long taken = is_array(r, 1) ? reply_int(r->element[0]) : -1;
+        if (taken == 0) {
+            long long left = r->elements > 1 ? reply_int(r->element[1]) : 0;
+            *retry_ms = left > 0 ? (uint64_t)left : 1;
+            st = PARLEY_ERR_BUSY;
+        } else if (taken != 1) {
+            st = fail(s, err, "unexpected reply", NULL);
+        }
+        freeReplyObject(r);
+    }
+    pthread_mutex_unlock(&s->lock);
+    if (st != PARLEY_OK) {
+        free(l);
+        return st;
+    }
+    pthread_mutex_lock(&s->lease_lock);
+    l->next = s->leases;
+    s->leases = l;
+    pthread_cond_signal(&s->lease_wake); /* the renewer may have been idle */
+    pthread_mutex_unlock(&s->lease_lock);
+    return PARLEY_OK;
+}
+
+static void redis_lease_release(store *base, const store_key *key)
+{
+    redis_store *s = (redis_store *)base;
+    char *cid = conversation_key(key);
+    if (!cid)
+        return; /* the lease expires by itself */
+    held_lease *found = NULL;
+    pthread_mutex_lock(&s->lease_lock);
+    for (held_lease **p = &s->leases; *p; p = &(*p)->next) {
+        if (strcmp((*p)->cid, cid) == 0) {
+            found = *p;
+            *p = found->next;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&s->lease_lock);
+    free(cid);
+    if (!found)
+        return;
+    script_args a;
+    args_init(&a, s, 0);
+    arg_str(&a, found->cid);
+    arg_str(&a, found->token);
+    arg_u64(&a, s->lease_ms);
+    pthread_mutex_lock(&s->lock);
+    redisReply *r;
+    char *err = NULL;
+    if (run_script(s, SCRIPT_LEASE_RELEASE, &a, 1, &r, &err) == PARLEY_OK)
+        freeReplyObject(r);
+    else
+        say(s, PARLEY_LOG_WARN, "%s: a conversation lease was not released, it expires by itself (%s)",
+            err ? err : "out of memory");
+    pthread_mutex_unlock(&s->lock);
+    free(err);
+    free(found);
+}
+
+/* One pass of the renewer: extend every lease still held (lease_lock held on entry and exit). */
+static void renew_all(redis_store *s)
+{
+    size_t n = 0;
+    for (held_lease *l = s->leases; l; l = l->next)
+        n++;
+    char(*tokens)[UUID_STR_LEN] = malloc(n * sizeof *tokens + 1);
+    char **cids = calloc(n + 1, sizeof *cids);
+    size_t i = 0;
+    for (held_lease *l = s->leases; l && tokens && cids; l = l->next, i++) {
+        memcpy(tokens[i], l->token, UUID_STR_LEN);
+        cids[i] = strdup(l->cid);
+    }
+    pthread_mutex_unlock(&s->lease_lock);
+    for (size_t k = 0; k < n && tokens && cids; k++) {
+        if (!cids[k])
+            continue;
+        script_args a;
+        args_init(&a, s, 0);
+        arg_str(&a, cids[k]);
+        arg_str(&a, tokens[k]);
+        arg_u64(&a, s->lease_ms);
+        redisReply *r;
+        if (run_on(s, &s->renew_conn, SCRIPT_LEASE_RENEW, &a, 1, &r, NULL) == PARLEY_OK) {
+            if (reply_int(r) == 0)
+                say(s, PARLEY_LOG_WARN, "%s: a conversation lease expired before it was renewed%s",
+                    "; that turn's commit will be refused");
+            freeReplyObject(r);
+        }
+        free(cids[k]);
+    }
+    free(cids);
+    free(tokens);
+    pthread_mutex_lock(&s->lease_lock);
+}
+
+/* Renews held leases every third of their life, on its own connection, so a
+ * turn's lease outlives any wait for the shared connection. */
+static void *renewer_main(void *arg)
+{
+    redis_store *s = arg;
+    uint64_t period = s->lease_ms / 3 ? s->lease_ms / 3 : 1;
+    uint64_t due = 0; /* monotonic ms of the next pass; 0 while nothing is held */
+    pthread_mutex_lock(&s->lease_lock);
+    while (!s->stopping) {
+        if (!s->leases) {
+            due = 0;
+            pthread_cond_wait(&s->lease_wake, &s->lease_lock);
+            continue;
+        }
+        uint64_t now = clock_mono_ms();
+        if (!due)
+            due = now + period;
+        if (now >= due) {
+            renew_all(s);
+            due = clock_mono_ms() + period;
+            continue;
+        }
+        /* Woken early by a new lease or by close: the pass stays due when it was. */
+        struct timespec until;
+        clock_gettime(CLOCK_MONOTONIC, &until);
+        uint64_t ns = (uint64_t)until.tv_nsec + (due - now) * 1000000u;
+        until.tv_sec += (time_t)(ns / 1000000000u);
+        until.tv_nsec = (long)(ns % 1000000000u);
+        pthread_cond_timedwait(&s->lease_wake, &s->lease_lock, &until);
+    }
+    pthread_mutex_unlock(&s->lease_lock);
+    return NULL;
+}
+
 const store_backend store_redis_backend = {
     .version = STORE_BACKEND_VERSION,
     .scheme = "redis",
@@ -808,4 +1075,6 @@ const store_backend store_redis_backend = {
     .forget = redis_forget,
     .expire = redis_expire,
     .stats = redis_stats,
+    .lease_acquire = redis_lease_acquire,
+    .lease_release = redis_lease_release,
 };

@@ -15,7 +15,8 @@
  *                       messages joined by ','), meta ("id\trole\tms\n" per message)
  *   P lru        zset   CID scored by a commit counter (P seq): least recently used first
  *   P seq        string the commit counter
- *   P lease:CID  string the lease token of the host running a turn on CID
+ *   P lease:CID  string the token of the store object (host) running a turn on
+ *                       CID, with a short TTL its holder renews (store.h, version 2)
  * Every key of a conversation carries a TTL of the idle timeout plus a grace
  * (refreshed at each commit), so Redis itself drops what nobody forgets.
  *
@@ -197,5 +198,26 @@
     "  end\n"                                                                                  \
     "end\n"                                                                                    \
     "return {nc, nt, nb}\n"
+
+/* Leases: ARGV[4] = CID, 5 = token, 6 = lease ms.
+ * acquire -> {1} taken, or {0, ms left on the holder's lease} */
+#define REDIS_LUA_LEASE_ACQUIRE                                                                \
+    "local key = P .. 'lease:' .. ARGV[4]\n"                                                   \
+    "if redis.call('SET', key, ARGV[5], 'NX', 'PX', ARGV[6]) then return {1} end\n"            \
+    "if redis.call('GET', key) == ARGV[5] then return {1} end -- a resent acquire\n"           \
+    "return {0, redis.call('PTTL', key)}\n"
+
+/* renew -> 1 still ours (extended), 0 lost */
+#define REDIS_LUA_LEASE_RENEW                                                                  \
+    "local key = P .. 'lease:' .. ARGV[4]\n"                                                   \
+    "if redis.call('GET', key) ~= ARGV[5] then return 0 end\n"                                 \
+    "redis.call('PEXPIRE', key, ARGV[6])\n"                                                    \
+    "return 1\n"
+
+/* release (compare and delete: never another holder's lease) -> 1 deleted, 0 not ours */
+#define REDIS_LUA_LEASE_RELEASE                                                                \
+    "local key = P .. 'lease:' .. ARGV[4]\n"                                                   \
+    "if redis.call('GET', key) ~= ARGV[5] then return 0 end\n"                                 \
+    "return redis.call('DEL', key)\n"
 
 #endif

@@ -40,13 +40,16 @@ static void capture_log(void *ud, parley_log_level level, const char *message)
     snprintf(log_text + n, sizeof log_text - n, "%s\n", message);
 }
 
+static uint64_t lease_ms; /* for the next open_store; 0 = the default */
+
 static store *open_store(const char *spec, const char *prefix, size_t keep, size_t max_conv,
                          uint64_t idle_ms)
 {
     store_config cfg = {.location = location(spec),
                         .limits = {keep, max_conv, idle_ms},
                         .log = capture_log,
-                        .key_prefix = prefix};
+                        .key_prefix = prefix,
+                        .lease_ms = lease_ms};
     store *s = NULL;
     char *err = NULL;
     parley_status st = B->open(&cfg, &s, &err);
@@ -540,9 +543,115 @@ static void test_redis_killed_and_restarted(store *s)
     CHECK(B->load(s, &k, 0, T0 + 3, &b, &n, NULL) == PARLEY_OK);
     CHECK(n == 1 && b.data && strstr(b.data, "during-0"));
     pbuf_free(&b);
-    CHECK(strstr(log_text, "unavailable") != NULL);
+    CHECK(strstr(log_text, "fail until it is back") != NULL);
     CHECK(strstr(log_text, "connected again") != NULL);
     CHECK(strstr(log_text, PASSWORD) == NULL);
+}
+
+static void sleep_ms(long ms)
+{
+    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+static double slowdown(void)
+{
+    const char *v = getenv("PARLEY_TEST_SLOWDOWN");
+    return v && atof(v) > 1 ? atof(v) : 1;
+}
+
+/* ---- leases (version 2) ---- */
+
+/* One holder at a time; a release hands over at once; a held lease is
+ * renewed for as long as it is held. */
+static void test_lease_exclusive_and_renewed(void)
+{
+    lease_ms = (uint64_t)(400 * slowdown());
+    store *a = open_store(url, "lease:", 0, 100, 0), *b = open_store(url, "lease:", 0, 100, 0);
+    lease_ms = 0;
+    CHECK(a && b);
+    if (!a || !b)
+        return;
+    CHECK(B->version >= 2 && B->lease_acquire && B->lease_release);
+    store_key k = key_of("c"), other = key_of("d");
+    uint64_t retry = 0;
+    CHECK(B->lease_acquire(a, &k, &retry, NULL) == PARLEY_OK);
+    CHECK(B->lease_acquire(b, &k, &retry, NULL) == PARLEY_ERR_BUSY);
+    CHECK(retry > 0 && retry <= (uint64_t)(400 * slowdown()));
+    CHECK(B->lease_acquire(b, &other, &retry, NULL) == PARLEY_OK); /* per conversation */
+    B->lease_release(b, &other);
+    sleep_ms((long)(1200 * slowdown())); /* three lease lives: renewed, still a's */
+    CHECK(B->lease_acquire(b, &k, &retry, NULL) == PARLEY_ERR_BUSY);
+    B->lease_release(b, &k); /* not b's: changes nothing */
+    CHECK(B->lease_acquire(b, &k, &retry, NULL) == PARLEY_ERR_BUSY);
+    B->lease_release(a, &k);
+    CHECK(B->lease_acquire(b, &k, &retry, NULL) == PARLEY_OK);
+    B->lease_release(b, &k);
+    B->close(a);
+    B->close(b);
+}
+
+/* A holder that dies (closed without releasing: no more renewals) blocks the
+ * conversation only until its lease expires. */
+static void test_lease_of_a_dead_holder_expires(void)
+{
+    lease_ms = (uint64_t)(300 * slowdown());
+    store *a = open_store(url, "lease:", 0, 100, 0), *b = open_store(url, "lease:", 0, 100, 0);
+    uint64_t life = lease_ms;
+    lease_ms = 0;
+    CHECK(a && b);
+    if (!a || !b)
+        return;
+    store_key k = key_of("dead");
+    uint64_t retry = 0;
+    CHECK(B->lease_acquire(a, &k, &retry, NULL) == PARLEY_OK);
+    B->close(a);
+    CHECK(B->lease_acquire(b, &k, &retry, NULL) == PARLEY_ERR_BUSY);
+    sleep_ms((long)(life + 100));
+    CHECK(B->lease_acquire(b, &k, &retry, NULL) == PARLEY_OK);
+    B->lease_release(b, &k);
+    B->close(b);
+}
+
+/* Fencing: a holder whose lease was taken over cannot commit over the new
+ * holder; its append fails with `storage` and writes nothing. */
+static void test_lease_fences_append(void)
+{
+    store *a = open_store(url, "fence:", 0, 100, 0), *b = open_store(url, "fence:", 0, 100, 0);
+    CHECK(a && b);
+    if (!a || !b)
+        return;
+    forget_everything(a);
+    store_key k = key_of("c");
+    uint64_t retry;
+    CHECK(B->lease_acquire(a, &k, &retry, NULL) == PARLEY_OK);
+    CHECK(append(a, "c", 1, "a-held", 1, T0) == PARLEY_OK); /* under its lease */
+    /* a stalls past its lease (as a paused VM would) and b takes the conversation */
+    redisContext *c = redisConnect("127.0.0.1", server.port);
+    freeReplyObject(redisCommand(c, "AUTH %s", PASSWORD));
+    freeReplyObject(redisCommand(c, "DEL fence:lease:0:/0:/c"));
+    redisFree(c);
+    CHECK(B->lease_acquire(b, &k, &retry, NULL) == PARLEY_OK);
+    test_turn t;
+    make_turn(&t, 2, "a-late", 1);
+    char *err = NULL;
+    CHECK(B->append(a, &k, &t.turn, T0 + 1, &err) == PARLEY_ERR_STORAGE);
+    CHECK(err && strstr(err, "lease"));
+    free(err);
+    CHECK(append(b, "c", 3, "b-turn", 1, T0 + 2) == PARLEY_OK);
+    size_t n;
+    char *text = load(b, "c", 0, T0 + 3, &n);
+    CHECK(n == 2 && text && strstr(text, "a-held-0") && strstr(text, "b-turn-0") &&
+          !strstr(text, "a-late"));
+    free(text);
+    B->lease_release(a, &k); /* a's stale release must not free b's lease */
+    store *x = open_store(url, "fence:", 0, 100, 0);
+    CHECK(x && B->lease_acquire(x, &k, &retry, NULL) == PARLEY_ERR_BUSY);
+    B->lease_release(b, &k);
+    if (x)
+        B->close(x);
+    B->close(a);
+    B->close(b);
 }
 
 int main(void)
@@ -568,6 +677,9 @@ int main(void)
     test_trim();
     test_lru();
     test_idle();
+    test_lease_exclusive_and_renewed();
+    test_lease_of_a_dead_holder_expires();
+    test_lease_fences_append();
     if (s) {
         test_redis_killed_and_restarted(s);
         B->close(s);
