@@ -78,6 +78,7 @@ typedef struct redis_address {
 /* One connection to Redis, reopened on demand. */
 typedef struct redis_conn {
     redisContext *ctx;          /* NULL while disconnected */
+    char sha[SCRIPT_COUNT][41]; /* SHA1 of each script loaded into the server's cache ("" = not) */
     uint64_t next_connect_ms;   /* monotonic: no reconnection attempt before */
     int lost_logged;            /* the loss of the connection was logged */
 } redis_conn;
@@ -275,6 +276,26 @@ static int setup_command(redis_store *s, redis_conn *c, char **err, int argc, co
 }
 
 /* Connect, authenticate, select the database.  PARLEY_OK or PARLEY_ERR_STORAGE. */
+/* Load every script into the server's script cache (one pipelined round
+ * trip), so calls send EVALSHA and a 40-byte hash instead of the script. */
+static void load_scripts(redis_conn *c)
+{
+    for (int i = 0; i < SCRIPT_COUNT; i++) {
+        const char *argv[] = {"SCRIPT", "LOAD", SCRIPTS[i]};
+        c->sha[i][0] = '\0';
+        redisAppendCommandArgv(c->ctx, 3, argv, NULL);
+    }
+    for (int i = 0; i < SCRIPT_COUNT; i++) {
+        void *reply = NULL;
+        if (redisGetReply(c->ctx, &reply) != REDIS_OK)
+            return; /* the connection broke: the next call finds out */
+        redisReply *r = reply;
+        if (r->type == REDIS_REPLY_STRING && r->len == 40)
+            memcpy(c->sha[i], r->str, 41);
+        freeReplyObject(r);
+    }
+}
+
 static parley_status connect_now(redis_store *s, redis_conn *c, char **err)
 {
     disconnect(c);
@@ -300,6 +321,7 @@ static parley_status connect_now(redis_store *s, redis_conn *c, char **err)
         disconnect(c);
         return PARLEY_ERR_STORAGE;
     }
+    load_scripts(c);
     return PARLEY_OK;
 }
 
@@ -373,7 +395,8 @@ static void args_init(script_args *a, redis_store *s, uint64_t now_ms)
 }
 
 /*
- * Run script `id` (EVAL: Redis caches the compiled script by its text).
+ * Run script `id`: EVALSHA when the connection loaded it, else (or when the
+ * server's script cache was flushed meanwhile: NOSCRIPT) EVAL with its text.
  * A connection found broken at the first attempt is reopened and the
  * script sent once more when `retry` (scripts that may safely run twice:
  * reads, and append, idempotent on turn_id).  *reply is never an error
@@ -383,10 +406,6 @@ static void args_init(script_args *a, redis_store *s, uint64_t now_ms)
 static parley_status run_on(redis_store *s, redis_conn *c, int id, script_args *a, int retry,
                             redisReply **reply, char **err)
 {
-    a->argv[0] = "EVAL";
-    a->len[0] = 4;
-    a->argv[1] = SCRIPTS[id];
-    a->len[1] = strlen(SCRIPTS[id]);
     a->argv[2] = "0";
     a->len[2] = 1;
     *reply = NULL;
@@ -395,6 +414,11 @@ static parley_status run_on(redis_store *s, redis_conn *c, int id, script_args *
         parley_status st = ensure_connected(s, c, &fresh, err);
         if (st != PARLEY_OK)
             return st;
+        int by_sha = c->sha[id][0] != '\0';
+        a->argv[0] = by_sha ? "EVALSHA" : "EVAL";
+        a->len[0] = strlen(a->argv[0]);
+        a->argv[1] = by_sha ? c->sha[id] : SCRIPTS[id];
+        a->len[1] = strlen(a->argv[1]);
         redisReply *r = redisCommandArgv(c->ctx, a->argc, a->argv, a->len);
         if (!r) {
             int again = retry && !fresh && attempt == 0;
@@ -407,6 +431,12 @@ static parley_status run_on(redis_store *s, redis_conn *c, int id, script_args *
             if (again)
                 continue;
             return st;
+        }
+        if (r->type == REDIS_REPLY_ERROR && by_sha && strncmp(r->str, "NOSCRIPT", 8) == 0) {
+            freeReplyObject(r); /* SCRIPT FLUSH, or a failover: nothing ran */
+            c->sha[id][0] = '\0';
+            attempt--;
+            continue;
         }
         if (r->type == REDIS_REPLY_ERROR) {
             st = fail(s, err, "error", r->str);
@@ -610,6 +640,33 @@ static parley_status redis_load(store *base, const store_key *key, size_t last_t
     return st;
 }
 
+/* Take the lease this store holds on `cid` off the list (NULL when none). */
+static held_lease *unlist_lease(redis_store *s, const char *cid)
+{
+    held_lease *found = NULL;
+    pthread_mutex_lock(&s->lease_lock);
+    for (held_lease **p = &s->leases; *p; p = &(*p)->next) {
+        if (strcmp((*p)->cid, cid) == 0) {
+            found = *p;
+            *p = found->next;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&s->lease_lock);
+    return found;
+}
+
+/* Whether this store still holds `token` (the renewer's check before it warns). */
+static int holds_token(redis_store *s, const char *token)
+{
+    int held = 0;
+    pthread_mutex_lock(&s->lease_lock);
+    for (held_lease *l = s->leases; l && !held; l = l->next)
+        held = strcmp(l->token, token) == 0;
+    pthread_mutex_unlock(&s->lease_lock);
+    return held;
+}
+
 /* The token of the lease this store holds on `cid` into token ("" when none). */
 static void lease_token(redis_store *s, const char *cid, char token[UUID_STR_LEN])
 {
@@ -691,6 +748,8 @@ static parley_status redis_append(store *base, const store_key *key, const store
         }
     }
     pthread_mutex_unlock(&s->lock);
+    if (st == PARLEY_OK && token[0]) /* the script gave the lease back with the commit */
+        free(unlist_lease(s, cid));
     free(cid);
     pbuf_free(&msgs);
     pbuf_free(&meta);
@@ -960,16 +1019,7 @@ static void redis_lease_release(store *base, const store_key *key)
     char *cid = conversation_key(key);
     if (!cid)
         return; /* the lease expires by itself */
-    held_lease *found = NULL;
-    pthread_mutex_lock(&s->lease_lock);
-    for (held_lease **p = &s->leases; *p; p = &(*p)->next) {
-        if (strcmp((*p)->cid, cid) == 0) {
-            found = *p;
-            *p = found->next;
-            break;
-        }
-    }
-    pthread_mutex_unlock(&s->lease_lock);
+    held_lease *found = unlist_lease(s, cid);
     free(cid);
     if (!found)
         return;
@@ -1015,7 +1065,7 @@ static void renew_all(redis_store *s)
         arg_u64(&a, s->lease_ms);
         redisReply *r;
         if (run_on(s, &s->renew_conn, SCRIPT_LEASE_RENEW, &a, 1, &r, NULL) == PARLEY_OK) {
-            if (reply_int(r) == 0)
+            if (reply_int(r) == 0 && holds_token(s, tokens[k]))
                 say(s, PARLEY_LOG_WARN, "%s: a conversation lease expired before it was renewed%s",
                     "; that turn's commit will be refused");
             freeReplyObject(r);

@@ -75,13 +75,19 @@
  * (0 = all), 15 = max conversations, 16 = TTL ms (0 = none), 17 = lease token
  * ("" = no lease: no fencing).
  * -> {appended 0/1, evicted, expired}, or the error "LEASE ..." when the
- *    lease on CID is no longer ours (nothing written). */
+ *    lease on CID is no longer ours (nothing written).  A committed turn
+ *    gives its lease back here: one round trip less per turn. */
 #define REDIS_LUA_APPEND                                                                       \
     "local cid, tid = ARGV[4], ARGV[8]\n"                                                      \
     "local keep, maxc, ttl, token = tonumber(ARGV[14]), tonumber(ARGV[15]),\n"                 \
     "  tonumber(ARGV[16]), ARGV[17]\n"                                                         \
-    "if redis.call('EXISTS', turnkey(tid)) == 1 then return {0, 0, 0} end\n"                   \
-    "if token ~= '' and redis.call('GET', P .. 'lease:' .. cid) ~= token then\n"               \
+    "local lease = P .. 'lease:' .. cid\n"                                                     \
+    "local ours = token ~= '' and redis.call('GET', lease) == token\n"                         \
+    "if redis.call('EXISTS', turnkey(tid)) == 1 then\n"                                        \
+    "  if ours then redis.call('DEL', lease) end\n"                                           \
+    "  return {0, 0, 0}\n"                                                                     \
+    "end\n"                                                                                    \
+    "if token ~= '' and not ours then\n"                                                       \
     "  return redis.error_reply('LEASE the conversation lease expired and was taken over')\n"  \
     "end\n"                                                                                    \
     "local evicted, expired = 0, 0\n"                                                          \
@@ -118,6 +124,7 @@
     "    redis.call('PEXPIRE', turnkey(id), ttl)\n"                                            \
     "  end\n"                                                                                  \
     "end\n"                                                                                    \
+    "if ours then redis.call('DEL', lease) end\n"                                              \
     "return {1, evicted, expired}\n"
 
 /* ARGV[4] = CID.

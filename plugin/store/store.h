@@ -183,7 +183,8 @@ typedef struct store_backend {
      * been taken by another holder, the append fails with
      * PARLEY_ERR_STORAGE and writes nothing); PARLEY_ERR_BUSY when another
      * holder has it, *retry_ms then hinting when to try again;
-     * PARLEY_ERR_STORAGE when the store cannot say.
+     * PARLEY_ERR_STORAGE when the store cannot say.  A successful append on
+ * `key` also gives its lease back (one round trip less per turn).
      * lease_release: give it back (a no-op when not held); never fails (a
      * lease it could not delete expires by itself). */
     parley_status (*lease_acquire)(store *s, const store_key *key, uint64_t *retry_ms, char **err);
