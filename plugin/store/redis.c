@@ -699,12 +699,26 @@ static void turn_messages(pbuf *b, const store_turn *t)
     }
 }
 
+/* A whole turn: an id, and messages that each have an id, a role and JSON. */
+static int turn_is_valid(const store_turn *t)
+{
+    if (!t || !t->turn_id || !*t->turn_id || !t->messages || t->nmessages == 0)
+        return 0;
+    for (size_t i = 0; i < t->nmessages; i++) {
+        const store_message *m = &t->messages[i];
+        if (!m->json || m->json_len == 0 || !m->message_id || !m->role)
+            return 0;
+    }
+    return 1;
+}
+
 static parley_status redis_append(store *base, const store_key *key, const store_turn *turn,
                                   uint64_t now_ms, char **err)
 {
     redis_store *s = (redis_store *)base;
-    if (!turn || turn->nmessages == 0 || !turn->turn_id)
-        return fail(s, err, "refused an empty turn", NULL);
+    if (!key || !key->conversation_id || !turn_is_valid(turn))
+        return fail(s, err, "cannot append",
+                    "a turn needs a conversation id, a turn id and messages with ids, roles and JSON");
     char *cid = conversation_key(key);
     pbuf msgs = PBUF_INIT, meta = PBUF_INIT;
     turn_messages(&msgs, turn);

@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -60,9 +61,12 @@ static int spawn(redis_server *r)
     if (pid < 0)
         return -1;
     if (pid == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL); /* a crashed test leaves no server behind */
+        int saved_stderr = dup(2);
         int devnull = open("/dev/null", O_WRONLY);
-        if (devnull >= 0) {
+        if (devnull >= 0) { /* nor a pipe held open for whoever reads the test's output */
             dup2(devnull, 1);
+            dup2(devnull, 2);
             close(devnull);
         }
         const char *argv[16] = {"redis-server", "--port", port, "--bind", "127.0.0.1",
@@ -74,7 +78,7 @@ static int spawn(redis_server *r)
         }
         argv[n] = NULL;
         execvp("redis-server", (char *const *)argv);
-        fprintf(stderr, "redis_server: cannot run redis-server (%s): run scripts/setup.sh\n",
+        dprintf(saved_stderr, "redis_server: cannot run redis-server (%s): run scripts/setup.sh\n",
                 strerror(errno));
         _exit(127);
     }
