@@ -5,14 +5,16 @@
  */
 #include "agent.h"
 
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "clock.h"
 #include "agent_api.h"
+#include "buf.h"
+#include "clock.h"
+#include "host_log.h"
 #include "turn.h"
+#include "turn_input.h"
 
 static pthread_once_t curl_once = PTHREAD_ONCE_INIT;
 static CURLcode curl_init_result;
@@ -20,85 +22,32 @@ static CURLcode curl_init_result;
 /* curl_global_init is not thread-safe on older libcurls: do it exactly once. */
 static void init_curl(void) { curl_init_result = curl_global_init(CURL_GLOBAL_DEFAULT); }
 
-void agent_log(parley_agent *a, parley_log_level level, const char *fmt, ...)
-{
-    if (!a->host.log)
-        return;
-    char msg[1024];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
-    a->host.log(a->host.host_data, level, msg);
-}
-
 static char *dup_error(const char *s) { return strdup(s ? s : "out of memory"); }
 
-static const char *live_key(const void *e) { return ((const turn *)e)->id_key; }
-
-static inbox *inbox_new(void)
+/* The current config snapshot, with a reference for the caller. */
+static agent_config *current_config(parley_agent *a)
 {
-    inbox *box = calloc(1, sizeof *box);
-    if (!box)
-        return NULL;
-    box->live = dict_new(live_key);
-    if (!box->live || pthread_mutex_init(&box->mu, NULL) != 0) {
-        dict_free(box->live);
-        free(box);
-        return NULL;
-    }
-    box->refs = 1;
-    box->alive = 1;
-    return box;
-}
-
-/* Everything requests share: the URL, the headers, the limits. */
-static int setup_http(parley_agent *a)
-{
-    const parley_options *o = &a->opts;
-    if (asprintf(&a->url, "%s/chat/completions", o->base_url) < 0) {
-        a->url = NULL;
-        return -1;
-    }
-    char *auth = NULL;
-    if (o->api_key && asprintf(&auth, "Authorization: Bearer %s", o->api_key) < 0)
-        return -1;
-    const char *lines[] = {"Content-Type: application/json",
-                           o->stream ? "Accept: text/event-stream" : NULL, auth};
-    for (size_t i = 0; i < sizeof lines / sizeof lines[0]; i++) {
-        if (!lines[i])
-            continue;
-        struct curl_slist *more = curl_slist_append(a->headers, lines[i]);
-        if (!more) { /* the list so far stays in a->headers, freed by agent_free */
-            free(auth);
-            return -1;
-        }
-        a->headers = more;
-    }
-    free(auth);
-    a->http = (http_config){
-        .url = a->url,
-        .headers = a->headers,
-        .connect_timeout_ms = (long)o->connect_timeout_ms,
-        /* Streamed answers are timed by the turn: first byte, then idle gaps. */
-        .request_timeout_ms = o->stream ? 0 : (long)o->request_timeout_ms,
-        .verify_tls = o->verify_tls,
-        .max_response_bytes = (size_t)o->max_response_bytes,
-    };
-    return 0;
+    pthread_mutex_lock(&a->cfg_mu);
+    agent_config *c = config_ref(a->cfg);
+    pthread_mutex_unlock(&a->cfg_mu);
+    return c;
 }
 
 static void store_log(void *ud, parley_log_level level, const char *message)
 {
-    agent_log(ud, level, "%s", message);
+    const parley_agent *a = ud;
+    host_log(&a->host, level, "%s", message);
 }
 
-/* The history store the options name, with their limits.  0, or -1 with *err. */
-static int open_store(parley_agent *a, char **err)
+/* The history store the options name (or `backend` in its place), with their
+ * limits.  0, or -1 with *err. */
+static int open_store(parley_agent *a, const store_backend *backend, char **err)
 {
-    const parley_options *o = &a->opts;
+    const parley_options *o = &a->cfg->opts;
     const char *location = "";
-    const store_backend *backend = store_backend_for(o->history_store, &location);
+    const store_backend *named = store_backend_for(o->history_store, &location);
+    if (!backend)
+        backend = named;
     if (!backend) { /* options_parse checked the scheme */
         *err = pstr_printf("option 'history_store': unknown store");
         return -1;
@@ -127,24 +76,20 @@ static int open_store(parley_agent *a, char **err)
 
 static void agent_free(parley_agent *a)
 {
-    if (a->multi)
-        curl_multi_cleanup(a->multi);
-    dict_free(a->lanes);
-    free(a->reaped);
-    timer_heap_free(&a->timers);
-    curl_slist_free_all(a->headers);
-    free(a->url);
-    toolset_free(a->tools);
     if (a->store)
         a->store->backend->close(a->store);
-    options_free(&a->opts);
-    if (a->box)
-        inbox_unref(a->box);
+    config_unref(a->cfg);
+    pthread_mutex_destroy(&a->cfg_mu);
     free(a);
 }
 
-
 parley_agent *agent_create(const parley_host *host, const char *options_json, char **error)
+{
+    return agent_create_with_store(host, options_json, NULL, error);
+}
+
+parley_agent *agent_create_with_store(const parley_host *host, const char *options_json,
+                                      const store_backend *backend, char **error)
 {
     char *err = NULL;
     pthread_once(&curl_once, init_curl);
@@ -154,7 +99,8 @@ parley_agent *agent_create(const parley_host *host, const char *options_json, ch
         return NULL;
     }
     parley_agent *a = calloc(1, sizeof *a);
-    if (!a) {
+    if (!a || pthread_mutex_init(&a->cfg_mu, NULL) != 0) {
+        free(a);
         if (error)
             *error = dup_error(NULL);
         return NULL;
@@ -164,26 +110,19 @@ parley_agent *agent_create(const parley_host *host, const char *options_json, ch
         memcpy(&a->host, host, n);
     }
     atomic_init(&a->next_request_id, 1);
-    if (options_parse(options_json, &a->opts, &err) != 0)
+    if (!(a->cfg = config_new(options_json, &err)) || open_store(a, backend, &err) != 0)
         goto fail;
-    char *terr = NULL;
-    a->tools = toolset_parse(a->opts.tools_json, NULL, &terr);
-    if (!a->tools) {
-        if (asprintf(&err, "option 'tools': %s", terr ? terr : "out of memory") < 0)
-            err = NULL;
-        free(terr);
+    worker_setup ws = {
+        .store = a->store,
+        .host = &a->host,
+        .metrics = &a->metrics,
+        .idle_timeout_ms = (uint64_t)a->cfg->opts.history_idle_timeout_s * 1000u,
+    };
+    if (!(a->worker = worker_start(&ws, &err)))
         goto fail;
-    }
-    if (open_store(a, &err) != 0)
-        goto fail;
-    a->box = inbox_new();
-    if (!a->box || setup_http(a) != 0)
-        goto fail;
-    if (worker_start(a) != 0) {
-        err = dup_error("could not start the worker thread");
-        goto fail;
-    }
-    agent_log(a, PARLEY_LOG_INFO, "agent ready: model %s at %s", a->opts.model, a->url);
+    a->box = worker_inbox(a->worker);
+    host_log(&a->host, PARLEY_LOG_INFO, "agent ready: model %s at %s", a->cfg->opts.model,
+             a->cfg->url);
     return a;
 fail:
     if (error)
@@ -198,7 +137,7 @@ void agent_destroy(parley_agent *a)
 {
     if (!a)
         return;
-    worker_stop(a);
+    worker_stop(a->worker); /* every turn called back; the store threads are gone */
     agent_free(a);
 }
 
@@ -212,41 +151,29 @@ parley_status agent_async_process(parley_agent *a, const parley_input *in, parle
             *error = dup_error("agent is NULL");
         return PARLEY_ERR_INVALID_INPUT;
     }
-    if (atomic_fetch_add(&a->metrics.in_flight, 1) >= a->opts.max_in_flight) {
+    agent_config *cfg = current_config(a); /* the turn keeps its own reference */
+    int64_t max_in_flight = cfg->opts.max_in_flight;
+    if (atomic_fetch_add(&a->metrics.in_flight, 1) >= max_in_flight) {
+        config_unref(cfg);
         atomic_fetch_sub(&a->metrics.in_flight, 1);
         atomic_fetch_add(&a->metrics.rejected_busy, 1);
-        if (error && asprintf(error, "busy: %lld turns already in flight (max_in_flight)",
-                              (long long)a->opts.max_in_flight) < 0)
+        if (error && !(*error = pstr_printf("busy: %lld turns already in flight (max_in_flight)",
+                                            (long long)max_in_flight)))
             *error = NULL;
         return PARLEY_ERR_BUSY;
     }
-    turn *t = turn_new(a, in, done, user_data, &st, &err);
+    parley_request_id id = atomic_fetch_add(&a->next_request_id, 1);
+    turn *t = turn_input_accept(cfg, id, in, done, user_data, &st, &err);
+    config_unref(cfg);
     if (!t) {
         atomic_fetch_sub(&a->metrics.in_flight, 1);
         atomic_fetch_add(&a->metrics.rejected_invalid, 1);
         goto fail;
     }
-    /* Once queued, the turn belongs to the worker and may be gone at any moment. */
-    parley_request_id id = t->id;
-    inbox *box = a->box;
-    pthread_mutex_lock(&box->mu);
-    if (!box->alive || box->stop) {
-        st = PARLEY_ERR_CANCELLED;
-        err = dup_error("the agent is being destroyed");
-    } else if (dict_add(box->live, t) != 0) {
-        st = PARLEY_ERR_NO_MEMORY;
-        err = dup_error(NULL);
-    } else {
-        t->inbox_next = NULL;
-        if (box->submitted_tail)
-            box->submitted_tail->inbox_next = t;
-        else
-            box->submitted_head = t;
-        box->submitted_tail = t;
-        curl_multi_wakeup(box->multi);
-    }
-    pthread_mutex_unlock(&box->mu);
+    /* Once submitted, the turn belongs to the worker and may be gone at any moment. */
+    st = inbox_submit(a->box, t);
     if (st != PARLEY_OK) {
+        err = dup_error(st == PARLEY_ERR_CANCELLED ? "the agent is being destroyed" : NULL);
         atomic_fetch_sub(&a->metrics.in_flight, 1);
         turn_free(t);
         goto fail;
@@ -267,57 +194,14 @@ parley_status agent_cancel(parley_agent *a, parley_request_id id)
 {
     if (!a)
         return PARLEY_ERR_INVALID_INPUT;
-    inbox *box = a->box;
-    char key[24];
-    snprintf(key, sizeof key, "%llu", (unsigned long long)id);
-    parley_status st = PARLEY_OK;
-    pthread_mutex_lock(&box->mu);
-    if (!dict_find(box->live, key)) {
-        st = PARLEY_ERR_NOT_FOUND;
-    } else {
-        if (box->ncancels == box->cancels_cap) {
-            size_t cap = box->cancels_cap ? box->cancels_cap * 2 : 8;
-            uint64_t *c = realloc(box->cancels, cap * sizeof *c);
-            if (c) {
-                box->cancels = c;
-                box->cancels_cap = cap;
-            }
-        }
-        if (box->ncancels < box->cancels_cap) {
-            box->cancels[box->ncancels++] = id;
-            curl_multi_wakeup(box->multi);
-        } else {
-            st = PARLEY_ERR_NO_MEMORY;
-        }
-    }
-    pthread_mutex_unlock(&box->mu);
-    return st;
+    return inbox_cancel(a->box, id);
 }
 
 parley_status agent_complete_tool_call(parley_tool_call *h, const char *result, int is_error)
 {
     if (!h)
         return PARLEY_ERR_INVALID_INPUT;
-    char *copy = result ? strdup(result) : NULL;
-    parley_status st = result && !copy ? PARLEY_ERR_NO_MEMORY : PARLEY_OK;
-    inbox *box = h->box;
-    int queued = 0;
-    pthread_mutex_lock(&box->mu);
-    if (box->alive && h->owner) {
-        h->result = copy;
-        h->is_error = is_error || st != PARLEY_OK;
-        h->next = box->completed;
-        box->completed = h;
-        curl_multi_wakeup(box->multi);
-        queued = 1;
-    }
-    pthread_mutex_unlock(&box->mu);
-    if (!queued) { /* the turn no longer waits for it: just free the handle */
-        free(copy);
-        free(h);
-        inbox_unref(box);
-    }
-    return st;
+    return inbox_complete_tool_call(h, result, is_error);
 }
 
 /* ---- history introspection ------------------------------------------------ */
@@ -380,7 +264,7 @@ parley_status agent_history_clear(parley_agent *a, const char *id)
     char *err = NULL;
     parley_status st = a->store->backend->forget(a->store, id ? &key : NULL, &err);
     if (err)
-        agent_log(a, PARLEY_LOG_WARN, "history_clear: %s", err);
+        host_log(&a->host, PARLEY_LOG_WARN, "history_clear: %s", err);
     free(err);
     return st;
 }
@@ -393,7 +277,7 @@ parley_status agent_metrics(parley_agent *a, char **out)
     memset(&hs, 0, sizeof hs);
     char *err = NULL;
     if (a->store->backend->stats(a->store, &hs, &err) != PARLEY_OK)
-        agent_log(a, PARLEY_LOG_WARN, "metrics: %s", err ? err : "store stats unavailable");
+        host_log(&a->host, PARLEY_LOG_WARN, "metrics: %s", err ? err : "store stats unavailable");
     free(err);
     const agent_counters *m = &a->metrics;
     if (asprintf(out,

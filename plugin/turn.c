@@ -8,170 +8,10 @@
 #include <sys/random.h>
 
 #include "clock.h"
+#include "host_log.h"
 #include "llm_request.h"
+#include "store_jobs.h"
 #include "utf8.h"
-#include "worker.h"
-
-#define MAX_CONVERSATION_ID_BYTES 256
-
-/* ======================================================================
- * 1. Input: validate and copy (host thread, inside async_process)
- * ====================================================================== */
-
-static int valid_conversation_id(const char *id)
-{
-    size_t n = strlen(id);
-    if (n == 0 || n > MAX_CONVERSATION_ID_BYTES || !utf8_valid(id, n))
-        return 0;
-    for (size_t i = 0; i < n; i++) {
-        unsigned char c = (unsigned char)id[i];
-        if (c < 0x20 || c == 0x7f)
-            return 0;
-    }
-    return 1;
-}
-
-/* Copy an optional text field, checking it is UTF-8 and not too long. */
-static int copy_field(const char *name, const char *src, size_t max, char **dst, char **err)
-{
-    *dst = NULL;
-    if (!src)
-        return 0;
-    size_t n = strlen(src);
-    if (n > max) {
-        *err = pstr_printf("input '%s': %zu bytes, more than max_input_bytes (%zu)", name, n, max);
-        return -1;
-    }
-    if (!utf8_valid(src, n)) {
-        *err = pstr_printf("input '%s': not valid UTF-8", name);
-        return -1;
-    }
-    if (!(*dst = strdup(src))) {
-        *err = pstr_printf("out of memory");
-        return -2;
-    }
-    return 0;
-}
-
-static int copy_input(turn *t, const parley_agent *a, const parley_input *in, char **err)
-{
-    size_t max = (size_t)a->opts.max_input_bytes;
-    if (!in->text || !*in->text) {
-        *err = pstr_printf("input 'text': required, and must not be empty");
-        return -1;
-    }
-    const struct { const char *name, *src; char **dst; } fields[] = {
-        {"text", in->text, &t->text},
-        {"language", in->language, &t->language},
-        {"device_id", in->device_id, &t->device_id},
-        {"satellite_id", in->satellite_id, &t->satellite_id},
-        {"agent_id", in->agent_id, &t->agent_id},
-        {"extra_system_prompt", in->extra_system_prompt, &t->extra_system_prompt},
-        {"context_json", in->context_json, &t->context_json},
-    };
-    for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++) {
-        int rc = copy_field(fields[i].name, fields[i].src, max, fields[i].dst, err);
-        if (rc != 0)
-            return rc;
-    }
-    if (t->context_json) {
-        json_error_t jerr;
-        json_t *ctx = json_loads(t->context_json, 0, &jerr);
-        int ok = json_is_object(ctx);
-        json_decref(ctx);
-        if (!ok) {
-            *err = pstr_printf("input 'context_json': must be a JSON object%s%s", ctx ? "" : ": ",
-                       ctx ? "" : jerr.text);
-            return -1;
-        }
-    }
-    t->tools = a->tools;
-    if (in->tools_json) {
-        char *terr = NULL;
-        t->own_tools = toolset_parse(in->tools_json, a->tools, &terr);
-        if (!t->own_tools) {
-            int oom = !terr || strcmp(terr, "out of memory") == 0;
-            *err = pstr_printf("input 'tools_json': %s", terr ? terr : "out of memory");
-            free(terr);
-            return oom ? -2 : -1;
-        }
-        t->tools = t->own_tools;
-    }
-    return 0;
-}
-
-/* The conversation this turn belongs to: given, minted, or none (stateless). */
-static int resolve_conversation(turn *t, const parley_agent *a, const parley_input *in, char **err)
-{
-    if (in->conversation_id) {
-        if (!valid_conversation_id(in->conversation_id)) {
-            *err = pstr_printf("input 'conversation_id': must be 1 to %d bytes of UTF-8 without control "
-                       "characters", MAX_CONVERSATION_ID_BYTES);
-            return -1;
-        }
-        t->conversation_id = strdup(in->conversation_id);
-    } else if (a->opts.auto_create_conversation_id) {
-        char id[UUID_STR_LEN];
-        if (uuid4(id) != 0) {
-            *err = pstr_printf("no randomness available for a conversation id");
-            return -1;
-        }
-        t->conversation_id = strdup(id);
-    } else {
-        return 0; /* stateless */
-    }
-    if (!t->conversation_id) {
-        *err = pstr_printf("out of memory");
-        return -2;
-    }
-    return 0;
-}
-
-turn *turn_new(parley_agent *a, const parley_input *in, parley_done_fn done, void *user_data,
-               parley_status *status, char **err)
-{
-    *err = NULL;
-    *status = PARLEY_ERR_INVALID_INPUT;
-    if (!in || in->struct_size < offsetof(parley_input, text) + sizeof in->text || !done) {
-        *err = pstr_printf(!done ? "done callback is required" : "input is missing or too small");
-        return NULL;
-    }
-    /* Read only the fields the host's struct has (it may be older than ours). */
-    parley_input copy;
-    memset(&copy, 0, sizeof copy);
-    memcpy(&copy, in, in->struct_size < sizeof copy ? in->struct_size : sizeof copy);
-
-    turn *t = calloc(1, sizeof *t);
-    if (!t) {
-        *status = PARLEY_ERR_NO_MEMORY;
-        *err = pstr_printf("out of memory");
-        return NULL;
-    }
-    t->agent = a;
-    t->done = done;
-    t->user_data = user_data;
-    t->on_delta = copy.on_delta;
-    t->deadline = (ptimer)PTIMER_INIT(t);
-    t->wait = (ptimer)PTIMER_INIT(t);
-    int rc = copy_input(t, a, &copy, err);
-    if (rc == 0)
-        rc = resolve_conversation(t, a, &copy, err);
-    if (rc != 0) {
-        *status = rc == -2 ? PARLEY_ERR_NO_MEMORY : PARLEY_ERR_INVALID_INPUT;
-        goto fail;
-    }
-    if (uuid4(t->turn_id) != 0) {
-        *err = pstr_printf("no randomness available for a turn id");
-        goto fail;
-    }
-    t->id = atomic_fetch_add(&a->next_request_id, 1);
-    snprintf(t->id_key, sizeof t->id_key, "%llu", (unsigned long long)t->id);
-    *status = PARLEY_OK;
-    return t;
-fail:
-    turn_free(t);
-    return NULL;
-}
 
 static void free_calls(turn *t)
 {
@@ -208,6 +48,7 @@ void turn_free(turn *t)
     free(t->answer);
     llm_stream_free(t->stream);
     free_calls(t);
+    config_unref(t->cfg);
     free(t);
 }
 
@@ -380,7 +221,7 @@ static void record_answer(turn *t, const char *content)
 }
 
 /* ======================================================================
- * 2. Begin: the conversation's history, as it is now
+ * 1. Begin: the last turns of the conversation, from the store
  * ====================================================================== */
 
 static void turn_request(turn *t);
@@ -388,16 +229,33 @@ static void turn_commit(turn *t);
 
 static store_key key_of(const turn *t)
 {
-    return (store_key){.conversation_id = t->conversation_id, .persona = "", .interface_type = ""};
+    return (store_key){t->conversation_id, t->persona, t->interface_type};
+}
+
+/* Hand a job to the store threads and wait for it (0), or -1 (the turn ended). */
+static int wait_for_store(turn *t, store_job *job)
+{
+    if (job) {
+        job->owner = t;
+        t->job = job;
+    }
+    if (!job || store_jobs_submit(t->env->jobs, job) != 0) {
+        t->job = NULL;
+        store_job_free(job);
+        turn_end(t, PARLEY_ERR_NO_MEMORY, "out of memory");
+        return -1;
+    }
+    return 0;
 }
 
 static void turn_load_history(turn *t);
 
 void turn_begin(turn *t)
 {
-    parley_agent *a = t->agent;
+    const turn_env *env = t->env;
     t->started_wall_ms = clock_wall_ms();
-    if (timer_arm(&a->timers, &t->deadline, clock_mono_ms() + (uint64_t)a->opts.turn_timeout_ms)) {
+    if (timer_arm(env->timers, &t->deadline,
+                  clock_mono_ms() + (uint64_t)t->cfg->opts.turn_timeout_ms) != 0) {
         turn_end(t, PARLEY_ERR_NO_MEMORY, "out of memory");
         return;
     }
@@ -408,51 +266,48 @@ void turn_begin(turn *t)
     turn_load_history(t);
 }
 
-/* A store shared by several processes orders their turns with a lease (store.h v2). */
-static int store_has_leases(const store *s)
-{
-    return s->backend->version >= 2 && s->backend->lease_acquire && s->backend->lease_release;
-}
-
 /*
- * Take the conversation's lease (shared stores), then load the last
- * max_history_turns turns: what this turn sends.  While another process
- * holds the lease, wait and try again (20, 40, 80, then every 160 ms, never
- * longer than the holder's lease has left); turn_timeout_ms bounds the wait.
+ * The last max_history_turns turns: what this turn sends.  With a store
+ * several processes share (store.h v2), the read thread first takes the
+ * conversation's lease; while another process holds it the job comes back
+ * PARLEY_ERR_BUSY and the turn waits on its wait timer and tries again
+ * (20, 40, 80, then every 160 ms, never past the holder's remaining lease);
+ * turn_timeout_ms bounds the wait.
  */
 static void turn_load_history(turn *t)
 {
-    parley_agent *a = t->agent;
+    const turn_env *env = t->env;
     store_key key = key_of(t);
-    char *err = NULL;
-    if (store_has_leases(a->store) && !t->lease_held) {
-        uint64_t retry_ms = 0;
-        parley_status st = a->store->backend->lease_acquire(a->store, &key, &retry_ms, &err);
-        if (st == PARLEY_ERR_BUSY) {
-            uint64_t delay = 20u << (t->lease_waits < 3 ? t->lease_waits : 3);
-            t->lease_waits++;
-            if (retry_ms && retry_ms < delay)
-                delay = retry_ms;
-            if (timer_arm(&a->timers, &t->wait, clock_mono_ms() + delay))
-                turn_end(t, PARLEY_ERR_NO_MEMORY, "out of memory");
-            return;
-        }
-        if (st != PARLEY_OK) {
-            turn_on_history(t, st, err);
-            free(err);
-            return;
-        }
-        t->lease_held = 1;
+    size_t last = (size_t)t->cfg->opts.max_history_turns;
+    if (env->jobs) { /* WAIT loading: the store's read thread loads */
+        store_job *job = store_job_new(STORE_JOB_LOAD, &key);
+        if (job)
+            job->last_turns = last;
+        wait_for_store(t, job);
+        return;
     }
     size_t n = 0;
-    parley_status st = a->store->backend->load(a->store, &key, (size_t)a->opts.max_history_turns,
-                                               clock_wall_ms(), &t->history, &n, &err);
+    char *err = NULL;
+    parley_status st = env->store->backend->load(env->store, &key, last, clock_wall_ms(),
+                                                 &t->history, &n, &err);
     turn_on_history(t, st, err);
     free(err);
 }
 
 void turn_on_history(turn *t, parley_status status, const char *message)
 {
+    t->job = NULL;
+    if (status == PARLEY_ERR_BUSY) { /* another host runs a turn on this conversation */
+        uint64_t delay = 20u << (t->lease_waits < 3 ? t->lease_waits : 3);
+        t->lease_waits++;
+        if (t->lease_retry_ms && t->lease_retry_ms < delay)
+            delay = t->lease_retry_ms;
+        t->lease_retry_ms = 0;
+        t->lease_waiting = 1;
+        if (timer_arm(t->env->timers, &t->wait, clock_mono_ms() + delay) != 0)
+            turn_end(t, PARLEY_ERR_NO_MEMORY, "out of memory");
+        return;
+    }
     if (status != PARLEY_OK) {
         char *m = pstr_printf("could not load the conversation's history: %s",
                               message ? message : status_name(status));
@@ -465,7 +320,7 @@ void turn_on_history(turn *t, parley_status status, const char *message)
 }
 
 /* ======================================================================
- * 3. Request: render the body, start the HTTP call
+ * 2. Request: render the body, start the HTTP call
  * ====================================================================== */
 
 static void on_stream_text(void *ud, const char *text, size_t len)
@@ -483,9 +338,8 @@ static void on_stream_text(void *ud, const char *text, size_t len)
  */
 static int arm_stream_timer(turn *t, int first_byte)
 {
-    parley_agent *a = t->agent;
-    int64_t ms = first_byte ? a->opts.request_timeout_ms : a->opts.stream_idle_timeout_ms;
-    return timer_arm(&a->timers, &t->wait, clock_mono_ms() + (uint64_t)ms);
+    int64_t ms = first_byte ? t->cfg->opts.request_timeout_ms : t->cfg->opts.stream_idle_timeout_ms;
+    return timer_arm(t->env->timers, &t->wait, clock_mono_ms() + (uint64_t)ms);
 }
 
 static int stream_sink(void *owner, const char *data, size_t len)
@@ -507,7 +361,6 @@ static int stream_sink(void *owner, const char *data, size_t len)
 
 static void turn_request(turn *t)
 {
-    parley_agent *a = t->agent;
     llm_request r = {
         .extra_system_prompt = t->extra_system_prompt,
         .history = t->history.data ? t->history.data : "",
@@ -515,22 +368,22 @@ static void turn_request(turn *t)
         .messages = t->messages.data,
         .messages_len = t->messages.len,
         .tools_json = toolset_json(t->tools),
-        .tool_choice_none = t->tool_rounds >= a->opts.max_tool_iterations,
+        .tool_choice_none = t->tool_rounds >= t->cfg->opts.max_tool_iterations,
     };
-    llm_request_render(&t->body, &a->opts, &r);
+    llm_request_render(&t->body, &t->cfg->opts, &r);
     if (t->body.oom || t->messages.oom || t->steps.oom || t->history.oom) {
         turn_end(t, PARLEY_ERR_NO_MEMORY, "out of memory building the request");
         return;
     }
-    if (a->opts.debug_log_bodies)
-        agent_log(a, PARLEY_LOG_DEBUG, "turn %s request: %s", t->turn_id, t->body.data);
+    if (t->cfg->opts.debug_log_bodies)
+        host_log(t->env->host, PARLEY_LOG_DEBUG, "turn %s request: %s", t->turn_id, t->body.data);
     llm_stream_free(t->stream);
     t->stream = NULL;
-    if (a->opts.stream && !(t->stream = llm_stream_new(on_stream_text, t))) {
+    if (t->cfg->opts.stream && !(t->stream = llm_stream_new(on_stream_text, t))) {
         turn_end(t, PARLEY_ERR_NO_MEMORY, "out of memory");
         return;
     }
-    t->http = http_call_start(a->multi, &a->http, t->body.data, t->body.len, t,
+    t->http = http_call_start(t->env->multi, &t->cfg->http, t->body.data, t->body.len, t,
                               t->stream ? stream_sink : NULL);
     if (!t->http) {
         turn_end(t, PARLEY_ERR_INTERNAL, "could not start the HTTP request");
@@ -540,11 +393,11 @@ static void turn_request(turn *t)
         turn_end(t, PARLEY_ERR_NO_MEMORY, "out of memory");
         return;
     }
-    atomic_fetch_add(&a->metrics.llm_requests, 1);
+    atomic_fetch_add(&t->env->metrics->llm_requests, 1);
 }
 
 /* ======================================================================
- * 4. The reply: retry, fail, run tools, or answer
+ * 3. The reply: retry, fail, run tools, or answer
  * ====================================================================== */
 
 static void turn_dispatch_tools(turn *t, llm_reply *reply);
@@ -552,7 +405,7 @@ static void turn_dispatch_tools(turn *t, llm_reply *reply);
 /* Exponential backoff with jitter, or the server's Retry-After; capped. */
 static uint64_t retry_delay_ms(const turn *t, int64_t retry_after_ms)
 {
-    const parley_options *o = &t->agent->opts;
+    const parley_options *o = &t->cfg->opts;
     uint64_t cap = (uint64_t)o->retry_max_delay_ms;
     if (retry_after_ms >= 0)
         return (uint64_t)retry_after_ms < cap ? (uint64_t)retry_after_ms : cap;
@@ -568,19 +421,18 @@ static uint64_t retry_delay_ms(const turn *t, int64_t retry_after_ms)
 /* 1 when a retry was scheduled. */
 static int maybe_retry(turn *t, parley_status st, const char *msg, int64_t retry_after_ms)
 {
-    parley_agent *a = t->agent;
-    if (t->attempt >= a->opts.max_retries)
+    if (t->attempt >= t->cfg->opts.max_retries)
         return 0;
     uint64_t delay = retry_delay_ms(t, retry_after_ms);
     uint64_t at = clock_mono_ms() + delay;
     if (timer_armed(&t->deadline) && at >= t->deadline.when_ms)
         return 0; /* would pass the turn's deadline: fail now instead */
-    if (timer_arm(&a->timers, &t->wait, at) != 0)
+    if (timer_arm(t->env->timers, &t->wait, at) != 0)
         return 0;
     t->attempt++;
-    atomic_fetch_add(&a->metrics.llm_retries, 1);
-    agent_log(a, PARLEY_LOG_WARN, "turn %s: %s (%s); retry %d of %lld in %llu ms", t->turn_id,
-              status_name(st), msg ? msg : "", t->attempt, (long long)a->opts.max_retries,
+    atomic_fetch_add(&t->env->metrics->llm_retries, 1);
+    host_log(t->env->host, PARLEY_LOG_WARN, "turn %s: %s (%s); retry %d of %lld in %llu ms", t->turn_id,
+              status_name(st), msg ? msg : "", t->attempt, (long long)t->cfg->opts.max_retries,
               (unsigned long long)delay);
     return 1;
 }
@@ -595,14 +447,13 @@ static int decode_reply(turn *t, llm_reply *reply, char **err)
 
 void turn_on_http_done(turn *t, CURLcode code)
 {
-    parley_agent *a = t->agent;
     char *msg = NULL;
     int retryable = 0;
     parley_status st = http_call_outcome(t->http, code, &msg, &retryable);
     if (st == PARLEY_ERR_BAD_RESPONSE && !msg && t->stream_error)
         msg = pstr_printf("bad streamed response: %s", t->stream_error);
     int64_t retry_after = t->http->retry_after_ms;
-    timer_disarm(&a->timers, &t->wait); /* the stream idle timer, if any */
+    timer_disarm(t->env->timers, &t->wait); /* the stream idle timer, if any */
     if (st != PARLEY_OK) {
         http_call_free(t->http);
         t->http = NULL;
@@ -611,8 +462,8 @@ void turn_on_http_done(turn *t, CURLcode code)
         free(msg);
         return;
     }
-    if (a->opts.debug_log_bodies && !t->stream)
-        agent_log(a, PARLEY_LOG_DEBUG, "turn %s response: %s", t->turn_id,
+    if (t->cfg->opts.debug_log_bodies && !t->stream)
+        host_log(t->env->host, PARLEY_LOG_DEBUG, "turn %s response: %s", t->turn_id,
                   t->http->body.data ? t->http->body.data : "");
     llm_reply reply;
     memset(&reply, 0, sizeof reply);
@@ -630,7 +481,7 @@ void turn_on_http_done(turn *t, CURLcode code)
         return;
     }
     if (reply.finish_reason && strcmp(reply.finish_reason, "length") == 0)
-        agent_log(a, PARLEY_LOG_WARN, "turn %s: the model hit max_tokens; the answer may be cut short",
+        host_log(t->env->host, PARLEY_LOG_WARN, "turn %s: the model hit max_tokens; the answer may be cut short",
                   t->turn_id);
     if (reply.ncalls == 0) {
         record_answer(t, reply.content ? reply.content : "");
@@ -638,7 +489,7 @@ void turn_on_http_done(turn *t, CURLcode code)
         turn_commit(t);
         return;
     }
-    if (t->tool_rounds >= a->opts.max_tool_iterations) {
+    if (t->tool_rounds >= t->cfg->opts.max_tool_iterations) {
         /* We said tool_choice "none" and the model still wants tools. */
         if (reply.content && *reply.content) {
             record_answer(t, reply.content);
@@ -657,7 +508,7 @@ void turn_on_http_done(turn *t, CURLcode code)
 }
 
 /* ======================================================================
- * 5. Tools: validate each call, hand the good ones to the host
+ * 4. Tools: validate each call, hand the good ones to the host
  * ====================================================================== */
 
 static char *error_content(const char *kind, const char *text)
@@ -685,14 +536,13 @@ static char *call_problem(const turn *t, const turn_call *c)
         free(text);
         return s;
     }
-    if (!t->agent->host.tool_call)
+    if (!t->env->host->tool_call)
         return error_content("no_executor", "The host does not execute tools");
     return NULL;
 }
 
 static void turn_dispatch_tools(turn *t, llm_reply *reply)
 {
-    parley_agent *a = t->agent;
     free_calls(t);
     t->calls = calloc(reply->ncalls, sizeof *t->calls);
     if (!t->calls) {
@@ -714,26 +564,20 @@ static void turn_dispatch_tools(turn *t, llm_reply *reply)
     t->calls_pending = t->ncalls;
     for (size_t i = 0; i < t->ncalls; i++) {
         turn_call *c = &t->calls[i];
-        atomic_fetch_add(&a->metrics.tool_calls, 1);
+        atomic_fetch_add(&t->env->metrics->tool_calls, 1);
         char *problem = call_problem(t, c);
         if (problem) {
             c->content = problem;
             c->is_error = 1;
             t->calls_pending--;
-            atomic_fetch_add(&a->metrics.tool_errors, 1);
+            atomic_fetch_add(&t->env->metrics->tool_errors, 1);
             continue;
         }
-        parley_tool_call *h = calloc(1, sizeof *h);
+        parley_tool_call *h = inbox_handle_new(t->env->box, t, i);
         if (!h) {
             turn_end(t, PARLEY_ERR_NO_MEMORY, "out of memory");
             return;
         }
-        h->box = a->box;
-        h->owner = t;
-        h->index = i;
-        pthread_mutex_lock(&a->box->mu);
-        a->box->refs++;
-        pthread_mutex_unlock(&a->box->mu);
         c->handle = h;
         parley_tool_call_info info = {
             .struct_size = sizeof info,
@@ -751,20 +595,20 @@ static void turn_dispatch_tools(turn *t, llm_reply *reply)
             .context_json = t->context_json,
         };
         /* The host cannot end the turn from here: cancel and results go through the inbox. */
-        a->host.tool_call(a->host.host_data, h, &info);
+        t->env->host->tool_call(t->env->host->host_data, h, &info);
     }
     if (t->calls_pending == 0) {
         after_tools(t);
         return;
     }
-    if (timer_arm(&a->timers, &t->wait, clock_mono_ms() + (uint64_t)a->opts.tool_timeout_ms) != 0)
+    if (timer_arm(t->env->timers, &t->wait, clock_mono_ms() + (uint64_t)t->cfg->opts.tool_timeout_ms) != 0)
         turn_end(t, PARLEY_ERR_NO_MEMORY, "out of memory");
 }
 
 /* The tool message content for what the host gave back. */
 static char *result_content(const turn *t, const char *result, int is_error, int *is_error_out)
 {
-    size_t max = (size_t)t->agent->opts.max_tool_result_bytes;
+    size_t max = (size_t)t->cfg->opts.max_tool_result_bytes;
     const char *text = result ? result : "";
     size_t n = strlen(text);
     *is_error_out = 1;
@@ -777,10 +621,23 @@ static char *result_content(const turn *t, const char *result, int is_error, int
     if (!utf8_valid(text, n))
         return error_content("invalid_result", "The tool result is not valid UTF-8");
     if (is_error) {
-        /* A host that reports its error as a JSON string means the text inside. */
+        /* A JSON string means the text inside; other JSON stays JSON, under
+         * "details" (never JSON inside a string), with its message, if it has
+         * one, as the error_text; anything else is the text itself. */
         json_t *v = json_loads(text, JSON_DECODE_ANY, NULL);
-        char *s = error_content("tool_error", json_is_string(v) ? json_string_value(v)
-                                              : *text ? text : "The tool failed");
+        if (!v || json_is_string(v)) {
+            char *s = error_content("tool_error", v ? json_string_value(v)
+                                                  : *text ? text : "The tool failed");
+            json_decref(v);
+            return s;
+        }
+        const char *said = json_string_value(json_object_get(v, "message"));
+        if (!said)
+            said = json_string_value(json_object_get(v, "error"));
+        json_t *o = json_pack("{s:s,s:s,s:O}", "error", "tool_error", "error_text",
+                              said ? said : "The tool failed (see details)", "details", v);
+        char *s = o ? json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
+        json_decref(o);
         json_decref(v);
         return s;
     }
@@ -792,13 +649,11 @@ static char *result_content(const turn *t, const char *result, int is_error, int
 }
 
 /* Drop the turn's claim on a handle: a later completion is then discarded. */
-static void detach_handle(turn *t, turn_call *c)
+static void detach_handle(turn_call *c)
 {
     if (!c->handle)
         return;
-    pthread_mutex_lock(&t->agent->box->mu);
-    c->handle->owner = NULL;
-    pthread_mutex_unlock(&t->agent->box->mu);
+    inbox_handle_detach(c->handle);
     c->handle = NULL;
 }
 
@@ -808,13 +663,13 @@ void turn_on_tool_result(turn *t, parley_tool_call *h)
     c->handle = NULL;
     c->content = result_content(t, h->result, h->is_error, &c->is_error);
     if (c->is_error)
-        atomic_fetch_add(&t->agent->metrics.tool_errors, 1);
+        atomic_fetch_add(&t->env->metrics->tool_errors, 1);
     if (!c->content) {
         turn_end(t, PARLEY_ERR_NO_MEMORY, "out of memory");
         return;
     }
     if (--t->calls_pending == 0) {
-        timer_disarm(&t->agent->timers, &t->wait);
+        timer_disarm(t->env->timers, &t->wait);
         after_tools(t);
     }
 }
@@ -830,17 +685,16 @@ static void after_tools(turn *t)
 /* The host did not answer some calls in time: they fail, the turn goes on. */
 static void tool_timeout(turn *t)
 {
-    parley_agent *a = t->agent;
     for (size_t i = 0; i < t->ncalls; i++) {
         turn_call *c = &t->calls[i];
         if (c->content)
             continue;
-        detach_handle(t, c);
-        char *m = pstr_printf("The host did not answer within %lld ms", (long long)a->opts.tool_timeout_ms);
+        detach_handle(c);
+        char *m = pstr_printf("The host did not answer within %lld ms", (long long)t->cfg->opts.tool_timeout_ms);
         c->content = error_content("timeout", m ? m : "timeout");
         c->is_error = 1;
         free(m);
-        atomic_fetch_add(&a->metrics.tool_timeouts, 1);
+        atomic_fetch_add(&t->env->metrics->tool_timeouts, 1);
         if (!c->content) {
             turn_end(t, PARLEY_ERR_NO_MEMORY, "out of memory");
             return;
@@ -851,18 +705,18 @@ static void tool_timeout(turn *t)
 }
 
 /* ======================================================================
- * 6. Timers
+ * 5. Timers
  * ====================================================================== */
 
 void turn_on_timer(turn *t, ptimer *which)
 {
     if (which == &t->deadline) {
         char *m = pstr_printf("the turn took longer than turn_timeout_ms (%lld ms)",
-                      (long long)t->agent->opts.turn_timeout_ms);
+                      (long long)t->cfg->opts.turn_timeout_ms);
         turn_end(t, PARLEY_ERR_TIMEOUT, m ? m : "turn timeout");
         free(m);
     } else if (t->http) {
-        const parley_options *o = &t->agent->opts;
+        const parley_options *o = &t->cfg->opts;
         char *m = t->http->received
                       ? pstr_printf("the streamed answer stalled: no data for "
                                     "stream_idle_timeout_ms (%lld ms)", (long long)o->stream_idle_timeout_ms)
@@ -872,15 +726,16 @@ void turn_on_timer(turn *t, ptimer *which)
         free(m);
     } else if (t->calls_pending) {
         tool_timeout(t);
-    } else if (t->conversation_id && store_has_leases(t->agent->store) && !t->lease_held) {
-        turn_load_history(t); /* the lease was busy: try again */
+    } else if (t->lease_waiting) {
+        t->lease_waiting = 0;
+        turn_load_history(t); /* the conversation's lease was busy: try again */
     } else {
         turn_request(t); /* the backoff before a retry is over */
     }
 }
 
 /* ======================================================================
- * 7. End: commit on success, call back exactly once, release
+ * 6. Commit: the whole turn into the store, then end
  * ====================================================================== */
 
 /* Home Assistant's rule: a reply ending in a question keeps the mic open. */
@@ -896,13 +751,27 @@ static int ends_in_question(const char *s)
     return n >= 3 && memcmp(s + n - 3, "\xEF\xBC\x9F", 3) == 0; /* fullwidth '?' */
 }
 
+/* The store's view of this turn's messages (malloc'd array; JSON borrowed from t->messages). */
+static store_message *store_messages(const turn *t)
+{
+    store_message *msgs = calloc(t->nmessages, sizeof *msgs);
+    for (size_t i = 0; msgs && i < t->nmessages; i++) {
+        const turn_message *m = &t->message_index[i];
+        msgs[i] = (store_message){.message_id = m->id, .role = m->role, .created_ms = m->created_ms,
+                                  .json = t->messages.data + m->offset, .json_len = m->len};
+    }
+    return msgs;
+}
+
 /*
  * The answer is in: append the whole turn to its conversation, then end.
  * The turn is reported ok only once the store has it; a store failure ends
- * it with that failure, the conversation unchanged.
+ * it with that failure, the conversation unchanged.  From here on only the
+ * append's outcome ends the turn (no timer runs, cancel waits for it).
  */
 static void turn_commit(turn *t)
 {
+    const turn_env *env = t->env;
     if (!t->answer || t->messages.oom) {
         turn_end(t, PARLEY_ERR_NO_MEMORY, "out of memory recording the turn");
         return;
@@ -911,22 +780,29 @@ static void turn_commit(turn *t)
         turn_end(t, PARLEY_OK, NULL);
         return;
     }
-    store_message *msgs = calloc(t->nmessages, sizeof *msgs);
+    store_message *msgs = store_messages(t);
     if (!msgs) {
         turn_end(t, PARLEY_ERR_NO_MEMORY, "out of memory committing the turn");
         return;
     }
-    for (size_t i = 0; i < t->nmessages; i++) {
-        const turn_message *m = &t->message_index[i];
-        msgs[i] = (store_message){.message_id = m->id, .role = m->role, .created_ms = m->created_ms,
-                                  .json = t->messages.data + m->offset, .json_len = m->len};
-    }
+    timer_disarm(env->timers, &t->deadline);
+    timer_disarm(env->timers, &t->wait);
     uint64_t now = clock_wall_ms();
     store_turn in = {.turn_id = t->turn_id, .started_ms = t->started_wall_ms, .finished_ms = now,
                      .messages = msgs, .nmessages = t->nmessages};
     store_key key = key_of(t);
+    if (env->jobs) { /* WAIT committing: the store's write thread appends */
+        store_job *job = store_job_new(STORE_JOB_APPEND, &key);
+        if (job)
+            job->turn = in; /* takes msgs */
+        else
+            free(msgs);
+        if (wait_for_store(t, job) == 0)
+            t->committing = 1;
+        return;
+    }
     char *err = NULL;
-    parley_status st = t->agent->store->backend->append(t->agent->store, &key, &in, now, &err);
+    parley_status st = env->store->backend->append(env->store, &key, &in, now, &err);
     free(msgs);
     turn_on_committed(t, st, err);
     free(err);
@@ -934,7 +810,10 @@ static void turn_commit(turn *t)
 
 void turn_on_committed(turn *t, parley_status status, const char *message)
 {
+    t->job = NULL;
+    t->committing = 0;
     if (status == PARLEY_OK) {
+        t->lease_held = 0; /* the append gave it back (store.h v2) */
         turn_end(t, PARLEY_OK, NULL);
         return;
     }
@@ -943,50 +822,71 @@ void turn_on_committed(turn *t, parley_status status, const char *message)
     free(m);
 }
 
+/* ======================================================================
+ * 7. End: stop everything, let the worker report and release the turn
+ * ====================================================================== */
+
+void turn_cancel(turn *t, const char *message)
+{
+    if (t->committing)
+        return; /* the append may already be on disk: its outcome ends the turn */
+    turn_end(t, PARLEY_ERR_CANCELLED, message);
+}
+
 void turn_end(turn *t, parley_status status, const char *message)
 {
-    parley_agent *a = t->agent;
     if (t->ended)
         return;
     t->ended = 1;
     /* Stop everything still running for this turn. */
     http_call_free(t->http);
     t->http = NULL;
-    timer_disarm(&a->timers, &t->deadline);
-    timer_disarm(&a->timers, &t->wait);
+    timer_disarm(t->env->timers, &t->deadline);
+    timer_disarm(t->env->timers, &t->wait);
     for (size_t i = 0; i < t->ncalls; i++)
-        detach_handle(t, &t->calls[i]);
-    if (t->lease_held) { /* committed or failed: the next turn, on any host, may go */
+        detach_handle(&t->calls[i]);
+    if (t->lease_held && t->env->jobs) { /* ended before a commit gave the lease back */
         store_key key = key_of(t);
-        a->store->backend->lease_release(a->store, &key);
+        store_job *release = store_job_new(STORE_JOB_RELEASE_LEASE, &key);
+        if (release && store_jobs_submit(t->env->jobs, release) != 0)
+            store_job_free(release); /* stopping: the store's close lets it expire */
         t->lease_held = 0;
     }
-
-    const char *answer = t->answer;
+    if (t->job) { /* a load in flight: its result will go nowhere */
+        t->job->owner = NULL;
+        t->job = NULL;
+    }
     if (t->steps.len)
         pbuf_putc(&t->steps, ']');
-    worker_forget(t);
+    t->end_status = status;
+    t->end_message = status == PARLEY_OK ? NULL : (message ? message : status_name(status));
+    t->env->ended(t->env->worker, t); /* reports (turn_report), then frees t */
+}
 
+void turn_report(turn *t)
+{
+    parley_status status = t->end_status;
+    const char *answer = t->answer;
     parley_result r = {
         .struct_size = sizeof r,
         .request_id = t->id,
         .status = status,
-        .error_message = status == PARLEY_OK ? NULL : (message ? message : status_name(status)),
+        .error_message = t->end_message,
         .conversation_id = t->conversation_id,
         .turn_id = t->turn_id,
         .response = status == PARLEY_OK ? answer : NULL,
         .steps_json = t->steps.len && !t->steps.oom ? t->steps.data : "[]",
         .continue_conversation = status == PARLEY_OK && ends_in_question(answer),
     };
+    agent_counters *m = t->env->metrics;
     if (status == PARLEY_OK)
-        atomic_fetch_add(&a->metrics.turns_ok, 1);
+        atomic_fetch_add(&m->turns_ok, 1);
     else if (status == PARLEY_ERR_CANCELLED)
-        atomic_fetch_add(&a->metrics.turns_cancelled, 1);
+        atomic_fetch_add(&m->turns_cancelled, 1);
     else
-        atomic_fetch_add(&a->metrics.turns_failed, 1);
+        atomic_fetch_add(&m->turns_failed, 1);
     if (status != PARLEY_OK && status != PARLEY_ERR_CANCELLED)
-        agent_log(a, PARLEY_LOG_INFO, "turn %s failed: %s: %s", t->turn_id, status_name(status),
-                  r.error_message);
+        host_log(t->env->host, PARLEY_LOG_INFO, "turn %s failed: %s: %s", t->turn_id,
+                 status_name(status), r.error_message);
     t->done(t->user_data, &r);
-    worker_release(t);
 }
