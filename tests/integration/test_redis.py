@@ -105,6 +105,22 @@ class TestTwoHosts(RedisCase):
         self.assertEqual(a.raw, [])
         self.assertTurnOk(a.wait_seq(1, timeout=30))
 
+    def test_a_turn_that_times_out_waiting_leaves_no_lease(self):
+        a = self.host()
+        b = self.host(turn_timeout_ms=int(500 * SLOW))
+        a.send({"text": "[[latency:%d]] long" % int(2500 * SLOW), "conversation_id": "w"})
+        deadline = time.time() + 10 * SLOW
+        while not requests_of(self.llm, "long"):  # a holds the lease
+            self.assertLess(time.time(), deadline)
+            time.sleep(0.02)
+        self.assertTurnError(b.turn({"text": "impatient", "conversation_id": "w"}), "timeout")
+        self.assertTurnOk(a.wait_seq(1, timeout=30))
+        # Neither the committed turn nor the timed-out one left a lease behind.
+        self.assertEqual(self.redis.cli("EXISTS", "parley:lease:0:/0:/w").strip(), "0")
+        self.assertTurnOk(b.turn({"text": "later", "conversation_id": "w"}))
+        self.assertEqual(user_texts(requests_of(self.llm, "later")[-1]),
+                         ["[[latency:%d]] long" % int(2500 * SLOW), "later"])
+
     def test_host_killed_mid_turn_blocks_only_until_the_lease_expires(self):
         a = self.host(history_lease_ms=1000)
         b = self.host(history_lease_ms=1000)
