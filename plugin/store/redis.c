@@ -24,6 +24,7 @@
 #include <hiredis/hiredis.h>
 #include <limits.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -99,10 +100,10 @@ typedef struct redis_store {
     store_log_fn log;
     void *log_ud;
 
-    pthread_mutex_t lock;       /* guards conn and the counters: one call at a time */
+    pthread_mutex_t lock;       /* guards conn: one call at a time */
     redis_conn conn;
-    size_t evicted;
-    size_t expired;
+    atomic_size_t evicted;
+    atomic_size_t expired;
 
     /* Leases: the list, and the thread that renews them on its own connection. */
     pthread_mutex_t lease_lock;
@@ -448,11 +449,14 @@ static parley_status run_on(redis_store *s, redis_conn *c, int id, script_args *
     }
 }
 
-/* run_on the store's shared connection; the caller holds s->lock. */
+/* run_on the store's shared connection, one call at a time. */
 static parley_status run_script(redis_store *s, int id, script_args *a, int retry,
                                 redisReply **reply, char **err)
 {
-    return run_on(s, &s->conn, id, a, retry, reply, err);
+    pthread_mutex_lock(&s->lock);
+    parley_status st = run_on(s, &s->conn, id, a, retry, reply, err);
+    pthread_mutex_unlock(&s->lock);
+    return st;
 }
 
 /* ---- replies ---- */
@@ -493,7 +497,7 @@ static parley_status bad_reply(redis_store *s, redisReply *r, char **err)
 static void count_expired(redis_store *s, long long n)
 {
     if (n > 0)
-        s->expired += (size_t)n;
+        atomic_fetch_add(&s->expired, (size_t)n);
 }
 
 /* ---- keys ---- */
@@ -618,7 +622,6 @@ static parley_status redis_load(store *base, const store_key *key, size_t last_t
     args_init(&a, s, now_ms);
     arg_str(&a, cid);
     arg_u64(&a, last_turns);
-    pthread_mutex_lock(&s->lock);
     redisReply *r;
     parley_status st = run_script(s, SCRIPT_LOAD, &a, 1, &r, err);
     if (st == PARLEY_OK) {
@@ -635,7 +638,6 @@ static parley_status redis_load(store *base, const store_key *key, size_t last_t
                 st = PARLEY_ERR_NO_MEMORY;
         }
     }
-    pthread_mutex_unlock(&s->lock);
     free(cid);
     return st;
 }
@@ -748,7 +750,6 @@ static parley_status redis_append(store *base, const store_key *key, const store
     char token[UUID_STR_LEN] = "";
     lease_token(s, cid, token); /* held: the append is fenced by it */
     arg_str(&a, token);
-    pthread_mutex_lock(&s->lock);
     redisReply *r;
     parley_status st = run_script(s, SCRIPT_APPEND, &a, 1, &r, err);
     if (st == PARLEY_OK) {
@@ -756,12 +757,11 @@ static parley_status redis_append(store *base, const store_key *key, const store
             st = bad_reply(s, r, err);
         } else {
             long long evicted = reply_int(r->element[1]);
-            s->evicted += evicted > 0 ? (size_t)evicted : 0;
+            atomic_fetch_add(&s->evicted, evicted > 0 ? (size_t)evicted : 0);
             count_expired(s, reply_int(r->element[2]));
             freeReplyObject(r);
         }
     }
-    pthread_mutex_unlock(&s->lock);
     if (st == PARLEY_OK && token[0]) /* the script gave the lease back with the commit */
         free(unlist_lease(s, cid));
     free(cid);
@@ -806,12 +806,10 @@ static parley_status redis_get_conversation(store *base, const store_key *key, u
     script_args a;
     args_init(&a, s, now_ms);
     arg_str(&a, cid);
-    pthread_mutex_lock(&s->lock);
     redisReply *r;
     parley_status st = run_script(s, SCRIPT_GET_CONVERSATION, &a, 1, &r, err);
     if (st == PARLEY_OK)
         st = found_or_not(s, r, 4, err);
-    pthread_mutex_unlock(&s->lock);
     free(cid);
     if (st != PARLEY_OK)
         return st;
@@ -843,12 +841,10 @@ static parley_status redis_get_turn(store *base, const char *turn_id, uint64_t n
     script_args a;
     args_init(&a, s, now_ms);
     arg_str(&a, turn_id);
-    pthread_mutex_lock(&s->lock);
     redisReply *r;
     parley_status st = run_script(s, SCRIPT_GET_TURN, &a, 1, &r, err);
     if (st == PARLEY_OK)
         st = found_or_not(s, r, 5, err);
-    pthread_mutex_unlock(&s->lock);
     if (st != PARLEY_OK)
         return st;
     size_t len;
@@ -870,14 +866,12 @@ static parley_status redis_list(store *base, uint64_t now_ms, pbuf *out, char **
     redis_store *s = (redis_store *)base;
     script_args a;
     args_init(&a, s, now_ms);
-    pthread_mutex_lock(&s->lock);
     redisReply *r;
     parley_status st = run_script(s, SCRIPT_LIST, &a, 1, &r, err);
     if (st == PARLEY_OK && !is_array(r, 1))
         st = bad_reply(s, r, err);
     if (st == PARLEY_OK)
         count_expired(s, reply_int(r->element[0]));
-    pthread_mutex_unlock(&s->lock);
     if (st != PARLEY_OK)
         return st;
     size_t mark = out->len;
@@ -908,7 +902,6 @@ static parley_status redis_forget(store *base, const store_key *key, char **err)
     script_args a;
     args_init(&a, s, 0);
     arg_str(&a, cid ? cid : "");
-    pthread_mutex_lock(&s->lock);
     redisReply *r;
     /* Not retried: a second run would answer NOT_FOUND for what the first forgot. */
     parley_status st = run_script(s, SCRIPT_FORGET, &a, 0, &r, err);
@@ -920,7 +913,6 @@ static parley_status redis_forget(store *base, const store_key *key, char **err)
         else if (key && n == 0)
             st = PARLEY_ERR_NOT_FOUND;
     }
-    pthread_mutex_unlock(&s->lock);
     free(cid);
     return st;
 }
@@ -934,7 +926,6 @@ static parley_status redis_expire(store *base, uint64_t now_ms, size_t *expired,
         return PARLEY_OK; /* nothing can be idle: spare Redis the scan */
     script_args a;
     args_init(&a, s, now_ms);
-    pthread_mutex_lock(&s->lock);
     redisReply *r;
     parley_status st = run_script(s, SCRIPT_EXPIRE, &a, 1, &r, err);
     if (st == PARLEY_OK) {
@@ -948,7 +939,6 @@ static parley_status redis_expire(store *base, uint64_t now_ms, size_t *expired,
                 *expired = (size_t)n;
         }
     }
-    pthread_mutex_unlock(&s->lock);
     return st;
 }
 
@@ -958,7 +948,6 @@ static parley_status redis_stats(store *base, store_stats *out, char **err)
     memset(out, 0, sizeof *out);
     script_args a;
     args_init(&a, s, 0);
-    pthread_mutex_lock(&s->lock);
     redisReply *r;
     parley_status st = run_script(s, SCRIPT_STATS, &a, 1, &r, err);
     if (st == PARLEY_OK && !is_array(r, 3))
@@ -969,9 +958,8 @@ static parley_status redis_stats(store *base, store_stats *out, char **err)
         out->message_bytes = (size_t)reply_int(r->element[2]);
         freeReplyObject(r);
     }
-    out->evicted = s->evicted;
-    out->expired = s->expired;
-    pthread_mutex_unlock(&s->lock);
+    out->evicted = atomic_load(&s->evicted);
+    out->expired = atomic_load(&s->expired);
     return st;
 }
 
@@ -999,7 +987,6 @@ static parley_status redis_lease_acquire(store *base, const store_key *key, uint
     arg_str(&a, l->cid);
     arg_str(&a, l->token);
     arg_u64(&a, s->lease_ms);
-    pthread_mutex_lock(&s->lock);
     redisReply *r;
     /* Retried safely: the script takes a lease that already holds our token. */
     parley_status st = run_script(s, SCRIPT_LEASE_ACQUIRE, &a, 1, &r, err);
@@ -1014,7 +1001,6 @@ static parley_status redis_lease_acquire(store *base, const store_key *key, uint
         }
         freeReplyObject(r);
     }
-    pthread_mutex_unlock(&s->lock);
     if (st != PARLEY_OK) {
         free(l);
         return st;
@@ -1042,7 +1028,6 @@ static void redis_lease_release(store *base, const store_key *key)
     arg_str(&a, found->cid);
     arg_str(&a, found->token);
     arg_u64(&a, s->lease_ms);
-    pthread_mutex_lock(&s->lock);
     redisReply *r;
     char *err = NULL;
     if (run_script(s, SCRIPT_LEASE_RELEASE, &a, 1, &r, &err) == PARLEY_OK)
@@ -1050,7 +1035,6 @@ static void redis_lease_release(store *base, const store_key *key)
     else
         say(s, PARLEY_LOG_WARN, "%s: a conversation lease was not released, it expires by itself (%s)",
             err ? err : "out of memory");
-    pthread_mutex_unlock(&s->lock);
     free(err);
     free(found);
 }
