@@ -10,10 +10,12 @@
 #   2  10,000 conversations in flight, 200 ms server latency, against
 #      curl multi keeping 10,000 POSTs in flight (3 runs, medians)
 #   3  the conversation store with 100,000 and 1,000,000 conversations
+#   4  the Redis store against memory, and two hosts on one Redis (redis-bench)
 #
 # Environment:
 #   PARLEY_BENCH_ARGS   extra parley-bench options, e.g. "--seq-repeats 9"
 #   SKIP_HISTORY=1      skip scenario 3 (its 1,000,000 case needs ~2 GB)
+#   SKIP_REDIS=1        skip scenario 4 (redis-bench; also skipped without redis-server)
 set -eu
 
 src=$(cd "$(dirname "$0")/.." && pwd)
@@ -22,7 +24,8 @@ jobs=$(nproc 2>/dev/null || echo 2)
 
 echo "== building (Release) in $build"
 cmake -S "$src" -B "$build" -DCMAKE_BUILD_TYPE=Release >/dev/null
-cmake --build "$build" -j"$jobs" --target parley parley-fake-llm parley-bench history-bench >/dev/null
+cmake --build "$build" -j"$jobs" --target parley parley-fake-llm parley-bench history-bench \
+    redis-bench >/dev/null
 
 out=$(mktemp -d /tmp/parley-bench-run.XXXXXX)
 trap 'rm -rf "$out"' EXIT INT TERM
@@ -42,6 +45,12 @@ if [ "${SKIP_HISTORY:-0}" != 1 ]; then
         echo "== scenario 3: history-bench $n"
         run "$build/bench/history-bench" "$n" | tee "$out/history-$n.txt"
     done
+fi
+
+if [ "${SKIP_REDIS:-0}" != 1 ] && command -v redis-server >/dev/null 2>&1; then
+    echo
+    echo "== scenario 4: redis-bench (the Redis store; its own summary lines)"
+    run "$build/bench/redis-bench" | tee "$out/redis-bench.txt"
 fi
 
 # ---- the summary table -------------------------------------------------------
