@@ -13,6 +13,7 @@
 #include "buf.h"
 #include "clock.h"
 #include "host_log.h"
+#include "tool_handle.h"
 #include "turn.h"
 #include "turn_input.h"
 
@@ -117,12 +118,17 @@ parley_agent *agent_create_with_store(const parley_host *host, const char *optio
         .host = &a->host,
         .metrics = &a->metrics,
         .idle_timeout_ms = (uint64_t)a->cfg->opts.history_idle_timeout_s * 1000u,
+        .max_connections = (size_t)a->cfg->opts.max_connections,
     };
     if (!(a->worker = worker_start(&ws, &err)))
         goto fail;
     a->box = worker_inbox(a->worker);
+    if (!a->cfg->opts.verify_tls)
+        host_log(&a->host, PARLEY_LOG_WARN, "verify_tls is false: the LLM server's TLS "
+                 "certificate is NOT checked, so anyone on the network path can read the API key "
+                 "and the conversations; use it only for testing");
     host_log(&a->host, PARLEY_LOG_INFO, "agent ready: model %s at %s", a->cfg->opts.model,
-             a->cfg->url);
+             a->cfg->display_url);
     return a;
 fail:
     if (error)
@@ -197,10 +203,13 @@ parley_status agent_cancel(parley_agent *a, parley_request_id id)
     return inbox_cancel(a->box, id);
 }
 
-parley_status agent_complete_tool_call(parley_tool_call *h, const char *result, int is_error)
+parley_status agent_complete_tool_call(parley_tool_call *call, const char *result, int is_error)
 {
-    if (!h)
+    if (!call)
         return PARLEY_ERR_INVALID_INPUT;
+    parley_tool_call *h = tool_handle_take(call);
+    if (!h)
+        return PARLEY_ERR_NOT_FOUND; /* already completed (or never given out) */
     return inbox_complete_tool_call(h, result, is_error);
 }
 

@@ -13,6 +13,8 @@ static int setup_http(agent_config *c)
     const parley_options *o = &c->opts;
     if (!(c->url = pstr_printf("%s/chat/completions", o->base_url)))
         return -1;
+    if (!(c->display_url = http_display_url(c->url)))
+        return -1;
     char *auth = NULL;
     if (o->api_key && !(auth = pstr_printf("Authorization: Bearer %s", o->api_key)))
         return -1;
@@ -31,6 +33,7 @@ static int setup_http(agent_config *c)
     free(auth);
     c->http = (http_config){
         .url = c->url,
+        .display_url = c->display_url,
         .headers = c->headers,
         .connect_timeout_ms = (long)o->connect_timeout_ms,
         /* Streamed answers are timed by the turn: first byte, then idle gaps. */
@@ -45,6 +48,7 @@ static void config_free(agent_config *c)
 {
     curl_slist_free_all(c->headers);
     free(c->url);
+    free(c->display_url);
     toolset_free(c->tools);
     options_free(&c->opts);
     free(c);

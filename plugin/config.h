@@ -27,6 +27,7 @@ typedef struct agent_config {
     toolset *tools;              /* from opts.tools_json */
     http_config http;            /* points into url and headers below */
     char *url;                   /* <base_url>/chat/completions */
+    char *display_url;           /* url without credentials, query or fragment: for messages */
     struct curl_slist *headers;
 } agent_config;
 

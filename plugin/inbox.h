@@ -27,8 +27,9 @@
 typedef struct turn turn;
 typedef struct inbox inbox;
 
-/* Tool-call handle given to the host (the ABI's opaque parley_tool_call). */
+/* Tool-call handle; the host holds its id instead (tool_handle.h). */
 struct parley_tool_call {
+    char key[24];           /* its id as text: key in the process-wide registry */
     inbox *box;
     turn *owner;            /* NULL once detached (turn ended, or timed out waiting) */
     size_t index;           /* which call of the owner's current round */

@@ -11,6 +11,7 @@
 #include "host_log.h"
 #include "llm_request.h"
 #include "store_jobs.h"
+#include "tool_handle.h"
 #include "utf8.h"
 
 static void free_calls(turn *t)
@@ -252,13 +253,7 @@ static void turn_load_history(turn *t);
 
 void turn_begin(turn *t)
 {
-    const turn_env *env = t->env;
     t->started_wall_ms = clock_wall_ms();
-    if (timer_arm(env->timers, &t->deadline,
-                  clock_mono_ms() + (uint64_t)t->cfg->opts.turn_timeout_ms) != 0) {
-        turn_end(t, PARLEY_ERR_NO_MEMORY, "out of memory");
-        return;
-    }
     if (!t->conversation_id) {
         turn_on_history(t, PARLEY_OK, NULL);
         return;
@@ -342,21 +337,31 @@ static int arm_stream_timer(turn *t, int first_byte)
     return timer_arm(t->env->timers, &t->wait, clock_mono_ms() + (uint64_t)ms);
 }
 
+/*
+ * After [DONE] the answer is whole.  The body's end normally follows at once
+ * (and then the connection can be reused); a server that holds the
+ * connection open, or keeps sending keep-alive comments, gets this long
+ * before the turn ends without it.  Nothing after [DONE] re-arms a timer.
+ */
+#define STREAM_END_GRACE_MS 50
+
 static int stream_sink(void *owner, const char *data, size_t len)
 {
     turn *t = owner;
     char *err = NULL;
-    if (arm_stream_timer(t, 0) != 0) {
-        free(t->stream_error);
-        t->stream_error = strdup("out of memory");
-        return -1;
-    }
     if (llm_stream_feed(t->stream, data, len, &err) != 0) {
         free(t->stream_error);
         t->stream_error = err;
         return -1;
     }
-    return 0;
+    int done = llm_stream_done(t->stream);
+    if (done ? timer_arm(t->env->timers, &t->wait, clock_mono_ms() + STREAM_END_GRACE_MS)
+             : arm_stream_timer(t, 0)) {
+        free(t->stream_error);
+        t->stream_error = strdup("out of memory");
+        return -1;
+    }
+    return done ? HTTP_SINK_COMPLETE : 0;
 }
 
 static void turn_request(turn *t)
@@ -383,7 +388,7 @@ static void turn_request(turn *t)
         turn_end(t, PARLEY_ERR_NO_MEMORY, "out of memory");
         return;
     }
-    t->http = http_call_start(t->env->multi, &t->cfg->http, t->body.data, t->body.len, t,
+    t->http = http_call_start(t->env->pool, &t->cfg->http, t->body.data, t->body.len, t,
                               t->stream ? stream_sink : NULL);
     if (!t->http) {
         turn_end(t, PARLEY_ERR_INTERNAL, "could not start the HTTP request");
@@ -574,7 +579,10 @@ static void turn_dispatch_tools(turn *t, llm_reply *reply)
             continue;
         }
         parley_tool_call *h = inbox_handle_new(t->env->box, t, i);
-        if (!h) {
+        parley_tool_call *given = h ? tool_handle_register(h) : NULL;
+        if (!given) {
+            if (h)
+                inbox_handle_free(h);
             turn_end(t, PARLEY_ERR_NO_MEMORY, "out of memory");
             return;
         }
@@ -595,7 +603,7 @@ static void turn_dispatch_tools(turn *t, llm_reply *reply)
             .context_json = t->context_json,
         };
         /* The host cannot end the turn from here: cancel and results go through the inbox. */
-        t->env->host->tool_call(t->env->host->host_data, h, &info);
+        t->env->host->tool_call(t->env->host->host_data, given, &info);
     }
     if (t->calls_pending == 0) {
         after_tools(t);
@@ -715,8 +723,18 @@ void turn_on_timer(turn *t, ptimer *which)
                       (long long)t->cfg->opts.turn_timeout_ms);
         turn_end(t, PARLEY_ERR_TIMEOUT, m ? m : "turn timeout");
         free(m);
+    } else if (t->http && t->http->complete) {
+        turn_on_http_done(t, CURLE_OK); /* [DONE] came, the body's end did not: done anyway */
     } else if (t->http) {
         const parley_options *o = &t->cfg->opts;
+        /* No first byte yet: the request's time counts from when it got a connection. */
+        uint64_t due = t->http->started_ms + (uint64_t)o->request_timeout_ms;
+        if (!t->http->received && (!t->http->started || clock_mono_ms() < due)) {
+            if (timer_arm(t->env->timers, &t->wait,
+                          t->http->started ? due : clock_mono_ms() + (uint64_t)o->request_timeout_ms))
+                turn_end(t, PARLEY_ERR_NO_MEMORY, "out of memory");
+            return;
+        }
         char *m = t->http->received
                       ? pstr_printf("the streamed answer stalled: no data for "
                                     "stream_idle_timeout_ms (%lld ms)", (long long)o->stream_idle_timeout_ms)

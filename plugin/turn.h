@@ -7,7 +7,9 @@
  *   turn_input_accept (host thread, turn_input.c) validate + copy the input,
  *                     resolve its history key, take a reference to the
  *                     agent's config snapshot; inbox_submit hands it over
- *   turn_begin        arm the turn deadline; load the last max_history_turns
+ *   (worker arrival)  the turn deadline runs from acceptance; the turn waits
+ *                     for its conversation's earlier turns (lanes)
+ *   turn_begin        load the last max_history_turns
  *                     turns of its conversation from the store
  *                     -- WAIT "loading" when the store blocks (store_jobs.h)
  *   turn_on_history   record the user message, then
@@ -35,7 +37,7 @@
  * it, the store's error if not -- never "cancelled" for a stored turn.
  *
  * The turn sees the agent through a narrow context (turn_env: timers, the
- * HTTP multi handle, the store, the host, metrics) and its own config
+ * HTTP pool, the store, the host, metrics) and its own config
  * snapshot (options, tools, HTTP settings), never the agent itself.
  */
 #ifndef PARLEY_TURN_H
@@ -62,7 +64,7 @@ typedef struct store_job store_job;
 
 /* What every turn of an agent shares; owned by the worker, used on its thread. */
 typedef struct turn_env {
-    CURLM *multi;
+    http_pool *pool;           /* the worker's transfers (llm_http.h) */
     timer_heap *timers;
     store *store;
     store_jobs *jobs;          /* the store threads; NULL: the store is called inline */
@@ -109,6 +111,7 @@ struct turn {
     void *user_data;
 
     /* progress */
+    uint64_t accepted_mono_ms;  /* when async_process took it: the deadline's start */
     uint64_t started_wall_ms;
     pbuf history;             /* the last turns of the conversation, loaded at turn_begin */
     pbuf messages;            /* this turn's messages, comma-joined: what gets committed */
@@ -130,7 +133,7 @@ struct turn {
     parley_status end_status; /* set by turn_end, for turn_report */
     const char *end_message;  /* borrowed: valid only while turn_end runs */
 
-    ptimer deadline;          /* turn_timeout_ms */
+    ptimer deadline;          /* turn_timeout_ms after acceptance (armed by the worker on arrival) */
     ptimer wait;              /* retry backoff, tool timeout, stream idle timeout, or lease wait */
     int lease_held;           /* a shared store's lease on the conversation (store.h v2) */
     int lease_waiting;        /* `wait` runs until the lease is tried again */

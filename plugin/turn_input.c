@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "clock.h"
 #include "utf8.h"
 
 static int valid_conversation_id(const char *id)
@@ -166,6 +167,7 @@ turn *turn_input_accept(agent_config *cfg, parley_request_id id, const parley_in
         *err = pstr_printf("no randomness available for a turn id");
         goto fail;
     }
+    t->accepted_mono_ms = clock_mono_ms(); /* turn_timeout_ms counts from here */
     t->id = id;
     snprintf(t->id_key, sizeof t->id_key, "%llu", (unsigned long long)t->id);
     *status = PARLEY_OK;

@@ -26,7 +26,8 @@ static const char *lane_key(const void *e) { return ((const struct lane *)e)->id
 
 struct worker {
     inbox *box;
-    CURLM *multi;
+    http_pool pool;          /* the transfers, at most max_connections at once */
+    CURLM *multi;            /* pool.multi */
     timer_heap timers;
     dict *lanes;             /* conversation id -> lane: one turn at a time per conversation */
     turn *all_head;          /* every turn the worker holds */
@@ -99,11 +100,20 @@ static void all_unlink(worker *w, turn *t)
     t->all_prev = t->all_next = NULL;
 }
 
-/* A new turn: stateless ones begin at once, others wait for their conversation. */
+/*
+ * A new turn: stateless ones begin at once, others wait for their conversation.
+ * Its deadline runs from acceptance, so time queued behind the conversation's
+ * other turns counts: a host can bound async_process-to-done by turn_timeout_ms.
+ */
 static void schedule(worker *w, turn *t)
 {
     t->env = &w->env;
     all_link(w, t);
+    if (timer_arm(&w->timers, &t->deadline,
+                  t->accepted_mono_ms + (uint64_t)t->cfg->opts.turn_timeout_ms) != 0) {
+        turn_end(t, PARLEY_ERR_NO_MEMORY, "out of memory");
+        return;
+    }
     if (!t->conversation_id) {
         ready_push(w, t);
         return;
@@ -417,8 +427,7 @@ static void worker_free(worker *w)
     store_jobs_stop(w->jobs); /* after the worker: no turn waits for a job now */
     if (w->box)
         inbox_unref(w->box);
-    if (w->multi)
-        curl_multi_cleanup(w->multi);
+    http_pool_cleanup(&w->pool);
     dict_free(w->lanes);
     free(w->reaped);
     timer_heap_free(&w->timers);
@@ -437,7 +446,8 @@ worker *worker_start(const worker_setup *setup, char **err)
     w->host = setup->host;
     w->metrics = setup->metrics;
     w->idle_timeout_ms = setup->idle_timeout_ms;
-    w->multi = curl_multi_init();
+    if (http_pool_init(&w->pool, setup->max_connections) == 0)
+        w->multi = w->pool.multi;
     w->lanes = dict_new(lane_key);
     w->box = w->multi ? inbox_new(w->multi) : NULL;
     if (!w->multi || !w->lanes || !w->box) {
@@ -451,7 +461,7 @@ worker *worker_start(const worker_setup *setup, char **err)
         return NULL;
     }
     w->env = (turn_env){
-        .multi = w->multi,
+        .pool = &w->pool,
         .timers = &w->timers,
         .store = w->store,
         .jobs = w->jobs,

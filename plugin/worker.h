@@ -22,6 +22,7 @@ typedef struct worker_setup {
     const parley_host *host;   /* borrowed; outlives the worker */
     agent_counters *metrics;   /* borrowed; outlives the worker */
     uint64_t idle_timeout_ms;  /* the store's; 0: no expiry sweeps */
+    size_t max_connections;    /* to the LLM server at once (the HTTP pool's cap) */
 } worker_setup;
 
 /* Start the thread (and the store threads when the store blocks).  NULL with *err. */
