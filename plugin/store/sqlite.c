@@ -23,8 +23,12 @@
  * then the schema is checked through SQLite with checkpoint-on-close off, so
  * a refusal at that point still leaves the database file as it was.
  *
- * One connection behind one mutex: every call may come from any thread.
- * `blocking` is set: the agent keeps these calls off its transfer loop.
+ * Three connections, each used under its own mutex, so every call may come
+ * from any thread: writes (append, forget, expire) on one; reads (load and
+ * the JSON dumps, each in one read transaction: a WAL snapshot) on another,
+ * so a read never waits for a commit's fsync; and the checkpointer's, which
+ * copies the WAL into the database on its own thread.  `blocking` is set:
+ * the agent keeps these calls off its transfer loop.
  * A side file PATH-lock, held with flock(2) while the store is open, makes
  * a second agent (another process, or the same one: flock locks belong to
  * the open file description) fail with "in use by another agent".
@@ -89,7 +93,9 @@ enum stmt_id {
     S_BEGIN,
     S_COMMIT,
     S_ROLLBACK,
+    S_BEGIN_READ,
     S_FIND_CONVERSATION,
+    S_CONVERSATION_BY_ROW,
     S_TURN_EXISTS,
     S_INSERT_CONVERSATION,
     S_UPDATE_CONVERSATION,
@@ -115,9 +121,12 @@ static const char *const stmt_sql[S_COUNT] = {
     [S_BEGIN] = "BEGIN IMMEDIATE",
     [S_COMMIT] = "COMMIT",
     [S_ROLLBACK] = "ROLLBACK",
+    [S_BEGIN_READ] = "BEGIN",
     [S_FIND_CONVERSATION] = "SELECT id, created_ms, last_used_ms, turns, message_bytes"
                             " FROM conversations"
                             " WHERE persona = ?1 AND interface_type = ?2 AND conversation_id = ?3",
+    [S_CONVERSATION_BY_ROW] = "SELECT id, created_ms, last_used_ms, turns, message_bytes"
+                              " FROM conversations WHERE id = ?1",
     [S_TURN_EXISTS] = "SELECT 1 FROM turns WHERE turn_id = ?1",
     [S_INSERT_CONVERSATION] =
         "INSERT INTO conversations(persona, interface_type, conversation_id, created_ms,"
@@ -154,6 +163,26 @@ static const char *const stmt_sql[S_COUNT] = {
                " FROM conversations ORDER BY use_seq DESC",
 };
 
+/* The WAL is copied into the database file when it holds this many pages (SQLite's
+ * default), by a checkpointer thread.  The WAL starts over only when a commit
+ * begins after a checkpoint has copied all of it; appends back to back can keep
+ * beating the checkpointer, so past the second figure the committing connection
+ * checkpoints itself (that commit waits for the disk), which bounds the WAL to
+ * about 64 MiB with 4 KiB pages. */
+#define CHECKPOINT_PAGES 1000
+#define CHECKPOINT_INLINE_PAGES (16 * CHECKPOINT_PAGES)
+
+/* The checkpointer: its own connection, woken by the commit hook. */
+typedef struct checkpointer {
+    pthread_t thread;
+    pthread_mutex_t lock;
+    pthread_cond_t wake;
+    int pending;                 /* a commit found the WAL past CHECKPOINT_PAGES */
+    int stop;
+    int running;                 /* 0: checkpoints run inline (no thread) */
+    sqlite3 *db;
+} checkpointer;
+
 /* What store_meta holds, mirrored in memory (written in the same transaction). */
 typedef struct totals {
     int64_t conversations;
@@ -161,19 +190,27 @@ typedef struct totals {
     int64_t message_bytes;
 } totals;
 
-typedef struct sqlite_store {
-    struct store base;
+/* One connection and its cached statements, used under its own mutex. */
+typedef struct conn {
     pthread_mutex_t lock;
     sqlite3 *db;
     sqlite3_stmt *stmts[S_COUNT];
+} conn;
+
+typedef struct sqlite_store {
+    struct store base;
+    conn w;                      /* writes: append, forget, expire (and the counters below) */
+    conn r;                      /* reads: load and the JSON dumps, never behind a write */
     char *path;
     int lock_fd;                 /* PATH-lock, flock'ed while open */
+    int lock_created;            /* this open created PATH-lock (removed if it refuses the file) */
     store_limits limits;
     int sync_full;
     totals totals;
     int64_t last_use_seq;        /* the largest conversations.use_seq */
     size_t evicted;
     size_t expired;
+    checkpointer ckpt;
 } sqlite_store;
 
 /* A conversation row, as the operations need it. */
@@ -205,9 +242,10 @@ static parley_status fail_with(char **err, parley_status st, const char *path, c
 
 /* A failed SQLite call, as a status and a message (taken before any rollback
  * replaces the connection's error text). */
-static parley_status fail_sqlite(sqlite_store *s, char **err, const char *what, int rc)
+static parley_status fail_sqlite(sqlite_store *s, sqlite3 *db, char **err, const char *what,
+                                 int rc)
 {
-    const char *why = s->db ? sqlite3_errmsg(s->db) : sqlite3_errstr(rc);
+    const char *why = db ? sqlite3_errmsg(db) : sqlite3_errstr(rc);
     if (!why || !*why || strcmp(why, "not an error") == 0)
         why = sqlite3_errstr(rc);
     parley_status st = (rc & 0xff) == SQLITE_NOMEM ? PARLEY_ERR_NO_MEMORY : PARLEY_ERR_STORAGE;
@@ -224,14 +262,14 @@ static void say(const store_config *cfg, parley_log_level level, char *message)
 /* ---- statements ---- */
 
 /* The cached statement `id`, reset and unbound; NULL (rc set) if it cannot be prepared. */
-static sqlite3_stmt *stmt(sqlite_store *s, enum stmt_id id, int *rc)
+static sqlite3_stmt *stmt(conn *c, enum stmt_id id, int *rc)
 {
-    sqlite3_stmt *st = s->stmts[id];
+    sqlite3_stmt *st = c->stmts[id];
     if (!st) {
-        *rc = sqlite3_prepare_v3(s->db, stmt_sql[id], -1, SQLITE_PREPARE_PERSISTENT, &st, NULL);
+        *rc = sqlite3_prepare_v3(c->db, stmt_sql[id], -1, SQLITE_PREPARE_PERSISTENT, &st, NULL);
         if (*rc != SQLITE_OK)
             return NULL;
-        s->stmts[id] = st;
+        c->stmts[id] = st;
     }
     return st;
 }
@@ -269,7 +307,7 @@ static int bind_key(sqlite3_stmt *st, const store_key *key)
 static int run_with_id(sqlite_store *s, enum stmt_id id, int64_t row)
 {
     int rc;
-    sqlite3_stmt *st = stmt(s, id, &rc);
+    sqlite3_stmt *st = stmt(&s->w, id, &rc);
     if (!st)
         return rc;
     sqlite3_bind_int64(st, 1, row);
@@ -281,14 +319,14 @@ static int run_with_id(sqlite_store *s, enum stmt_id id, int64_t row)
 static int begin(sqlite_store *s)
 {
     int rc;
-    sqlite3_stmt *st = stmt(s, S_BEGIN, &rc);
+    sqlite3_stmt *st = stmt(&s->w, S_BEGIN, &rc);
     return st ? run(st) : rc;
 }
 
 static int commit(sqlite_store *s, const totals *t)
 {
     int rc;
-    sqlite3_stmt *st = stmt(s, S_SET_META, &rc);
+    sqlite3_stmt *st = stmt(&s->w, S_SET_META, &rc);
     if (!st)
         return rc;
     sqlite3_bind_int64(st, 1, t->conversations);
@@ -297,19 +335,36 @@ static int commit(sqlite_store *s, const totals *t)
     rc = run(st);
     if (rc != SQLITE_OK)
         return rc;
-    st = stmt(s, S_COMMIT, &rc);
+    st = stmt(&s->w, S_COMMIT, &rc);
     return st ? run(st) : rc;
 }
 
 /* Undo the open transaction, if SQLite has not already (it does after some errors). */
 static void rollback(sqlite_store *s)
 {
-    if (sqlite3_get_autocommit(s->db))
+    if (sqlite3_get_autocommit(s->w.db))
         return;
     int rc;
-    sqlite3_stmt *st = stmt(s, S_ROLLBACK, &rc);
+    sqlite3_stmt *st = stmt(&s->w, S_ROLLBACK, &rc);
     if (st)
         run(st);
+}
+
+/* End a write transaction begun with begin(): commit it with the new totals
+ * when rc is SQLITE_OK (then s->totals = *t), else roll it back.  On failure
+ * *err says what failed, in SQLite's words (taken before the rollback). */
+static parley_status end_write(sqlite_store *s, int rc, const totals *t, const char *what,
+                               char **err)
+{
+    if (rc == SQLITE_OK)
+        rc = commit(s, t);
+    if (rc == SQLITE_OK) {
+        s->totals = *t;
+        return PARLEY_OK;
+    }
+    parley_status st = fail_sqlite(s, s->w.db, err, what, rc);
+    rollback(s);
+    return st;
 }
 
 /* ---- rows ---- */
@@ -320,21 +375,25 @@ static int is_idle(const sqlite_store *s, int64_t last_used_ms, uint64_t now_ms)
     return timeout && now_ms > last && now_ms - last > timeout;
 }
 
-/* SQLITE_ROW with *row filled, SQLITE_DONE when unknown, or an error. */
-static int find_conversation(sqlite_store *s, const store_key *key, conv_row *row)
+static void read_conv_row(sqlite3_stmt *st, conv_row *row)
+{
+    row->id = sqlite3_column_int64(st, 0);
+    row->created_ms = sqlite3_column_int64(st, 1);
+    row->last_used_ms = sqlite3_column_int64(st, 2);
+    row->turns = sqlite3_column_int64(st, 3);
+    row->message_bytes = sqlite3_column_int64(st, 4);
+}
+
+/* On connection c: SQLITE_ROW with *row filled, SQLITE_DONE when unknown, or an error. */
+static int find_conversation(conn *c, const store_key *key, conv_row *row)
 {
     int rc;
-    sqlite3_stmt *st = stmt(s, S_FIND_CONVERSATION, &rc);
+    sqlite3_stmt *st = stmt(c, S_FIND_CONVERSATION, &rc);
     if (!st)
         return rc;
     rc = bind_key(st, key);
-    if (rc == SQLITE_OK && (rc = sqlite3_step(st)) == SQLITE_ROW) {
-        row->id = sqlite3_column_int64(st, 0);
-        row->created_ms = sqlite3_column_int64(st, 1);
-        row->last_used_ms = sqlite3_column_int64(st, 2);
-        row->turns = sqlite3_column_int64(st, 3);
-        row->message_bytes = sqlite3_column_int64(st, 4);
-    }
+    if (rc == SQLITE_OK && (rc = sqlite3_step(st)) == SQLITE_ROW)
+        read_conv_row(st, row);
     done(st);
     return rc;
 }
@@ -361,30 +420,41 @@ static int delete_conversation(sqlite_store *s, const conv_row *row, totals *t)
     return rc;
 }
 
-/* Forget an idle conversation found by a read, in its own transaction.  Best
- * effort: a read does not fail because the file cannot be written (the
- * conversation is idle, so every read already treats it as gone). */
-static void forget_idle(sqlite_store *s, const conv_row *row)
+/* Forget conversation `id`, which a read found idle at now_ms, in its own
+ * write transaction -- if it still is: an append may have come in between.
+ * Best effort: a read does not fail because the file cannot be written (the
+ * conversation is idle, so every read already treats it as gone).  Called
+ * without the read lock held. */
+static void forget_idle(sqlite_store *s, int64_t id, uint64_t now_ms)
 {
+    pthread_mutex_lock(&s->w.lock);
     totals t = s->totals;
-    int rc = begin(s);
-    if (rc == SQLITE_OK)
-        rc = delete_conversation(s, row, &t);
-    if (rc == SQLITE_OK)
-        rc = commit(s, &t);
-    if (rc != SQLITE_OK) {
-        rollback(s);
-        return;
+    conv_row row;
+    int rc = begin(s), gone = 0;
+    sqlite3_stmt *st = rc == SQLITE_OK ? stmt(&s->w, S_CONVERSATION_BY_ROW, &rc) : NULL;
+    if (st) {
+        sqlite3_bind_int64(st, 1, id);
+        rc = sqlite3_step(st);
+        if (rc == SQLITE_ROW)
+            read_conv_row(st, &row);
+        done(st);
+        if (rc == SQLITE_ROW && is_idle(s, row.last_used_ms, now_ms)) {
+            rc = delete_conversation(s, &row, &t);
+            gone = rc == SQLITE_OK;
+        } else if (rc == SQLITE_ROW || rc == SQLITE_DONE) {
+            rc = SQLITE_OK; /* used again, or already gone */
+        }
     }
-    s->totals = t;
-    s->expired++;
+    if (end_write(s, rc, &t, "cannot forget an idle conversation", NULL) == PARLEY_OK)
+        s->expired += (size_t)gone;
+    pthread_mutex_unlock(&s->w.lock);
 }
 
 /* The least recently used conversation: SQLITE_ROW, SQLITE_DONE if none, or an error. */
 static int lru_tail(sqlite_store *s, conv_row *row)
 {
     int rc;
-    sqlite3_stmt *st = stmt(s, S_LRU, &rc);
+    sqlite3_stmt *st = stmt(&s->w, S_LRU, &rc);
     if (!st)
         return rc;
     if ((rc = sqlite3_step(st)) == SQLITE_ROW) {
@@ -470,7 +540,10 @@ static char *take_lock(sqlite_store *s)
     char *lock_path = pstr_printf("%s-lock", s->path);
     if (!lock_path)
         return NULL;
-    int fd = open(lock_path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+    int fd = open(lock_path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
+    s->lock_created = fd >= 0;
+    if (fd < 0)
+        fd = open(lock_path, O_RDWR | O_CLOEXEC | O_NOFOLLOW);
     if (fd < 0)
         fd = open(lock_path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW); /* a read-only directory */
     char *problem = NULL;
@@ -486,8 +559,22 @@ static char *take_lock(sqlite_store *s)
     } else {
         s->lock_fd = fd;
     }
+    if (problem && s->lock_created)
+        unlink(lock_path);
     free(lock_path);
     return problem;
+}
+
+/* Remove PATH-lock if this open created it (still holding it: another open
+ * that got the old file would refuse the same file for the same reason). */
+static void forget_lock_file(sqlite_store *s)
+{
+    if (s->lock_fd < 0 || !s->lock_created)
+        return;
+    char *lock_path = pstr_printf("%s-lock", s->path);
+    if (lock_path)
+        unlink(lock_path);
+    free(lock_path);
 }
 
 /* ---- opening: through SQLite ---- */
@@ -532,9 +619,9 @@ static char *schema_problem(sqlite_store *s, int *rc, int *empty)
 {
     int64_t application_id = 0, version = 0, objects = 0, tables = 0;
     *empty = 0;
-    if ((*rc = query_int(s->db, "PRAGMA application_id", &application_id)) != SQLITE_OK ||
-        (*rc = query_int(s->db, "PRAGMA user_version", &version)) != SQLITE_OK ||
-        (*rc = query_int(s->db, "SELECT count(*) FROM sqlite_schema", &objects)) != SQLITE_OK)
+    if ((*rc = query_int(s->w.db, "PRAGMA application_id", &application_id)) != SQLITE_OK ||
+        (*rc = query_int(s->w.db, "PRAGMA user_version", &version)) != SQLITE_OK ||
+        (*rc = query_int(s->w.db, "SELECT count(*) FROM sqlite_schema", &objects)) != SQLITE_OK)
         return NULL;
     if (application_id == 0 && version == 0 && objects == 0) {
         *empty = 1; /* a creation that never committed, rolled back by SQLite */
@@ -549,20 +636,20 @@ static char *schema_problem(sqlite_store *s, int *rc, int *empty)
                            (long long)version, SQLITE_STORE_SCHEMA_VERSION);
     if (version != SQLITE_STORE_SCHEMA_VERSION)
         return pstr_printf("corrupt (unknown schema version %lld)", (long long)version);
-    if ((*rc = query_int(s->db,
+    if ((*rc = query_int(s->w.db,
                          "SELECT count(*) FROM sqlite_schema WHERE type = 'table' AND name IN"
                          " ('store_meta', 'conversations', 'turns', 'messages')",
                          &tables)) != SQLITE_OK)
         return NULL;
     if (tables != 4)
         return pstr_printf("corrupt (tables missing from schema version 1)");
-    if ((*rc = query_int(s->db, "SELECT conversations FROM store_meta WHERE id = 1",
+    if ((*rc = query_int(s->w.db, "SELECT conversations FROM store_meta WHERE id = 1",
                          &s->totals.conversations)) != SQLITE_OK ||
-        (*rc = query_int(s->db, "SELECT turns FROM store_meta WHERE id = 1",
+        (*rc = query_int(s->w.db, "SELECT turns FROM store_meta WHERE id = 1",
                          &s->totals.turns)) != SQLITE_OK ||
-        (*rc = query_int(s->db, "SELECT message_bytes FROM store_meta WHERE id = 1",
+        (*rc = query_int(s->w.db, "SELECT message_bytes FROM store_meta WHERE id = 1",
                          &s->totals.message_bytes)) != SQLITE_OK ||
-        (*rc = query_int(s->db, "SELECT coalesce(max(use_seq), 0) FROM conversations",
+        (*rc = query_int(s->w.db, "SELECT coalesce(max(use_seq), 0) FROM conversations",
                          &s->last_use_seq)) != SQLITE_OK)
         return NULL;
     return NULL;
@@ -573,17 +660,104 @@ static int configure(sqlite_store *s)
     char sql[160];
     snprintf(sql, sizeof sql, "PRAGMA journal_mode = WAL; PRAGMA synchronous = %s;",
              s->sync_full ? "FULL" : "NORMAL");
-    return sqlite3_exec(s->db, sql, NULL, NULL, NULL);
+    return sqlite3_exec(s->w.db, sql, NULL, NULL, NULL);
 }
 
-static void close_connection(sqlite_store *s)
+/* ---- checkpoints, off the turn path ----
+ * SQLite's automatic checkpoint runs inside the COMMIT that crosses the
+ * threshold, fsyncs included: whichever turn commits then would wait for the
+ * disk.  Instead the commit hook only wakes the checkpointer, which copies
+ * the WAL into the database with PASSIVE checkpoints (they never block an
+ * append). */
+
+static int on_wal_commit(void *ud, sqlite3 *db, const char *name, int pages)
+{
+    checkpointer *c = &((sqlite_store *)ud)->ckpt;
+    if (pages < CHECKPOINT_PAGES)
+        return SQLITE_OK;
+    if (!c->running || pages >= CHECKPOINT_INLINE_PAGES) {
+        sqlite3_wal_checkpoint_v2(db, name, SQLITE_CHECKPOINT_PASSIVE, NULL, NULL);
+        return SQLITE_OK;
+    }
+    pthread_mutex_lock(&c->lock);
+    if (!c->pending) { /* the WAL stays this long until a writer restarts it: wake once */
+        c->pending = 1;
+        pthread_cond_signal(&c->wake);
+    }
+    pthread_mutex_unlock(&c->lock);
+    return SQLITE_OK;
+}
+
+static void *checkpoint_loop(void *arg)
+{
+    checkpointer *c = arg;
+    pthread_mutex_lock(&c->lock);
+    for (;;) {
+        while (!c->pending && !c->stop)
+            pthread_cond_wait(&c->wake, &c->lock);
+        if (c->stop)
+            break;
+        c->pending = 0;
+        pthread_mutex_unlock(&c->lock);
+        /* A failure (I/O error, disk full) leaves the WAL as it is: the
+         * next commit past the threshold tries again. */
+        sqlite3_wal_checkpoint_v2(c->db, NULL, SQLITE_CHECKPOINT_PASSIVE, NULL, NULL);
+        pthread_mutex_lock(&c->lock);
+    }
+    pthread_mutex_unlock(&c->lock);
+    return NULL;
+}
+
+/* Start the checkpointer; without it (no thread, no connection) checkpoints
+ * run inline, as SQLite's own would. */
+static void checkpointer_start(sqlite_store *s)
+{
+    checkpointer *c = &s->ckpt;
+    sqlite3_wal_hook(s->w.db, on_wal_commit, s);
+    if (pthread_mutex_init(&c->lock, NULL) != 0)
+        return;
+    if (pthread_cond_init(&c->wake, NULL) != 0) {
+        pthread_mutex_destroy(&c->lock);
+        return;
+    }
+    if (sqlite3_open_v2(s->path, &c->db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX, NULL) ==
+        SQLITE_OK) {
+        sqlite3_busy_timeout(c->db, SQLITE_STORE_BUSY_TIMEOUT_MS);
+        c->running = pthread_create(&c->thread, NULL, checkpoint_loop, c) == 0;
+    }
+    if (!c->running) {
+        sqlite3_close(c->db);
+        c->db = NULL;
+        pthread_cond_destroy(&c->wake);
+        pthread_mutex_destroy(&c->lock);
+    }
+}
+
+static void checkpointer_stop(sqlite_store *s)
+{
+    checkpointer *c = &s->ckpt;
+    if (!c->running)
+        return;
+    pthread_mutex_lock(&c->lock);
+    c->stop = 1;
+    pthread_cond_signal(&c->wake);
+    pthread_mutex_unlock(&c->lock);
+    pthread_join(c->thread, NULL);
+    c->running = 0;
+    sqlite3_close(c->db); /* first: the main connection, closing last, checkpoints */
+    c->db = NULL;
+    pthread_cond_destroy(&c->wake);
+    pthread_mutex_destroy(&c->lock);
+}
+
+static void close_connection(conn *c)
 {
     for (int i = 0; i < S_COUNT; i++) {
-        sqlite3_finalize(s->stmts[i]);
-        s->stmts[i] = NULL;
+        sqlite3_finalize(c->stmts[i]);
+        c->stmts[i] = NULL;
     }
-    sqlite3_close(s->db);
-    s->db = NULL;
+    sqlite3_close(c->db);
+    c->db = NULL;
 }
 
 static void sqlite_close(store *base)
@@ -591,13 +765,27 @@ static void sqlite_close(store *base)
     sqlite_store *s = (sqlite_store *)base;
     if (!s)
         return;
-    if (s->db)
-        close_connection(s);
+    checkpointer_stop(s);
+    close_connection(&s->r);
+    close_connection(&s->w); /* last: it checkpoints and removes the WAL */
     if (s->lock_fd >= 0)
         close(s->lock_fd); /* after SQLite let go of the file */
-    pthread_mutex_destroy(&s->lock);
+    pthread_mutex_destroy(&s->w.lock);
+    pthread_mutex_destroy(&s->r.lock);
     free(s->path);
     free(s);
+}
+
+/* The read connection: sees every committed write (WAL), writes nothing. */
+static int open_reader(sqlite_store *s)
+{
+    int rc = sqlite3_open_v2(s->path, &s->r.db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX,
+                             NULL);
+    if (rc != SQLITE_OK)
+        return rc;
+    sqlite3_extended_result_codes(s->r.db, 1);
+    sqlite3_busy_timeout(s->r.db, SQLITE_STORE_BUSY_TIMEOUT_MS);
+    return sqlite3_exec(s->r.db, "PRAGMA query_only = 1", NULL, NULL, NULL);
 }
 
 /* Open the SQLite connection on a file that passed header_problem(). */
@@ -611,13 +799,14 @@ static parley_status connect_checked(sqlite_store *s, const store_config *cfg, i
                              strerror(errno));
         close(fd);
     }
-    int rc = sqlite3_open_v2(s->path, &s->db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX, NULL);
+    int rc = sqlite3_open_v2(s->path, &s->w.db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX,
+                             NULL);
     if (rc != SQLITE_OK)
-        return fail_sqlite(s, err, "cannot open it", rc);
+        return fail_sqlite(s, s->w.db, err, "cannot open it", rc);
     /* Until the checks pass, closing must not checkpoint a WAL into the file. */
-    sqlite3_db_config(s->db, SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, 1, NULL);
-    sqlite3_extended_result_codes(s->db, 1);
-    sqlite3_busy_timeout(s->db, SQLITE_STORE_BUSY_TIMEOUT_MS);
+    sqlite3_db_config(s->w.db, SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, 1, NULL);
+    sqlite3_extended_result_codes(s->w.db, 1);
+    sqlite3_busy_timeout(s->w.db, SQLITE_STORE_BUSY_TIMEOUT_MS);
     int empty = 0;
     char *problem = schema_problem(s, &rc, &empty);
     if (problem) {
@@ -627,20 +816,23 @@ static parley_status connect_checked(sqlite_store *s, const store_config *cfg, i
     }
     if (rc != SQLITE_OK) {
         int code = rc & 0xff;
-        return fail_sqlite(s, err,
+        return fail_sqlite(s, s->w.db, err,
                            code == SQLITE_CORRUPT || code == SQLITE_NOTADB ? "corrupt"
                                                                            : "cannot read it",
                            rc);
     }
     if (empty) {
-        if ((rc = create_schema(s->db)) != SQLITE_OK)
-            return fail_sqlite(s, err, "cannot create the store", rc);
+        if ((rc = create_schema(s->w.db)) != SQLITE_OK)
+            return fail_sqlite(s, s->w.db, err, "cannot create the store", rc);
         say(cfg, PARLEY_LOG_INFO, pstr_printf("sqlite store %s: created", s->path));
     }
-    sqlite3_db_config(s->db, SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, 0, NULL);
+    sqlite3_db_config(s->w.db, SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, 0, NULL);
     if ((rc = configure(s)) != SQLITE_OK)
-        return fail_sqlite(s, err, "cannot configure it", rc);
-    if (sqlite3_db_readonly(s->db, "main") == 1)
+        return fail_sqlite(s, s->w.db, err, "cannot configure it", rc);
+    if ((rc = open_reader(s)) != SQLITE_OK)
+        return fail_sqlite(s, s->r.db, err, "cannot open it for reading", rc);
+    checkpointer_start(s);
+    if (sqlite3_db_readonly(s->w.db, "main") == 1)
         say(cfg, PARLEY_LOG_WARN,
             pstr_printf("sqlite store %s: the file is read-only: turns will fail with "
                         "'storage' until it is writable and the agent is recreated",
@@ -658,7 +850,14 @@ static parley_status sqlite_open(const store_config *cfg, store **out, char **er
         return PARLEY_ERR_STORAGE;
     }
     sqlite_store *s = calloc(1, sizeof *s);
-    if (!s || !(s->path = strdup(cfg->location)) || pthread_mutex_init(&s->lock, NULL) != 0) {
+    int locks = 0;
+    if (s && (s->path = strdup(cfg->location)) != NULL &&
+        pthread_mutex_init(&s->w.lock, NULL) == 0 && ++locks &&
+        pthread_mutex_init(&s->r.lock, NULL) == 0)
+        locks++;
+    if (locks < 2) {
+        if (locks == 1)
+            pthread_mutex_destroy(&s->w.lock);
         if (s)
             free(s->path);
         free(s);
@@ -681,6 +880,7 @@ static parley_status sqlite_open(const store_config *cfg, store **out, char **er
     if (problem) {
         set_err(err, pstr_printf("sqlite store %s: %s", s->path, problem));
         free(problem);
+        forget_lock_file(s); /* leave nothing next to a file that is not ours */
         sqlite_close(&s->base);
         return PARLEY_ERR_STORAGE;
     }
@@ -700,7 +900,36 @@ static parley_status not_found(char **err)
     return PARLEY_ERR_NOT_FOUND;
 }
 
-/* ---- load ---- */
+/* ---- reading: the read connection, one snapshot per call ---- */
+
+static int read_begin(conn *c)
+{
+    int rc;
+    sqlite3_stmt *st = stmt(c, S_BEGIN_READ, &rc);
+    return st ? run(st) : rc;
+}
+
+static void read_end(conn *c)
+{
+    int rc;
+    sqlite3_stmt *st = sqlite3_get_autocommit(c->db) ? NULL : stmt(c, S_COMMIT, &rc);
+    if (st)
+        run(st);
+}
+
+/* Find `key` for a read: SQLITE_ROW (live), SQLITE_DONE (unknown or idle:
+ * *idle_id is then set for forget_idle, else 0), or an error. */
+static int find_live(sqlite_store *s, const store_key *key, uint64_t now_ms, conv_row *row,
+                     int64_t *idle_id)
+{
+    *idle_id = 0;
+    int rc = find_conversation(&s->r, key, row);
+    if (rc == SQLITE_ROW && is_idle(s, row->last_used_ms, now_ms)) {
+        *idle_id = row->id;
+        rc = SQLITE_DONE;
+    }
+    return rc;
+}
 
 static parley_status sqlite_load(store *base, const store_key *key, size_t last_turns,
                                  uint64_t now_ms, pbuf *out, size_t *nmessages, char **err)
@@ -708,15 +937,14 @@ static parley_status sqlite_load(store *base, const store_key *key, size_t last_
     sqlite_store *s = (sqlite_store *)base;
     size_t mark = out->len, count = 0;
     *nmessages = 0;
-    conv_row row;
-    pthread_mutex_lock(&s->lock);
-    int rc = find_conversation(s, key, &row);
-    if (rc == SQLITE_ROW && is_idle(s, row.last_used_ms, now_ms)) {
-        forget_idle(s, &row);
-        rc = SQLITE_DONE;
-    }
+    conv_row row = {0, 0, 0, 0, 0};
+    int64_t idle = 0;
+    pthread_mutex_lock(&s->r.lock);
+    int rc = read_begin(&s->r);
+    if (rc == SQLITE_OK)
+        rc = find_live(s, key, now_ms, &row, &idle);
     if (rc == SQLITE_ROW) {
-        sqlite3_stmt *st = stmt(s, S_LOAD, &rc);
+        sqlite3_stmt *st = stmt(&s->r, S_LOAD, &rc);
         if (st) {
             sqlite3_bind_int64(st, 1, row.id);
             sqlite3_bind_int64(st, 2, last_turns ? (int64_t)last_turns : -1);
@@ -730,8 +958,11 @@ static parley_status sqlite_load(store *base, const store_key *key, size_t last_
     }
     parley_status status = PARLEY_OK;
     if (rc != SQLITE_DONE)
-        status = fail_sqlite(s, err, "cannot load the conversation", rc);
-    pthread_mutex_unlock(&s->lock);
+        status = fail_sqlite(s, s->r.db, err, "cannot load the conversation", rc);
+    read_end(&s->r);
+    pthread_mutex_unlock(&s->r.lock);
+    if (idle)
+        forget_idle(s, idle, now_ms);
     if (status == PARLEY_OK && out->oom) {
         set_err(err, pstr_printf("sqlite store %s: out of memory", s->path));
         status = PARLEY_ERR_NO_MEMORY;
@@ -770,7 +1001,7 @@ static int64_t joined_length(const store_turn *turn)
 static int turn_exists(sqlite_store *s, const char *turn_id)
 {
     int rc;
-    sqlite3_stmt *st = stmt(s, S_TURN_EXISTS, &rc);
+    sqlite3_stmt *st = stmt(&s->w, S_TURN_EXISTS, &rc);
     if (!st)
         return rc;
     rc = bind_text(st, 1, turn_id);
@@ -784,7 +1015,7 @@ static int insert_conversation(sqlite_store *s, const store_key *key, uint64_t n
                                int64_t use_seq, conv_row *row)
 {
     int rc;
-    sqlite3_stmt *st = stmt(s, S_INSERT_CONVERSATION, &rc);
+    sqlite3_stmt *st = stmt(&s->w, S_INSERT_CONVERSATION, &rc);
     if (!st)
         return rc;
     rc = bind_key(st, key);
@@ -795,14 +1026,14 @@ static int insert_conversation(sqlite_store *s, const store_key *key, uint64_t n
     } else {
         done(st);
     }
-    *row = (conv_row){sqlite3_last_insert_rowid(s->db), (int64_t)now_ms, (int64_t)now_ms, 0, 0};
+    *row = (conv_row){sqlite3_last_insert_rowid(s->w.db), (int64_t)now_ms, (int64_t)now_ms, 0, 0};
     return rc;
 }
 
 static int insert_turn(sqlite_store *s, int64_t conversation, const store_turn *turn)
 {
     int rc;
-    sqlite3_stmt *st = stmt(s, S_INSERT_TURN, &rc);
+    sqlite3_stmt *st = stmt(&s->w, S_INSERT_TURN, &rc);
     if (!st)
         return rc;
     sqlite3_bind_int64(st, 1, conversation);
@@ -812,8 +1043,8 @@ static int insert_turn(sqlite_store *s, int64_t conversation, const store_turn *
     sqlite3_bind_int64(st, 5, joined_length(turn));
     if ((rc = run(st)) != SQLITE_OK)
         return rc;
-    int64_t turn_row = sqlite3_last_insert_rowid(s->db);
-    if (!(st = stmt(s, S_INSERT_MESSAGE, &rc)))
+    int64_t turn_row = sqlite3_last_insert_rowid(s->w.db);
+    if (!(st = stmt(&s->w, S_INSERT_MESSAGE, &rc)))
         return rc;
     for (size_t i = 0; i < turn->nmessages && rc == SQLITE_OK; i++) {
         const store_message *m = &turn->messages[i];
@@ -832,7 +1063,7 @@ static int trim_turns(sqlite_store *s, conv_row *row, totals *t)
 {
     int rc = SQLITE_OK;
     while (rc == SQLITE_OK && s->limits.keep_turns && row->turns > (int64_t)s->limits.keep_turns) {
-        sqlite3_stmt *st = stmt(s, S_OLDEST_TURN, &rc);
+        sqlite3_stmt *st = stmt(&s->w, S_OLDEST_TURN, &rc);
         if (!st)
             return rc;
         sqlite3_bind_int64(st, 1, row->id);
@@ -879,7 +1110,7 @@ static int evict_beyond_limit(sqlite_store *s, int64_t keep, uint64_t now_ms, to
 static int update_conversation(sqlite_store *s, const conv_row *row, int64_t use_seq)
 {
     int rc;
-    sqlite3_stmt *st = stmt(s, S_UPDATE_CONVERSATION, &rc);
+    sqlite3_stmt *st = stmt(&s->w, S_UPDATE_CONVERSATION, &rc);
     if (!st)
         return rc;
     sqlite3_bind_int64(st, 1, row->id);
@@ -903,7 +1134,7 @@ static int append_in_transaction(sqlite_store *s, const store_key *key, const st
         return rc;
     int64_t use_seq = s->last_use_seq + 1;
     conv_row row;
-    rc = find_conversation(s, key, &row);
+    rc = find_conversation(&s->w, key, &row);
     if (rc == SQLITE_DONE) {
         if ((rc = insert_conversation(s, key, now_ms, use_seq, &row)) != SQLITE_OK)
             return rc;
@@ -943,38 +1174,33 @@ static parley_status sqlite_append(store *base, const store_key *key, const stor
     if (!key || !key->conversation_id || !turn_is_valid(turn))
         return fail_with(err, PARLEY_ERR_STORAGE, s->path, "cannot append",
                          "a turn needs a conversation id, a turn id and messages");
-    pthread_mutex_lock(&s->lock);
+    pthread_mutex_lock(&s->w.lock);
     totals t = s->totals;
     size_t evicted = 0, expired = 0;
     int stored = 0;
     int rc = begin(s);
     if (rc == SQLITE_OK)
         rc = append_in_transaction(s, key, turn, now_ms, &t, &evicted, &expired, &stored);
-    if (rc == SQLITE_OK)
-        rc = commit(s, &t);
-    parley_status st = PARLEY_OK;
-    if (rc != SQLITE_OK) {
-        st = fail_sqlite(s, err, "cannot store the turn", rc);
-        rollback(s);
-    } else {
-        s->totals = t;
+    parley_status st = end_write(s, rc, &t, "cannot store the turn", err);
+    if (st == PARLEY_OK) {
         s->evicted += evicted;
         s->expired += expired;
         if (stored)
             s->last_use_seq++;
     }
-    pthread_mutex_unlock(&s->lock);
+    pthread_mutex_unlock(&s->w.lock);
     return st;
 }
 
 /* ---- the JSON the ABI returns ---- */
 
+/* The status of a dump (the read lock held: the message names SQLite's error). */
 static parley_status finish_json(sqlite_store *s, pbuf *out, size_t mark, int rc,
                                  const char *what, char **err)
 {
     parley_status st = PARLEY_OK;
     if (rc != SQLITE_DONE && rc != SQLITE_OK)
-        st = fail_sqlite(s, err, what, rc);
+        st = fail_sqlite(s, s->r.db, err, what, rc);
     else if (out->oom)
         st = fail_with(err, PARLEY_ERR_NO_MEMORY, s->path, what, "out of memory");
     if (st != PARLEY_OK)
@@ -982,11 +1208,11 @@ static parley_status finish_json(sqlite_store *s, pbuf *out, size_t mark, int rc
     return st;
 }
 
-/* The turns of conversation `row` as turn objects joined by ','. */
+/* The turns of a conversation as turn objects joined by ','. */
 static int put_turns(sqlite_store *s, int64_t conversation, pbuf *out)
 {
     int rc;
-    sqlite3_stmt *st = stmt(s, S_CONVERSATION_MESSAGES, &rc);
+    sqlite3_stmt *st = stmt(&s->r, S_CONVERSATION_MESSAGES, &rc);
     if (!st)
         return rc;
     sqlite3_bind_int64(st, 1, conversation);
@@ -1029,13 +1255,12 @@ static parley_status sqlite_get_conversation(store *base, const store_key *key, 
 {
     sqlite_store *s = (sqlite_store *)base;
     size_t mark = out->len;
-    conv_row row;
-    pthread_mutex_lock(&s->lock);
-    int rc = find_conversation(s, key, &row);
-    if (rc == SQLITE_ROW && is_idle(s, row.last_used_ms, now_ms)) {
-        forget_idle(s, &row);
-        rc = SQLITE_DONE;
-    }
+    conv_row row = {0, 0, 0, 0, 0};
+    int64_t idle = 0;
+    pthread_mutex_lock(&s->r.lock);
+    int rc = read_begin(&s->r);
+    if (rc == SQLITE_OK)
+        rc = find_live(s, key, now_ms, &row, &idle);
     int found = rc == SQLITE_ROW;
     if (found) {
         store_json_conversation_head(out, key->conversation_id, (uint64_t)row.created_ms,
@@ -1045,14 +1270,17 @@ static parley_status sqlite_get_conversation(store *base, const store_key *key, 
         pbuf_puts(out, "]}");
     }
     parley_status st = finish_json(s, out, mark, rc, "cannot read the conversation", err);
-    pthread_mutex_unlock(&s->lock);
+    read_end(&s->r);
+    pthread_mutex_unlock(&s->r.lock);
+    if (idle)
+        forget_idle(s, idle, now_ms);
     return st == PARLEY_OK && !found ? not_found(err) : st;
 }
 
 static int put_turn_messages(sqlite_store *s, int64_t turn, pbuf *messages)
 {
     int rc;
-    sqlite3_stmt *st = stmt(s, S_TURN_MESSAGES, &rc);
+    sqlite3_stmt *st = stmt(&s->r, S_TURN_MESSAGES, &rc);
     if (!st)
         return rc;
     sqlite3_bind_int64(st, 1, turn);
@@ -1067,55 +1295,56 @@ static int put_turn_messages(sqlite_store *s, int64_t turn, pbuf *messages)
     return rc;
 }
 
+/* {"conversation_id":..,"turn":{..}} for the turn row the S_FIND_TURN statement is on. */
+static int put_found_turn(sqlite_store *s, sqlite3_stmt *found, const char *turn_id, pbuf *out)
+{
+    int64_t turn = sqlite3_column_int64(found, 0);
+    uint64_t started = (uint64_t)sqlite3_column_int64(found, 1);
+    uint64_t finished = (uint64_t)sqlite3_column_int64(found, 2);
+    const char *conversation_id = (const char *)sqlite3_column_text(found, 4);
+    pbuf_puts(out, "{\"conversation_id\":");
+    pbuf_json_string(out, conversation_id ? conversation_id : "",
+                     conversation_id ? strlen(conversation_id) : 0);
+    pbuf_puts(out, ",\"turn\":");
+    pbuf messages = PBUF_INIT;
+    int rc = put_turn_messages(s, turn, &messages);
+    store_json_turn(out, turn_id, started, finished, messages.data ? messages.data : "",
+                    messages.len);
+    pbuf_putc(out, '}');
+    if (messages.oom)
+        out->oom = 1;
+    pbuf_free(&messages);
+    return rc;
+}
+
 static parley_status sqlite_get_turn(store *base, const char *turn_id, uint64_t now_ms, pbuf *out,
                                      char **err)
 {
     sqlite_store *s = (sqlite_store *)base;
     size_t mark = out->len;
-    pthread_mutex_lock(&s->lock);
-    int rc;
-    sqlite3_stmt *st = turn_id ? stmt(s, S_FIND_TURN, &rc) : NULL;
+    int64_t idle = 0;
     int found = 0;
-    if (!turn_id)
-        rc = SQLITE_DONE;
+    pthread_mutex_lock(&s->r.lock);
+    int rc = turn_id ? read_begin(&s->r) : SQLITE_DONE;
+    sqlite3_stmt *st = rc == SQLITE_OK ? stmt(&s->r, S_FIND_TURN, &rc) : NULL;
     if (st) {
         bind_text(st, 1, turn_id);
         rc = sqlite3_step(st);
-        if (rc == SQLITE_ROW) {
-            int64_t turn = sqlite3_column_int64(st, 0);
-            uint64_t started = (uint64_t)sqlite3_column_int64(st, 1);
-            uint64_t finished = (uint64_t)sqlite3_column_int64(st, 2);
-            conv_row row = {sqlite3_column_int64(st, 3), 0, sqlite3_column_int64(st, 5),
-                            sqlite3_column_int64(st, 6), sqlite3_column_int64(st, 7)};
-            char *conversation_id = strdup((const char *)sqlite3_column_text(st, 4));
-            done(st);
-            if (!conversation_id) {
-                out->oom = 1;
-                rc = SQLITE_DONE;
-            } else if (is_idle(s, row.last_used_ms, now_ms)) {
-                forget_idle(s, &row); /* its conversation expired */
-                rc = SQLITE_DONE;
-            } else {
-                pbuf messages = PBUF_INIT;
-                rc = put_turn_messages(s, turn, &messages);
-                pbuf_puts(out, "{\"conversation_id\":");
-                pbuf_json_string(out, conversation_id, strlen(conversation_id));
-                pbuf_puts(out, ",\"turn\":");
-                store_json_turn(out, turn_id, started, finished,
-                                messages.data ? messages.data : "", messages.len);
-                pbuf_putc(out, '}');
-                if (messages.oom)
-                    out->oom = 1;
-                pbuf_free(&messages);
-                found = rc == SQLITE_DONE;
-            }
-            free(conversation_id);
-        } else {
-            done(st);
+        /* columns: turn id, started, finished, conversation row, its id, its last use */
+        if (rc == SQLITE_ROW && is_idle(s, sqlite3_column_int64(st, 5), now_ms)) {
+            idle = sqlite3_column_int64(st, 3); /* its conversation expired */
+            rc = SQLITE_DONE;
+        } else if (rc == SQLITE_ROW) {
+            rc = put_found_turn(s, st, turn_id, out);
+            found = rc == SQLITE_DONE;
         }
+        done(st);
     }
     parley_status status = finish_json(s, out, mark, rc, "cannot read the turn", err);
-    pthread_mutex_unlock(&s->lock);
+    read_end(&s->r);
+    pthread_mutex_unlock(&s->r.lock);
+    if (idle)
+        forget_idle(s, idle, now_ms);
     return status == PARLEY_OK && !found ? not_found(err) : status;
 }
 
@@ -1124,44 +1353,43 @@ static parley_status sqlite_list(store *base, uint64_t now_ms, pbuf *out, char *
     sqlite_store *s = (sqlite_store *)base;
     size_t mark = out->len;
     pbuf_puts(out, "{\"conversations\":[");
-    pthread_mutex_lock(&s->lock);
-    int rc;
-    sqlite3_stmt *st = stmt(s, S_LIST, &rc);
-    conv_row *idle = NULL;
+    pthread_mutex_lock(&s->r.lock);
+    int rc = read_begin(&s->r);
+    sqlite3_stmt *st = rc == SQLITE_OK ? stmt(&s->r, S_LIST, &rc) : NULL;
+    int64_t *idle = NULL;
     size_t nidle = 0, cap = 0;
     int first = 1;
     while (st && (rc = sqlite3_step(st)) == SQLITE_ROW) {
-        conv_row row = {sqlite3_column_int64(st, 0), sqlite3_column_int64(st, 2),
-                        sqlite3_column_int64(st, 3), sqlite3_column_int64(st, 4),
-                        sqlite3_column_int64(st, 5)};
-        if (is_idle(s, row.last_used_ms, now_ms)) { /* checked one by one: clocks may step back */
+        int64_t last_used = sqlite3_column_int64(st, 3);
+        if (is_idle(s, last_used, now_ms)) { /* checked one by one: clocks may step back */
             if (nidle == cap) {
                 size_t ncap = cap ? 2 * cap : 16;
-                conv_row *grown = realloc(idle, ncap * sizeof *grown);
+                int64_t *grown = realloc(idle, ncap * sizeof *grown);
                 if (!grown)
                     continue; /* not listed; forgotten by a later call */
                 idle = grown;
                 cap = ncap;
             }
-            idle[nidle++] = row;
+            idle[nidle++] = sqlite3_column_int64(st, 0);
             continue;
         }
         if (!first)
             pbuf_putc(out, ',');
         first = 0;
         const char *id = (const char *)sqlite3_column_text(st, 1);
-        store_json_conversation_head(out, id ? id : "", (uint64_t)row.created_ms,
-                                     (uint64_t)row.last_used_ms);
-        pbuf_printf(out, ",\"turns\":%lld}", (long long)row.turns);
+        store_json_conversation_head(out, id ? id : "", (uint64_t)sqlite3_column_int64(st, 2),
+                                     (uint64_t)last_used);
+        pbuf_printf(out, ",\"turns\":%lld}", (long long)sqlite3_column_int64(st, 4));
     }
     if (st)
         done(st);
     pbuf_puts(out, "]}");
-    for (size_t i = 0; i < nidle; i++)
-        forget_idle(s, &idle[i]);
-    free(idle);
     parley_status status = finish_json(s, out, mark, rc, "cannot list conversations", err);
-    pthread_mutex_unlock(&s->lock);
+    read_end(&s->r);
+    pthread_mutex_unlock(&s->r.lock);
+    for (size_t i = 0; i < nidle; i++)
+        forget_idle(s, idle[i], now_ms);
+    free(idle);
     return status;
 }
 
@@ -1170,33 +1398,25 @@ static parley_status sqlite_list(store *base, uint64_t now_ms, pbuf *out, char *
 static parley_status sqlite_forget(store *base, const store_key *key, char **err)
 {
     sqlite_store *s = (sqlite_store *)base;
-    pthread_mutex_lock(&s->lock);
+    pthread_mutex_lock(&s->w.lock);
     totals t = s->totals;
     int found = 1;
     int rc = begin(s);
     if (rc == SQLITE_OK && !key) {
-        rc = sqlite3_exec(s->db, "DELETE FROM messages; DELETE FROM turns;"
+        rc = sqlite3_exec(s->w.db, "DELETE FROM messages; DELETE FROM turns;"
                                  " DELETE FROM conversations;", NULL, NULL, NULL);
         t = (totals){0, 0, 0};
     } else if (rc == SQLITE_OK) {
         conv_row row;
-        rc = find_conversation(s, key, &row);
+        rc = find_conversation(&s->w, key, &row);
         found = rc == SQLITE_ROW;
         if (found)
             rc = delete_conversation(s, &row, &t);
         else if (rc == SQLITE_DONE)
             rc = SQLITE_OK;
     }
-    if (rc == SQLITE_OK)
-        rc = commit(s, &t);
-    parley_status st = PARLEY_OK;
-    if (rc != SQLITE_OK) {
-        st = fail_sqlite(s, err, "cannot forget", rc);
-        rollback(s);
-    } else {
-        s->totals = t;
-    }
-    pthread_mutex_unlock(&s->lock);
+    parley_status st = end_write(s, rc, &t, "cannot forget", err);
+    pthread_mutex_unlock(&s->w.lock);
     return st == PARLEY_OK && !found ? not_found(err) : st;
 }
 
@@ -1208,13 +1428,14 @@ static parley_status sqlite_expire(store *base, uint64_t now_ms, size_t *expired
 {
     sqlite_store *s = (sqlite_store *)base;
     size_t n = 0;
-    int rc = SQLITE_OK, more = 1;
-    while (more && rc == SQLITE_OK) {
-        pthread_mutex_lock(&s->lock);
+    parley_status st = PARLEY_OK;
+    int more = 1;
+    while (more && st == PARLEY_OK) {
+        pthread_mutex_lock(&s->w.lock);
         totals t = s->totals;
         size_t batch = 0;
         more = 0;
-        rc = begin(s);
+        int rc = begin(s);
         while (rc == SQLITE_OK) {
             conv_row tail;
             if ((rc = lru_tail(s, &tail)) != SQLITE_ROW) {
@@ -1231,36 +1452,29 @@ static parley_status sqlite_expire(store *base, uint64_t now_ms, size_t *expired
                 break;
             }
         }
-        if (rc == SQLITE_OK)
-            rc = commit(s, &t);
-        if (rc == SQLITE_OK) {
-            s->totals = t;
+        st = end_write(s, rc, &t, "cannot expire idle conversations", err);
+        if (st == PARLEY_OK) {
             s->expired += batch;
             n += batch;
-        } else {
-            fail_sqlite(s, err, "cannot expire idle conversations", rc);
-            rollback(s);
         }
-        pthread_mutex_unlock(&s->lock);
+        pthread_mutex_unlock(&s->w.lock);
     }
     if (expired)
         *expired = n;
-    if (rc == SQLITE_OK)
-        return PARLEY_OK;
-    return (rc & 0xff) == SQLITE_NOMEM ? PARLEY_ERR_NO_MEMORY : PARLEY_ERR_STORAGE;
+    return st;
 }
 
 static parley_status sqlite_stats(store *base, store_stats *out, char **err)
 {
     (void)err;
     sqlite_store *s = (sqlite_store *)base;
-    pthread_mutex_lock(&s->lock);
+    pthread_mutex_lock(&s->w.lock);
     out->conversations = (size_t)s->totals.conversations;
     out->turns = (size_t)s->totals.turns;
     out->message_bytes = (size_t)s->totals.message_bytes;
     out->evicted = s->evicted;
     out->expired = s->expired;
-    pthread_mutex_unlock(&s->lock);
+    pthread_mutex_unlock(&s->w.lock);
     return PARLEY_OK;
 }
 

@@ -25,26 +25,29 @@ static int f_read(sqlite3_file *f, void *p, int n, sqlite3_int64 off)
 }
 static int f_write(sqlite3_file *f, const void *p, int n, sqlite3_int64 off)
 {
-    if (fault_vfs.fail_writes)
-        return fault_vfs.fail_writes;
+    int fail = FAULT_VFS_GET(fail_writes);
+    if (fail)
+        return fail;
     return REAL(f)->pMethods->xWrite(REAL(f), p, n, off);
 }
 static int f_truncate(sqlite3_file *f, sqlite3_int64 size)
 {
-    if (fault_vfs.fail_writes)
-        return fault_vfs.fail_writes;
+    int fail = FAULT_VFS_GET(fail_writes);
+    if (fail)
+        return fail;
     return REAL(f)->pMethods->xTruncate(REAL(f), size);
 }
 static int f_sync(sqlite3_file *f, int flags)
 {
-    fault_vfs.syncs++;
-    if (fault_vfs.sync_delay_ms) {
-        struct timespec ts = {fault_vfs.sync_delay_ms / 1000,
-                              (long)(fault_vfs.sync_delay_ms % 1000) * 1000000L};
+    __atomic_fetch_add(&fault_vfs.syncs, 1, __ATOMIC_SEQ_CST);
+    unsigned delay = FAULT_VFS_GET(sync_delay_ms);
+    if (delay) {
+        struct timespec ts = {delay / 1000, (long)(delay % 1000) * 1000000L};
         nanosleep(&ts, NULL);
     }
-    if (fault_vfs.fail_syncs)
-        return fault_vfs.fail_syncs;
+    int fail = FAULT_VFS_GET(fail_syncs);
+    if (fail)
+        return fail;
     return REAL(f)->pMethods->xSync(REAL(f), flags);
 }
 static int f_size(sqlite3_file *f, sqlite3_int64 *size)

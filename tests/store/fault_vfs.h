@@ -7,15 +7,19 @@
 #ifndef PARLEY_FAULT_VFS_H
 #define PARLEY_FAULT_VFS_H
 
-/* What the wrapped files do now (read on every call; set from any thread). */
+/* What the wrapped files do now: read on every call, from SQLite's threads;
+ * set with FAULT_VFS_SET and read with FAULT_VFS_GET from any thread. */
 typedef struct fault_vfs_control {
-    volatile int fail_writes;      /* 0, or the SQLite error xWrite returns (SQLITE_FULL, ...) */
-    volatile int fail_syncs;       /* 0, or the SQLite error xSync returns */
-    volatile unsigned sync_delay_ms; /* every xSync sleeps this long first */
-    volatile unsigned long syncs;  /* xSync calls so far */
+    int fail_writes;               /* 0, or the SQLite error xWrite returns (SQLITE_FULL, ...) */
+    int fail_syncs;                /* 0, or the SQLite error xSync returns */
+    unsigned sync_delay_ms;        /* every xSync sleeps this long first */
+    unsigned long syncs;           /* xSync calls so far */
 } fault_vfs_control;
 
 extern fault_vfs_control fault_vfs;
+
+#define FAULT_VFS_SET(field, value) __atomic_store_n(&fault_vfs.field, (value), __ATOMIC_SEQ_CST)
+#define FAULT_VFS_GET(field) __atomic_load_n(&fault_vfs.field, __ATOMIC_SEQ_CST)
 
 /* Register the wrapper as SQLite's default VFS; 0 or a SQLite error. */
 int fault_vfs_install(void);
