@@ -21,5 +21,6 @@ parley_status agent_turn_get(parley_agent *a, const char *turn_id, char **out);
 parley_status agent_conversations_list(parley_agent *a, char **out);
 parley_status agent_history_clear(parley_agent *a, const char *id);
 parley_status agent_metrics(parley_agent *a, char **out);
+parley_status agent_update_options(parley_agent *a, const char *options_json, char **error);
 
 #endif
