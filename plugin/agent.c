@@ -213,6 +213,10 @@ static const char *fixed_option_changed(const parley_options *now, const parley_
         return "max_conversations";
     if (now->history_idle_timeout_s != next->history_idle_timeout_s)
         return "history_idle_timeout_s";
+    if (strcmp(now->history_key_prefix, next->history_key_prefix) != 0)
+        return "history_key_prefix";
+    if (now->history_lease_ms != next->history_lease_ms)
+        return "history_lease_ms";
     if (now->max_connections != next->max_connections)
         return "max_connections";
     return NULL;
