@@ -121,15 +121,25 @@ class Refusals(ImageCase):
 class Restart(ImageCase):
     def test_personas_and_placeholders_survive_a_restart_on_sqlite(self):
         with tempfile.TemporaryDirectory() as d:
-            o = options(self.llm, history_store="sqlite:" + os.path.join(d, "h.db"),
-                        personas={"chef": {"prompt": "You are a chef."},
-                                  "butler": {"prompt": "You are a butler."}})
-            png = data_url("image/png", PNG)
-            self.run_ok([{"text": "c1", "conversation_id": "s", "persona": "chef",
-                          "images": [{"url": png}]},
-                         {"text": "b1", "conversation_id": "s", "persona": "butler"}], o)
-            self.run_ok([{"text": "c2", "conversation_id": "s", "persona": "chef"},
-                         {"text": "b2", "conversation_id": "s", "persona": "butler"}], o)
+            self.two_runs("sqlite:" + os.path.join(d, "h.db"))
+
+    def test_personas_and_placeholders_on_redis_across_hosts(self):
+        from redis_server import RedisServer
+        redis = RedisServer()
+        self.addCleanup(redis.stop)
+        self.two_runs(redis.url)
+
+    def two_runs(self, history_store):
+        """Two shim runs (two processes) on one store: the second sees the first's turns."""
+        o = options(self.llm, history_store=history_store,
+                    personas={"chef": {"prompt": "You are a chef."},
+                              "butler": {"prompt": "You are a butler."}})
+        png = data_url("image/png", PNG)
+        self.run_ok([{"text": "c1", "conversation_id": "s", "persona": "chef",
+                      "images": [{"url": png}]},
+                     {"text": "b1", "conversation_id": "s", "persona": "butler"}], o)
+        self.run_ok([{"text": "c2", "conversation_id": "s", "persona": "chef"},
+                     {"text": "b2", "conversation_id": "s", "persona": "butler"}], o)
         reqs = self.llm.chat_requests()
         self.assertEqual(messages(reqs[2]),
                          [{"role": "system", "content": "You are a chef."},
