@@ -25,6 +25,7 @@ enum jsonl_op_kind {
     JSONL_OP_WAIT,
     JSONL_OP_CANCEL,
     JSONL_OP_SLEEP,
+    JSONL_OP_UPDATE_OPTIONS,
     JSONL_OP_QUERY,
     JSONL_OP_MESSAGE,
 };
@@ -66,6 +67,8 @@ struct jsonl_op {
     /* cancel: the input line number of the turn (>= 1); sleep: milliseconds
      * (0..JSONL_SLEEP_MAX_MS); other ops: 0. */
     long long num;
+    /* update_options: the "options" object, serialized compactly; else NULL. */
+    char *json;
 };
 
 /* Only the member that `kind` names is filled; the others are zeroed. */

@@ -196,6 +196,69 @@ fail:
     return st;
 }
 
+/*
+ * Options a live agent cannot change: the store (opened once, with its
+ * retention and limits) and the HTTP connection pool.  The first one whose
+ * value differs, or NULL.
+ */
+static const char *fixed_option_changed(const parley_options *now, const parley_options *next)
+{
+    if (strcmp(now->history_store, next->history_store) != 0)
+        return "history_store";
+    if (strcmp(now->history_sync, next->history_sync) != 0)
+        return "history_sync";
+    if (now->history_keep_turns != next->history_keep_turns)
+        return "history_keep_turns";
+    if (now->max_conversations != next->max_conversations)
+        return "max_conversations";
+    if (now->history_idle_timeout_s != next->history_idle_timeout_s)
+        return "history_idle_timeout_s";
+    if (now->max_connections != next->max_connections)
+        return "max_connections";
+    return NULL;
+}
+
+parley_status agent_update_options(parley_agent *a, const char *options_json, char **error)
+{
+    char *err = NULL;
+    if (error)
+        *error = NULL;
+    if (!a) {
+        if (error)
+            *error = dup_error("agent is NULL");
+        return PARLEY_ERR_INVALID_INPUT;
+    }
+    agent_config *next = config_new(options_json, &err);
+    if (!next) {
+        if (error)
+            *error = err ? err : dup_error(NULL);
+        else
+            free(err);
+        return PARLEY_ERR_INVALID_OPTIONS;
+    }
+    pthread_mutex_lock(&a->cfg_mu);
+    agent_config *old = a->cfg;
+    const char *fixed = fixed_option_changed(&old->opts, &next->opts);
+    if (!fixed)
+        a->cfg = next; /* turns accepted from now on take this one */
+    pthread_mutex_unlock(&a->cfg_mu);
+    if (fixed) {
+        config_unref(next);
+        if (error)
+            *error = pstr_printf("option '%s': cannot change on a live agent (it belongs to the "
+                                 "history store or the connection pool, opened once at create); "
+                                 "destroy and create the agent to change it", fixed);
+        return PARLEY_ERR_INVALID_OPTIONS;
+    }
+    if (!next->opts.verify_tls && old->opts.verify_tls)
+        host_log(&a->host, PARLEY_LOG_WARN, "verify_tls is now false: the LLM server's TLS "
+                 "certificate is NOT checked; use it only for testing");
+    host_log(&a->host, PARLEY_LOG_INFO, "options updated: model %s at %s", next->opts.model,
+             next->display_url);
+    config_unref(old); /* turns in flight still hold it */
+    return PARLEY_OK;
+}
+
 parley_status agent_cancel(parley_agent *a, parley_request_id id)
 {
     if (!a)

@@ -21,6 +21,7 @@ parley_status agent_turn_get(parley_agent *a, const char *turn_id, char **out);
 parley_status agent_conversations_list(parley_agent *a, char **out);
 parley_status agent_history_clear(parley_agent *a, const char *id);
 parley_status agent_metrics(parley_agent *a, char **out);
+parley_status agent_update_options(parley_agent *a, const char *options_json, char **error);
 parley_status agent_history_query(parley_agent *a, const char *query_json, char **out);
 parley_status agent_message_get(parley_agent *a, const char *message_id, char **out);
 parley_status agent_history_get_by(parley_agent *a, const char *selector_json, char **out);

@@ -29,6 +29,7 @@ static const parley_plugin PLUGIN = {
     .history_clear = agent_history_clear,
     .metrics = agent_metrics,
     .check_connection = connection_check,
+    .update_options = agent_update_options,
     .history_query = agent_history_query,
     .message_get = agent_message_get,
     .history_get_by = agent_history_get_by,

@@ -351,6 +351,22 @@ typedef struct parley_plugin {
      */
     parley_status (*check_connection)(const char *options_json, char **out_json, char **error);
 
+    /**
+     * Change the options of a live agent without forgetting anything.
+     * options_json is a whole options object, as for create() (a key left out
+     * takes its default, as at create).  It is validated like create()'s: on
+     * any error nothing changes, PARLEY_ERR_INVALID_OPTIONS is returned and
+     * *error (if not NULL; free with free_string) names the option.
+     * History is kept; turns in flight finish under the options they were
+     * accepted with; turns accepted after this returns use the new ones.
+     * Options that belong to what create() opened once -- history_store,
+     * history_sync, history_keep_turns, max_conversations,
+     * history_idle_timeout_s, max_connections -- cannot change: a different
+     * value is refused by name (destroy and create the agent to change them).
+     * Any thread, concurrently with everything but destroy; also from a
+     * callback of this agent.
+     */
+    parley_status (*update_options)(parley_agent *agent, const char *options_json, char **error);
     /* -- Messages (docs/history.md).  Any thread, concurrently with turns in
      *    flight (they see committed turns only); *out_json is freed with
      *    free_string.  On PARLEY_ERR_INVALID_INPUT, *out_json (when set) is
