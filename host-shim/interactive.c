@@ -328,6 +328,40 @@ static void print_history_compact(const char *json) {
     json_decref(h);
 }
 
+/* /search TEXT: history_query over every conversation, newest first, one line
+ * per message: "[conversation_id created_at] role: text". */
+static void search(const char *text) {
+    json_t *q = json_pack("{s:s, s:i}", "search", text, "limit", 20);
+    char *qs = q ? json_dumps(q, SHIM_JSON_COMPACT) : NULL;
+    json_decref(q);
+    char *out = NULL;
+    parley_status st = qs ? g_shim.pl->history_query(g_shim.agent, qs, &out) : PARLEY_ERR_NO_MEMORY;
+    free(qs);
+    json_t *r = out ? json_loads(out, 0, NULL) : NULL;
+    if (st != PARLEY_OK) {
+        const char *why = json_string_value(json_object_get(json_object_get(r, "error"), "message"));
+        out_printf("search: %s%s%s\n", status_str(st), why ? ": " : "", why ? why : "");
+    } else if (json_array_size(json_object_get(r, "messages")) == 0) {
+        out_printf("(no message holds \"%s\")\n", text);
+    }
+    size_t i;
+    json_t *m;
+    json_array_foreach(st == PARLEY_OK ? json_object_get(r, "messages") : NULL, i, m) {
+        const char *content =
+            json_string_value(json_object_get(json_object_get(m, "message"), "content"));
+        char *line = strdup(content ? content : "");
+        for (char *c = line; c && *c; c++)
+            if (*c == '\n' || *c == '\r')
+                *c = ' ';
+        out_printf("[%s %s] %s: %s\n", json_string_value(json_object_get(m, "conversation_id")),
+                   json_string_value(json_object_get(m, "created_at")),
+                   json_string_value(json_object_get(m, "role")), line ? line : "");
+        free(line);
+    }
+    json_decref(r);
+    plugin_free(out);
+}
+
 /* The options create() got, completed with the schema's defaults; secrets
  * (writeOnly in the schema) masked.  Returns a new object. */
 static json_t *effective_options(void) {
@@ -374,6 +408,7 @@ static void help(void) {
                "  /options  show the effective options (secrets masked)\n"
                "  /list     list the conversations the agent remembers\n"
                "  /clear    forget the current conversation (of the current persona)\n"
+               "  /search TEXT  the 20 newest messages of any conversation holding TEXT\n"
                "  /metrics  show the agent's counters\n"
                "  /persona NAME  speak to persona NAME from now on (its own history);\n"
                "            /persona alone: back to the agent's own prompt\n"
@@ -459,6 +494,8 @@ static int command(const char *cmd) {
     } else if (strcmp(cmd, "/list") == 0) {
         parley_status st = pl->conversations_list(g_shim.agent, &out);
         show(st, out, "conversations_list", NULL);
+    } else if (strncmp(cmd, "/search ", 8) == 0 && cmd[8]) {
+        search(cmd + 8);
     } else if (strcmp(cmd, "/metrics") == 0) {
         parley_status st = pl->metrics(g_shim.agent, &out);
         show(st, out, "metrics", NULL);

@@ -244,6 +244,27 @@ class Interactive(unittest.TestCase):
             sh.type("/quit")
             self.assertEqual(sh.wait(), 0)
 
+    def test_search(self):
+        with FakeLLM() as fake, PtyShim(self.opts(fake)) as sh:
+            sh.read_until("you> ")
+            sh.type("the Washing machine is loud")
+            sh.read_until(r"parley> ")
+            sh.read_until("you> ")
+            start = len(sh.out)
+            sh.type("/search WASHING")
+            sh.read_until(r"\] user: the Washing machine is loud[^\n]*\n")
+            sh.read_until("you> ")
+            sh.type("/search zeppelin")
+            sh.read_until(r'\(no message holds "zeppelin"\)')
+            found = [l for l in ANSI.sub("", sh.out[start:]).replace("\r", "").split("\n")
+                     if l.startswith("[")]
+            # newest first: the fake model's answer quotes the user's words
+            self.assertEqual(len(found), 2, found)
+            self.assertRegex(found[0], r"^\[[0-9a-f-]{36} \d{4}-\d\d-\d\dT[0-9:.]+Z\] assistant: ")
+            self.assertRegex(found[1], r"^\[[0-9a-f-]{36} \d{4}-\d\d-\d\dT[0-9:.]+Z\] user: ")
+            sh.type("/quit")
+            self.assertEqual(sh.wait(), 0)
+
     def test_options_masks_secrets(self):
         with FakeLLM() as fake, PtyShim(self.opts(fake, api_key="sk-very-secret")) as sh:
             shown = self.command_json(sh, "/options")

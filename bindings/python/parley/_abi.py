@@ -148,6 +148,7 @@ PLUGIN_FUNCTIONS = [
     ("message_get", CFUNCTYPE(c_int, _P, c_char_p, _PP)),
     ("history_get_by", CFUNCTYPE(c_int, _P, c_char_p, _PP)),
     ("history_clear_by", CFUNCTYPE(c_int, _P, c_char_p)),
+    # Further appended functions go here, in header order.
 ]
 
 

@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "check.h"
+#include "../unit/check.h"
 #include "store/store.h"
 #include "store/store_json.h"
 
