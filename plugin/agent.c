@@ -4,6 +4,7 @@
  * on host threads; the work itself happens on the worker (worker.c, turn.c).
  */
 #include "agent.h"
+#include "provider/provider.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -52,30 +53,28 @@ static inbox *inbox_new(void)
     return box;
 }
 
-/* Everything requests share: the URL, the headers, the limits. */
+/* Everything requests share: the URL, the headers (the provider's), the limits. */
 static int setup_http(parley_agent *a)
 {
     const parley_options *o = &a->opts;
-    if (asprintf(&a->url, "%s/chat/completions", o->base_url) < 0) {
-        a->url = NULL;
+    a->prov = provider_find(o->provider); /* options_parse accepted only known names */
+    if (!a->prov)
         return -1;
-    }
-    char *auth = NULL;
-    if (o->api_key && asprintf(&auth, "Authorization: Bearer %s", o->api_key) < 0)
+    const char *base = o->base_url ? o->base_url : a->prov->default_base_url;
+    if (!(a->url = pstr_printf("%s%s", base, a->prov->path)))
         return -1;
     const char *lines[] = {"Content-Type: application/json",
-                           o->stream ? "Accept: text/event-stream" : NULL, auth};
+                           o->stream ? a->prov->stream_accept : NULL};
     for (size_t i = 0; i < sizeof lines / sizeof lines[0]; i++) {
         if (!lines[i])
             continue;
         struct curl_slist *more = curl_slist_append(a->headers, lines[i]);
-        if (!more) { /* the list so far stays in a->headers, freed by agent_free */
-            free(auth);
+        if (!more) /* the list so far stays in a->headers, freed by agent_free */
             return -1;
-        }
         a->headers = more;
     }
-    free(auth);
+    if (a->prov->headers(o, &a->headers) != 0)
+        return -1;
     a->http = (http_config){
         .url = a->url,
         .headers = a->headers,
@@ -324,6 +323,25 @@ parley_status agent_history_clear(parley_agent *a, const char *id)
     return history_clear(a->hist, id) == 0 ? PARLEY_OK : PARLEY_ERR_NOT_FOUND;
 }
 
+/* The token counters, added at the end of the metrics object in *out. */
+static parley_status append_token_metrics(const agent_counters *m, char **out)
+{
+    pbuf b = PBUF_INIT;
+    pbuf_append(&b, *out, strlen(*out) - 1); /* without the closing brace */
+    pbuf_printf(&b,
+                ",\"tokens_prompt\":%llu,\"tokens_completion\":%llu,\"tokens_cache_read\":%llu,"
+                "\"tokens_cache_creation\":%llu,\"tokens_reasoning\":%llu,"
+                "\"answers_cut_short\":%llu}",
+                (unsigned long long)m->tokens_prompt, (unsigned long long)m->tokens_completion,
+                (unsigned long long)m->tokens_cache_read,
+                (unsigned long long)m->tokens_cache_creation,
+                (unsigned long long)m->tokens_reasoning, (unsigned long long)m->answers_cut_short);
+    free(*out);
+    *out = b.oom ? NULL : pbuf_take(&b);
+    pbuf_free(&b);
+    return *out ? PARLEY_OK : PARLEY_ERR_NO_MEMORY;
+}
+
 parley_status agent_metrics(parley_agent *a, char **out)
 {
     if (!a || !out)
@@ -348,5 +366,5 @@ parley_status agent_metrics(parley_agent *a, char **out)
         *out = NULL;
         return PARLEY_ERR_NO_MEMORY;
     }
-    return PARLEY_OK;
+    return append_token_metrics(m, out);
 }

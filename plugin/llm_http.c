@@ -7,7 +7,6 @@
 #include <strings.h>
 #include <time.h>
 
-#include "llm_reply.h"
 
 static size_t on_body(char *data, size_t size, size_t nmemb, void *ud)
 {
@@ -159,6 +158,15 @@ static int is_connection_failure(CURLcode code)
     }
 }
 
+long http_call_status(const http_call *c)
+{
+    /* A body-less answer (an empty 429 from a gateway) never reached on_body. */
+    long status = c->status;
+    if (status == 0)
+        curl_easy_getinfo(c->easy, CURLINFO_RESPONSE_CODE, &status);
+    return status;
+}
+
 parley_status http_call_outcome(const http_call *c, CURLcode code, char **msg, int *retryable)
 {
     *msg = NULL;
@@ -193,20 +201,10 @@ parley_status http_call_outcome(const http_call *c, CURLcode code, char **msg, i
         *msg = pstr_printf("LLM connection failed mid-response: %s", detail);
         return PARLEY_ERR_BAD_RESPONSE;
     }
-    /* A body-less answer (an empty 429 from a gateway) never reached on_body. */
-    long status = c->status;
-    if (status == 0)
-        curl_easy_getinfo(c->easy, CURLINFO_RESPONSE_CODE, &status);
+    long status = http_call_status(c);
     if (status >= 200 && status < 300)
         return PARLEY_OK;
-    char *server_text = llm_error_text(c->body.data ? c->body.data : "", c->body.len);
-    *msg = pstr_printf("LLM server answered HTTP %ld%s%s", status, server_text ? ": " : "",
-                server_text ? server_text : "");
-    free(server_text);
-    if (status == 429) {
-        *retryable = 1;
-        return PARLEY_ERR_RATE_LIMITED;
-    }
-    *retryable = status >= 500;
-    return PARLEY_ERR_HTTP_STATUS;
+    /* What the body says, and whether to retry, is the provider codec's to tell. */
+    *msg = pstr_printf("LLM server answered HTTP %ld", status);
+    return status == 429 ? PARLEY_ERR_RATE_LIMITED : PARLEY_ERR_HTTP_STATUS;
 }

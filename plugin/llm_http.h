@@ -17,8 +17,8 @@
 #include "plugin_status.h"
 
 typedef struct http_config {
-    const char *url;               /* <base_url>/chat/completions */
-    struct curl_slist *headers;    /* Content-Type, Accept, Authorization */
+    const char *url;               /* <base_url> + the provider's path */
+    struct curl_slist *headers;    /* Content-Type, Accept, the provider's own */
     long connect_timeout_ms;
     long request_timeout_ms;
     int verify_tls;
@@ -55,10 +55,16 @@ void http_call_free(http_call *c);
 
 /*
  * What a finished call means.  PARLEY_OK: a 2xx body is there to decode.
- * Otherwise *msg (malloc'd) explains, with the server's own error text when
- * it sent one, and *retryable says whether trying again may help (429, 5xx,
- * or a connection failure before any response byte).
+ * Otherwise *msg (malloc'd) explains and *retryable says whether trying again
+ * may help (a connection failure before any response byte).  An HTTP error
+ * status gives PARLEY_ERR_RATE_LIMITED (429) or PARLEY_ERR_HTTP_STATUS with
+ * the body left in c->body: the provider codec reads the server's error text
+ * from it and decides whether a retry may help -- this layer knows no
+ * server's error shape.
  */
+/* The answer's HTTP status, 0 when none arrived. */
+long http_call_status(const http_call *c);
+
 parley_status http_call_outcome(const http_call *c, CURLcode code, char **msg, int *retryable);
 
 #endif

@@ -25,6 +25,7 @@
 #include "agent.h"
 #include "buf.h"
 #include "llm_reply.h"
+#include "provider/provider.h"
 #include "timer_heap.h"
 #include "uuid.h"
 
@@ -51,12 +52,14 @@ struct turn {
     toolset *own_tools;       /* agent tools + the input's tools, when it had any */
     const toolset *tools;     /* what this turn offers the model */
     parley_delta_fn on_delta;
+    parley_delta_fn on_reasoning;
     parley_done_fn done;
     void *user_data;
 
     /* progress */
     uint64_t started_wall_ms;
     pbuf history;             /* the conversation's stored messages at turn_begin */
+    json_t *history_msgs;     /* the same, parsed once for the codec (first request) */
     pbuf messages;            /* this turn's messages, comma-joined: what gets committed */
     size_t nmessages;
     pbuf steps;               /* the steps JSON array being built */
@@ -65,8 +68,11 @@ struct turn {
     int tool_rounds;
     int attempt;              /* retries of the current request */
     http_call *http;
-    llm_stream *stream;
+    provider_stream *stream;
     char *stream_error;
+    llm_usage usage;          /* summed over the turn's requests */
+    int replies;              /* replies decoded */
+    char *stop_reason;        /* the last reply's finish_reason */
     turn_call *calls;
     size_t ncalls, calls_pending;
     int ended;

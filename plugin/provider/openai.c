@@ -1,0 +1,176 @@
+/*
+ * openai.c -- the Chat Completions codec (OpenAI, and what every local server
+ * speaks: llama.cpp, vLLM, Ollama's /v1, LM Studio, DeepSeek, ...).
+ * Reference: https://platform.openai.com/docs/api-reference/chat/create
+ *
+ * Neutral messages are a superset of this format (docs/history.md), so
+ * rendering keeps each message's Chat Completions keys and drops Parley's
+ * own (name, is_error, reasoning, provider_data) -- except that a tool-call
+ * turn whose reasoning came in `reasoning_content` sends it back within the
+ * turn, as DeepSeek requires.  Decoding is llm_reply.c.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "codec.h"
+#include "provider.h"
+
+static int openai_headers(const parley_options *o, struct curl_slist **list)
+{
+    if (!o->api_key)
+        return 0;
+    char *auth = pstr_printf("Authorization: Bearer %s", o->api_key);
+    struct curl_slist *more = auth ? curl_slist_append(*list, auth) : NULL;
+    free(auth);
+    if (!more)
+        return -1;
+    *list = more;
+    return 0;
+}
+
+static void put_key(pbuf *b, const char *key)
+{
+    pbuf_putc(b, ',');
+    pbuf_json_string(b, key, strlen(key));
+    pbuf_putc(b, ':');
+}
+
+static void render_tool_calls(pbuf *b, const json_t *calls)
+{
+    pbuf_puts(b, ",\"tool_calls\":[");
+    size_t i;
+    const json_t *call;
+    json_array_foreach(calls, i, call) {
+        const char *id = msg_str(call, "id");
+        const char *name = msg_str(json_object_get(call, "function"), "name");
+        char *args = msg_arguments_text(call);
+        pbuf_puts(b, i ? ",{\"id\":" : "{\"id\":");
+        pbuf_json_string(b, id ? id : "", id ? strlen(id) : 0);
+        pbuf_puts(b, ",\"type\":\"function\",\"function\":{\"name\":");
+        pbuf_json_string(b, name ? name : "", name ? strlen(name) : 0);
+        pbuf_puts(b, ",\"arguments\":");
+        if (args)
+            pbuf_json_string(b, args, strlen(args));
+        else
+            b->oom = 1;
+        pbuf_puts(b, "}}");
+        free(args);
+    }
+    pbuf_putc(b, ']');
+}
+
+static void render_message(pbuf *b, const json_t *m, int current_turn)
+{
+    const char *role = msg_role(m);
+    pbuf_puts(b, "{\"role\":");
+    pbuf_json_string(b, role, strlen(role));
+    const json_t *content = json_object_get(m, "content");
+    if (strcmp(role, "tool") == 0) {
+        const char *id = msg_str(m, "tool_call_id");
+        put_key(b, "tool_call_id");
+        pbuf_json_string(b, id ? id : "", id ? strlen(id) : 0);
+        put_key(b, "content");
+        if (json_is_string(content) || json_is_array(content))
+            pbuf_json(b, content);
+        else
+            pbuf_json_string(b, "", 0);
+        pbuf_putc(b, '}');
+        return;
+    }
+    put_key(b, "content");
+    pbuf_json(b, content ? content : json_null());
+    const json_t *calls = json_object_get(m, "tool_calls");
+    if (strcmp(role, "assistant") == 0 && json_array_size(calls) > 0) {
+        render_tool_calls(b, calls);
+        const char *reasoning = msg_str(m, "reasoning");
+        const char *field = json_string_value(msg_provider_data(m, "openai", "reasoning_field"));
+        if (current_turn && reasoning && field && strcmp(field, "reasoning_content") == 0) {
+            put_key(b, "reasoning_content");
+            pbuf_json_string(b, reasoning, strlen(reasoning));
+        }
+    }
+    pbuf_putc(b, '}');
+}
+
+static int openai_encode(pbuf *out, const parley_options *o, const provider_request *r,
+                         char **err)
+{
+    pbuf_reset(out);
+    pbuf_puts(out, "{\"model\":");
+    pbuf_json_string(out, o->model, strlen(o->model));
+    pbuf_puts(out, ",\"messages\":[");
+    int first = 1;
+    if (r->system && *r->system) {
+        pbuf_puts(out, "{\"role\":\"system\",\"content\":");
+        pbuf_json_string(out, r->system, strlen(r->system));
+        pbuf_putc(out, '}');
+        first = 0;
+    }
+    const json_t *lists[] = {r->history, r->messages};
+    for (size_t l = 0; l < 2; l++) {
+        size_t i;
+        const json_t *m;
+        json_array_foreach(lists[l], i, m) {
+            if (!first)
+                pbuf_putc(out, ',');
+            first = 0;
+            render_message(out, m, l == 1);
+        }
+    }
+    pbuf_putc(out, ']');
+    if (strcmp(r->tools_json, "[]") != 0) {
+        pbuf_puts(out, ",\"tools\":");
+        pbuf_puts(out, r->tools_json);
+        if (r->tool_choice_none)
+            pbuf_puts(out, ",\"tool_choice\":\"none\"");
+    }
+    if (o->stream) /* usage arrives in a last chunk only when asked for */
+        pbuf_puts(out, ",\"stream\":true,\"stream_options\":{\"include_usage\":true}");
+    if (o->temperature >= 0)
+        pbuf_printf(out, ",\"temperature\":%.15g", o->temperature);
+    if (o->top_p >= 0)
+        pbuf_printf(out, ",\"top_p\":%.15g", o->top_p);
+    if (o->max_tokens > 0) {
+        put_key(out, o->max_tokens_field);
+        pbuf_printf(out, "%lld", (long long)o->max_tokens);
+    }
+    if (o->reasoning_effort) {
+        put_key(out, "reasoning_effort");
+        pbuf_json_string(out, o->reasoning_effort, strlen(o->reasoning_effort));
+    }
+    render_extra_body(out, o);
+    pbuf_putc(out, '}');
+    if (out->oom) {
+        *err = pstr_printf("out of memory");
+        return -1;
+    }
+    return 0;
+}
+
+static void *openai_stream_new(const llm_sink *sink) { return llm_stream_new_sink(sink); }
+static int openai_stream_feed(void *s, const char *d, size_t n, char **err)
+{
+    return llm_stream_feed(s, d, n, err);
+}
+static int openai_stream_finish(void *s, llm_reply *out, char **err)
+{
+    return llm_stream_finish(s, out, err);
+}
+static void openai_stream_free(void *s) { llm_stream_free(s); }
+
+const provider provider_openai = {
+    .name = "openai",
+    .default_base_url = "http://127.0.0.1:11434/v1",
+    .path = "/chat/completions",
+    .stream_accept = "Accept: text/event-stream",
+    .default_max_tokens = 0,
+    .headers = openai_headers,
+    .encode = openai_encode,
+    .decode = llm_reply_decode,
+    .stream_new = openai_stream_new,
+    .stream_feed = openai_stream_feed,
+    .stream_finish = openai_stream_finish,
+    .stream_free = openai_stream_free,
+    .error_text = llm_error_text,
+    .retryable = provider_retryable_default,
+};
