@@ -112,6 +112,17 @@ void sse_build(const struct chat_request *req, const struct chat_reply *r, unsig
     json_object_set_new(d, "role", json_string("assistant"));
     emit(&c, d, NULL, NULL);
 
+    if (r->reasoning) {
+        const char *s = r->reasoning;
+        size_t len = strlen(s), step = piece_size(len);
+        for (size_t pos = 0; pos < len;) {
+            size_t end = utf8_boundary(s, len, pos + step);
+            d = json_object();
+            json_object_set_new(d, "reasoning_content", json_string_lossy(s + pos, end - pos));
+            emit(&c, d, NULL, NULL);
+            pos = end;
+        }
+    }
     if (r->content) {
         const char *s = r->content;
         size_t len = strlen(s), step = piece_size(len);
