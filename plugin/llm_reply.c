@@ -950,7 +950,7 @@ void llm_stream_free(llm_stream *s)
 /* Shared with the other providers' decoders (provider/codec.h)        */
 /* ------------------------------------------------------------------ */
 
-const char *llm_json_type_name(const json_t *v) { return type_name(v); }
+const char *llm_json_type_name(const json_t *v) { return v ? type_name(v) : "missing"; }
 
 char *llm_clean_text(const char *text, size_t n) { return clean_text(text, n, MAX_ERROR_TEXT); }
 

@@ -367,8 +367,6 @@ static int build_reply(builder *b, llm_reply *out, char **err)
         if (strcmp(k->type, "text") == 0) {
             pbuf_append(&text, k->text.data ? k->text.data : "", k->text.len);
         } else if (strcmp(k->type, "thinking") == 0) {
-            if (reasoning.len && k->text.len)
-                pbuf_putc(&reasoning, '\n');
             pbuf_append(&reasoning, k->text.data ? k->text.data : "", k->text.len);
             json_array_append_new(thinking,
                                   json_pack("{s:s,s:s%,s:s%}", "type", "thinking", "thinking",
@@ -491,23 +489,24 @@ static int on_delta(anthropic_stream *s, const json_t *ev, char **err)
     const char *type = msg_str(d, "type");
     if (!type)
         return (*err = pstr_printf("content_block_delta without a delta type")), -1;
-    const char *piece = NULL;
-    pbuf *dst = &k->text;
-    llm_text_fn fn = NULL;
-    if (strcmp(type, "text_delta") == 0) {
-        piece = msg_str(d, "text");
-        fn = s->sink.text;
-    } else if (strcmp(type, "thinking_delta") == 0) {
-        piece = msg_str(d, "thinking");
-        fn = s->sink.reasoning;
-    } else if (strcmp(type, "input_json_delta") == 0) {
-        piece = msg_str(d, "partial_json");
-    } else if (strcmp(type, "signature_delta") == 0) {
-        piece = msg_str(d, "signature");
-        dst = &k->signature;
-    } else {
+    /* Each delta type belongs to one block type: a mismatch would put text where it
+       does not belong (reasoning into the answer, or the reverse). */
+    static const struct { const char *delta, *field, *block; } kinds[] = {
+        {"text_delta", "text", "text"},
+        {"thinking_delta", "thinking", "thinking"},
+        {"signature_delta", "signature", "thinking"},
+        {"input_json_delta", "partial_json", "tool_use"},
+    };
+    size_t kind = 0;
+    while (kind < sizeof kinds / sizeof kinds[0] && strcmp(type, kinds[kind].delta) != 0)
+        kind++;
+    if (kind == sizeof kinds / sizeof kinds[0])
         return 0; /* a delta type newer than this decoder */
-    }
+    if (strcmp(k->type, kinds[kind].block) != 0)
+        return (*err = pstr_printf("%s for a %s block", type, k->type)), -1;
+    const char *piece = msg_str(d, kinds[kind].field);
+    pbuf *dst = kind == 2 ? &k->signature : &k->text;
+    llm_text_fn fn = kind == 0 ? s->sink.text : kind == 1 ? s->sink.reasoning : NULL;
     if (!piece)
         return (*err = pstr_printf("%s without its text", type)), -1;
     size_t n = strlen(piece);

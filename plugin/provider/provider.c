@@ -198,7 +198,7 @@ static void on_split(void *ud, int is_reasoning, const char *s, size_t n)
 }
 
 /* Move "<think>" reasoning out of out->content into out->reasoning (after any the server
-   sent in its own field). */
+   sent in its own field, as the streamed deltas came). */
 static int take_think_tags(llm_reply *out, char **err)
 {
     if (!out->content)
@@ -212,10 +212,8 @@ static int take_think_tags(llm_reply *out, char **err)
     think_free(&f);
     if (!oom && o.reasoning.len) {
         pbuf r = PBUF_INIT;
-        if (out->reasoning && *out->reasoning) {
+        if (out->reasoning) /* joined as the deltas were: no separator */
             pbuf_puts(&r, out->reasoning);
-            pbuf_putc(&r, '\n');
-        }
         pbuf_append(&r, o.reasoning.data, o.reasoning.len);
         free(out->content);
         out->content = NULL;
