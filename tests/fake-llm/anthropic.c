@@ -350,7 +350,8 @@ static json_t *content_blocks(const struct chat_reply *r, json_t *native, bool e
 
 static const char *stop_reason(const struct chat_reply *r)
 {
-    return r->ncalls ? "tool_use" : "end_turn";
+    return r->ncalls ? "tool_use" : strcmp(r->finish_reason, "length") == 0 ? "max_tokens"
+                                                                            : "end_turn";
 }
 
 static json_t *message_base(const struct chat_request *req, unsigned long seq)

@@ -8,6 +8,8 @@
 
 void reasoning_apply(const struct chat_request *req, struct chat_reply *r)
 {
+    if (marker_find(req->user_text, "length", NULL, NULL) && !r->ncalls)
+        r->finish_reason = "length"; /* [[length]]: cut short by max_tokens */
     const char *v;
     size_t n;
     if (marker_find(req->user_text, "think", &v, &n) && v) {

@@ -178,7 +178,8 @@ enum dialect { DIALECT_OPENAI, DIALECT_ANTHROPIC, DIALECT_OLLAMA };
 struct segments;
 
 /* [[think:TEXT]] in U: the model reasons TEXT (reasoning_content, thinking, ...);
- * [[think-tag:TEXT]]: it says "<think>TEXT</think>" at the start of its content. */
+ * [[think-tag:TEXT]]: it says "<think>TEXT</think>" at the start of its content;
+ * [[length]]: the text reply ends as cut short by max_tokens, in the dialect's words. */
 void reasoning_apply(const struct chat_request *req, struct chat_reply *r);
 /* Reasoning must come back with this turn's tool calls (DeepSeek's rule; Anthropic's
  * and Ollama's alike): the openai dialect checks reasoning_content here. */

@@ -188,7 +188,8 @@ static json_t *calls_json(const struct chat_reply *r)
 static void final_fields(json_t *o, const struct chat_reply *r, size_t prompt_bytes)
 {
     json_t *u = chat_usage(prompt_bytes, r);
-    json_object_set_new(o, "done_reason", json_string("stop"));
+    json_object_set_new(o, "done_reason", json_string(strcmp(r->finish_reason, "length") == 0
+                                                          ? "length" : "stop"));
     json_object_set_new(o, "done", json_true());
     json_object_set_new(o, "total_duration", json_integer(1000));
     json_object_set_new(o, "prompt_eval_count", json_incref(json_object_get(u, "prompt_tokens")));

@@ -18,7 +18,7 @@ import unittest
 import urllib.error
 import urllib.request
 
-from harness import BUILD, FakeLLM, ParleyTestCase, options
+from harness import BUILD, FakeLLM, ParleyTestCase, options, run_shim
 
 RENDER = os.path.join(BUILD, "tests", "parley-render")
 PROVIDERS = ("openai", "anthropic", "ollama")
@@ -260,6 +260,49 @@ class Usage(ProviderCase):
                 metrics = run.by_seq(2)["result"]
                 self.assertEqual(metrics["tokens_prompt"], usage["prompt_tokens"])
                 self.assertEqual(metrics["tokens_completion"], usage["completion_tokens"])
+
+
+class StopReason(ProviderCase):
+
+    def test_cut_short_is_surfaced(self):
+        for provider in PROVIDERS:
+            for stream in (False, True):
+                with self.subTest(provider=provider, stream=stream):
+                    lines = [{"text": "tell me a story [[length]]"}, {"op": "metrics"}]
+                    run, _ = self.tool_conversation(provider, stream, lines)
+                    res = self.assertTurnOk(run.by_seq(1))
+                    self.assertEqual(res["stop_reason"], "length")
+                    self.assertEqual(run.by_seq(2)["result"]["answers_cut_short"], 1)
+
+
+class ChatCompletionsDetails(ProviderCase):
+
+    def one_request(self, **kw):
+        with FakeLLM() as fake:
+            run = self.run_ok([{"text": "hi"}], provider_options(fake, "openai", **kw))
+            self.assertTurnOk(run.by_seq(1))
+            return llm_requests(fake, "openai")[0]["body"]
+
+    def test_max_completion_tokens(self):
+        body = self.one_request(max_tokens=50, max_tokens_field="max_completion_tokens")
+        self.assertEqual(body["max_completion_tokens"], 50)
+        self.assertNotIn("max_tokens", body)
+
+    def test_reasoning_effort_and_extra_body(self):
+        body = self.one_request(reasoning_effort="low",
+                                extra_body={"top_k": 20, "chat_template_kwargs": {"x": True}})
+        self.assertEqual(body["reasoning_effort"], "low")
+        self.assertEqual(body["top_k"], 20)
+        self.assertEqual(body["chat_template_kwargs"], {"x": True})
+
+    def test_extra_body_key_parley_sends_is_rejected(self):
+        run = run_shim([{"text": "hi"}], options(None, extra_body={"stream": True}))
+        self.assertNotEqual(run.rc, 0)
+        self.assertIn("option 'extra_body': key 'stream' is one Parley sends itself", run.stderr)
+
+    def test_usage_requested_when_streaming(self):
+        body = self.one_request(stream=True)
+        self.assertEqual(body["stream_options"], {"include_usage": True})
 
 
 class ProviderSwitch(ProviderCase):
