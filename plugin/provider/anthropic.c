@@ -185,20 +185,7 @@ static int anthropic_encode(pbuf *out, const parley_options *o, const provider_r
         json_object_set_new(body, "thinking",
                             json_pack("{s:s,s:I}", "type", "enabled", "budget_tokens",
                                       (json_int_t)o->thinking_budget_tokens));
-    pbuf_reset(out);
-    char *text = json_dumps(body, JSON_COMPACT | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(15));
-    json_decref(body);
-    if (text) {
-        pbuf_append(out, text, strlen(text) - 1); /* extra_body goes before the brace */
-        render_extra_body(out, o);
-        pbuf_putc(out, '}');
-        free(text);
-    }
-    if (!text || out->oom) {
-        *err = pstr_printf("out of memory");
-        return -1;
-    }
-    return 0;
+    return codec_body_text(out, body, o, err);
 }
 
 /* ---- reply ---- */
@@ -215,24 +202,18 @@ static const char *neutral_stop_reason(const char *r)
     return r;
 }
 
-static long long count(const json_t *obj, const char *key)
-{
-    const json_t *v = json_object_get(obj, key);
-    return json_is_integer(v) && json_integer_value(v) > 0 ? (long long)json_integer_value(v) : 0;
-}
-
 /* "prompt" counts every input token, cached or not; Anthropic counts them apart. */
 static void read_usage(const json_t *u, llm_usage *out)
 {
     if (!json_is_object(u))
         return;
     if (json_object_get(u, "input_tokens")) {
-        out->cache_read = count(u, "cache_read_input_tokens");
-        out->cache_creation = count(u, "cache_creation_input_tokens");
-        out->prompt = count(u, "input_tokens") + out->cache_read + out->cache_creation;
+        out->cache_read = codec_count(u, "cache_read_input_tokens");
+        out->cache_creation = codec_count(u, "cache_creation_input_tokens");
+        out->prompt = codec_count(u, "input_tokens") + out->cache_read + out->cache_creation;
     }
     if (json_object_get(u, "output_tokens"))
-        out->completion = count(u, "output_tokens"); /* cumulative in message_delta */
+        out->completion = codec_count(u, "output_tokens"); /* cumulative in message_delta */
 }
 
 static char *error_message(const json_t *root)
@@ -283,12 +264,6 @@ static void builder_free(builder *b)
     memset(b, 0, sizeof *b);
 }
 
-static int oom(char **err)
-{
-    *err = pstr_printf("out of memory");
-    return -1;
-}
-
 /* Open block `index` from its content_block (start event, or a whole body's block). */
 static int block_start(builder *b, size_t index, const json_t *cb, char **err)
 {
@@ -303,7 +278,7 @@ static int block_start(builder *b, size_t index, const json_t *cb, char **err)
     if (index >= b->n) {
         block *more = realloc(b->blocks, (index + 1) * sizeof *more);
         if (!more)
-            return oom(err);
+            return codec_oom(err);
         memset(more + b->n, 0, (index + 1 - b->n) * sizeof *more);
         b->blocks = more;
         b->n = index + 1;
@@ -312,13 +287,13 @@ static int block_start(builder *b, size_t index, const json_t *cb, char **err)
     if (k->type)
         return (*err = pstr_printf("content block %zu started twice", index)), -1;
     if (!(k->type = strdup(type)))
-        return oom(err);
+        return codec_oom(err);
     if (strcmp(type, "tool_use") == 0) {
         const char *id = msg_str(cb, "id"), *name = msg_str(cb, "name");
         if (!name)
             return (*err = pstr_printf("tool_use block %zu has no name", index)), -1;
         if (!(k->name = strdup(name)) || (id && !(k->id = strdup(id))))
-            return oom(err);
+            return codec_oom(err);
     } else if (strcmp(type, "redacted_thinking") == 0) {
         k->data = json_deep_copy(cb);
     }
@@ -342,7 +317,7 @@ static int block_stop(block *k, size_t index, char **err)
     if (strcmp(k->type, "tool_use") != 0 || k->data)
         return 0;
     if (k->text.oom)
-        return oom(err);
+        return codec_oom(err);
     json_error_t jerr;
     k->data = k->text.len ? json_loadb(k->text.data, k->text.len, 0, &jerr) : json_object();
     if (!json_is_object(k->data))
@@ -359,7 +334,7 @@ static int build_reply(builder *b, llm_reply *out, char **err)
         ncalls += b->blocks[i].type && strcmp(b->blocks[i].type, "tool_use") == 0;
     int rc = 0;
     if (ncalls && !(out->calls = calloc(ncalls, sizeof *out->calls)))
-        rc = oom(err);
+        rc = codec_oom(err);
     for (size_t i = 0; rc == 0 && i < b->n; i++) {
         block *k = &b->blocks[i];
         if (!k->type)
@@ -383,27 +358,27 @@ static int build_reply(builder *b, llm_reply *out, char **err)
             char *args = llm_arguments_text(k->data);
             rc = args ? llm_fill_call(&out->calls[out->ncalls], out->ncalls, k->id, k->name,
                                       args, err)
-                      : oom(err);
+                      : codec_oom(err);
             out->ncalls++;
             free(args);
         }
     }
     if (rc == 0 && (text.oom || reasoning.oom))
-        rc = oom(err);
+        rc = codec_oom(err);
     if (rc == 0)
         rc = llm_set_content(out, &text, err);
     if (rc == 0 && reasoning.len && !(out->reasoning = pbuf_take(&reasoning)))
-        rc = oom(err);
+        rc = codec_oom(err);
     if (rc == 0 && json_array_size(thinking) > 0) {
         json_t *pd = json_pack("{s:{s:O}}", "anthropic", "thinking", thinking);
         out->provider_data = pd ? json_dumps(pd, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
         json_decref(pd);
         if (!out->provider_data)
-            rc = oom(err);
+            rc = codec_oom(err);
     }
     if (rc == 0 && b->stop_reason &&
         !(out->finish_reason = strdup(neutral_stop_reason(b->stop_reason))))
-        rc = oom(err);
+        rc = codec_oom(err);
     out->usage = b->usage;
     json_decref(thinking);
     pbuf_free(&text);
@@ -460,7 +435,7 @@ static int anthropic_decode(const char *body, size_t len, llm_reply *out, char *
         }
     const char *stop = msg_str(root, "stop_reason");
     if (rc == 0 && stop && !(b.stop_reason = strdup(stop)))
-        rc = oom(err);
+        rc = codec_oom(err);
     read_usage(json_object_get(root, "usage"), &b.usage);
     if (rc == 0)
         rc = build_reply(&b, out, err);
@@ -476,8 +451,7 @@ typedef struct anthropic_stream {
     llm_sink sink;
     builder b;
     int started, stopped;   /* message_start / message_stop seen */
-    int failed, finished;
-    char *error;
+    codec_stream_state st;
 } anthropic_stream;
 
 static int on_delta(anthropic_stream *s, const json_t *ev, char **err)
@@ -512,7 +486,7 @@ static int on_delta(anthropic_stream *s, const json_t *ev, char **err)
     size_t n = strlen(piece);
     pbuf_append(dst, piece, n);
     if (dst->oom)
-        return oom(err);
+        return codec_oom(err);
     if (fn && n)
         fn(s->sink.ud, piece, n);
     return 0;
@@ -555,7 +529,7 @@ static int on_event(void *ud, const char *data, size_t len, char **err)
         if (stop) {
             free(s->b.stop_reason);
             if (!(s->b.stop_reason = strdup(stop)))
-                rc = oom(err);
+                rc = codec_oom(err);
         }
         read_usage(json_object_get(ev, "usage"), &s->b.usage);
     } else if (strcmp(type, "message_stop") == 0) {
@@ -576,26 +550,16 @@ static void *anthropic_stream_new(const llm_sink *sink)
     return s;
 }
 
-static int die(anthropic_stream *s, char *msg, char **err)
-{
-    s->failed = 1;
-    free(s->error);
-    s->error = msg ? msg : strdup("out of memory");
-    *err = s->error ? strdup(s->error) : NULL;
-    return -1;
-}
-
 static int anthropic_stream_feed(void *v, const char *data, size_t len, char **err)
 {
     anthropic_stream *s = v;
-    *err = NULL;
-    if (s->failed)
-        return (*err = pstr_printf("%s", s->error ? s->error : "out of memory")), -1;
+    if (codec_stream_dead(&s->st, 0, err) != 0)
+        return -1;
     if (s->stopped || len == 0)
         return 0;
     char *msg = NULL;
     if (sse_feed(&s->sse, data, len, &msg) < 0)
-        return die(s, msg, err);
+        return codec_stream_die(&s->st, msg, err);
     return 0;
 }
 
@@ -603,19 +567,15 @@ static int anthropic_stream_finish(void *v, llm_reply *out, char **err)
 {
     anthropic_stream *s = v;
     memset(out, 0, sizeof *out);
-    *err = NULL;
-    if (s->failed)
-        return (*err = pstr_printf("%s", s->error ? s->error : "out of memory")), -1;
-    if (s->finished)
-        return (*err = pstr_printf("stream already finished")), -1;
-    s->finished = 1;
+    if (codec_stream_dead(&s->st, 1, err) != 0)
+        return -1;
     char *msg = NULL;
     if (!s->stopped && !sse_has_partial_line(&s->sse) && sse_flush(&s->sse, &msg) < 0)
-        return die(s, msg, err);
+        return codec_stream_die(&s->st, msg, err);
     if (!s->stopped)
-        return die(s, pstr_printf("stream ended before message_stop"), err);
+        return codec_stream_die(&s->st, pstr_printf("stream ended before message_stop"), err);
     if (build_reply(&s->b, out, &msg) != 0)
-        return die(s, msg, err);
+        return codec_stream_die(&s->st, msg, err);
     return 0;
 }
 
@@ -626,7 +586,7 @@ static void anthropic_stream_free(void *v)
         return;
     sse_free(&s->sse);
     builder_free(&s->b);
-    free(s->error);
+    free(s->st.error);
     free(s);
 }
 

@@ -8,6 +8,7 @@
 #ifndef PARLEY_PROVIDER_CODEC_H
 #define PARLEY_PROVIDER_CODEC_H
 
+#include <curl/curl.h>
 #include <jansson.h>
 
 #include "buf.h"
@@ -49,5 +50,24 @@ void pbuf_json(pbuf *b, const json_t *v);
 
 /* Parley's parts of a request body every codec renders alike. */
 void render_extra_body(pbuf *b, const parley_options *o); /* ",k:v" per extra_body key */
+/* Render a body built with jansson (stolen) into out, extra_body merged.  0 or -1 (OOM). */
+int codec_body_text(pbuf *out, json_t *body, const parley_options *o, char **err);
+/* "Authorization: Bearer <api_key>" when there is a key.  0 or -1 (OOM). */
+int codec_bearer_header(const parley_options *o, struct curl_slist **list);
+
+/* ---- small shared pieces of the decoders ---- */
+
+int codec_oom(char **err);                               /* *err = "out of memory"; -1 */
+long long codec_count(const json_t *obj, const char *key); /* a token count; 0 if absent */
+
+/* A stream decoder's life: once it failed, every later call repeats its error. */
+typedef struct codec_stream_state {
+    int failed, finished;
+    char *error;
+} codec_stream_state;
+/* Fail for good with msg (owned; NULL = out of memory); *err gets a copy.  Returns -1. */
+int codec_stream_die(codec_stream_state *st, char *msg, char **err);
+/* -1 with *err when the stream already failed (or, with finishing, already finished). */
+int codec_stream_dead(codec_stream_state *st, int finishing, char **err);
 
 #endif

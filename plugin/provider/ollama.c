@@ -18,19 +18,6 @@
 
 #define MAX_LINE (8u << 20)
 
-static int ollama_headers(const parley_options *o, struct curl_slist **list)
-{
-    if (!o->api_key) /* behind an authenticating proxy, or ollama.com */
-        return 0;
-    char *auth = pstr_printf("Authorization: Bearer %s", o->api_key);
-    struct curl_slist *more = auth ? curl_slist_append(*list, auth) : NULL;
-    free(auth);
-    if (!more)
-        return -1;
-    *list = more;
-    return 0;
-}
-
 /* ---- request ---- */
 
 static json_t *render_message(const json_t *all, size_t index, int current_turn)
@@ -96,20 +83,7 @@ static int ollama_encode(pbuf *out, const parley_options *o, const provider_requ
         json_object_set_new(body, "keep_alive", json_loads(o->keep_alive, JSON_DECODE_ANY, NULL));
     if (o->think)
         json_object_set_new(body, "think", json_loads(o->think, JSON_DECODE_ANY, NULL));
-    pbuf_reset(out);
-    char *text = json_dumps(body, JSON_COMPACT | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(15));
-    json_decref(body);
-    if (text) {
-        pbuf_append(out, text, strlen(text) - 1);
-        render_extra_body(out, o);
-        pbuf_putc(out, '}');
-        free(text);
-    }
-    if (!text || out->oom) {
-        *err = pstr_printf("out of memory");
-        return -1;
-    }
-    return 0;
+    return codec_body_text(out, body, o, err);
 }
 
 /* ---- reply: a whole body is the stream's one and only line ---- */
@@ -121,22 +95,10 @@ typedef struct ollama_stream {
     json_t *calls;      /* every call given, in order */
     char *done_reason;
     llm_usage usage;
-    int done, failed, finished;
+    int done;
     size_t lines;
-    char *error;
+    codec_stream_state st;
 } ollama_stream;
-
-static int oom(char **err)
-{
-    *err = pstr_printf("out of memory");
-    return -1;
-}
-
-static long long count(const json_t *obj, const char *key)
-{
-    const json_t *v = json_object_get(obj, key);
-    return json_is_integer(v) && json_integer_value(v) > 0 ? (long long)json_integer_value(v) : 0;
-}
 
 static int add_piece(pbuf *dst, const json_t *msg, const char *key, llm_text_fn fn, void *ud,
                      char **err)
@@ -150,7 +112,7 @@ static int add_piece(pbuf *dst, const json_t *msg, const char *key, llm_text_fn 
     size_t n = json_string_length(v);
     pbuf_append(dst, json_string_value(v), n);
     if (dst->oom)
-        return oom(err);
+        return codec_oom(err);
     if (fn && n)
         fn(ud, json_string_value(v), n);
     return 0;
@@ -199,9 +161,9 @@ static int apply_object(ollama_stream *s, const json_t *o, char **err)
         s->done = 1;
         const char *reason = json_string_value(json_object_get(o, "done_reason"));
         if (reason && !(s->done_reason = strdup(reason)))
-            return oom(err);
-        s->usage.prompt = count(o, "prompt_eval_count");
-        s->usage.completion = count(o, "eval_count");
+            return codec_oom(err);
+        s->usage.prompt = codec_count(o, "prompt_eval_count");
+        s->usage.completion = codec_count(o, "eval_count");
     }
     return 0;
 }
@@ -211,7 +173,7 @@ static int build_reply(ollama_stream *s, llm_reply *out, char **err)
     memset(out, 0, sizeof *out);
     size_t n = json_array_size(s->calls);
     if (n && !(out->calls = calloc(n, sizeof *out->calls)))
-        return oom(err);
+        return codec_oom(err);
     int rc = 0;
     for (size_t i = 0; rc == 0 && i < n; i++) {
         const json_t *c = json_array_get(s->calls, i);
@@ -220,7 +182,7 @@ static int build_reply(ollama_stream *s, llm_reply *out, char **err)
         char *text = json_is_object(args) ? llm_arguments_text(args)
                                           : strdup(json_is_string(args) ? json_string_value(args) : "");
         const char *id = msg_str(c, "id"); /* newer servers may name them */
-        rc = text ? llm_fill_call(&out->calls[i], i, id, msg_str(fn, "name"), text, err) : oom(err);
+        rc = text ? llm_fill_call(&out->calls[i], i, id, msg_str(fn, "name"), text, err) : codec_oom(err);
         out->ncalls++;
         out->ids_minted |= !id || !*id;
         free(text);
@@ -228,11 +190,11 @@ static int build_reply(ollama_stream *s, llm_reply *out, char **err)
     if (rc == 0)
         rc = llm_set_content(out, &s->content, err);
     if (rc == 0 && s->thinking.len && !(out->reasoning = pbuf_take(&s->thinking)))
-        rc = oom(err);
+        rc = codec_oom(err);
     /* Ollama says "stop" after tool calls too; say what happened. */
     const char *reason = n ? "tool_calls" : s->done_reason;
     if (rc == 0 && reason && !(out->finish_reason = strdup(reason)))
-        rc = oom(err);
+        rc = codec_oom(err);
     out->usage = s->usage;
     if (rc != 0)
         llm_reply_free(out);
@@ -262,7 +224,7 @@ static void ollama_stream_free(void *v)
     pbuf_free(&s->thinking);
     json_decref(s->calls);
     free(s->done_reason);
-    free(s->error);
+    free(s->st.error);
     free(s);
 }
 
@@ -284,36 +246,26 @@ static int apply_line(ollama_stream *s, const char *p, size_t n, char **err)
     return rc;
 }
 
-static int die(ollama_stream *s, char *msg, char **err)
-{
-    s->failed = 1;
-    free(s->error);
-    s->error = msg ? msg : strdup("out of memory");
-    *err = s->error ? strdup(s->error) : NULL;
-    return -1;
-}
-
 static int ollama_stream_feed(void *v, const char *data, size_t len, char **err)
 {
     ollama_stream *s = v;
-    *err = NULL;
-    if (s->failed)
-        return (*err = pstr_printf("%s", s->error ? s->error : "out of memory")), -1;
+    if (codec_stream_dead(&s->st, 0, err) != 0)
+        return -1;
     while (len) {
         const char *nl = memchr(data, '\n', len);
         size_t take = nl ? (size_t)(nl - data) : len;
         if (s->line.len + take > MAX_LINE)
-            return die(s, pstr_printf("stream line longer than %u bytes", MAX_LINE), err);
+            return codec_stream_die(&s->st, pstr_printf("stream line longer than %u bytes", MAX_LINE), err);
         pbuf_append(&s->line, data, take);
         if (s->line.oom)
-            return die(s, NULL, err);
+            return codec_stream_die(&s->st, NULL, err);
         if (!nl)
             break;
         char *msg = NULL;
         int rc = apply_line(s, s->line.data ? s->line.data : "", s->line.len, &msg);
         pbuf_reset(&s->line);
         if (rc != 0)
-            return die(s, msg, err);
+            return codec_stream_die(&s->st, msg, err);
         data += take + 1;
         len -= take + 1;
     }
@@ -324,20 +276,16 @@ static int ollama_stream_finish(void *v, llm_reply *out, char **err)
 {
     ollama_stream *s = v;
     memset(out, 0, sizeof *out);
-    *err = NULL;
-    if (s->failed)
-        return (*err = pstr_printf("%s", s->error ? s->error : "out of memory")), -1;
-    if (s->finished)
-        return (*err = pstr_printf("stream already finished")), -1;
-    s->finished = 1;
+    if (codec_stream_dead(&s->st, 1, err) != 0)
+        return -1;
     char *msg = NULL;
     if (s->line.len && apply_line(s, s->line.data, s->line.len, &msg) != 0) /* no final '\n' */
-        return die(s, msg, err);
+        return codec_stream_die(&s->st, msg, err);
     if (!s->done)
-        return die(s, pstr_printf(s->lines ? "stream ended before the line with \"done\": true"
+        return codec_stream_die(&s->st, pstr_printf(s->lines ? "stream ended before the line with \"done\": true"
                                            : "stream ended without any line"), err);
     if (build_reply(s, out, &msg) != 0)
-        return die(s, msg, err);
+        return codec_stream_die(&s->st, msg, err);
     return 0;
 }
 
@@ -347,7 +295,7 @@ static int ollama_decode(const char *body, size_t len, llm_reply *out, char **er
     ollama_stream *s = ollama_stream_new(&none);
     memset(out, 0, sizeof *out);
     if (!s)
-        return oom(err);
+        return codec_oom(err);
     json_error_t jerr;
     json_t *o = json_loadb(body ? body : "", body ? len : 0, 0, &jerr);
     int rc = -1;
@@ -370,7 +318,7 @@ const provider provider_ollama = {
     .path = "/api/chat",
     .stream_accept = "Accept: application/x-ndjson",
     .default_max_tokens = 0,
-    .headers = ollama_headers,
+    .headers = codec_bearer_header, /* behind an authenticating proxy, or ollama.com */
     .encode = ollama_encode,
     .decode = ollama_decode,
     .stream_new = ollama_stream_new,

@@ -15,19 +15,6 @@
 #include "codec.h"
 #include "provider.h"
 
-static int openai_headers(const parley_options *o, struct curl_slist **list)
-{
-    if (!o->api_key)
-        return 0;
-    char *auth = pstr_printf("Authorization: Bearer %s", o->api_key);
-    struct curl_slist *more = auth ? curl_slist_append(*list, auth) : NULL;
-    free(auth);
-    if (!more)
-        return -1;
-    *list = more;
-    return 0;
-}
-
 static void put_key(pbuf *b, const char *key)
 {
     pbuf_putc(b, ',');
@@ -164,7 +151,7 @@ const provider provider_openai = {
     .path = "/chat/completions",
     .stream_accept = "Accept: text/event-stream",
     .default_max_tokens = 0,
-    .headers = openai_headers,
+    .headers = codec_bearer_header,
     .encode = openai_encode,
     .decode = llm_reply_decode,
     .stream_new = openai_stream_new,

@@ -332,3 +332,69 @@ void render_extra_body(pbuf *b, const parley_options *o)
         b->oom = 1;
     json_decref(extra);
 }
+
+int codec_body_text(pbuf *out, json_t *body, const parley_options *o, char **err)
+{
+    pbuf_reset(out);
+    char *text = body ? json_dumps(body, JSON_COMPACT | JSON_PRESERVE_ORDER |
+                                             JSON_REAL_PRECISION(15)) : NULL;
+    json_decref(body);
+    if (text) {
+        pbuf_append(out, text, strlen(text) - 1); /* extra_body goes before the brace */
+        render_extra_body(out, o);
+        pbuf_putc(out, '}');
+        free(text);
+    }
+    return !text || out->oom ? codec_oom(err) : 0;
+}
+
+int codec_bearer_header(const parley_options *o, struct curl_slist **list)
+{
+    if (!o->api_key)
+        return 0;
+    char *auth = pstr_printf("Authorization: Bearer %s", o->api_key);
+    struct curl_slist *more = auth ? curl_slist_append(*list, auth) : NULL;
+    free(auth);
+    if (!more)
+        return -1;
+    *list = more;
+    return 0;
+}
+
+/* ---- small shared pieces of the decoders ---- */
+
+int codec_oom(char **err)
+{
+    *err = pstr_printf("out of memory");
+    return -1;
+}
+
+long long codec_count(const json_t *obj, const char *key)
+{
+    const json_t *v = json_object_get(obj, key);
+    return json_is_integer(v) && json_integer_value(v) > 0 ? (long long)json_integer_value(v) : 0;
+}
+
+int codec_stream_die(codec_stream_state *st, char *msg, char **err)
+{
+    st->failed = 1;
+    free(st->error);
+    st->error = msg ? msg : strdup("out of memory");
+    *err = st->error ? strdup(st->error) : NULL;
+    return -1;
+}
+
+int codec_stream_dead(codec_stream_state *st, int finishing, char **err)
+{
+    *err = NULL;
+    if (st->failed) {
+        *err = pstr_printf("%s", st->error ? st->error : "out of memory");
+        return -1;
+    }
+    if (st->finished) {
+        *err = pstr_printf(finishing ? "stream already finished" : "stream fed after it finished");
+        return -1;
+    }
+    st->finished = finishing;
+    return 0;
+}

@@ -15,13 +15,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define BAD(...)                                                                            \
-    do {                                                                                    \
-        api_error_set(err, 400, "invalid_request_error", NULL, NULL, __VA_ARGS__);          \
-        goto fail;                                                                          \
-    } while (0)
-
-static const char *str(const json_t *o, const char *k) { return json_string_value(json_object_get(o, k)); }
 
 /* Blocks of a content (a string is one text block). New reference. */
 static json_t *blocks_of(json_t *content)
@@ -37,12 +30,12 @@ static json_t *translate_tools(json_t *tools, struct api_error *err)
     size_t i;
     json_t *t;
     if (!json_is_array(tools) || json_array_size(tools) == 0)
-        BAD("tools: Input should be a non-empty list");
+        DIALECT_BAD("tools: Input should be a non-empty list");
     json_array_foreach(tools, i, t) {
-        if (!str(t, "name"))
-            BAD("tools.%zu.name: Field required", i);
+        if (!jstr_member(t, "name"))
+            DIALECT_BAD("tools.%zu.name: Field required", i);
         if (!json_is_object(json_object_get(t, "input_schema")))
-            BAD("tools.%zu.input_schema: Field required", i);
+            DIALECT_BAD("tools.%zu.input_schema: Field required", i);
         json_t *fn = json_pack("{s:O,s:O}", "name", json_object_get(t, "name"), "parameters",
                                json_object_get(t, "input_schema"));
         if (json_object_get(t, "description"))
@@ -64,11 +57,11 @@ static bool translate_system(json_t *sys, json_t *msgs, struct api_error *err)
     size_t i;
     json_t *blk;
     if (!blocks)
-        BAD("system: Input should be a valid string or list of text blocks");
+        DIALECT_BAD("system: Input should be a valid string or list of text blocks");
     json_array_foreach(blocks, i, blk) {
-        if (!str(blk, "type") || strcmp(str(blk, "type"), "text") != 0 || !str(blk, "text"))
-            BAD("system.%zu: Input should be a text block", i);
-        buf_puts(&b, str(blk, "text"));
+        if (!jstr_member(blk, "type") || strcmp(jstr_member(blk, "type"), "text") != 0 || !jstr_member(blk, "text"))
+            DIALECT_BAD("system.%zu: Input should be a text block", i);
+        buf_puts(&b, jstr_member(blk, "text"));
     }
     json_decref(blocks);
     json_array_append_new(msgs, json_pack("{s:s,s:s}", "role", "system", "content",
@@ -86,43 +79,43 @@ fail:
 static bool translate_message(json_t *m, size_t i, json_t **open, json_t *msgs,
                               struct api_error *err)
 {
-    const char *role = str(m, "role");
+    const char *role = jstr_member(m, "role");
     json_t *blocks = blocks_of(json_object_get(m, "content"));
     buf_t text = {0};
     json_t *calls = json_array(), *results = json_array(), *next_open = json_array();
     size_t k;
     json_t *b;
     if (!blocks)
-        BAD("messages.%zu.content: Input should be a valid string or list", i);
+        DIALECT_BAD("messages.%zu.content: Input should be a valid string or list", i);
     if (json_array_size(blocks) == 0)
-        BAD("messages.%zu: all messages must have non-empty content except for the optional "
+        DIALECT_BAD("messages.%zu: all messages must have non-empty content except for the optional "
             "final assistant message", i);
     json_array_foreach(blocks, k, b) {
-        const char *type = str(b, "type");
+        const char *type = jstr_member(b, "type");
         if (!type)
-            BAD("messages.%zu.content.%zu.type: Field required", i, k);
+            DIALECT_BAD("messages.%zu.content.%zu.type: Field required", i, k);
         if (strcmp(type, "text") == 0) {
-            const char *t = str(b, "text");
+            const char *t = jstr_member(b, "text");
             if (!t || !*t)
-                BAD("messages: text content blocks must be non-empty");
+                DIALECT_BAD("messages: text content blocks must be non-empty");
             buf_puts(&text, t);
         } else if (strcmp(type, "tool_use") == 0 && strcmp(role, "assistant") == 0) {
-            if (!str(b, "id") || !str(b, "name"))
-                BAD("messages.%zu.content.%zu: tool_use needs id and name", i, k);
+            if (!jstr_member(b, "id") || !jstr_member(b, "name"))
+                DIALECT_BAD("messages.%zu.content.%zu: tool_use needs id and name", i, k);
             if (!json_is_object(json_object_get(b, "input")))
-                BAD("messages.%zu.content.%zu.input: Input should be a valid dictionary", i, k);
-            json_array_append_new(next_open, json_string(str(b, "id")));
+                DIALECT_BAD("messages.%zu.content.%zu.input: Input should be a valid dictionary", i, k);
+            json_array_append_new(next_open, json_string(jstr_member(b, "id")));
             char *args = json_dumps(json_object_get(b, "input"), JSON_COMPACT | JSON_SORT_KEYS);
-            json_array_append_new(calls, json_pack("{s:s,s:s,s:{s:s,s:s}}", "id", str(b, "id"),
+            json_array_append_new(calls, json_pack("{s:s,s:s,s:{s:s,s:s}}", "id", jstr_member(b, "id"),
                                                    "type", "function", "function", "name",
-                                                   str(b, "name"), "arguments", args));
+                                                   jstr_member(b, "name"), "arguments", args));
             free(args);
         } else if ((strcmp(type, "thinking") == 0 || strcmp(type, "redacted_thinking") == 0) &&
                    strcmp(role, "assistant") == 0) {
-            if (strcmp(type, "thinking") == 0 && (!str(b, "thinking") || !str(b, "signature")))
-                BAD("messages.%zu.content.%zu: thinking needs thinking and signature", i, k);
+            if (strcmp(type, "thinking") == 0 && (!jstr_member(b, "thinking") || !jstr_member(b, "signature")))
+                DIALECT_BAD("messages.%zu.content.%zu: thinking needs thinking and signature", i, k);
         } else if (strcmp(type, "tool_result") == 0 && strcmp(role, "user") == 0) {
-            const char *id = str(b, "tool_use_id");
+            const char *id = jstr_member(b, "tool_use_id");
             size_t j;
             json_t *o;
             bool found = false;
@@ -134,7 +127,7 @@ static bool translate_message(json_t *m, size_t i, json_t **open, json_t *msgs,
                 }
             }
             if (!found)
-                BAD("messages.%zu.content.%zu: unexpected `tool_use_id` found in `tool_result` "
+                DIALECT_BAD("messages.%zu.content.%zu: unexpected `tool_use_id` found in `tool_result` "
                     "blocks: %s. Each `tool_result` block must have a corresponding `tool_use` "
                     "block in the previous message.", i, k, id ? id : "(none)");
             json_t *c = json_object_get(b, "content");
@@ -144,20 +137,20 @@ static bool translate_message(json_t *m, size_t i, json_t **open, json_t *msgs,
                 buf_puts(&rt, json_string_value(c));
             size_t q;
             json_t *part;
-            json_array_foreach(rb, q, part) if (str(part, "text")) buf_puts(&rt, str(part, "text"));
+            json_array_foreach(rb, q, part) if (jstr_member(part, "text")) buf_puts(&rt, jstr_member(part, "text"));
             json_array_append_new(results, json_pack("{s:s,s:s,s:s}", "role", "tool",
                                                      "tool_call_id", id, "content",
                                                      rt.data ? rt.data : ""));
             buf_free(&rt);
             if (json_object_get(b, "is_error") && !json_is_boolean(json_object_get(b, "is_error")))
-                BAD("messages.%zu.content.%zu.is_error: Input should be a valid boolean", i, k);
+                DIALECT_BAD("messages.%zu.content.%zu.is_error: Input should be a valid boolean", i, k);
         } else {
-            BAD("messages.%zu.content.%zu: block type '%s' is not allowed in a %s message", i, k,
+            DIALECT_BAD("messages.%zu.content.%zu: block type '%s' is not allowed in a %s message", i, k,
                 type, role);
         }
     }
     if (json_array_size(*open) > 0)
-        BAD("messages.%zu: `tool_use` ids were found without `tool_result` blocks immediately "
+        DIALECT_BAD("messages.%zu: `tool_use` ids were found without `tool_result` blocks immediately "
             "after: %s. Each `tool_use` block must have a corresponding `tool_result` block in "
             "the next message.", i ? i - 1 : 0, json_string_value(json_array_get(*open, 0)));
     json_array_extend(msgs, results);
@@ -197,37 +190,37 @@ json_t *anthropic_to_chat(json_t *body, struct api_error *err)
     size_t i;
     json_t *m;
     if (!json_is_object(body))
-        BAD("Request body must be a JSON object");
-    if (!str(body, "model"))
-        BAD("model: Field required");
+        DIALECT_BAD("Request body must be a JSON object");
+    if (!jstr_member(body, "model"))
+        DIALECT_BAD("model: Field required");
     if (!json_is_integer(max) || json_integer_value(max) < 1)
-        BAD("max_tokens: Field required (an integer >= 1)");
+        DIALECT_BAD("max_tokens: Field required (an integer >= 1)");
     if (!json_is_array(list) || json_array_size(list) == 0)
-        BAD("messages: Field required (a non-empty list)");
+        DIALECT_BAD("messages: Field required (a non-empty list)");
     if (!translate_system(json_object_get(body, "system"), msgs, err))
         goto fail;
     json_array_foreach(list, i, m) {
-        const char *role = str(m, "role");
+        const char *role = jstr_member(m, "role");
         const char *want = i % 2 ? "assistant" : "user";
         if (!role || (strcmp(role, "user") != 0 && strcmp(role, "assistant") != 0))
-            BAD("messages.%zu.role: Input should be 'user' or 'assistant'", i);
+            DIALECT_BAD("messages.%zu.role: Input should be 'user' or 'assistant'", i);
         if (strcmp(role, want) != 0)
-            BAD("messages: roles must alternate between \"user\" and \"assistant\", starting "
+            DIALECT_BAD("messages: roles must alternate between \"user\" and \"assistant\", starting "
                 "with \"user\" (message %zu is \"%s\")", i, role);
         if (!translate_message(m, i, &open, msgs, err))
             goto fail;
     }
     if (json_array_size(open) > 0)
-        BAD("messages: the final assistant message has `tool_use` blocks without results");
+        DIALECT_BAD("messages: the final assistant message has `tool_use` blocks without results");
     if (json_object_get(body, "stream") && !json_is_boolean(json_object_get(body, "stream")))
-        BAD("stream: Input should be a valid boolean");
+        DIALECT_BAD("stream: Input should be a valid boolean");
     if (thinking) {
         json_t *budget = json_object_get(thinking, "budget_tokens");
-        if (!str(thinking, "type") || strcmp(str(thinking, "type"), "enabled") != 0 ||
+        if (!jstr_member(thinking, "type") || strcmp(jstr_member(thinking, "type"), "enabled") != 0 ||
             !json_is_integer(budget) || json_integer_value(budget) < 1024)
-            BAD("thinking: {\"type\": \"enabled\", \"budget_tokens\": >= 1024} expected");
+            DIALECT_BAD("thinking: {\"type\": \"enabled\", \"budget_tokens\": >= 1024} expected");
         if (json_integer_value(budget) >= json_integer_value(max))
-            BAD("`max_tokens` must be greater than `thinking.budget_tokens`");
+            DIALECT_BAD("`max_tokens` must be greater than `thinking.budget_tokens`");
     }
     json_object_set(out, "model", json_object_get(body, "model"));
     json_object_set_new(out, "messages", msgs);
@@ -243,9 +236,9 @@ json_t *anthropic_to_chat(json_t *body, struct api_error *err)
     }
     json_t *tc = json_object_get(body, "tool_choice");
     if (tc) {
-        const char *type = str(tc, "type");
+        const char *type = jstr_member(tc, "type");
         if (!type)
-            BAD("tool_choice.type: Field required");
+            DIALECT_BAD("tool_choice.type: Field required");
         if (strcmp(type, "none") == 0)
             json_object_set_new(out, "tool_choice", json_string("none"));
         else if (strcmp(type, "any") == 0)
@@ -255,7 +248,7 @@ json_t *anthropic_to_chat(json_t *body, struct api_error *err)
                                                               "function", "name",
                                                               json_object_get(tc, "name")));
         else if (strcmp(type, "auto") != 0)
-            BAD("tool_choice.type: Input should be 'auto', 'any', 'tool' or 'none'");
+            DIALECT_BAD("tool_choice.type: Input should be 'auto', 'any', 'tool' or 'none'");
     }
     json_decref(open);
     return out;
@@ -278,7 +271,7 @@ bool anthropic_check_thinking(json_t *body, const char *user_text, struct api_er
         return true;
     json_t *a = json_array_get(list, n - 2);
     json_t *first = json_array_get(json_object_get(a, "content"), 0);
-    const char *type = str(first, "type");
+    const char *type = jstr_member(first, "type");
     if (!type || strcmp(type, "thinking") != 0) {
         api_error_set(err, 400, "invalid_request_error", NULL, NULL,
                       "messages.%zu.content.0.type: Expected `thinking` or `redacted_thinking`, "
@@ -286,8 +279,8 @@ bool anthropic_check_thinking(json_t *body, const char *user_text, struct api_er
                       "must start with a thinking block.", n - 2, type ? type : "(none)");
         return false;
     }
-    char *sig = thinking_signature(str(first, "thinking") ? str(first, "thinking") : "");
-    bool ok = str(first, "signature") && strcmp(sig, str(first, "signature")) == 0;
+    char *sig = thinking_signature(jstr_member(first, "thinking") ? jstr_member(first, "thinking") : "");
+    bool ok = jstr_member(first, "signature") && strcmp(sig, jstr_member(first, "signature")) == 0;
     free(sig);
     if (!ok)
         api_error_set(err, 400, "invalid_request_error", NULL, NULL,
@@ -426,7 +419,7 @@ void anthropic_sse_build(const struct chat_request *req, const struct chat_reply
         event(out, "content_block_start", json_pack("{s:s,s:I,s:O}", "type",
                                                     "content_block_start", "index",
                                                     (json_int_t)i, "content_block", b));
-        const char *type = str(b, "type");
+        const char *type = jstr_member(b, "type");
         if (strcmp(type, "thinking") == 0) {
             deltas(out, i, "thinking_delta", "thinking", r->reasoning);
             char *sig = thinking_signature(r->reasoning);

@@ -22,6 +22,11 @@ void reasoning_apply(const struct chat_request *req, struct chat_reply *r)
     }
 }
 
+const char *jstr_member(const json_t *o, const char *k)
+{
+    return json_string_value(json_object_get(o, k));
+}
+
 char *thinking_signature(const char *text)
 {
     uint64_t h = 1469598103934665603ull; /* FNV-1a */

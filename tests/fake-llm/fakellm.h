@@ -189,6 +189,15 @@ char *thinking_signature(const char *text);
 /* An error body in the dialect's own shape. */
 char *dialect_error_json(enum dialect d, const struct api_error *e, size_t *len);
 
+/* In the dialect validators: fail the request with a 400 saying what was wrong. */
+#define DIALECT_BAD(...)                                                                    \
+    do {                                                                                    \
+        api_error_set(err, 400, "invalid_request_error", NULL, NULL, __VA_ARGS__);          \
+        goto fail;                                                                          \
+    } while (0)
+/* Member k of o as a string, or NULL. */
+const char *jstr_member(const json_t *o, const char *k);
+
 json_t *anthropic_to_chat(json_t *body, struct api_error *err);
 bool anthropic_check_thinking(json_t *body, const char *user_text, struct api_error *err);
 char *anthropic_message_json(const struct chat_request *req, const struct chat_reply *r,

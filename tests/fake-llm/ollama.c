@@ -15,13 +15,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define BAD(...)                                                                            \
-    do {                                                                                    \
-        api_error_set(err, 400, "invalid_request_error", NULL, NULL, __VA_ARGS__);          \
-        goto fail;                                                                          \
-    } while (0)
-
-static const char *str(const json_t *o, const char *k) { return json_string_value(json_object_get(o, k)); }
 
 /* Give this message's calls ids and remember them (by name) for the tool messages after. */
 static json_t *translate_calls(json_t *calls, size_t i, json_t *pending, struct api_error *err)
@@ -30,15 +23,15 @@ static json_t *translate_calls(json_t *calls, size_t i, json_t *pending, struct 
     size_t k;
     json_t *c;
     if (!json_is_array(calls))
-        BAD("messages[%zu].tool_calls: expected an array", i);
+        DIALECT_BAD("messages[%zu].tool_calls: expected an array", i);
     json_array_foreach(calls, k, c) {
         json_t *fn = json_object_get(c, "function");
-        const char *name = str(fn, "name");
+        const char *name = jstr_member(fn, "name");
         json_t *args = json_object_get(fn, "arguments");
         if (!name)
-            BAD("messages[%zu].tool_calls[%zu].function.name: required", i, k);
+            DIALECT_BAD("messages[%zu].tool_calls[%zu].function.name: required", i, k);
         if (!json_is_object(args))
-            BAD("json: cannot unmarshal %s into Go struct field "
+            DIALECT_BAD("json: cannot unmarshal %s into Go struct field "
                 "ToolCallFunction.messages.tool_calls.function.arguments of type "
                 "api.ToolCallFunctionArguments", json_is_string(args) ? "string" : "value");
         char id[64];
@@ -63,49 +56,49 @@ json_t *ollama_to_chat(json_t *body, struct api_error *err)
     size_t i;
     json_t *m;
     if (!json_is_object(body))
-        BAD("invalid request body");
-    if (!str(body, "model"))
-        BAD("model is required");
+        DIALECT_BAD("invalid request body");
+    if (!jstr_member(body, "model"))
+        DIALECT_BAD("model is required");
     if (!json_is_array(list) || json_array_size(list) == 0)
-        BAD("messages is required");
+        DIALECT_BAD("messages is required");
     if (json_object_get(body, "tool_choice"))
-        BAD("unknown field \"tool_choice\"");
+        DIALECT_BAD("unknown field \"tool_choice\"");
     if (opts && !json_is_object(opts))
-        BAD("options must be an object");
+        DIALECT_BAD("options must be an object");
     json_t *ka = json_object_get(body, "keep_alive");
     if (ka && !json_is_string(ka) && !json_is_number(ka))
-        BAD("keep_alive: expected a duration string or a number");
+        DIALECT_BAD("keep_alive: expected a duration string or a number");
     json_t *think = json_object_get(body, "think");
     if (think && !json_is_boolean(think) && !json_is_string(think))
-        BAD("think: expected a boolean or \"low\"/\"medium\"/\"high\"");
+        DIALECT_BAD("think: expected a boolean or \"low\"/\"medium\"/\"high\"");
     json_t *nctx = json_object_get(opts, "num_ctx");
     if (nctx && !json_is_integer(nctx))
-        BAD("options.num_ctx: expected an integer");
+        DIALECT_BAD("options.num_ctx: expected an integer");
     json_array_foreach(list, i, m) {
-        const char *role = str(m, "role");
+        const char *role = jstr_member(m, "role");
         if (!role || (strcmp(role, "system") && strcmp(role, "user") && strcmp(role, "assistant") &&
                       strcmp(role, "tool")))
-            BAD("messages[%zu].role: invalid role", i);
+            DIALECT_BAD("messages[%zu].role: invalid role", i);
         json_t *content = json_object_get(m, "content");
         if (content && !json_is_string(content))
-            BAD("json: cannot unmarshal %s into Go struct field Message.messages.content of "
+            DIALECT_BAD("json: cannot unmarshal %s into Go struct field Message.messages.content of "
                 "type string", json_is_array(content) ? "array" : "value");
         const char *text = json_string_value(content) ? json_string_value(content) : "";
         if (strcmp(role, "tool") == 0) {
-            const char *name = str(m, "tool_name");
+            const char *name = jstr_member(m, "tool_name");
             size_t k;
             json_t *p;
             const char *id = NULL;
             if (!name)
-                BAD("messages[%zu]: a tool message needs tool_name", i);
+                DIALECT_BAD("messages[%zu]: a tool message needs tool_name", i);
             json_array_foreach(pending, k, p) {
-                if (strcmp(str(p, "name"), name) == 0) {
-                    id = str(p, "id");
+                if (strcmp(jstr_member(p, "name"), name) == 0) {
+                    id = jstr_member(p, "id");
                     break;
                 }
             }
             if (!id)
-                BAD("messages[%zu]: tool_name '%s' answers no call of the assistant message "
+                DIALECT_BAD("messages[%zu]: tool_name '%s' answers no call of the assistant message "
                     "before it", i, name);
             json_array_append_new(msgs, json_pack("{s:s,s:s,s:s}", "role", "tool",
                                                   "tool_call_id", id, "content", text));
@@ -124,14 +117,14 @@ json_t *ollama_to_chat(json_t *body, struct api_error *err)
             json_object_set_new(msg, "tool_calls", tc);
             if (!*text)
                 json_object_set_new(msg, "content", json_null());
-            if (str(m, "thinking"))
+            if (jstr_member(m, "thinking"))
                 json_object_set(msg, "reasoning_content", json_object_get(m, "thinking"));
         }
         json_array_append_new(msgs, msg);
     }
     json_t *stream = json_object_get(body, "stream");
     if (stream && !json_is_boolean(stream))
-        BAD("stream: expected a boolean");
+        DIALECT_BAD("stream: expected a boolean");
     json_object_set(out, "model", json_object_get(body, "model"));
     json_object_set_new(out, "messages", msgs);
     msgs = NULL;
