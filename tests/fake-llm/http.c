@@ -176,6 +176,14 @@ static void handle_chat(struct MHD_Connection *conn, const struct request *r, js
         set_error(o, &err);
         goto out;
     }
+    if (marker_find(req.user_text, "quota", NULL, NULL)) {
+        /* [[quota]]: OpenAI's 429 for an account out of credit (retrying cannot help). */
+        api_error_set(&err, 429, "insufficient_quota", NULL, "insufficient_quota",
+                      "You exceeded your current quota, please check your plan and billing "
+                      "details.");
+        set_dialect_error(o, dialect, &err);
+        goto out;
+    }
     if (marker_find(req.user_text, "latency", &v, &vlen)) {
         unsigned long ms;
         if (!v || !parse_ulong(v, vlen, &ms)) {

@@ -382,6 +382,21 @@ class Errors(ProviderCase):
             self.assertTurnOk(run.by_seq(1))
             self.assertEqual([r["status"] for r in llm_requests(fake, "anthropic")], [529, 200])
 
+    def test_insufficient_quota_is_not_retried(self):
+        with FakeLLM() as fake:
+            run = self.run_ok([{"text": "hi [[quota]]"}],
+                              provider_options(fake, "openai", max_retries=3))
+            err = self.assertTurnError(run.by_seq(1), "rate_limited")["error"]
+            self.assertIn("You exceeded your current quota", err["message"])
+            self.assertEqual(len(llm_requests(fake, "openai")), 1, "retrying cannot help")
+
+    def test_rate_limit_is_still_retried(self):
+        with FakeLLM() as fake:
+            run = self.run_ok([{"text": "hi [[fault:429x1]]"}],
+                              provider_options(fake, "openai", max_retries=2))
+            self.assertTurnOk(run.by_seq(1))
+            self.assertEqual([r["status"] for r in llm_requests(fake, "openai")], [429, 200])
+
     def test_server_error_text_per_provider(self):
         for provider in PROVIDERS:
             with self.subTest(provider=provider):
