@@ -403,7 +403,7 @@ void turn_begin(turn *t)
         return;
     }
     if (t->conversation_id)
-        history_render(a->hist, t->conversation_id, clock_wall_ms(), &t->history);
+        t->nhistory = history_render(a->hist, t->conversation_id, clock_wall_ms(), &t->history);
     record_user_message(t);
     turn_request(t);
 }
@@ -469,9 +469,9 @@ static char *system_prompt(const turn *t)
 static int render_request(turn *t, char **err)
 {
     parley_agent *a = t->agent;
-    if (!t->history_msgs &&
-        !(t->history_msgs = provider_parse_messages(t->history.data ? t->history.data : "",
-                                                    t->history.len, err)))
+    const char *stored = t->history.data ? t->history.data : "";
+    if (!a->prov->reads_history_text && !t->history_msgs &&
+        !(t->history_msgs = provider_parse_messages(stored, t->history.len, err)))
         return -1;
     json_t *messages = provider_parse_messages(t->messages.data, t->messages.len, err);
     char *system = system_prompt(t);
@@ -480,6 +480,8 @@ static int render_request(turn *t, char **err)
         provider_request r = {
             .system = system,
             .history = t->history_msgs,
+            .history_text = a->prov->reads_history_text ? stored : NULL,
+            .history_text_len = t->history.len,
             .messages = messages,
             .tools_json = toolset_json(t->tools),
             .tool_choice_none = t->tool_rounds >= a->opts.max_tool_iterations,
@@ -729,7 +731,7 @@ static char *call_problem(const turn *t, const turn_call *c)
  */
 static void mint_call_ids(turn *t)
 {
-    size_t at = json_array_size(t->history_msgs) + t->nmessages;
+    size_t at = t->nhistory + t->nmessages;
     for (size_t i = 0; i < t->ncalls; i++) {
         char *id = pstr_printf("call_%zu_%zu", at, i);
         if (!id)

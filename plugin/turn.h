@@ -59,7 +59,8 @@ struct turn {
     /* progress */
     uint64_t started_wall_ms;
     pbuf history;             /* the conversation's stored messages at turn_begin */
-    json_t *history_msgs;     /* the same, parsed once for the codec (first request) */
+    size_t nhistory;          /* how many messages that is */
+    json_t *history_msgs;     /* the same, parsed once for a codec that needs it parsed */
     pbuf messages;            /* this turn's messages, comma-joined: what gets committed */
     size_t nmessages;
     pbuf steps;               /* the steps JSON array being built */

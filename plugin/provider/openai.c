@@ -8,6 +8,11 @@
  * own (name, is_error, reasoning, provider_data) -- except that a tool-call
  * turn whose reasoning came in `reasoning_content` sends it back within the
  * turn, as DeepSeek requires.  Decoding is llm_reply.c.
+ *
+ * History is rendered from its stored text: a message whose keys are all
+ * Chat Completions keys (most of them) is copied as it is; only the others
+ * are parsed and re-rendered.  Rendering stays a memcpy per message, as in
+ * 0.1, instead of a JSON parse of the whole history per request.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -79,6 +84,102 @@ static void render_message(pbuf *b, const json_t *m, int current_turn)
     pbuf_putc(b, '}');
 }
 
+/* p at a string's opening quote: the closing quote, or NULL. */
+static const char *string_end(const char *p, const char *end)
+{
+    for (p++; p < end; p++) {
+        if (*p == '\\')
+            p++;
+        else if (*p == '"')
+            return p;
+    }
+    return NULL;
+}
+
+static int wire_key(const char *k, size_t n)
+{
+    static const char *const keys[] = {"role", "content", "tool_calls", "tool_call_id"};
+    for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++)
+        if (strlen(keys[i]) == n && memcmp(keys[i], k, n) == 0)
+            return 1;
+    return 0;
+}
+
+/*
+ * p at a message's '{': the byte after its '}', or NULL when the text is not
+ * a JSON object.  *as_is: every top-level key is a Chat Completions one.
+ */
+static const char *scan_message(const char *p, const char *end, int *as_is)
+{
+    int depth = 0, expect_key = 0;
+    *as_is = 1;
+    if (p >= end || *p != '{')
+        return NULL;
+    for (; p < end; p++) {
+        switch (*p) {
+        case '"': {
+            const char *close = string_end(p, end);
+            if (!close)
+                return NULL;
+            if (depth == 1 && expect_key && !wire_key(p + 1, (size_t)(close - p - 1)))
+                *as_is = 0;
+            expect_key = 0;
+            p = close;
+            break;
+        }
+        case '{':
+        case '[':
+            expect_key = ++depth == 1;
+            break;
+        case '}':
+        case ']':
+            if (--depth == 0)
+                return p + 1;
+            break;
+        case ',':
+            expect_key = depth == 1;
+            break;
+        default:
+            break;
+        }
+    }
+    return NULL;
+}
+
+static int render_history_text(pbuf *out, const char *p, size_t len, int *first, char **err)
+{
+    const char *end = p + len;
+    while (p < end) {
+        while (p < end && (*p == ',' || *p == ' ' || *p == '\n'))
+            p++;
+        if (p == end)
+            break;
+        int as_is;
+        const char *next = scan_message(p, end, &as_is);
+        if (!next) {
+            *err = pstr_printf("stored history is not a list of JSON objects");
+            return -1;
+        }
+        if (!*first)
+            pbuf_putc(out, ',');
+        *first = 0;
+        if (as_is) {
+            pbuf_append(out, p, (size_t)(next - p));
+        } else {
+            json_t *m = json_loadb(p, (size_t)(next - p), 0, NULL);
+            if (!json_is_object(m)) {
+                json_decref(m);
+                *err = pstr_printf("stored history holds a message that is not JSON");
+                return -1;
+            }
+            render_message(out, m, 0);
+            json_decref(m);
+        }
+        p = next;
+    }
+    return 0;
+}
+
 static int openai_encode(pbuf *out, const parley_options *o, const provider_request *r,
                          char **err)
 {
@@ -93,7 +194,10 @@ static int openai_encode(pbuf *out, const parley_options *o, const provider_requ
         pbuf_putc(out, '}');
         first = 0;
     }
-    const json_t *lists[] = {r->history, r->messages};
+    if (r->history_text &&
+        render_history_text(out, r->history_text, r->history_text_len, &first, err) != 0)
+        return -1;
+    const json_t *lists[] = {r->history_text ? NULL : r->history, r->messages};
     for (size_t l = 0; l < 2; l++) {
         size_t i;
         const json_t *m;
@@ -151,6 +255,7 @@ const provider provider_openai = {
     .path = "/chat/completions",
     .stream_accept = "Accept: text/event-stream",
     .default_max_tokens = 0,
+    .reads_history_text = 1,
     .headers = codec_bearer_header,
     .encode = openai_encode,
     .decode = llm_reply_decode,

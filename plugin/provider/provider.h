@@ -29,7 +29,11 @@
 /* What one request is made of, in neutral form (all borrowed). */
 typedef struct provider_request {
     const char *system;       /* system prompt of this request; NULL or "" for none */
-    const json_t *history;    /* array: stored messages of earlier turns, oldest first */
+    const json_t *history;    /* array: stored messages of earlier turns, oldest first;
+                                 NULL when history_text is given instead */
+    const char *history_text; /* or the same as stored text ("m,m,"), for a codec with
+                                 reads_history_text; NULL otherwise */
+    size_t history_text_len;
     const json_t *messages;   /* array: this turn's messages so far (user message first) */
     const char *tools_json;   /* tools in OpenAI form (toolset_json); "[]" for none */
     int tool_choice_none;     /* the last round: the model must answer in text */
@@ -41,6 +45,8 @@ typedef struct provider {
     const char *path;             /* appended to base_url, e.g. "/chat/completions" */
     const char *stream_accept;    /* Accept header line of a streamed request */
     long long default_max_tokens; /* max_tokens when the options give none; 0 = not sent */
+    int reads_history_text;       /* encode takes history_text: no parse per request (the
+                                     stored form is already close to this wire format) */
 
     /* Append the provider's own headers (auth, version) to *list; -1 on OOM. */
     int (*headers)(const parley_options *o, struct curl_slist **list);
