@@ -294,6 +294,7 @@ static int ollama_decode(const char *body, size_t len, llm_reply *out, char **er
     llm_sink none = {0};
     ollama_stream *s = ollama_stream_new(&none);
     memset(out, 0, sizeof *out);
+    *err = NULL;
     if (!s)
         return codec_oom(err);
     json_error_t jerr;

@@ -206,20 +206,31 @@ static int take_think_tags(llm_reply *out, char **err)
     split_out o = {PBUF_INIT, PBUF_INIT, NULL};
     think_filter f;
     think_init(&f, on_split, &o);
-    think_feed(&f, out->content, strlen(out->content));
+    size_t len = strlen(out->content);
+    think_feed(&f, out->content, len);
     think_finish(&f);
     int oom = think_oom(&f) || o.text.oom || o.reasoning.oom;
     think_free(&f);
-    if (!oom && o.reasoning.len) {
+    if (!oom && o.text.len != len) { /* a think block was there (even an empty one) */
         pbuf r = PBUF_INIT;
         if (out->reasoning) /* joined as the deltas were: no separator */
             pbuf_puts(&r, out->reasoning);
-        pbuf_append(&r, o.reasoning.data, o.reasoning.len);
+        if (o.reasoning.len)
+            pbuf_append(&r, o.reasoning.data, o.reasoning.len);
+        int has_reasoning = r.len > 0;
+        oom = r.oom;
         free(out->content);
         out->content = NULL;
         free(out->reasoning);
-        out->reasoning = pbuf_take(&r);
-        oom = !out->reasoning || llm_set_content(out, &o.text, err) != 0;
+        out->reasoning = !oom && has_reasoning ? pbuf_take(&r) : NULL;
+        pbuf_free(&r);
+        oom = oom || (has_reasoning && !out->reasoning);
+        if (!oom && llm_set_content(out, &o.text, err) != 0) { /* it said why */
+            llm_reply_free(out);
+            pbuf_free(&o.text);
+            pbuf_free(&o.reasoning);
+            return -1;
+        }
     }
     pbuf_free(&o.text);
     pbuf_free(&o.reasoning);

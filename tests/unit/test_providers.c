@@ -369,6 +369,16 @@ static void check_think(const char *in, const char *text, const char *reasoning)
 
 static void check_think_tags(void)
 {
+    /* Whole replies go through the same rules: an empty block still goes. */
+    const char *body = "{\"model\":\"m\",\"message\":{\"role\":\"assistant\","
+                       "\"content\":\"<think></think>Hi\"},\"done\":true}";
+    llm_reply r;
+    char *err = NULL;
+    CHECK(provider_decode(provider_find("ollama"), 1, body, strlen(body), &r, &err) == 0);
+    CHECK_STR(r.content, "Hi");
+    CHECK(r.reasoning == NULL);
+    llm_reply_free(&r);
+    free(err);
     check_think("<think>plan</think>\n\nHi", "Hi", "plan");
     check_think("\n <think>a</thin</think>Hi </think>", "Hi </think>", "a</thin");
     check_think("Hi <think>x</think>", "Hi <think>x</think>", "");
