@@ -306,6 +306,13 @@ static int finish_provider_details(parley_options *o, char **err)
         }
         json_decref(extra);
     }
+    if (o->thinking_budget_tokens > 0 && strcmp(o->provider, "anthropic") == 0 &&
+        (o->temperature >= 0 || o->top_p >= 0)) {
+        *err = pstr_printf("option '%s': Anthropic's extended thinking (thinking_budget_tokens) "
+                           "does not allow it; leave it null", o->temperature >= 0 ? "temperature"
+                                                                                 : "top_p");
+        return -1;
+    }
     if (o->thinking_budget_tokens > 0 && o->max_tokens > 0 &&
         o->thinking_budget_tokens >= o->max_tokens) {
         *err = pstr_printf("option 'thinking_budget_tokens': must be less than max_tokens (%lld)",

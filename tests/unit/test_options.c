@@ -36,6 +36,8 @@ static void test_provider_options(void)
     expect_error("{\"model\":\"m\",\"thinking_budget_tokens\":2048,\"max_tokens\":1024}",
                  "option 'thinking_budget_tokens': must be less than max_tokens (1024)");
     expect_error("{\"model\":\"m\",\"thinking_budget_tokens\":100}", "from 1024 to");
+    expect_error("{\"model\":\"m\",\"provider\":\"anthropic\",\"thinking_budget_tokens\":2048,"
+                 "\"temperature\":0.5}", "option 'temperature': Anthropic's extended thinking");
     CHECK(options_parse("{\"model\":\"m\",\"provider\":\"ollama\",\"keep_alive\":-1,"
                         "\"think\":\"high\",\"extra_body\":{\"top_k\":20}}", &o, &err) == 0);
     CHECK_STR(o.keep_alive, "-1");
