@@ -477,8 +477,10 @@ static int render_request(turn *t, char **err)
     char *system = system_prompt(t);
     int rc = -1;
     if (messages && system) {
+        const char *prompt = a->opts.prompt;
         provider_request r = {
             .system = system,
+            .system_fixed_len = prompt ? strlen(prompt) : 0,
             .history = t->history_msgs,
             .history_text = a->prov->reads_history_text ? stored : NULL,
             .history_text_len = t->history.len,

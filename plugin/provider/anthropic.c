@@ -147,6 +147,27 @@ static json_t *render_tools(const char *tools_json, int cache)
     return out;
 }
 
+/*
+ * The system prompt as text blocks.  With prompt caching, the agent's own
+ * prompt (the same every turn) is one block with the cache breakpoint, and a
+ * turn's extra prompt another after it, so a changing extra prompt does not
+ * spoil the cached prefix.
+ */
+static json_t *render_system(const provider_request *r, int cache)
+{
+    json_t *sys = json_array();
+    size_t len = strlen(r->system), fixed = r->system_fixed_len;
+    int split = cache && fixed > 0 && fixed + 2 < len;
+    json_t *first = split ? json_pack("{s:s,s:s%}", "type", "text", "text", r->system, fixed)
+                          : text_block(r->system);
+    if (cache)
+        json_object_set_new(first, "cache_control", json_pack("{s:s}", "type", "ephemeral"));
+    json_array_append_new(sys, first);
+    if (split) /* past the "\n\n" that joins them */
+        json_array_append_new(sys, text_block(r->system + fixed + 2));
+    return sys;
+}
+
 /* max_tokens is required; with thinking it must exceed the thinking budget. */
 static long long max_tokens(const parley_options *o)
 {
@@ -161,14 +182,8 @@ static int anthropic_encode(pbuf *out, const parley_options *o, const provider_r
 {
     json_t *body = json_pack("{s:s,s:I}", "model", o->model, "max_tokens",
                              (json_int_t)max_tokens(o));
-    if (r->system && *r->system) {
-        json_t *sys = json_array();
-        json_t *block = text_block(r->system);
-        if (o->prompt_cache)
-            json_object_set_new(block, "cache_control", json_pack("{s:s}", "type", "ephemeral"));
-        json_array_append_new(sys, block);
-        json_object_set_new(body, "system", sys);
-    }
+    if (r->system && *r->system)
+        json_object_set_new(body, "system", render_system(r, o->prompt_cache));
     json_object_set_new(body, "messages", render_messages(r));
     if (strcmp(r->tools_json, "[]") != 0) {
         json_object_set_new(body, "tools", render_tools(r->tools_json, o->prompt_cache));

@@ -29,6 +29,8 @@
 /* What one request is made of, in neutral form (all borrowed). */
 typedef struct provider_request {
     const char *system;       /* system prompt of this request; NULL or "" for none */
+    size_t system_fixed_len;  /* how much of it is the agent's own prompt, the same every
+                                 turn (the rest: "\n\n" and the turn's extra prompt) */
     const json_t *history;    /* array: stored messages of earlier turns, oldest first;
                                  NULL when history_text is given instead */
     const char *history_text; /* or the same as stored text ("m,m,"), for a codec with

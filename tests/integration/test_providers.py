@@ -140,6 +140,16 @@ class ToolTurns(ProviderCase):
         self.assertNotIn("is_error", results[0])
         self.assertIs(results[1]["is_error"], True)
 
+    def test_anthropic_extra_prompt_outside_the_cached_block(self):
+        lines = [{"text": "hi", "extra_system_prompt": "The user is in the kitchen."}]
+        with FakeLLM() as fake:
+            run = self.run_ok(lines, provider_options(fake, "anthropic"))
+            self.assertTurnOk(run.by_seq(1))
+            system = llm_requests(fake, "anthropic")[0]["body"]["system"]
+            self.assertEqual(system, [{"type": "text", "text": "You are a test assistant.",
+                                       "cache_control": {"type": "ephemeral"}},
+                                      {"type": "text", "text": "The user is in the kitchen."}])
+
     def test_anthropic_key_and_max_tokens(self):
         with FakeLLM() as fake:
             opts = provider_options(fake, "anthropic", api_key="sk-ant-test", max_tokens=300)
