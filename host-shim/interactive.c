@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "shim.h"
@@ -20,6 +21,18 @@ static struct {
     int done;       /* under g_shim.mu */
 } cur;
 
+/* Tool steps already printed live for the current turn, by call id: the
+ * steps of the result repeat only what was not (e.g. an unknown tool the
+ * plugin answered itself, or a timeout).  Under live_mu: the worker thread
+ * and the tools' completer thread both print. */
+static pthread_mutex_t live_mu = PTHREAD_MUTEX_INITIALIZER;
+static struct live_step {
+    char *call_id;
+    int result_shown;
+} *live;
+static size_t nlive, live_cap;
+static int interactive_on; /* set by run_interactive: JSONL mode prints no steps */
+
 /* Last conversation id a result reported (under g_shim.mu). */
 static char *conv_id;
 
@@ -27,43 +40,125 @@ static void print_value(const char *prefix, json_t *v, const char *suffix) {
     /* Strings as their text, anything else as compact JSON. */
     char *dumped = json_is_string(v) ? NULL : json_dumps(v, SHIM_JSON_COMPACT);
     const char *s = json_is_string(v) ? json_string_value(v) : dumped ? dumped : "";
+    out_end_line();
     out_printf("%s%s%s\n", prefix, s, suffix);
     free(dumped);
 }
 
-/* Tool steps, readably: "  -> name args" and "  <- content [(error)]". */
-static void print_steps(const char *steps_json) {
+/* "  -> name args"; args borrowed, NULL printed as {}. */
+static void print_call_value(const char *name, json_t *args) {
+    char *prefix = NULL;
+    if (asprintf(&prefix, "  -> %s ", name ? name : "?") < 0)
+        prefix = NULL;
+    json_t *empty = args ? NULL : json_object();
+    print_value(prefix ? prefix : "  -> ", args ? args : empty, "");
+    json_decref(empty);
+    free(prefix);
+}
+
+/* The same from the callback's arguments_json: JSON text, or raw text the
+ * model sent that is not JSON. */
+static void print_call(const char *name, const char *args_json) {
+    json_t *args = args_json ? json_loads(args_json, JSON_DECODE_ANY, NULL) : NULL;
+    if (!args && args_json)
+        args = jstr(args_json);
+    print_call_value(name, args);
+    json_decref(args);
+}
+
+/* "  <- content [(error)]": content is JSON text or plain text. */
+static void print_result(const char *content, int is_error) {
+    json_t *v = content ? json_loads(content, JSON_DECODE_ANY, NULL) : NULL;
+    if (!v)
+        v = content ? jstr(content) : json_null();
+    print_value("  <- ", v, is_error ? " (error)" : "");
+    json_decref(v);
+}
+
+static struct live_step *live_find(const char *call_id) {
+    for (size_t i = 0; call_id && i < nlive; i++)
+        if (strcmp(live[i].call_id, call_id) == 0)
+            return &live[i];
+    return NULL;
+}
+
+static void live_reset(void) {
+    pthread_mutex_lock(&live_mu);
+    for (size_t i = 0; i < nlive; i++)
+        free(live[i].call_id);
+    nlive = 0;
+    pthread_mutex_unlock(&live_mu);
+}
+
+void interactive_tool_started(const parley_tool_call_info *info) {
+    if (!interactive_on)
+        return;
+    const char *id = SHIM_HAS_FIELD(info, parley_tool_call_info, call_id) ? info->call_id : NULL;
+    const char *name = SHIM_HAS_FIELD(info, parley_tool_call_info, tool_name) ? info->tool_name
+                                                                                : NULL;
+    const char *args = SHIM_HAS_FIELD(info, parley_tool_call_info, arguments_json)
+                           ? info->arguments_json
+                           : NULL;
+    pthread_mutex_lock(&live_mu);
+    if (id && nlive == live_cap) {
+        size_t cap = live_cap ? live_cap * 2 : 8;
+        struct live_step *nl = realloc(live, cap * sizeof *live);
+        if (nl) {
+            live = nl;
+            live_cap = cap;
+        }
+    }
+    char *copy = id && nlive < live_cap ? strdup(id) : NULL;
+    if (copy)
+        live[nlive++] = (struct live_step){.call_id = copy};
+    if (copy) /* not remembered: leave it to the steps at the end */
+        print_call(name, args);
+    pthread_mutex_unlock(&live_mu);
+}
+
+void interactive_tool_finished(const char *call_id, const char *result, int is_error) {
+    if (!interactive_on)
+        return;
+    pthread_mutex_lock(&live_mu);
+    struct live_step *s = live_find(call_id);
+    if (s && !s->result_shown) { /* a late answer to an earlier turn's call is not shown */
+        s->result_shown = 1;
+        print_result(result, is_error);
+    }
+    pthread_mutex_unlock(&live_mu);
+}
+
+/* The result's tool steps that were not printed live. */
+static void print_missed_steps(const char *steps_json) {
     json_t *steps = steps_json ? json_loads(steps_json, JSON_DECODE_ANY, NULL) : NULL;
     size_t i;
     json_t *s;
+    pthread_mutex_lock(&live_mu);
     json_array_foreach(steps, i, s) {
         const char *type = json_string_value(json_object_get(s, "type"));
-        const char *name = json_string_value(json_object_get(s, "name"));
+        const char *id = json_string_value(json_object_get(s, "call_id"));
+        struct live_step *seen = live_find(id);
         if (!type)
             continue;
-        if (strcmp(type, "tool_call") == 0) {
-            char *prefix = NULL;
-            if (asprintf(&prefix, "  -> %s ", name ? name : "?") < 0)
-                continue;
-            json_t *args = json_object_get(s, "arguments");
-            if (args)
-                print_value(prefix, args, "");
-            else
-                out_printf("%s{}\n", prefix);
-            free(prefix);
-        } else if (strcmp(type, "tool_result") == 0) {
+        if (strcmp(type, "tool_call") == 0 && !seen) {
+            print_call_value(json_string_value(json_object_get(s, "name")),
+                             json_object_get(s, "arguments"));
+        } else if (strcmp(type, "tool_result") == 0 && !(seen && seen->result_shown)) {
             json_t *content = json_object_get(s, "content");
             print_value("  <- ", content ? content : json_null(),
                         json_is_true(json_object_get(s, "is_error")) ? " (error)" : "");
         }
     }
+    pthread_mutex_unlock(&live_mu);
     json_decref(steps);
 }
 
 static void on_delta(void *user_data, parley_request_id request_id, const char *text, size_t len) {
     (void)user_data;
     (void)request_id;
-    if (cur.ndeltas++ == 0)
+    cur.ndeltas++;
+    /* A reply starts, or goes on after tool lines: a fresh "parley> ". */
+    if (out_at_line_start())
         out_text("parley> ", 8);
     if (text && len)
         out_text(text, len);
@@ -74,12 +169,8 @@ static void on_done(void *user_data, const parley_result *r) {
 #define FIELD(f, dflt) (SHIM_HAS_FIELD(r, parley_result, f) ? r->f : (dflt))
     parley_status status = FIELD(status, PARLEY_ERR_INTERNAL);
     const char *steps = FIELD(steps_json, NULL);
-    /* Steps are known only now: before the reply normally, after it when
-     * the reply was already streamed. */
-    if (cur.ndeltas > 0)
-        out_text("\n", 1);
-    else
-        print_steps(steps);
+    out_end_line(); /* after streamed text */
+    print_missed_steps(steps);
     if (status == PARLEY_OK) {
         if (cur.ndeltas == 0) {
             const char *resp = FIELD(response, NULL);
@@ -89,8 +180,6 @@ static void on_done(void *user_data, const parley_result *r) {
         const char *msg = FIELD(error_message, NULL);
         out_printf("parley! %s: %s\n", status_str(status), msg ? msg : status_str(status));
     }
-    if (cur.ndeltas > 0)
-        print_steps(steps);
     const char *cid = FIELD(conversation_id, NULL);
 #undef FIELD
     char *copy = cid ? strdup(cid) : NULL;
@@ -105,12 +194,48 @@ static void on_done(void *user_data, const parley_result *r) {
     pthread_mutex_unlock(&g_shim.mu);
 }
 
+/* Wait for the turn's done callback.  On a terminal, show "thinking… Ns"
+ * until output comes; the first Ctrl-C cancels the turn (a second quits). */
+static void wait_turn(parley_request_id rid) {
+    int tty = isatty(1);
+    struct timespec start, now;
+    clock_gettime(CLOCK_REALTIME, &start);
+    int cancelled = 0;
+    pthread_mutex_lock(&g_shim.mu);
+    while (!cur.done && !shim_interrupted()) {
+        if (atomic_load(&g_shim.cancel_requested) && !cancelled) {
+            cancelled = 1;
+            pthread_mutex_unlock(&g_shim.mu);
+            out_status(NULL);
+            g_shim.pl->cancel(g_shim.agent, rid); /* NOT_FOUND if it just ended: fine */
+            pthread_mutex_lock(&g_shim.mu);
+            continue;
+        }
+        clock_gettime(CLOCK_REALTIME, &now);
+        if (tty && !cancelled) {
+            char status[64];
+            snprintf(status, sizeof status, "thinking\xe2\x80\xa6 %lds (Ctrl-C cancels)",
+                     (long)(now.tv_sec - start.tv_sec));
+            pthread_mutex_unlock(&g_shim.mu);
+            out_status(status);
+            pthread_mutex_lock(&g_shim.mu);
+            if (cur.done)
+                break;
+        }
+        struct timespec until = {.tv_sec = now.tv_sec + 1, .tv_nsec = now.tv_nsec};
+        pthread_cond_timedwait(&g_shim.cv, &g_shim.mu, &until);
+    }
+    pthread_mutex_unlock(&g_shim.mu);
+    out_status(NULL);
+}
+
 static void run_turn(const char *text) {
     pthread_mutex_lock(&g_shim.mu);
     char *cid = conv_id ? strdup(conv_id) : NULL;
     cur.done = 0;
     pthread_mutex_unlock(&g_shim.mu);
     cur.ndeltas = 0;
+    live_reset();
 
     parley_input in = {
         .struct_size = sizeof in,
@@ -119,18 +244,21 @@ static void run_turn(const char *text) {
         .on_delta = on_delta,
     };
     char *err = NULL;
-    parley_status st = g_shim.pl->async_process(g_shim.agent, &in, on_done, NULL, NULL, &err);
+    parley_request_id rid = 0;
+    atomic_store(&g_shim.cancel_requested, 0);
+    atomic_store(&g_shim.turn_in_flight, 1);
+    parley_status st = g_shim.pl->async_process(g_shim.agent, &in, on_done, NULL, &rid, &err);
     free(cid);
     if (st != PARLEY_OK) {
+        atomic_store(&g_shim.turn_in_flight, 0);
         out_printf("parley! %s: %s\n", status_str(st), err ? err : status_str(st));
         plugin_free(err);
         return;
     }
     plugin_free(err);
-    pthread_mutex_lock(&g_shim.mu);
-    while (!cur.done && !shim_interrupted())
-        pthread_cond_wait(&g_shim.cv, &g_shim.mu);
-    pthread_mutex_unlock(&g_shim.mu);
+    wait_turn(rid);
+    atomic_store(&g_shim.turn_in_flight, 0);
+    atomic_store(&g_shim.cancel_requested, 0);
 }
 
 /* Print a snapshot (history, list, metrics) pretty, or the error. */
@@ -149,15 +277,94 @@ static void show(parley_status st, char *out, const char *what, const char *id) 
     plugin_free(out);
 }
 
+/* One line per message: "role: text", tool calls as "-> name args", tool
+ * results as "<- content". */
+static void print_history_compact(const char *json) {
+    json_t *h = json ? json_loads(json, 0, NULL) : NULL;
+    size_t i, j, k;
+    json_t *turn, *m, *call;
+    json_array_foreach(json_object_get(h, "turns"), i, turn) {
+        json_array_foreach(json_object_get(turn, "messages"), j, m) {
+            const char *role = json_string_value(json_object_get(m, "role"));
+            json_t *content = json_object_get(m, "content");
+            char *prefix = NULL;
+            if (asprintf(&prefix, "%s: %s", role ? role : "?",
+                         role && strcmp(role, "tool") == 0 ? "<- " : "") < 0)
+                continue;
+            if (json_is_string(content)) {
+                /* One line per message: line breaks in the text become spaces. */
+                char *text = strdup(json_string_value(content));
+                for (char *c = text; c && *c; c++)
+                    if (*c == '\n' || *c == '\r')
+                        *c = ' ';
+                out_printf("%s%s\n", prefix, text ? text : "");
+                free(text);
+            } else if (content && !json_is_null(content)) {
+                print_value(prefix, content, ""); /* content parts: compact JSON */
+            }
+            json_array_foreach(json_object_get(m, "tool_calls"), k, call) {
+                json_t *fn = json_object_get(call, "function");
+                const char *name = json_string_value(json_object_get(fn, "name"));
+                const char *args = json_string_value(json_object_get(fn, "arguments"));
+                out_printf("%s: -> %s %s\n", role ? role : "?", name ? name : "?",
+                           args ? args : "{}");
+            }
+            free(prefix);
+        }
+    }
+    if (!h)
+        out_printf("%s\n", json ? json : "null");
+    json_decref(h);
+}
+
+/* The options create() got, completed with the schema's defaults; secrets
+ * (writeOnly in the schema) masked.  Returns a new object. */
+static json_t *effective_options(void) {
+    char *text = g_shim.pl->options_schema();
+    json_t *schema = text ? json_loads(text, 0, NULL) : NULL;
+    plugin_free(text);
+    json_t *eff = json_object();
+    const char *name;
+    json_t *p;
+    json_object_foreach(json_object_get(schema, "properties"), name, p) {
+        json_t *v = g_shim.options ? json_object_get(g_shim.options, name) : NULL;
+        if (!v)
+            v = json_object_get(p, "default");
+        if (!v)
+            continue;
+        if (json_is_true(json_object_get(p, "writeOnly")) && !json_is_null(v))
+            json_object_set_new(eff, name, json_string("********"));
+        else
+            json_object_set(eff, name, v);
+    }
+    json_decref(schema);
+    return eff;
+}
+
+static void banner(void) {
+    json_t *o = effective_options();
+    const char *model = json_string_value(json_object_get(o, "model"));
+    const char *url = json_string_value(json_object_get(o, "base_url"));
+    size_t ntools = json_array_size(json_object_get(o, "tools"));
+    out_printf("parley %s: model %s at %s%s, %zu tool%s. /help for commands.\n",
+               g_shim.pl->version ? g_shim.pl->version : "?", model ? model : "?",
+               url ? url : "?", json_is_true(json_object_get(o, "stream")) ? ", streaming" : "",
+               ntools, ntools == 1 ? "" : "s");
+    json_decref(o);
+}
+
 static void help(void) {
     out_printf("Type a message to talk to the agent.  Commands:\n"
                "  /new      start a new conversation (forget the conversation id)\n"
                "  /id       show the current conversation id\n"
-               "  /history  show the current conversation's history\n"
+               "  /history  show the current conversation, one line per message\n"
+               "            (/history --json: the full JSON)\n"
+               "  /options  show the effective options (secrets masked)\n"
                "  /list     list the conversations the agent remembers\n"
                "  /clear    forget the current conversation in the agent\n"
                "  /metrics  show the agent's counters\n"
-               "  /quit     leave (end of input does too)\n"
+               "  /quit     leave (end of input and Ctrl-C at the prompt do too)\n"
+               "Ctrl-C while the agent is thinking cancels that turn.\n"
                "  /help     this text\n");
 }
 
@@ -183,13 +390,24 @@ static int command(const char *cmd) {
         out_printf("(new conversation)\n");
     } else if (strcmp(cmd, "/id") == 0) {
         out_printf("%s\n", cid ? cid : "(none)");
-    } else if (strcmp(cmd, "/history") == 0) {
+    } else if (strcmp(cmd, "/history") == 0 || strcmp(cmd, "/history --json") == 0) {
         if (!cid) {
             out_printf("(no conversation)\n");
         } else {
             parley_status st = pl->history_get(g_shim.agent, cid, &out);
-            show(st, out, "conversation", cid);
+            if (st == PARLEY_OK && strcmp(cmd, "/history") == 0) {
+                print_history_compact(out);
+                plugin_free(out);
+            } else {
+                show(st, out, "conversation", cid);
+            }
         }
+    } else if (strcmp(cmd, "/options") == 0) {
+        json_t *o = effective_options();
+        char *pretty = json_dumps(o, SHIM_JSON_PRETTY);
+        out_printf("%s\n", pretty ? pretty : "{}");
+        free(pretty);
+        json_decref(o);
     } else if (strcmp(cmd, "/list") == 0) {
         parley_status st = pl->conversations_list(g_shim.agent, &out);
         show(st, out, "conversations_list", NULL);
@@ -225,10 +443,14 @@ int run_interactive(void) {
         return 0;
     }
     int tty = isatty(0);
+    interactive_on = 1;
+    banner();
     for (;;) {
         if (tty)
             out_text("you> ", 5);
         enum lr_status st = lr_next(&lr);
+        if (tty && st == LR_LINE)
+            out_input_echoed();
         if (st != LR_LINE) {
             if (tty)
                 out_text("\n", 1); /* leave the terminal on a fresh line */
@@ -260,4 +482,8 @@ int run_interactive(void) {
 void interactive_free(void) {
     free(conv_id);
     conv_id = NULL;
+    live_reset();
+    free(live);
+    live = NULL;
+    live_cap = 0;
 }

@@ -33,6 +33,8 @@ static void usage(FILE *f) {
     fputs("usage: parley-host --plugin PATH --options FILE [--set KEY=JSON]...\n"
           "                   [--tools FILE|demo] [--jsonl] [--concurrency N]\n"
           "                   [--log-level error|warn|info|debug]\n"
+          "       parley-host --plugin PATH --options FILE [--set KEY=JSON]... --check\n"
+          "       parley-host --plugin PATH --print-schema\n"
           "\n"
           "  --plugin PATH       parley.so to load\n"
           "  --options FILE      agent options (a JSON object)\n"
@@ -42,6 +44,8 @@ static void usage(FILE *f) {
           "  --jsonl             read JSON lines on stdin, write JSON lines on stdout\n"
           "  --concurrency N     JSONL: at most N turns in flight (1..100000, default 1)\n"
           "  --log-level LEVEL   plugin/host messages shown on stderr (default warn)\n"
+          "  --check             check the connection (list the server's models), then exit\n"
+          "  --print-schema      print the options' JSON Schema, then exit\n"
           "\n"
           "Interactive mode (default): type a message, or /help for commands.\n"
           "See docs/shim.md.\n",
@@ -65,6 +69,14 @@ static void *signal_thread(void *arg) {
             continue;
         if (sig == SIGUSR1)
             return NULL; /* our own shutdown request */
+        if (sig == SIGINT && atomic_load(&g_shim.turn_in_flight) &&
+            !atomic_exchange(&g_shim.cancel_requested, 1)) {
+            /* Interactive: the first Ctrl-C cancels the turn in flight. */
+            pthread_mutex_lock(&g_shim.mu);
+            pthread_cond_broadcast(&g_shim.cv);
+            pthread_mutex_unlock(&g_shim.mu);
+            continue;
+        }
         if (atomic_load(&g_shim.interrupted) != 0)
             _exit(128 + sig); /* second signal: the orderly shutdown is stuck */
         pthread_mutex_lock(&g_shim.mu);
@@ -107,6 +119,98 @@ static int parse_level(const char *s, parley_log_level *out) {
     return -1;
 }
 
+/* dlopen the plugin and take its function table; NULL (after saying why) on
+ * failure.  Returns the dlopen handle. */
+static void *load_plugin(const char *path, const parley_plugin **out) {
+    void *dl = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    if (!dl) {
+        fprintf(stderr, "parley-host: cannot load plugin: %s\n", dlerror());
+        return NULL;
+    }
+    dlerror();
+    void *sym = dlsym(dl, PARLEY_ENTRY_SYMBOL);
+    parley_entry_fn entry;
+    /* ISO C has no object-to-function pointer cast; POSIX guarantees the
+     * representation, so copy the bits. */
+    memcpy(&entry, &sym, sizeof entry);
+    if (!sym) {
+        const char *e = dlerror();
+        fprintf(stderr, "parley-host: %s: no symbol %s: %s\n", path, PARLEY_ENTRY_SYMBOL,
+                e ? e : "NULL");
+        dlclose(dl);
+        return NULL;
+    }
+    const parley_plugin *pl = entry(PARLEY_ABI_VERSION);
+    if (!pl) {
+        fprintf(stderr, "parley-host: %s: the plugin does not support ABI version %u\n", path,
+                PARLEY_ABI_VERSION);
+        dlclose(dl);
+        return NULL;
+    }
+    /* We call every entry up to metrics; later ones only when the table has them. */
+    if (!SHIM_HAS_FIELD(pl, parley_plugin, metrics) || !pl->create || !pl->destroy ||
+        !pl->async_process || !pl->cancel || !pl->complete_tool_call || !pl->free_string ||
+        !pl->status_name || !pl->history_get || !pl->turn_get || !pl->conversations_list ||
+        !pl->history_clear || !pl->metrics || !pl->options_schema) {
+        fprintf(stderr, "parley-host: %s: incomplete plugin function table (struct_size %u)\n",
+                path, (unsigned)pl->struct_size);
+        dlclose(dl);
+        return NULL;
+    }
+    diag(PARLEY_LOG_INFO, "loaded %s %s (ABI %u) from %s", pl->name ? pl->name : "?",
+         pl->version ? pl->version : "?", (unsigned)pl->abi_version, path);
+    *out = pl;
+    return dl;
+}
+
+/* --print-schema: the options' JSON Schema, pretty, on stdout. */
+static int run_print_schema(const char *plugin_path) {
+    void *dl = load_plugin(plugin_path, &g_shim.pl);
+    if (!dl)
+        return 2;
+    char *text = g_shim.pl->options_schema();
+    json_t *schema = jparse_plugin(text, json_null(), "options_schema");
+    plugin_free(text);
+    char *pretty = json_dumps(schema, SHIM_JSON_PRETTY);
+    json_decref(schema);
+    int rc = pretty ? 0 : 2;
+    if (pretty)
+        out_printf("%s\n", pretty);
+    free(pretty);
+    g_shim.pl = NULL;
+    dlclose(dl);
+    return rc;
+}
+
+/* --check: the plugin's connection check; its JSON on stdout, exit 0 when the
+ * server answered with its models, else {"ok":false,"error":{code,message}}
+ * and exit 1. */
+static int run_check(const char *options_json) {
+    const parley_plugin *pl = g_shim.pl;
+    if (!SHIM_HAS_FIELD(pl, parley_plugin, check_connection) || !pl->check_connection) {
+        fprintf(stderr, "parley-host: this plugin has no check_connection\n");
+        return 2;
+    }
+    char *out = NULL, *err = NULL;
+    parley_status st = pl->check_connection(options_json, &out, &err);
+    json_t *v;
+    if (st == PARLEY_OK) {
+        v = jparse_plugin(out, json_object(), "check_connection");
+    } else {
+        v = json_object();
+        json_object_set_new(v, "ok", json_false());
+        json_object_set_new(v, "error", jerror(st, err));
+    }
+    plugin_free(out);
+    plugin_free(err);
+    char *pretty = json_dumps(v, SHIM_JSON_PRETTY);
+    json_decref(v);
+    if (pretty)
+        out_printf("%s\n", pretty);
+    free(pretty);
+    return st == PARLEY_OK ? 0 : 1;
+}
+
 int main(int argc, char **argv) {
     /* Before any thread exists (ours or the plugin's), so all inherit it. */
     sigemptyset(&sig_set);
@@ -120,7 +224,8 @@ int main(int argc, char **argv) {
     signal(SIGTERM, SIG_DFL);
     signal(SIGPIPE, SIG_IGN); /* a closed stdout must not kill us mid-destroy */
 
-    enum { OPT_PLUGIN = 1, OPT_OPTIONS, OPT_SET, OPT_TOOLS, OPT_JSONL, OPT_CONC, OPT_LOG, OPT_HELP };
+    enum { OPT_PLUGIN = 1, OPT_OPTIONS, OPT_SET, OPT_TOOLS, OPT_JSONL, OPT_CONC, OPT_LOG, OPT_HELP,
+           OPT_CHECK, OPT_SCHEMA };
     static const struct option longopts[] = {
         {"plugin", required_argument, NULL, OPT_PLUGIN},
         {"options", required_argument, NULL, OPT_OPTIONS},
@@ -130,10 +235,12 @@ int main(int argc, char **argv) {
         {"concurrency", required_argument, NULL, OPT_CONC},
         {"log-level", required_argument, NULL, OPT_LOG},
         {"help", no_argument, NULL, OPT_HELP},
+        {"check", no_argument, NULL, OPT_CHECK},
+        {"print-schema", no_argument, NULL, OPT_SCHEMA},
         {NULL, 0, NULL, 0},
     };
     const char *plugin_path = NULL, *options_path = NULL, *tools_spec = NULL;
-    int jsonl = 0;
+    int jsonl = 0, check = 0, print_schema = 0;
     unsigned long concurrency = 1;
     /* --set values are applied after the options file, in order. */
     const char **sets = calloc((size_t)argc, sizeof *sets);
@@ -156,6 +263,8 @@ int main(int argc, char **argv) {
             tools_spec = optarg;
             break;
         case OPT_JSONL: jsonl = 1; break;
+        case OPT_CHECK: check = 1; break;
+        case OPT_SCHEMA: print_schema = 1; break;
         case OPT_CONC: {
             char *end;
             errno = 0;
@@ -191,6 +300,10 @@ int main(int argc, char **argv) {
     }
     if (!plugin_path) {
         rc = usage_error("%s", "--plugin PATH is required");
+        goto out_args;
+    }
+    if (print_schema) {
+        rc = run_print_schema(plugin_path);
         goto out_args;
     }
     if (!options_path) {
@@ -235,41 +348,15 @@ int main(int argc, char **argv) {
     }
 
     /* ---- plugin ---- */
-    void *dl = dlopen(plugin_path, RTLD_NOW | RTLD_LOCAL);
-    if (!dl) {
-        fprintf(stderr, "parley-host: cannot load plugin: %s\n", dlerror());
+    void *dl = load_plugin(plugin_path, &g_shim.pl);
+    if (!dl)
         goto out_json;
-    }
-    dlerror();
-    void *sym = dlsym(dl, PARLEY_ENTRY_SYMBOL);
-    parley_entry_fn entry;
-    /* ISO C has no object-to-function pointer cast; POSIX guarantees the
-     * representation, so copy the bits. */
-    memcpy(&entry, &sym, sizeof entry);
-    if (!sym) {
-        const char *e = dlerror();
-        fprintf(stderr, "parley-host: %s: no symbol %s: %s\n", plugin_path, PARLEY_ENTRY_SYMBOL,
-                e ? e : "NULL");
+    const parley_plugin *pl = g_shim.pl;
+    if (check) {
+        rc = run_check(options_json);
         goto out_dl;
     }
-    const parley_plugin *pl = entry(PARLEY_ABI_VERSION);
-    if (!pl) {
-        fprintf(stderr, "parley-host: %s: the plugin does not support ABI version %u\n",
-                plugin_path, PARLEY_ABI_VERSION);
-        goto out_dl;
-    }
-    /* We call every v1 entry, so the table must hold all of them. */
-    if (pl->struct_size < sizeof(parley_plugin) || !pl->create || !pl->destroy ||
-        !pl->async_process || !pl->cancel || !pl->complete_tool_call || !pl->free_string ||
-        !pl->status_name || !pl->history_get || !pl->turn_get || !pl->conversations_list ||
-        !pl->history_clear || !pl->metrics) {
-        fprintf(stderr, "parley-host: %s: incomplete plugin function table (struct_size %u)\n",
-                plugin_path, (unsigned)pl->struct_size);
-        goto out_dl;
-    }
-    g_shim.pl = pl;
-    diag(PARLEY_LOG_INFO, "loaded %s %s (ABI %u) from %s", pl->name ? pl->name : "?",
-         pl->version ? pl->version : "?", (unsigned)pl->abi_version, plugin_path);
+    g_shim.options = options;
 
     /* ---- threads ---- */
     if (pipe(wake_pipe) != 0) {
@@ -314,6 +401,7 @@ int main(int argc, char **argv) {
      * this thread and still write their lines. */
     pl->destroy(g_shim.agent);
     g_shim.agent = NULL;
+    g_shim.options = NULL;
     interactive_free();
     int sig = atomic_load(&g_shim.interrupted);
     if (sig)

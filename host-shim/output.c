@@ -14,6 +14,16 @@
 /* Callbacks arrive on the plugin's worker thread (and on the thread calling
  * destroy) while the main thread prints command output: one lock for stdout. */
 static pthread_mutex_t out_mu = PTHREAD_MUTEX_INITIALIZER;
+static int at_line_start = 1; /* the last byte written was '\n' (or nothing yet) */
+static int status_shown;      /* a transient status is on the current line */
+
+/* Under out_mu: erase the status line before real output takes its place. */
+static void clear_status_locked(void) {
+    if (status_shown) {
+        fputs("\r\033[K", stdout);
+        status_shown = 0;
+    }
+}
 
 void out_json_line(json_t *value) {
     char *s = json_dumps(value, SHIM_JSON_COMPACT);
@@ -34,9 +44,49 @@ void out_json_line(json_t *value) {
 
 void out_text(const char *s, size_t len) {
     pthread_mutex_lock(&out_mu);
+    clear_status_locked();
     fwrite(s, 1, len, stdout);
+    if (len)
+        at_line_start = s[len - 1] == '\n';
     fflush(stdout);
     pthread_mutex_unlock(&out_mu);
+}
+
+void out_status(const char *text) {
+    pthread_mutex_lock(&out_mu);
+    if (at_line_start) { /* never on a line that streamed text is still filling */
+        clear_status_locked();
+        if (text && *text) {
+            fputs(text, stdout);
+            status_shown = 1;
+        }
+        fflush(stdout);
+    }
+    pthread_mutex_unlock(&out_mu);
+}
+
+void out_end_line(void) {
+    pthread_mutex_lock(&out_mu);
+    clear_status_locked();
+    if (!at_line_start) {
+        fputc('\n', stdout);
+        at_line_start = 1;
+    }
+    fflush(stdout);
+    pthread_mutex_unlock(&out_mu);
+}
+
+void out_input_echoed(void) {
+    pthread_mutex_lock(&out_mu);
+    at_line_start = 1;
+    pthread_mutex_unlock(&out_mu);
+}
+
+int out_at_line_start(void) {
+    pthread_mutex_lock(&out_mu);
+    int r = at_line_start;
+    pthread_mutex_unlock(&out_mu);
+    return r;
 }
 
 void out_printf(const char *fmt, ...) {

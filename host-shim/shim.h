@@ -36,12 +36,18 @@ struct shim {
     const parley_plugin *pl;
     parley_agent *agent;
     parley_log_level log_level;
+    json_t *options; /* borrowed: the options given to create() (for /options, the banner) */
 
     /* mu/cv guard the runners' turn bookkeeping and are also broadcast by
      * the signal thread, so every wait in the shim wakes up on SIGINT. */
     pthread_mutex_t mu;
     pthread_cond_t cv;
     atomic_int interrupted; /* signal number that asked us to stop, or 0 */
+    /* Interactive mode: Ctrl-C while a turn is in flight cancels that turn
+     * (the signal thread sets cancel_requested and broadcasts cv) instead of
+     * quitting; a second Ctrl-C before it ended quits. */
+    atomic_int turn_in_flight;
+    atomic_int cancel_requested;
     int wake_fd;            /* read end of a pipe that becomes readable on a signal */
 };
 
@@ -55,6 +61,17 @@ void out_json_line(json_t *value);
 /* Text to stdout under the same lock (interactive mode). */
 void out_text(const char *s, size_t len);
 void out_printf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* Interactive mode on a terminal: a transient status ("thinking… 3s") on the
+ * current line, shown only at the start of a line and erased ("\r", clear to
+ * end of line) before any other output.  NULL or "" erases it. */
+void out_status(const char *text);
+/* Finish a partly written line (streamed text) with '\n'; erases any status. */
+void out_end_line(void);
+/* The terminal echoed a line the user typed (and its newline) after our
+ * prompt: the cursor is at the start of a line again. */
+void out_input_echoed(void);
+/* Nonzero when the last byte written to stdout was '\n' (or none yet). */
+int out_at_line_start(void);
 /* Diagnostics of the shim itself: "parley-host: ..." on stderr.  Errors are
  * always printed; lower levels only up to --log-level. */
 void diag(parley_log_level level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -120,6 +137,10 @@ void tools_shutdown(void);
 
 int run_jsonl(unsigned long concurrency);
 int run_interactive(void);
+/* Interactive mode prints tool steps as they happen (tools.c calls these on
+ * the threads that run and complete the tools); no-ops in JSONL mode. */
+void interactive_tool_started(const parley_tool_call_info *info);
+void interactive_tool_finished(const char *call_id, const char *result, int is_error);
 /* After destroy(): the done callback of a cancelled turn may still have
  * updated interactive state until then. */
 void interactive_free(void);

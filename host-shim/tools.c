@@ -55,6 +55,7 @@ static struct device devices[] = {
 struct pending {
     struct pending *next;
     parley_tool_call *call;
+    char *call_id; /* for the interactive "<- result" line; may be NULL */
     const struct tool *tool;
     struct timespec due; /* CLOCK_MONOTONIC */
 };
@@ -67,17 +68,22 @@ static int q_stop;
 static int q_started;
 static pthread_t q_thread;
 
-static void complete(parley_tool_call *call, const char *result, int is_error) {
+/* call_id: the call's id when the result is the host's answer (shown live in
+ * interactive mode), NULL for teardown answers nobody reads. */
+static void complete(parley_tool_call *call, const char *call_id, const char *result,
+                     int is_error) {
+    if (call_id)
+        interactive_tool_finished(call_id, result, is_error);
     parley_status st = g_shim.pl->complete_tool_call(call, result, is_error);
     if (st != PARLEY_OK)
         diag(PARLEY_LOG_WARN, "complete_tool_call: %s", status_str(st));
 }
 
 /* Complete with a JSON value we built (stolen). */
-static void complete_json(parley_tool_call *call, json_t *v, int is_error) {
+static void complete_json(parley_tool_call *call, const char *call_id, json_t *v, int is_error) {
     char *s = json_dumps(v, SHIM_JSON_COMPACT);
     json_decref(v);
-    complete(call, s, is_error);
+    complete(call, call_id, s, is_error);
     free(s);
 }
 
@@ -399,7 +405,8 @@ static void *completer(void *arg) {
         q_head = p->next;
         pthread_mutex_unlock(&q_mu);
         diag(PARLEY_LOG_DEBUG, "tool %s: completing from the completer thread", p->tool->name);
-        complete(p->call, p->tool->result, p->tool->is_error);
+        complete(p->call, p->call_id, p->tool->result, p->tool->is_error);
+        free(p->call_id);
         free(p);
         pthread_mutex_lock(&q_mu);
     }
@@ -438,27 +445,34 @@ void tools_on_call(void *host_data, parley_tool_call *call, const parley_tool_ca
     const char *args = SHIM_HAS_FIELD(info, parley_tool_call_info, arguments_json)
                            ? info->arguments_json
                            : NULL;
+    const char *call_id = SHIM_HAS_FIELD(info, parley_tool_call_info, call_id) ? info->call_id
+                                                                                : NULL;
     diag(PARLEY_LOG_DEBUG, "tool call %s %s", name ? name : "(null)", args ? args : "(null)");
+    interactive_tool_started(info);
     const struct tool *t = find_tool(name);
     if (!t) {
-        complete(call, "{\"error\":\"unknown tool\"}", 1);
+        complete(call, call_id, "{\"error\":\"unknown tool\"}", 1);
         return;
     }
     if (t->kind != TOOL_CANNED) {
         int is_error;
         json_t *res = demo_call(t->kind, args, &is_error);
-        complete_json(call, res, is_error);
+        complete_json(call, call_id, res, is_error);
         return;
     }
     if (!t->never && t->delay_ms == 0 && !t->from_thread) {
-        complete(call, t->result, t->is_error);
+        complete(call, call_id, t->result, t->is_error);
         return;
     }
     struct pending *p = calloc(1, sizeof *p);
-    if (!p) {
-        complete(call, "{\"error\":\"host out of memory\"}", 1);
+    char *id_copy = call_id ? strdup(call_id) : NULL;
+    if (!p || (call_id && !id_copy)) {
+        free(p);
+        free(id_copy);
+        complete(call, call_id, "{\"error\":\"host out of memory\"}", 1);
         return;
     }
+    p->call_id = id_copy;
     p->call = call;
     p->tool = t;
     clock_gettime(CLOCK_MONOTONIC, &p->due);
@@ -502,7 +516,8 @@ void tools_shutdown(void) {
     pthread_mutex_unlock(&q_mu);
     while (p) {
         struct pending *next = p->next;
-        complete(p->call, "{\"error\":\"host shutting down\"}", 1);
+        complete(p->call, NULL, "{\"error\":\"host shutting down\"}", 1);
+        free(p->call_id);
         free(p);
         p = next;
     }

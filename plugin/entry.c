@@ -3,6 +3,7 @@
 #include <stdlib.h>
 
 #include "agent_api.h"
+#include "connection_check.h"
 #include "options.h"
 #include "plugin_status.h"
 
@@ -27,6 +28,7 @@ static const parley_plugin PLUGIN = {
     .conversations_list = agent_conversations_list,
     .history_clear = agent_history_clear,
     .metrics = agent_metrics,
+    .check_connection = connection_check,
 };
 
 PARLEY_EXPORT const parley_plugin *parley_plugin_entry(uint32_t host_abi_version)

@@ -2,12 +2,16 @@
 #include "options.h"
 
 #include <jansson.h>
+#include <assert.h>
+#include <ctype.h>
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "buf.h"
+#include "options_ui.h"
 
 typedef enum { OPT_STRING, OPT_NSTRING, OPT_BOOL, OPT_INT, OPT_NUMBER, OPT_TOOLS, OPT_JSON } opt_type;
 
@@ -23,6 +27,20 @@ typedef struct opt_spec {
 /* OPT_JSON options: the JSON types each allows besides null. */
 static const struct { const char *name, *types; } JSON_TYPES[] = {
     {"extra_body", "object"}, {"keep_alive", "string,number"}, {"think", "boolean,string"}};
+
+/* Options whose string must be one of a few words: the schema lists them ("enum"). */
+static const struct { const char *name, *words; } ENUMS[] = {
+    {"provider", "[\"openai\",\"anthropic\",\"ollama\"]"},
+    {"max_tokens_field", "[\"max_tokens\",\"max_completion_tokens\"]"},
+};
+
+static const char *enum_of(const char *name)
+{
+    for (size_t i = 0; i < sizeof ENUMS / sizeof ENUMS[0]; i++)
+        if (strcmp(ENUMS[i].name, name) == 0)
+            return ENUMS[i].words;
+    return NULL;
+}
 
 static const char *json_types_of(const char *name)
 {
@@ -366,6 +384,62 @@ static int finish(parley_options *o, json_t *root, char **err)
     return 0;
 }
 
+#define MIN3(x, y, z) ((x) < (y) ? ((x) < (z) ? (x) : (z)) : ((y) < (z) ? (y) : (z)))
+
+/* Edit distance of two short names (insert, delete, substitute, swap two
+ * neighbours; ASCII case ignored).  SIZE_MAX when a name is too long to be a
+ * misspelt option. */
+static size_t edit_distance(const char *a, const char *b)
+{
+    enum { MAXLEN = 64 };
+    size_t na = strlen(a), nb = strlen(b);
+    if (na > MAXLEN || nb > MAXLEN)
+        return SIZE_MAX;
+    static_assert(MAXLEN < 256, "distances fit a byte");
+    unsigned char d[MAXLEN + 1][MAXLEN + 1];
+    for (size_t i = 0; i <= na; i++)
+        d[i][0] = (unsigned char)i;
+    for (size_t j = 0; j <= nb; j++)
+        d[0][j] = (unsigned char)j;
+    for (size_t i = 1; i <= na; i++) {
+        for (size_t j = 1; j <= nb; j++) {
+            int ca = tolower((unsigned char)a[i - 1]), cb = tolower((unsigned char)b[j - 1]);
+            size_t del = d[i - 1][j] + 1u, ins = d[i][j - 1] + 1u;
+            size_t sub = d[i - 1][j - 1] + (size_t)(ca != cb);
+            size_t best = MIN3(del, ins, sub);
+            if (i > 1 && j > 1 && ca == tolower((unsigned char)b[j - 2]) &&
+                tolower((unsigned char)a[i - 2]) == cb && d[i - 2][j - 2] + 1u < best)
+                best = d[i - 2][j - 2] + 1u;
+            d[i][j] = (unsigned char)best;
+        }
+    }
+    return d[na][nb];
+}
+
+/* The option an unknown key most likely meant, or NULL: the nearest name when
+ * at most a third of its letters (and at least one) differ, else the option
+ * the key abbreviates ("max_history" -> "max_history_turns"). */
+static const char *closest_option(const char *key)
+{
+    const char *best = NULL;
+    size_t best_d = SIZE_MAX;
+    for (size_t i = 0; i < NSPECS; i++) {
+        size_t d = edit_distance(key, SPECS[i].name);
+        if (d < best_d) {
+            best_d = d;
+            best = SPECS[i].name;
+        }
+    }
+    size_t limit = best ? strlen(best) / 3 : 0;
+    if (best && best_d <= (limit > 0 ? limit : 1))
+        return best;
+    size_t n = strlen(key);
+    for (size_t i = 0; n >= 4 && i < NSPECS; i++)
+        if (strncmp(SPECS[i].name, key, n) == 0)
+            return SPECS[i].name;
+    return NULL;
+}
+
 int options_parse(const char *json_text, parley_options *o, char **err)
 {
     *err = NULL;
@@ -394,7 +468,11 @@ int options_parse(const char *json_text, parley_options *o, char **err)
             if (strcmp(SPECS[i].name, key) == 0)
                 s = &SPECS[i];
         if (!s) {
-            *err = pstr_printf("option '%s': unknown option", key);
+            const char *near = closest_option(key);
+            if (near)
+                *err = pstr_printf("option '%s': unknown option (did you mean '%s'?)", key, near);
+            else
+                *err = pstr_printf("option '%s': unknown option", key);
             goto fail;
         }
         if (!type_ok(s, v)) {
@@ -446,6 +524,25 @@ static const char *schema_type(const opt_spec *s)
     return "\"null\"";
 }
 
+/* The presentation keywords of one option (options_ui.c): title, x-group,
+ * writeOnly + format for secrets, format for URLs, items for arrays. */
+static void schema_ui(pbuf *b, const opt_spec *s)
+{
+    const option_ui *ui = option_ui_find(s->name);
+    if (!ui)
+        return; /* test_options names the option that lacks its row */
+    pbuf_puts(b, ",\"title\":");
+    pbuf_json_string(b, ui->title, strlen(ui->title));
+    pbuf_puts(b, ",\"x-group\":");
+    pbuf_json_string(b, ui->group, strlen(ui->group));
+    if (ui->flags & OPTION_UI_SECRET)
+        pbuf_puts(b, ",\"writeOnly\":true,\"format\":\"password\"");
+    if (ui->flags & OPTION_UI_URI)
+        pbuf_puts(b, ",\"format\":\"uri\"");
+    if (ui->items)
+        pbuf_printf(b, ",\"items\":%s", ui->items);
+}
+
 char *options_schema(void)
 {
     pbuf b = PBUF_INIT;
@@ -468,6 +565,9 @@ char *options_schema(void)
         } else {
             pbuf_printf(&b, ":{\"type\":%s", schema_type(s));
         }
+        if (enum_of(s->name))
+            pbuf_printf(&b, ",\"enum\":%s", enum_of(s->name));
+        schema_ui(&b, s);
         if (s->type == OPT_INT || s->type == OPT_NUMBER)
             pbuf_printf(&b, ",\"minimum\":%.17g,\"maximum\":%.17g", s->min, s->max);
         if (s->dflt)
@@ -476,6 +576,6 @@ char *options_schema(void)
         pbuf_json_string(&b, s->doc, strlen(s->doc));
         pbuf_putc(&b, '}');
     }
-    pbuf_puts(&b, "}}");
+    pbuf_printf(&b, "},\"examples\":%s}", OPTION_UI_EXAMPLES);
     return pbuf_take(&b);
 }

@@ -832,10 +832,23 @@ static char *result_content(const turn *t, const char *result, int is_error, int
     if (!utf8_valid(text, n))
         return error_content("invalid_result", "The tool result is not valid UTF-8");
     if (is_error) {
-        /* A host that reports its error as a JSON string means the text inside. */
+        /* A JSON string means the text inside; other JSON stays JSON, under
+         * "details" (never JSON inside a string), with its message, if it has
+         * one, as the error_text; anything else is the text itself. */
         json_t *v = json_loads(text, JSON_DECODE_ANY, NULL);
-        char *s = error_content("tool_error", json_is_string(v) ? json_string_value(v)
-                                              : *text ? text : "The tool failed");
+        if (!v || json_is_string(v)) {
+            char *s = error_content("tool_error", v ? json_string_value(v)
+                                                  : *text ? text : "The tool failed");
+            json_decref(v);
+            return s;
+        }
+        const char *said = json_string_value(json_object_get(v, "message"));
+        if (!said)
+            said = json_string_value(json_object_get(v, "error"));
+        json_t *o = json_pack("{s:s,s:s,s:O}", "error", "tool_error", "error_text",
+                              said ? said : "The tool failed (see details)", "details", v);
+        char *s = o ? json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
+        json_decref(o);
         json_decref(v);
         return s;
     }

@@ -2,18 +2,24 @@
 # Parley's main job: a short conversation through the host shim.
 #
 #   scripts/demo.sh                     offline: against the bundled fake LLM, scripted
+#   scripts/demo.sh --interactive       offline, and you type: chat with the fake LLM
 #   scripts/demo.sh --options FILE      interactive: against the LLM your options name
 #
 # The offline run shows multi-turn memory (the fake model reports how many
 # messages it was sent) and a tool call the host executes (the demo home).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/setup.sh
-cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
-cmake --build build -j"$(nproc)" >/dev/null
+# PARLEY_BUILD_DIR: use that (already built) build tree instead of building build/.
+BUILD=${PARLEY_BUILD_DIR:-}
+if [ -z "$BUILD" ]; then
+  BUILD=build
+  bash scripts/setup.sh
+  cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+  cmake --build build -j"$(nproc)" >/dev/null
+fi
 
-SHIM=build/host-shim/parley-host
-PLUGIN=build/plugin/parley.so
+SHIM=$BUILD/host-shim/parley-host
+PLUGIN=$BUILD/plugin/parley.so
 
 if [ "${1:-}" = "--options" ]; then
   exec "$SHIM" --plugin "$PLUGIN" --options "$2" --tools demo --set auto_create_conversation_id=true
@@ -23,7 +29,7 @@ work=$(mktemp -d)
 cleanup() { [ -n "${FAKE_PID:-}" ] && kill "$FAKE_PID" 2>/dev/null; wait 2>/dev/null; rm -rf "$work"; }
 trap cleanup EXIT
 
-build/tests/fake-llm/parley-fake-llm --port 0 --port-file "$work/port" --quiet >/dev/null &
+"$BUILD"/tests/fake-llm/parley-fake-llm --port 0 --port-file "$work/port" --quiet >/dev/null &
 FAKE_PID=$!
 for _ in $(seq 100); do [ -s "$work/port" ] && break; sleep 0.05; done
 port=$(cat "$work/port")
@@ -32,9 +38,19 @@ cat >"$work/options.json" <<JSON
  "auto_create_conversation_id": true, "max_history_turns": 20}
 JSON
 
+if [ "${1:-}" = "--interactive" ]; then
+  echo "Chat with the offline fake LLM. It echoes what you say and counts the messages it was"
+  echo "sent; [[tool:turn_on {\"name\":\"kitchen\"}]] in a message makes it call a demo-home tool."
+  echo "/help lists the commands; Ctrl-C cancels a turn, Ctrl-C at the prompt or /quit leaves."
+  "$SHIM" --plugin "$PLUGIN" --options "$work/options.json" --tools demo --set stream=true \
+    || true   # Ctrl-C at the prompt exits 130: still clean up the fake LLM
+  exit 0
+fi
+
 echo "Parley demo: plugin $PLUGIN, offline fake LLM on 127.0.0.1:$port, demo home tools"
-echo
 coproc SHIM { "$SHIM" --plugin "$PLUGIN" --options "$work/options.json" --tools demo 2>&1; }
+IFS= read -r banner <&"${SHIM[0]}"   # "parley X: model M at URL, ..."
+printf '%s\n\n' "$banner"
 say() {
   printf 'you> %s\n' "$1"
   printf '%s\n' "$1" >&"${SHIM[1]}"

@@ -291,7 +291,9 @@ typedef struct parley_plugin {
      * Give the result of a tool call (see parley_host.tool_call).
      * result_json: any JSON value, or plain text (sent to the model as-is);
      * NULL means "no output".  is_error != 0 marks a failure: the model
-     * sees it as {"error": ..., "error_text": ...}.  Any thread; exactly
+     * sees it as {"error": "tool_error", "error_text": ...}, with a JSON
+     * result other than a string kept as JSON under "details" (see
+     * docs/errors.md).  Any thread; exactly
      * once per call.  Always frees the handle.
      */
     parley_status (*complete_tool_call)(parley_tool_call *call, const char *result_json,
@@ -324,6 +326,25 @@ typedef struct parley_plugin {
 
     /** Counters and gauges as a JSON object (turns, errors, retries, in_flight, ...). */
     parley_status (*metrics)(parley_agent *agent, char **out_json);
+
+    /* -- Appended after ABI 1.0: check struct_size before calling (a field
+     *    beyond struct_size is not there). -- */
+
+    /**
+     * Connection check for a setup screen: can these options (a JSON object,
+     * as for create()) reach the server?  Lists the server's models
+     * (`GET <base_url>/models`; anthropic: `/v1/models`; ollama: `/api/tags`;
+     * with the same auth headers turns send).  Needs no agent.  Blocking, on the calling thread (any thread,
+     * concurrently); it takes at most connect_timeout_ms + request_timeout_ms.
+     * PARLEY_OK: *out_json = {"ok":true,"url":"...","models":["id",...]}.
+     * Else *out_json = NULL and *error says what is wrong in words a person
+     * can act on ("nothing listens at ...; is the server running?"), with a
+     * status: INVALID_OPTIONS, CONNECT (refused, DNS, TLS, connect timeout),
+     * TIMEOUT (no answer), HTTP_STATUS (401 bad key, 404 wrong base_url, ...),
+     * RATE_LIMITED, BAD_RESPONSE (not a model list), NO_MEMORY.
+     * out_json and error may be NULL; strings set are freed with free_string.
+     */
+    parley_status (*check_connection)(const char *options_json, char **out_json, char **error);
 } parley_plugin;
 
 /**

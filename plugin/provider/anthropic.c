@@ -609,6 +609,7 @@ const provider provider_anthropic = {
     .name = "anthropic",
     .default_base_url = "https://api.anthropic.com",
     .path = "/v1/messages",
+    .models_path = "/v1/models",
     .stream_accept = "Accept: text/event-stream",
     .default_max_tokens = 1024,
     .headers = anthropic_headers,

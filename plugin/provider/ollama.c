@@ -317,6 +317,7 @@ const provider provider_ollama = {
     .name = "ollama",
     .default_base_url = "http://127.0.0.1:11434",
     .path = "/api/chat",
+    .models_path = "/api/tags",
     .stream_accept = "Accept: application/x-ndjson",
     .default_max_tokens = 0,
     .headers = codec_bearer_header, /* behind an authenticating proxy, or ollama.com */

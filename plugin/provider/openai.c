@@ -253,6 +253,7 @@ const provider provider_openai = {
     .name = "openai",
     .default_base_url = "http://127.0.0.1:11434/v1",
     .path = "/chat/completions",
+    .models_path = "/models",
     .stream_accept = "Accept: text/event-stream",
     .default_max_tokens = 0,
     .reads_history_text = 1,

@@ -45,6 +45,7 @@ typedef struct provider {
     const char *name;             /* the `provider` option's value */
     const char *default_base_url; /* base_url when the options give none */
     const char *path;             /* appended to base_url, e.g. "/chat/completions" */
+    const char *models_path;      /* the model list (connection check), e.g. "/models" */
     const char *stream_accept;    /* Accept header line of a streamed request */
     long long default_max_tokens; /* max_tokens when the options give none; 0 = not sent */
     int reads_history_text;       /* encode takes history_text: no parse per request (the

@@ -262,6 +262,10 @@ static void route(struct MHD_Connection *conn, const struct request *r, const ch
             "{\"object\":\"list\",\"data\":[{\"id\":\"" FAKE_MODEL_ID "\",\"object\":\"model\","
             "\"created\":1700000000,\"owned_by\":\"parley-fake-llm\"}]}";
         set_json(o, MHD_HTTP_OK, xstrdup(models), sizeof models - 1);
+    } else if (is_get(method) && strcmp(url, "/api/tags") == 0) { /* Ollama's model list */
+        static const char tags[] = "{\"models\":[{\"name\":\"" FAKE_MODEL_ID "\",\"model\":\""
+                                   FAKE_MODEL_ID "\",\"size\":1}]}";
+        set_json(o, MHD_HTTP_OK, xstrdup(tags), sizeof tags - 1);
     } else if (is_get(method) && strcmp(url, "/health") == 0) {
         o->status = MHD_HTTP_OK;
         o->resp = buffer_response(xstrdup("ok"), 2, "text/plain");

@@ -18,7 +18,7 @@ import unittest
 import urllib.error
 import urllib.request
 
-from harness import BUILD, FakeLLM, ParleyTestCase, options, run_shim
+from harness import BUILD, PLUGIN, SHIM, FakeLLM, ParleyTestCase, options, run_shim
 
 RENDER = os.path.join(BUILD, "tests", "parley-render")
 PROVIDERS = ("openai", "anthropic", "ollama")
@@ -381,6 +381,27 @@ class ProviderSwitch(ProviderCase):
                         self.assertIn('"tool_name":"turn_on"', body)
                     status, text = self.post(fake, target, body)
                     self.assertEqual(status, 200, text)
+
+
+class ConnectionCheck(ProviderCase):
+
+    def test_each_provider_lists_models(self):
+        for provider in PROVIDERS:
+            with self.subTest(provider=provider):
+                with FakeLLM() as fake, tempfile.TemporaryDirectory() as d:
+                    path = os.path.join(d, "o.json")
+                    with open(path, "w") as f:
+                        json.dump(provider_options(fake, provider, api_key="k"), f)
+                    out = subprocess.run([SHIM, "--plugin", PLUGIN, "--options", path, "--check"],
+                                         capture_output=True, text=True, timeout=60)
+                    self.assertEqual(out.returncode, 0, out.stderr)
+                    self.assertEqual(json.loads(out.stdout)["models"], ["fake-model"])
+                    req = fake.requests()[-1]
+                    want = {"openai": "/v1/models", "anthropic": "/v1/models",
+                            "ollama": "/api/tags"}[provider]
+                    self.assertEqual(req["path"], want)
+                    self.assertEqual(req["authorization"],
+                                     "x-api-key k" if provider == "anthropic" else "Bearer k")
 
 
 class Errors(ProviderCase):

@@ -384,8 +384,25 @@ class ToolProblems(ToolTestCase):
         run, reqs = self.one_turn('[[tool:turn_on {"name":"garage"}]]',
                                   [tool("turn_on", canned, error=True)])
         content = self.assert_error_result(run, reqs, "turn_on", "tool_error")
-        self.assertEqual(content, {"error": "tool_error", "error_text": compact(canned)})
+        # The host's JSON stays JSON (not JSON inside a string).
+        self.assertEqual(content, {"error": "tool_error",
+                                   "error_text": "The tool failed (see details)",
+                                   "details": canned})
         self.assertEqual(len(host_calls(run.stderr)), 1)
+
+    def test_host_tool_error_message_becomes_error_text(self):
+        canned = {"error": "device offline", "code": 503}
+        run, reqs = self.one_turn('[[tool:turn_on {"name":"garage"}]]',
+                                  [tool("turn_on", canned, error=True)])
+        content = self.assert_error_result(run, reqs, "turn_on", "tool_error")
+        self.assertEqual(content, {"error": "tool_error", "error_text": "device offline",
+                                   "details": canned})
+
+    def test_host_tool_error_as_string_stays_text(self):
+        run, reqs = self.one_turn('[[tool:turn_on {"name":"garage"}]]',
+                                  [tool("turn_on", "device offline", error=True)])
+        content = self.assert_error_result(run, reqs, "turn_on", "tool_error")
+        self.assertEqual(content, {"error": "tool_error", "error_text": "device offline"})
 
     def test_slow_host_answers_from_another_thread(self):
         canned = {"ok": True, "late": True}

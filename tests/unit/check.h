@@ -1,6 +1,7 @@
 /*
  * check.h -- the unit tests' tiny assertion kit.  Each failed CHECK prints
- * where and what; the program ends with the plain "N passed, N failed" line
+ * where and what; the program ends with the line "checks: N passed, N failed"
+ * (scripts/test_progress.py counts it)
  * and exits non-zero when anything failed.
  */
 #ifndef PARLEY_CHECK_H
@@ -36,7 +37,7 @@ static int check_passed, check_failed;
 
 static inline int check_report(void)
 {
-    printf("%d passed, %d failed\n", check_passed, check_failed);
+    printf("checks: %d passed, %d failed\n", check_passed, check_failed);
     return check_failed ? 1 : 0;
 }
 

@@ -111,6 +111,88 @@ static void test_errors(void)
     expect_error("{\"model\":\"m\",\"api_key\":\"a\\nb\"}", "option 'api_key'");
 }
 
+/* A misspelt option names the one it most likely meant; a far-off key does not guess. */
+static void test_did_you_mean(void)
+{
+    expect_error("{\"model\":\"m\",\"temprature\":1}",
+                 "option 'temprature': unknown option (did you mean 'temperature'?)");
+    expect_error("{\"model\":\"m\",\"Temperature\":1}", "(did you mean 'temperature'?)");
+    expect_error("{\"model\":\"m\",\"max_history\":5}", "(did you mean 'max_history_turns'?)");
+    expect_error("{\"model\":\"m\",\"baseurl\":\"x\"}", "(did you mean 'base_url'?)");
+    expect_error("{\"model\":\"m\",\"strem\":true}", "(did you mean 'stream'?)");
+    expect_error("{\"modle\":\"m\"}", "(did you mean 'model'?)");
+    /* Nothing close: no suggestion at all. */
+    parley_options o;
+    const char *far[] = {"{\"model\":\"m\",\"colour\":1}", "{\"model\":\"m\",\"x\":1}",
+                         "{\"model\":\"m\",\"\":1}"};
+    for (size_t i = 0; i < sizeof far / sizeof far[0]; i++) {
+        char *err = NULL;
+        CHECK(options_parse(far[i], &o, &err) == -1);
+        CHECK(err && strstr(err, "unknown option") && !strstr(err, "did you mean"));
+        free(err);
+    }
+    /* A very long key is compared cheaply and gets no suggestion. */
+    char big[4096];
+    snprintf(big, sizeof big, "{\"model\":\"m\",\"%0*d\":1}", 3000, 0);
+    char *err = NULL;
+    CHECK(options_parse(big, &o, &err) == -1);
+    CHECK(err && !strstr(err, "did you mean"));
+    free(err);
+}
+
+/* What a settings form needs from the schema, for EVERY option: a title and a
+ * group (options_ui.c); secrets write-only, URLs as uri, items for arrays. */
+static void test_schema_presentation(void)
+{
+    char *text = options_schema();
+    json_t *schema = text ? json_loads(text, 0, NULL) : NULL;
+    CHECK(schema != NULL);
+    json_t *props = json_object_get(schema, "properties");
+    const char *name;
+    json_t *p;
+    json_object_foreach(props, name, p) {
+        const char *title = json_string_value(json_object_get(p, "title"));
+        const char *group = json_string_value(json_object_get(p, "x-group"));
+        CHECK(title && *title);
+        CHECK(group && (strcmp(group, "basic") == 0 || strcmp(group, "advanced") == 0));
+        if (!title || !*title || !group)
+            fprintf(stderr, "  option '%s' has no title/group: add its row to plugin/options_ui.c\n",
+                    name);
+        const char *type = json_string_value(json_object_get(p, "type"));
+        if (type && strcmp(type, "array") == 0)
+            CHECK(json_is_object(json_object_get(p, "items")));
+    }
+    json_t *key = json_object_get(props, "api_key");
+    CHECK(json_is_true(json_object_get(key, "writeOnly")));
+    CHECK_STR(json_string_value(json_object_get(key, "format")), "password");
+    CHECK_STR(json_string_value(json_object_get(json_object_get(props, "base_url"), "format")), "uri");
+    CHECK(json_object_get(json_object_get(props, "model"), "writeOnly") == NULL);
+    json_t *items = json_object_get(json_object_get(props, "tools"), "items");
+    CHECK_STR(json_string_value(json_object_get(items, "type")), "object");
+    CHECK_STR(json_string_value(json_object_get(json_object_get(props, "model"), "x-group")), "basic");
+
+    /* Every example is a valid configuration. */
+    json_t *examples = json_object_get(schema, "examples");
+    CHECK(json_array_size(examples) >= 1);
+    size_t i;
+    json_t *ex;
+    json_array_foreach(examples, i, ex) {
+        char *ex_text = json_dumps(ex, JSON_COMPACT);
+        parley_options o;
+        char *err = NULL;
+        setenv("OPENAI_API_KEY", "sk-test", 0);
+        CHECK(ex_text && options_parse(ex_text, &o, &err) == 0);
+        if (err)
+            fprintf(stderr, "  example %zu: %s\n", i, err);
+        else
+            options_free(&o);
+        free(err);
+        free(ex_text);
+    }
+    json_decref(schema);
+    free(text);
+}
+
 static void test_tools(void)
 {
     char *err = NULL;
@@ -196,6 +278,8 @@ int main(void)
     test_provider_options();
     test_values();
     test_errors();
+    test_did_you_mean();
+    test_schema_presentation();
     test_tools();
     test_schema_matches_docs();
     return check_report();
