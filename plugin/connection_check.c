@@ -15,7 +15,6 @@
 #include <string.h>
 
 #include "buf.h"
-#include "llm_reply.h"
 #include "options.h"
 #include "provider/provider.h"
 
@@ -108,7 +107,7 @@ static parley_status transport_error(CURLcode code, const char *detail, const pa
 static parley_status status_error(long status, const char *body, size_t len,
                                   const parley_options *o, const char *url, char **error)
 {
-    char *text = llm_error_text(body, len);
+    char *text = provider_find(o->provider)->error_text(body, len); /* the server's words */
     const char *sep = text ? ": " : "";
     const char *said = text ? text : "";
     if (status == 401 || status == 403) {
