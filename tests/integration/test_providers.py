@@ -272,6 +272,29 @@ class Usage(ProviderCase):
                 self.assertEqual(metrics["tokens_completion"], usage["completion_tokens"])
 
 
+class IterationLimit(ProviderCase):
+
+    def test_last_round_answers_in_text(self):
+        """After max_tool_iterations the last request forbids tools in each API's way:
+        tool_choice none (openai), {"type": "none"} (anthropic), no tools (ollama)."""
+        for provider in PROVIDERS:
+            with self.subTest(provider=provider):
+                lines = [{"text": "loop [[fault:endless_tools]]", "conversation_id": "c"}]
+                run, reqs = self.tool_conversation(provider, False, lines,
+                                                   max_tool_iterations=1)
+                res = self.assertTurnOk(run.by_seq(1))
+                self.assertEqual([s["type"] for s in res["steps"]],
+                                 ["tool_call", "tool_result", "answer"])
+                self.assertEqual(len(reqs), 2)
+                last = reqs[-1]["body"]
+                if provider == "openai":
+                    self.assertEqual(last["tool_choice"], "none")
+                elif provider == "anthropic":
+                    self.assertEqual(last["tool_choice"], {"type": "none"})
+                else:
+                    self.assertNotIn("tools", last)
+
+
 class StopReason(ProviderCase):
 
     def test_cut_short_is_surfaced(self):
