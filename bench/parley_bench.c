@@ -90,6 +90,7 @@ static struct config {
     int conc_turns;             /* turns per conversation */
     int conc_latency_ms;
     int conc_repeats;
+    int conc_max_connections;   /* Parley's max_connections there; 0 = one per conversation */
     int server_threads;         /* fake server threads for the concurrent scenario */
     int phase_timeout_s;
     int verbose;
@@ -469,15 +470,17 @@ static void on_log(void *host_data, parley_log_level level, const char *message)
 }
 
 static parley_agent *make_agent(const parley_plugin *p, struct result *r, long max_in_flight,
-                                long max_conversations)
+                                long max_conversations, long max_connections)
 {
     static const parley_host host = {.struct_size = sizeof host, .log = on_log};
     char *options = NULL;
     if (asprintf(&options,
                  "{\"base_url\":\"http://127.0.0.1:%d/v1\",\"model\":\"fake-model\","
                  "\"tools\":%s,\"max_history_turns\":%d,\"max_in_flight\":%ld,"
+                 "\"max_connections\":%ld,"
                  "\"max_conversations\":%ld,\"turn_timeout_ms\":%d,\"request_timeout_ms\":%d}",
-                 ctx.port, TOOLS_JSON, cfg.seq_history, max_in_flight, max_conversations,
+                 ctx.port, TOOLS_JSON, cfg.seq_history, max_in_flight,
+                 max_connections, max_conversations,
                  cfg.phase_timeout_s * 1000, cfg.phase_timeout_s * 1000) < 0)
         return NULL;
     char *err = NULL;
@@ -570,7 +573,7 @@ static int seq_warmup_turns(void) { return cfg.seq_history + 10; }
 static void phase_seq_parley(struct result *r)
 {
     const parley_plugin *p = load_plugin(r);
-    parley_agent *a = p ? make_agent(p, r, 16, 16) : NULL;
+    parley_agent *a = p ? make_agent(p, r, 16, 16, 16) : NULL;
     if (!a)
         return;
     struct waiter w = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, PARLEY_OK, ""};
@@ -711,7 +714,9 @@ static void phase_conc_parley(struct result *r)
 {
     int n = cfg.conc_conversations, k = cfg.conc_turns;
     conc.p = load_plugin(r);
-    conc.a = conc.p ? make_agent(conc.p, r, n, 2L * n + 16) : NULL;
+    /* One connection per turn in flight, as the floor has, unless measuring the cap. */
+    long maxc = cfg.conc_max_connections ? cfg.conc_max_connections : (n < 100000 ? n : 100000);
+    conc.a = conc.p ? make_agent(conc.p, r, n, 2L * n + 16, maxc) : NULL;
     if (!conc.a)
         return;
     conc.n = n;
@@ -1033,7 +1038,7 @@ static void phase_conc_floor(struct result *r)
 static void phase_capture(struct result *r)
 {
     const parley_plugin *p = load_plugin(r);
-    parley_agent *a = p ? make_agent(p, r, 16, 16) : NULL;
+    parley_agent *a = p ? make_agent(p, r, 16, 16, 16) : NULL;
     if (!a)
         return;
     struct waiter w = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, PARLEY_OK, ""};
@@ -1325,6 +1330,7 @@ static void usage(FILE *out)
             "  --conc-turns N                  turns per conversation, 1..%d (3)\n"
             "  --conc-latency-ms N             server latency (200)\n"
             "  --conc-repeats N                (3)\n"
+            "  --conc-max-connections N        Parley's max_connections (0 = conversations, like the floor)\n"
             "  --server-threads N              fake server threads, concurrent scenario (2)\n"
             "  --phase-timeout-s N             kill a phase after N s (120)\n"
             "  --summary-file PATH             also write the medians as key=value lines\n"
@@ -1381,6 +1387,8 @@ int main(int argc, char **argv)
             cfg.conc_latency_ms = int_arg(a, v, 0, 60000);
         else if (strcmp(a, "--conc-repeats") == 0)
             cfg.conc_repeats = int_arg(a, v, 1, 64);
+        else if (strcmp(a, "--conc-max-connections") == 0)
+            cfg.conc_max_connections = int_arg(a, v, 0, 100000);
         else if (strcmp(a, "--server-threads") == 0)
             cfg.server_threads = int_arg(a, v, 1, 1024);
         else if (strcmp(a, "--phase-timeout-s") == 0)

@@ -93,15 +93,18 @@ static void *signal_thread(void *arg) {
 /* --set KEY=JSON: JSON if it parses, else the text as a string. */
 static int apply_set(json_t *options, const char *arg) {
     const char *eq = strchr(arg, '=');
+    /* The value is never echoed: it may be the API key. */
     if (!eq || eq == arg)
-        return usage_error("--set expects KEY=JSON, got '%s'", arg);
+        return usage_error("%s", "--set expects KEY=JSON");
     char *key = strndup(arg, (size_t)(eq - arg));
     json_t *v = json_loads(eq + 1, JSON_DECODE_ANY, NULL);
     if (!v)
         v = json_string(eq + 1);
     if (!key || !v) {
+        int rc = usage_error("--set %s: the value is not valid UTF-8", key ? key : "");
         free(key);
-        return usage_error("--set %s: value is not valid UTF-8", arg);
+        json_decref(v);
+        return rc;
     }
     json_object_set_new(options, key, v);
     free(key);
@@ -319,9 +322,9 @@ int main(int argc, char **argv) {
     json_error_t je;
     json_t *options = json_load_file(options_path, JSON_REJECT_DUPLICATES, &je);
     if (!options) {
-        if (je.line > 0)
-            fprintf(stderr, "parley-host: --options %s:%d:%d: %s\n", options_path, je.line,
-                    je.column, je.text);
+        if (je.line > 0) /* the reason, never jansson's quote of the text (a key?) */
+            fprintf(stderr, "parley-host: --options %s:%d:%d: not valid JSON: %s\n", options_path,
+                    je.line, je.column, json_error_reason(&je));
         else /* could not open: the text names the file and the reason */
             fprintf(stderr, "parley-host: --options: %s\n", je.text);
         goto out_args;

@@ -175,6 +175,21 @@ json_t *jparse_plugin(const char *text, json_t *if_null, const char *what) {
     return jstr(text);
 }
 
+const char *json_error_reason(const json_error_t *e) {
+    switch (json_error_code(e)) {
+    case json_error_out_of_memory: return "out of memory";
+    case json_error_stack_overflow: return "nested too deeply";
+    case json_error_invalid_utf8: return "not valid UTF-8";
+    case json_error_premature_end_of_input: return "the text ends too early";
+    case json_error_end_of_input_expected: return "unexpected text after the JSON value";
+    case json_error_null_character: return "a \\u0000 escape in a string";
+    case json_error_null_byte_in_key: return "a NUL byte in a key";
+    case json_error_numeric_overflow: return "a number too large";
+    case json_error_duplicate_key: return "a key given more than once";
+    default: return "invalid syntax";
+    }
+}
+
 const char *status_str(parley_status status) {
     const char *n = g_shim.pl ? g_shim.pl->status_name(status) : NULL;
     return n ? n : "unknown";

@@ -86,6 +86,9 @@ json_t *jstrn(const char *s, size_t len);
 /* Parse JSON text the plugin returned.  NULL -> `if_null` (stolen);
  * unparsable -> the raw text as a JSON string, with a warning naming `what`. */
 json_t *jparse_plugin(const char *text, json_t *if_null, const char *what);
+/* Why jansson could not parse, in words, WITHOUT its "near '...'" quote of
+ * the text: in an options file that quote can be the API key itself. */
+const char *json_error_reason(const json_error_t *e);
 /* {"code": status_name, "message": message or status_name}. */
 json_t *jerror(parley_status status, const char *message);
 json_t *jerror_code(const char *code, const char *message);

@@ -250,7 +250,8 @@ static int load_file(const char *path, char **err) {
     json_error_t je;
     json_t *root = json_load_file(path, JSON_REJECT_DUPLICATES, &je);
     if (!root) {
-        int n = je.line > 0 ? asprintf(err, "%s:%d:%d: %s", path, je.line, je.column, je.text)
+        int n = je.line > 0 ? asprintf(err, "%s:%d:%d: not valid JSON: %s", path, je.line, je.column,
+                                             json_error_reason(&je))
                             : asprintf(err, "%s", je.text);
         if (n < 0)
             *err = NULL;

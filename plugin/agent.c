@@ -13,7 +13,9 @@
 
 #include "clock.h"
 #include "agent_api.h"
+#include "tool_handle.h"
 #include "turn.h"
+#include "utf8.h"
 
 static pthread_once_t curl_once = PTHREAD_ONCE_INIT;
 static CURLcode curl_init_result;
@@ -21,16 +23,28 @@ static CURLcode curl_init_result;
 /* curl_global_init is not thread-safe on older libcurls: do it exactly once. */
 static void init_curl(void) { curl_init_result = curl_global_init(CURL_GLOBAL_DEFAULT); }
 
+/* Whole messages, never cut (a debug body may be megabytes), always valid UTF-8. */
 void agent_log(parley_agent *a, parley_log_level level, const char *fmt, ...)
 {
     if (!a->host.log)
         return;
-    char msg[1024];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
+    char *msg = pstr_vprintf(fmt, ap);
     va_end(ap);
-    a->host.log(a->host.host_data, level, msg);
+    if (!msg)
+        return; /* out of memory: a log line is not worth failing for */
+    size_t n = strlen(msg);
+    if (utf8_valid(msg, n)) {
+        a->host.log(a->host.host_data, level, msg);
+    } else {
+        pbuf repaired = PBUF_INIT;
+        utf8_append_repaired(&repaired, msg, n);
+        if (!repaired.oom)
+            a->host.log(a->host.host_data, level, repaired.data);
+        pbuf_free(&repaired);
+    }
+    free(msg);
 }
 
 static char *dup_error(const char *s) { return strdup(s ? s : "out of memory"); }
@@ -63,6 +77,8 @@ static int setup_http(parley_agent *a)
     const char *base = o->base_url ? o->base_url : a->prov->default_base_url;
     if (!(a->url = pstr_printf("%s%s", base, a->prov->path)))
         return -1;
+    if (!(a->display_url = http_display_url(a->url)))
+        return -1;
     const char *lines[] = {"Content-Type: application/json",
                            o->stream ? a->prov->stream_accept : NULL};
     for (size_t i = 0; i < sizeof lines / sizeof lines[0]; i++) {
@@ -77,6 +93,7 @@ static int setup_http(parley_agent *a)
         return -1;
     a->http = (http_config){
         .url = a->url,
+        .display_url = a->display_url,
         .headers = a->headers,
         .connect_timeout_ms = (long)o->connect_timeout_ms,
         /* Streamed answers are timed by the turn: first byte, then idle gaps. */
@@ -89,13 +106,13 @@ static int setup_http(parley_agent *a)
 
 static void agent_free(parley_agent *a)
 {
-    if (a->multi)
-        curl_multi_cleanup(a->multi);
+    http_pool_cleanup(&a->pool);
     dict_free(a->lanes);
     free(a->reaped);
     timer_heap_free(&a->timers);
     curl_slist_free_all(a->headers);
     free(a->url);
+    free(a->display_url);
     toolset_free(a->tools);
     history_free(a->hist);
     options_free(&a->opts);
@@ -148,7 +165,11 @@ parley_agent *agent_create(const parley_host *host, const char *options_json, ch
         err = dup_error("could not start the worker thread");
         goto fail;
     }
-    agent_log(a, PARLEY_LOG_INFO, "agent ready: model %s at %s", a->opts.model, a->url);
+    if (!a->opts.verify_tls)
+        agent_log(a, PARLEY_LOG_WARN, "verify_tls is false: the LLM server's TLS certificate "
+                  "is NOT checked, so anyone on the network path can read the API key and the "
+                  "conversations; use it only for testing");
+    agent_log(a, PARLEY_LOG_INFO, "agent ready: model %s at %s", a->opts.model, a->display_url);
     return a;
 fail:
     if (error)
@@ -259,10 +280,13 @@ parley_status agent_cancel(parley_agent *a, parley_request_id id)
     return st;
 }
 
-parley_status agent_complete_tool_call(parley_tool_call *h, const char *result, int is_error)
+parley_status agent_complete_tool_call(parley_tool_call *call, const char *result, int is_error)
 {
-    if (!h)
+    if (!call)
         return PARLEY_ERR_INVALID_INPUT;
+    parley_tool_call *h = tool_handle_take(call);
+    if (!h)
+        return PARLEY_ERR_NOT_FOUND; /* already completed (or never given out) */
     char *copy = result ? strdup(result) : NULL;
     parley_status st = result && !copy ? PARLEY_ERR_NO_MEMORY : PARLEY_OK;
     inbox *box = h->box;

@@ -46,8 +46,9 @@ typedef struct inbox {
     dict *live;             /* request id (text) -> turn, from accept until its callback */
 } inbox;
 
-/* Tool-call handle given to the host (the ABI's opaque parley_tool_call). */
+/* Tool-call handle; the host holds its id instead (tool_handle.h). */
 struct parley_tool_call {
+    char key[24];           /* its id as text: key in the process-wide registry */
     inbox *box;
     turn *owner;            /* NULL once detached (turn ended, or timed out waiting) */
     size_t index;           /* which call of the owner's current round */
@@ -76,13 +77,15 @@ struct parley_agent {
     http_config http;        /* shared by every request; read-only after create */
     struct curl_slist *headers;
     char *url;
+    char *display_url;       /* url without credentials, query or fragment: for messages */
     inbox *box;
     pthread_t thread;
     atomic_uint_fast64_t next_request_id;
     agent_counters metrics;
 
     /* ---- owned by the worker thread ---- */
-    CURLM *multi;
+    http_pool pool;          /* the transfers, at most max_connections at once */
+    CURLM *multi;            /* pool.multi */
     timer_heap timers;
     dict *lanes;             /* conversation id -> lane: one turn at a time per conversation */
     turn *all_head;          /* every turn the worker holds */

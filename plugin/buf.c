@@ -125,13 +125,19 @@ void pbuf_free(pbuf *b)
     b->oom = 0;
 }
 
+char *pstr_vprintf(const char *fmt, va_list ap)
+{
+    char *s = NULL;
+    if (vasprintf(&s, fmt, ap) < 0)
+        s = NULL;
+    return s;
+}
+
 char *pstr_printf(const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
-    char *s = NULL;
-    if (vasprintf(&s, fmt, ap) < 0)
-        s = NULL;
+    char *s = pstr_vprintf(fmt, ap);
     va_end(ap);
     return s;
 }

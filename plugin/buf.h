@@ -36,5 +36,6 @@ void pbuf_free(pbuf *b);
 
 /* A malloc'd formatted string (for error messages), or NULL on OOM. */
 char *pstr_printf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+char *pstr_vprintf(const char *fmt, va_list ap) __attribute__((format(printf, 1, 0)));
 
 #endif

@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "buf.h"
+#include "llm_http.h"
 #include "options.h"
 #include "provider/provider.h"
 
@@ -187,16 +188,17 @@ parley_status connection_check(const char *options_json, char **out_json, char *
     }
 
     parley_status st = PARLEY_ERR_NO_MEMORY;
-    char *url = NULL;
+    char *url = NULL, *shown = NULL; /* shown: url without credentials, for messages */
     struct curl_slist *headers = NULL;
     check_body b = {.body = PBUF_INIT, .max = (size_t)o.max_response_bytes};
     CURL *e = NULL;
     pthread_once(&curl_once, init_curl);
-    if (models_request(&o, &url, &headers) != 0 || !(e = curl_easy_init()))
+    if (models_request(&o, &url, &headers) != 0 || !(shown = http_display_url(url)) ||
+        !(e = curl_easy_init()))
         goto out;
 
     char detail[CURL_ERROR_SIZE] = "";
-    curl_easy_setopt(e, CURLOPT_URL, url);
+    curl_easy_setopt(e, CURLOPT_URL, url); /* the only use of url: messages say `shown` */
     curl_easy_setopt(e, CURLOPT_HTTPHEADER, headers);
     curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, on_body);
     curl_easy_setopt(e, CURLOPT_WRITEDATA, &b);
@@ -214,18 +216,18 @@ parley_status connection_check(const char *options_json, char **out_json, char *
     curl_easy_getinfo(e, CURLINFO_RESPONSE_CODE, &status);
     curl_easy_getinfo(e, CURLINFO_CONNECT_TIME_T, &connect_us);
     if (b.oversized) {
-        *error = pstr_printf("the model list from %s is larger than max_response_bytes (%lld)", url,
-                             (long long)o.max_response_bytes);
+        *error = pstr_printf("the model list from %s is larger than max_response_bytes (%lld)",
+                             shown, (long long)o.max_response_bytes);
         st = PARLEY_ERR_BAD_RESPONSE;
     } else if (b.body.oom) {
         st = PARLEY_ERR_NO_MEMORY;
     } else if (code != CURLE_OK) {
-        st = transport_error(code, detail[0] ? detail : curl_easy_strerror(code), &o, url,
+        st = transport_error(code, detail[0] ? detail : curl_easy_strerror(code), &o, shown,
                              connect_us > 0 || status > 0, error);
     } else if (status < 200 || status >= 300) {
-        st = status_error(status, b.body.data ? b.body.data : "", b.body.len, &o, url, error);
+        st = status_error(status, b.body.data ? b.body.data : "", b.body.len, &o, shown, error);
     } else {
-        char *json = models_json(url, b.body.data ? b.body.data : "", b.body.len);
+        char *json = models_json(shown, b.body.data ? b.body.data : "", b.body.len);
         if (json) {
             st = PARLEY_OK;
             if (out_json)
@@ -234,7 +236,7 @@ parley_status connection_check(const char *options_json, char **out_json, char *
                 free(json);
         } else {
             *error = pstr_printf("%s answered, but not with a model list ({\"data\":[...]} or "
-                                 "{\"models\":[...]}): is base_url the API root?", url);
+                                 "{\"models\":[...]}): is base_url the API root?", shown);
             st = PARLEY_ERR_BAD_RESPONSE;
         }
     }
@@ -245,6 +247,7 @@ out:
         curl_easy_cleanup(e);
     curl_slist_free_all(headers);
     free(url);
+    free(shown);
     pbuf_free(&b.body);
     options_free(&o);
     free(ignored);

@@ -7,11 +7,14 @@
 #include <strings.h>
 #include <time.h>
 
+#include "clock.h"
 
 static size_t on_body(char *data, size_t size, size_t nmemb, void *ud)
 {
     http_call *c = ud;
     size_t n = size * nmemb;
+    if (c->complete)
+        return n; /* after the end of the answer (keep-alive comments): not even counted */
     if (c->status == 0)
         curl_easy_getinfo(c->easy, CURLINFO_RESPONSE_CODE, &c->status);
     if (c->received + n > c->max_bytes) {
@@ -20,7 +23,12 @@ static size_t on_body(char *data, size_t size, size_t nmemb, void *ud)
     }
     c->received += n;
     if (c->sink && c->status >= 200 && c->status < 300) {
-        if (c->sink(c->owner, data, n) != 0) {
+        int rc = c->sink(c->owner, data, n);
+        if (rc == HTTP_SINK_COMPLETE) {
+            c->complete = 1; /* let the body end by itself, so the connection can be reused */
+            return n;
+        }
+        if (rc != 0) {
             c->sink_failed = 1;
             return 0;
         }
@@ -66,6 +74,16 @@ static size_t on_header(char *data, size_t size, size_t nmemb, void *ud)
 {
     http_call *c = ud;
     size_t n = size * nmemb;
+    c->header_bytes += n;
+    if (n <= 2 && (data[0] == '\r' || data[0] == '\n')) { /* the blank line ending a block */
+        long status = 0;
+        curl_easy_getinfo(c->easy, CURLINFO_RESPONSE_CODE, &status);
+        if (status >= 200) { /* 1xx blocks are followed by the real one */
+            c->status = status;
+            c->headers_done = 1;
+        }
+        return n;
+    }
     static const char name[] = "retry-after:";
     if (n > sizeof name - 1 && strncasecmp(data, name, sizeof name - 1) == 0) {
         char value[128];
@@ -79,7 +97,80 @@ static size_t on_header(char *data, size_t size, size_t nmemb, void *ud)
     return n;
 }
 
-http_call *http_call_start(CURLM *multi, const http_config *cfg, const char *body, size_t len,
+char *http_display_url(const char *url)
+{
+    CURLU *h = curl_url();
+    char *shown = NULL, *out = NULL;
+    if (h && curl_url_set(h, CURLUPART_URL, url, 0) == CURLUE_OK &&
+        curl_url_set(h, CURLUPART_USER, NULL, 0) == CURLUE_OK &&
+        curl_url_set(h, CURLUPART_PASSWORD, NULL, 0) == CURLUE_OK &&
+        curl_url_set(h, CURLUPART_OPTIONS, NULL, 0) == CURLUE_OK &&
+        curl_url_set(h, CURLUPART_QUERY, NULL, 0) == CURLUE_OK &&
+        curl_url_set(h, CURLUPART_FRAGMENT, NULL, 0) == CURLUE_OK &&
+        curl_url_get(h, CURLUPART_URL, &shown, 0) == CURLUE_OK)
+        out = strdup(shown);
+    curl_free(shown);
+    curl_url_cleanup(h);
+    return out;
+}
+
+int http_pool_init(http_pool *p, size_t max_connections)
+{
+    memset(p, 0, sizeof *p);
+    p->max_active = max_connections ? max_connections : 1;
+    p->multi = curl_multi_init();
+    if (!p->multi)
+        return -1;
+    /* Belt and braces: curl itself never opens more, nor keeps more idle. */
+    curl_multi_setopt(p->multi, CURLMOPT_MAX_TOTAL_CONNECTIONS, (long)p->max_active);
+    curl_multi_setopt(p->multi, CURLMOPT_MAXCONNECTS, (long)p->max_active);
+    return 0;
+}
+
+void http_pool_cleanup(http_pool *p)
+{
+    if (p->multi)
+        curl_multi_cleanup(p->multi);
+    p->multi = NULL;
+}
+
+/* Put the call on the multi handle: its timeouts start now. */
+static int call_add(http_call *c)
+{
+    if (curl_multi_add_handle(c->pool->multi, c->easy) != CURLM_OK)
+        return -1;
+    c->started = 1;
+    c->started_ms = clock_mono_ms();
+    c->pool->active++;
+    return 0;
+}
+
+/* O(1): a cancel storm over thousands of waiting calls stays linear. */
+static void wait_unlink(http_pool *p, http_call *c)
+{
+    if (c->wait_prev)
+        c->wait_prev->wait_next = c->wait_next;
+    else
+        p->wait_head = c->wait_next;
+    if (c->wait_next)
+        c->wait_next->wait_prev = c->wait_prev;
+    else
+        p->wait_tail = c->wait_prev;
+    c->wait_prev = c->wait_next = NULL;
+}
+
+/* Start waiting calls while connections are free. */
+static void pool_start_waiting(http_pool *p)
+{
+    while (p->wait_head && p->active < p->max_active) {
+        http_call *c = p->wait_head;
+        if (call_add(c) != 0)
+            return; /* curl out of memory: it stays first in line; its deadline bounds it */
+        wait_unlink(p, c);
+    }
+}
+
+http_call *http_call_start(http_pool *pool, const http_config *cfg, const char *body, size_t len,
                            void *owner, http_sink_fn sink)
 {
     http_call *c = calloc(1, sizeof *c);
@@ -90,11 +181,12 @@ http_call *http_call_start(CURLM *multi, const http_config *cfg, const char *bod
         free(c);
         return NULL;
     }
-    c->multi = multi;
+    c->pool = pool;
     c->owner = owner;
     c->sink = sink;
     c->max_bytes = cfg->max_response_bytes;
     c->retry_after_ms = -1;
+    c->display_url = cfg->display_url ? cfg->display_url : "the LLM server";
     CURL *e = c->easy;
     curl_easy_setopt(e, CURLOPT_URL, cfg->url);
     curl_easy_setopt(e, CURLOPT_POST, 1L);
@@ -116,10 +208,19 @@ http_call *http_call_start(CURLM *multi, const http_config *cfg, const char *bod
     curl_easy_setopt(e, CURLOPT_PROTOCOLS_STR, "http,https");
     /* Expect: 100-continue would cost a round trip on every large body. */
     curl_easy_setopt(e, CURLOPT_EXPECT_100_TIMEOUT_MS, 0L);
-    if (curl_multi_add_handle(multi, e) != CURLM_OK) {
-        curl_easy_cleanup(e);
-        free(c);
-        return NULL;
+    if (pool->active < pool->max_active && !pool->wait_head) {
+        if (call_add(c) != 0) {
+            curl_easy_cleanup(e);
+            free(c);
+            return NULL;
+        }
+    } else {
+        c->wait_prev = pool->wait_tail;
+        if (pool->wait_tail)
+            pool->wait_tail->wait_next = c;
+        else
+            pool->wait_head = c;
+        pool->wait_tail = c;
     }
     return c;
 }
@@ -135,12 +236,20 @@ void http_call_free(http_call *c)
 {
     if (!c)
         return;
-    curl_multi_remove_handle(c->multi, c->easy);
+    http_pool *p = c->pool;
+    if (c->started) {
+        curl_multi_remove_handle(p->multi, c->easy);
+        p->active--;
+    } else {
+        wait_unlink(p, c);
+    }
     curl_easy_cleanup(c->easy);
     pbuf_free(&c->body);
     free(c);
+    pool_start_waiting(p);
 }
 
+/* Failures of the connection itself, before the server said anything. */
 static int is_connection_failure(CURLcode code)
 {
     switch (code) {
@@ -151,7 +260,29 @@ static int is_connection_failure(CURLcode code)
     case CURLE_RECV_ERROR:
     case CURLE_GOT_NOTHING:
     case CURLE_PARTIAL_FILE:
-    case CURLE_SSL_CONNECT_ERROR:
+    case CURLE_SSL_CONNECT_ERROR: /* the TLS handshake failed: may be transient */
+        return 1;
+    default:
+        return 0;
+    }
+}
+
+/* The server's TLS certificate (or our TLS setup) was refused: retrying cannot help. */
+static int is_tls_refusal(CURLcode code)
+{
+    switch (code) {
+    case CURLE_PEER_FAILED_VERIFICATION:
+    case CURLE_SSL_CERTPROBLEM:
+    case CURLE_SSL_CIPHER:
+    case CURLE_SSL_CACERT_BADFILE:
+    case CURLE_SSL_CRL_BADFILE:
+    case CURLE_SSL_ISSUER_ERROR:
+    case CURLE_SSL_PINNEDPUBKEYNOTMATCH:
+    case CURLE_SSL_INVALIDCERTSTATUS:
+    case CURLE_SSL_ENGINE_NOTFOUND:
+    case CURLE_SSL_ENGINE_SETFAILED:
+    case CURLE_SSL_ENGINE_INITFAILED:
+    case CURLE_SSL_CLIENTCERT:
         return 1;
     default:
         return 0;
@@ -176,35 +307,53 @@ parley_status http_call_outcome(const http_call *c, CURLcode code, char **msg, i
         *msg = pstr_printf("LLM response larger than max_response_bytes (%zu bytes)", c->max_bytes);
         return PARLEY_ERR_BAD_RESPONSE;
     }
+    if (c->complete)
+        return PARLEY_OK; /* the sink had the whole answer; what came after does not matter */
     if (c->sink_failed)
         return PARLEY_ERR_BAD_RESPONSE; /* the sink keeps its own message */
-    /* A reused connection has no connect time, but its request did get under way. */
-    curl_off_t connect_us = 0, pretransfer_us = 0;
-    curl_easy_getinfo(c->easy, CURLINFO_CONNECT_TIME_T, &connect_us);
-    curl_easy_getinfo(c->easy, CURLINFO_PRETRANSFER_TIME_T, &pretransfer_us);
-    if (code == CURLE_OPERATION_TIMEDOUT && connect_us == 0 && pretransfer_us == 0) {
-        /* Never connected: as much a connection failure as a refusal. */
-        *retryable = 1;
-        *msg = pstr_printf("cannot reach the LLM server: %s", detail);
-        return PARLEY_ERR_CONNECT;
-    }
-    if (code == CURLE_OPERATION_TIMEDOUT) {
-        *msg = pstr_printf("LLM request timed out: %s", detail);
-        return PARLEY_ERR_TIMEOUT;
-    }
-    if (code != CURLE_OK) {
-        if (is_connection_failure(code) && c->received == 0) {
+    long status = http_call_status(c);
+    /* An error status whose headers arrived is the server's answer, even if
+     * its body was then cut: the same answer gives the same status, always. */
+    int error_status = c->headers_done && (status < 200 || status >= 300);
+    if (code != CURLE_OK && !error_status) {
+        int began = c->header_bytes > 0 || c->received > 0;
+        /* A reused connection has no connect time, but its request did get under way. */
+        curl_off_t connect_us = 0, pretransfer_us = 0;
+        curl_easy_getinfo(c->easy, CURLINFO_CONNECT_TIME_T, &connect_us);
+        curl_easy_getinfo(c->easy, CURLINFO_PRETRANSFER_TIME_T, &pretransfer_us);
+        if (code == CURLE_OPERATION_TIMEDOUT && connect_us == 0 && pretransfer_us == 0) {
+            /* Never connected: as much a connection failure as a refusal. */
             *retryable = 1;
             *msg = pstr_printf("cannot reach the LLM server: %s", detail);
             return PARLEY_ERR_CONNECT;
         }
-        *msg = pstr_printf("LLM connection failed mid-response: %s", detail);
+        if (code == CURLE_OPERATION_TIMEDOUT) {
+            *msg = pstr_printf("LLM request timed out: %s", detail);
+            return PARLEY_ERR_TIMEOUT;
+        }
+        if (is_tls_refusal(code)) {
+            *msg = pstr_printf("TLS with the LLM server failed: %s (not retried; verify_tls: false "
+                               "skips the check, for testing only)", detail);
+            return PARLEY_ERR_CONNECT;
+        }
+        if (is_connection_failure(code) && !began) {
+            *retryable = 1;
+            *msg = code == CURLE_SSL_CONNECT_ERROR
+                       ? pstr_printf("TLS handshake with the LLM server failed: %s (an https:// "
+                                     "base_url for a server that speaks plain http?)", detail)
+                       : pstr_printf("cannot reach the LLM server: %s", detail);
+            return PARLEY_ERR_CONNECT;
+        }
+        /* The response began (headers or body), then broke: oversized headers, a cut. */
+        *msg = pstr_printf("LLM response failed after it began: %s", detail);
         return PARLEY_ERR_BAD_RESPONSE;
     }
-    long status = http_call_status(c);
     if (status >= 200 && status < 300)
         return PARLEY_OK;
-    /* What the body says, and whether to retry, is the provider codec's to tell. */
-    *msg = pstr_printf("LLM server answered HTTP %ld", status);
+    /* What the body says, and whether a retry really may help, is the provider
+     * codec's to tell (turn.c): this layer knows no server's error shape. */
+    *msg = status == 404 ? pstr_printf("LLM server answered HTTP 404 for %s", c->display_url)
+                         : pstr_printf("LLM server answered HTTP %ld", status);
+    *retryable = status == 429 || (status >= 500 && status <= 599);
     return status == 429 ? PARLEY_ERR_RATE_LIMITED : PARLEY_ERR_HTTP_STATUS;
 }

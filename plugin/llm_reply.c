@@ -842,6 +842,8 @@ int llm_stream_feed(llm_stream *s, const char *data, size_t len, char **err)
     return 0;
 }
 
+int llm_stream_done(const llm_stream *s) { return s->done; }
+
 /* The body ended: was the stream complete? */
 static int check_complete(llm_stream *s, char **err)
 {

@@ -98,6 +98,9 @@ llm_stream *llm_stream_new_sink(const llm_sink *sink);
  */
 int llm_stream_feed(llm_stream *s, const char *data, size_t len, char **err);
 
+/* 1 once "[DONE]" was fed: the answer is whole, the rest of the body can be dropped. */
+int llm_stream_done(const llm_stream *s);
+
 /*
  * The body ended.  Returns 0 and moves the accumulated reply into *out when
  * the stream was complete ("[DONE]" seen, or at least a finish_reason seen and

@@ -1,6 +1,7 @@
 /* options.c -- see options.h.  The table below is the single source of truth. */
 #include "options.h"
 
+#include <curl/curl.h>
 #include <jansson.h>
 #include <assert.h>
 #include <ctype.h>
@@ -66,7 +67,8 @@ static const opt_spec SPECS[] = {
      "API key sent as 'Authorization: Bearer' (anthropic: 'x-api-key'); never logged"},
     {"api_key_env", OPT_NSTRING, OFF(api_key_env), 0, 0, "null",
      "Name of an environment variable holding the API key (read at create)"},
-    {"verify_tls", OPT_BOOL, OFF(verify_tls), 0, 0, "true", "Verify the server's TLS certificate"},
+    {"verify_tls", OPT_BOOL, OFF(verify_tls), 0, 0, "true",
+     "Verify the server's TLS certificate (false: for testing only; logs a warning)"},
     {"prompt", OPT_STRING, OFF(prompt), 0, 0,
      "\"You are a helpful voice assistant for a smart home. Answer briefly.\"",
      "System prompt sent first in every request (\"\" for none)"},
@@ -80,11 +82,13 @@ static const opt_spec SPECS[] = {
     {"connect_timeout_ms", OPT_INT, OFF(connect_timeout_ms), 1, 600000, "5000",
      "Time allowed to connect to the LLM server"},
     {"request_timeout_ms", OPT_INT, OFF(request_timeout_ms), 1, 3600000, "60000",
-     "Time allowed for one HTTP request, connect included (streamed: until the first byte)"},
+     "Time allowed for one HTTP request, connect included, from when a connection is free "
+     "(streamed: until the first byte)"},
     {"stream_idle_timeout_ms", OPT_INT, OFF(stream_idle_timeout_ms), 1, 3600000, "30000",
      "A streamed response that sends nothing for this long fails"},
     {"turn_timeout_ms", OPT_INT, OFF(turn_timeout_ms), 1, 86400000, "120000",
-     "Time allowed for a whole turn: every request, retry and tool call"},
+     "Time allowed for a whole turn from async_process: queueing, every request, retry and "
+     "tool call"},
     {"tool_timeout_ms", OPT_INT, OFF(tool_timeout_ms), 1, 86400000, "30000",
      "A tool call the host has not completed by then gets an error result"},
     {"max_retries", OPT_INT, OFF(max_retries), 0, 10, "2",
@@ -107,6 +111,8 @@ static const opt_spec SPECS[] = {
      "Tools offered to the model: [{name, description, parameters}] or OpenAI form"},
     {"max_in_flight", OPT_INT, OFF(max_in_flight), 1, 1000000, "10000",
      "Turns accepted at once; beyond it async_process returns busy"},
+    {"max_connections", OPT_INT, OFF(max_connections), 1, 100000, "64",
+     "Connections to the LLM server open at once; more requests wait for a free one"},
     {"max_input_bytes", OPT_INT, OFF(max_input_bytes), 1, 16777216, "65536",
      "Largest input text (and largest input field)"},
     {"max_response_bytes", OPT_INT, OFF(max_response_bytes), 1024, 1073741824, "8388608",
@@ -276,9 +282,39 @@ static int apply_defaults(parley_options *o)
     return 0;
 }
 
-static int valid_url(const char *u)
+/*
+ * base_url must be an http(s) URL libcurl itself can parse, so a request never
+ * fails later for a reason create() could have named.  The URL is not echoed:
+ * it may carry credentials (user:password@host).
+ */
+static int check_base_url(const char *u, char **err)
 {
-    return strncmp(u, "http://", 7) == 0 || strncmp(u, "https://", 8) == 0;
+    CURLU *h = curl_url();
+    if (!h) {
+        *err = pstr_printf("out of memory");
+        return -1;
+    }
+    char *scheme = NULL, *host = NULL, *query = NULL, *fragment = NULL;
+    CURLUcode rc = curl_url_set(h, CURLUPART_URL, u, 0);
+    if (rc == CURLUE_OK)
+        rc = curl_url_get(h, CURLUPART_SCHEME, &scheme, 0);
+    if (rc == CURLUE_OK)
+        rc = curl_url_get(h, CURLUPART_HOST, &host, 0);
+    curl_url_get(h, CURLUPART_QUERY, &query, 0);
+    curl_url_get(h, CURLUPART_FRAGMENT, &fragment, 0);
+    if (rc != CURLUE_OK)
+        *err = pstr_printf("option 'base_url': not a URL libcurl can parse (%s)",
+                           curl_url_strerror(rc));
+    else if (strcmp(scheme, "http") != 0 && strcmp(scheme, "https") != 0)
+        *err = pstr_printf("option 'base_url': must be an http:// or https:// URL");
+    else if (query || fragment) /* "/chat/completions" would be appended to it */
+        *err = pstr_printf("option 'base_url': must not have a ?query or #fragment");
+    curl_free(scheme);
+    curl_free(host);
+    curl_free(query);
+    curl_free(fragment);
+    curl_url_cleanup(h);
+    return *err ? -1 : 0;
 }
 
 static const char *const PROVIDERS[] = {"openai", "anthropic", "ollama", NULL};
@@ -352,10 +388,8 @@ static int finish(parley_options *o, json_t *root, char **err)
                            "(got \"%s\")", o->provider);
         return -1;
     }
-    if (o->base_url && (!valid_url(o->base_url) || strlen(o->base_url) < 10)) {
-        *err = pstr_printf("option 'base_url': must be an http:// or https:// URL");
-        return -1;
-    }
+    if (o->base_url && check_base_url(o->base_url, err) != 0)
+        return -1; /* null: the provider's default */
     size_t n = o->base_url ? strlen(o->base_url) : 0;
     while (n > 0 && o->base_url[n - 1] == '/')
         o->base_url[--n] = '\0';
@@ -382,6 +416,65 @@ static int finish(parley_options *o, json_t *root, char **err)
         return -1;
     }
     return 0;
+}
+
+static const opt_spec *find_spec(const char *name)
+{
+    for (size_t i = 0; i < NSPECS; i++)
+        if (strcmp(SPECS[i].name, name) == 0)
+            return &SPECS[i];
+    return NULL;
+}
+
+/*
+ * The parser's reason, in our words, and where.  jansson's own text quotes
+ * the source near the error ("near 'sk-abc'"), and for a short token that
+ * is the token itself, an API key as likely as anything: never echo it.
+ * Only a duplicate key is named, and only when it is an option's name.
+ */
+static char *parse_error(const json_error_t *e)
+{
+    const char *why;
+    switch (json_error_code(e)) {
+    case json_error_out_of_memory: return pstr_printf("out of memory");
+    case json_error_stack_overflow: why = "nested too deeply"; break;
+    case json_error_invalid_utf8: why = "not valid UTF-8"; break;
+    case json_error_premature_end_of_input: why = "the text ends too early"; break;
+    case json_error_end_of_input_expected: why = "unexpected text after the JSON value"; break;
+    case json_error_null_character: why = "a \\u0000 escape in a string"; break;
+    case json_error_null_byte_in_key: why = "a NUL byte in a key"; break;
+    case json_error_numeric_overflow: why = "a number too large"; break;
+    case json_error_duplicate_key: {
+        /* jansson's text ends "near '\"KEY\"'": the key, with quotes. */
+        const char *q = strstr(e->text, "near '\"");
+        char name[64] = "";
+        if (q) {
+            q += 7;
+            size_t n = strcspn(q, "\"");
+            if (n < sizeof name && q[n] == '"') {
+                memcpy(name, q, n);
+                name[n] = '\0';
+            }
+        }
+        if (find_spec(name))
+            return pstr_printf("option '%s': given more than once", name);
+        return pstr_printf("options: a key is given more than once (line %d, column %d)", e->line,
+                           e->column);
+    }
+    default: why = "invalid syntax"; break;
+    }
+    return pstr_printf("options are not valid JSON: %s (line %d, column %d)", why, e->line,
+                       e->column);
+}
+
+/* Option names are lower_case words; anything else (an API key pasted as a
+ * key, say) is not echoed in an error. */
+static int looks_like_option_name(const char *k)
+{
+    size_t n = strlen(k);
+    if (n == 0 || n > 64 || k[0] < 'a' || k[0] > 'z')
+        return 0;
+    return strspn(k, "abcdefghijklmnopqrstuvwxyz0123456789_") == n;
 }
 
 #define MIN3(x, y, z) ((x) < (y) ? ((x) < (z) ? (x) : (z)) : ((y) < (z) ? (y) : (z)))
@@ -450,10 +543,9 @@ int options_parse(const char *json_text, parley_options *o, char **err)
         return -1;
     }
     json_error_t jerr;
-    json_t *root = json_loads(json_text ? json_text : "", 0, &jerr);
+    json_t *root = json_loads(json_text ? json_text : "", JSON_REJECT_DUPLICATES, &jerr);
     if (!root) {
-        *err = pstr_printf("options are not valid JSON: %s (line %d, column %d)", jerr.text, jerr.line,
-                       jerr.column);
+        *err = parse_error(&jerr);
         goto fail;
     }
     if (!json_is_object(root)) {
@@ -463,13 +555,14 @@ int options_parse(const char *json_text, parley_options *o, char **err)
     const char *key;
     json_t *v;
     json_object_foreach(root, key, v) {
-        const opt_spec *s = NULL;
-        for (size_t i = 0; i < NSPECS; i++)
-            if (strcmp(SPECS[i].name, key) == 0)
-                s = &SPECS[i];
+        const opt_spec *s = find_spec(key);
         if (!s) {
             const char *near = closest_option(key);
-            if (near)
+            if (!looks_like_option_name(key)) /* not echoed: it could be a secret */
+                *err = pstr_printf("options: unknown option, not shown (it is no option's name "
+                                   "and could be a secret)%s%s%s", near ? " (did you mean '" : "",
+                                   near ? near : "", near ? "'?)" : "");
+            else if (near)
                 *err = pstr_printf("option '%s': unknown option (did you mean '%s'?)", key, near);
             else
                 *err = pstr_printf("option '%s': unknown option", key);

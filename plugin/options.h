@@ -46,6 +46,7 @@ typedef struct parley_options {
     char *tools_json;            /* the `tools` option as compact JSON text ("[]" if absent) */
     /* bounds */
     int64_t max_in_flight;
+    int64_t max_connections;     /* connections to the LLM server open at once */
     int64_t max_input_bytes;
     int64_t max_response_bytes;
     int64_t max_tool_result_bytes;

@@ -46,6 +46,7 @@ static const option_ui ROWS[] = {
     {"max_tool_iterations", "Tool rounds per turn", ADVANCED, 0, NULL},
     {"tools", "Tools", ADVANCED, 0, TOOL_ITEMS},
     {"max_in_flight", "Turns in flight", ADVANCED, 0, NULL},
+    {"max_connections", "Connections to the server", ADVANCED, 0, NULL},
     {"max_input_bytes", "Largest input (bytes)", ADVANCED, 0, NULL},
     {"max_response_bytes", "Largest response (bytes)", ADVANCED, 0, NULL},
     {"max_tool_result_bytes", "Largest tool result (bytes)", ADVANCED, 0, NULL},

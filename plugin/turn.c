@@ -8,6 +8,7 @@
 #include <sys/random.h>
 
 #include "clock.h"
+#include "tool_handle.h"
 #include "utf8.h"
 #include "worker.h"
 
@@ -164,6 +165,7 @@ turn *turn_new(parley_agent *a, const parley_input *in, parley_done_fn done, voi
         *err = pstr_printf("no randomness available for a turn id");
         goto fail;
     }
+    t->accepted_mono_ms = clock_mono_ms(); /* turn_timeout_ms counts from here */
     t->id = atomic_fetch_add(&a->next_request_id, 1);
     snprintf(t->id_key, sizeof t->id_key, "%llu", (unsigned long long)t->id);
     *status = PARLEY_OK;
@@ -398,10 +400,6 @@ void turn_begin(turn *t)
 {
     parley_agent *a = t->agent;
     t->started_wall_ms = clock_wall_ms();
-    if (timer_arm(&a->timers, &t->deadline, clock_mono_ms() + (uint64_t)a->opts.turn_timeout_ms)) {
-        turn_end(t, PARLEY_ERR_NO_MEMORY, "out of memory");
-        return;
-    }
     if (t->conversation_id)
         t->nhistory = history_render(a->hist, t->conversation_id, clock_wall_ms(), &t->history);
     record_user_message(t);
@@ -439,21 +437,32 @@ static int arm_stream_timer(turn *t, int first_byte)
     return timer_arm(&a->timers, &t->wait, clock_mono_ms() + (uint64_t)ms);
 }
 
+/*
+ * After [DONE] the answer is whole.  The body's end normally follows at once
+ * (and then the connection can be reused); a server that holds the
+ * connection open, or keeps sending keep-alive comments, gets this long
+ * before the turn ends without it.  Nothing after [DONE] re-arms a timer.
+ */
+#define STREAM_END_GRACE_MS 50
+
 static int stream_sink(void *owner, const char *data, size_t len)
 {
     turn *t = owner;
     char *err = NULL;
-    if (arm_stream_timer(t, 0) != 0) {
-        free(t->stream_error);
-        t->stream_error = strdup("out of memory");
-        return -1;
-    }
     if (provider_stream_feed(t->stream, data, len, &err) != 0) {
         free(t->stream_error);
         t->stream_error = err;
         return -1;
     }
-    return 0;
+    int done = provider_stream_done(t->stream);
+    parley_agent *a = t->agent;
+    if (done ? timer_arm(&a->timers, &t->wait, clock_mono_ms() + STREAM_END_GRACE_MS)
+             : arm_stream_timer(t, 0)) {
+        free(t->stream_error);
+        t->stream_error = strdup("out of memory");
+        return -1;
+    }
+    return done ? HTTP_SINK_COMPLETE : 0;
 }
 
 /* The system prompt of every request: the agent's, then this turn's extra one. */
@@ -523,7 +532,7 @@ static void turn_request(turn *t)
         turn_end(t, PARLEY_ERR_NO_MEMORY, "out of memory");
         return;
     }
-    t->http = http_call_start(a->multi, &a->http, t->body.data, t->body.len, t,
+    t->http = http_call_start(&a->pool, &a->http, t->body.data, t->body.len, t,
                               t->stream ? stream_sink : NULL);
     if (!t->http) {
         turn_end(t, PARLEY_ERR_INTERNAL, "could not start the HTTP request");
@@ -595,14 +604,15 @@ static void explain_http_error(turn *t, char **msg, int *retryable)
     const char *body = b->data ? b->data : "";
     long status = http_call_status(t->http);
     char *text = p->error_text(body, b->len);
-    if (text) {
-        char *m = pstr_printf("%s: %s", *msg ? *msg : "LLM server error", text);
-        if (m) {
-            free(*msg);
-            *msg = m;
-        }
-        free(text);
+    char *m = pstr_printf("%s%s%s%s%s%s", *msg ? *msg : "LLM server error", text ? ": " : "",
+                          text ? text : "", status == 404 ? " (check base_url: " : "",
+                          status == 404 ? p->not_found_hint : "",
+                          status == 404 ? "; and check the model name)" : "");
+    if (m) {
+        free(*msg);
+        *msg = m;
     }
+    free(text);
     *retryable = p->retryable(status, body, b->len);
 }
 
@@ -779,7 +789,9 @@ static void turn_dispatch_tools(turn *t, llm_reply *reply)
             continue;
         }
         parley_tool_call *h = calloc(1, sizeof *h);
-        if (!h) {
+        parley_tool_call *given = h ? tool_handle_register(h) : NULL;
+        if (!given) {
+            free(h);
             turn_end(t, PARLEY_ERR_NO_MEMORY, "out of memory");
             return;
         }
@@ -806,7 +818,7 @@ static void turn_dispatch_tools(turn *t, llm_reply *reply)
             .context_json = t->context_json,
         };
         /* The host cannot end the turn from here: cancel and results go through the inbox. */
-        a->host.tool_call(a->host.host_data, h, &info);
+        a->host.tool_call(a->host.host_data, given, &info);
     }
     if (t->calls_pending == 0) {
         after_tools(t);
@@ -929,8 +941,18 @@ void turn_on_timer(turn *t, ptimer *which)
                       (long long)t->agent->opts.turn_timeout_ms);
         turn_end(t, PARLEY_ERR_TIMEOUT, m ? m : "turn timeout");
         free(m);
+    } else if (t->http && t->http->complete) {
+        turn_on_http_done(t, CURLE_OK); /* [DONE] came, the body's end did not: done anyway */
     } else if (t->http) {
         const parley_options *o = &t->agent->opts;
+        /* No first byte yet: the request's time counts from when it got a connection. */
+        uint64_t due = t->http->started_ms + (uint64_t)o->request_timeout_ms;
+        if (!t->http->received && (!t->http->started || clock_mono_ms() < due)) {
+            if (timer_arm(&t->agent->timers, &t->wait,
+                          t->http->started ? due : clock_mono_ms() + (uint64_t)o->request_timeout_ms))
+                turn_end(t, PARLEY_ERR_NO_MEMORY, "out of memory");
+            return;
+        }
         char *m = t->http->received
                       ? pstr_printf("the streamed answer stalled: no data for "
                                     "stream_idle_timeout_ms (%lld ms)", (long long)o->stream_idle_timeout_ms)

@@ -57,6 +57,7 @@ struct turn {
     void *user_data;
 
     /* progress */
+    uint64_t accepted_mono_ms;  /* when async_process took it: the deadline's start */
     uint64_t started_wall_ms;
     pbuf history;             /* the conversation's stored messages at turn_begin */
     size_t nhistory;          /* how many messages that is */
@@ -78,7 +79,7 @@ struct turn {
     size_t ncalls, calls_pending;
     int ended;
 
-    ptimer deadline;          /* turn_timeout_ms */
+    ptimer deadline;          /* turn_timeout_ms after acceptance (armed by the worker on arrival) */
     ptimer wait;              /* retry backoff, tool timeout, or stream idle timeout */
 
     /* worker bookkeeping */

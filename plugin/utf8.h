@@ -4,7 +4,15 @@
 
 #include <stddef.h>
 
+#include "buf.h"
+
 /* 1 when s[0..n) is well-formed UTF-8 (no overlongs, surrogates or NUL bytes). */
 int utf8_valid(const char *s, size_t n);
+
+/* Length of the well-formed character at s (n >= 1 bytes available), or 0. */
+size_t utf8_seq_len(const char *s, size_t n);
+
+/* Append s[0..n) with every byte that starts no valid character replaced by U+FFFD. */
+void utf8_append_repaired(pbuf *b, const char *s, size_t n);
 
 #endif

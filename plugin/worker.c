@@ -74,10 +74,18 @@ static void all_unlink(parley_agent *a, turn *t)
     t->all_prev = t->all_next = NULL;
 }
 
-/* A new turn: stateless ones begin at once, others wait for their conversation. */
+/*
+ * A new turn: stateless ones begin at once, others wait for their conversation.
+ * Its deadline runs from acceptance, so time queued behind the conversation's
+ * other turns counts: a host can bound async_process-to-done by turn_timeout_ms.
+ */
 static void schedule(parley_agent *a, turn *t)
 {
     all_link(a, t);
+    if (timer_arm(&a->timers, &t->deadline, t->accepted_mono_ms + (uint64_t)a->opts.turn_timeout_ms)) {
+        turn_end(t, PARLEY_ERR_NO_MEMORY, "out of memory");
+        return;
+    }
     if (!t->conversation_id) {
         ready_push(a, t);
         return;
@@ -364,7 +372,9 @@ static void *worker_main(void *arg)
 
 int worker_start(parley_agent *a)
 {
-    a->multi = curl_multi_init();
+    if (http_pool_init(&a->pool, (size_t)a->opts.max_connections) != 0)
+        return -1;
+    a->multi = a->pool.multi;
     a->lanes = dict_new(lane_key);
     if (!a->multi || !a->lanes)
         return -1;

@@ -152,7 +152,9 @@ typedef struct parley_host {
     uint32_t struct_size;
     void *host_data; /* passed back to every callback below */
 
-    /* Optional (may be NULL).  Diagnostics.  Never contains the API key. */
+    /* Optional (may be NULL).  Diagnostics: one whole message per call (never
+     * cut, however long), always valid UTF-8, NUL-terminated.  Never contains
+     * the API key. */
     void (*log)(void *host_data, parley_log_level level, const char *message);
 
     /*
@@ -293,8 +295,10 @@ typedef struct parley_plugin {
      * NULL means "no output".  is_error != 0 marks a failure: the model
      * sees it as {"error": "tool_error", "error_text": ...}, with a JSON
      * result other than a string kept as JSON under "details" (see
-     * docs/errors.md).  Any thread; exactly
-     * once per call.  Always frees the handle.
+     * docs/errors.md).  Any thread; exactly once per call.  Always frees
+     * the handle.  `call` is an opaque id, not an address the plugin frees:
+     * completing the same call a second time is detected and returns
+     * PARLEY_ERR_NOT_FOUND, changing nothing.
      */
     parley_status (*complete_tool_call)(parley_tool_call *call, const char *result_json,
                                         int is_error);

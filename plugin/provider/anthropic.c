@@ -594,6 +594,8 @@ static int anthropic_stream_finish(void *v, llm_reply *out, char **err)
     return 0;
 }
 
+static int anthropic_stream_done(const void *v) { return ((const anthropic_stream *)v)->stopped; }
+
 static void anthropic_stream_free(void *v)
 {
     anthropic_stream *s = v;
@@ -610,6 +612,7 @@ const provider provider_anthropic = {
     .default_base_url = "https://api.anthropic.com",
     .path = "/v1/messages",
     .models_path = "/v1/models",
+    .not_found_hint = "the Messages API is <base_url>/v1/messages, base_url https://api.anthropic.com without /v1",
     .stream_accept = "Accept: text/event-stream",
     .default_max_tokens = 1024,
     .headers = anthropic_headers,
@@ -619,6 +622,7 @@ const provider provider_anthropic = {
     .stream_feed = anthropic_stream_feed,
     .stream_finish = anthropic_stream_finish,
     .stream_free = anthropic_stream_free,
+    .stream_done = anthropic_stream_done,
     .error_text = llm_error_text, /* {"type":"error","error":{"type","message"}} */
     .retryable = provider_retryable_default, /* 529 overloaded_error is a 5xx */
 };

@@ -289,6 +289,8 @@ static int ollama_stream_finish(void *v, llm_reply *out, char **err)
     return 0;
 }
 
+static int ollama_stream_done(const void *v) { return ((const ollama_stream *)v)->done; }
+
 static int ollama_decode(const char *body, size_t len, llm_reply *out, char **err)
 {
     llm_sink none = {0};
@@ -318,6 +320,7 @@ const provider provider_ollama = {
     .default_base_url = "http://127.0.0.1:11434",
     .path = "/api/chat",
     .models_path = "/api/tags",
+    .not_found_hint = "Ollama's native API is <base_url>/api/chat, base_url http://<host>:11434 without /v1",
     .stream_accept = "Accept: application/x-ndjson",
     .default_max_tokens = 0,
     .headers = codec_bearer_header, /* behind an authenticating proxy, or ollama.com */
@@ -327,6 +330,7 @@ const provider provider_ollama = {
     .stream_feed = ollama_stream_feed,
     .stream_finish = ollama_stream_finish,
     .stream_free = ollama_stream_free,
+    .stream_done = ollama_stream_done,
     .error_text = llm_error_text, /* {"error":"..."} */
     .retryable = provider_retryable_default,
 };

@@ -248,12 +248,14 @@ static int openai_stream_finish(void *s, llm_reply *out, char **err)
     return llm_stream_finish(s, out, err);
 }
 static void openai_stream_free(void *s) { llm_stream_free(s); }
+static int openai_stream_done(const void *s) { return llm_stream_done(s); }
 
 const provider provider_openai = {
     .name = "openai",
     .default_base_url = "http://127.0.0.1:11434/v1",
     .path = "/chat/completions",
     .models_path = "/models",
+    .not_found_hint = "OpenAI-compatible servers serve <root>/v1/chat/completions",
     .stream_accept = "Accept: text/event-stream",
     .default_max_tokens = 0,
     .reads_history_text = 1,
@@ -264,6 +266,7 @@ const provider provider_openai = {
     .stream_feed = openai_stream_feed,
     .stream_finish = openai_stream_finish,
     .stream_free = openai_stream_free,
+    .stream_done = openai_stream_done,
     .error_text = llm_error_text,
     .retryable = provider_retryable_default,
 };

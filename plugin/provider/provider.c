@@ -175,7 +175,7 @@ int provider_retryable_default(long status, const char *body, size_t len)
 {
     if (status == 429) /* OpenAI's "You exceeded your current quota": waiting will not help */
         return !(body && memmem(body, len, "insufficient_quota", 18));
-    return status >= 500;
+    return status >= 500 && status <= 599;
 }
 
 /* ---- reasoning on top of every decoder ---- */
@@ -312,6 +312,8 @@ int provider_stream_finish(provider_stream *ps, llm_reply *out, char **err)
     /* The whole content through the same rules gives what the deltas said. */
     return take_think_tags(out, err);
 }
+
+int provider_stream_done(const provider_stream *ps) { return ps->p->stream_done(ps->codec); }
 
 void provider_stream_free(provider_stream *ps)
 {

@@ -46,6 +46,7 @@ typedef struct provider {
     const char *default_base_url; /* base_url when the options give none */
     const char *path;             /* appended to base_url, e.g. "/chat/completions" */
     const char *models_path;      /* the model list (connection check), e.g. "/models" */
+    const char *not_found_hint;   /* what an HTTP 404 most likely means for this API */
     const char *stream_accept;    /* Accept header line of a streamed request */
     long long default_max_tokens; /* max_tokens when the options give none; 0 = not sent */
     int reads_history_text;       /* encode takes history_text: no parse per request (the
@@ -63,6 +64,9 @@ typedef struct provider {
     int (*stream_feed)(void *s, const char *data, size_t len, char **err);
     int (*stream_finish)(void *s, llm_reply *out, char **err);
     void (*stream_free)(void *s);
+    /* 1 once the stream said it is whole ([DONE], message_stop, "done": true): the rest
+       of the body can be dropped. */
+    int (*stream_done)(const void *s);
 
     /* The server's error text from an error body (malloc'd, cleaned, bounded) or NULL. */
     char *(*error_text)(const char *body, size_t len);
@@ -97,6 +101,7 @@ typedef struct provider_stream provider_stream;
 provider_stream *provider_stream_new(const provider *p, int strip_think, const llm_sink *sink);
 int provider_stream_feed(provider_stream *s, const char *data, size_t len, char **err);
 int provider_stream_finish(provider_stream *s, llm_reply *out, char **err);
+int provider_stream_done(const provider_stream *s);
 void provider_stream_free(provider_stream *s);
 
 /* 429 and 5xx, except a 429 saying the account has no quota left (retrying cannot help). */

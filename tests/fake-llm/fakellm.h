@@ -74,6 +74,9 @@ enum fault_kind {
     FAULT_ENDLESS_TOOLS,
     FAULT_SLOW_STREAM,   /* arg: ms between chunks */
     FAULT_STREAM_CUT,    /* arg: 1 = abort the connection instead of a clean end */
+    FAULT_DONE_HOLD,     /* stream: after [DONE] keep the connection open; arg: ms between
+                            keep-alive comments, 0 = send nothing */
+    FAULT_HEADER_FLOOD,  /* arg: KiB of extra response headers (command line only) */
 };
 
 enum { SHAPE_NO_CHOICES, SHAPE_EMPTY_CHOICES, SHAPE_NULL_MESSAGE };
@@ -93,6 +96,8 @@ bool fault_fires(const struct fault *f, const char *body, size_t len);
 void faults_cleanup(void);
 
 struct MHD_Response *fault_status_response(const struct fault *f);
+/* Adds arg KiB of "X-Flood-N: aaaa..." headers to resp. */
+void fault_header_flood(struct MHD_Response *resp, unsigned long kib);
 struct MHD_Response *fault_oversized_response(const char *model, unsigned long seq,
                                               unsigned long mib);
 /* Declares a big Content-Length, sends `json`'s first half, then aborts. Takes json. */
@@ -219,6 +224,8 @@ struct paced_opts {
     bool cut;            /* stop halfway through the middle segment */
     bool abort_at_cut;   /* ... and abort the connection instead of ending cleanly */
     bool poison_utf8;    /* apply utf8_poison() to every segment */
+    bool hold_open;      /* after the last segment, never end the body ... */
+    uint64_t keepalive_ms; /* ... but send ": keep-alive" this often (0: nothing) */
 };
 
 /* A body made of segments, each handed to MHD separately (one HTTP chunk). */
@@ -253,10 +260,11 @@ void timer_stop(void);
 
 bool reqlog_open(const char *path);
 /* body: parsed JSON (borrowed) or NULL, then raw bytes are logged as a string
- * (or null when empty). status < 0 logs null. fault may be NULL. */
+ * (or null when empty). status < 0 logs null. fault may be NULL.  client_port
+ * < 0 logs null (one port = one connection). */
 void reqlog_write(unsigned long seq, const char *method, const char *path, const char *auth,
                   const char *ctype, const json_t *body, const char *raw, size_t rawlen,
-                  int status, const char *fault);
+                  int status, const char *fault, int client_port);
 void reqlog_close(void);
 
 /* ------------------------------------------------------------ http.c */

@@ -24,7 +24,7 @@ static bool parse_status_fault(const char *s, size_t n, struct fault *f)
     while (i < n && s[i] >= '0' && s[i] <= '9')
         i++;
     unsigned long status;
-    if (i != 3 || !parse_ulong(s, 3, &status) || status < 400 || status > 599)
+    if (i != 3 || !parse_ulong(s, 3, &status) || status < 400 || status > 999)
         return false;
     f->kind = FAULT_STATUS;
     f->status = (unsigned)status;
@@ -112,6 +112,24 @@ bool fault_parse(const char *s, size_t n, struct fault *out)
     } else if (IS("stream_cut:abort")) {
         f.kind = FAULT_STREAM_CUT;
         f.arg = 1;
+    } else if (IS("done_hold")) {
+        f.kind = FAULT_DONE_HOLD;
+    } else if (IS("done_keepalive")) {
+        f.kind = FAULT_DONE_HOLD;
+        f.arg = 100;
+    } else if (has_prefix(s, n, "done_keepalive:", &r)) {
+        if (!parse_ulong(s + r, n - r, &v) || v == 0 || v > 600000)
+            return false;
+        f.kind = FAULT_DONE_HOLD;
+        f.arg = v;
+    } else if (IS("header_flood")) {
+        f.kind = FAULT_HEADER_FLOOD;
+        f.arg = 400;
+    } else if (has_prefix(s, n, "header_flood:", &r)) {
+        if (!parse_ulong(s + r, n - r, &v) || v == 0 || v > 4096)
+            return false;
+        f.kind = FAULT_HEADER_FLOOD;
+        f.arg = v;
     } else {
         return false;
     }
@@ -213,6 +231,20 @@ struct MHD_Response *fault_status_response(const struct fault *f)
         MHD_add_response_header(resp, "Retry-After", ra);
     }
     return resp;
+}
+
+/* ---- header_flood: more response headers than a client should accept ---- */
+
+void fault_header_flood(struct MHD_Response *resp, unsigned long kib)
+{
+    char value[1001];
+    memset(value, 'a', sizeof value - 1);
+    value[sizeof value - 1] = '\0';
+    for (unsigned long i = 0; i < kib; i++) {
+        char name[32];
+        snprintf(name, sizeof name, "X-Flood-%lu", i);
+        MHD_add_response_header(resp, name, value);
+    }
 }
 
 /* ---- oversized: a huge, valid reply produced lazily ---- */

@@ -7,6 +7,7 @@
  * request and queued on the call that follows the resume. */
 #include "fakellm.h"
 
+#include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -93,6 +94,8 @@ static void chat_reply_response(struct MHD_Connection *conn, const struct reques
         .cut = f->kind == FAULT_STREAM_CUT,
         .abort_at_cut = f->kind == FAULT_STREAM_CUT && f->arg == 1,
         .poison_utf8 = f->kind == FAULT_INVALID_UTF8,
+        .hold_open = f->kind == FAULT_DONE_HOLD, /* streams only: a JSON body ends normally */
+        .keepalive_ms = f->kind == FAULT_DONE_HOLD ? f->arg : 0,
     };
     o->status = MHD_HTTP_OK;
 
@@ -184,6 +187,12 @@ static void handle_chat(struct MHD_Connection *conn, const struct request *r, js
         set_dialect_error(o, dialect, &err);
         goto out;
     }
+    if (f.kind == FAULT_HEADER_FLOOD && g_cfg.fault.kind != FAULT_HEADER_FLOOD) {
+        api_error_set(&err, 400, "invalid_request_error", "messages", "fake_bad_marker",
+                      "parley-fake-llm: header_flood needs --fault header_flood (memory limit).");
+        set_error(o, &err);
+        goto out;
+    }
     if (marker_find(req.user_text, "latency", &v, &vlen)) {
         unsigned long ms;
         if (!v || !parse_ulong(v, vlen, &ms)) {
@@ -225,6 +234,8 @@ static void handle_chat(struct MHD_Connection *conn, const struct request *r, js
         break;
     default:
         chat_reply_response(conn, r, &req, &f, seq, dialect, native, o);
+        if (f.kind == FAULT_HEADER_FLOOD)
+            fault_header_flood(o->resp, f.arg);
         break;
     }
 out:
@@ -282,6 +293,20 @@ static const char *header(struct MHD_Connection *conn, const char *name)
     return MHD_lookup_connection_value(conn, MHD_HEADER_KIND, name);
 }
 
+/* The client's TCP port: requests with the same one came on the same connection. */
+static int client_port(struct MHD_Connection *conn)
+{
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+    if (!ci || !ci->client_addr)
+        return -1;
+    if (ci->client_addr->sa_family == AF_INET)
+        return ntohs(((const struct sockaddr_in *)(const void *)ci->client_addr)->sin_port);
+    if (ci->client_addr->sa_family == AF_INET6)
+        return ntohs(((const struct sockaddr_in6 *)(const void *)ci->client_addr)->sin6_port);
+    return -1;
+}
+
 /* Decides, logs and sends (or schedules) the reply for a complete request. */
 static enum MHD_Result dispatch(struct MHD_Connection *conn, struct request *r, const char *url,
                                 const char *method)
@@ -302,7 +327,7 @@ static enum MHD_Result dispatch(struct MHD_Connection *conn, struct request *r, 
         auth = xkey;
     reqlog_write(seq, method, url, auth,
                  header(conn, MHD_HTTP_HEADER_CONTENT_TYPE), body, r->body.data, r->body.len,
-                 o.hang ? -1 : (int)o.status, o.fault[0] ? o.fault : NULL);
+                 o.hang ? -1 : (int)o.status, o.fault[0] ? o.fault : NULL, client_port(conn));
     if (!g_cfg.quiet)
         fprintf(stderr, "fake-llm: #%lu %s %s -> %s%u%s%s\n", seq, method, url,
                 o.hang ? "hang" : "", o.hang ? 0 : o.status, o.fault[0] ? " fault=" : "",

@@ -174,6 +174,10 @@ int main(int argc, char **argv)
 
     timer_start();
 
+    /* header_flood needs room for its headers; it is a command-line fault for that. */
+    size_t memory_limit = 16 * 1024;
+    if (g_cfg.fault.kind == FAULT_HEADER_FLOOD)
+        memory_limit = g_cfg.fault.arg * 1024 * 2 + 64 * 1024;
     struct MHD_OptionItem opts[] = {
         {MHD_OPTION_SOCK_ADDR, 0, &addr.sa},
         {MHD_OPTION_NOTIFY_COMPLETED, (intptr_t)http_completed, NULL},
@@ -182,7 +186,7 @@ int main(int argc, char **argv)
         /* Per-connection pool (headers + I/O buffers); MHD's 32 KiB default
          * costs a lot of page faults with 10,000 connections. Bodies are
          * collected in our own buffer, so this only bounds the headers. */
-        {MHD_OPTION_CONNECTION_MEMORY_LIMIT, 16 * 1024, NULL},
+        {MHD_OPTION_CONNECTION_MEMORY_LIMIT, (intptr_t)memory_limit, NULL},
         {MHD_OPTION_LISTEN_BACKLOG_SIZE, 4096, NULL},
         {MHD_OPTION_THREAD_POOL_SIZE, (intptr_t)g_cfg.threads, NULL},
         {MHD_OPTION_END, 0, NULL},

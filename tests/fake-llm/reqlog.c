@@ -25,7 +25,7 @@ static json_t *str_or_null(const char *s)
 
 void reqlog_write(unsigned long seq, const char *method, const char *path, const char *auth,
                   const char *ctype, const json_t *body, const char *raw, size_t rawlen,
-                  int status, const char *fault)
+                  int status, const char *fault, int client_port)
 {
     if (!log_fp)
         return;
@@ -46,6 +46,7 @@ void reqlog_write(unsigned long seq, const char *method, const char *path, const
     json_object_set_new(o, "body", b ? b : json_null());
     json_object_set_new(o, "status", status < 0 ? json_null() : json_integer(status));
     json_object_set_new(o, "fault", str_or_null(fault));
+    json_object_set_new(o, "client_port", client_port < 0 ? json_null() : json_integer(client_port));
     size_t len;
     char *line = json_dump_compact(o, &len);
     json_decref(o);

@@ -156,6 +156,7 @@ struct paced {
     size_t seg;       /* segment currently being sent */
     size_t waited;    /* segment whose gap we already waited for */
     bool suspended;
+    bool held;        /* hold_open: the wait before the next keep-alive is over */
 };
 
 static ssize_t paced_read(void *cls, uint64_t pos, char *buf, size_t max)
@@ -170,7 +171,22 @@ static ssize_t paced_read(void *cls, uint64_t pos, char *buf, size_t max)
     if (pos >= p->limit) {
         if (p->o.cut && p->o.abort_at_cut)
             return MHD_CONTENT_READER_END_WITH_ERROR;
-        return MHD_CONTENT_READER_END_OF_STREAM;
+        if (!p->o.hold_open)
+            return MHD_CONTENT_READER_END_OF_STREAM;
+        /* The answer is complete, but the body never ends: wait, then (maybe)
+         * send a keep-alive comment, forever.  Shutdown resumes and ends it. */
+        if (!p->held) {
+            p->held = true;
+            p->suspended = true;
+            http_suspend_until(p->conn,
+                               p->o.keepalive_ms ? now_ms() + p->o.keepalive_ms : TIMER_NEVER);
+            return 0;
+        }
+        p->held = false;
+        static const char ka[] = ": keep-alive\n\n";
+        size_t n = sizeof ka - 1 < max ? sizeof ka - 1 : max;
+        memcpy(buf, ka, n);
+        return (ssize_t)n;
     }
     while (p->seg < p->segs.n && p->segs.ends[p->seg] <= pos)
         p->seg++;

@@ -217,6 +217,22 @@ static void test_closed_port_from_many_threads(void)
     close(fd);
 }
 
+/* A base_url with user:password@ never shows them (hardening: no secret in error text). */
+static void test_credentials_never_shown(void)
+{
+    int fd;
+    int port = closed_port(&fd);
+    CHECK(port > 0);
+    char o[256];
+    snprintf(o, sizeof o, "{\"model\":\"m\",\"base_url\":\"http://user:hunter2@127.0.0.1:%d/v1\"}",
+             port);
+    char *err = NULL;
+    CHECK(connection_check(o, NULL, &err) == PARLEY_ERR_CONNECT);
+    CHECK(err && strstr(err, "http://127.0.0.1:") && !strstr(err, "hunter2") && !strstr(err, "user"));
+    free(err);
+    close(fd);
+}
+
 static void test_bad_options_and_null_outputs(void)
 {
     char *out = (char *)1, *err = NULL;
@@ -234,5 +250,6 @@ int main(void)
     test_errors_say_what_to_do();
     test_closed_port_from_many_threads();
     test_bad_options_and_null_outputs();
+    test_credentials_never_shown();
     return check_report();
 }

@@ -272,6 +272,69 @@ static void test_schema_matches_docs(void)
     free(schema_text);
 }
 
+/* No parse error quotes the text: with a short key, jansson's "near '...'" is the key. */
+static void test_errors_never_quote_the_key(void)
+{
+    static const char key[] = "sk-Q7x";
+    static const char *shapes[] = {
+        "{\"model\":\"m\",\"api_key\":%s",      "{\"model\":\"m\",\"api_key\":%s,}",
+        "{\"model\":\"m\",\"api_key\":%s \"x\":1}", "{\"model\":\"m\" \"api_key\":%s}",
+        "{\"model\":\"m\",\"api_key\":%s}}",     "{\"model\":\"m\",\"api_key\":%s]",
+        "{\"model\":\"m\",\"api_key\":[%s}",     "{\"model\":\"m\",\"api_key\":%s:1}",
+        "[%s",                                   "%s",
+        "{\"model\":\"m\",\"api_key\":%s,\"api_key\":%s}",
+        "{\"model\":\"m\",\"api_key\":\"\\u%s\"}", "{%s:1}",
+        "{\"model\":\"m\",\"base_url\":\"http://u:%s@[::1/v1\"}",
+        "{\"model\":\"m\",\"base_url\":\"http://u:%s@h/v1?q\"}",
+    };
+    const char *values[] = {"\"sk-Q7x\"", "sk-Q7x", "\"sk-Q7x", "'sk-Q7x'", "sk-Q7x\""};
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
+        for (size_t j = 0; j < sizeof values / sizeof values[0]; j++) {
+            char text[512];
+            snprintf(text, sizeof text, shapes[i], values[j], values[j]);
+            parley_options o;
+            char *err = NULL;
+            int rc = options_parse(text, &o, &err);
+            if (rc == 0) {
+                options_free(&o);
+                continue;
+            }
+            CHECK(err != NULL);
+            CHECK(err && !strstr(err, key) && !strstr(err, "Q7x"));
+            if (err && strstr(err, "Q7x"))
+                fprintf(stderr, "  options %s\n  error   %s\n", text, err);
+            free(err);
+        }
+    }
+    /* Where the error is, though, is still said. */
+    expect_error("{\"model\":\"m\",\"api_key\":\"sk-Q7x}", "(line 1, column");
+}
+
+static void test_duplicate_keys(void)
+{
+    expect_error("{\"model\":\"a\",\"model\":\"b\"}", "option 'model': given more than once");
+    expect_error("{\"model\":\"a\",\"stream\":true,\"stream\":false}",
+                 "option 'stream': given more than once");
+    /* Not an option's name: not echoed (it could be anything). */
+    expect_error("{\"model\":\"a\",\"sk-Q7x\":1,\"sk-Q7x\":2}", "a key is given more than once");
+}
+
+static void test_base_url_parsed_by_libcurl(void)
+{
+    expect_error("{\"model\":\"m\",\"base_url\":\"http://[::1/v1\"}",
+                 "option 'base_url': not a URL libcurl can parse");
+    expect_error("{\"model\":\"m\",\"base_url\":\"http://exa mple.com/v1\"}", "option 'base_url'");
+    expect_error("{\"model\":\"m\",\"base_url\":\"http://h:99999/v1\"}", "option 'base_url'");
+    expect_error("{\"model\":\"m\",\"base_url\":\"http://h/v1?key=1\"}", "?query or #fragment");
+    expect_error("{\"model\":\"m\",\"base_url\":\"ftp://h/v1\"}", "http:// or https://");
+    parley_options o;
+    char *err = NULL;
+    CHECK(options_parse("{\"model\":\"m\",\"base_url\":\"https://[::1]:8443/v1/\"}", &o, &err) == 0);
+    CHECK_STR(o.base_url, "https://[::1]:8443/v1");
+    CHECK(o.max_connections == 64);
+    options_free(&o);
+}
+
 int main(void)
 {
     test_defaults();
@@ -282,5 +345,8 @@ int main(void)
     test_schema_presentation();
     test_tools();
     test_schema_matches_docs();
+    test_errors_never_quote_the_key();
+    test_duplicate_keys();
+    test_base_url_parsed_by_libcurl();
     return check_report();
 }

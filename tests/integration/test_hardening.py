@@ -1,0 +1,457 @@
+"""End-to-end tests of the hardening work (issue 14 and the error items of 16).
+
+Each test names the defect it guards; each fails on the code before the fix:
+secrets never in error text, a finished stream completes at once, transport
+error classes, the connection cap, whole and valid log lines, turn_timeout_ms
+from acceptance, the same status streamed or not, a 404 that names the URL,
+and a tool call completed twice.
+"""
+import json
+import os
+import resource
+import shutil
+import socket
+import ssl
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from harness import (BUILD, PLUGIN, SHIM, SLOW, FakeLLM, ParleyTestCase,  # noqa: E402
+                     options, run_shim)
+
+KEY = "sk-Q7x"  # short, like the keys some proxies use: jansson would quote it whole
+
+
+class Secrets(ParleyTestCase):
+    """Defect 1: no error text ever contains the API key, whatever the input."""
+
+    MALFORMED = [
+        '{"model":"m","api_key":%s',            # ends early
+        '{"model":"m","api_key":%s,}',           # trailing comma
+        '{"model":"m","api_key":%s "x":1}',      # missing comma
+        '{"model":"m" "api_key":%s}',
+        '{"model":"m","api_key":%s}}',           # text after the value
+        '{"model":"m","api_key":%s]',
+        '{"model":"m","api_key":[%s}',
+        '{"model":"m","api_key":%s:1}',
+        '{"api_key":%s,"api_key":%s,"model":"m"}',  # duplicate
+    ]
+
+    def texts(self):
+        quoted, bare = json.dumps(KEY), KEY
+        for t in self.MALFORMED:
+            for v in (quoted, bare, quoted[:-1]):
+                yield t.replace("%s", v)
+
+    def test_shim_options_file_errors_never_contain_the_key(self):
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, "options.json")
+            for text in self.texts():
+                with open(path, "w") as f:
+                    f.write(text)
+                res = subprocess.run([SHIM, "--plugin", PLUGIN, "--options", path, "--jsonl"],
+                                     input="", capture_output=True, text=True,
+                                     timeout=30 * SLOW)
+                self.assertNotEqual(res.returncode, 0, text)
+                self.assertIn("--options", res.stderr)
+                self.assertNotIn(KEY, res.stderr, text)
+                self.assertNotIn(KEY[3:], res.stderr, text)
+
+    def test_shim_set_errors_never_contain_the_value(self):
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, "options.json")
+            with open(path, "w") as f:
+                json.dump({"model": "m"}, f)
+            for arg in (KEY, "api_key=" + KEY + "\udcff"):
+                res = subprocess.run([SHIM, "--plugin", PLUGIN, "--options", path, "--jsonl",
+                                      "--set", arg.encode("utf-8", "surrogateescape")],
+                                     input="", capture_output=True, timeout=30 * SLOW)
+                self.assertNotEqual(res.returncode, 0)
+                self.assertNotIn(KEY.encode(), res.stderr)
+
+
+class FinishedStream(ParleyTestCase):
+    """Defect 2: [DONE] completes the turn, whatever the connection does after."""
+
+    def check(self, fault):
+        lines = [{"text": "hello", "conversation_id": "c"},
+                 {"op": "history", "conversation_id": "c"}]
+        with FakeLLM("--fault", fault) as fake:
+            # Keep-alives every 100 ms would hold a stream open for ever; a
+            # silent connection would time out on stream_idle_timeout_ms.
+            run = self.run_ok(lines, options(fake, stream=True,
+                                             stream_idle_timeout_ms=int(1500 * SLOW),
+                                             turn_timeout_ms=int(4000 * SLOW)))
+            self.assertEqual(len(fake.chat_requests()), 1)
+        res = self.assertTurnOk(run.by_seq(1))
+        self.assertIn("hello", res["response"])
+        self.assertEqual(len(run.by_seq(2)["result"]["turns"]), 1)  # committed
+
+    def test_a_normal_stream_keeps_its_connection(self):
+        # Ending the turn at [DONE] must not cost the kept-alive connection:
+        # the body's end follows at once and the next request reuses it.
+        lines = [{"text": "turn %d" % i, "conversation_id": "k"} for i in range(4)]
+        for stream in (False, True):
+            with FakeLLM() as fake:
+                run = self.run_ok(lines, options(fake, stream=stream))
+                ports = {r["client_port"] for r in fake.chat_requests()}
+            for seq in range(1, 5):
+                self.assertTurnOk(run.by_seq(seq))
+            self.assertEqual(len(ports), 1, "stream=%s: one connection for 4 requests" % stream)
+
+    def test_keepalive_comments_after_done(self):
+        self.check("done_keepalive:100")
+
+    def test_connection_held_open_after_done(self):
+        self.check("done_hold")
+
+
+def make_cert(d):
+    """A throwaway self-signed certificate for 127.0.0.1, or None without openssl."""
+    if not shutil.which("openssl"):
+        return None
+    cert, key = os.path.join(d, "cert.pem"), os.path.join(d, "key.pem")
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt",
+                    "ec_paramgen_curve:prime256v1", "-nodes", "-keyout", key, "-out", cert,
+                    "-days", "1", "-subj", "/CN=127.0.0.1",
+                    "-addext", "subjectAltName=IP:127.0.0.1"],
+                   check=True, capture_output=True)
+    return cert, key
+
+
+REPLY = {"id": "chatcmpl-tls", "object": "chat.completion", "created": 0, "model": "fake-model",
+         "choices": [{"index": 0, "message": {"role": "assistant", "content": "over TLS"},
+                      "finish_reason": "stop"}]}
+
+
+class TLSServer:
+    """HTTPS on loopback with a self-signed certificate; counts TCP connections."""
+
+    def __init__(self, cert, key):
+        self.ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        self.ctx.load_cert_chain(cert, key)
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(16)
+        self.port = self.sock.getsockname()[1]
+        self.connections = 0
+        self.stop = False
+        self.thread = threading.Thread(target=self.serve, daemon=True)
+        self.thread.start()
+
+    def serve(self):
+        self.sock.settimeout(0.2)
+        while not self.stop:
+            try:
+                conn, _ = self.sock.accept()
+            except socket.timeout:
+                continue
+            except OSError:
+                return
+            self.connections += 1
+            try:
+                with self.ctx.wrap_socket(conn, server_side=True) as s:
+                    s.settimeout(10)
+                    data = b""
+                    while b"\r\n\r\n" not in data:
+                        data += s.recv(65536)
+                    head, body = data.split(b"\r\n\r\n", 1)
+                    length = [int(l.split(b":")[1]) for l in head.split(b"\r\n")
+                              if l.lower().startswith(b"content-length:")][0]
+                    while len(body) < length:
+                        body += s.recv(65536)
+                    out = json.dumps(REPLY).encode()
+                    s.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                              b"Connection: close\r\nContent-Length: %d\r\n\r\n" % len(out) + out)
+            except (OSError, ssl.SSLError, IndexError, ValueError):
+                conn.close()
+
+    def close(self):
+        self.stop = True
+        self.thread.join()
+        self.sock.close()
+
+
+class TransportClasses(ParleyTestCase):
+    """Defect 3: transport failures land in the class docs/errors.md gives."""
+
+    def setUp(self):
+        self.dir = tempfile.TemporaryDirectory()
+        cert = make_cert(self.dir.name)
+        if cert is None:
+            self.skipTest("the openssl command is missing (scripts/setup.sh installs it)")
+        self.server = TLSServer(*cert)
+        self.url = "https://127.0.0.1:%d/v1" % self.server.port
+
+    def tearDown(self):
+        self.server.close()
+        self.dir.cleanup()
+
+    def test_bad_certificate_is_connect_and_not_retried(self):
+        run = self.run_ok([{"text": "hi"}], options(None, base_url=self.url, max_retries=2))
+        res = self.assertTurnError(run.by_seq(1), "connect")
+        self.assertIn("certificate", res["error"]["message"])
+        self.assertIn("not retried", res["error"]["message"])
+        self.assertEqual(self.server.connections, 1)  # no retry: it cannot help
+
+    def test_verify_tls_false_works_and_warns_at_create(self):
+        run = self.run_ok([{"text": "hi"}], options(None, base_url=self.url, verify_tls=False))
+        self.assertEqual(self.assertTurnOk(run.by_seq(1))["response"], "over TLS")
+        self.assertRegex(run.stderr, r"parley\[warn\]: verify_tls is false")
+
+
+class PlainServerOverTLS(ParleyTestCase):
+    """Defect 3: a failed TLS handshake is `connect` (retried: it may be transient)."""
+
+    def test_https_to_a_plain_http_server(self):
+        with FakeLLM() as fake:
+            url = "https://127.0.0.1:%d/v1" % fake.port
+            run = self.run_ok([{"text": "hi"}], options(fake, base_url=url, max_retries=1))
+        msg = self.assertTurnError(run.by_seq(1), "connect")["error"]["message"]
+        self.assertIn("TLS handshake", msg)
+        self.assertIn("plain http", msg)
+
+
+class CutErrorServer:
+    """Answers every request with a 401 whose body is cut short: headers promise
+    more than is sent, then the connection closes (as some gateways do)."""
+
+    def __init__(self):
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(16)
+        self.port = self.sock.getsockname()[1]
+        self.requests = 0
+        self.stop = False
+        self.thread = threading.Thread(target=self.serve, daemon=True)
+        self.thread.start()
+
+    def serve(self):
+        self.sock.settimeout(0.2)
+        while not self.stop:
+            try:
+                conn, _ = self.sock.accept()
+            except socket.timeout:
+                continue
+            except OSError:
+                return
+            with conn:
+                conn.settimeout(10)
+                data = b""
+                while b"\r\n\r\n" not in data:
+                    chunk = conn.recv(65536)
+                    if not chunk:
+                        break
+                    data += chunk
+                self.requests += 1
+                conn.sendall(b"HTTP/1.1 401 Unauthorized\r\nContent-Type: text/event-stream\r\n"
+                             b"Content-Length: 1000\r\n\r\n"
+                             b'data: {"error":{"message":"Incorrect API key provided."}}\n\n')
+
+    def close(self):
+        self.stop = True
+        self.thread.join()
+        self.sock.close()
+
+
+class CutErrorBody(ParleyTestCase):
+    """Issue 16: an error status is that status even when its body is then cut."""
+
+    def test_401_with_a_cut_body_is_http_status_streamed_or_not(self):
+        server = CutErrorServer()
+        try:
+            for stream in (False, True):
+                before = server.requests
+                run = self.run_ok([{"text": "hi"}], options(
+                    None, base_url="http://127.0.0.1:%d/v1" % server.port, stream=stream))
+                res = self.assertTurnError(run.by_seq(1), "http_status")
+                self.assertIn("HTTP 401", res["error"]["message"])
+                self.assertEqual(server.requests - before, 1, "a 401 is not retried")
+        finally:
+            server.close()
+
+
+class StatusAndHeaders(ParleyTestCase):
+    """Defect 3 (statuses, header overflow) and issue 16: same status whatever the mode."""
+
+    def turn(self, fake_args, **opt):
+        with FakeLLM(*fake_args) as fake:
+            run = self.run_ok([{"text": "hi"}], options(fake, **opt))
+            return run.by_seq(1), fake.chat_requests()
+
+    def test_status_999_is_not_retried(self):
+        res, reqs = self.turn(("--fault", "999"), max_retries=2)
+        self.assertTurnError(res, "http_status")
+        self.assertIn("999", res["error"]["message"])
+        self.assertEqual(len(reqs), 1)
+
+    def test_header_flood_is_bad_response_not_retried(self):
+        for stream in (False, True):
+            res, reqs = self.turn(("--fault", "header_flood"), max_retries=2, stream=stream)
+            self.assertTurnError(res, "bad_response")
+            self.assertEqual(len(reqs), 1, "stream=%s" % stream)
+
+    def test_same_status_streamed_or_not(self):
+        want = {"401": ("http_status", 1), "404": ("http_status", 1),
+                "429": ("rate_limited", 2), "500": ("http_status", 2)}
+        for fault, (code, requests) in want.items():
+            for stream in (False, True):
+                res, reqs = self.turn(("--fault", fault), max_retries=1, stream=stream)
+                self.assertTurnError(res, code)
+                self.assertIn("HTTP " + fault, res["error"]["message"])
+                self.assertEqual(len(reqs), requests, "%s stream=%s" % (fault, stream))
+
+    def test_404_names_the_url_and_the_likely_cause(self):
+        with FakeLLM() as fake:
+            # The fake serves /chat/completions and /v1/chat/completions: a
+            # wrong root stands for a base_url without its /v1.
+            root = "http://user:hunter2@127.0.0.1:%d/api" % fake.port
+            for stream in (False, True):
+                run = self.run_ok([{"text": "hi"}], options(fake, base_url=root, stream=stream))
+                msg = self.assertTurnError(run.by_seq(1), "http_status")["error"]["message"]
+                self.assertIn("for http://127.0.0.1:%d/api/chat/completions:" % fake.port, msg)
+                self.assertIn("check base_url", msg)
+                self.assertIn("/v1/chat/completions", msg)
+                self.assertNotIn("hunter2", msg + run.stderr)
+                self.assertNotIn("user:", msg)
+
+    def test_unparsable_base_url_is_refused_by_create(self):
+        for url in ("http://[::1/v1", "http://exa mple.com/v1", "http://host:99999/v1", "https://",
+                    "http://host/v1?key=k"):
+            run = run_shim([{"text": "hi"}], options(None, base_url=url))
+            self.assertEqual(run.rc, 1, url)
+            self.assertIn("option 'base_url'", run.stderr, url)
+
+
+class ConnectionCap(ParleyTestCase):
+    """Defect 4: excess turns wait for a connection instead of failing."""
+
+    def test_2000_turns_under_ulimit_256(self):
+        def low_limit():
+            resource.setrlimit(resource.RLIMIT_NOFILE, (256, 256))
+        lines = [{"text": "turn %d" % i} for i in range(2000)]
+        with tempfile.TemporaryDirectory() as d, FakeLLM("--latency-ms", "20") as fake:
+            opt_path = os.path.join(d, "options.json")
+            with open(opt_path, "w") as f:
+                json.dump(options(fake, turn_timeout_ms=int(300000 * SLOW),
+                                  request_timeout_ms=int(60000 * SLOW)), f)
+            res = subprocess.run([SHIM, "--plugin", PLUGIN, "--options", opt_path, "--jsonl",
+                                  "--concurrency", "2000"],
+                                 input="".join(json.dumps(l) + "\n" for l in lines),
+                                 capture_output=True, text=True, timeout=280 * SLOW,
+                                 preexec_fn=low_limit)
+        self.assertEqual(res.returncode, 0, res.stderr[-2000:])
+        out = [json.loads(l) for l in res.stdout.splitlines() if l.strip()]
+        errors = [l["error"] for l in out if l.get("error")]
+        self.assertEqual(errors[:3], [])
+        self.assertEqual(len(out), 2000)
+
+    def test_waiting_requests_are_not_failed_by_their_own_timeouts(self):
+        # One connection, 300 ms per answer, 8 turns at once: the last waits
+        # ~2.1 s for its connection, longer than its request_timeout_ms (1 s)
+        # and its first-byte wait; it must still succeed.
+        for stream in (False, True):
+            with FakeLLM("--latency-ms", str(int(300 * SLOW))) as fake:
+                run = self.run_ok([{"text": "turn %d" % i} for i in range(8)],
+                                  options(fake, max_connections=1, stream=stream,
+                                          request_timeout_ms=int(1000 * SLOW),
+                                          connect_timeout_ms=int(1000 * SLOW),
+                                          turn_timeout_ms=int(60000 * SLOW)),
+                                  concurrency=8)
+            for seq in range(1, 9):
+                self.assertTurnOk(run.by_seq(seq))
+            # They really waited for the one connection: one after the other.
+            self.assertGreaterEqual(run.elapsed, 8 * 0.3 * SLOW * 0.9)
+
+
+    def test_turns_waiting_for_a_connection_end_by_their_deadline(self):
+        # The only connection hangs; five turns wait for it and end by their
+        # turn_timeout_ms while waiting, as does the hung one; then the
+        # connection is free again and the next turn succeeds.
+        lines = [{"text": "[[fault:hang]]"}] + [{"text": "waiting %d" % i} for i in range(5)]
+        lines.append({"text": "afterwards"})
+        with FakeLLM() as fake:
+            run = self.run_ok(lines, options(fake, max_connections=1,
+                                             turn_timeout_ms=int(1000 * SLOW)), concurrency=6)
+            reqs = fake.chat_requests()
+        for seq in range(1, 7):
+            self.assertTurnError(run.by_seq(seq), "timeout")
+        self.assertTurnOk(run.by_seq(7))
+        self.assertEqual([r["body"]["messages"][-1]["content"] for r in reqs],
+                         ["[[fault:hang]]", "afterwards"])  # the waiting ones never went out
+
+
+class LogLines(ParleyTestCase):
+    """Defect 5: log messages are whole and valid UTF-8."""
+
+    def run_bytes(self, fake, text, **opt):
+        with tempfile.TemporaryDirectory() as d:
+            opt_path = os.path.join(d, "options.json")
+            with open(opt_path, "w") as f:
+                json.dump(options(fake, debug_log_bodies=True, **opt), f)
+            return subprocess.run([SHIM, "--plugin", PLUGIN, "--options", opt_path, "--jsonl",
+                                   "--log-level", "debug"],
+                                  input=(json.dumps({"text": text}) + "\n").encode(),
+                                  capture_output=True, timeout=60 * SLOW)
+
+    def test_long_non_ascii_body_logged_whole(self):
+        text = "Grüße aus Köln, 東京 " * 300  # ~9 KB, multi-byte characters throughout
+        with FakeLLM() as fake:
+            res = self.run_bytes(fake, text)
+        err = res.stderr.decode("utf-8")  # strict: invalid UTF-8 raises
+        request = [l for l in err.splitlines() if " request: " in l]
+        self.assertEqual(len(request), 1, err[-2000:])
+        body = json.loads(request[0].split(" request: ", 1)[1])
+        self.assertEqual(body["messages"][-1]["content"], text)
+        response = [l for l in err.splitlines() if " response: " in l]
+        self.assertEqual(len(response), 1)
+        json.loads(response[0].split(" response: ", 1)[1])  # whole: it parses
+
+    def test_invalid_utf8_from_the_server_is_logged_valid(self):
+        with FakeLLM("--fault", "invalid_utf8") as fake:
+            res = self.run_bytes(fake, "hi")
+        err = res.stderr.decode("utf-8")  # strict
+        self.assertIn("\ufffd", [l for l in err.splitlines() if " response: " in l][0])
+
+
+class TurnDeadline(ParleyTestCase):
+    """Defect 6: turn_timeout_ms bounds async_process-to-done, queue included."""
+
+    def test_five_queued_turns_end_by_the_deadline(self):
+        # Each answer takes 1.1 s, the deadline is 2 s from acceptance: the
+        # first turn makes it; the second cannot (it starts after 1.1 s and
+        # needs 1.1 s more) and times out mid-request at 2 s, the other three
+        # at the same moment, still queued.  Before, each got 2 s from its own
+        # start: all five succeeded, the fifth after 5.5 s.
+        lines = [{"text": "turn %d" % i, "conversation_id": "q"} for i in range(5)]
+        lines.append({"op": "history", "conversation_id": "q"})
+        with FakeLLM("--latency-ms", str(int(1100 * SLOW))) as fake:
+            run = self.run_ok(lines, options(fake, turn_timeout_ms=int(2000 * SLOW),
+                                             max_retries=0), concurrency=5, timeout=60)
+            reqs = fake.chat_requests()
+        self.assertTurnOk(run.by_seq(1))
+        for seq in range(2, 6):
+            res = self.assertTurnError(run.by_seq(seq), "timeout")
+            self.assertIn("turn_timeout_ms", res["error"]["message"])
+        self.assertGreaterEqual(len(reqs), 2)
+        self.assertEqual(len(run.by_seq(6)["result"]["turns"]), 1)  # only turn 1 committed
+
+
+class DoubleCompletion(unittest.TestCase):
+    """complete_tool_call twice with one handle: not_found, never a use-after-free."""
+
+    def test_second_completion_is_not_found(self):
+        prog = os.path.join(BUILD, "tests", "stress", "parley-double-complete")
+        with FakeLLM() as fake:
+            res = subprocess.run([prog, PLUGIN, fake.base_url], capture_output=True, text=True,
+                                 timeout=120 * SLOW)
+        self.assertEqual(res.returncode, 0, (res.stdout + res.stderr)[-4000:])
+        self.assertRegex(res.stdout, r"^\d+ passed, 0 failed$")
+
+
+if __name__ == "__main__":
+    unittest.main()
