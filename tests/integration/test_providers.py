@@ -451,6 +451,20 @@ class Errors(ProviderCase):
             self.assertTurnOk(run.by_seq(1))
             self.assertEqual([r["status"] for r in llm_requests(fake, "openai")], [429, 200])
 
+    def test_404_hint_follows_the_provider(self):
+        hints = {"openai": "/v1/chat/completions", "anthropic": "/v1/messages",
+                 "ollama": "/api/chat"}
+        for provider in PROVIDERS:
+            with self.subTest(provider=provider):
+                with FakeLLM() as fake:
+                    opts = provider_options(fake, provider)
+                    opts["base_url"] = "http://127.0.0.1:%d/wrong" % fake.port
+                    run = self.run_ok([{"text": "hi"}], opts)
+                    msg = self.assertTurnError(run.by_seq(1), "http_status")["error"]["message"]
+                    self.assertIn("HTTP 404 for http://127.0.0.1:%d/wrong" % fake.port, msg)
+                    self.assertIn("check base_url", msg)
+                    self.assertIn(hints[provider], msg)
+
     def test_server_error_text_per_provider(self):
         for provider in PROVIDERS:
             with self.subTest(provider=provider):
