@@ -92,6 +92,10 @@ if [ $quick = 1 ]; then finish; exit 0; fi
 
 step "ASan+UBSan build + all tests"
 build build-asan -DCMAKE_BUILD_TYPE=Debug -DPARLEY_SANITIZE=address,undefined
+# LSAN_OPTIONS=use_tls=0: at exit LeakSanitizer may crash ("Tracer caught signal 11") reading
+# the stale dynamic TLS block of the plugin parley-host has dlclose()d; not scanning TLS as roots
+# can only add leak reports, never hide one.
+LSAN_OPTIONS=use_tls=0 \
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
 PARLEY_TEST_SLOWDOWN=2 count ctest asan ctest --test-dir build-asan -V -j"$JOBS"
 
