@@ -7,12 +7,12 @@
  * ~40 bytes of text and an assistant answer of ~80, as OpenAI message JSON;
  * turns interleaved across conversations, as real traffic is), then reports
  * the stored message bytes, the RSS growth and its ratio to them, and the
- * cost of history_render / history_commit at that size, measured over `ops`
+ * cost of a load / an append at that size, measured over `ops`
  * random operations (median and minimum of 5 batches).  One "name value"
  * line per metric.
  *
- * Build: gcc -O2 -std=c11 -D_GNU_SOURCE -Iplugin bench/history_bench.c \
- *            plugin/history.c plugin/dict.c plugin/buf.c -lpthread
+ * The store is the memory backend (plugin/store/memory.c), called through its
+ * store_backend table as the agent calls it.
  */
 #include <malloc.h>
 #include <stdint.h>
@@ -21,7 +21,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "history.h"
+#include "store/store.h"
 
 #define TURNS_PER_CONVERSATION 5
 #define ID_SIZE 27    /* 26-char ULID, as Home Assistant mints them */
@@ -123,18 +123,33 @@ static double now_s(void)
 
 static uint64_t clock_ms = 1795375860000ULL; /* advances 1 ms per commit */
 
-static int commit(history *h, const char *id, uint64_t turn_no)
+static const store_backend *const B = &store_memory_backend;
+
+/* Append the turn "user,assistant" (as turn_messages writes it) to conversation id. */
+static int append_joined(store *h, const char *id, const char *tid, const char *text, size_t len)
+{
+    size_t user_len = (size_t)(strstr(text, "},{") - text) + 1;
+    store_message m[2] = {
+        {"00000000-0000-4000-8000-000000000001", "user", clock_ms - 900, text, user_len},
+        {"00000000-0000-4000-8000-000000000002", "assistant", clock_ms, text + user_len + 1,
+         len - user_len - 1},
+    };
+    store_turn in = {tid, clock_ms - 900, clock_ms, m, 2};
+    store_key key = {id, "", ""};
+    return B->append(h, &key, &in, clock_ms++, NULL) == PARLEY_OK ? 0 : -1;
+}
+
+static int commit(store *h, const char *id, uint64_t turn_no)
 {
     char tid[TURN_ID_SIZE], messages[512];
     turn_id(turn_no, tid);
     size_t len = turn_messages(messages, sizeof messages);
-    history_turn_in in = {tid, clock_ms - 900, clock_ms, messages, len, 2};
-    return history_commit(h, id, &in, clock_ms++);
+    return append_joined(h, id, tid, messages, len);
 }
 
 /* ---- phases ---- */
 
-static void fill(history *h, uint64_t conversations)
+static void fill(store *h, uint64_t conversations)
 {
     char id[ID_SIZE];
     uint64_t turn_no = 0;
@@ -183,7 +198,7 @@ static timing summarize(double ns[BATCHES])
 }
 
 /* Render ops/BATCHES random conversations per batch; *messages counts all. */
-static timing time_renders(history *h, const char *ids, uint64_t ops, size_t *messages)
+static timing time_renders(store *h, const char *ids, uint64_t ops, size_t *messages)
 {
     pbuf out = PBUF_INIT;
     double ns[BATCHES];
@@ -193,7 +208,10 @@ static timing time_renders(history *h, const char *ids, uint64_t ops, size_t *me
         double t0 = now_s();
         for (uint64_t k = b * per_batch; k < (b + 1) * per_batch; k++) {
             pbuf_reset(&out);
-            *messages += history_render(h, ids + k * ID_SIZE, clock_ms, &out);
+            store_key key = {ids + k * ID_SIZE, "", ""};
+            size_t n = 0;
+            B->load(h, &key, 0, clock_ms, &out, &n, NULL);
+            *messages += n;
         }
         ns[b] = (now_s() - t0) * 1e9 / (double)per_batch;
     }
@@ -201,7 +219,7 @@ static timing time_renders(history *h, const char *ids, uint64_t ops, size_t *me
     return summarize(ns);
 }
 
-/* Prepared commit inputs, so the timed loop runs history_commit alone. */
+/* Prepared commit inputs, so the timed loop runs the append alone. */
 #define TEXT_POOL 1024
 
 typedef struct commit_inputs {
@@ -228,7 +246,7 @@ static void free_commits(commit_inputs *in)
     free(in);
 }
 
-static timing time_commits(history *h, const char *ids, uint64_t ops, uint64_t first_turn)
+static timing time_commits(store *h, const char *ids, uint64_t ops, uint64_t first_turn)
 {
     commit_inputs *in = prepare_commits(ops, first_turn);
     double ns[BATCHES];
@@ -236,9 +254,8 @@ static timing time_commits(history *h, const char *ids, uint64_t ops, uint64_t f
     for (uint64_t b = 0; b < BATCHES; b++) {
         double t0 = now_s();
         for (uint64_t k = b * per_batch; k < (b + 1) * per_batch; k++) {
-            history_turn_in turn = {in->turn_ids + k * TURN_ID_SIZE, clock_ms - 900, clock_ms,
-                                    in->texts[k % TEXT_POOL], in->lengths[k % TEXT_POOL], 2};
-            if (history_commit(h, ids + k * ID_SIZE, &turn, clock_ms++) != 0)
+            if (append_joined(h, ids + k * ID_SIZE, in->turn_ids + k * TURN_ID_SIZE,
+                              in->texts[k % TEXT_POOL], in->lengths[k % TEXT_POOL]) != 0)
                 exit(1);
         }
         ns[b] = (now_s() - t0) * 1e9 / (double)per_batch;
@@ -256,11 +273,12 @@ int main(int argc, char **argv)
         return 2;
     }
     ops -= ops % BATCHES;
-    history_limits limits = {TURNS_PER_CONVERSATION, (size_t)conversations, 0};
+    store_config cfg = {.location = "",
+                        .limits = {TURNS_PER_CONVERSATION, (size_t)conversations, 0}};
 
     long rss_before = rss_bytes();
-    history *h = history_new(&limits);
-    if (!h)
+    store *h = NULL;
+    if (B->open(&cfg, &h, NULL) != PARLEY_OK)
         return 1;
     double t0 = now_s();
     fill(h, conversations);
@@ -268,8 +286,8 @@ int main(int argc, char **argv)
     long rss_after = rss_bytes();
     struct mallinfo2 mi = mallinfo2();
 
-    history_stats s;
-    history_get_stats(h, &s);
+    store_stats s;
+    B->stats(h, &s, NULL);
     double growth = (double)(rss_after - rss_before);
     printf("conversations               %zu\n", s.conversations);
     printf("turns                       %zu\n", s.turns);
@@ -296,8 +314,8 @@ int main(int argc, char **argv)
            t.median_ns, t.min_ns);
     free(ids);
 
-    history_get_stats(h, &s);
+    B->stats(h, &s, NULL);
     printf("evicted                     %zu\n", s.evicted);
-    history_free(h);
+    B->close(h);
     return 0;
 }

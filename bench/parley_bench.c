@@ -15,6 +15,10 @@
  *               Floor: curl multi (epoll + curl_multi_socket_action) keeping
  *               10,000 POSTs of the same body sizes in flight: the ceiling of
  *               the server (and of this machine) at that concurrency.
+ *   store-seq, store-concurrent (in "all" too)
+ *               the two scenarios above with history_store "sqlite:FILE" (a
+ *               fresh file in --store-dir per phase) against the memory store,
+ *               same server, same run: what durable history costs.
  *
  * How it runs
  *   The parent process never loads the plugin nor initialises libcurl.  It starts
@@ -64,6 +68,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "fault_vfs.h" /* tests/store: a VFS that delays fsync, for --fsync-delay-ms */
+
 #ifndef PARLEY_BENCH_PLUGIN
 #define PARLEY_BENCH_PLUGIN "parley.so"
 #endif
@@ -93,6 +99,10 @@ static struct config {
     int conc_max_connections;   /* Parley's max_connections there; 0 = one per conversation */
     int server_threads;         /* fake server threads for the concurrent scenario */
     int phase_timeout_s;
+    const char *store_dir;      /* where the SQLite phases put their store files */
+    int store_seq_latency_ms;   /* server latency of the store-seq scenario */
+    const char *history_sync;   /* the SQLite phases' history_sync: normal | full */
+    int fsync_delay_ms;         /* SQLite phases: every fsync takes this long (a slow disk) */
     int verbose;
 } cfg = {
     .plugin = PARLEY_BENCH_PLUGIN,
@@ -107,6 +117,7 @@ static struct config {
     .conc_repeats = 3,
     .server_threads = 2,
     .phase_timeout_s = 120,
+    .history_sync = "normal",
 };
 
 /* Five Home-Assistant-like tools, declared in the agent's options. */
@@ -469,6 +480,10 @@ static void on_log(void *host_data, parley_log_level level, const char *message)
         fprintf(stderr, "parley: %s\n", message);
 }
 
+/* The history_store of the Parley phase running in this child ("memory" unless a
+ * store phase set it). */
+static char phase_store[PATH_MAX + 16] = "memory";
+
 static parley_agent *make_agent(const parley_plugin *p, struct result *r, long max_in_flight,
                                 long max_conversations, long max_connections)
 {
@@ -478,10 +493,12 @@ static parley_agent *make_agent(const parley_plugin *p, struct result *r, long m
                  "{\"base_url\":\"http://127.0.0.1:%d/v1\",\"model\":\"fake-model\","
                  "\"tools\":%s,\"max_history_turns\":%d,\"max_in_flight\":%ld,"
                  "\"max_connections\":%ld,"
-                 "\"max_conversations\":%ld,\"turn_timeout_ms\":%d,\"request_timeout_ms\":%d}",
+                 "\"max_conversations\":%ld,\"turn_timeout_ms\":%d,\"request_timeout_ms\":%d,"
+                 "\"history_store\":\"%s\",\"history_sync\":\"%s\"}",
                  ctx.port, TOOLS_JSON, cfg.seq_history, max_in_flight,
                  max_connections, max_conversations,
-                 cfg.phase_timeout_s * 1000, cfg.phase_timeout_s * 1000) < 0)
+                 cfg.phase_timeout_s * 1000, cfg.phase_timeout_s * 1000, phase_store,
+                 cfg.history_sync) < 0)
         return NULL;
     char *err = NULL;
     parley_agent *a = p->create(&host, options, &err);
@@ -1138,6 +1155,34 @@ static void capture_bodies(void)
     printf(" bytes\n\n");
 }
 
+/* ---- the same Parley phases with the SQLite store ------------------------- */
+
+/* Run `fn` (in this phase child) with a fresh SQLite store file, removed after. */
+static void with_sqlite_store(phase_fn fn, struct result *r)
+{
+    char path[PATH_MAX];
+    snprintf(path, sizeof path, "%s/parley-bench-%ld.db", cfg.store_dir ? cfg.store_dir : workdir,
+             (long)getpid());
+    snprintf(phase_store, sizeof phase_store, "sqlite:%s", path);
+    if (cfg.fsync_delay_ms) { /* a slow disk: the default VFS, before the plugin is loaded */
+        if (fault_vfs_install() != 0) {
+            set_error(r, "cannot install the delaying VFS");
+            return;
+        }
+        FAULT_VFS_SET(sync_delay_ms, (unsigned)cfg.fsync_delay_ms);
+    }
+    fn(r);
+    static const char *const suffixes[] = {"", "-wal", "-shm", "-lock"};
+    for (size_t i = 0; i < sizeof suffixes / sizeof suffixes[0]; i++) {
+        char file[PATH_MAX + 8];
+        snprintf(file, sizeof file, "%s%s", path, suffixes[i]);
+        unlink(file);
+    }
+}
+
+static void phase_seq_sqlite(struct result *r) { with_sqlite_store(phase_seq_parley, r); }
+static void phase_conc_sqlite(struct result *r) { with_sqlite_store(phase_conc_parley, r); }
+
 /* ======================================================================
  * Reporting
  * ====================================================================== */
@@ -1225,6 +1270,10 @@ static const char *verdict(int met) { return met ? "met" : "MISSED"; }
  * Scenarios
  * ====================================================================== */
 
+/* What the two sides of a scenario are called ("parley" against "floor", or
+ * "sqlite" against "memory" for the store scenarios). */
+static const char *side_a = "parley", *side_b = "floor";
+
 static void scenario(const char *name, int reps, int latency_ms, int threads, int max_conn,
                      phase_fn parley_fn, phase_fn floor_fn, struct scenario_figures *fg)
 {
@@ -1240,14 +1289,14 @@ static void scenario(const char *name, int reps, int latency_ms, int threads, in
         struct result p, f;
         if (rep % 2) { /* alternate the order: drift hits both sides alike */
             p = run_phase(parley_fn);
-            print_result(name, rep, reps, "parley", &p);
+            print_result(name, rep, reps, side_a, &p);
             f = run_phase(floor_fn);
-            print_result(name, rep, reps, "floor", &f);
+            print_result(name, rep, reps, side_b, &f);
         } else {
             f = run_phase(floor_fn);
-            print_result(name, rep, reps, "floor", &f);
+            print_result(name, rep, reps, side_b, &f);
             p = run_phase(parley_fn);
-            print_result(name, rep, reps, "parley", &p);
+            print_result(name, rep, reps, side_a, &p);
         }
         server_stop(&s);
         if (p.turns && f.turns && p.wall_s > 0 && f.wall_s > 0)
@@ -1313,6 +1362,48 @@ static void report_conc(const struct scenario_figures *fg)
         fprintf(summary, "conc.failures_worst=%.0f\nconc.complete=%d\n", worst_fail, fg->complete);
 }
 
+static void report_store_seq(const struct scenario_figures *fg)
+{
+    printf("\nScenario 1s -- sequential turns as in scenario 1 (server latency %d ms), history in "
+           "SQLite (history_sync %s, fsync delay %d ms) against the memory store; median of %zu "
+           "runs\n",
+           cfg.store_seq_latency_ms, cfg.history_sync, cfg.fsync_delay_ms, fg->thr.n);
+    printf("  %-34s %14s %14s %10s\n", "", "sqlite", "memory", "ratio");
+    row("store_seq.mean_ms", "mean turn time (ms)", "%.3f", &fg->mean_ms, 1);
+    row("store_seq.p50_ms", "p50 latency (ms)", "%.3f", &fg->p50, 1);
+    row("store_seq.p99_ms", "p99 latency (ms)", "%.3f", &fg->p99, 1);
+    row("store_seq.cpu_us", "client CPU per turn (us)", "%.1f", &fg->cpu, 1);
+    row("store_seq.hwm_mib", "peak RSS, VmHWM (MiB)", "%.1f", &fg->hwm, 0);
+    row("store_seq.failures", "failures", "%.0f", &fg->fail, 0);
+    double ratio = median(fg->mean_ms.ratio, fg->mean_ms.n);
+    printf("  => SQLite turn time / memory turn time = %.3f (target <= 1.10: %s)%s\n", ratio,
+           verdict(ratio <= 1.10), fg->complete ? "" : "  [some phases incomplete]");
+}
+
+static void report_store_conc(const struct scenario_figures *fg)
+{
+    printf("\nScenario 2s -- %d conversations in flight as in scenario 2, history in SQLite "
+           "(history_sync %s, fsync delay %d ms) against the memory store; median of %zu runs\n",
+           cfg.conc_conversations, cfg.history_sync, cfg.fsync_delay_ms, fg->thr.n);
+    printf("  %-34s %14s %14s %10s\n", "", "sqlite", "memory", "ratio");
+    row("store_conc.turns_per_s", "turns/s", "%.0f", &fg->thr, 1);
+    row("store_conc.p50_ms", "p50 latency (ms)", "%.1f", &fg->p50, 1);
+    row("store_conc.p99_ms", "p99 latency (ms)", "%.1f", &fg->p99, 1);
+    row("store_conc.cpu_us", "client CPU per turn (us)", "%.1f", &fg->cpu, 1);
+    row("store_conc.hwm_mib", "peak RSS, VmHWM (MiB)", "%.1f", &fg->hwm, 0);
+    row("store_conc.failures", "failures", "%.0f", &fg->fail, 0);
+    double ratio = median(fg->thr.ratio, fg->thr.n), worst_fail = 0;
+    for (size_t i = 0; i < fg->fail.n; i++)
+        if (fg->fail.parley[i] > worst_fail)
+            worst_fail = fg->fail.parley[i];
+    printf("  => SQLite throughput / memory throughput = %.3f (target >= 0.90: %s)\n", ratio,
+           verdict(ratio >= 0.90));
+    printf("  => SQLite failures, worst run = %.0f (target 0: %s)\n", worst_fail,
+           verdict(worst_fail == 0 && fg->complete));
+    if (summary)
+        fprintf(summary, "store_conc.failures_worst=%.0f\n", worst_fail);
+}
+
 /* ======================================================================
  * main
  * ====================================================================== */
@@ -1321,7 +1412,11 @@ static void usage(FILE *out)
 {
     fprintf(out,
             "usage: parley-bench [options]\n"
-            "  --scenario seq|concurrent|all   (all)\n"
+            "  --scenario seq|concurrent|store-seq|store-concurrent|all   (all)\n"
+            "  --store-dir DIR                 store files of the store scenarios (a temp dir)\n"
+            "  --store-seq-latency-ms N        server latency of store-seq (0)\n"
+            "  --history-sync normal|full      history_sync of the SQLite phases (normal)\n"
+            "  --fsync-delay-ms N              SQLite phases: each fsync sleeps N ms first (0)\n"
             "  --plugin PATH                   parley.so (%s)\n"
             "  --fake-llm PATH                 parley-fake-llm (%s)\n"
             "  --seq-turns N                   measured sequential turns (2000)\n"
@@ -1375,6 +1470,14 @@ int main(int argc, char **argv)
             cfg.fake_llm = v;
         else if (strcmp(a, "--summary-file") == 0)
             cfg.summary_file = v;
+        else if (strcmp(a, "--store-dir") == 0)
+            cfg.store_dir = v;
+        else if (strcmp(a, "--history-sync") == 0)
+            cfg.history_sync = v;
+        else if (strcmp(a, "--fsync-delay-ms") == 0)
+            cfg.fsync_delay_ms = int_arg(a, v, 0, 10000);
+        else if (strcmp(a, "--store-seq-latency-ms") == 0)
+            cfg.store_seq_latency_ms = int_arg(a, v, 0, 60000);
         else if (strcmp(a, "--seq-turns") == 0)
             cfg.seq_turns = int_arg(a, v, 1, 10000000);
         else if (strcmp(a, "--seq-repeats") == 0)
@@ -1400,7 +1503,10 @@ int main(int argc, char **argv)
     }
     int do_seq = strcmp(cfg.scenario, "seq") == 0 || strcmp(cfg.scenario, "all") == 0;
     int do_conc = strcmp(cfg.scenario, "concurrent") == 0 || strcmp(cfg.scenario, "all") == 0;
-    if (!do_seq && !do_conc) {
+    int do_store_seq = strcmp(cfg.scenario, "store-seq") == 0 || strcmp(cfg.scenario, "all") == 0;
+    int do_store_conc =
+        strcmp(cfg.scenario, "store-concurrent") == 0 || strcmp(cfg.scenario, "all") == 0;
+    if (!do_seq && !do_conc && !do_store_seq && !do_store_conc) {
         usage(stderr);
         return 2;
     }
@@ -1426,16 +1532,29 @@ int main(int argc, char **argv)
            cfg.fake_llm);
     capture_bodies();
 
-    struct scenario_figures seq, conc_fg;
+    struct scenario_figures seq, conc_fg, store_seq, store_conc;
     if (do_seq)
         scenario("seq", cfg.seq_repeats, 0, 2, 64, phase_seq_parley, phase_seq_floor, &seq);
     if (do_conc)
         scenario("concurrent", cfg.conc_repeats, cfg.conc_latency_ms, cfg.server_threads,
                  2 * cfg.conc_conversations + 64, phase_conc_parley, phase_conc_floor, &conc_fg);
+    side_a = "sqlite";
+    side_b = "memory";
+    if (do_store_seq)
+        scenario("store-seq", cfg.seq_repeats, cfg.store_seq_latency_ms, 2, 64, phase_seq_sqlite,
+                 phase_seq_parley, &store_seq);
+    if (do_store_conc)
+        scenario("store-concurrent", cfg.conc_repeats, cfg.conc_latency_ms, cfg.server_threads,
+                 2 * cfg.conc_conversations + 64, phase_conc_sqlite, phase_conc_parley,
+                 &store_conc);
     if (do_seq)
         report_seq(&seq);
     if (do_conc)
         report_conc(&conc_fg);
+    if (do_store_seq)
+        report_store_seq(&store_seq);
+    if (do_store_conc)
+        report_store_conc(&store_conc);
     if (summary)
         fclose(summary);
     rmdir(workdir);

@@ -10,10 +10,14 @@
 #   2  10,000 conversations in flight, 200 ms server latency, against
 #      curl multi keeping 10,000 POSTs in flight (3 runs, medians)
 #   3  the conversation store with 100,000 and 1,000,000 conversations
+#   1s, 2s  scenarios 1 and 2 with history_store "sqlite:FILE" against the
+#      memory store (parley-bench --scenario store-seq / store-concurrent)
+#   4  opening a SQLite store of 100,000 and 1,000,000 conversations (store-bench)
 #
 # Environment:
 #   PARLEY_BENCH_ARGS   extra parley-bench options, e.g. "--seq-repeats 9"
 #   SKIP_HISTORY=1      skip scenario 3 (its 1,000,000 case needs ~2 GB)
+#   SKIP_STORE_OPEN=1   skip scenario 4 (its 1,000,000 case writes a 1.4 GB file into BUILD_DIR)
 set -eu
 
 src=$(cd "$(dirname "$0")/.." && pwd)
@@ -22,7 +26,8 @@ jobs=$(nproc 2>/dev/null || echo 2)
 
 echo "== building (Release) in $build"
 cmake -S "$src" -B "$build" -DCMAKE_BUILD_TYPE=Release >/dev/null
-cmake --build "$build" -j"$jobs" --target parley parley-fake-llm parley-bench history-bench >/dev/null
+cmake --build "$build" -j"$jobs" --target parley parley-fake-llm parley-bench history-bench \
+    store-bench >/dev/null
 
 out=$(mktemp -d /tmp/parley-bench-run.XXXXXX)
 trap 'rm -rf "$out"' EXIT INT TERM
@@ -33,7 +38,8 @@ run() { # bounded: no benchmark may run away
 
 echo "== scenarios 1 and 2: parley-bench"
 # shellcheck disable=SC2086 # PARLEY_BENCH_ARGS is a list of options
-run "$build/bench/parley-bench" --summary-file "$out/summary" ${PARLEY_BENCH_ARGS:-} |
+run "$build/bench/parley-bench" --summary-file "$out/summary" --store-dir "$build" \
+    ${PARLEY_BENCH_ARGS:-} |
     tee "$out/parley-bench.txt"
 
 if [ "${SKIP_HISTORY:-0}" != 1 ]; then
@@ -41,6 +47,14 @@ if [ "${SKIP_HISTORY:-0}" != 1 ]; then
         echo
         echo "== scenario 3: history-bench $n"
         run "$build/bench/history-bench" "$n" | tee "$out/history-$n.txt"
+    done
+fi
+
+if [ "${SKIP_STORE_OPEN:-0}" != 1 ]; then
+    for n in 100000 1000000; do
+        echo
+        echo "== scenario 4: store-bench open $n"
+        run "$build/bench/store-bench" open "$n" "$build" | tee "$out/open-$n.txt"
     done
 fi
 
@@ -105,6 +119,25 @@ if [ "${SKIP_HISTORY:-0}" != 1 ]; then
             "" "" "" ""
     done
 fi
+r=$(val store_seq.mean_ms.ratio)
+row "1s SQLite vs memory: turn time, mean (ms)" "$(val store_seq.mean_ms.parley)" \
+    "$(val store_seq.mean_ms.floor)" "$r" "<= 1.10" "$(verdict "$r" "<=" 1.10)"
+r=$(val store_conc.turns_per_s.ratio)
+row "2s SQLite vs memory: turns/s" "$(val store_conc.turns_per_s.parley)" \
+    "$(val store_conc.turns_per_s.floor)" "$r" ">= 0.90" "$(verdict "$r" ">=" 0.90)"
+f=$(val store_conc.failures_worst)
+row "2s SQLite: failures (worst run)" "$f" "" "" "0" "$(verdict "$f" "==" 0)"
+if [ "${SKIP_STORE_OPEN:-0}" != 1 ]; then
+    for n in 100000 1000000; do
+        ms=$(awk '$1 == "open_ms" { print $2 }' "$out/open-$n.txt" 2>/dev/null | sort -n | sed -n 2p)
+        kib=$(awk '$1 == "rss_open_growth_kib" { print $2 }' "$out/open-$n.txt" 2>/dev/null |
+              sort -n | sed -n 2p)
+        row "4 open SQLite store, $n conv. (ms)" "${ms:--}" "" "" "< 1000" \
+            "$(verdict "${ms:--}" "<=" 1000)"
+        row "4 open: RSS growth (KiB)" "${kib:--}" "" "" "" ""
+    done
+fi
+echo "(store rows: 'Parley' = SQLite store, 'floor' = memory store, same run)"
 echo "(floor = bare libcurl against the same fake server in the same run; ratio = Parley/floor"
 echo " per run, median over runs; turn-time and CPU ratios > 1 and throughput ratios < 1 are"
 echo " Parley's overhead.  Figures are measurements on this machine, not assertions.)"

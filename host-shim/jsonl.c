@@ -247,7 +247,8 @@ static void handle_turn(unsigned long seq, const struct jsonl_turn *req,
 
 /* Barrier ops first wait for every submitted turn (docs/shim.md). */
 static int is_barrier(enum jsonl_op_kind kind) {
-    return kind != JSONL_OP_CANCEL && kind != JSONL_OP_SLEEP;
+    /* update_options is no barrier: turns in flight finish under their options. */
+    return kind != JSONL_OP_CANCEL && kind != JSONL_OP_SLEEP && kind != JSONL_OP_UPDATE_OPTIONS;
 }
 
 /* Wait until every submitted turn has completed and its line is written.
@@ -340,6 +341,13 @@ static void handle_op(unsigned long seq, const struct jsonl_op *op) {
     case JSONL_OP_CANCEL:
         op_cancel(seq, op->num);
         break;
+    case JSONL_OP_UPDATE_OPTIONS: {
+        char *msg = NULL;
+        st = live_options_apply(json_loads(op->json, 0, NULL), &msg);
+        op_reply(seq, name, NULL, st == PARLEY_OK ? NULL : jerror(st, msg));
+        free(msg);
+        break;
+    }
     case JSONL_OP_SLEEP: /* stop reading for a while; turns keep running */
         if (shim_sleep_ms((long)op->num) == 0)
             op_reply(seq, name, NULL, NULL); /* interrupted: no answer, as for barriers */

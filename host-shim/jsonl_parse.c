@@ -145,6 +145,7 @@ static const struct op_def {
     {"wait", JSONL_OP_WAIT, NULL},
     {"cancel", JSONL_OP_CANCEL, "seq"},
     {"sleep", JSONL_OP_SLEEP, "ms"},
+    {"update_options", JSONL_OP_UPDATE_OPTIONS, "options"},
 };
 
 static const struct op_def *find_op(const char *name) {
@@ -172,6 +173,8 @@ static const char *op_arg_problem(const struct op_def *def, json_t *arg) {
                        json_integer_value(arg) <= JSONL_SLEEP_MAX_MS
                    ? NULL
                    : "\"%s\" must be an integer from 0 to 86400000";
+    case JSONL_OP_UPDATE_OPTIONS:
+        return json_is_object(arg) ? NULL : "\"%s\" must be an object";
     default:
         return NULL;
     }
@@ -205,6 +208,8 @@ static int parse_op(json_t *obj, json_t *jop, struct jsonl_line *l) {
     l->op.kind = def->kind;
     l->op.name = def->name;
     l->op.num = json_integer_value(arg); /* 0 unless an integer */
+    if (json_is_object(arg) && !(l->op.json = json_dumps(arg, SHIM_JSON_COMPACT)))
+        return -1;
     return dup_opt(json_string_value(arg), &l->op.id);
 }
 
@@ -256,5 +261,6 @@ void jsonl_line_free(struct jsonl_line *l) {
     free(l->turn.context_json);
     free(l->turn.tools_json);
     free(l->op.id);
+    free(l->op.json);
     memset(l, 0, sizeof *l);
 }

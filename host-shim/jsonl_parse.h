@@ -25,6 +25,7 @@ enum jsonl_op_kind {
     JSONL_OP_WAIT,
     JSONL_OP_CANCEL,
     JSONL_OP_SLEEP,
+    JSONL_OP_UPDATE_OPTIONS,
 };
 
 /* Longest "ms" a sleep op accepts: one day. */
@@ -61,6 +62,8 @@ struct jsonl_op {
     /* cancel: the input line number of the turn (>= 1); sleep: milliseconds
      * (0..JSONL_SLEEP_MAX_MS); other ops: 0. */
     long long num;
+    /* update_options: the "options" object, serialized compactly; else NULL. */
+    char *json;
 };
 
 /* Only the member that `kind` names is filled; the others are zeroed. */

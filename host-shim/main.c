@@ -425,6 +425,7 @@ out_json:
 out_tools:
     tools_shutdown(); /* idempotent; frees the tools when we never got this far */
 out_options:
+    live_options_free(); /* before `options`: g_shim.options may point at either */
     json_decref(options);
 out_args:
     free(sets);

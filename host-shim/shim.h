@@ -136,6 +136,15 @@ void tools_on_call(void *host_data, parley_tool_call *call, const parley_tool_ca
  * stop the completer thread, free everything. */
 void tools_shutdown(void);
 
+/* ---- live_options.c ---------------------------------------------------- */
+
+/* update_options with `next` (a whole options object, stolen) plus the
+ * --tools declarations; on success it becomes g_shim.options.  Else the
+ * status, and *msg (malloc'd, may be NULL) says why. */
+parley_status live_options_apply(json_t *next, char **msg);
+/* At exit: drop the options object made current by live_options_apply. */
+void live_options_free(void);
+
 /* ---- runners ----------------------------------------------------------- */
 
 int run_jsonl(unsigned long concurrency);

@@ -4,18 +4,18 @@
  * on host threads; the work itself happens on the worker (worker.c, turn.c).
  */
 #include "agent.h"
-#include "provider/provider.h"
 
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "clock.h"
 #include "agent_api.h"
+#include "buf.h"
+#include "clock.h"
+#include "host_log.h"
 #include "tool_handle.h"
 #include "turn.h"
-#include "utf8.h"
+#include "turn_input.h"
 
 static pthread_once_t curl_once = PTHREAD_ONCE_INIT;
 static CURLcode curl_init_result;
@@ -23,106 +23,72 @@ static CURLcode curl_init_result;
 /* curl_global_init is not thread-safe on older libcurls: do it exactly once. */
 static void init_curl(void) { curl_init_result = curl_global_init(CURL_GLOBAL_DEFAULT); }
 
-/* Whole messages, never cut (a debug body may be megabytes), always valid UTF-8. */
-void agent_log(parley_agent *a, parley_log_level level, const char *fmt, ...)
-{
-    if (!a->host.log)
-        return;
-    va_list ap;
-    va_start(ap, fmt);
-    char *msg = pstr_vprintf(fmt, ap);
-    va_end(ap);
-    if (!msg)
-        return; /* out of memory: a log line is not worth failing for */
-    size_t n = strlen(msg);
-    if (utf8_valid(msg, n)) {
-        a->host.log(a->host.host_data, level, msg);
-    } else {
-        pbuf repaired = PBUF_INIT;
-        utf8_append_repaired(&repaired, msg, n);
-        if (!repaired.oom)
-            a->host.log(a->host.host_data, level, repaired.data);
-        pbuf_free(&repaired);
-    }
-    free(msg);
-}
-
 static char *dup_error(const char *s) { return strdup(s ? s : "out of memory"); }
 
-static const char *live_key(const void *e) { return ((const turn *)e)->id_key; }
-
-static inbox *inbox_new(void)
+/* The current config snapshot, with a reference for the caller. */
+static agent_config *current_config(parley_agent *a)
 {
-    inbox *box = calloc(1, sizeof *box);
-    if (!box)
-        return NULL;
-    box->live = dict_new(live_key);
-    if (!box->live || pthread_mutex_init(&box->mu, NULL) != 0) {
-        dict_free(box->live);
-        free(box);
-        return NULL;
-    }
-    box->refs = 1;
-    box->alive = 1;
-    return box;
+    pthread_mutex_lock(&a->cfg_mu);
+    agent_config *c = config_ref(a->cfg);
+    pthread_mutex_unlock(&a->cfg_mu);
+    return c;
 }
 
-/* Everything requests share: the URL, the headers (the provider's), the limits. */
-static int setup_http(parley_agent *a)
+static void store_log(void *ud, parley_log_level level, const char *message)
 {
-    const parley_options *o = &a->opts;
-    a->prov = provider_find(o->provider); /* options_parse accepted only known names */
-    if (!a->prov)
+    const parley_agent *a = ud;
+    host_log(&a->host, level, "%s", message);
+}
+
+/* The history store the options name (or `backend` in its place), with their
+ * limits.  0, or -1 with *err. */
+static int open_store(parley_agent *a, const store_backend *backend, char **err)
+{
+    const parley_options *o = &a->cfg->opts;
+    const char *location = "";
+    const store_backend *named = store_backend_for(o->history_store, &location);
+    if (!backend)
+        backend = named;
+    if (!backend) { /* options_parse checked the scheme */
+        *err = pstr_printf("option 'history_store': unknown store \"%s\"", o->history_store);
         return -1;
-    const char *base = o->base_url ? o->base_url : a->prov->default_base_url;
-    if (!(a->url = pstr_printf("%s%s", base, a->prov->path)))
-        return -1;
-    if (!(a->display_url = http_display_url(a->url)))
-        return -1;
-    const char *lines[] = {"Content-Type: application/json",
-                           o->stream ? a->prov->stream_accept : NULL};
-    for (size_t i = 0; i < sizeof lines / sizeof lines[0]; i++) {
-        if (!lines[i])
-            continue;
-        struct curl_slist *more = curl_slist_append(a->headers, lines[i]);
-        if (!more) /* the list so far stays in a->headers, freed by agent_free */
-            return -1;
-        a->headers = more;
     }
-    if (a->prov->headers(o, &a->headers) != 0)
-        return -1;
-    a->http = (http_config){
-        .url = a->url,
-        .display_url = a->display_url,
-        .headers = a->headers,
-        .connect_timeout_ms = (long)o->connect_timeout_ms,
-        /* Streamed answers are timed by the turn: first byte, then idle gaps. */
-        .request_timeout_ms = o->stream ? 0 : (long)o->request_timeout_ms,
-        .verify_tls = o->verify_tls,
-        .max_response_bytes = (size_t)o->max_response_bytes,
+    int64_t keep = o->history_keep_turns < 0 ? o->max_history_turns : o->history_keep_turns;
+    store_config cfg = {
+        .location = location,
+        .limits = {.keep_turns = (size_t)keep,
+                   .max_conversations = (size_t)o->max_conversations,
+                   .idle_timeout_ms = (uint64_t)o->history_idle_timeout_s * 1000u},
+        .sync_full = strcmp(o->history_sync, "full") == 0,
+        .log = store_log,
+        .log_ud = a,
     };
+    char *serr = NULL;
+    if (backend->open(&cfg, &a->store, &serr) != PARLEY_OK) {
+        a->store = NULL;
+        *err = pstr_printf("option 'history_store': %s", serr ? serr : "could not open the store");
+        free(serr);
+        return -1;
+    }
     return 0;
 }
 
 static void agent_free(parley_agent *a)
 {
-    http_pool_cleanup(&a->pool);
-    dict_free(a->lanes);
-    free(a->reaped);
-    timer_heap_free(&a->timers);
-    curl_slist_free_all(a->headers);
-    free(a->url);
-    free(a->display_url);
-    toolset_free(a->tools);
-    history_free(a->hist);
-    options_free(&a->opts);
-    if (a->box)
-        inbox_unref(a->box);
+    if (a->store)
+        a->store->backend->close(a->store);
+    config_unref(a->cfg);
+    pthread_mutex_destroy(&a->cfg_mu);
     free(a);
 }
 
-
 parley_agent *agent_create(const parley_host *host, const char *options_json, char **error)
+{
+    return agent_create_with_store(host, options_json, NULL, error);
+}
+
+parley_agent *agent_create_with_store(const parley_host *host, const char *options_json,
+                                      const store_backend *backend, char **error)
 {
     char *err = NULL;
     pthread_once(&curl_once, init_curl);
@@ -132,7 +98,8 @@ parley_agent *agent_create(const parley_host *host, const char *options_json, ch
         return NULL;
     }
     parley_agent *a = calloc(1, sizeof *a);
-    if (!a) {
+    if (!a || pthread_mutex_init(&a->cfg_mu, NULL) != 0) {
+        free(a);
         if (error)
             *error = dup_error(NULL);
         return NULL;
@@ -142,34 +109,24 @@ parley_agent *agent_create(const parley_host *host, const char *options_json, ch
         memcpy(&a->host, host, n);
     }
     atomic_init(&a->next_request_id, 1);
-    if (options_parse(options_json, &a->opts, &err) != 0)
+    if (!(a->cfg = config_new(options_json, &err)) || open_store(a, backend, &err) != 0)
         goto fail;
-    char *terr = NULL;
-    a->tools = toolset_parse(a->opts.tools_json, NULL, &terr);
-    if (!a->tools) {
-        if (asprintf(&err, "option 'tools': %s", terr ? terr : "out of memory") < 0)
-            err = NULL;
-        free(terr);
-        goto fail;
-    }
-    history_limits lim = {
-        .max_turns = (size_t)a->opts.max_history_turns,
-        .max_conversations = (size_t)a->opts.max_conversations,
-        .idle_timeout_ms = (uint64_t)a->opts.history_idle_timeout_s * 1000u,
+    worker_setup ws = {
+        .store = a->store,
+        .host = &a->host,
+        .metrics = &a->metrics,
+        .idle_timeout_ms = (uint64_t)a->cfg->opts.history_idle_timeout_s * 1000u,
+        .max_connections = (size_t)a->cfg->opts.max_connections,
     };
-    a->hist = history_new(&lim);
-    a->box = inbox_new();
-    if (!a->hist || !a->box || setup_http(a) != 0)
+    if (!(a->worker = worker_start(&ws, &err)))
         goto fail;
-    if (worker_start(a) != 0) {
-        err = dup_error("could not start the worker thread");
-        goto fail;
-    }
-    if (!a->opts.verify_tls)
-        agent_log(a, PARLEY_LOG_WARN, "verify_tls is false: the LLM server's TLS certificate "
-                  "is NOT checked, so anyone on the network path can read the API key and the "
-                  "conversations; use it only for testing");
-    agent_log(a, PARLEY_LOG_INFO, "agent ready: model %s at %s", a->opts.model, a->display_url);
+    a->box = worker_inbox(a->worker);
+    if (!a->cfg->opts.verify_tls)
+        host_log(&a->host, PARLEY_LOG_WARN, "verify_tls is false: the LLM server's TLS "
+                 "certificate is NOT checked, so anyone on the network path can read the API key "
+                 "and the conversations; use it only for testing");
+    host_log(&a->host, PARLEY_LOG_INFO, "agent ready: model %s at %s", a->cfg->opts.model,
+             a->cfg->display_url);
     return a;
 fail:
     if (error)
@@ -184,7 +141,7 @@ void agent_destroy(parley_agent *a)
 {
     if (!a)
         return;
-    worker_stop(a);
+    worker_stop(a->worker); /* every turn called back; the store threads are gone */
     agent_free(a);
 }
 
@@ -198,41 +155,29 @@ parley_status agent_async_process(parley_agent *a, const parley_input *in, parle
             *error = dup_error("agent is NULL");
         return PARLEY_ERR_INVALID_INPUT;
     }
-    if (atomic_fetch_add(&a->metrics.in_flight, 1) >= a->opts.max_in_flight) {
+    agent_config *cfg = current_config(a); /* the turn keeps its own reference */
+    int64_t max_in_flight = cfg->opts.max_in_flight;
+    if (atomic_fetch_add(&a->metrics.in_flight, 1) >= max_in_flight) {
+        config_unref(cfg);
         atomic_fetch_sub(&a->metrics.in_flight, 1);
         atomic_fetch_add(&a->metrics.rejected_busy, 1);
-        if (error && asprintf(error, "busy: %lld turns already in flight (max_in_flight)",
-                              (long long)a->opts.max_in_flight) < 0)
+        if (error && !(*error = pstr_printf("busy: %lld turns already in flight (max_in_flight)",
+                                            (long long)max_in_flight)))
             *error = NULL;
         return PARLEY_ERR_BUSY;
     }
-    turn *t = turn_new(a, in, done, user_data, &st, &err);
+    parley_request_id id = atomic_fetch_add(&a->next_request_id, 1);
+    turn *t = turn_input_accept(cfg, id, in, done, user_data, &st, &err);
+    config_unref(cfg);
     if (!t) {
         atomic_fetch_sub(&a->metrics.in_flight, 1);
         atomic_fetch_add(&a->metrics.rejected_invalid, 1);
         goto fail;
     }
-    /* Once queued, the turn belongs to the worker and may be gone at any moment. */
-    parley_request_id id = t->id;
-    inbox *box = a->box;
-    pthread_mutex_lock(&box->mu);
-    if (!box->alive || box->stop) {
-        st = PARLEY_ERR_CANCELLED;
-        err = dup_error("the agent is being destroyed");
-    } else if (dict_add(box->live, t) != 0) {
-        st = PARLEY_ERR_NO_MEMORY;
-        err = dup_error(NULL);
-    } else {
-        t->inbox_next = NULL;
-        if (box->submitted_tail)
-            box->submitted_tail->inbox_next = t;
-        else
-            box->submitted_head = t;
-        box->submitted_tail = t;
-        curl_multi_wakeup(box->multi);
-    }
-    pthread_mutex_unlock(&box->mu);
+    /* Once submitted, the turn belongs to the worker and may be gone at any moment. */
+    st = inbox_submit(a->box, t);
     if (st != PARLEY_OK) {
+        err = dup_error(st == PARLEY_ERR_CANCELLED ? "the agent is being destroyed" : NULL);
         atomic_fetch_sub(&a->metrics.in_flight, 1);
         turn_free(t);
         goto fail;
@@ -249,35 +194,74 @@ fail:
     return st;
 }
 
+/*
+ * Options a live agent cannot change: the store (opened once, with its
+ * retention and limits) and the HTTP connection pool.  The first one whose
+ * value differs, or NULL.
+ */
+static const char *fixed_option_changed(const parley_options *now, const parley_options *next)
+{
+    if (strcmp(now->history_store, next->history_store) != 0)
+        return "history_store";
+    if (strcmp(now->history_sync, next->history_sync) != 0)
+        return "history_sync";
+    if (now->history_keep_turns != next->history_keep_turns)
+        return "history_keep_turns";
+    if (now->max_conversations != next->max_conversations)
+        return "max_conversations";
+    if (now->history_idle_timeout_s != next->history_idle_timeout_s)
+        return "history_idle_timeout_s";
+    if (now->max_connections != next->max_connections)
+        return "max_connections";
+    return NULL;
+}
+
+parley_status agent_update_options(parley_agent *a, const char *options_json, char **error)
+{
+    char *err = NULL;
+    if (error)
+        *error = NULL;
+    if (!a) {
+        if (error)
+            *error = dup_error("agent is NULL");
+        return PARLEY_ERR_INVALID_INPUT;
+    }
+    agent_config *next = config_new(options_json, &err);
+    if (!next) {
+        if (error)
+            *error = err ? err : dup_error(NULL);
+        else
+            free(err);
+        return PARLEY_ERR_INVALID_OPTIONS;
+    }
+    pthread_mutex_lock(&a->cfg_mu);
+    agent_config *old = a->cfg;
+    const char *fixed = fixed_option_changed(&old->opts, &next->opts);
+    if (!fixed)
+        a->cfg = next; /* turns accepted from now on take this one */
+    pthread_mutex_unlock(&a->cfg_mu);
+    if (fixed) {
+        config_unref(next);
+        if (error)
+            *error = pstr_printf("option '%s': cannot change on a live agent (it belongs to the "
+                                 "history store or the connection pool, opened once at create); "
+                                 "destroy and create the agent to change it", fixed);
+        return PARLEY_ERR_INVALID_OPTIONS;
+    }
+    if (!next->opts.verify_tls && old->opts.verify_tls)
+        host_log(&a->host, PARLEY_LOG_WARN, "verify_tls is now false: the LLM server's TLS "
+                 "certificate is NOT checked; use it only for testing");
+    host_log(&a->host, PARLEY_LOG_INFO, "options updated: model %s at %s", next->opts.model,
+             next->display_url);
+    config_unref(old); /* turns in flight still hold it */
+    return PARLEY_OK;
+}
+
 parley_status agent_cancel(parley_agent *a, parley_request_id id)
 {
     if (!a)
         return PARLEY_ERR_INVALID_INPUT;
-    inbox *box = a->box;
-    char key[24];
-    snprintf(key, sizeof key, "%llu", (unsigned long long)id);
-    parley_status st = PARLEY_OK;
-    pthread_mutex_lock(&box->mu);
-    if (!dict_find(box->live, key)) {
-        st = PARLEY_ERR_NOT_FOUND;
-    } else {
-        if (box->ncancels == box->cancels_cap) {
-            size_t cap = box->cancels_cap ? box->cancels_cap * 2 : 8;
-            uint64_t *c = realloc(box->cancels, cap * sizeof *c);
-            if (c) {
-                box->cancels = c;
-                box->cancels_cap = cap;
-            }
-        }
-        if (box->ncancels < box->cancels_cap) {
-            box->cancels[box->ncancels++] = id;
-            curl_multi_wakeup(box->multi);
-        } else {
-            st = PARLEY_ERR_NO_MEMORY;
-        }
-    }
-    pthread_mutex_unlock(&box->mu);
-    return st;
+    return inbox_cancel(a->box, id);
 }
 
 parley_status agent_complete_tool_call(parley_tool_call *call, const char *result, int is_error)
@@ -287,33 +271,25 @@ parley_status agent_complete_tool_call(parley_tool_call *call, const char *resul
     parley_tool_call *h = tool_handle_take(call);
     if (!h)
         return PARLEY_ERR_NOT_FOUND; /* already completed (or never given out) */
-    char *copy = result ? strdup(result) : NULL;
-    parley_status st = result && !copy ? PARLEY_ERR_NO_MEMORY : PARLEY_OK;
-    inbox *box = h->box;
-    int queued = 0;
-    pthread_mutex_lock(&box->mu);
-    if (box->alive && h->owner) {
-        h->result = copy;
-        h->is_error = is_error || st != PARLEY_OK;
-        h->next = box->completed;
-        box->completed = h;
-        curl_multi_wakeup(box->multi);
-        queued = 1;
-    }
-    pthread_mutex_unlock(&box->mu);
-    if (!queued) { /* the turn no longer waits for it: just free the handle */
-        free(copy);
-        free(h);
-        inbox_unref(box);
-    }
-    return st;
+    return inbox_complete_tool_call(h, result, is_error);
 }
 
 /* ---- history introspection ------------------------------------------------ */
 
-static parley_status dump_status(int rc)
+static store_key key_for(const char *conversation_id)
 {
-    return rc == 0 ? PARLEY_OK : rc == -1 ? PARLEY_ERR_NOT_FOUND : PARLEY_ERR_NO_MEMORY;
+    return (store_key){.conversation_id = conversation_id, .persona = "", .interface_type = ""};
+}
+
+/* Hand a store read to the host: its JSON in *out, or the status (the message is dropped:
+ * the ABI's read functions return a status only). */
+static parley_status read_result(parley_status st, pbuf *b, char *err, char **out)
+{
+    free(err);
+    if (st == PARLEY_OK && !(*out = pbuf_take(b)))
+        st = PARLEY_ERR_NO_MEMORY;
+    pbuf_free(b);
+    return st;
 }
 
 parley_status agent_history_get(parley_agent *a, const char *id, char **out)
@@ -321,7 +297,11 @@ parley_status agent_history_get(parley_agent *a, const char *id, char **out)
     if (!a || !id || !out)
         return PARLEY_ERR_INVALID_INPUT;
     *out = NULL;
-    return dump_status(history_dump_conversation(a->hist, id, clock_wall_ms(), out));
+    store_key key = key_for(id);
+    pbuf b = PBUF_INIT;
+    char *err = NULL;
+    parley_status st = a->store->backend->get_conversation(a->store, &key, clock_wall_ms(), &b, &err);
+    return read_result(st, &b, err, out);
 }
 
 parley_status agent_turn_get(parley_agent *a, const char *turn_id, char **out)
@@ -329,7 +309,10 @@ parley_status agent_turn_get(parley_agent *a, const char *turn_id, char **out)
     if (!a || !turn_id || !out)
         return PARLEY_ERR_INVALID_INPUT;
     *out = NULL;
-    return dump_status(history_dump_turn(a->hist, turn_id, clock_wall_ms(), out));
+    pbuf b = PBUF_INIT;
+    char *err = NULL;
+    parley_status st = a->store->backend->get_turn(a->store, turn_id, clock_wall_ms(), &b, &err);
+    return read_result(st, &b, err, out);
 }
 
 parley_status agent_conversations_list(parley_agent *a, char **out)
@@ -337,14 +320,23 @@ parley_status agent_conversations_list(parley_agent *a, char **out)
     if (!a || !out)
         return PARLEY_ERR_INVALID_INPUT;
     *out = NULL;
-    return dump_status(history_dump_list(a->hist, clock_wall_ms(), out));
+    pbuf b = PBUF_INIT;
+    char *err = NULL;
+    parley_status st = a->store->backend->list(a->store, clock_wall_ms(), &b, &err);
+    return read_result(st, &b, err, out);
 }
 
 parley_status agent_history_clear(parley_agent *a, const char *id)
 {
     if (!a)
         return PARLEY_ERR_INVALID_INPUT;
-    return history_clear(a->hist, id) == 0 ? PARLEY_OK : PARLEY_ERR_NOT_FOUND;
+    store_key key = key_for(id);
+    char *err = NULL;
+    parley_status st = a->store->backend->forget(a->store, id ? &key : NULL, &err);
+    if (err)
+        host_log(&a->host, PARLEY_LOG_WARN, "history_clear: %s", err);
+    free(err);
+    return st;
 }
 
 /* The token counters, added at the end of the metrics object in *out. */
@@ -370,8 +362,12 @@ parley_status agent_metrics(parley_agent *a, char **out)
 {
     if (!a || !out)
         return PARLEY_ERR_INVALID_INPUT;
-    history_stats hs;
-    history_get_stats(a->hist, &hs);
+    store_stats hs;
+    memset(&hs, 0, sizeof hs);
+    char *err = NULL;
+    if (a->store->backend->stats(a->store, &hs, &err) != PARLEY_OK)
+        host_log(&a->host, PARLEY_LOG_WARN, "metrics: %s", err ? err : "store stats unavailable");
+    free(err);
     const agent_counters *m = &a->metrics;
     if (asprintf(out,
                  "{\"turns_accepted\":%llu,\"turns_ok\":%llu,\"turns_failed\":%llu,"

@@ -4,7 +4,13 @@
 
 #include <parley/plugin.h>
 
+#include "store/store.h"
+
 parley_agent *agent_create(const parley_host *host, const char *options_json, char **error);
+/* For tests: as agent_create, with `backend` (NULL: the one history_store names) opened
+ * at the location history_store gives. */
+parley_agent *agent_create_with_store(const parley_host *host, const char *options_json,
+                                      const store_backend *backend, char **error);
 void agent_destroy(parley_agent *a);
 parley_status agent_async_process(parley_agent *a, const parley_input *in, parley_done_fn done,
                                   void *user_data, parley_request_id *request_id, char **error);
@@ -15,5 +21,6 @@ parley_status agent_turn_get(parley_agent *a, const char *turn_id, char **out);
 parley_status agent_conversations_list(parley_agent *a, char **out);
 parley_status agent_history_clear(parley_agent *a, const char *id);
 parley_status agent_metrics(parley_agent *a, char **out);
+parley_status agent_update_options(parley_agent *a, const char *options_json, char **error);
 
 #endif

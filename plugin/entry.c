@@ -29,6 +29,7 @@ static const parley_plugin PLUGIN = {
     .history_clear = agent_history_clear,
     .metrics = agent_metrics,
     .check_connection = connection_check,
+    .update_options = agent_update_options,
 };
 
 PARLEY_EXPORT const parley_plugin *parley_plugin_entry(uint32_t host_abi_version)

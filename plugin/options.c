@@ -13,6 +13,7 @@
 
 #include "buf.h"
 #include "options_ui.h"
+#include "store/store.h"
 
 typedef enum { OPT_STRING, OPT_NSTRING, OPT_BOOL, OPT_INT, OPT_NUMBER, OPT_TOOLS, OPT_JSON } opt_type;
 
@@ -97,12 +98,19 @@ static const opt_spec SPECS[] = {
      "Base of the exponential backoff (with jitter) between retries"},
     {"retry_max_delay_ms", OPT_INT, OFF(retry_max_delay_ms), 0, 600000, "20000",
      "Longest wait before a retry, Retry-After included"},
+    {"history_store", OPT_STRING, OFF(history_store), 0, 0, "\"memory\"",
+     "Where conversations are kept: \"memory\" (lost on restart) or \"sqlite:PATH\" (a file)"},
+    {"history_sync", OPT_STRING, OFF(history_sync), 0, 0, "\"normal\"",
+     "\"normal\": a committed turn survives a process crash; \"full\": also a power loss "
+     "(every commit is flushed to disk)"},
     {"max_history_turns", OPT_INT, OFF(max_history_turns), 0, 100000, "20",
-     "Whole turns of history kept and sent per conversation; 0 = unlimited"},
+     "Whole turns of history sent with each request (the last N); 0 = all that are kept"},
+    {"history_keep_turns", OPT_INT, OFF(history_keep_turns), 0, 100000000, "null",
+     "Whole turns kept per conversation, oldest dropped; null = max_history_turns; 0 = all"},
     {"max_conversations", OPT_INT, OFF(max_conversations), 1, 100000000, "10000",
      "Conversations kept; the least recently used is forgotten beyond it"},
     {"history_idle_timeout_s", OPT_INT, OFF(history_idle_timeout_s), 0, 31536000, "0",
-     "Forget a conversation idle this long; 0 = never"},
+     "Forget a conversation idle this long (also while the host was down); 0 = never"},
     {"auto_create_conversation_id", OPT_BOOL, OFF(auto_create_conversation_id), 0, 0, "false",
      "Mint a UUID conversation_id when the input has none (else such turns are stateless)"},
     {"max_tool_iterations", OPT_INT, OFF(max_tool_iterations), 1, 100, "10",
@@ -206,7 +214,7 @@ static int set_value(parley_options *o, const opt_spec *s, json_t *v, char **err
         return 0;
     case OPT_INT: {
         if (json_is_null(v)) {
-            *(int64_t *)field = 0;
+            *(int64_t *)field = (int64_t)s->min - 1; /* "unset": one below the range */
             return 0;
         }
         json_int_t n = json_integer_value(v);
@@ -337,6 +345,8 @@ static int one_of(const char *s, const char *const *list)
 
 static int finish_provider_details(parley_options *o, char **err)
 {
+    if (o->thinking_budget_tokens < 1024)
+        o->thinking_budget_tokens = 0; /* null ("unset", one below the range): thinking off */
     if (one_of(o->max_tokens_field, TOKEN_FIELDS) < 0) {
         *err = pstr_printf("option 'max_tokens_field': must be \"max_tokens\" or "
                            "\"max_completion_tokens\"");
@@ -410,6 +420,17 @@ static int finish(parley_options *o, json_t *root, char **err)
         }
         free(o->api_key);
         o->api_key = strdup(k);
+    }
+    const char *location;
+    if (!store_backend_for(o->history_store, &location)) {
+        *err = pstr_printf("option 'history_store': unknown store \"%s\" (expected \"memory\" or "
+                           "\"sqlite:PATH\")", o->history_store);
+        return -1;
+    }
+    if (strcmp(o->history_sync, "normal") != 0 && strcmp(o->history_sync, "full") != 0) {
+        *err = pstr_printf("option 'history_sync': must be \"normal\" or \"full\" (got \"%s\")",
+                           o->history_sync);
+        return -1;
     }
     if (o->api_key && strpbrk(o->api_key, "\r\n")) {
         *err = pstr_printf("option 'api_key': must not contain line breaks");

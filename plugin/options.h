@@ -1,7 +1,8 @@
 /*
  * options.h -- the agent's options: parsed once from the host's JSON text at
  * create(), validated strictly (unknown key, wrong type, out of range: each is
- * an error naming the option), then read-only for the agent's life.
+ * an error naming the option), then read-only for the agent's life.  An
+ * integer option left null holds one less than its minimum ("unset").
  *
  * One table in options.c describes every option (name, type, range, default,
  * doc); the parser, the defaults and the JSON Schema are all derived from it,
@@ -37,7 +38,10 @@ typedef struct parley_options {
     int64_t retry_backoff_ms;
     int64_t retry_max_delay_ms;
     /* history */
-    int64_t max_history_turns;   /* 0 = unlimited */
+    char *history_store;         /* "memory" or "sqlite:PATH" (scheme checked) */
+    char *history_sync;          /* "normal" or "full" */
+    int64_t max_history_turns;   /* turns sent: the last N; 0 = all kept */
+    int64_t history_keep_turns;  /* turns kept; 0 = all; -1 (null) = max_history_turns */
     int64_t max_conversations;
     int64_t history_idle_timeout_s; /* 0 = never */
     int auto_create_conversation_id;

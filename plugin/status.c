@@ -18,6 +18,7 @@ const char *status_name(parley_status s)
     case PARLEY_ERR_NOT_FOUND: return "not_found";
     case PARLEY_ERR_NO_MEMORY: return "no_memory";
     case PARLEY_ERR_INTERNAL: return "internal";
+    case PARLEY_ERR_STORAGE: return "storage";
     }
     return "unknown";
 }

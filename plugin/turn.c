@@ -8,172 +8,10 @@
 #include <sys/random.h>
 
 #include "clock.h"
+#include "host_log.h"
+#include "store_jobs.h"
 #include "tool_handle.h"
 #include "utf8.h"
-#include "worker.h"
-
-#define MAX_CONVERSATION_ID_BYTES 256
-
-/* ======================================================================
- * 1. Input: validate and copy (host thread, inside async_process)
- * ====================================================================== */
-
-static int valid_conversation_id(const char *id)
-{
-    size_t n = strlen(id);
-    if (n == 0 || n > MAX_CONVERSATION_ID_BYTES || !utf8_valid(id, n))
-        return 0;
-    for (size_t i = 0; i < n; i++) {
-        unsigned char c = (unsigned char)id[i];
-        if (c < 0x20 || c == 0x7f)
-            return 0;
-    }
-    return 1;
-}
-
-/* Copy an optional text field, checking it is UTF-8 and not too long. */
-static int copy_field(const char *name, const char *src, size_t max, char **dst, char **err)
-{
-    *dst = NULL;
-    if (!src)
-        return 0;
-    size_t n = strlen(src);
-    if (n > max) {
-        *err = pstr_printf("input '%s': %zu bytes, more than max_input_bytes (%zu)", name, n, max);
-        return -1;
-    }
-    if (!utf8_valid(src, n)) {
-        *err = pstr_printf("input '%s': not valid UTF-8", name);
-        return -1;
-    }
-    if (!(*dst = strdup(src))) {
-        *err = pstr_printf("out of memory");
-        return -2;
-    }
-    return 0;
-}
-
-static int copy_input(turn *t, const parley_agent *a, const parley_input *in, char **err)
-{
-    size_t max = (size_t)a->opts.max_input_bytes;
-    if (!in->text || !*in->text) {
-        *err = pstr_printf("input 'text': required, and must not be empty");
-        return -1;
-    }
-    const struct { const char *name, *src; char **dst; } fields[] = {
-        {"text", in->text, &t->text},
-        {"language", in->language, &t->language},
-        {"device_id", in->device_id, &t->device_id},
-        {"satellite_id", in->satellite_id, &t->satellite_id},
-        {"agent_id", in->agent_id, &t->agent_id},
-        {"extra_system_prompt", in->extra_system_prompt, &t->extra_system_prompt},
-        {"context_json", in->context_json, &t->context_json},
-    };
-    for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++) {
-        int rc = copy_field(fields[i].name, fields[i].src, max, fields[i].dst, err);
-        if (rc != 0)
-            return rc;
-    }
-    if (t->context_json) {
-        json_error_t jerr;
-        json_t *ctx = json_loads(t->context_json, 0, &jerr);
-        int ok = json_is_object(ctx);
-        json_decref(ctx);
-        if (!ok) {
-            *err = pstr_printf("input 'context_json': must be a JSON object%s%s", ctx ? "" : ": ",
-                       ctx ? "" : jerr.text);
-            return -1;
-        }
-    }
-    t->tools = a->tools;
-    if (in->tools_json) {
-        char *terr = NULL;
-        t->own_tools = toolset_parse(in->tools_json, a->tools, &terr);
-        if (!t->own_tools) {
-            int oom = !terr || strcmp(terr, "out of memory") == 0;
-            *err = pstr_printf("input 'tools_json': %s", terr ? terr : "out of memory");
-            free(terr);
-            return oom ? -2 : -1;
-        }
-        t->tools = t->own_tools;
-    }
-    return 0;
-}
-
-/* The conversation this turn belongs to: given, minted, or none (stateless). */
-static int resolve_conversation(turn *t, const parley_agent *a, const parley_input *in, char **err)
-{
-    if (in->conversation_id) {
-        if (!valid_conversation_id(in->conversation_id)) {
-            *err = pstr_printf("input 'conversation_id': must be 1 to %d bytes of UTF-8 without control "
-                       "characters", MAX_CONVERSATION_ID_BYTES);
-            return -1;
-        }
-        t->conversation_id = strdup(in->conversation_id);
-    } else if (a->opts.auto_create_conversation_id) {
-        char id[UUID_STR_LEN];
-        if (uuid4(id) != 0) {
-            *err = pstr_printf("no randomness available for a conversation id");
-            return -1;
-        }
-        t->conversation_id = strdup(id);
-    } else {
-        return 0; /* stateless */
-    }
-    if (!t->conversation_id) {
-        *err = pstr_printf("out of memory");
-        return -2;
-    }
-    return 0;
-}
-
-turn *turn_new(parley_agent *a, const parley_input *in, parley_done_fn done, void *user_data,
-               parley_status *status, char **err)
-{
-    *err = NULL;
-    *status = PARLEY_ERR_INVALID_INPUT;
-    if (!in || in->struct_size < offsetof(parley_input, text) + sizeof in->text || !done) {
-        *err = pstr_printf(!done ? "done callback is required" : "input is missing or too small");
-        return NULL;
-    }
-    /* Read only the fields the host's struct has (it may be older than ours). */
-    parley_input copy;
-    memset(&copy, 0, sizeof copy);
-    memcpy(&copy, in, in->struct_size < sizeof copy ? in->struct_size : sizeof copy);
-
-    turn *t = calloc(1, sizeof *t);
-    if (!t) {
-        *status = PARLEY_ERR_NO_MEMORY;
-        *err = pstr_printf("out of memory");
-        return NULL;
-    }
-    t->agent = a;
-    t->done = done;
-    t->user_data = user_data;
-    t->on_delta = copy.on_delta;
-    t->on_reasoning = copy.on_reasoning;
-    t->deadline = (ptimer)PTIMER_INIT(t);
-    t->wait = (ptimer)PTIMER_INIT(t);
-    int rc = copy_input(t, a, &copy, err);
-    if (rc == 0)
-        rc = resolve_conversation(t, a, &copy, err);
-    if (rc != 0) {
-        *status = rc == -2 ? PARLEY_ERR_NO_MEMORY : PARLEY_ERR_INVALID_INPUT;
-        goto fail;
-    }
-    if (uuid4(t->turn_id) != 0) {
-        *err = pstr_printf("no randomness available for a turn id");
-        goto fail;
-    }
-    t->accepted_mono_ms = clock_mono_ms(); /* turn_timeout_ms counts from here */
-    t->id = atomic_fetch_add(&a->next_request_id, 1);
-    snprintf(t->id_key, sizeof t->id_key, "%llu", (unsigned long long)t->id);
-    *status = PARLEY_OK;
-    return t;
-fail:
-    turn_free(t);
-    return NULL;
-}
 
 static void free_calls(turn *t)
 {
@@ -205,12 +43,14 @@ void turn_free(turn *t)
     json_decref(t->history_msgs);
     free(t->stop_reason);
     pbuf_free(&t->messages);
+    free(t->message_index);
     pbuf_free(&t->steps);
     pbuf_free(&t->body);
     free(t->stream_error);
     free(t->answer);
     provider_stream_free(t->stream);
     free_calls(t);
+    config_unref(t->cfg);
     free(t);
 }
 
@@ -218,10 +58,30 @@ void turn_free(turn *t)
  * Recording: the turn's messages (committed at the end) and its steps
  * ====================================================================== */
 
-static void record_message(turn *t, const pbuf *msg)
+/* Append one message, and index it for the store (a failure is sticky oom). */
+static void record_message(turn *t, const char *role, const pbuf *msg)
 {
+    if (t->nmessages == t->message_index_cap) {
+        size_t cap = t->message_index_cap ? t->message_index_cap * 2 : 4;
+        turn_message *more = realloc(t->message_index, cap * sizeof *more);
+        if (!more) {
+            t->messages.oom = 1;
+            return;
+        }
+        t->message_index = more;
+        t->message_index_cap = cap;
+    }
+    turn_message *m = &t->message_index[t->nmessages];
+    if (uuid4(m->id) != 0) {
+        t->messages.oom = 1; /* no randomness: treated as a failure to record */
+        return;
+    }
     if (t->messages.len)
         pbuf_putc(&t->messages, ',');
+    m->offset = t->messages.len;
+    m->len = msg->len;
+    m->role = role;
+    m->created_ms = clock_wall_ms();
     pbuf_append(&t->messages, msg->data, msg->len);
     t->nmessages++;
 }
@@ -240,7 +100,7 @@ static void record_user_message(turn *t)
     pbuf_puts(&m, "{\"role\":\"user\",\"content\":");
     put_str(&m, t->text);
     pbuf_putc(&m, '}');
-    record_message(t, &m);
+    record_message(t, "user", &m);
     pbuf_free(&m);
 }
 
@@ -333,7 +193,7 @@ static void record_tool_calls(turn *t, const llm_reply *reply)
         pbuf_free(&s);
     }
     pbuf_puts(&m, "]}");
-    record_message(t, &m);
+    record_message(t, "assistant", &m);
     pbuf_free(&m);
 }
 
@@ -353,7 +213,7 @@ static void record_tool_results(turn *t)
         if (c->is_error)
             pbuf_puts(&m, ",\"is_error\":true");
         pbuf_putc(&m, '}');
-        record_message(t, &m);
+        record_message(t, "tool", &m);
         pbuf_free(&m);
 
         pbuf s = PBUF_INIT;
@@ -376,7 +236,7 @@ static void record_answer(turn *t, const llm_reply *reply, const char *content)
     put_str(&m, content);
     record_reasoning(t, &m, reply);
     pbuf_putc(&m, '}');
-    record_message(t, &m);
+    record_message(t, "assistant", &m);
     pbuf_free(&m);
 
     free(t->answer);
@@ -391,23 +251,76 @@ static void record_answer(turn *t, const llm_reply *reply, const char *content)
 }
 
 /* ======================================================================
- * 2. Begin: the conversation's history, as it is now
+ * 1. Begin: the last turns of the conversation, from the store
  * ====================================================================== */
 
 static void turn_request(turn *t);
+static void turn_commit(turn *t);
+
+static store_key key_of(const turn *t)
+{
+    return (store_key){t->conversation_id, t->persona, t->interface_type};
+}
+
+/* Hand a job to the store threads and wait for it (0), or -1 (the turn ended). */
+static int wait_for_store(turn *t, store_job *job)
+{
+    if (job) {
+        job->owner = t;
+        t->job = job;
+    }
+    if (!job || store_jobs_submit(t->env->jobs, job) != 0) {
+        t->job = NULL;
+        store_job_free(job);
+        turn_end(t, PARLEY_ERR_NO_MEMORY, "out of memory");
+        return -1;
+    }
+    return 0;
+}
 
 void turn_begin(turn *t)
 {
-    parley_agent *a = t->agent;
+    const turn_env *env = t->env;
     t->started_wall_ms = clock_wall_ms();
-    if (t->conversation_id)
-        t->nhistory = history_render(a->hist, t->conversation_id, clock_wall_ms(), &t->history);
+    if (!t->conversation_id) {
+        turn_on_history(t, PARLEY_OK, NULL);
+        return;
+    }
+    /* The last max_history_turns turns: what this turn sends. */
+    store_key key = key_of(t);
+    size_t last = (size_t)t->cfg->opts.max_history_turns;
+    if (env->jobs) { /* WAIT loading: the store's read thread loads */
+        store_job *job = store_job_new(STORE_JOB_LOAD, &key);
+        if (job)
+            job->last_turns = last;
+        wait_for_store(t, job);
+        return;
+    }
+    size_t n = 0;
+    char *err = NULL;
+    parley_status st = env->store->backend->load(env->store, &key, last, clock_wall_ms(),
+                                                 &t->history, &n, &err);
+    t->nhistory = n;
+    turn_on_history(t, st, err);
+    free(err);
+}
+
+void turn_on_history(turn *t, parley_status status, const char *message)
+{
+    t->job = NULL;
+    if (status != PARLEY_OK) {
+        char *m = pstr_printf("could not load the conversation's history: %s",
+                              message ? message : status_name(status));
+        turn_end(t, status, m ? m : status_name(status));
+        free(m);
+        return;
+    }
     record_user_message(t);
     turn_request(t);
 }
 
 /* ======================================================================
- * 3. Request: render the body, start the HTTP call
+ * 2. Request: render the body, start the HTTP call
  * ====================================================================== */
 
 static void on_stream_text(void *ud, const char *text, size_t len)
@@ -432,9 +345,8 @@ static void on_stream_reasoning(void *ud, const char *text, size_t len)
  */
 static int arm_stream_timer(turn *t, int first_byte)
 {
-    parley_agent *a = t->agent;
-    int64_t ms = first_byte ? a->opts.request_timeout_ms : a->opts.stream_idle_timeout_ms;
-    return timer_arm(&a->timers, &t->wait, clock_mono_ms() + (uint64_t)ms);
+    int64_t ms = first_byte ? t->cfg->opts.request_timeout_ms : t->cfg->opts.stream_idle_timeout_ms;
+    return timer_arm(t->env->timers, &t->wait, clock_mono_ms() + (uint64_t)ms);
 }
 
 /*
@@ -455,8 +367,7 @@ static int stream_sink(void *owner, const char *data, size_t len)
         return -1;
     }
     int done = provider_stream_done(t->stream);
-    parley_agent *a = t->agent;
-    if (done ? timer_arm(&a->timers, &t->wait, clock_mono_ms() + STREAM_END_GRACE_MS)
+    if (done ? timer_arm(t->env->timers, &t->wait, clock_mono_ms() + STREAM_END_GRACE_MS)
              : arm_stream_timer(t, 0)) {
         free(t->stream_error);
         t->stream_error = strdup("out of memory");
@@ -468,7 +379,7 @@ static int stream_sink(void *owner, const char *data, size_t len)
 /* The system prompt of every request: the agent's, then this turn's extra one. */
 static char *system_prompt(const turn *t)
 {
-    const char *prompt = t->agent->opts.prompt, *extra = t->extra_system_prompt;
+    const char *prompt = t->cfg->opts.prompt, *extra = t->extra_system_prompt;
     int has_prompt = prompt && *prompt, has_extra = extra && *extra;
     return pstr_printf("%s%s%s", has_prompt ? prompt : "", has_prompt && has_extra ? "\n\n" : "",
                        has_extra ? extra : "");
@@ -477,27 +388,27 @@ static char *system_prompt(const turn *t)
 /* The provider codec renders the neutral messages into t->body. */
 static int render_request(turn *t, char **err)
 {
-    parley_agent *a = t->agent;
+    const provider *prov = t->cfg->prov;
     const char *stored = t->history.data ? t->history.data : "";
-    if (!a->prov->reads_history_text && !t->history_msgs &&
+    if (!prov->reads_history_text && !t->history_msgs &&
         !(t->history_msgs = provider_parse_messages(stored, t->history.len, err)))
         return -1;
     json_t *messages = provider_parse_messages(t->messages.data, t->messages.len, err);
     char *system = system_prompt(t);
     int rc = -1;
     if (messages && system) {
-        const char *prompt = a->opts.prompt;
+        const char *prompt = t->cfg->opts.prompt;
         provider_request r = {
             .system = system,
             .system_fixed_len = prompt ? strlen(prompt) : 0,
             .history = t->history_msgs,
-            .history_text = a->prov->reads_history_text ? stored : NULL,
+            .history_text = prov->reads_history_text ? stored : NULL,
             .history_text_len = t->history.len,
             .messages = messages,
             .tools_json = toolset_json(t->tools),
-            .tool_choice_none = t->tool_rounds >= a->opts.max_tool_iterations,
+            .tool_choice_none = t->tool_rounds >= t->cfg->opts.max_tool_iterations,
         };
-        rc = a->prov->encode(&t->body, &a->opts, &r, err);
+        rc = prov->encode(&t->body, &t->cfg->opts, &r, err);
     } else if (!*err) {
         *err = pstr_printf("out of memory");
     }
@@ -508,7 +419,6 @@ static int render_request(turn *t, char **err)
 
 static void turn_request(turn *t)
 {
-    parley_agent *a = t->agent;
     char *err = NULL;
     if (t->messages.oom || t->steps.oom || t->history.oom) {
         turn_end(t, PARLEY_ERR_NO_MEMORY, "out of memory building the request");
@@ -522,17 +432,17 @@ static void turn_request(turn *t)
         free(err);
         return;
     }
-    if (a->opts.debug_log_bodies)
-        agent_log(a, PARLEY_LOG_DEBUG, "turn %s request: %s", t->turn_id, t->body.data);
+    if (t->cfg->opts.debug_log_bodies)
+        host_log(t->env->host, PARLEY_LOG_DEBUG, "turn %s request: %s", t->turn_id, t->body.data);
     provider_stream_free(t->stream);
     t->stream = NULL;
     llm_sink sink = {on_stream_text, on_stream_reasoning, t};
-    if (a->opts.stream &&
-        !(t->stream = provider_stream_new(a->prov, a->opts.strip_think_tags, &sink))) {
+    if (t->cfg->opts.stream &&
+        !(t->stream = provider_stream_new(t->cfg->prov, t->cfg->opts.strip_think_tags, &sink))) {
         turn_end(t, PARLEY_ERR_NO_MEMORY, "out of memory");
         return;
     }
-    t->http = http_call_start(&a->pool, &a->http, t->body.data, t->body.len, t,
+    t->http = http_call_start(t->env->pool, &t->cfg->http, t->body.data, t->body.len, t,
                               t->stream ? stream_sink : NULL);
     if (!t->http) {
         turn_end(t, PARLEY_ERR_INTERNAL, "could not start the HTTP request");
@@ -542,11 +452,11 @@ static void turn_request(turn *t)
         turn_end(t, PARLEY_ERR_NO_MEMORY, "out of memory");
         return;
     }
-    atomic_fetch_add(&a->metrics.llm_requests, 1);
+    atomic_fetch_add(&t->env->metrics->llm_requests, 1);
 }
 
 /* ======================================================================
- * 4. The reply: retry, fail, run tools, or answer
+ * 3. The reply: retry, fail, run tools, or answer
  * ====================================================================== */
 
 static void turn_dispatch_tools(turn *t, llm_reply *reply);
@@ -554,7 +464,7 @@ static void turn_dispatch_tools(turn *t, llm_reply *reply);
 /* Exponential backoff with jitter, or the server's Retry-After; capped. */
 static uint64_t retry_delay_ms(const turn *t, int64_t retry_after_ms)
 {
-    const parley_options *o = &t->agent->opts;
+    const parley_options *o = &t->cfg->opts;
     uint64_t cap = (uint64_t)o->retry_max_delay_ms;
     if (retry_after_ms >= 0)
         return (uint64_t)retry_after_ms < cap ? (uint64_t)retry_after_ms : cap;
@@ -570,19 +480,18 @@ static uint64_t retry_delay_ms(const turn *t, int64_t retry_after_ms)
 /* 1 when a retry was scheduled. */
 static int maybe_retry(turn *t, parley_status st, const char *msg, int64_t retry_after_ms)
 {
-    parley_agent *a = t->agent;
-    if (t->attempt >= a->opts.max_retries)
+    if (t->attempt >= t->cfg->opts.max_retries)
         return 0;
     uint64_t delay = retry_delay_ms(t, retry_after_ms);
     uint64_t at = clock_mono_ms() + delay;
     if (timer_armed(&t->deadline) && at >= t->deadline.when_ms)
         return 0; /* would pass the turn's deadline: fail now instead */
-    if (timer_arm(&a->timers, &t->wait, at) != 0)
+    if (timer_arm(t->env->timers, &t->wait, at) != 0)
         return 0;
     t->attempt++;
-    atomic_fetch_add(&a->metrics.llm_retries, 1);
-    agent_log(a, PARLEY_LOG_WARN, "turn %s: %s (%s); retry %d of %lld in %llu ms", t->turn_id,
-              status_name(st), msg ? msg : "", t->attempt, (long long)a->opts.max_retries,
+    atomic_fetch_add(&t->env->metrics->llm_retries, 1);
+    host_log(t->env->host, PARLEY_LOG_WARN, "turn %s: %s (%s); retry %d of %lld in %llu ms", t->turn_id,
+              status_name(st), msg ? msg : "", t->attempt, (long long)t->cfg->opts.max_retries,
               (unsigned long long)delay);
     return 1;
 }
@@ -592,14 +501,14 @@ static int decode_reply(turn *t, llm_reply *reply, char **err)
     if (t->stream)
         return provider_stream_finish(t->stream, reply, err);
     const pbuf *b = &t->http->body;
-    return provider_decode(t->agent->prov, t->agent->opts.strip_think_tags,
-                           b->data ? b->data : "", b->len, reply, err);
+    return provider_decode(t->cfg->prov, t->cfg->opts.strip_think_tags, b->data ? b->data : "",
+                           b->len, reply, err);
 }
 
 /* An HTTP error status: the codec reads the server's words and says whether to retry. */
 static void explain_http_error(turn *t, char **msg, int *retryable)
 {
-    const provider *p = t->agent->prov;
+    const provider *p = t->cfg->prov;
     const pbuf *b = &t->http->body;
     const char *body = b->data ? b->data : "";
     long status = http_call_status(t->http);
@@ -619,7 +528,7 @@ static void explain_http_error(turn *t, char **msg, int *retryable)
 /* Tokens and the stop reason of one decoded reply, into the turn and the metrics. */
 static void account_reply(turn *t, const llm_reply *reply)
 {
-    agent_counters *m = &t->agent->metrics;
+    agent_counters *m = t->env->metrics;
     const llm_usage *u = &reply->usage;
     t->usage.prompt += u->prompt;
     t->usage.completion += u->completion;
@@ -638,16 +547,15 @@ static void account_reply(turn *t, const llm_reply *reply)
 
 void turn_on_http_done(turn *t, CURLcode code)
 {
-    parley_agent *a = t->agent;
     char *msg = NULL;
     int retryable = 0;
     parley_status st = http_call_outcome(t->http, code, &msg, &retryable);
+    if (st == PARLEY_ERR_HTTP_STATUS || st == PARLEY_ERR_RATE_LIMITED)
+        explain_http_error(t, &msg, &retryable);
     if (st == PARLEY_ERR_BAD_RESPONSE && !msg && t->stream_error)
         msg = pstr_printf("bad streamed response: %s", t->stream_error);
     int64_t retry_after = t->http->retry_after_ms;
-    timer_disarm(&a->timers, &t->wait); /* the stream idle timer, if any */
-    if (st == PARLEY_ERR_HTTP_STATUS || st == PARLEY_ERR_RATE_LIMITED)
-        explain_http_error(t, &msg, &retryable);
+    timer_disarm(t->env->timers, &t->wait); /* the stream idle timer, if any */
     if (st != PARLEY_OK) {
         http_call_free(t->http);
         t->http = NULL;
@@ -656,8 +564,8 @@ void turn_on_http_done(turn *t, CURLcode code)
         free(msg);
         return;
     }
-    if (a->opts.debug_log_bodies && !t->stream)
-        agent_log(a, PARLEY_LOG_DEBUG, "turn %s response: %s", t->turn_id,
+    if (t->cfg->opts.debug_log_bodies && !t->stream)
+        host_log(t->env->host, PARLEY_LOG_DEBUG, "turn %s response: %s", t->turn_id,
                   t->http->body.data ? t->http->body.data : "");
     llm_reply reply;
     memset(&reply, 0, sizeof reply);
@@ -676,19 +584,19 @@ void turn_on_http_done(turn *t, CURLcode code)
     }
     account_reply(t, &reply);
     if (reply.finish_reason && strcmp(reply.finish_reason, "length") == 0)
-        agent_log(a, PARLEY_LOG_WARN, "turn %s: the model hit max_tokens; the answer may be cut short",
+        host_log(t->env->host, PARLEY_LOG_WARN, "turn %s: the model hit max_tokens; the answer may be cut short",
                   t->turn_id);
     if (reply.ncalls == 0) {
         record_answer(t, &reply, reply.content ? reply.content : "");
         llm_reply_free(&reply);
-        turn_end(t, PARLEY_OK, NULL);
+        turn_commit(t);
         return;
     }
-    if (t->tool_rounds >= a->opts.max_tool_iterations) {
+    if (t->tool_rounds >= t->cfg->opts.max_tool_iterations) {
         /* We said tool_choice "none" and the model still wants tools. */
         if (reply.content && *reply.content) {
             record_answer(t, &reply, reply.content);
-            turn_end(t, PARLEY_OK, NULL);
+            turn_commit(t);
         } else {
             char *m = pstr_printf("the model kept calling tools after %d rounds and tool_choice \"none\"",
                           t->tool_rounds);
@@ -703,7 +611,7 @@ void turn_on_http_done(turn *t, CURLcode code)
 }
 
 /* ======================================================================
- * 5. Tools: validate each call, hand the good ones to the host
+ * 4. Tools: validate each call, hand the good ones to the host
  * ====================================================================== */
 
 static char *error_content(const char *kind, const char *text)
@@ -731,7 +639,7 @@ static char *call_problem(const turn *t, const turn_call *c)
         free(text);
         return s;
     }
-    if (!t->agent->host.tool_call)
+    if (!t->env->host->tool_call)
         return error_content("no_executor", "The host does not execute tools");
     return NULL;
 }
@@ -755,7 +663,6 @@ static void mint_call_ids(turn *t)
 
 static void turn_dispatch_tools(turn *t, llm_reply *reply)
 {
-    parley_agent *a = t->agent;
     free_calls(t);
     t->calls = calloc(reply->ncalls, sizeof *t->calls);
     if (!t->calls) {
@@ -779,28 +686,23 @@ static void turn_dispatch_tools(turn *t, llm_reply *reply)
     t->calls_pending = t->ncalls;
     for (size_t i = 0; i < t->ncalls; i++) {
         turn_call *c = &t->calls[i];
-        atomic_fetch_add(&a->metrics.tool_calls, 1);
+        atomic_fetch_add(&t->env->metrics->tool_calls, 1);
         char *problem = call_problem(t, c);
         if (problem) {
             c->content = problem;
             c->is_error = 1;
             t->calls_pending--;
-            atomic_fetch_add(&a->metrics.tool_errors, 1);
+            atomic_fetch_add(&t->env->metrics->tool_errors, 1);
             continue;
         }
-        parley_tool_call *h = calloc(1, sizeof *h);
+        parley_tool_call *h = inbox_handle_new(t->env->box, t, i);
         parley_tool_call *given = h ? tool_handle_register(h) : NULL;
         if (!given) {
-            free(h);
+            if (h)
+                inbox_handle_free(h);
             turn_end(t, PARLEY_ERR_NO_MEMORY, "out of memory");
             return;
         }
-        h->box = a->box;
-        h->owner = t;
-        h->index = i;
-        pthread_mutex_lock(&a->box->mu);
-        a->box->refs++;
-        pthread_mutex_unlock(&a->box->mu);
         c->handle = h;
         parley_tool_call_info info = {
             .struct_size = sizeof info,
@@ -818,20 +720,20 @@ static void turn_dispatch_tools(turn *t, llm_reply *reply)
             .context_json = t->context_json,
         };
         /* The host cannot end the turn from here: cancel and results go through the inbox. */
-        a->host.tool_call(a->host.host_data, given, &info);
+        t->env->host->tool_call(t->env->host->host_data, given, &info);
     }
     if (t->calls_pending == 0) {
         after_tools(t);
         return;
     }
-    if (timer_arm(&a->timers, &t->wait, clock_mono_ms() + (uint64_t)a->opts.tool_timeout_ms) != 0)
+    if (timer_arm(t->env->timers, &t->wait, clock_mono_ms() + (uint64_t)t->cfg->opts.tool_timeout_ms) != 0)
         turn_end(t, PARLEY_ERR_NO_MEMORY, "out of memory");
 }
 
 /* The tool message content for what the host gave back. */
 static char *result_content(const turn *t, const char *result, int is_error, int *is_error_out)
 {
-    size_t max = (size_t)t->agent->opts.max_tool_result_bytes;
+    size_t max = (size_t)t->cfg->opts.max_tool_result_bytes;
     const char *text = result ? result : "";
     size_t n = strlen(text);
     *is_error_out = 1;
@@ -872,13 +774,11 @@ static char *result_content(const turn *t, const char *result, int is_error, int
 }
 
 /* Drop the turn's claim on a handle: a later completion is then discarded. */
-static void detach_handle(turn *t, turn_call *c)
+static void detach_handle(turn_call *c)
 {
     if (!c->handle)
         return;
-    pthread_mutex_lock(&t->agent->box->mu);
-    c->handle->owner = NULL;
-    pthread_mutex_unlock(&t->agent->box->mu);
+    inbox_handle_detach(c->handle);
     c->handle = NULL;
 }
 
@@ -888,13 +788,13 @@ void turn_on_tool_result(turn *t, parley_tool_call *h)
     c->handle = NULL;
     c->content = result_content(t, h->result, h->is_error, &c->is_error);
     if (c->is_error)
-        atomic_fetch_add(&t->agent->metrics.tool_errors, 1);
+        atomic_fetch_add(&t->env->metrics->tool_errors, 1);
     if (!c->content) {
         turn_end(t, PARLEY_ERR_NO_MEMORY, "out of memory");
         return;
     }
     if (--t->calls_pending == 0) {
-        timer_disarm(&t->agent->timers, &t->wait);
+        timer_disarm(t->env->timers, &t->wait);
         after_tools(t);
     }
 }
@@ -910,17 +810,16 @@ static void after_tools(turn *t)
 /* The host did not answer some calls in time: they fail, the turn goes on. */
 static void tool_timeout(turn *t)
 {
-    parley_agent *a = t->agent;
     for (size_t i = 0; i < t->ncalls; i++) {
         turn_call *c = &t->calls[i];
         if (c->content)
             continue;
-        detach_handle(t, c);
-        char *m = pstr_printf("The host did not answer within %lld ms", (long long)a->opts.tool_timeout_ms);
+        detach_handle(c);
+        char *m = pstr_printf("The host did not answer within %lld ms", (long long)t->cfg->opts.tool_timeout_ms);
         c->content = error_content("timeout", m ? m : "timeout");
         c->is_error = 1;
         free(m);
-        atomic_fetch_add(&a->metrics.tool_timeouts, 1);
+        atomic_fetch_add(&t->env->metrics->tool_timeouts, 1);
         if (!c->content) {
             turn_end(t, PARLEY_ERR_NO_MEMORY, "out of memory");
             return;
@@ -931,24 +830,24 @@ static void tool_timeout(turn *t)
 }
 
 /* ======================================================================
- * 6. Timers
+ * 5. Timers
  * ====================================================================== */
 
 void turn_on_timer(turn *t, ptimer *which)
 {
     if (which == &t->deadline) {
         char *m = pstr_printf("the turn took longer than turn_timeout_ms (%lld ms)",
-                      (long long)t->agent->opts.turn_timeout_ms);
+                      (long long)t->cfg->opts.turn_timeout_ms);
         turn_end(t, PARLEY_ERR_TIMEOUT, m ? m : "turn timeout");
         free(m);
     } else if (t->http && t->http->complete) {
         turn_on_http_done(t, CURLE_OK); /* [DONE] came, the body's end did not: done anyway */
     } else if (t->http) {
-        const parley_options *o = &t->agent->opts;
+        const parley_options *o = &t->cfg->opts;
         /* No first byte yet: the request's time counts from when it got a connection. */
         uint64_t due = t->http->started_ms + (uint64_t)o->request_timeout_ms;
         if (!t->http->received && (!t->http->started || clock_mono_ms() < due)) {
-            if (timer_arm(&t->agent->timers, &t->wait,
+            if (timer_arm(t->env->timers, &t->wait,
                           t->http->started ? due : clock_mono_ms() + (uint64_t)o->request_timeout_ms))
                 turn_end(t, PARLEY_ERR_NO_MEMORY, "out of memory");
             return;
@@ -968,7 +867,7 @@ void turn_on_timer(turn *t, ptimer *which)
 }
 
 /* ======================================================================
- * 7. End: commit on success, call back exactly once, release
+ * 6. Commit: the whole turn into the store, then end
  * ====================================================================== */
 
 /* Home Assistant's rule: a reply ending in a question keeps the mic open. */
@@ -984,62 +883,125 @@ static int ends_in_question(const char *s)
     return n >= 3 && memcmp(s + n - 3, "\xEF\xBC\x9F", 3) == 0; /* fullwidth '?' */
 }
 
-static parley_status commit(turn *t)
+/* The store's view of this turn's messages (malloc'd array; JSON borrowed from t->messages). */
+static store_message *store_messages(const turn *t)
 {
-    if (!t->conversation_id)
-        return PARLEY_OK;
-    if (t->messages.oom)
-        return PARLEY_ERR_NO_MEMORY;
-    history_turn_in in = {
-        .turn_id = t->turn_id,
-        .started_ms = t->started_wall_ms,
-        .finished_ms = clock_wall_ms(),
-        .messages = t->messages.data,
-        .messages_len = t->messages.len,
-        .nmessages = t->nmessages,
-    };
-    return history_commit(t->agent->hist, t->conversation_id, &in, in.finished_ms) == 0
-               ? PARLEY_OK
-               : PARLEY_ERR_NO_MEMORY;
+    store_message *msgs = calloc(t->nmessages, sizeof *msgs);
+    for (size_t i = 0; msgs && i < t->nmessages; i++) {
+        const turn_message *m = &t->message_index[i];
+        msgs[i] = (store_message){.message_id = m->id, .role = m->role, .created_ms = m->created_ms,
+                                  .json = t->messages.data + m->offset, .json_len = m->len};
+    }
+    return msgs;
+}
+
+/*
+ * The answer is in: append the whole turn to its conversation, then end.
+ * The turn is reported ok only once the store has it; a store failure ends
+ * it with that failure, the conversation unchanged.  From here on only the
+ * append's outcome ends the turn (no timer runs, cancel waits for it).
+ */
+static void turn_commit(turn *t)
+{
+    const turn_env *env = t->env;
+    if (!t->answer || t->messages.oom) {
+        turn_end(t, PARLEY_ERR_NO_MEMORY, "out of memory recording the turn");
+        return;
+    }
+    if (!t->conversation_id) {
+        turn_end(t, PARLEY_OK, NULL);
+        return;
+    }
+    store_message *msgs = store_messages(t);
+    if (!msgs) {
+        turn_end(t, PARLEY_ERR_NO_MEMORY, "out of memory committing the turn");
+        return;
+    }
+    timer_disarm(env->timers, &t->deadline);
+    timer_disarm(env->timers, &t->wait);
+    uint64_t now = clock_wall_ms();
+    store_turn in = {.turn_id = t->turn_id, .started_ms = t->started_wall_ms, .finished_ms = now,
+                     .messages = msgs, .nmessages = t->nmessages};
+    store_key key = key_of(t);
+    if (env->jobs) { /* WAIT committing: the store's write thread appends */
+        store_job *job = store_job_new(STORE_JOB_APPEND, &key);
+        if (job)
+            job->turn = in; /* takes msgs */
+        else
+            free(msgs);
+        if (wait_for_store(t, job) == 0)
+            t->committing = 1;
+        return;
+    }
+    char *err = NULL;
+    parley_status st = env->store->backend->append(env->store, &key, &in, now, &err);
+    free(msgs);
+    turn_on_committed(t, st, err);
+    free(err);
+}
+
+void turn_on_committed(turn *t, parley_status status, const char *message)
+{
+    t->job = NULL;
+    t->committing = 0;
+    if (status == PARLEY_OK) {
+        turn_end(t, PARLEY_OK, NULL);
+        return;
+    }
+    char *m = pstr_printf("could not store the turn: %s", message ? message : status_name(status));
+    turn_end(t, status, m ? m : status_name(status));
+    free(m);
+}
+
+/* ======================================================================
+ * 7. End: stop everything, let the worker report and release the turn
+ * ====================================================================== */
+
+void turn_cancel(turn *t, const char *message)
+{
+    if (t->committing)
+        return; /* the append may already be on disk: its outcome ends the turn */
+    turn_end(t, PARLEY_ERR_CANCELLED, message);
 }
 
 void turn_end(turn *t, parley_status status, const char *message)
 {
-    parley_agent *a = t->agent;
     if (t->ended)
         return;
     t->ended = 1;
     /* Stop everything still running for this turn. */
     http_call_free(t->http);
     t->http = NULL;
-    timer_disarm(&a->timers, &t->deadline);
-    timer_disarm(&a->timers, &t->wait);
+    timer_disarm(t->env->timers, &t->deadline);
+    timer_disarm(t->env->timers, &t->wait);
     for (size_t i = 0; i < t->ncalls; i++)
-        detach_handle(t, &t->calls[i]);
-
-    const char *answer = t->answer;
-    if (status == PARLEY_OK) {
-        status = answer ? commit(t) : PARLEY_ERR_NO_MEMORY;
-        if (status != PARLEY_OK)
-            message = "out of memory committing the turn";
+        detach_handle(&t->calls[i]);
+    if (t->job) { /* a load in flight: its result will go nowhere */
+        t->job->owner = NULL;
+        t->job = NULL;
     }
     if (t->steps.len)
         pbuf_putc(&t->steps, ']');
-    worker_forget(t);
+    t->end_status = status;
+    t->end_message = status == PARLEY_OK ? NULL : (message ? message : status_name(status));
+    t->env->ended(t->env->worker, t); /* reports (turn_report), then frees t */
+}
+
+void turn_report(turn *t)
+{
+    parley_status status = t->end_status;
+    const char *answer = t->answer;
     char usage[256];
     snprintf(usage, sizeof usage,
              "{\"prompt_tokens\":%lld,\"completion_tokens\":%lld,\"cache_read_tokens\":%lld,"
              "\"cache_creation_tokens\":%lld,\"reasoning_tokens\":%lld,\"requests\":%d}",
              t->usage.prompt, t->usage.completion, t->usage.cache_read, t->usage.cache_creation,
              t->usage.reasoning, t->replies);
-    if (status == PARLEY_OK && t->stop_reason && strcmp(t->stop_reason, "length") == 0)
-        atomic_fetch_add(&a->metrics.answers_cut_short, 1);
-
     parley_result r = {
         .struct_size = sizeof r,
         .request_id = t->id,
         .status = status,
-        .error_message = status == PARLEY_OK ? NULL : (message ? message : status_name(status)),
+        .error_message = t->end_message,
         .conversation_id = t->conversation_id,
         .turn_id = t->turn_id,
         .response = status == PARLEY_OK ? answer : NULL,
@@ -1048,15 +1010,17 @@ void turn_end(turn *t, parley_status status, const char *message)
         .usage_json = usage,
         .stop_reason = t->stop_reason,
     };
+    agent_counters *m = t->env->metrics;
+    if (status == PARLEY_OK && t->stop_reason && strcmp(t->stop_reason, "length") == 0)
+        atomic_fetch_add(&m->answers_cut_short, 1);
     if (status == PARLEY_OK)
-        atomic_fetch_add(&a->metrics.turns_ok, 1);
+        atomic_fetch_add(&m->turns_ok, 1);
     else if (status == PARLEY_ERR_CANCELLED)
-        atomic_fetch_add(&a->metrics.turns_cancelled, 1);
+        atomic_fetch_add(&m->turns_cancelled, 1);
     else
-        atomic_fetch_add(&a->metrics.turns_failed, 1);
+        atomic_fetch_add(&m->turns_failed, 1);
     if (status != PARLEY_OK && status != PARLEY_ERR_CANCELLED)
-        agent_log(a, PARLEY_LOG_INFO, "turn %s failed: %s: %s", t->turn_id, status_name(status),
-                  r.error_message);
+        host_log(t->env->host, PARLEY_LOG_INFO, "turn %s failed: %s: %s", t->turn_id,
+                 status_name(status), r.error_message);
     t->done(t->user_data, &r);
-    worker_release(t);
 }

@@ -1,35 +1,80 @@
 /*
  * turn.h -- one conversation turn, from accepted input to committed history.
  *
- * The data path reads top to bottom in turn.c:
+ * The data path, top to bottom (host thread first, then the worker; the
+ * worker is the only caller of the turn_* events below):
  *
- *   turn_new        (host thread) validate + copy the input, mint ids
- *   turn_begin      (worker)      snapshot the conversation's history
- *   turn_request                  render the request, start the HTTP call
- *   turn_on_http_done             decode the reply (or retry / fail)
- *     -> tool calls: turn_dispatch_tools -> host -> turn_on_tool_result
+ *   turn_input_accept (host thread, turn_input.c) validate + copy the input,
+ *                     resolve its history key, take a reference to the
+ *                     agent's config snapshot; inbox_submit hands it over
+ *   (worker arrival)  the turn deadline runs from acceptance; the turn waits
+ *                     for its conversation's earlier turns (lanes)
+ *   turn_begin        load the last max_history_turns
+ *                     turns of its conversation from the store
+ *                     -- WAIT "loading" when the store blocks (store_jobs.h)
+ *   turn_on_history   record the user message, then
+ *   turn_request      render the request, start the HTTP call
+ *   turn_on_http_done decode the reply (or retry / fail)
+ *     -> tool calls: dispatch to the host -> turn_on_tool_result
  *        -> all results in: back to turn_request (tool_choice "none" once
  *           max_tool_iterations rounds are spent)
- *     -> text: turn_end(OK): commit to history, result to the host
+ *     -> text: commit: append the whole turn to the store
+ *              -- WAIT "committing" when the store blocks
+ *   turn_on_committed the store has it: end OK (or the store's error)
+ *   turn_end          stop everything, tell the worker (env->ended), which
+ *                     forgets the turn, calls turn_report (the host's done
+ *                     callback, exactly once) and frees it
  *
- * Any failure ends in turn_end(error): nothing is committed, so history is
- * exactly as it was.  Every accepted turn reaches turn_end exactly once.
+ * Any failure ends in turn_end(error) before the commit: nothing is stored,
+ * so history is exactly as it was.  A turn reported ok is in the store.
+ *
+ * Waiting on the store: the job owns copies of what it reads and writes
+ * except the committed messages, which it borrows from the turn; so a turn
+ * is never freed while its append is in flight.  A cancel, the turn
+ * deadline or destroy() while LOADING ends the turn at once (the job comes
+ * back to nobody and is dropped).  While COMMITTING they wait for the
+ * append's outcome, and the turn reports what is true: ok if the store took
+ * it, the store's error if not -- never "cancelled" for a stored turn.
+ *
+ * The turn sees the agent through a narrow context (turn_env: timers, the
+ * HTTP pool, the store, the host, metrics) and its own config
+ * snapshot (options, tools, HTTP settings), never the agent itself.
  */
 #ifndef PARLEY_TURN_H
 #define PARLEY_TURN_H
 
+#include <curl/curl.h>
 #include <parley/plugin.h>
 #include <stddef.h>
 #include <stdint.h>
 
-#include "agent.h"
 #include "buf.h"
+#include "config.h"
+#include "counters.h"
+#include "inbox.h"
+#include "llm_http.h"
 #include "llm_reply.h"
 #include "provider/provider.h"
+#include "store/store.h"
 #include "timer_heap.h"
 #include "uuid.h"
 
 typedef struct lane lane;
+typedef struct store_jobs store_jobs;
+typedef struct store_job store_job;
+
+/* What every turn of an agent shares; owned by the worker, used on its thread. */
+typedef struct turn_env {
+    http_pool *pool;           /* the worker's transfers (llm_http.h) */
+    timer_heap *timers;
+    store *store;
+    store_jobs *jobs;          /* the store threads; NULL: the store is called inline */
+    inbox *box;                /* tool-call handles */
+    const parley_host *host;   /* tool_call and log callbacks */
+    agent_counters *metrics;
+    void (*ended)(void *worker, turn *t); /* the turn ended: report it and free it */
+    void *worker;
+} turn_env;
 
 /* One tool call of the current round. */
 typedef struct turn_call {
@@ -39,31 +84,43 @@ typedef struct turn_call {
     int is_error;
 } turn_call;
 
+/* Where one message of this turn lies in `messages`, and what the store indexes. */
+typedef struct turn_message {
+    size_t offset, len;
+    const char *role;         /* static: "user", "assistant", "tool" */
+    uint64_t created_ms;
+    char id[UUID_STR_LEN];
+} turn_message;
+
 struct turn {
-    parley_agent *agent;
+    const turn_env *env;      /* set when the worker takes the turn */
+    agent_config *cfg;        /* the agent's snapshot at acceptance (a reference) */
     parley_request_id id;
-    char id_key[24];          /* id as text: key in inbox.live */
+    char id_key[24];          /* id as text: key in the inbox's live turns */
     char turn_id[UUID_STR_LEN];
     char *conversation_id;    /* NULL: stateless */
+    const char *persona;      /* with the id, the history key (store.h); static "" until */
+    const char *interface_type; /* the input carries them */
 
     /* the input, copied */
     char *text, *extra_system_prompt, *context_json;
     char *language, *device_id, *satellite_id, *agent_id;
-    toolset *own_tools;       /* agent tools + the input's tools, when it had any */
+    toolset *own_tools;       /* config tools + the input's tools, when it had any */
     const toolset *tools;     /* what this turn offers the model */
+    parley_done_fn done;
     parley_delta_fn on_delta;
     parley_delta_fn on_reasoning;
-    parley_done_fn done;
     void *user_data;
 
     /* progress */
     uint64_t accepted_mono_ms;  /* when async_process took it: the deadline's start */
     uint64_t started_wall_ms;
-    pbuf history;             /* the conversation's stored messages at turn_begin */
+    pbuf history;             /* the last turns of the conversation, loaded at turn_begin */
     size_t nhistory;          /* how many messages that is */
     json_t *history_msgs;     /* the same, parsed once for a codec that needs it parsed */
     pbuf messages;            /* this turn's messages, comma-joined: what gets committed */
-    size_t nmessages;
+    turn_message *message_index; /* one per message of `messages` */
+    size_t nmessages, message_index_cap;
     pbuf steps;               /* the steps JSON array being built */
     pbuf body;                /* the current request body */
     char *answer;             /* the final answer, once the model gave it */
@@ -77,7 +134,11 @@ struct turn {
     char *stop_reason;        /* the last reply's finish_reason */
     turn_call *calls;
     size_t ncalls, calls_pending;
+    store_job *job;           /* the store job in flight, NULL when none */
+    int committing;           /* the append is in flight: only its outcome ends the turn */
     int ended;
+    parley_status end_status; /* set by turn_end, for turn_report */
+    const char *end_message;  /* borrowed: valid only while turn_end runs */
 
     ptimer deadline;          /* turn_timeout_ms after acceptance (armed by the worker on arrival) */
     ptimer wait;              /* retry backoff, tool timeout, or stream idle timeout */
@@ -91,16 +152,22 @@ struct turn {
     turn *inbox_next;
 };
 
-/* Validate and copy an input (any thread).  NULL with *status and *err on failure. */
-turn *turn_new(parley_agent *a, const parley_input *in, parley_done_fn done, void *user_data,
-               parley_status *status, char **err);
 void turn_free(turn *t);
 
 /* Worker-thread events. */
 void turn_begin(turn *t);
+/* The conversation's history is in t->history (status PARLEY_OK), or could not be read. */
+void turn_on_history(turn *t, parley_status status, const char *message);
 void turn_on_http_done(turn *t, CURLcode code);
 void turn_on_tool_result(turn *t, parley_tool_call *h);
 void turn_on_timer(turn *t, ptimer *which);
+/* The store took the turn (PARLEY_OK), or refused it (nothing stored). */
+void turn_on_committed(turn *t, parley_status status, const char *message);
+/* Cancel (host or destroy): ends the turn unless its append is in flight. */
+void turn_cancel(turn *t, const char *message);
 void turn_end(turn *t, parley_status status, const char *message);
+
+/* Called by the worker from env->ended: the host's done callback, once. */
+void turn_report(turn *t);
 
 #endif

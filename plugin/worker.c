@@ -1,14 +1,17 @@
-/*
- * worker.c -- the agent's one worker thread: a curl multi loop that also
- * drains the inbox (new turns, tool results, cancels), fires timers, and
- * keeps one turn at a time running per conversation ("lanes").
- */
+/* worker.c -- see worker.h. */
 #include "worker.h"
 
+#include <curl/curl.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "clock.h"
+#include "dict.h"
+#include "host_log.h"
+#include "store_jobs.h"
+#include "timer_heap.h"
+#include "turn.h"
 
 /* Turns of one conversation: the running one, then the waiting ones in order. */
 struct lane {
@@ -21,54 +24,77 @@ static const char *lane_key(const void *e) { return ((const struct lane *)e)->id
 
 #define EXPIRY_SWEEP_MS 1000
 
+struct worker {
+    inbox *box;
+    http_pool pool;          /* the transfers, at most max_connections at once */
+    CURLM *multi;            /* pool.multi */
+    timer_heap timers;
+    dict *lanes;             /* conversation id -> lane: one turn at a time per conversation */
+    turn *all_head;          /* every turn the worker holds */
+    turn *ready_head;        /* turns whose conversation is free: begin them next */
+    turn *ready_tail;
+    int stopping;            /* the worker is cancelling everything */
+    struct reaped_transfer { http_call *call; CURLcode result; } *reaped; /* reap batch */
+    size_t reaped_cap;
+    store *store;
+    store_jobs *jobs;        /* the store threads, when the store blocks */
+    uint64_t idle_timeout_ms;
+    uint64_t next_expiry_sweep_ms;
+    int expiry_in_flight;    /* a sweep job is with the store threads */
+    const parley_host *host;
+    agent_counters *metrics;
+    turn_env env;            /* what every turn sees */
+    pthread_t thread;
+};
+
 /* ---- the turn lists ---------------------------------------------------- */
 
-static void ready_push(parley_agent *a, turn *t)
+static void ready_push(worker *w, turn *t)
 {
     t->ready_next = NULL;
     t->in_ready = 1;
-    if (a->ready_tail)
-        a->ready_tail->ready_next = t;
+    if (w->ready_tail)
+        w->ready_tail->ready_next = t;
     else
-        a->ready_head = t;
-    a->ready_tail = t;
+        w->ready_head = t;
+    w->ready_tail = t;
 }
 
 /* A turn may end (cancelled) before it began: take it off the ready list. */
-static void ready_unlink(parley_agent *a, turn *t)
+static void ready_unlink(worker *w, turn *t)
 {
     if (!t->in_ready)
         return;
     turn *prev = NULL;
-    for (turn *it = a->ready_head; it; prev = it, it = it->ready_next) {
+    for (turn *it = w->ready_head; it; prev = it, it = it->ready_next) {
         if (it != t)
             continue;
         if (prev)
             prev->ready_next = t->ready_next;
         else
-            a->ready_head = t->ready_next;
-        if (a->ready_tail == t)
-            a->ready_tail = prev;
+            w->ready_head = t->ready_next;
+        if (w->ready_tail == t)
+            w->ready_tail = prev;
         break;
     }
     t->in_ready = 0;
 }
 
-static void all_link(parley_agent *a, turn *t)
+static void all_link(worker *w, turn *t)
 {
     t->all_prev = NULL;
-    t->all_next = a->all_head;
-    if (a->all_head)
-        a->all_head->all_prev = t;
-    a->all_head = t;
+    t->all_next = w->all_head;
+    if (w->all_head)
+        w->all_head->all_prev = t;
+    w->all_head = t;
 }
 
-static void all_unlink(parley_agent *a, turn *t)
+static void all_unlink(worker *w, turn *t)
 {
     if (t->all_prev)
         t->all_prev->all_next = t->all_next;
-    else if (a->all_head == t)
-        a->all_head = t->all_next;
+    else if (w->all_head == t)
+        w->all_head = t->all_next;
     if (t->all_next)
         t->all_next->all_prev = t->all_prev;
     t->all_prev = t->all_next = NULL;
@@ -79,24 +105,26 @@ static void all_unlink(parley_agent *a, turn *t)
  * Its deadline runs from acceptance, so time queued behind the conversation's
  * other turns counts: a host can bound async_process-to-done by turn_timeout_ms.
  */
-static void schedule(parley_agent *a, turn *t)
+static void schedule(worker *w, turn *t)
 {
-    all_link(a, t);
-    if (timer_arm(&a->timers, &t->deadline, t->accepted_mono_ms + (uint64_t)a->opts.turn_timeout_ms)) {
+    t->env = &w->env;
+    all_link(w, t);
+    if (timer_arm(&w->timers, &t->deadline,
+                  t->accepted_mono_ms + (uint64_t)t->cfg->opts.turn_timeout_ms) != 0) {
         turn_end(t, PARLEY_ERR_NO_MEMORY, "out of memory");
         return;
     }
     if (!t->conversation_id) {
-        ready_push(a, t);
+        ready_push(w, t);
         return;
     }
-    struct lane *l = dict_find(a->lanes, t->conversation_id);
+    struct lane *l = dict_find(w->lanes, t->conversation_id);
     if (!l) {
         size_t n = strlen(t->conversation_id);
         l = calloc(1, sizeof *l + n + 1);
         if (l)
             memcpy(l->id, t->conversation_id, n + 1); /* the key: set before dict_add reads it */
-        if (!l || dict_add(a->lanes, l) != 0) {
+        if (!l || dict_add(w->lanes, l) != 0) {
             free(l);
             turn_end(t, PARLEY_ERR_NO_MEMORY, "out of memory");
             return;
@@ -105,7 +133,7 @@ static void schedule(parley_agent *a, turn *t)
     t->lane = l;
     if (!l->active) {
         l->active = t;
-        ready_push(a, t);
+        ready_push(w, t);
     } else {
         t->lane_next = NULL;
         if (l->queue_tail)
@@ -116,13 +144,11 @@ static void schedule(parley_agent *a, turn *t)
     }
 }
 
-void worker_forget(turn *t)
+/* The turn is about to call back: it is no longer live (cancel finds it no more). */
+static void forget(worker *w, turn *t)
 {
-    parley_agent *a = t->agent;
-    pthread_mutex_lock(&a->box->mu);
-    dict_remove(a->box->live, t->id_key);
-    pthread_mutex_unlock(&a->box->mu);
-    atomic_fetch_sub(&a->metrics.in_flight, 1);
+    inbox_forget(w->box, t);
+    atomic_fetch_sub(&w->metrics->in_flight, 1);
 }
 
 static void lane_unlink_waiting(struct lane *l, turn *t)
@@ -139,9 +165,9 @@ static void lane_unlink_waiting(struct lane *l, turn *t)
         l->queue_tail = prev;
 }
 
-void worker_release(turn *t)
+/* The turn has called back: start the next turn of its conversation, free it. */
+static void release(worker *w, turn *t)
 {
-    parley_agent *a = t->agent;
     struct lane *l = t->lane;
     if (l) {
         if (l->active == t) {
@@ -150,113 +176,113 @@ void worker_release(turn *t)
                 l->queue_head = l->active->lane_next;
                 if (!l->queue_head)
                     l->queue_tail = NULL;
-                if (!a->stopping)
-                    ready_push(a, l->active);
+                if (!w->stopping)
+                    ready_push(w, l->active);
             }
         } else {
             lane_unlink_waiting(l, t);
         }
         if (!l->active && !l->queue_head) {
-            dict_remove(a->lanes, l->id);
+            dict_remove(w->lanes, l->id);
             free(l);
         }
     }
-    ready_unlink(a, t);
-    all_unlink(a, t);
+    ready_unlink(w, t);
+    all_unlink(w, t);
     turn_free(t);
+}
+
+/* env->ended: the one way a turn tells the worker it is over. */
+static void on_turn_ended(void *worker_ud, turn *t)
+{
+    worker *w = worker_ud;
+    forget(w, t);
+    turn_report(t);
+    release(w, t);
 }
 
 /* ---- the inbox ----------------------------------------------------------- */
 
-void inbox_unref(inbox *box)
+/* A store job came back: hand its result to the turn waiting for it, if any. */
+static void on_store_job(worker *w, store_job *job)
 {
-    pthread_mutex_lock(&box->mu);
-    int last = --box->refs == 0;
-    pthread_mutex_unlock(&box->mu);
-    if (!last)
-        return;
-    pthread_mutex_destroy(&box->mu);
-    dict_free(box->live);
-    free(box->cancels);
-    free(box);
-}
-
-static void free_handle(parley_tool_call *h)
-{
-    inbox *box = h->box;
-    free(h->result);
-    free(h);
-    inbox_unref(box);
-}
-
-/* Take what the host threads left in the inbox; returns 1 when asked to stop. */
-static int drain_inbox(parley_agent *a)
-{
-    inbox *box = a->box;
-    pthread_mutex_lock(&box->mu);
-    turn *submitted = box->submitted_head;
-    box->submitted_head = box->submitted_tail = NULL;
-    parley_tool_call *completed = box->completed;
-    box->completed = NULL;
-    uint64_t *cancels = box->cancels;
-    size_t ncancels = box->ncancels;
-    box->cancels = NULL;
-    box->ncancels = box->cancels_cap = 0;
-    int stop = box->stop;
-    pthread_mutex_unlock(&box->mu);
-
-    while (submitted) {
-        turn *t = submitted;
-        submitted = t->inbox_next;
-        schedule(a, t);
+    turn *t = job->owner;
+    if (job->kind == STORE_JOB_EXPIRE) {
+        w->expiry_in_flight = 0;
+        if (job->status != PARLEY_OK)
+            host_log(w->host, PARLEY_LOG_WARN, "history expiry: %s", job->err ? job->err : "failed");
+    } else if (t && job->kind == STORE_JOB_LOAD) {
+        pbuf swap = t->history; /* the loaded messages become the turn's history */
+        t->history = job->loaded;
+        t->nhistory = job->nmessages;
+        job->loaded = swap;
+        turn_on_history(t, job->status, job->err);
+    } else if (t) {
+        turn_on_committed(t, job->status, job->err);
     }
-    /* Completions arrive newest first; answer them in the order they came. */
-    parley_tool_call *ordered = NULL;
+    store_job_free(job);
+}
+
+static void on_tool_results(parley_tool_call *completed)
+{
     while (completed) {
         parley_tool_call *h = completed;
         completed = h->next;
-        h->next = ordered;
-        ordered = h;
-    }
-    while (ordered) {
-        parley_tool_call *h = ordered;
-        ordered = h->next;
         if (h->owner) /* still wanted: only the worker clears owner, so no lock needed */
             turn_on_tool_result(h->owner, h);
-        free_handle(h);
+        inbox_handle_free(h);
     }
-    for (size_t i = 0; i < ncancels; i++) {
-        char key[24];
-        snprintf(key, sizeof key, "%llu", (unsigned long long)cancels[i]);
-        pthread_mutex_lock(&box->mu);
-        turn *t = dict_find(box->live, key);
-        pthread_mutex_unlock(&box->mu);
+}
+
+static void on_store_jobs(worker *w, inbox_note *notes)
+{
+    while (notes) {
+        inbox_note *n = notes;
+        notes = n->next;
+        on_store_job(w, (store_job *)n);
+    }
+}
+
+/* Take what the host threads left in the inbox; returns 1 when asked to stop. */
+static int drain_inbox(worker *w)
+{
+    inbox_batch b;
+    inbox_take(w->box, &b);
+    while (b.submitted) {
+        turn *t = b.submitted;
+        b.submitted = t->inbox_next;
+        schedule(w, t);
+    }
+    on_tool_results(b.completed);
+    on_store_jobs(w, b.notes);
+    for (size_t i = 0; i < b.ncancels; i++) {
+        turn *t = inbox_find_live(w->box, b.cancels[i]);
         if (t) /* every live turn was scheduled above, so the worker holds it */
-            turn_end(t, PARLEY_ERR_CANCELLED, "cancelled by the host");
+            turn_cancel(t, "cancelled by the host");
     }
-    free(cancels);
-    return stop;
+    free(b.cancels);
+    return b.stop;
 }
 
 /* ---- the loop -------------------------------------------------------------- */
 
-static void begin_ready_turns(parley_agent *a)
+static void begin_ready_turns(worker *w)
 {
-    while (a->ready_head) {
-        turn *t = a->ready_head;
-        a->ready_head = t->ready_next;
-        if (!a->ready_head)
-            a->ready_tail = NULL;
+    while (w->ready_head) {
+        turn *t = w->ready_head;
+        w->ready_head = t->ready_next;
+        if (!w->ready_head)
+            w->ready_tail = NULL;
         t->in_ready = 0;
         turn_begin(t);
     }
 }
 
-static void fire_timers(parley_agent *a)
+static void fire_timers(worker *w)
 {
     uint64_t now = clock_mono_ms();
     ptimer *p;
-    while ((p = timer_pop_due(&a->timers, now))) {
+    while ((p = timer_pop_due(&w->timers, now))) {
         turn_on_timer(p->owner, p);
     }
 }
@@ -267,128 +293,188 @@ static void fire_timers(parley_agent *a)
  * so handling them one by one while reading costs O(batch^2).  Safe because
  * ending one turn never frees another turn's transfer.
  */
-static void reap_transfers(parley_agent *a)
+static void reap_transfers(worker *w)
 {
     CURLMsg *msg;
     int left;
     size_t n = 0;
-    while ((msg = curl_multi_info_read(a->multi, &left))) {
+    while ((msg = curl_multi_info_read(w->multi, &left))) {
         if (msg->msg != CURLMSG_DONE)
             continue;
         http_call *c = http_call_of(msg->easy_handle);
         if (!c)
             continue;
-        if (n == a->reaped_cap) {
-            size_t cap = a->reaped_cap ? a->reaped_cap * 2 : 64;
-            void *p = realloc(a->reaped, cap * sizeof *a->reaped);
+        if (n == w->reaped_cap) {
+            size_t cap = w->reaped_cap ? w->reaped_cap * 2 : 64;
+            void *p = realloc(w->reaped, cap * sizeof *w->reaped);
             if (!p) { /* no room to batch: handle this one now */
                 turn_on_http_done(c->owner, msg->data.result);
                 continue;
             }
-            a->reaped = p;
-            a->reaped_cap = cap;
+            w->reaped = p;
+            w->reaped_cap = cap;
         }
-        a->reaped[n].call = c;
-        a->reaped[n].result = msg->data.result;
+        w->reaped[n].call = c;
+        w->reaped[n].result = msg->data.result;
         n++;
     }
     for (size_t i = 0; i < n; i++)
-        turn_on_http_done(a->reaped[i].call->owner, a->reaped[i].result);
+        turn_on_http_done(w->reaped[i].call->owner, w->reaped[i].result);
 }
 
-static void sweep_history(parley_agent *a)
+/* Forget idle conversations about once a second: inline, or on a store thread. */
+static void sweep_history(worker *w)
 {
-    if (a->opts.history_idle_timeout_s <= 0)
+    if (!w->idle_timeout_ms || w->expiry_in_flight)
         return;
     uint64_t now = clock_mono_ms();
-    if (now < a->next_expiry_sweep_ms)
+    if (now < w->next_expiry_sweep_ms)
         return;
-    a->next_expiry_sweep_ms = now + EXPIRY_SWEEP_MS;
-    history_expire(a->hist, clock_wall_ms());
+    w->next_expiry_sweep_ms = now + EXPIRY_SWEEP_MS;
+    if (w->jobs) {
+        store_job *job = store_job_new(STORE_JOB_EXPIRE, NULL);
+        if (job && store_jobs_submit(w->jobs, job) == 0)
+            w->expiry_in_flight = 1;
+        else
+            store_job_free(job);
+        return;
+    }
+    char *err = NULL;
+    if (w->store->backend->expire(w->store, clock_wall_ms(), NULL, &err) != PARLEY_OK)
+        host_log(w->host, PARLEY_LOG_WARN, "history expiry: %s", err ? err : "failed");
+    free(err);
 }
 
 /*
- * destroy(): every turn still held ends cancelled, exactly once.  The inbox
- * stays alive while they end (box->stop already refuses new turns): a host
- * may complete a tool call meanwhile, even from a done callback, and its
- * handle must wait in the inbox until its turn has let go of it.
+ * destroy(): every turn still held ends, exactly once: cancelled, or -- for
+ * a turn whose append is with a store thread -- with that append's
+ * outcome, which is waited for (the job borrows the turn's messages).  The
+ * inbox stays open meanwhile (it already refuses new turns): a host may
+ * complete a tool call, even from a done callback, and its handle must wait
+ * in the inbox until its turn has let go of it.
  */
-static void cancel_everything(parley_agent *a)
+static void cancel_everything(worker *w)
 {
-    inbox *box = a->box;
-    pthread_mutex_lock(&box->mu);
-    turn *submitted = box->submitted_head;
-    box->submitted_head = box->submitted_tail = NULL;
-    pthread_mutex_unlock(&box->mu);
-
-    a->stopping = 1;
-    for (turn *t = a->ready_head; t; t = t->ready_next)
+    inbox_batch b;
+    inbox_take(w->box, &b);
+    w->stopping = 1;
+    for (turn *t = w->ready_head; t; t = t->ready_next)
         t->in_ready = 0;
-    a->ready_head = a->ready_tail = NULL; /* all of them are on the all list too */
-    while (submitted) {
-        turn *t = submitted;
-        submitted = t->inbox_next;
-        all_link(a, t);
+    w->ready_head = w->ready_tail = NULL; /* all of them are on the all list too */
+    while (b.submitted) {
+        turn *t = b.submitted;
+        b.submitted = t->inbox_next;
+        t->env = &w->env;
+        all_link(w, t);
     }
-    while (a->all_head)
-        turn_end(a->all_head, PARLEY_ERR_CANCELLED, "the agent was destroyed");
+    free(b.cancels);
+    on_tool_results(b.completed);
+    on_store_jobs(w, b.notes);
+    for (turn *t = w->all_head, *next; t; t = next) {
+        next = t->all_next; /* ending t frees t only */
+        turn_cancel(t, "the agent was destroyed");
+    }
+    while (w->all_head) { /* appends in flight: wait for their outcome */
+        curl_multi_poll(w->multi, NULL, 0, 100, NULL);
+        inbox_take(w->box, &b);
+        free(b.cancels);
+        on_tool_results(b.completed);
+        on_store_jobs(w, b.notes);
+    }
 
     /* No turn holds a handle now: later completions just free theirs. */
-    pthread_mutex_lock(&box->mu);
-    box->alive = 0;
-    parley_tool_call *completed = box->completed;
-    box->completed = NULL;
-    pthread_mutex_unlock(&box->mu);
-    while (completed) {
-        parley_tool_call *h = completed;
-        completed = h->next;
-        free_handle(h);
-    }
+    inbox_close(w->box, &b);
+    free(b.cancels);
+    on_tool_results(b.completed);
+    on_store_jobs(w, b.notes);
 }
 
 static void *worker_main(void *arg)
 {
-    parley_agent *a = arg;
+    worker *w = arg;
     for (;;) {
-        if (drain_inbox(a))
+        if (drain_inbox(w))
             break;
-        begin_ready_turns(a);
-        fire_timers(a);
+        begin_ready_turns(w);
+        fire_timers(w);
         int running = 0;
-        curl_multi_perform(a->multi, &running);
-        reap_transfers(a);
-        begin_ready_turns(a);
-        sweep_history(a);
-        int64_t wait = timer_next_in(&a->timers, clock_mono_ms());
+        curl_multi_perform(w->multi, &running);
+        reap_transfers(w);
+        begin_ready_turns(w);
+        sweep_history(w);
+        int64_t wait = timer_next_in(&w->timers, clock_mono_ms());
         if (wait < 0 || wait > EXPIRY_SWEEP_MS)
             wait = EXPIRY_SWEEP_MS;
-        if (a->ready_head)
+        if (w->ready_head)
             wait = 0;
-        curl_multi_poll(a->multi, NULL, 0, (int)wait, NULL);
+        curl_multi_poll(w->multi, NULL, 0, (int)wait, NULL);
     }
-    cancel_everything(a);
+    cancel_everything(w);
     return NULL;
 }
 
-int worker_start(parley_agent *a)
+static void worker_free(worker *w)
 {
-    if (http_pool_init(&a->pool, (size_t)a->opts.max_connections) != 0)
-        return -1;
-    a->multi = a->pool.multi;
-    a->lanes = dict_new(lane_key);
-    if (!a->multi || !a->lanes)
-        return -1;
-    a->box->multi = a->multi;
-    if (pthread_create(&a->thread, NULL, worker_main, a) != 0)
-        return -1;
-    return 0;
+    store_jobs_stop(w->jobs); /* after the worker: no turn waits for a job now */
+    if (w->box)
+        inbox_unref(w->box);
+    http_pool_cleanup(&w->pool);
+    dict_free(w->lanes);
+    free(w->reaped);
+    timer_heap_free(&w->timers);
+    free(w);
 }
 
-void worker_stop(parley_agent *a)
+worker *worker_start(const worker_setup *setup, char **err)
 {
-    pthread_mutex_lock(&a->box->mu);
-    a->box->stop = 1;
-    curl_multi_wakeup(a->multi);
-    pthread_mutex_unlock(&a->box->mu);
-    pthread_join(a->thread, NULL);
+    *err = NULL;
+    worker *w = calloc(1, sizeof *w);
+    if (!w) {
+        *err = pstr_printf("out of memory");
+        return NULL;
+    }
+    w->store = setup->store;
+    w->host = setup->host;
+    w->metrics = setup->metrics;
+    w->idle_timeout_ms = setup->idle_timeout_ms;
+    if (http_pool_init(&w->pool, setup->max_connections) == 0)
+        w->multi = w->pool.multi;
+    w->lanes = dict_new(lane_key);
+    w->box = w->multi ? inbox_new(w->multi) : NULL;
+    if (!w->multi || !w->lanes || !w->box) {
+        *err = pstr_printf("out of memory");
+        worker_free(w);
+        return NULL;
+    }
+    if (w->store->backend->blocking && !(w->jobs = store_jobs_start(w->store, w->box))) {
+        *err = pstr_printf("could not start the store threads");
+        worker_free(w);
+        return NULL;
+    }
+    w->env = (turn_env){
+        .pool = &w->pool,
+        .timers = &w->timers,
+        .store = w->store,
+        .jobs = w->jobs,
+        .box = w->box,
+        .host = w->host,
+        .metrics = w->metrics,
+        .ended = on_turn_ended,
+        .worker = w,
+    };
+    if (pthread_create(&w->thread, NULL, worker_main, w) != 0) {
+        *err = pstr_printf("could not start the worker thread");
+        worker_free(w);
+        return NULL;
+    }
+    return w;
+}
+
+inbox *worker_inbox(worker *w) { return w->box; }
+
+void worker_stop(worker *w)
+{
+    inbox_stop(w->box);
+    pthread_join(w->thread, NULL);
+    worker_free(w);
 }

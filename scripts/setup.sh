@@ -3,7 +3,7 @@
 # Idempotent: a machine that has everything runs no apt-get at all.
 set -euo pipefail
 
-PACKAGES=(build-essential cmake pkg-config libjansson-dev libcurl4-openssl-dev
+PACKAGES=(build-essential cmake pkg-config libjansson-dev libcurl4-openssl-dev libsqlite3-dev
           libmicrohttpd-dev python3 clang valgrind openssl)
 
 missing=()

@@ -112,7 +112,9 @@ typedef enum parley_status {
     PARLEY_ERR_TOOL_LOOP = 10,      /* "tool_loop": the model kept calling tools past every limit */
     PARLEY_ERR_NOT_FOUND = 11,      /* "not_found": no such conversation / turn / request */
     PARLEY_ERR_NO_MEMORY = 12,      /* "no_memory": an allocation failed */
-    PARLEY_ERR_INTERNAL = 13        /* "internal": a bug in Parley; please report it */
+    PARLEY_ERR_INTERNAL = 13,       /* "internal": a bug in Parley; please report it */
+    PARLEY_ERR_STORAGE = 14         /* "storage": the history store failed (I/O error, disk
+                                       full, corrupt or unreachable store); history unchanged */
 } parley_status;
 
 typedef enum parley_log_level {
@@ -259,7 +261,9 @@ typedef struct parley_plugin {
 
     /**
      * Cancel everything in flight, call each pending turn's done callback
-     * with PARLEY_ERR_CANCELLED (on the worker thread, before returning),
+     * with PARLEY_ERR_CANCELLED (on the worker thread, before returning; a
+     * turn being written to the history store waits for the write and
+     * reports it, as with cancel),
      * stop the worker, free the agent.  Blocks until then.  NULL is a no-op.  Not from a
      * callback of this agent.
      */
@@ -285,7 +289,9 @@ typedef struct parley_plugin {
     /**
      * Ask to cancel a turn.  Its done callback then comes with
      * PARLEY_ERR_CANCELLED (unless it already completed) and its history is
-     * left untouched.  PARLEY_ERR_NOT_FOUND if the id is unknown or done.
+     * left untouched.  A turn already being written to the history store is
+     * not cut off: its callback reports the write (PARLEY_OK: stored;
+     * PARLEY_ERR_STORAGE: not).  PARLEY_ERR_NOT_FOUND if the id is unknown or done.
      */
     parley_status (*cancel)(parley_agent *agent, parley_request_id request_id);
 
@@ -349,6 +355,23 @@ typedef struct parley_plugin {
      * out_json and error may be NULL; strings set are freed with free_string.
      */
     parley_status (*check_connection)(const char *options_json, char **out_json, char **error);
+
+    /**
+     * Change the options of a live agent without forgetting anything.
+     * options_json is a whole options object, as for create() (a key left out
+     * takes its default, as at create).  It is validated like create()'s: on
+     * any error nothing changes, PARLEY_ERR_INVALID_OPTIONS is returned and
+     * *error (if not NULL; free with free_string) names the option.
+     * History is kept; turns in flight finish under the options they were
+     * accepted with; turns accepted after this returns use the new ones.
+     * Options that belong to what create() opened once -- history_store,
+     * history_sync, history_keep_turns, max_conversations,
+     * history_idle_timeout_s, max_connections -- cannot change: a different
+     * value is refused by name (destroy and create the agent to change them).
+     * Any thread, concurrently with everything but destroy; also from a
+     * callback of this agent.
+     */
+    parley_status (*update_options)(parley_agent *agent, const char *options_json, char **error);
 } parley_plugin;
 
 /**

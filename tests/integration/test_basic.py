@@ -144,6 +144,10 @@ class BadOptions(ParleyTestCase):
         ("base_url wrong type", {"base_url": 8080}, (), "base_url"),
         ("api_key_env unset", {"api_key_env": "PARLEY_TEST_SURELY_UNSET"}, (), "api_key_env"),
         ("tools not an array", {"tools": {"name": "x"}}, (), "tools"),
+        ("unknown history store", {"history_store": "redis://h"}, (), "history_store"),
+        ("history store not a string", {"history_store": 1}, (), "history_store"),
+        ("unknown history_sync", {"history_sync": "sometimes"}, (), "history_sync"),
+        ("history_keep_turns negative", {"history_keep_turns": -1}, (), "history_keep_turns"),
     ]
 
     def test_rejected(self):

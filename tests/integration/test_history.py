@@ -128,14 +128,18 @@ class Recall(HistoryCase):
 
 
 class Truncation(HistoryCase):
-    def run_plain(self, n_turns, max_hist, snapshots=True):
+    def run_plain(self, n_turns, max_hist, snapshots=True, keep=None):
         """n_turns plain turns on one id, a history op after each (when
-        snapshots); checks every request and snapshot exactly."""
+        snapshots); checks every request (the last max_hist turns sent) and
+        snapshot (the last `keep` turns kept; None: max_hist) exactly."""
         llm = self.server()
         o = options(llm)
         if max_hist is not None:
             o["max_history_turns"] = max_hist
-        limit = max_hist if max_hist is not None else 20
+        if keep is not None:
+            o["history_keep_turns"] = keep
+        sent = max_hist if max_hist is not None else 20
+        limit = keep if keep is not None else sent
         texts = ["turn %d of %d" % (k, n_turns) for k in range(1, n_turns + 1)]
         lines = []
         for t in texts:
@@ -152,6 +156,7 @@ class Truncation(HistoryCase):
         stored = []  # every turn ever completed: [user, assistant]
         for k, (text, res, req) in enumerate(zip(texts, results, reqs), start=1):
             kept = stored if limit == 0 else stored[-limit:] if limit else []
+            kept = kept if sent == 0 else kept[-sent:]
             want = [SYS] + [m for pair in kept for m in pair] + [user(text)]
             self.assertEqual(messages(req), want, "request of turn %d" % k)
             self.assertEqual(res["response"], fake_reply(text, len(want), len(kept) + 1))
@@ -180,6 +185,16 @@ class Truncation(HistoryCase):
 
     def test_zero_is_unlimited(self):
         self.run_plain(24, 0, snapshots=False)
+
+    def test_keep_more_than_sent(self):
+        # Requests carry the last 2 turns; history_get shows the last 5.
+        self.run_plain(7, 2, keep=5)
+
+    def test_keep_all_send_last_1(self):
+        self.run_plain(5, 1, keep=0)
+
+    def test_keep_fewer_than_sent(self):
+        self.run_plain(5, 4, keep=2)
 
     def check_tool_conversation(self, max_hist):
         llm = self.server()

@@ -82,5 +82,20 @@ class DestroyRace(unittest.TestCase):
         self.assertRegex(res.stdout, r"^\d+ passed, 0 failed$")
 
 
+STORE_WAIT = os.path.join(BUILD, "tests", "stress", "parley-store-wait")
+
+
+class StoreWait(unittest.TestCase):
+    def test_store_waits_with_a_blocking_store(self):
+        # A gated store (blocking, so the agent uses its store thread) holds or
+        # fails loads and appends on purpose: storage failure, cancel while
+        # loading / committing, destroy with store jobs in flight.
+        with FakeLLM() as llm:
+            res = subprocess.run([STORE_WAIT, llm.base_url], capture_output=True, text=True,
+                                 timeout=120 * SLOW)
+        self.assertEqual(res.returncode, 0, (res.stdout + res.stderr)[-4000:])
+        self.assertRegex(res.stdout, r"^\d+ passed, 0 failed$")
+
+
 if __name__ == "__main__":
     unittest.main()

@@ -426,5 +426,29 @@ class HistoryTest(AgentCase):
         self.assertTrue(any("hello log" in m for _, m, _ in lines))
 
 
+
+class UpdateOptionsTest(AgentCase):
+
+    async def test_update_keeps_history_and_tools(self):
+        async def ping(call):
+            return {"pong": True}
+
+        async with self.agent(tools={"ping": ping}, prompt="You are A.") as agent:
+            first = await agent.process("hello", "c1")
+            await agent.update_options(harness.options(self.fake, prompt="You are B."))
+            second = await agent.process("again [[tool:ping {}]]", "c1")
+            self.assertEqual(first.conversation_id, second.conversation_id)
+            with self.assertRaises(parley.InvalidOptions) as cm:
+                await agent.update_options(harness.options(self.fake, temperature=9))
+            self.assertIn("'temperature'", cm.exception.message)
+            with self.assertRaises(parley.InvalidOptions) as cm:
+                await agent.update_options(harness.options(self.fake, max_connections=3))
+            self.assertIn("'max_connections'", cm.exception.message)
+        reqs = self.fake.chat_requests()
+        self.assertEqual([harness.messages(r)[0]["content"] for r in reqs],
+                         ["You are A.", "You are B.", "You are B."])
+        self.assertEqual(harness.user_texts(reqs[1]), ["hello", "again [[tool:ping {}]]"])
+        self.assertEqual(tool_messages(reqs[2])[0]["content"], '{"pong":true}')
+
 if __name__ == "__main__":
     unittest.main()

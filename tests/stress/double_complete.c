@@ -146,7 +146,14 @@ int main(int argc, char **argv)
     CHECK(P->complete_tool_call((parley_tool_call *)(uintptr_t)0x7fffffffu, "{}", 0) ==
           PARLEY_ERR_NOT_FOUND);
 
+    /* LeakSanitizer 14 crashes ("Tracer caught signal 11") scanning this
+     * thread's dynamic TLS after the plugin (which used TLS on this thread in
+     * async_process) is unloaded; the process ends next anyway. */
+#if !defined(__SANITIZE_ADDRESS__)
     dlclose(so);
+#else
+    (void)so;
+#endif
     printf("%d passed, %d failed\n", passed, failed);
     return failed ? 1 : 0;
 }

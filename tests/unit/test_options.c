@@ -59,6 +59,9 @@ static void test_defaults(void)
     CHECK(o.extra_body == NULL && o.keep_alive == NULL && o.think == NULL);
     CHECK(o.reasoning_effort == NULL && o.thinking_budget_tokens == 0);
     CHECK(o.max_history_turns == 20);
+    CHECK(o.history_keep_turns == -1); /* null: the same as max_history_turns */
+    CHECK_STR(o.history_store, "memory");
+    CHECK_STR(o.history_sync, "normal");
     CHECK(o.max_tool_iterations == 10);
     CHECK(o.auto_create_conversation_id == 0);
     CHECK(o.stream == 0);
@@ -83,6 +86,11 @@ static void test_values(void)
     CHECK(o.stream == 1);
     CHECK(o.top_p < 0);
     options_free(&o);
+    CHECK(options_parse("{\"model\":\"m\",\"history_keep_turns\":0,\"history_sync\":\"full\","
+                        "\"history_store\":\"memory\"}", &o, &err) == 0);
+    CHECK(o.history_keep_turns == 0);
+    CHECK_STR(o.history_sync, "full");
+    options_free(&o);
 
     setenv("PARLEY_TEST_KEY", "from-env", 1);
     CHECK(options_parse("{\"model\":\"m\",\"api_key_env\":\"PARLEY_TEST_KEY\"}", &o, &err) == 0);
@@ -102,6 +110,11 @@ static void test_errors(void)
     expect_error("{\"model\":\"m\",\"max_history_turns\":1.5}", "option 'max_history_turns': must be an integer");
     expect_error("{\"model\":\"m\",\"max_history_turns\":null}", "option 'max_history_turns'");
     expect_error("{\"model\":\"m\",\"stream\":1}", "option 'stream': must be true or false");
+    expect_error("{\"model\":\"m\",\"history_store\":\"redis:x\"}",
+                 "option 'history_store': unknown store \"redis:x\"");
+    expect_error("{\"model\":\"m\",\"history_store\":\"memoryx\"}", "option 'history_store'");
+    expect_error("{\"model\":\"m\",\"history_sync\":\"FULL\"}", "option 'history_sync'");
+    expect_error("{\"model\":\"m\",\"history_keep_turns\":-1}", "option 'history_keep_turns'");
     expect_error("{\"model\":\"m\",\"base_url\":\"ftp://x\"}", "option 'base_url'");
     expect_error("{\"model\":7}", "option 'model': must be a string");
     expect_error("{\"model\":\"m\",\"tools\":{}}", "option 'tools': must be an array");

@@ -133,7 +133,10 @@ PLUGIN_FUNCTIONS = [
     ("conversations_list", CFUNCTYPE(c_int, _P, _PP)),
     ("history_clear", CFUNCTYPE(c_int, _P, c_char_p)),
     ("metrics", CFUNCTYPE(c_int, _P, _PP)),
-    # Appended functions go here, in header order (e.g. history_query).
+    # Appended after ABI 1.0, in header order: present when struct_size covers them.
+    ("check_connection", CFUNCTYPE(c_int, c_char_p, _PP, _PP)),
+    ("update_options", CFUNCTYPE(c_int, _P, c_char_p, _PP)),
+    # Further appended functions go here, in header order (e.g. history_query).
 ]
 
 

@@ -339,6 +339,20 @@ def _finalize(core):
     core.destroy()
 
 
+
+def _declare_tools(options, tools):
+    """options with a declaration for every tool callable not declared yet;
+    a declared tool without a callable is an error."""
+    declared = [declared_name(d) for d in options.get("tools") or []]
+    for name in declared:
+        if name is not None and name not in tools:
+            raise ValueError("tool %r is declared in options['tools'] but has no callable "
+                             "in tools=" % name)
+    added = [tool_declaration(n, fn) for n, fn in tools.items() if n not in declared]
+    if added:
+        options["tools"] = list(options.get("tools") or []) + added
+    return options
+
 class Agent:
     """One Parley agent (its own history, options and worker thread).
 
@@ -362,15 +376,8 @@ class Agent:
                                "event loop") from None
         self._plugin = plugin if isinstance(plugin, Plugin) else load_plugin(plugin)
         tools = dict(tools or {})
-        options = dict(options)
-        declared = [declared_name(d) for d in options.get("tools") or []]
-        for name in declared:
-            if name is not None and name not in tools:
-                raise ValueError("tool %r is declared in options['tools'] but has no callable "
-                                 "in tools=" % name)
-        added = [tool_declaration(n, fn) for n, fn in tools.items() if n not in declared]
-        if added:
-            options["tools"] = list(options.get("tools") or []) + added
+        options = _declare_tools(dict(options), tools)
+        self._tools = tools
         self._core = core = _Core(self._plugin, loop, tools, log)
         host = _abi.Host(struct_size=ctypes.sizeof(_abi.Host), host_data=None,
                          log=core.c_log, tool_call=core.c_tool_call)
@@ -553,6 +560,27 @@ class Agent:
                          None if conversation_id is None
                          else _c_str("conversation_id", conversation_id),
                          returns_json=False)
+
+    async def update_options(self, options):
+        """Change the live agent's options (a whole options dict, as for Agent()):
+        history and turns in flight are kept (they finish under the options they
+        started with); turns started after this use the new ones.  The tools stay
+        those given to Agent().  Raises parley.InvalidOptions, and changes
+        nothing, for bad options or one that cannot change on a live agent
+        (history_store, max_connections, ...)."""
+        text = json.dumps(_declare_tools(dict(options), self._tools)).encode()
+        fn = self._plugin.require("update_options")
+        core = self._core
+
+        def run():
+            err = ctypes.c_void_p()
+            with core.using() as handle:
+                status = fn(handle, text, ctypes.byref(err))
+            message = self._plugin.take_string(err.value)
+            if status != _abi.OK:
+                raise self._plugin.error(status, message or "update_options() failed")
+
+        await core.loop.run_in_executor(None, run)
 
     async def metrics(self):
         """Counters and gauges (turns, errors, retries, in_flight, ...)."""

@@ -93,9 +93,14 @@ class InternalError(ParleyError):
     status, code = "internal", 13
 
 
+class StorageError(ParleyError):
+    status, code = "storage", 14
+
+
 _BY_CODE = {cls.code: cls for cls in (InvalidInput, InvalidOptions, Busy, Cancelled, Timeout,
                                       ConnectError, RateLimited, HttpStatus, BadResponse,
-                                      ToolLoop, NotFound, NoMemory, InternalError)}
+                                      ToolLoop, NotFound, NoMemory, InternalError,
+                                      StorageError)}
 
 
 def error_for(code, name, message, **turn):

@@ -1,6 +1,8 @@
 /*
- * test_history.c -- the conversation store, through its public contract:
- * what render appends, what the dumps show, what the stats count.
+ * test_store_memory.c -- the in-memory store, through the store_backend
+ * table (store.h): what load appends, what the JSON reads show, what the
+ * stats count, and that a failed append changes nothing.  The semantics every
+ * backend shares are also checked by the conformance suite (tests/store/).
  */
 #include <jansson.h>
 #include <pthread.h>
@@ -10,7 +12,7 @@
 #include <string.h>
 
 #include "check.h"
-#include "history.h"
+#include "store/store.h"
 
 /* ---- allocation-failure injection ----
  * Replacing malloc (glibc supports it: malloc, free, calloc, realloc) lets a
@@ -62,10 +64,144 @@ void free(void *p) { __libc_free(p); }
     "\\\"kitchen\\\"}\"}}]}"
 #define TOOL_RESULT(id) "{\"role\":\"tool\",\"tool_call_id\":\"" id "\",\"content\":\"ok\"}"
 
-static history *new_store(size_t max_turns, size_t max_conversations, uint64_t idle_timeout_ms)
+/* The store under test: the memory backend, used only through its table. */
+static const store_backend *const B = &store_memory_backend;
+
+static store *new_store(size_t keep_turns, size_t max_conversations, uint64_t idle_timeout_ms)
 {
-    history_limits limits = {max_turns, max_conversations, idle_timeout_ms};
-    return history_new(&limits);
+    store_config cfg = {.location = "", .limits = {keep_turns, max_conversations, idle_timeout_ms}};
+    store *s = NULL;
+    char *err = NULL;
+    parley_status st = B->open(&cfg, &s, &err);
+    free(err);
+    return st == PARLEY_OK ? s : NULL;
+}
+
+static void close_store(store *h)
+{
+    if (h)
+        B->close(h);
+}
+
+static store_key key_of(const char *id)
+{
+    return (store_key){.conversation_id = id, .persona = "", .interface_type = ""};
+}
+
+/* A turn as the tests write it: its messages comma-joined. */
+typedef struct joined_turn {
+    const char *turn_id;
+    uint64_t started_ms, finished_ms;
+    const char *messages;
+    size_t messages_len;
+    size_t nmessages;
+} joined_turn;
+
+/* Split "{..},{..}" into its top-level objects (strings may hold braces). */
+static size_t split_messages(const char *text, size_t len, store_message *out, size_t max)
+{
+    size_t n = 0, depth = 0, start = 0;
+    int in_string = 0;
+    for (size_t i = 0; i < len; i++) {
+        char c = text[i];
+        if (in_string) {
+            if (c == '\\')
+                i++;
+            else if (c == '"')
+                in_string = 0;
+        } else if (c == '"') {
+            in_string = 1;
+        } else if (c == '{' && depth++ == 0) {
+            start = i;
+        } else if (c == '}' && --depth == 0 && n < max) {
+            out[n++] = (store_message){.message_id = "00000000-0000-4000-8000-00000000000a",
+                                       .role = "user", .created_ms = 1, .json = text + start,
+                                       .json_len = i + 1 - start};
+        }
+    }
+    return n;
+}
+
+/* 0, -1 when refused, -2 when out of memory (checked by the tests below). */
+static int append_turn(store *h, const char *id, const joined_turn *in, uint64_t now_ms)
+{
+    store_message msgs[16]; /* on the stack: only the store's allocations may fail */
+    store_turn t = {0};
+    if (in) {
+        size_t n = in->messages ? split_messages(in->messages, in->messages_len, msgs, 16) : 0;
+        if (in->messages && n != in->nmessages)
+            return -1;
+        if (!in->messages && in->nmessages) { /* a message without text */
+            msgs[0] = (store_message){.message_id = "x", .role = "user", .json = NULL};
+            n = 1;
+        }
+        t = (store_turn){.turn_id = in->turn_id, .started_ms = in->started_ms,
+                         .finished_ms = in->finished_ms, .messages = msgs, .nmessages = n};
+    }
+    store_key key = key_of(id);
+    char *err = NULL;
+    parley_status st = B->append(h, id ? &key : NULL, in ? &t : NULL, now_ms, &err);
+    free(err);
+    return st == PARLEY_OK ? 0 : st == PARLEY_ERR_NO_MEMORY ? -2 : -1;
+}
+
+static size_t load_all(store *h, const char *id, uint64_t now_ms, pbuf *out)
+{
+    store_key key = key_of(id);
+    size_t n = 0;
+    char *err = NULL;
+    B->load(h, &key, 0, now_ms, out, &n, &err);
+    free(err);
+    return n;
+}
+
+/* Reads as 0, -1 not found, -2 out of memory; *out malloc'd. */
+static int read_result(parley_status st, pbuf *b, char *err, char **out)
+{
+    free(err);
+    *out = NULL;
+    if (st == PARLEY_OK && !(*out = pbuf_take(b)))
+        st = PARLEY_ERR_NO_MEMORY;
+    pbuf_free(b);
+    return st == PARLEY_OK ? 0 : st == PARLEY_ERR_NOT_FOUND ? -1 : -2;
+}
+
+static int get_conversation(store *h, const char *id, uint64_t now_ms, char **out)
+{
+    store_key key = key_of(id);
+    pbuf b = PBUF_INIT;
+    char *err = NULL;
+    return read_result(B->get_conversation(h, &key, now_ms, &b, &err), &b, err, out);
+}
+
+static int get_turn(store *h, const char *turn_id, uint64_t now_ms, char **out)
+{
+    pbuf b = PBUF_INIT;
+    char *err = NULL;
+    return read_result(B->get_turn(h, turn_id, now_ms, &b, &err), &b, err, out);
+}
+
+static int list_all(store *h, uint64_t now_ms, char **out)
+{
+    pbuf b = PBUF_INIT;
+    char *err = NULL;
+    return read_result(B->list(h, now_ms, &b, &err), &b, err, out);
+}
+
+static int forget(store *h, const char *id)
+{
+    store_key key = key_of(id);
+    char *err = NULL;
+    parley_status st = B->forget(h, id ? &key : NULL, &err);
+    free(err);
+    return st == PARLEY_OK ? 0 : -1;
+}
+
+static size_t expire(store *h, uint64_t now_ms)
+{
+    size_t n = 0;
+    B->expire(h, now_ms, &n, NULL);
+    return n;
 }
 
 /* A 36-char turn id that encodes n, so tests can name turns by number. */
@@ -74,49 +210,49 @@ static void turn_id_for(unsigned n, char out[37])
     snprintf(out, 37, "%08x-0000-4000-8000-%012x", n, n);
 }
 
-static int commit_at(history *h, const char *id, unsigned turn_no, const char *messages,
+static int commit_at(store *h, const char *id, unsigned turn_no, const char *messages,
                      size_t nmessages, uint64_t now_ms)
 {
     char tid[37];
     turn_id_for(turn_no, tid);
-    history_turn_in in = {tid, now_ms > 500 ? now_ms - 500 : 0, now_ms, messages,
-                          strlen(messages), nmessages};
-    return history_commit(h, id, &in, now_ms);
+    joined_turn in = {tid, now_ms > 500 ? now_ms - 500 : 0, now_ms, messages, strlen(messages),
+                      nmessages};
+    return append_turn(h, id, &in, now_ms);
 }
 
 /* The rendered text (malloc'd) and, through *count, the return value. */
-static char *render(history *h, const char *id, uint64_t now_ms, size_t *count)
+static char *render(store *h, const char *id, uint64_t now_ms, size_t *count)
 {
     pbuf b = PBUF_INIT;
-    size_t n = history_render(h, id, now_ms, &b);
+    size_t n = load_all(h, id, now_ms, &b);
     if (count)
         *count = n;
     return pbuf_take(&b);
 }
 
-static char *dump_conversation(history *h, const char *id, uint64_t now_ms)
+static char *dump_conversation(store *h, const char *id, uint64_t now_ms)
 {
     char *out = NULL;
-    return history_dump_conversation(h, id, now_ms, &out) == 0 ? out : NULL;
+    return get_conversation(h, id, now_ms, &out) == 0 ? out : NULL;
 }
 
-static char *dump_list(history *h, uint64_t now_ms)
+static char *dump_list(store *h, uint64_t now_ms)
 {
     char *out = NULL;
-    return history_dump_list(h, now_ms, &out) == 0 ? out : NULL;
+    return list_all(h, now_ms, &out) == 0 ? out : NULL;
 }
 
-static int turn_exists(history *h, unsigned turn_no, uint64_t now_ms)
+static int turn_exists(store *h, unsigned turn_no, uint64_t now_ms)
 {
     char tid[37], *out = NULL;
     turn_id_for(turn_no, tid);
-    int rc = history_dump_turn(h, tid, now_ms, &out);
+    int rc = get_turn(h, tid, now_ms, &out);
     free(out);
     return rc == 0;
 }
 
 /* The conversation ids of dump_list, in order, joined by ' '. */
-static char *listed_ids(history *h, uint64_t now_ms)
+static char *listed_ids(store *h, uint64_t now_ms)
 {
     char *text = dump_list(h, now_ms);
     json_t *root = text ? json_loads(text, 0, NULL) : NULL;
@@ -133,10 +269,11 @@ static char *listed_ids(history *h, uint64_t now_ms)
     return pbuf_take(&ids);
 }
 
-static history_stats stats_of(history *h)
+static store_stats stats_of(store *h)
 {
-    history_stats s;
-    history_get_stats(h, &s);
+    store_stats s;
+    memset(&s, 0, sizeof s);
+    B->stats(h, &s, NULL);
     return s;
 }
 
@@ -144,28 +281,28 @@ static history_stats stats_of(history *h)
 
 static void test_unknown_id(void)
 {
-    history *h = new_store(0, 10, 0);
+    store *h = new_store(0, 10, 0);
     pbuf b = PBUF_INIT;
     pbuf_puts(&b, "[");
-    CHECK(history_render(h, "nobody", 1000, &b) == 0);
+    CHECK(load_all(h, "nobody", 1000, &b) == 0);
     CHECK_STR(b.data, "["); /* nothing appended, earlier bytes intact */
     pbuf_free(&b);
     char *out = (char *)"sentinel";
-    CHECK(history_dump_conversation(h, "nobody", 1000, &out) == -1);
+    CHECK(get_conversation(h, "nobody", 1000, &out) == -1);
     CHECK(out == NULL);
     out = (char *)"sentinel";
-    CHECK(history_dump_turn(h, "00000000-0000-4000-8000-000000000000", 1000, &out) == -1);
+    CHECK(get_turn(h, "00000000-0000-4000-8000-000000000000", 1000, &out) == -1);
     CHECK(out == NULL);
-    CHECK(history_clear(h, "nobody") == -1);
+    CHECK(forget(h, "nobody") == -1);
     char *list = dump_list(h, 1000);
     CHECK_STR(list, "{\"conversations\":[]}");
     free(list);
-    history_free(h);
+    close_store(h);
 }
 
 static void test_commit_then_render_exact(void)
 {
-    history *h = new_store(0, 10, 0);
+    store *h = new_store(0, 10, 0);
     const char *turn1 = USER("turn on the kitchen") "," TOOL_CALL("call_1") ","
         TOOL_RESULT("call_1") "," ASSISTANT("done");
     const char *turn2 = USER("thanks") "," ASSISTANT("you are welcome");
@@ -174,7 +311,7 @@ static void test_commit_then_render_exact(void)
 
     pbuf b = PBUF_INIT;
     pbuf_puts(&b, "[{\"role\":\"system\",\"content\":\"sys\"},");
-    size_t n = history_render(h, "c1", 2500, &b);
+    size_t n = load_all(h, "c1", 2500, &b);
     CHECK(n == 6);
     pbuf expected = PBUF_INIT;
     pbuf_printf(&expected, "[{\"role\":\"system\",\"content\":\"sys\"},%s,%s,", turn1, turn2);
@@ -189,12 +326,12 @@ static void test_commit_then_render_exact(void)
     json_decref(arr);
     pbuf_free(&b);
     pbuf_free(&expected);
-    history_free(h);
+    close_store(h);
 }
 
 static void test_max_turns_keeps_last_whole_turns(void)
 {
-    history *h = new_store(3, 10, 0);
+    store *h = new_store(3, 10, 0);
     const char *turns[5] = {
         USER("one"),
         USER("two") "," TOOL_CALL("c2") "," TOOL_RESULT("c2") "," ASSISTANT("two done"),
@@ -219,17 +356,17 @@ static void test_max_turns_keeps_last_whole_turns(void)
     for (unsigned i = 3; i <= 5; i++)
         CHECK(turn_exists(h, i, 2000));
 
-    history_stats s = stats_of(h);
+    store_stats s = stats_of(h);
     CHECK(s.conversations == 1);
     CHECK(s.turns == 3);
     CHECK(s.message_bytes == strlen(turns[2]) + strlen(turns[3]) + strlen(turns[4]));
     pbuf_free(&expected);
-    history_free(h);
+    close_store(h);
 }
 
 static void test_lru_eviction_order(void)
 {
-    history *h = new_store(0, 3, 0);
+    store *h = new_store(0, 3, 0);
     commit_at(h, "a", 1, USER("a"), 1, 100);
     commit_at(h, "b", 2, USER("b"), 1, 200);
     commit_at(h, "c", 3, USER("c"), 1, 300);
@@ -253,12 +390,12 @@ static void test_lru_eviction_order(void)
     CHECK_STR(order, "e d a");
     free(order);
 
-    history_stats s = stats_of(h);
+    store_stats s = stats_of(h);
     CHECK(s.conversations == 3);
     CHECK(s.evicted == 2);
     CHECK(s.expired == 0);
     CHECK(s.turns == 4); /* a has two */
-    history_free(h);
+    close_store(h);
 
     /* With room for one, each new conversation replaces the last, never itself. */
     h = new_store(0, 1, 0);
@@ -270,12 +407,12 @@ static void test_lru_eviction_order(void)
     CHECK_STR(text, USER("y") ",");
     free(text);
     CHECK(stats_of(h).conversations == 1);
-    history_free(h);
+    close_store(h);
 }
 
 static void test_idle_expiry_on_render(void)
 {
-    history *h = new_store(0, 10, 1000);
+    store *h = new_store(0, 10, 1000);
     commit_at(h, "c", 1, USER("hi"), 1, 10000);
     size_t n = 0;
     char *text = render(h, "c", 11000, &n); /* exactly the timeout: still alive */
@@ -293,21 +430,21 @@ static void test_idle_expiry_on_render(void)
     CHECK(n == 0);
     free(text);
     CHECK(!turn_exists(h, 1, 10500));
-    history_free(h);
+    close_store(h);
 }
 
 static void test_idle_expiry_on_dumps(void)
 {
-    history *h = new_store(0, 10, 1000);
+    store *h = new_store(0, 10, 1000);
     commit_at(h, "old", 1, USER("old"), 1, 1000);
     commit_at(h, "mid", 2, USER("mid"), 1, 1500);
     commit_at(h, "new", 3, USER("new"), 1, 2500);
 
     char *out = (char *)"sentinel";
-    CHECK(history_dump_conversation(h, "old", 2001, &out) == -1);
+    CHECK(get_conversation(h, "old", 2001, &out) == -1);
     CHECK(out == NULL);
     CHECK(stats_of(h).expired == 1);
-    CHECK(history_dump_turn(h, "00000002-0000-4000-8000-000000000002", 2600, &out) == -1);
+    CHECK(get_turn(h, "00000002-0000-4000-8000-000000000002", 2600, &out) == -1);
     CHECK(stats_of(h).expired == 2);
     CHECK(turn_exists(h, 3, 2600));
 
@@ -315,43 +452,43 @@ static void test_idle_expiry_on_dumps(void)
     char *order = listed_ids(h, 3550); /* "new" is idle 1050 ms: dropped from the list */
     CHECK_STR(order, "mid2");
     free(order);
-    history_stats s = stats_of(h);
+    store_stats s = stats_of(h);
     CHECK(s.expired == 3);
     CHECK(s.conversations == 1);
     CHECK(s.evicted == 0);
-    history_free(h);
+    close_store(h);
 }
 
-static void test_history_expire(void)
+static void test_expire(void)
 {
-    history *h = new_store(0, 10, 1000);
-    CHECK(history_expire(h, 5000) == 0);
+    store *h = new_store(0, 10, 1000);
+    CHECK(expire(h, 5000) == 0);
     commit_at(h, "a", 1, USER("a"), 1, 0);
     commit_at(h, "b", 2, USER("b"), 1, 500);
     commit_at(h, "c", 3, USER("c"), 1, 900);
     commit_at(h, "a", 4, USER("a2"), 1, 950); /* a touched: b is now the oldest */
-    CHECK(history_expire(h, 1400) == 0);
-    CHECK(history_expire(h, 1501) == 1); /* b */
+    CHECK(expire(h, 1400) == 0);
+    CHECK(expire(h, 1501) == 1); /* b */
     char *order = listed_ids(h, 1501);
     CHECK_STR(order, "a c");
     free(order);
-    CHECK(history_expire(h, 1951) == 2);
+    CHECK(expire(h, 1951) == 2);
     CHECK(stats_of(h).conversations == 0);
     CHECK(stats_of(h).expired == 3);
     CHECK(!turn_exists(h, 4, 1951));
-    history_free(h);
+    close_store(h);
 
     h = new_store(0, 10, 0); /* timeout 0: never */
     commit_at(h, "a", 1, USER("a"), 1, 0);
-    CHECK(history_expire(h, UINT64_MAX) == 0);
+    CHECK(expire(h, UINT64_MAX) == 0);
     CHECK(turn_exists(h, 1, UINT64_MAX));
-    history_free(h);
+    close_store(h);
 }
 
 /* A turn committed after the timeout starts the conversation afresh. */
 static void test_commit_after_idle_restarts(void)
 {
-    history *h = new_store(0, 10, 1000);
+    store *h = new_store(0, 10, 1000);
     commit_at(h, "c", 1, USER("stale"), 1, 1000);
     commit_at(h, "c", 2, USER("fresh"), 1, 5000);
     size_t n = 0;
@@ -365,28 +502,28 @@ static void test_commit_after_idle_restarts(void)
     CHECK_STR(json_string_value(json_object_get(root, "created_at")), "1970-01-01T00:00:05.000Z");
     json_decref(root);
     free(dump);
-    history_stats s = stats_of(h);
+    store_stats s = stats_of(h);
     CHECK(s.expired == 1);
     CHECK(s.turns == 1);
     CHECK(s.message_bytes == strlen(USER("fresh")));
-    history_free(h);
+    close_store(h);
 }
 
 static void test_clear(void)
 {
-    history *h = new_store(0, 10, 0);
+    store *h = new_store(0, 10, 0);
     commit_at(h, "a", 1, USER("a"), 1, 1);
     commit_at(h, "b", 2, USER("b"), 1, 2);
     commit_at(h, "b", 3, USER("b2"), 1, 3);
-    CHECK(history_clear(h, "b") == 0);
-    CHECK(history_clear(h, "b") == -1);
+    CHECK(forget(h, "b") == 0);
+    CHECK(forget(h, "b") == -1);
     size_t n = 0;
     free(render(h, "b", 4, &n));
     CHECK(n == 0);
     CHECK(!turn_exists(h, 2, 4) && !turn_exists(h, 3, 4));
     free(render(h, "a", 4, &n));
     CHECK(n == 1);
-    history_stats s = stats_of(h);
+    store_stats s = stats_of(h);
     CHECK(s.conversations == 1 && s.turns == 1 && s.message_bytes == strlen(USER("a")));
     CHECK(s.evicted == 0 && s.expired == 0); /* clearing is neither */
 
@@ -395,7 +532,7 @@ static void test_clear(void)
         snprintf(id, sizeof id, "bulk-%u", i);
         commit_at(h, id, 100 + i, USER("x"), 1, 10 + i);
     }
-    CHECK(history_clear(h, NULL) == 0);
+    CHECK(forget(h, NULL) == 0);
     s = stats_of(h);
     CHECK(s.conversations == 0 && s.turns == 0 && s.message_bytes == 0);
     CHECK(!turn_exists(h, 1, 200) && !turn_exists(h, 150, 200));
@@ -406,23 +543,23 @@ static void test_clear(void)
     char *text = render(h, "a", 300, &n);
     CHECK_STR(text, USER("again") ",");
     free(text);
-    history_free(h);
+    close_store(h);
 }
 
 static void test_dumps_are_json(void)
 {
-    history *h = new_store(0, 10, 0);
+    store *h = new_store(0, 10, 0);
     const uint64_t t0 = 1795375860123ULL; /* 2026-11-22T19:31:00.123Z */
     const char *id = "odd \"id\"\\\n\x01";  /* needs escaping */
     const char *turn1 = USER("lights?") "," TOOL_CALL("k1") "," TOOL_RESULT("k1") ","
         ASSISTANT("Done.");
-    history_turn_in in1 = {"11111111-1111-4111-8111-111111111111", t0, t0 + 2000, turn1,
+    joined_turn in1 = {"11111111-1111-4111-8111-111111111111", t0, t0 + 2000, turn1,
                            strlen(turn1), 4};
-    CHECK(history_commit(h, id, &in1, t0 + 2000) == 0);
+    CHECK(append_turn(h, id, &in1, t0 + 2000) == 0);
     const char *turn2 = USER("bye") "," ASSISTANT("Bye!");
-    history_turn_in in2 = {"22222222-2222-4222-8222-222222222222", 1709251199999ULL,
+    joined_turn in2 = {"22222222-2222-4222-8222-222222222222", 1709251199999ULL,
                            1709251200000ULL, turn2, strlen(turn2), 2};
-    CHECK(history_commit(h, id, &in2, t0 + 9000) == 0);
+    CHECK(append_turn(h, id, &in2, t0 + 9000) == 0);
     CHECK(commit_at(h, "other", 7, USER("x"), 1, t0 + 10000) == 0);
 
     char *text = dump_conversation(h, id, t0 + 10000);
@@ -451,7 +588,7 @@ static void test_dumps_are_json(void)
     free(text);
 
     char *out = NULL;
-    CHECK(history_dump_turn(h, "22222222-2222-4222-8222-222222222222", t0 + 10000, &out) == 0);
+    CHECK(get_turn(h, "22222222-2222-4222-8222-222222222222", t0 + 10000, &out) == 0);
     json_t *turn = out ? json_loads(out, 0, NULL) : NULL;
     CHECK_STR(json_string_value(json_object_get(turn, "conversation_id")), id);
     json_t *inner = json_object_get(turn, "turn");
@@ -476,13 +613,13 @@ static void test_dumps_are_json(void)
     CHECK(json_object_get(lru, "last_used_at") != NULL);
     json_decref(list);
     free(text);
-    history_free(h);
+    close_store(h);
 }
 
 /* Reading is not using: a render (or dump) leaves every dump byte-identical. */
 static void test_render_does_not_change_dumps(void)
 {
-    history *h = new_store(0, 10, 60000);
+    store *h = new_store(0, 10, 60000);
     commit_at(h, "a", 1, USER("a"), 1, 1000);
     commit_at(h, "b", 2, USER("b"), 1, 2000);
     char *list_before = dump_list(h, 3000), *a_before = dump_conversation(h, "a", 3000);
@@ -497,13 +634,13 @@ static void test_render_does_not_change_dumps(void)
     free(list_after);
     free(a_before);
     free(a_after);
-    history_free(h);
+    close_store(h);
 }
 
 static void test_stats(void)
 {
-    history *h = new_store(2, 2, 100);
-    history_stats s = stats_of(h);
+    store *h = new_store(2, 2, 100);
+    store_stats s = stats_of(h);
     CHECK(s.conversations == 0 && s.turns == 0 && s.message_bytes == 0 && s.evicted == 0 &&
           s.expired == 0);
     commit_at(h, "a", 1, USER("1"), 1, 10);
@@ -520,36 +657,35 @@ static void test_stats(void)
     commit_at(h, "d", 6, USER("d"), 1, 145); /* tail b idle 105 > 100: counted as expired */
     s = stats_of(h);
     CHECK(s.evicted == 1 && s.expired == 1);
-    CHECK(history_expire(h, 1000) == 2);
+    CHECK(expire(h, 1000) == 2);
     s = stats_of(h);
     CHECK(s.conversations == 0 && s.turns == 0 && s.message_bytes == 0 && s.expired == 3);
-    history_free(h);
+    close_store(h);
 }
 
 static void test_rejected_input_changes_nothing(void)
 {
-    history *h = new_store(0, 10, 0);
+    store *h = new_store(0, 10, 0);
     commit_at(h, "a", 1, USER("a"), 1, 1);
     char *before = dump_list(h, 2);
-    history_turn_in no_messages = {"00000009-0000-4000-8000-000000000009", 1, 2, "", 0, 0};
-    CHECK(history_commit(h, "a", &no_messages, 2) == -1);
-    CHECK(history_commit(h, "new", &no_messages, 2) == -1);
-    history_turn_in null_text = {"00000009-0000-4000-8000-000000000009", 1, 2, NULL, 5, 1};
-    CHECK(history_commit(h, "a", &null_text, 2) == -1);
-    CHECK(history_commit(h, "a", NULL, 2) == -1);
-    CHECK(history_commit(h, NULL, &null_text, 2) == -1);
+    joined_turn no_messages = {"00000009-0000-4000-8000-000000000009", 1, 2, "", 0, 0};
+    CHECK(append_turn(h, "a", &no_messages, 2) == -1);
+    CHECK(append_turn(h, "new", &no_messages, 2) == -1);
+    joined_turn null_text = {"00000009-0000-4000-8000-000000000009", 1, 2, NULL, 5, 1};
+    CHECK(append_turn(h, "a", &null_text, 2) == -1);
+    CHECK(append_turn(h, "a", NULL, 2) == -1);
+    CHECK(append_turn(h, NULL, &null_text, 2) == -1);
     char *after = dump_list(h, 2);
     CHECK_STR(after, before);
     CHECK(stats_of(h).turns == 1);
     free(before);
     free(after);
-    history_free(h);
+    close_store(h);
 }
 
 static void test_limit_edges(void)
 {
-    CHECK(history_new(NULL) == NULL);
-    history *h = new_store(0, 0, 0); /* max_conversations 0 is out of contract: acts as 1 */
+    store *h = new_store(0, 0, 0); /* max_conversations 0 is out of contract: acts as 1 */
     CHECK(h != NULL);
     commit_at(h, "a", 1, USER("a"), 1, 1);
     commit_at(h, "b", 2, USER("b"), 1, 2);
@@ -559,31 +695,40 @@ static void test_limit_edges(void)
 
     pbuf failed = PBUF_INIT; /* a buffer that already ran out of memory */
     failed.oom = 1;
-    CHECK(history_render(h, "b", 3, &failed) == 0);
+    CHECK(load_all(h, "b", 3, &failed) == 0);
     CHECK(failed.len == 0);
-    history_free(h);
+    close_store(h);
 }
 
-/* A reused turn id (a caller bug) is stored, and freeing either copy is safe. */
+/* Appending a turn id already stored changes nothing and succeeds: a retried
+ * append never duplicates a turn (store.h: idempotent on turn_id). */
 static void test_duplicate_turn_id(void)
 {
-    history *h = new_store(1, 10, 0);
+    store *h = new_store(1, 10, 0);
     CHECK(commit_at(h, "a", 1, USER("first"), 1, 1) == 0);
-    CHECK(commit_at(h, "b", 1, USER("second"), 1, 2) == 0);
+    char *before = dump_list(h, 2);
+    CHECK(commit_at(h, "a", 1, USER("first"), 1, 2) == 0);   /* the same turn again */
+    CHECK(commit_at(h, "b", 1, USER("second"), 1, 2) == 0);  /* same id elsewhere */
+    char *after = dump_list(h, 2);
+    CHECK_STR(after, before);
+    CHECK(stats_of(h).turns == 1 && stats_of(h).conversations == 1);
     char *out = NULL;
-    CHECK(history_dump_turn(h, "00000001-0000-4000-8000-000000000001", 3, &out) == 0);
+    CHECK(get_turn(h, "00000001-0000-4000-8000-000000000001", 3, &out) == 0);
     CHECK(out && strstr(out, "first") != NULL);
     free(out);
-    CHECK(commit_at(h, "a", 2, USER("a2"), 1, 4) == 0); /* drops a's turn 1 */
-    CHECK(commit_at(h, "b", 3, USER("b2"), 1, 5) == 0); /* drops b's turn 1 */
-    CHECK(stats_of(h).turns == 2);
+    CHECK(commit_at(h, "a", 2, USER("a2"), 1, 4) == 0); /* drops turn 1 */
+    CHECK(stats_of(h).turns == 1);
     CHECK(!turn_exists(h, 1, 6));
-    history_free(h);
+    CHECK(commit_at(h, "b", 1, USER("second"), 1, 5) == 0); /* its id is free again */
+    CHECK(turn_exists(h, 1, 6));
+    free(before);
+    free(after);
+    close_store(h);
 }
 
 /* Snapshot of everything observable, to compare around a failed commit.
  * Taken at time 0, which is never idle, so taking it expires nothing. */
-static char *snapshot(history *h)
+static char *snapshot(store *h)
 {
     const uint64_t now_ms = 0;
     pbuf b = PBUF_INIT;
@@ -598,7 +743,7 @@ static char *snapshot(history *h)
         pbuf_puts(&b, conv ? conv : "(missing)");
         free(conv);
     }
-    history_stats s = stats_of(h);
+    store_stats s = stats_of(h);
     pbuf_printf(&b, "|%zu %zu %zu %zu %zu", s.conversations, s.turns, s.message_bytes, s.evicted,
                 s.expired);
     json_decref(root);
@@ -611,7 +756,7 @@ static char *snapshot(history *h)
  * leave the store exactly as it was; the first run with no failure commits.
  * Returns how many failures were injected.
  */
-static int commit_under_oom(history *h, const char *id, unsigned turn_no, uint64_t now_ms)
+static int commit_under_oom(store *h, const char *id, unsigned turn_no, uint64_t now_ms)
 {
     char *before = snapshot(h);
     int failures = 0, unchanged = 1;
@@ -652,7 +797,7 @@ static void test_commit_is_all_or_nothing_under_oom(void)
         printf("test_commit_is_all_or_nothing_under_oom: skipped (malloc is not ours to fail)\n");
         return;
     }
-    history *h = new_store(2, 20, 1000);
+    store *h = new_store(2, 20, 1000);
     int most = 0;
     unsigned turn_no = 1;
     for (unsigned i = 0; i < 40; i++) { /* new conversations: both dicts grow on the way */
@@ -679,7 +824,7 @@ static void test_commit_is_all_or_nothing_under_oom(void)
     for (long k = 0;; k++) {
         char *out = (char *)"sentinel";
         allocations_until_failure = k;
-        int rc = history_dump_conversation(h, "conv-39", 300, &out);
+        int rc = get_conversation(h, "conv-39", 300, &out);
         allocations_until_failure = -1;
         if (rc == 0) {
             free(out);
@@ -696,14 +841,14 @@ static void test_commit_is_all_or_nothing_under_oom(void)
 
     /* Clearing everything cannot fail, not even without memory for fresh tables. */
     allocations_until_failure = 0;
-    int rc = history_clear(h, NULL);
+    int rc = forget(h, NULL);
     allocations_until_failure = -1;
     CHECK(rc == 0);
-    history_stats s = stats_of(h);
+    store_stats s = stats_of(h);
     CHECK(s.conversations == 0 && s.turns == 0 && s.message_bytes == 0);
     CHECK(!turn_exists(h, turn_no - 1, 300));
     CHECK(commit_at(h, "after", 1, USER("x"), 1, 300) == 0);
-    history_free(h);
+    close_store(h);
 }
 
 /* ---- concurrency ---- */
@@ -711,7 +856,7 @@ static void test_commit_is_all_or_nothing_under_oom(void)
 enum { THREADS = 4, ITERATIONS = 1500, MAX_TURNS = 40 };
 
 typedef struct worker {
-    history *h;
+    store *h;
     unsigned index;
     int errors;
 } worker;
@@ -749,8 +894,8 @@ static void *work(void *arg)
         int to_scratch = i % 7 == 3;
         const char *target = to_scratch ? "scratch" : i % 2 ? "shared" : own;
         turn_id_for(turn_no, tid);
-        history_turn_in in = {tid, i, i + 1, messages, strlen(messages), 2};
-        w->errors += history_commit(w->h, target, &in, i + 1) != 0;
+        joined_turn in = {tid, i, i + 1, messages, strlen(messages), 2};
+        w->errors += append_turn(w->h, target, &in, i + 1) != 0;
 
         size_t n = 0;
         char *text = render(w->h, i % 3 ? own : "shared", i + 1, &n);
@@ -759,24 +904,24 @@ static void *work(void *arg)
 
         char *out = NULL;
         if (i % 5 == 0) {
-            w->errors += history_dump_list(w->h, i + 1, &out) != 0;
+            w->errors += list_all(w->h, i + 1, &out) != 0;
             free(out);
             out = NULL;
         }
         if (i % 5 == 1) {
-            w->errors += history_dump_conversation(w->h, "shared", i + 1, &out) == -2;
+            w->errors += get_conversation(w->h, "shared", i + 1, &out) == -2;
             free(out);
             out = NULL;
         }
         if (target == own) { /* only this thread commits there: still present */
-            w->errors += history_dump_turn(w->h, tid, i + 1, &out) != 0;
+            w->errors += get_turn(w->h, tid, i + 1, &out) != 0;
             free(out);
         }
         if (w->index == 3 && i % 100 == 0)
-            history_clear(w->h, "scratch");
+            forget(w->h, "scratch");
         if (w->index == 2 && i % 50 == 0) {
-            history_stats s;
-            history_get_stats(w->h, &s);
+            store_stats s;
+            s = stats_of(w->h);
             w->errors += s.turns > 6 * MAX_TURNS || s.conversations > 6;
         }
     }
@@ -785,7 +930,7 @@ static void *work(void *arg)
 
 static void test_concurrent_use(void)
 {
-    history *h = new_store(MAX_TURNS, 100, 0);
+    store *h = new_store(MAX_TURNS, 100, 0);
     pthread_t threads[THREADS];
     worker workers[THREADS];
     for (unsigned i = 0; i < THREADS; i++) {
@@ -822,18 +967,84 @@ static void test_concurrent_use(void)
     CHECK(json_array_size(json_object_get(root, "turns")) == MAX_TURNS);
     json_decref(root);
     free(dump);
-    history_free(h);
+    close_store(h);
+}
+
+/* load() sends the last N whole turns of what is kept; N = 0 sends all. */
+static void test_load_last_turns(void)
+{
+    store *h = new_store(0, 10, 0);
+    CHECK(commit_at(h, "c", 1, USER("one"), 1, 1) == 0);
+    CHECK(commit_at(h, "c", 2, USER("two") "," ASSISTANT("two done"), 2, 2) == 0);
+    CHECK(commit_at(h, "c", 3, USER("three"), 1, 3) == 0);
+    store_key key = key_of("c");
+    const struct { size_t last; const char *expected; size_t n; } cases[] = {
+        {0, USER("one") "," USER("two") "," ASSISTANT("two done") "," USER("three") ",", 4},
+        {1, USER("three") ",", 1},
+        {2, USER("two") "," ASSISTANT("two done") "," USER("three") ",", 3},
+        {3, USER("one") "," USER("two") "," ASSISTANT("two done") "," USER("three") ",", 4},
+        {99, USER("one") "," USER("two") "," ASSISTANT("two done") "," USER("three") ",", 4},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        pbuf b = PBUF_INIT;
+        size_t n = 0;
+        CHECK(B->load(h, &key, cases[i].last, 4, &b, &n, NULL) == PARLEY_OK);
+        CHECK_STR(b.data, cases[i].expected);
+        CHECK(n == cases[i].n);
+        pbuf_free(&b);
+    }
+    CHECK(stats_of(h).turns == 3); /* loading fewer keeps all */
+    close_store(h);
+}
+
+/* The same conversation id under another persona or interface is another conversation. */
+static void test_key_qualifiers(void)
+{
+    store *h = new_store(0, 10, 0);
+    const store_key keys[] = {
+        {"c", "", ""}, {"c", "nova", ""}, {"c", "", "nova"}, {"c", "no", "va"}, {"c", "nov", "a"},
+    };
+    const size_t nkeys = sizeof keys / sizeof keys[0];
+    for (size_t i = 0; i < nkeys; i++) {
+        char tid[37], text[64];
+        turn_id_for((unsigned)i + 1, tid);
+        snprintf(text, sizeof text, USER("k%zu"), i);
+        store_message m = {"00000000-0000-4000-8000-000000000001", "user", 1, text, strlen(text)};
+        store_turn t = {tid, 1, 2, &m, 1};
+        CHECK(B->append(h, &keys[i], &t, 2, NULL) == PARLEY_OK);
+    }
+    CHECK(stats_of(h).conversations == nkeys);
+    for (size_t i = 0; i < nkeys; i++) {
+        char expected[64];
+        snprintf(expected, sizeof expected, USER("k%zu") ",", i);
+        pbuf b = PBUF_INIT;
+        size_t n = 0;
+        CHECK(B->load(h, &keys[i], 0, 3, &b, &n, NULL) == PARLEY_OK);
+        CHECK_STR(b.data, expected);
+        pbuf_free(&b);
+    }
+    /* Reads show the conversation id alone, whatever qualifies it. */
+    pbuf b = PBUF_INIT;
+    CHECK(B->get_conversation(h, &keys[3], 3, &b, NULL) == PARLEY_OK);
+    CHECK(b.data && strncmp(b.data, "{\"conversation_id\":\"c\",", 23) == 0);
+    pbuf_free(&b);
+    CHECK(B->forget(h, &keys[1], NULL) == PARLEY_OK);
+    CHECK(B->forget(h, &keys[1], NULL) == PARLEY_ERR_NOT_FOUND);
+    CHECK(stats_of(h).conversations == nkeys - 1);
+    close_store(h);
 }
 
 int main(void)
 {
+    test_load_last_turns();
+    test_key_qualifiers();
     test_unknown_id();
     test_commit_then_render_exact();
     test_max_turns_keeps_last_whole_turns();
     test_lru_eviction_order();
     test_idle_expiry_on_render();
     test_idle_expiry_on_dumps();
-    test_history_expire();
+    test_expire();
     test_commit_after_idle_restarts();
     test_clear();
     test_dumps_are_json();
@@ -844,6 +1055,6 @@ int main(void)
     test_duplicate_turn_id();
     test_commit_is_all_or_nothing_under_oom();
     test_concurrent_use();
-    history_free(NULL);
+    close_store(NULL);
     return check_report();
 }

@@ -1,0 +1,265 @@
+/* inbox.c -- see inbox.h. */
+#include "inbox.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "turn.h"
+
+struct inbox {
+    pthread_mutex_t mu;
+    int refs;               /* the agent + one per tool-call handle not yet completed */
+    int alive;              /* 0 once closed: submissions and completions refused */
+    int stop;               /* destroy() asked the worker to stop */
+    CURLM *multi;           /* woken with curl_multi_wakeup while alive */
+    turn *submitted_head;   /* accepted turns not yet taken by the worker */
+    turn *submitted_tail;
+    parley_tool_call *completed; /* newest first */
+    inbox_note *notes;      /* newest first */
+    uint64_t *cancels;      /* request ids whose cancel was asked */
+    size_t ncancels, cancels_cap;
+    dict *live;             /* request id (text) -> turn, from submit until forget */
+};
+
+static const char *live_key(const void *e) { return ((const turn *)e)->id_key; }
+
+inbox *inbox_new(CURLM *multi)
+{
+    inbox *box = calloc(1, sizeof *box);
+    if (!box)
+        return NULL;
+    box->live = dict_new(live_key);
+    if (!box->live || pthread_mutex_init(&box->mu, NULL) != 0) {
+        dict_free(box->live);
+        free(box);
+        return NULL;
+    }
+    box->refs = 1;
+    box->alive = 1;
+    box->multi = multi;
+    return box;
+}
+
+void inbox_unref(inbox *box)
+{
+    pthread_mutex_lock(&box->mu);
+    int last = --box->refs == 0;
+    pthread_mutex_unlock(&box->mu);
+    if (!last)
+        return;
+    pthread_mutex_destroy(&box->mu);
+    dict_free(box->live);
+    free(box->cancels);
+    free(box);
+}
+
+/* ---- host threads ---- */
+
+parley_status inbox_submit(inbox *box, turn *t)
+{
+    parley_status st = PARLEY_OK;
+    pthread_mutex_lock(&box->mu);
+    if (!box->alive || box->stop) {
+        st = PARLEY_ERR_CANCELLED;
+    } else if (dict_add(box->live, t) != 0) {
+        st = PARLEY_ERR_NO_MEMORY;
+    } else {
+        t->inbox_next = NULL;
+        if (box->submitted_tail)
+            box->submitted_tail->inbox_next = t;
+        else
+            box->submitted_head = t;
+        box->submitted_tail = t;
+        curl_multi_wakeup(box->multi);
+    }
+    pthread_mutex_unlock(&box->mu);
+    return st;
+}
+
+static void id_text(parley_request_id id, char key[24])
+{
+    snprintf(key, 24, "%llu", (unsigned long long)id);
+}
+
+parley_status inbox_cancel(inbox *box, parley_request_id id)
+{
+    char key[24];
+    id_text(id, key);
+    parley_status st = PARLEY_OK;
+    pthread_mutex_lock(&box->mu);
+    if (!dict_find(box->live, key)) {
+        st = PARLEY_ERR_NOT_FOUND;
+    } else {
+        if (box->ncancels == box->cancels_cap) {
+            size_t cap = box->cancels_cap ? box->cancels_cap * 2 : 8;
+            uint64_t *c = realloc(box->cancels, cap * sizeof *c);
+            if (c) {
+                box->cancels = c;
+                box->cancels_cap = cap;
+            }
+        }
+        if (box->ncancels < box->cancels_cap) {
+            box->cancels[box->ncancels++] = id;
+            curl_multi_wakeup(box->multi);
+        } else {
+            st = PARLEY_ERR_NO_MEMORY;
+        }
+    }
+    pthread_mutex_unlock(&box->mu);
+    return st;
+}
+
+parley_status inbox_complete_tool_call(parley_tool_call *h, const char *result, int is_error)
+{
+    char *copy = result ? strdup(result) : NULL;
+    parley_status st = result && !copy ? PARLEY_ERR_NO_MEMORY : PARLEY_OK;
+    inbox *box = h->box;
+    int queued = 0;
+    pthread_mutex_lock(&box->mu);
+    if (box->alive && h->owner) {
+        h->result = copy;
+        h->is_error = is_error || st != PARLEY_OK;
+        h->next = box->completed;
+        box->completed = h;
+        curl_multi_wakeup(box->multi);
+        queued = 1;
+    }
+    pthread_mutex_unlock(&box->mu);
+    if (!queued) { /* the turn no longer waits for it: just free the handle */
+        free(copy);
+        free(h);
+        inbox_unref(box);
+    }
+    return st;
+}
+
+int inbox_post(inbox *box, inbox_note *note)
+{
+    int rc = -1;
+    pthread_mutex_lock(&box->mu);
+    if (box->alive) {
+        note->next = box->notes;
+        box->notes = note;
+        curl_multi_wakeup(box->multi);
+        rc = 0;
+    }
+    pthread_mutex_unlock(&box->mu);
+    return rc;
+}
+
+void inbox_stop(inbox *box)
+{
+    pthread_mutex_lock(&box->mu);
+    box->stop = 1;
+    curl_multi_wakeup(box->multi);
+    pthread_mutex_unlock(&box->mu);
+}
+
+/* ---- the worker ---- */
+
+static parley_tool_call *reverse_calls(parley_tool_call *h)
+{
+    parley_tool_call *ordered = NULL;
+    while (h) {
+        parley_tool_call *next = h->next;
+        h->next = ordered;
+        ordered = h;
+        h = next;
+    }
+    return ordered;
+}
+
+static inbox_note *reverse_notes(inbox_note *n)
+{
+    inbox_note *ordered = NULL;
+    while (n) {
+        inbox_note *next = n->next;
+        n->next = ordered;
+        ordered = n;
+        n = next;
+    }
+    return ordered;
+}
+
+/* Move everything posted into `out`; the caller holds the lock. */
+static void take_locked(inbox *box, inbox_batch *out)
+{
+    out->submitted = box->submitted_head;
+    box->submitted_head = box->submitted_tail = NULL;
+    out->completed = box->completed;
+    box->completed = NULL;
+    out->notes = box->notes;
+    box->notes = NULL;
+    out->cancels = box->cancels;
+    out->ncancels = box->ncancels;
+    box->cancels = NULL;
+    box->ncancels = box->cancels_cap = 0;
+    out->stop = box->stop;
+}
+
+void inbox_take(inbox *box, inbox_batch *out)
+{
+    pthread_mutex_lock(&box->mu);
+    take_locked(box, out);
+    pthread_mutex_unlock(&box->mu);
+    /* Lists are built newest first: hand them out in the order they came. */
+    out->completed = reverse_calls(out->completed);
+    out->notes = reverse_notes(out->notes);
+}
+
+turn *inbox_find_live(inbox *box, parley_request_id id)
+{
+    char key[24];
+    id_text(id, key);
+    pthread_mutex_lock(&box->mu);
+    turn *t = dict_find(box->live, key);
+    pthread_mutex_unlock(&box->mu);
+    return t;
+}
+
+void inbox_forget(inbox *box, turn *t)
+{
+    pthread_mutex_lock(&box->mu);
+    dict_remove(box->live, t->id_key);
+    pthread_mutex_unlock(&box->mu);
+}
+
+parley_tool_call *inbox_handle_new(inbox *box, turn *owner, size_t index)
+{
+    parley_tool_call *h = calloc(1, sizeof *h);
+    if (!h)
+        return NULL;
+    h->box = box;
+    h->owner = owner;
+    h->index = index;
+    pthread_mutex_lock(&box->mu);
+    box->refs++;
+    pthread_mutex_unlock(&box->mu);
+    return h;
+}
+
+void inbox_handle_detach(parley_tool_call *h)
+{
+    pthread_mutex_lock(&h->box->mu);
+    h->owner = NULL;
+    pthread_mutex_unlock(&h->box->mu);
+}
+
+void inbox_handle_free(parley_tool_call *h)
+{
+    inbox *box = h->box;
+    free(h->result);
+    free(h);
+    inbox_unref(box);
+}
+
+void inbox_close(inbox *box, inbox_batch *out)
+{
+    pthread_mutex_lock(&box->mu);
+    box->alive = 0;
+    take_locked(box, out);
+    pthread_mutex_unlock(&box->mu);
+    out->completed = reverse_calls(out->completed);
+    out->notes = reverse_notes(out->notes);
+}

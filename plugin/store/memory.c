@@ -1,0 +1,693 @@
+/*
+ * memory.c -- the in-memory store (scheme "memory"), the default.  Never
+ * blocks, so the agent calls it inline on the worker.
+ *
+ * Layout, chosen so the store costs little more than the message text:
+ *  - a conversation is one allocation (header + key bytes inline), linked
+ *    into an LRU list (head = most recently appended) and into `by_key`;
+ *  - a turn is one allocation: a small header, a packed index entry per
+ *    message (its id, role, time and length: 24 bytes) and the messages'
+ *    JSON joined by ',', so loading is a memcpy per turn;
+ *  - both dicts are intrusive: they hold only pointers, keys are read from
+ *    the entries, so no key is ever copied.
+ * Trimming and eviction free whole turns, so a tool call is never separated
+ * from its result.
+ *
+ * The dict key of a conversation is its conversation id when persona and
+ * interface are both "" (the common case: no copy to look it up), else
+ * "<id>\x1f<persona length>:<persona><interface>": ids hold no control
+ * characters, so the first \x1f ends the id and the length ends the persona.
+ */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../dict.h"
+#include "store.h"
+#include "store_json.h"
+
+typedef struct conversation conversation;
+
+/* What the store indexes of one message, packed: 24 bytes next to its JSON. */
+typedef struct stored_message {
+    uint32_t length;            /* of its JSON in the turn's text */
+    uint32_t role : 2;          /* index into ROLES */
+    uint32_t created_after_ms : 30; /* created_ms - the turn's started_ms (clamped: 12 days) */
+    uint8_t message_id[16];     /* the UUID, binary */
+} stored_message;
+#define CREATED_AFTER_MAX ((1u << 30) - 1)
+
+typedef struct stored_turn {
+    struct stored_turn *newer;  /* NULL for the newest */
+    conversation *conv;
+    uint64_t started_ms;
+    uint64_t finished_ms;
+    uint32_t nmessages;
+    uint32_t length;            /* bytes of the joined text "m1,m2,..." */
+    char turn_id[STORE_ID_LEN + 1];
+    stored_message messages[];  /* then the joined text, not NUL-terminated */
+} stored_turn;
+
+static const char *const ROLES[] = {"user", "assistant", "tool", "system"};
+
+static int role_code(const char *role)
+{
+    for (size_t i = 0; role && i < sizeof ROLES / sizeof ROLES[0]; i++)
+        if (strcmp(role, ROLES[i]) == 0)
+            return (int)i;
+    return -1;
+}
+
+static int hex_value(char c)
+{
+    return c >= '0' && c <= '9' ? c - '0'
+         : c >= 'a' && c <= 'f' ? c - 'a' + 10
+         : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+}
+
+/* "xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx" to 16 bytes; -1 if it is not that shape. */
+static int uuid_parse(const char *text, uint8_t out[16])
+{
+    if (!text || strlen(text) != STORE_ID_LEN)
+        return -1;
+    size_t n = 0;
+    for (size_t i = 0; i < STORE_ID_LEN; i++) {
+        if (i == 8 || i == 13 || i == 18 || i == 23) {
+            if (text[i] != '-')
+                return -1;
+            continue;
+        }
+        int hi = hex_value(text[i]), lo = hex_value(text[i + 1]);
+        if (hi < 0 || lo < 0)
+            return -1;
+        out[n++] = (uint8_t)(hi << 4 | lo);
+        i++;
+    }
+    return 0;
+}
+
+struct conversation {
+    conversation *more_recent;  /* LRU neighbours; NULL at the ends */
+    conversation *less_recent;
+    stored_turn *oldest;
+    stored_turn *newest;
+    uint64_t created_ms;
+    uint64_t last_used_ms;      /* time of the last append */
+    size_t nturns;
+    size_t id_len;              /* the conversation id is key[0..id_len) */
+    char key[];
+};
+
+typedef struct memory_store {
+    struct store base;
+    pthread_mutex_t lock;
+    store_limits limits;
+    dict *by_key;               /* conversation key -> conversation */
+    dict *by_turn_id;           /* turn id -> stored_turn */
+    conversation *lru_head;     /* most recently used */
+    conversation *lru_tail;     /* next to evict or expire */
+    size_t nturns;
+    size_t message_bytes;
+    size_t evicted;
+    size_t expired;
+} memory_store;
+
+static const char *text_of(const stored_turn *t)
+{
+    return (const char *)(t->messages + t->nmessages);
+}
+
+static const char *conversation_key(const void *entry)
+{
+    return ((const conversation *)entry)->key;
+}
+
+static const char *turn_key(const void *entry)
+{
+    return ((const stored_turn *)entry)->turn_id;
+}
+
+static char *oom_message(void) { return strdup("memory store: out of memory"); }
+
+static parley_status fail(char **err, parley_status st)
+{
+    if (err)
+        *err = st == PARLEY_ERR_NOT_FOUND ? NULL : oom_message();
+    return st;
+}
+
+/* The dict key of `k`: k->conversation_id itself, or *owned (malloc'd). */
+static const char *key_text(const store_key *k, char **owned)
+{
+    *owned = NULL;
+    const char *p = k->persona ? k->persona : "", *i = k->interface_type ? k->interface_type : "";
+    if (!*p && !*i)
+        return k->conversation_id;
+    *owned = pstr_printf("%s\x1f%zu:%s%s", k->conversation_id, strlen(p), p, i);
+    return *owned;
+}
+
+/* ---- LRU list ---- */
+
+static void lru_unlink(memory_store *m, conversation *c)
+{
+    if (c->more_recent)
+        c->more_recent->less_recent = c->less_recent;
+    else
+        m->lru_head = c->less_recent;
+    if (c->less_recent)
+        c->less_recent->more_recent = c->more_recent;
+    else
+        m->lru_tail = c->more_recent;
+    c->more_recent = c->less_recent = NULL;
+}
+
+static void lru_push_head(memory_store *m, conversation *c)
+{
+    c->more_recent = NULL;
+    c->less_recent = m->lru_head;
+    if (m->lru_head)
+        m->lru_head->more_recent = c;
+    else
+        m->lru_tail = c;
+    m->lru_head = c;
+}
+
+/* ---- forgetting ---- */
+
+/* Guarded against a clock that steps backwards: that is "not idle". */
+static int is_idle(const memory_store *m, const conversation *c, uint64_t now_ms)
+{
+    uint64_t timeout = m->limits.idle_timeout_ms;
+    return timeout && now_ms > c->last_used_ms && now_ms - c->last_used_ms > timeout;
+}
+
+static void drop_oldest_turn(memory_store *m, conversation *c)
+{
+    stored_turn *t = c->oldest;
+    c->oldest = t->newer;
+    if (!c->oldest)
+        c->newest = NULL;
+    c->nturns--;
+    m->nturns--;
+    m->message_bytes -= t->length;
+    dict_remove(m->by_turn_id, t->turn_id);
+    free(t);
+}
+
+static void drop_all_turns(memory_store *m, conversation *c)
+{
+    while (c->oldest)
+        drop_oldest_turn(m, c);
+}
+
+static void forget_conversation(memory_store *m, conversation *c)
+{
+    drop_all_turns(m, c);
+    lru_unlink(m, c);
+    dict_remove(m->by_key, c->key);
+    free(c);
+}
+
+/* The conversation named `key`, or NULL if unknown or idle (then forgotten here). */
+static conversation *find_live(memory_store *m, const char *key, uint64_t now_ms)
+{
+    conversation *c = dict_find(m->by_key, key);
+    if (c && is_idle(m, c, now_ms)) {
+        forget_conversation(m, c);
+        m->expired++;
+        return NULL;
+    }
+    return c;
+}
+
+/* Evict from the LRU tail down to max_conversations, sparing `keep`.  A tail
+ * already idle past the timeout counts as expired: it was gone anyway. */
+static void evict_beyond_limit(memory_store *m, const conversation *keep, uint64_t now_ms)
+{
+    while (dict_size(m->by_key) > m->limits.max_conversations && m->lru_tail != keep) {
+        conversation *victim = m->lru_tail;
+        if (is_idle(m, victim, now_ms))
+            m->expired++;
+        else
+            m->evicted++;
+        forget_conversation(m, victim);
+    }
+}
+
+/* Free every conversation and turn, leaving the dicts stale (caller resets them). */
+static void free_all_entries(memory_store *m)
+{
+    conversation *c = m->lru_head;
+    while (c) {
+        conversation *next = c->less_recent;
+        for (stored_turn *t = c->oldest, *newer; t; t = newer) {
+            newer = t->newer;
+            free(t);
+        }
+        free(c);
+        c = next;
+    }
+    m->lru_head = m->lru_tail = NULL;
+    m->nturns = 0;
+    m->message_bytes = 0;
+}
+
+/* Forget everything: swap in empty dicts (fast, and returns the tables'
+ * memory), or without memory for them, remove entry by entry. */
+static void forget_all(memory_store *m)
+{
+    dict *by_key = dict_new(conversation_key);
+    dict *by_turn_id = dict_new(turn_key);
+    if (by_key && by_turn_id) {
+        free_all_entries(m);
+        dict_free(m->by_key);
+        dict_free(m->by_turn_id);
+        m->by_key = by_key;
+        m->by_turn_id = by_turn_id;
+        return;
+    }
+    dict_free(by_key);
+    dict_free(by_turn_id);
+    while (m->lru_head)
+        forget_conversation(m, m->lru_head);
+}
+
+/* ---- open, close ---- */
+
+static parley_status memory_open(const store_config *cfg, store **out, char **err)
+{
+    *out = NULL;
+    memory_store *m = calloc(1, sizeof *m);
+    if (!m)
+        return fail(err, PARLEY_ERR_NO_MEMORY);
+    m->base.backend = &store_memory_backend;
+    m->limits = cfg->limits;
+    if (m->limits.max_conversations == 0) /* contract says >= 1; stay bounded */
+        m->limits.max_conversations = 1;
+    m->by_key = dict_new(conversation_key);
+    m->by_turn_id = dict_new(turn_key);
+    if (!m->by_key || !m->by_turn_id || pthread_mutex_init(&m->lock, NULL) != 0) {
+        dict_free(m->by_key);
+        dict_free(m->by_turn_id);
+        free(m);
+        return fail(err, PARLEY_ERR_NO_MEMORY);
+    }
+    *out = &m->base;
+    return PARLEY_OK;
+}
+
+static void memory_close(store *s)
+{
+    memory_store *m = (memory_store *)s;
+    if (!m)
+        return;
+    free_all_entries(m);
+    dict_free(m->by_key);
+    dict_free(m->by_turn_id);
+    pthread_mutex_destroy(&m->lock);
+    free(m);
+}
+
+/* ---- load ---- */
+
+/* The oldest of the last `last_turns` turns (0 = all). */
+static const stored_turn *first_to_send(const conversation *c, size_t last_turns)
+{
+    const stored_turn *t = c->oldest;
+    for (size_t skip = last_turns && last_turns < c->nturns ? c->nturns - last_turns : 0; skip;
+         skip--)
+        t = t->newer;
+    return t;
+}
+
+static parley_status memory_load(store *s, const store_key *key, size_t last_turns,
+                                 uint64_t now_ms, pbuf *out, size_t *nmessages, char **err)
+{
+    memory_store *m = (memory_store *)s;
+    char *owned;
+    const char *k = key_text(key, &owned);
+    *nmessages = 0;
+    if (!k)
+        return fail(err, PARLEY_ERR_NO_MEMORY);
+    parley_status st = PARLEY_OK;
+    pthread_mutex_lock(&m->lock);
+    conversation *c = find_live(m, k, now_ms);
+    if (c) {
+        const stored_turn *first = first_to_send(c, last_turns);
+        size_t bytes = 0, count = 0;
+        for (const stored_turn *t = first; t; t = t->newer)
+            bytes += (size_t)t->length + 1;
+        if (pbuf_reserve(out, bytes) != 0) {
+            st = PARLEY_ERR_NO_MEMORY;
+        } else {
+            for (const stored_turn *t = first; t; t = t->newer) {
+                pbuf_append(out, text_of(t), t->length);
+                pbuf_putc(out, ',');
+                count += t->nmessages;
+            }
+            *nmessages = count;
+        }
+    }
+    pthread_mutex_unlock(&m->lock);
+    free(owned);
+    return st == PARLEY_OK ? st : fail(err, st);
+}
+
+/* ---- append ---- */
+
+/* NULL when the turn can be stored, else why not. */
+static const char *turn_problem(const store_turn *in)
+{
+    uint8_t id[16];
+    if (!in || !in->turn_id || !in->messages || in->nmessages == 0 || in->nmessages > UINT32_MAX)
+        return "a turn needs a turn id and messages";
+    size_t total = 0;
+    for (size_t i = 0; i < in->nmessages; i++) {
+        const store_message *msg = &in->messages[i];
+        if (!msg->json || msg->json_len == 0)
+            return "a message needs its JSON";
+        if (role_code(msg->role) < 0)
+            return "a message's role must be user, assistant, tool or system";
+        if (uuid_parse(msg->message_id, id) != 0)
+            return "a message id must be a UUID";
+        total += msg->json_len + 1;
+    }
+    return total <= UINT32_MAX ? NULL : "the turn is larger than 4 GiB";
+}
+
+static void copy_id(char *dst, const char *src, size_t max)
+{
+    size_t n = strnlen(src, max);
+    memcpy(dst, src, n);
+    dst[n] = '\0';
+}
+
+/* One allocation: header, message index, joined text.  `in` passed turn_problem. */
+static stored_turn *stored_turn_new(const store_turn *in)
+{
+    size_t text = 0;
+    for (size_t i = 0; i < in->nmessages; i++)
+        text += in->messages[i].json_len + (i ? 1 : 0);
+    stored_turn *t = malloc(sizeof *t + in->nmessages * sizeof(stored_message) + text);
+    if (!t)
+        return NULL;
+    t->newer = NULL;
+    t->conv = NULL;
+    t->started_ms = in->started_ms;
+    t->finished_ms = in->finished_ms;
+    t->nmessages = (uint32_t)in->nmessages;
+    t->length = (uint32_t)text;
+    copy_id(t->turn_id, in->turn_id, STORE_ID_LEN);
+    char *p = (char *)(t->messages + t->nmessages);
+    for (size_t i = 0; i < in->nmessages; i++) {
+        const store_message *src = &in->messages[i];
+        stored_message *dst = &t->messages[i];
+        if (i)
+            *p++ = ',';
+        uint64_t after = src->created_ms > in->started_ms ? src->created_ms - in->started_ms : 0;
+        dst->length = (uint32_t)src->json_len;
+        dst->created_after_ms = after < CREATED_AFTER_MAX ? (uint32_t)after : CREATED_AFTER_MAX;
+        dst->role = (uint32_t)role_code(src->role) & 3u;
+        uuid_parse(src->message_id, dst->message_id);
+        memcpy(p, src->json, src->json_len);
+        p += src->json_len;
+    }
+    return t;
+}
+
+static conversation *conversation_new(const char *key, const char *conversation_id,
+                                      uint64_t now_ms)
+{
+    size_t keylen = strlen(key);
+    conversation *c = malloc(sizeof *c + keylen + 1);
+    if (!c)
+        return NULL;
+    memset(c, 0, sizeof *c);
+    c->created_ms = now_ms;
+    c->id_len = strlen(conversation_id);
+    memcpy(c->key, key, keylen + 1);
+    return c;
+}
+
+static void link_turn(memory_store *m, conversation *c, stored_turn *t)
+{
+    t->conv = c;
+    if (c->newest)
+        c->newest->newer = t;
+    else
+        c->oldest = t;
+    c->newest = t;
+    c->nturns++;
+    m->nturns++;
+    m->message_bytes += t->length;
+}
+
+static void trim_turns(memory_store *m, conversation *c)
+{
+    while (m->limits.keep_turns && c->nturns > m->limits.keep_turns)
+        drop_oldest_turn(m, c);
+}
+
+/*
+ * Everything that can fail (the conversation allocation, both dict
+ * insertions) happens first and is undone on failure; after the last
+ * fallible step the store only frees, links and counts.
+ */
+static parley_status append_locked(memory_store *m, const char *k, const char *conversation_id,
+                                   stored_turn *t, uint64_t now_ms)
+{
+    conversation *c = dict_find(m->by_key, k);
+    int created = (c == NULL);
+    int restarted = c && is_idle(m, c, now_ms);
+    if (created) {
+        c = conversation_new(k, conversation_id, now_ms);
+        if (!c)
+            return PARLEY_ERR_NO_MEMORY;
+        if (dict_add(m->by_key, c) != 0) {
+            free(c);
+            return PARLEY_ERR_NO_MEMORY;
+        }
+    }
+    if (dict_add(m->by_turn_id, t) != 0) {
+        if (created) {
+            dict_remove(m->by_key, k);
+            free(c);
+        }
+        return PARLEY_ERR_NO_MEMORY;
+    }
+    /* Nothing below can fail. */
+    if (restarted) { /* idle past the timeout: the old context is forgotten */
+        drop_all_turns(m, c);
+        c->created_ms = now_ms;
+        m->expired++;
+    }
+    if (!created)
+        lru_unlink(m, c);
+    lru_push_head(m, c);
+    c->last_used_ms = now_ms;
+    link_turn(m, c, t);
+    trim_turns(m, c);
+    evict_beyond_limit(m, c, now_ms);
+    return PARLEY_OK;
+}
+
+static parley_status memory_append(store *s, const store_key *key, const store_turn *turn,
+                                   uint64_t now_ms, char **err)
+{
+    memory_store *m = (memory_store *)s;
+    const char *problem = key && key->conversation_id ? turn_problem(turn)
+                                                      : "a turn needs a conversation id";
+    if (problem) {
+        if (err)
+            *err = pstr_printf("memory store: %s", problem);
+        return PARLEY_ERR_STORAGE;
+    }
+    char *owned;
+    const char *k = key_text(key, &owned);
+    stored_turn *t = k ? stored_turn_new(turn) : NULL; /* outside the lock: the copy may be large */
+    if (!t) {
+        free(owned);
+        return fail(err, PARLEY_ERR_NO_MEMORY);
+    }
+    pthread_mutex_lock(&m->lock);
+    parley_status st = dict_find(m->by_turn_id, t->turn_id)
+                           ? PARLEY_OK /* already stored: a retried append */
+                           : append_locked(m, k, key->conversation_id, t, now_ms);
+    int stored = st == PARLEY_OK && t->conv;
+    pthread_mutex_unlock(&m->lock);
+    if (!stored)
+        free(t);
+    free(owned);
+    return st == PARLEY_OK ? st : fail(err, st);
+}
+
+/* ---- the JSON the ABI returns ---- */
+
+static void put_turn(pbuf *b, const stored_turn *t)
+{
+    store_json_turn(b, t->turn_id, t->started_ms, t->finished_ms, text_of(t), t->length);
+}
+
+static void put_conversation_head(pbuf *b, const conversation *c)
+{
+    char id[STORE_MAX_CONVERSATION_ID + 1];
+    size_t n = c->id_len < STORE_MAX_CONVERSATION_ID ? c->id_len : STORE_MAX_CONVERSATION_ID;
+    memcpy(id, c->key, n);
+    id[n] = '\0';
+    store_json_conversation_head(b, id, c->created_ms, c->last_used_ms);
+}
+
+static parley_status finish_json(pbuf *b, size_t mark, char **err)
+{
+    if (!b->oom)
+        return PARLEY_OK;
+    b->len = mark < b->len ? mark : b->len; /* what the caller had before */
+    return fail(err, PARLEY_ERR_NO_MEMORY);
+}
+
+static parley_status memory_get_conversation(store *s, const store_key *key, uint64_t now_ms,
+                                             pbuf *out, char **err)
+{
+    memory_store *m = (memory_store *)s;
+    char *owned;
+    const char *k = key_text(key, &owned);
+    if (!k)
+        return fail(err, PARLEY_ERR_NO_MEMORY);
+    size_t mark = out->len;
+    pthread_mutex_lock(&m->lock);
+    conversation *c = find_live(m, k, now_ms);
+    if (c) {
+        put_conversation_head(out, c);
+        pbuf_puts(out, ",\"turns\":[");
+        for (const stored_turn *t = c->oldest; t; t = t->newer) {
+            if (t != c->oldest)
+                pbuf_putc(out, ',');
+            put_turn(out, t);
+        }
+        pbuf_puts(out, "]}");
+    }
+    pthread_mutex_unlock(&m->lock);
+    free(owned);
+    return c ? finish_json(out, mark, err) : fail(err, PARLEY_ERR_NOT_FOUND);
+}
+
+static parley_status memory_get_turn(store *s, const char *turn_id, uint64_t now_ms, pbuf *out,
+                                     char **err)
+{
+    memory_store *m = (memory_store *)s;
+    size_t mark = out->len;
+    pthread_mutex_lock(&m->lock);
+    stored_turn *t = dict_find(m->by_turn_id, turn_id);
+    if (t && !find_live(m, t->conv->key, now_ms))
+        t = NULL; /* its conversation expired and is now freed */
+    if (t) {
+        pbuf_puts(out, "{\"conversation_id\":");
+        pbuf_json_string(out, t->conv->key, t->conv->id_len);
+        pbuf_puts(out, ",\"turn\":");
+        put_turn(out, t);
+        pbuf_putc(out, '}');
+    }
+    pthread_mutex_unlock(&m->lock);
+    return t ? finish_json(out, mark, err) : fail(err, PARLEY_ERR_NOT_FOUND);
+}
+
+static parley_status memory_list(store *s, uint64_t now_ms, pbuf *out, char **err)
+{
+    memory_store *m = (memory_store *)s;
+    size_t mark = out->len;
+    pbuf_puts(out, "{\"conversations\":[");
+    pthread_mutex_lock(&m->lock);
+    int first = 1;
+    for (conversation *c = m->lru_head, *next; c; c = next) {
+        next = c->less_recent;
+        if (is_idle(m, c, now_ms)) { /* checked one by one: clocks may step back */
+            forget_conversation(m, c);
+            m->expired++;
+            continue;
+        }
+        if (!first)
+            pbuf_putc(out, ',');
+        first = 0;
+        put_conversation_head(out, c);
+        pbuf_printf(out, ",\"turns\":%zu}", c->nturns);
+    }
+    pthread_mutex_unlock(&m->lock);
+    pbuf_puts(out, "]}");
+    return finish_json(out, mark, err);
+}
+
+/* ---- forget, expire, stats ---- */
+
+static parley_status memory_forget(store *s, const store_key *key, char **err)
+{
+    memory_store *m = (memory_store *)s;
+    char *owned = NULL;
+    const char *k = key ? key_text(key, &owned) : NULL;
+    if (key && !k)
+        return fail(err, PARLEY_ERR_NO_MEMORY);
+    parley_status st = PARLEY_OK;
+    pthread_mutex_lock(&m->lock);
+    if (!key) {
+        forget_all(m);
+    } else {
+        conversation *c = dict_find(m->by_key, k);
+        if (c)
+            forget_conversation(m, c);
+        else
+            st = PARLEY_ERR_NOT_FOUND;
+    }
+    pthread_mutex_unlock(&m->lock);
+    free(owned);
+    return st == PARLEY_OK ? st : fail(err, st);
+}
+
+static parley_status memory_expire(store *s, uint64_t now_ms, size_t *expired, char **err)
+{
+    (void)err;
+    memory_store *m = (memory_store *)s;
+    size_t n = 0;
+    pthread_mutex_lock(&m->lock);
+    while (m->lru_tail && is_idle(m, m->lru_tail, now_ms)) {
+        forget_conversation(m, m->lru_tail);
+        n++;
+    }
+    m->expired += n;
+    pthread_mutex_unlock(&m->lock);
+    if (expired)
+        *expired = n;
+    return PARLEY_OK;
+}
+
+static parley_status memory_stats(store *s, store_stats *out, char **err)
+{
+    (void)err;
+    memory_store *m = (memory_store *)s;
+    pthread_mutex_lock(&m->lock);
+    out->conversations = dict_size(m->by_key);
+    out->turns = m->nturns;
+    out->message_bytes = m->message_bytes;
+    out->evicted = m->evicted;
+    out->expired = m->expired;
+    pthread_mutex_unlock(&m->lock);
+    return PARLEY_OK;
+}
+
+const store_backend store_memory_backend = {
+    .version = STORE_BACKEND_VERSION,
+    .scheme = "memory",
+    .blocking = 0,
+    .open = memory_open,
+    .close = memory_close,
+    .load = memory_load,
+    .append = memory_append,
+    .get_conversation = memory_get_conversation,
+    .get_turn = memory_get_turn,
+    .list = memory_list,
+    .forget = memory_forget,
+    .expire = memory_expire,
+    .stats = memory_stats,
+};

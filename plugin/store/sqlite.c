@@ -1,0 +1,1495 @@
+/*
+ * sqlite.c -- the durable store: one SQLite file (see store.h; the file
+ * format, what survives what and the migration path are in docs/history.md).
+ *
+ * Schema version 1 (PRAGMA user_version = 1, application_id = "Prly"):
+ *   store_meta     one row: how many conversations, turns and message bytes
+ *                  the file holds, so that opening a store reads no table;
+ *   conversations  one row per (persona, interface_type, conversation_id),
+ *                  with its times, its counts and `use_seq`, the LRU order
+ *                  (larger = committed to more recently; the memory store's
+ *                  list order, which wall-clock times cannot give when two
+ *                  commits share a millisecond or the clock steps back);
+ *   turns          one row per turn, `turn_id` UNIQUE (appends are idempotent);
+ *   messages       one row per message, in order within its turn.
+ * Every index serves one operation: conversations' UNIQUE key (find by
+ * key), conversations_by_use (LRU eviction, idle expiry, list order),
+ * turns' UNIQUE turn_id (get a turn, idempotency), turns_by_conversation
+ * (the last N turns, trimming), messages_by_turn (a turn's messages).
+ *
+ * Opening never modifies a file it does not recognise: the header is read
+ * with plain read(2) first (not SQLite, not ours, corrupt header, newer
+ * schema), and SQLite only opens a file that claims to be a Parley store;
+ * then the schema is checked through SQLite with checkpoint-on-close off, so
+ * a refusal at that point still leaves the database file as it was.
+ *
+ * Three connections, each used under its own mutex, so every call may come
+ * from any thread: writes (append, forget, expire) on one; reads (load and
+ * the JSON dumps, each in one read transaction: a WAL snapshot) on another,
+ * so a read never waits for a commit's fsync; and the checkpointer's, which
+ * copies the WAL into the database on its own thread.  `blocking` is set:
+ * the agent keeps these calls off its transfer loop.
+ * A side file PATH-lock, held with flock(2) while the store is open, makes
+ * a second agent (another process, or the same one: flock locks belong to
+ * the open file description) fail with "in use by another agent".
+ */
+#include "store.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <sqlite3.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "store_json.h"
+
+#define SQLITE_STORE_APPLICATION_ID 0x50726c79 /* "Prly" */
+#define SQLITE_STORE_SCHEMA_VERSION 1
+#define SQLITE_STORE_BUSY_TIMEOUT_MS 5000
+
+static const char schema_v1[] =
+    "CREATE TABLE store_meta("
+    " id INTEGER PRIMARY KEY CHECK (id = 1),"
+    " conversations INTEGER NOT NULL,"
+    " turns INTEGER NOT NULL,"
+    " message_bytes INTEGER NOT NULL);"
+    "INSERT INTO store_meta VALUES (1, 0, 0, 0);"
+    "CREATE TABLE conversations("
+    " id INTEGER PRIMARY KEY,"
+    " persona TEXT NOT NULL,"
+    " interface_type TEXT NOT NULL,"
+    " conversation_id TEXT NOT NULL,"
+    " created_ms INTEGER NOT NULL,"
+    " last_used_ms INTEGER NOT NULL,"
+    " use_seq INTEGER NOT NULL,"
+    " turns INTEGER NOT NULL,"
+    " message_bytes INTEGER NOT NULL,"
+    " UNIQUE (persona, interface_type, conversation_id));"
+    "CREATE UNIQUE INDEX conversations_by_use ON conversations(use_seq);"
+    "CREATE TABLE turns("
+    " id INTEGER PRIMARY KEY,"
+    " conversation INTEGER NOT NULL REFERENCES conversations(id),"
+    " turn_id TEXT NOT NULL UNIQUE,"
+    " started_ms INTEGER NOT NULL,"
+    " finished_ms INTEGER NOT NULL,"
+    " message_bytes INTEGER NOT NULL);"
+    "CREATE INDEX turns_by_conversation ON turns(conversation, id);"
+    "CREATE TABLE messages("
+    " id INTEGER PRIMARY KEY,"
+    " turn INTEGER NOT NULL REFERENCES turns(id),"
+    " message_id TEXT NOT NULL,"
+    " role TEXT NOT NULL,"
+    " created_ms INTEGER NOT NULL,"
+    " json TEXT NOT NULL);"
+    "CREATE INDEX messages_by_turn ON messages(turn);";
+
+/* The prepared statements, made on first use and kept until close. */
+enum stmt_id {
+    S_BEGIN,
+    S_COMMIT,
+    S_ROLLBACK,
+    S_BEGIN_READ,
+    S_FIND_CONVERSATION,
+    S_CONVERSATION_BY_ROW,
+    S_TURN_EXISTS,
+    S_INSERT_CONVERSATION,
+    S_UPDATE_CONVERSATION,
+    S_INSERT_TURN,
+    S_INSERT_MESSAGE,
+    S_OLDEST_TURN,
+    S_DELETE_TURN_MESSAGES,
+    S_DELETE_TURN,
+    S_DELETE_CONVERSATION_MESSAGES,
+    S_DELETE_CONVERSATION_TURNS,
+    S_DELETE_CONVERSATION,
+    S_LRU,
+    S_SET_META,
+    S_LOAD,
+    S_CONVERSATION_MESSAGES,
+    S_FIND_TURN,
+    S_TURN_MESSAGES,
+    S_LIST,
+    S_COUNT
+};
+
+static const char *const stmt_sql[S_COUNT] = {
+    [S_BEGIN] = "BEGIN IMMEDIATE",
+    [S_COMMIT] = "COMMIT",
+    [S_ROLLBACK] = "ROLLBACK",
+    [S_BEGIN_READ] = "BEGIN",
+    [S_FIND_CONVERSATION] = "SELECT id, created_ms, last_used_ms, turns, message_bytes"
+                            " FROM conversations"
+                            " WHERE persona = ?1 AND interface_type = ?2 AND conversation_id = ?3",
+    [S_CONVERSATION_BY_ROW] = "SELECT id, created_ms, last_used_ms, turns, message_bytes"
+                              " FROM conversations WHERE id = ?1",
+    [S_TURN_EXISTS] = "SELECT 1 FROM turns WHERE turn_id = ?1",
+    [S_INSERT_CONVERSATION] =
+        "INSERT INTO conversations(persona, interface_type, conversation_id, created_ms,"
+        " last_used_ms, use_seq, turns, message_bytes) VALUES (?1, ?2, ?3, ?4, ?4, ?5, 0, 0)",
+    [S_UPDATE_CONVERSATION] = "UPDATE conversations SET created_ms = ?2, last_used_ms = ?3,"
+                              " use_seq = ?4, turns = ?5, message_bytes = ?6 WHERE id = ?1",
+    [S_INSERT_TURN] = "INSERT INTO turns(conversation, turn_id, started_ms, finished_ms,"
+                      " message_bytes) VALUES (?1, ?2, ?3, ?4, ?5)",
+    [S_INSERT_MESSAGE] = "INSERT INTO messages(turn, message_id, role, created_ms, json)"
+                         " VALUES (?1, ?2, ?3, ?4, ?5)",
+    [S_OLDEST_TURN] = "SELECT id, message_bytes FROM turns WHERE conversation = ?1"
+                      " ORDER BY id LIMIT 1",
+    [S_DELETE_TURN_MESSAGES] = "DELETE FROM messages WHERE turn = ?1",
+    [S_DELETE_TURN] = "DELETE FROM turns WHERE id = ?1",
+    [S_DELETE_CONVERSATION_MESSAGES] =
+        "DELETE FROM messages WHERE turn IN (SELECT id FROM turns WHERE conversation = ?1)",
+    [S_DELETE_CONVERSATION_TURNS] = "DELETE FROM turns WHERE conversation = ?1",
+    [S_DELETE_CONVERSATION] = "DELETE FROM conversations WHERE id = ?1",
+    [S_LRU] = "SELECT id, last_used_ms, turns, message_bytes FROM conversations"
+              " ORDER BY use_seq LIMIT 1",
+    [S_SET_META] = "UPDATE store_meta SET conversations = ?1, turns = ?2, message_bytes = ?3"
+                   " WHERE id = 1",
+    [S_LOAD] = "SELECT json FROM messages WHERE turn IN (SELECT id FROM turns"
+               " WHERE conversation = ?1 ORDER BY id DESC LIMIT ?2) ORDER BY turn, id",
+    [S_CONVERSATION_MESSAGES] = "SELECT t.id, t.turn_id, t.started_ms, t.finished_ms, m.json"
+                                " FROM turns t JOIN messages m ON m.turn = t.id"
+                                " WHERE t.conversation = ?1 ORDER BY t.id, m.id",
+    [S_FIND_TURN] = "SELECT t.id, t.started_ms, t.finished_ms, c.id, c.conversation_id,"
+                    " c.last_used_ms, c.turns, c.message_bytes"
+                    " FROM turns t JOIN conversations c ON c.id = t.conversation"
+                    " WHERE t.turn_id = ?1",
+    [S_TURN_MESSAGES] = "SELECT json FROM messages WHERE turn = ?1 ORDER BY id",
+    [S_LIST] = "SELECT id, conversation_id, created_ms, last_used_ms, turns, message_bytes"
+               " FROM conversations ORDER BY use_seq DESC",
+};
+
+/* The WAL is copied into the database file when it holds this many pages (SQLite's
+ * default), by a checkpointer thread.  The WAL starts over only when a commit
+ * begins after a checkpoint has copied all of it; appends back to back can keep
+ * beating the checkpointer, so past the second figure the committing connection
+ * checkpoints itself (that commit waits for the disk), which bounds the WAL to
+ * about 64 MiB with 4 KiB pages. */
+#define CHECKPOINT_PAGES 1000
+#define CHECKPOINT_INLINE_PAGES (16 * CHECKPOINT_PAGES)
+
+/* The checkpointer: its own connection, woken by the commit hook. */
+typedef struct checkpointer {
+    pthread_t thread;
+    pthread_mutex_t lock;
+    pthread_cond_t wake;
+    int pending;                 /* a commit found the WAL past CHECKPOINT_PAGES */
+    int stop;
+    int running;                 /* 0: checkpoints run inline (no thread) */
+    sqlite3 *db;
+} checkpointer;
+
+/* What store_meta holds, mirrored in memory (written in the same transaction). */
+typedef struct totals {
+    int64_t conversations;
+    int64_t turns;
+    int64_t message_bytes;
+} totals;
+
+/* One connection and its cached statements, used under its own mutex. */
+typedef struct conn {
+    pthread_mutex_t lock;
+    sqlite3 *db;
+    sqlite3_stmt *stmts[S_COUNT];
+} conn;
+
+typedef struct sqlite_store {
+    struct store base;
+    conn w;                      /* writes: append, forget, expire (and the counters below) */
+    conn r;                      /* reads: load and the JSON dumps, never behind a write */
+    char *path;
+    int lock_fd;                 /* PATH-lock, flock'ed while open */
+    int lock_created;            /* this open created PATH-lock (removed if it refuses the file) */
+    store_limits limits;
+    int sync_full;
+    totals totals;
+    int64_t last_use_seq;        /* the largest conversations.use_seq */
+    size_t evicted;
+    size_t expired;
+    checkpointer ckpt;
+} sqlite_store;
+
+/* A conversation row, as the operations need it. */
+typedef struct conv_row {
+    int64_t id;
+    int64_t created_ms;
+    int64_t last_used_ms;
+    int64_t turns;
+    int64_t message_bytes;
+} conv_row;
+
+/* ---- errors ---- */
+
+static void set_err(char **err, char *message)
+{
+    if (err)
+        *err = message;
+    else
+        free(message);
+}
+
+static parley_status fail_with(char **err, parley_status st, const char *path, const char *what,
+                               const char *why)
+{
+    set_err(err, pstr_printf("sqlite store %s: %s%s%s", path, what, why ? ": " : "",
+                             why ? why : ""));
+    return st;
+}
+
+/* A failed SQLite call, as a status and a message (taken before any rollback
+ * replaces the connection's error text). */
+static parley_status fail_sqlite(sqlite_store *s, sqlite3 *db, char **err, const char *what,
+                                 int rc)
+{
+    const char *why = db ? sqlite3_errmsg(db) : sqlite3_errstr(rc);
+    if (!why || !*why || strcmp(why, "not an error") == 0)
+        why = sqlite3_errstr(rc);
+    parley_status st = (rc & 0xff) == SQLITE_NOMEM ? PARLEY_ERR_NO_MEMORY : PARLEY_ERR_STORAGE;
+    return fail_with(err, st, s->path, what, why);
+}
+
+static void say(const store_config *cfg, parley_log_level level, char *message)
+{
+    if (cfg->log && message)
+        cfg->log(cfg->log_ud, level, message);
+    free(message);
+}
+
+/* ---- statements ---- */
+
+/* The cached statement `id`, reset and unbound; NULL (rc set) if it cannot be prepared. */
+static sqlite3_stmt *stmt(conn *c, enum stmt_id id, int *rc)
+{
+    sqlite3_stmt *st = c->stmts[id];
+    if (!st) {
+        *rc = sqlite3_prepare_v3(c->db, stmt_sql[id], -1, SQLITE_PREPARE_PERSISTENT, &st, NULL);
+        if (*rc != SQLITE_OK)
+            return NULL;
+        c->stmts[id] = st;
+    }
+    return st;
+}
+
+/* Run a statement that returns no rows; resets it.  SQLITE_OK or the error. */
+static int run(sqlite3_stmt *st)
+{
+    int rc = sqlite3_step(st);
+    sqlite3_reset(st);
+    sqlite3_clear_bindings(st);
+    return rc == SQLITE_DONE || rc == SQLITE_ROW ? SQLITE_OK : rc;
+}
+
+static void done(sqlite3_stmt *st)
+{
+    sqlite3_reset(st);
+    sqlite3_clear_bindings(st);
+}
+
+static int bind_text(sqlite3_stmt *st, int i, const char *text)
+{
+    return sqlite3_bind_text(st, i, text ? text : "", -1, SQLITE_STATIC);
+}
+
+static int bind_key(sqlite3_stmt *st, const store_key *key)
+{
+    int rc = bind_text(st, 1, key->persona);
+    if (rc == SQLITE_OK)
+        rc = bind_text(st, 2, key->interface_type);
+    if (rc == SQLITE_OK)
+        rc = bind_text(st, 3, key->conversation_id);
+    return rc;
+}
+
+static int run_with_id(sqlite_store *s, enum stmt_id id, int64_t row)
+{
+    int rc;
+    sqlite3_stmt *st = stmt(&s->w, id, &rc);
+    if (!st)
+        return rc;
+    sqlite3_bind_int64(st, 1, row);
+    return run(st);
+}
+
+/* ---- transactions ---- */
+
+static int begin(sqlite_store *s)
+{
+    int rc;
+    sqlite3_stmt *st = stmt(&s->w, S_BEGIN, &rc);
+    return st ? run(st) : rc;
+}
+
+static int commit(sqlite_store *s, const totals *t)
+{
+    int rc;
+    sqlite3_stmt *st = stmt(&s->w, S_SET_META, &rc);
+    if (!st)
+        return rc;
+    sqlite3_bind_int64(st, 1, t->conversations);
+    sqlite3_bind_int64(st, 2, t->turns);
+    sqlite3_bind_int64(st, 3, t->message_bytes);
+    rc = run(st);
+    if (rc != SQLITE_OK)
+        return rc;
+    st = stmt(&s->w, S_COMMIT, &rc);
+    return st ? run(st) : rc;
+}
+
+/* Undo the open transaction, if SQLite has not already (it does after some errors). */
+static void rollback(sqlite_store *s)
+{
+    if (sqlite3_get_autocommit(s->w.db))
+        return;
+    int rc;
+    sqlite3_stmt *st = stmt(&s->w, S_ROLLBACK, &rc);
+    if (st)
+        run(st);
+}
+
+/* End a write transaction begun with begin(): commit it with the new totals
+ * when rc is SQLITE_OK (then s->totals = *t), else roll it back.  On failure
+ * *err says what failed, in SQLite's words (taken before the rollback). */
+static parley_status end_write(sqlite_store *s, int rc, const totals *t, const char *what,
+                               char **err)
+{
+    if (rc == SQLITE_OK)
+        rc = commit(s, t);
+    if (rc == SQLITE_OK) {
+        s->totals = *t;
+        return PARLEY_OK;
+    }
+    parley_status st = fail_sqlite(s, s->w.db, err, what, rc);
+    rollback(s);
+    return st;
+}
+
+/* ---- rows ---- */
+
+static int is_idle(const sqlite_store *s, int64_t last_used_ms, uint64_t now_ms)
+{
+    uint64_t timeout = s->limits.idle_timeout_ms, last = (uint64_t)last_used_ms;
+    return timeout && now_ms > last && now_ms - last > timeout;
+}
+
+static void read_conv_row(sqlite3_stmt *st, conv_row *row)
+{
+    row->id = sqlite3_column_int64(st, 0);
+    row->created_ms = sqlite3_column_int64(st, 1);
+    row->last_used_ms = sqlite3_column_int64(st, 2);
+    row->turns = sqlite3_column_int64(st, 3);
+    row->message_bytes = sqlite3_column_int64(st, 4);
+}
+
+/* On connection c: SQLITE_ROW with *row filled, SQLITE_DONE when unknown, or an error. */
+static int find_conversation(conn *c, const store_key *key, conv_row *row)
+{
+    int rc;
+    sqlite3_stmt *st = stmt(c, S_FIND_CONVERSATION, &rc);
+    if (!st)
+        return rc;
+    rc = bind_key(st, key);
+    if (rc == SQLITE_OK && (rc = sqlite3_step(st)) == SQLITE_ROW)
+        read_conv_row(st, row);
+    done(st);
+    return rc;
+}
+
+static int delete_turns_of(sqlite_store *s, int64_t conversation)
+{
+    int rc = run_with_id(s, S_DELETE_CONVERSATION_MESSAGES, conversation);
+    if (rc == SQLITE_OK)
+        rc = run_with_id(s, S_DELETE_CONVERSATION_TURNS, conversation);
+    return rc;
+}
+
+/* Delete a conversation with its turns, inside the caller's transaction. */
+static int delete_conversation(sqlite_store *s, const conv_row *row, totals *t)
+{
+    int rc = delete_turns_of(s, row->id);
+    if (rc == SQLITE_OK)
+        rc = run_with_id(s, S_DELETE_CONVERSATION, row->id);
+    if (rc == SQLITE_OK) {
+        t->conversations--;
+        t->turns -= row->turns;
+        t->message_bytes -= row->message_bytes;
+    }
+    return rc;
+}
+
+/* Forget conversation `id`, which a read found idle at now_ms, in its own
+ * write transaction -- if it still is: an append may have come in between.
+ * Best effort: a read does not fail because the file cannot be written (the
+ * conversation is idle, so every read already treats it as gone).  Called
+ * without the read lock held. */
+static void forget_idle(sqlite_store *s, int64_t id, uint64_t now_ms)
+{
+    pthread_mutex_lock(&s->w.lock);
+    totals t = s->totals;
+    conv_row row;
+    int rc = begin(s), gone = 0;
+    sqlite3_stmt *st = rc == SQLITE_OK ? stmt(&s->w, S_CONVERSATION_BY_ROW, &rc) : NULL;
+    if (st) {
+        sqlite3_bind_int64(st, 1, id);
+        rc = sqlite3_step(st);
+        if (rc == SQLITE_ROW)
+            read_conv_row(st, &row);
+        done(st);
+        if (rc == SQLITE_ROW && is_idle(s, row.last_used_ms, now_ms)) {
+            rc = delete_conversation(s, &row, &t);
+            gone = rc == SQLITE_OK;
+        } else if (rc == SQLITE_ROW || rc == SQLITE_DONE) {
+            rc = SQLITE_OK; /* used again, or already gone */
+        }
+    }
+    if (end_write(s, rc, &t, "cannot forget an idle conversation", NULL) == PARLEY_OK)
+        s->expired += (size_t)gone;
+    pthread_mutex_unlock(&s->w.lock);
+}
+
+/* The least recently used conversation: SQLITE_ROW, SQLITE_DONE if none, or an error. */
+static int lru_tail(sqlite_store *s, conv_row *row)
+{
+    int rc;
+    sqlite3_stmt *st = stmt(&s->w, S_LRU, &rc);
+    if (!st)
+        return rc;
+    if ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        row->id = sqlite3_column_int64(st, 0);
+        row->last_used_ms = sqlite3_column_int64(st, 1);
+        row->turns = sqlite3_column_int64(st, 2);
+        row->message_bytes = sqlite3_column_int64(st, 3);
+    }
+    done(st);
+    return rc;
+}
+
+/* ---- opening: checks that read only ---- */
+
+/* Why the file at `path` cannot be a store (malloc'd), or NULL when it can;
+ * *is_new when it is missing or empty. */
+static char *header_problem(const char *path, int *is_new)
+{
+    *is_new = 0;
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    if (fd < 0 && errno == ENOENT) {
+        *is_new = 1;
+        return NULL;
+    }
+    if (fd < 0)
+        return pstr_printf("cannot open it: %s", strerror(errno));
+    struct stat st;
+    unsigned char h[100];
+    ssize_t got = fstat(fd, &st) == 0 ? read(fd, h, sizeof h) : -1;
+    int saved = errno;
+    close(fd);
+    if (got < 0)
+        return pstr_printf("cannot read it: %s", strerror(saved));
+    if (!S_ISREG(st.st_mode))
+        return pstr_printf("not a regular file");
+    if (got == 0) {
+        *is_new = 1; /* created but never written (a crash at creation) */
+        return NULL;
+    }
+    if ((size_t)got < sizeof h || memcmp(h, "SQLite format 3", 16) != 0)
+        return pstr_printf("not a SQLite database (not a Parley history store)");
+    unsigned page = (unsigned)h[16] << 8 | h[17];
+    int page_ok = page == 1 || (page >= 512 && page <= 32768 && (page & (page - 1)) == 0);
+    if (!page_ok || h[18] < 1 || h[18] > 2 || h[19] < 1 || h[19] > 2 || h[21] != 64 ||
+        h[22] != 32 || h[23] != 32)
+        return pstr_printf("corrupt (invalid database header)");
+    uint32_t user_version = (uint32_t)h[60] << 24 | (uint32_t)h[61] << 16 | (uint32_t)h[62] << 8 |
+                            h[63];
+    uint32_t application_id = (uint32_t)h[68] << 24 | (uint32_t)h[69] << 16 |
+                              (uint32_t)h[70] << 8 | h[71];
+    if (application_id != SQLITE_STORE_APPLICATION_ID)
+        return pstr_printf("a SQLite database of another application, not a Parley history "
+                           "store (application_id 0x%08x)",
+                           (unsigned)application_id);
+    if (user_version > SQLITE_STORE_SCHEMA_VERSION)
+        return pstr_printf("written by a newer Parley (schema version %u; this one reads up to "
+                           "%d): upgrade Parley or use another file",
+                           (unsigned)user_version, SQLITE_STORE_SCHEMA_VERSION);
+    return NULL;
+}
+
+static char *directory_problem(const char *path)
+{
+    const char *slash = strrchr(path, '/');
+    if (!slash)
+        return NULL; /* the current directory */
+    char *dir = slash == path ? strdup("/") : strndup(path, (size_t)(slash - path));
+    if (!dir)
+        return NULL;
+    struct stat st;
+    char *problem = NULL;
+    if (stat(dir, &st) != 0)
+        problem = pstr_printf("directory %s: %s (create it first)", dir, strerror(errno));
+    else if (!S_ISDIR(st.st_mode))
+        problem = pstr_printf("%s is not a directory", dir);
+    free(dir);
+    return problem;
+}
+
+/* Take PATH-lock; on failure a message (malloc'd). */
+static char *take_lock(sqlite_store *s)
+{
+    char *lock_path = pstr_printf("%s-lock", s->path);
+    if (!lock_path)
+        return NULL;
+    int fd = open(lock_path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
+    s->lock_created = fd >= 0;
+    if (fd < 0)
+        fd = open(lock_path, O_RDWR | O_CLOEXEC | O_NOFOLLOW);
+    if (fd < 0)
+        fd = open(lock_path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW); /* a read-only directory */
+    char *problem = NULL;
+    if (fd < 0) {
+        problem = pstr_printf("cannot open its lock file %s: %s", lock_path, strerror(errno));
+    } else if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+        problem = errno == EWOULDBLOCK
+                      ? pstr_printf("in use by another agent (%s is locked); one store file "
+                                    "serves one agent at a time",
+                                    lock_path)
+                      : pstr_printf("cannot lock %s: %s", lock_path, strerror(errno));
+        close(fd);
+    } else {
+        s->lock_fd = fd;
+    }
+    if (problem && s->lock_created)
+        unlink(lock_path);
+    free(lock_path);
+    return problem;
+}
+
+/* Remove PATH-lock if this open created it (still holding it: another open
+ * that got the old file would refuse the same file for the same reason). */
+static void forget_lock_file(sqlite_store *s)
+{
+    if (s->lock_fd < 0 || !s->lock_created)
+        return;
+    char *lock_path = pstr_printf("%s-lock", s->path);
+    if (lock_path)
+        unlink(lock_path);
+    free(lock_path);
+}
+
+/* ---- opening: through SQLite ---- */
+
+static int query_int(sqlite3 *db, const char *sql, int64_t *value)
+{
+    sqlite3_stmt *st;
+    int rc = sqlite3_prepare_v2(db, sql, -1, &st, NULL);
+    if (rc != SQLITE_OK)
+        return rc;
+    rc = sqlite3_step(st);
+    if (rc == SQLITE_ROW)
+        *value = sqlite3_column_int64(st, 0);
+    sqlite3_finalize(st);
+    return rc == SQLITE_ROW ? SQLITE_OK : rc == SQLITE_DONE ? SQLITE_CORRUPT : rc;
+}
+
+/* Write schema v1 into an empty file, in one transaction (rollback journal:
+ * WAL is switched on afterwards, so the header already names the store). */
+static int create_schema(sqlite3 *db)
+{
+    char *sql = sqlite3_mprintf("BEGIN IMMEDIATE; %s PRAGMA application_id = %d;"
+                                " PRAGMA user_version = %d; COMMIT;",
+                                schema_v1, SQLITE_STORE_APPLICATION_ID,
+                                SQLITE_STORE_SCHEMA_VERSION);
+    if (!sql)
+        return SQLITE_NOMEM;
+    int rc = sqlite3_exec(db, sql, NULL, NULL, NULL);
+    sqlite3_free(sql);
+    if (rc != SQLITE_OK && !sqlite3_get_autocommit(db))
+        sqlite3_exec(db, "ROLLBACK", NULL, NULL, NULL);
+    return rc;
+}
+
+/*
+ * Check what SQLite sees (the WAL included) before anything writes: the
+ * application id, the schema version, the tables, the meta row.  Returns a
+ * message (malloc'd) for a file to refuse, or NULL; *rc holds a SQLite error
+ * when the file could not be read; *empty when it holds nothing at all.
+ */
+static char *schema_problem(sqlite_store *s, int *rc, int *empty)
+{
+    int64_t application_id = 0, version = 0, objects = 0, tables = 0;
+    *empty = 0;
+    if ((*rc = query_int(s->w.db, "PRAGMA application_id", &application_id)) != SQLITE_OK ||
+        (*rc = query_int(s->w.db, "PRAGMA user_version", &version)) != SQLITE_OK ||
+        (*rc = query_int(s->w.db, "SELECT count(*) FROM sqlite_schema", &objects)) != SQLITE_OK)
+        return NULL;
+    if (application_id == 0 && version == 0 && objects == 0) {
+        *empty = 1; /* a creation that never committed, rolled back by SQLite */
+        return NULL;
+    }
+    if (application_id != SQLITE_STORE_APPLICATION_ID)
+        return pstr_printf("not a Parley history store (application_id 0x%08x)",
+                           (unsigned)application_id);
+    if (version > SQLITE_STORE_SCHEMA_VERSION)
+        return pstr_printf("written by a newer Parley (schema version %lld; this one reads up to "
+                           "%d): upgrade Parley or use another file",
+                           (long long)version, SQLITE_STORE_SCHEMA_VERSION);
+    if (version != SQLITE_STORE_SCHEMA_VERSION)
+        return pstr_printf("corrupt (unknown schema version %lld)", (long long)version);
+    if ((*rc = query_int(s->w.db,
+                         "SELECT count(*) FROM sqlite_schema WHERE type = 'table' AND name IN"
+                         " ('store_meta', 'conversations', 'turns', 'messages')",
+                         &tables)) != SQLITE_OK)
+        return NULL;
+    if (tables != 4)
+        return pstr_printf("corrupt (tables missing from schema version 1)");
+    if ((*rc = query_int(s->w.db, "SELECT conversations FROM store_meta WHERE id = 1",
+                         &s->totals.conversations)) != SQLITE_OK ||
+        (*rc = query_int(s->w.db, "SELECT turns FROM store_meta WHERE id = 1",
+                         &s->totals.turns)) != SQLITE_OK ||
+        (*rc = query_int(s->w.db, "SELECT message_bytes FROM store_meta WHERE id = 1",
+                         &s->totals.message_bytes)) != SQLITE_OK ||
+        (*rc = query_int(s->w.db, "SELECT coalesce(max(use_seq), 0) FROM conversations",
+                         &s->last_use_seq)) != SQLITE_OK)
+        return NULL;
+    return NULL;
+}
+
+static int configure(sqlite_store *s)
+{
+    char sql[160];
+    snprintf(sql, sizeof sql, "PRAGMA journal_mode = WAL; PRAGMA synchronous = %s;",
+             s->sync_full ? "FULL" : "NORMAL");
+    return sqlite3_exec(s->w.db, sql, NULL, NULL, NULL);
+}
+
+/* ---- checkpoints, off the turn path ----
+ * SQLite's automatic checkpoint runs inside the COMMIT that crosses the
+ * threshold, fsyncs included: whichever turn commits then would wait for the
+ * disk.  Instead the commit hook only wakes the checkpointer, which copies
+ * the WAL into the database with PASSIVE checkpoints (they never block an
+ * append). */
+
+static int on_wal_commit(void *ud, sqlite3 *db, const char *name, int pages)
+{
+    checkpointer *c = &((sqlite_store *)ud)->ckpt;
+    if (pages < CHECKPOINT_PAGES)
+        return SQLITE_OK;
+    if (!c->running || pages >= CHECKPOINT_INLINE_PAGES) {
+        sqlite3_wal_checkpoint_v2(db, name, SQLITE_CHECKPOINT_PASSIVE, NULL, NULL);
+        return SQLITE_OK;
+    }
+    pthread_mutex_lock(&c->lock);
+    if (!c->pending) { /* the WAL stays this long until a writer restarts it: wake once */
+        c->pending = 1;
+        pthread_cond_signal(&c->wake);
+    }
+    pthread_mutex_unlock(&c->lock);
+    return SQLITE_OK;
+}
+
+static void *checkpoint_loop(void *arg)
+{
+    checkpointer *c = arg;
+    pthread_mutex_lock(&c->lock);
+    for (;;) {
+        while (!c->pending && !c->stop)
+            pthread_cond_wait(&c->wake, &c->lock);
+        if (c->stop)
+            break;
+        c->pending = 0;
+        pthread_mutex_unlock(&c->lock);
+        /* A failure (I/O error, disk full) leaves the WAL as it is: the
+         * next commit past the threshold tries again. */
+        sqlite3_wal_checkpoint_v2(c->db, NULL, SQLITE_CHECKPOINT_PASSIVE, NULL, NULL);
+        pthread_mutex_lock(&c->lock);
+    }
+    pthread_mutex_unlock(&c->lock);
+    return NULL;
+}
+
+/* Start the checkpointer; without it (no thread, no connection) checkpoints
+ * run inline, as SQLite's own would. */
+static void checkpointer_start(sqlite_store *s)
+{
+    checkpointer *c = &s->ckpt;
+    sqlite3_wal_hook(s->w.db, on_wal_commit, s);
+    if (pthread_mutex_init(&c->lock, NULL) != 0)
+        return;
+    if (pthread_cond_init(&c->wake, NULL) != 0) {
+        pthread_mutex_destroy(&c->lock);
+        return;
+    }
+    if (sqlite3_open_v2(s->path, &c->db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX, NULL) ==
+        SQLITE_OK) {
+        sqlite3_busy_timeout(c->db, SQLITE_STORE_BUSY_TIMEOUT_MS);
+        c->running = pthread_create(&c->thread, NULL, checkpoint_loop, c) == 0;
+    }
+    if (!c->running) {
+        sqlite3_close(c->db);
+        c->db = NULL;
+        pthread_cond_destroy(&c->wake);
+        pthread_mutex_destroy(&c->lock);
+    }
+}
+
+static void checkpointer_stop(sqlite_store *s)
+{
+    checkpointer *c = &s->ckpt;
+    if (!c->running)
+        return;
+    pthread_mutex_lock(&c->lock);
+    c->stop = 1;
+    pthread_cond_signal(&c->wake);
+    pthread_mutex_unlock(&c->lock);
+    pthread_join(c->thread, NULL);
+    c->running = 0;
+    sqlite3_close(c->db); /* first: the main connection, closing last, checkpoints */
+    c->db = NULL;
+    pthread_cond_destroy(&c->wake);
+    pthread_mutex_destroy(&c->lock);
+}
+
+static void close_connection(conn *c)
+{
+    for (int i = 0; i < S_COUNT; i++) {
+        sqlite3_finalize(c->stmts[i]);
+        c->stmts[i] = NULL;
+    }
+    sqlite3_close(c->db);
+    c->db = NULL;
+}
+
+static void sqlite_close(store *base)
+{
+    sqlite_store *s = (sqlite_store *)base;
+    if (!s)
+        return;
+    checkpointer_stop(s);
+    close_connection(&s->r);
+    close_connection(&s->w); /* last: it checkpoints and removes the WAL */
+    if (s->lock_fd >= 0)
+        close(s->lock_fd); /* after SQLite let go of the file */
+    pthread_mutex_destroy(&s->w.lock);
+    pthread_mutex_destroy(&s->r.lock);
+    free(s->path);
+    free(s);
+}
+
+/* The read connection: sees every committed write (WAL), writes nothing. */
+static int open_reader(sqlite_store *s)
+{
+    int rc = sqlite3_open_v2(s->path, &s->r.db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX,
+                             NULL);
+    if (rc != SQLITE_OK)
+        return rc;
+    sqlite3_extended_result_codes(s->r.db, 1);
+    sqlite3_busy_timeout(s->r.db, SQLITE_STORE_BUSY_TIMEOUT_MS);
+    return sqlite3_exec(s->r.db, "PRAGMA query_only = 1", NULL, NULL, NULL);
+}
+
+/* Open the SQLite connection on a file that passed header_problem(). */
+static parley_status connect_checked(sqlite_store *s, const store_config *cfg, int is_new,
+                                     char **err)
+{
+    if (is_new) {
+        int fd = open(s->path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+        if (fd < 0)
+            return fail_with(err, PARLEY_ERR_STORAGE, s->path, "cannot create it",
+                             strerror(errno));
+        close(fd);
+    }
+    int rc = sqlite3_open_v2(s->path, &s->w.db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX,
+                             NULL);
+    if (rc != SQLITE_OK)
+        return fail_sqlite(s, s->w.db, err, "cannot open it", rc);
+    /* Until the checks pass, closing must not checkpoint a WAL into the file. */
+    sqlite3_db_config(s->w.db, SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, 1, NULL);
+    sqlite3_extended_result_codes(s->w.db, 1);
+    sqlite3_busy_timeout(s->w.db, SQLITE_STORE_BUSY_TIMEOUT_MS);
+    int empty = 0;
+    char *problem = schema_problem(s, &rc, &empty);
+    if (problem) {
+        set_err(err, pstr_printf("sqlite store %s: %s", s->path, problem));
+        free(problem);
+        return PARLEY_ERR_STORAGE;
+    }
+    if (rc != SQLITE_OK) {
+        int code = rc & 0xff;
+        return fail_sqlite(s, s->w.db, err,
+                           code == SQLITE_CORRUPT || code == SQLITE_NOTADB ? "corrupt"
+                                                                           : "cannot read it",
+                           rc);
+    }
+    if (empty) {
+        if ((rc = create_schema(s->w.db)) != SQLITE_OK)
+            return fail_sqlite(s, s->w.db, err, "cannot create the store", rc);
+        say(cfg, PARLEY_LOG_INFO, pstr_printf("sqlite store %s: created", s->path));
+    }
+    sqlite3_db_config(s->w.db, SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, 0, NULL);
+    if ((rc = configure(s)) != SQLITE_OK)
+        return fail_sqlite(s, s->w.db, err, "cannot configure it", rc);
+    if ((rc = open_reader(s)) != SQLITE_OK)
+        return fail_sqlite(s, s->r.db, err, "cannot open it for reading", rc);
+    checkpointer_start(s);
+    if (sqlite3_db_readonly(s->w.db, "main") == 1)
+        say(cfg, PARLEY_LOG_WARN,
+            pstr_printf("sqlite store %s: the file is read-only: turns will fail with "
+                        "'storage' until it is writable and the agent is recreated",
+                        s->path));
+    return PARLEY_OK;
+}
+
+static parley_status sqlite_open(const store_config *cfg, store **out, char **err)
+{
+    *out = NULL;
+    if (err)
+        *err = NULL;
+    if (!cfg || !cfg->location || !*cfg->location) {
+        set_err(err, strdup("sqlite store: no file given (history_store \"sqlite:PATH\")"));
+        return PARLEY_ERR_STORAGE;
+    }
+    sqlite_store *s = calloc(1, sizeof *s);
+    int locks = 0;
+    if (s && (s->path = strdup(cfg->location)) != NULL &&
+        pthread_mutex_init(&s->w.lock, NULL) == 0 && ++locks &&
+        pthread_mutex_init(&s->r.lock, NULL) == 0)
+        locks++;
+    if (locks < 2) {
+        if (locks == 1)
+            pthread_mutex_destroy(&s->w.lock);
+        if (s)
+            free(s->path);
+        free(s);
+        set_err(err, strdup("sqlite store: out of memory"));
+        return PARLEY_ERR_NO_MEMORY;
+    }
+    s->base.backend = &store_sqlite_backend;
+    s->lock_fd = -1;
+    s->limits = cfg->limits;
+    if (s->limits.max_conversations == 0) /* contract says >= 1; stay bounded */
+        s->limits.max_conversations = 1;
+    s->sync_full = cfg->sync_full;
+
+    int is_new = 0;
+    char *problem = directory_problem(s->path);
+    if (!problem)
+        problem = take_lock(s);
+    if (!problem)
+        problem = header_problem(s->path, &is_new);
+    if (problem) {
+        set_err(err, pstr_printf("sqlite store %s: %s", s->path, problem));
+        free(problem);
+        forget_lock_file(s); /* leave nothing next to a file that is not ours */
+        sqlite_close(&s->base);
+        return PARLEY_ERR_STORAGE;
+    }
+    parley_status st = connect_checked(s, cfg, is_new, err);
+    if (st != PARLEY_OK) {
+        sqlite_close(&s->base);
+        return st;
+    }
+    *out = &s->base;
+    return PARLEY_OK;
+}
+
+/* PARLEY_ERR_NOT_FOUND, with no message. */
+static parley_status not_found(char **err)
+{
+    set_err(err, NULL);
+    return PARLEY_ERR_NOT_FOUND;
+}
+
+/* ---- reading: the read connection, one snapshot per call ---- */
+
+static int read_begin(conn *c)
+{
+    int rc;
+    sqlite3_stmt *st = stmt(c, S_BEGIN_READ, &rc);
+    return st ? run(st) : rc;
+}
+
+static void read_end(conn *c)
+{
+    int rc;
+    sqlite3_stmt *st = sqlite3_get_autocommit(c->db) ? NULL : stmt(c, S_COMMIT, &rc);
+    if (st)
+        run(st);
+}
+
+/* Find `key` for a read: SQLITE_ROW (live), SQLITE_DONE (unknown or idle:
+ * *idle_id is then set for forget_idle, else 0), or an error. */
+static int find_live(sqlite_store *s, const store_key *key, uint64_t now_ms, conv_row *row,
+                     int64_t *idle_id)
+{
+    *idle_id = 0;
+    int rc = find_conversation(&s->r, key, row);
+    if (rc == SQLITE_ROW && is_idle(s, row->last_used_ms, now_ms)) {
+        *idle_id = row->id;
+        rc = SQLITE_DONE;
+    }
+    return rc;
+}
+
+static parley_status sqlite_load(store *base, const store_key *key, size_t last_turns,
+                                 uint64_t now_ms, pbuf *out, size_t *nmessages, char **err)
+{
+    sqlite_store *s = (sqlite_store *)base;
+    size_t mark = out->len, count = 0;
+    *nmessages = 0;
+    conv_row row = {0, 0, 0, 0, 0};
+    int64_t idle = 0;
+    pthread_mutex_lock(&s->r.lock);
+    int rc = read_begin(&s->r);
+    if (rc == SQLITE_OK)
+        rc = find_live(s, key, now_ms, &row, &idle);
+    if (rc == SQLITE_ROW) {
+        sqlite3_stmt *st = stmt(&s->r, S_LOAD, &rc);
+        if (st) {
+            sqlite3_bind_int64(st, 1, row.id);
+            sqlite3_bind_int64(st, 2, last_turns ? (int64_t)last_turns : -1);
+            while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+                pbuf_append(out, sqlite3_column_text(st, 0), (size_t)sqlite3_column_bytes(st, 0));
+                pbuf_putc(out, ',');
+                count++;
+            }
+            done(st);
+        }
+    }
+    parley_status status = PARLEY_OK;
+    if (rc != SQLITE_DONE)
+        status = fail_sqlite(s, s->r.db, err, "cannot load the conversation", rc);
+    read_end(&s->r);
+    pthread_mutex_unlock(&s->r.lock);
+    if (idle)
+        forget_idle(s, idle, now_ms);
+    if (status == PARLEY_OK && out->oom) {
+        set_err(err, pstr_printf("sqlite store %s: out of memory", s->path));
+        status = PARLEY_ERR_NO_MEMORY;
+    }
+    if (status != PARLEY_OK) {
+        out->len = mark < out->len ? mark : out->len;
+        return status;
+    }
+    *nmessages = count;
+    return PARLEY_OK;
+}
+
+/* ---- append ---- */
+
+static int turn_is_valid(const store_turn *turn)
+{
+    if (!turn || !turn->turn_id || !*turn->turn_id || !turn->messages || turn->nmessages == 0)
+        return 0;
+    for (size_t i = 0; i < turn->nmessages; i++) {
+        const store_message *m = &turn->messages[i];
+        if (!m->json || m->json_len == 0 || m->json_len > INT32_MAX)
+            return 0;
+    }
+    return 1;
+}
+
+/* The joined length of the turn's messages ("m1,m2"): what message_bytes counts. */
+static int64_t joined_length(const store_turn *turn)
+{
+    int64_t n = 0;
+    for (size_t i = 0; i < turn->nmessages; i++)
+        n += (int64_t)turn->messages[i].json_len + (i ? 1 : 0);
+    return n;
+}
+
+static int turn_exists(sqlite_store *s, const char *turn_id)
+{
+    int rc;
+    sqlite3_stmt *st = stmt(&s->w, S_TURN_EXISTS, &rc);
+    if (!st)
+        return rc;
+    rc = bind_text(st, 1, turn_id);
+    if (rc == SQLITE_OK)
+        rc = sqlite3_step(st);
+    done(st);
+    return rc;
+}
+
+static int insert_conversation(sqlite_store *s, const store_key *key, uint64_t now_ms,
+                               int64_t use_seq, conv_row *row)
+{
+    int rc;
+    sqlite3_stmt *st = stmt(&s->w, S_INSERT_CONVERSATION, &rc);
+    if (!st)
+        return rc;
+    rc = bind_key(st, key);
+    if (rc == SQLITE_OK) {
+        sqlite3_bind_int64(st, 4, (int64_t)now_ms);
+        sqlite3_bind_int64(st, 5, use_seq);
+        rc = run(st);
+    } else {
+        done(st);
+    }
+    *row = (conv_row){sqlite3_last_insert_rowid(s->w.db), (int64_t)now_ms, (int64_t)now_ms, 0, 0};
+    return rc;
+}
+
+static int insert_turn(sqlite_store *s, int64_t conversation, const store_turn *turn)
+{
+    int rc;
+    sqlite3_stmt *st = stmt(&s->w, S_INSERT_TURN, &rc);
+    if (!st)
+        return rc;
+    sqlite3_bind_int64(st, 1, conversation);
+    bind_text(st, 2, turn->turn_id);
+    sqlite3_bind_int64(st, 3, (int64_t)turn->started_ms);
+    sqlite3_bind_int64(st, 4, (int64_t)turn->finished_ms);
+    sqlite3_bind_int64(st, 5, joined_length(turn));
+    if ((rc = run(st)) != SQLITE_OK)
+        return rc;
+    int64_t turn_row = sqlite3_last_insert_rowid(s->w.db);
+    if (!(st = stmt(&s->w, S_INSERT_MESSAGE, &rc)))
+        return rc;
+    for (size_t i = 0; i < turn->nmessages && rc == SQLITE_OK; i++) {
+        const store_message *m = &turn->messages[i];
+        sqlite3_bind_int64(st, 1, turn_row);
+        bind_text(st, 2, m->message_id);
+        bind_text(st, 3, m->role);
+        sqlite3_bind_int64(st, 4, (int64_t)m->created_ms);
+        sqlite3_bind_text(st, 5, m->json, (int)m->json_len, SQLITE_STATIC);
+        rc = run(st);
+    }
+    return rc;
+}
+
+/* Drop the oldest turns of `row` beyond keep_turns. */
+static int trim_turns(sqlite_store *s, conv_row *row, totals *t)
+{
+    int rc = SQLITE_OK;
+    while (rc == SQLITE_OK && s->limits.keep_turns && row->turns > (int64_t)s->limits.keep_turns) {
+        sqlite3_stmt *st = stmt(&s->w, S_OLDEST_TURN, &rc);
+        if (!st)
+            return rc;
+        sqlite3_bind_int64(st, 1, row->id);
+        if ((rc = sqlite3_step(st)) != SQLITE_ROW) {
+            done(st);
+            return rc == SQLITE_DONE ? SQLITE_CORRUPT : rc; /* counts disagree with rows */
+        }
+        int64_t turn = sqlite3_column_int64(st, 0), bytes = sqlite3_column_int64(st, 1);
+        done(st);
+        rc = run_with_id(s, S_DELETE_TURN_MESSAGES, turn);
+        if (rc == SQLITE_OK)
+            rc = run_with_id(s, S_DELETE_TURN, turn);
+        if (rc == SQLITE_OK) {
+            row->turns--;
+            row->message_bytes -= bytes;
+            t->turns--;
+            t->message_bytes -= bytes;
+        }
+    }
+    return rc;
+}
+
+/* Forget least recently used conversations beyond max_conversations, never `keep`. */
+static int evict_beyond_limit(sqlite_store *s, int64_t keep, uint64_t now_ms, totals *t,
+                              size_t *evicted, size_t *expired)
+{
+    int rc = SQLITE_OK;
+    while (t->conversations > (int64_t)s->limits.max_conversations) {
+        conv_row victim;
+        if ((rc = lru_tail(s, &victim)) != SQLITE_ROW)
+            return rc == SQLITE_DONE ? SQLITE_OK : rc;
+        if (victim.id == keep)
+            return SQLITE_OK;
+        if ((rc = delete_conversation(s, &victim, t)) != SQLITE_OK)
+            return rc;
+        if (is_idle(s, victim.last_used_ms, now_ms))
+            (*expired)++;
+        else
+            (*evicted)++;
+    }
+    return rc;
+}
+
+static int update_conversation(sqlite_store *s, const conv_row *row, int64_t use_seq)
+{
+    int rc;
+    sqlite3_stmt *st = stmt(&s->w, S_UPDATE_CONVERSATION, &rc);
+    if (!st)
+        return rc;
+    sqlite3_bind_int64(st, 1, row->id);
+    sqlite3_bind_int64(st, 2, row->created_ms);
+    sqlite3_bind_int64(st, 3, row->last_used_ms);
+    sqlite3_bind_int64(st, 4, use_seq);
+    sqlite3_bind_int64(st, 5, row->turns);
+    sqlite3_bind_int64(st, 6, row->message_bytes);
+    return run(st);
+}
+
+/* The whole append, inside one transaction; the caller commits or rolls back. */
+static int append_in_transaction(sqlite_store *s, const store_key *key, const store_turn *turn,
+                                 uint64_t now_ms, totals *t, size_t *evicted, size_t *expired,
+                                 int *stored)
+{
+    int rc = turn_exists(s, turn->turn_id);
+    if (rc == SQLITE_ROW)
+        return SQLITE_OK; /* already stored: a retried append changes nothing */
+    if (rc != SQLITE_DONE)
+        return rc;
+    int64_t use_seq = s->last_use_seq + 1;
+    conv_row row;
+    rc = find_conversation(&s->w, key, &row);
+    if (rc == SQLITE_DONE) {
+        if ((rc = insert_conversation(s, key, now_ms, use_seq, &row)) != SQLITE_OK)
+            return rc;
+        t->conversations++;
+    } else if (rc != SQLITE_ROW) {
+        return rc;
+    } else if (is_idle(s, row.last_used_ms, now_ms)) {
+        /* Idle past the timeout: the old context is forgotten, the conversation restarts. */
+        if ((rc = delete_turns_of(s, row.id)) != SQLITE_OK)
+            return rc;
+        t->turns -= row.turns;
+        t->message_bytes -= row.message_bytes;
+        row.turns = row.message_bytes = 0;
+        row.created_ms = (int64_t)now_ms;
+        (*expired)++;
+    }
+    if ((rc = insert_turn(s, row.id, turn)) != SQLITE_OK)
+        return rc;
+    int64_t bytes = joined_length(turn);
+    row.turns++;
+    row.message_bytes += bytes;
+    row.last_used_ms = (int64_t)now_ms;
+    t->turns++;
+    t->message_bytes += bytes;
+    if ((rc = trim_turns(s, &row, t)) != SQLITE_OK ||
+        (rc = update_conversation(s, &row, use_seq)) != SQLITE_OK ||
+        (rc = evict_beyond_limit(s, row.id, now_ms, t, evicted, expired)) != SQLITE_OK)
+        return rc;
+    *stored = 1;
+    return SQLITE_OK;
+}
+
+static parley_status sqlite_append(store *base, const store_key *key, const store_turn *turn,
+                                   uint64_t now_ms, char **err)
+{
+    sqlite_store *s = (sqlite_store *)base;
+    if (!key || !key->conversation_id || !turn_is_valid(turn))
+        return fail_with(err, PARLEY_ERR_STORAGE, s->path, "cannot append",
+                         "a turn needs a conversation id, a turn id and messages");
+    pthread_mutex_lock(&s->w.lock);
+    totals t = s->totals;
+    size_t evicted = 0, expired = 0;
+    int stored = 0;
+    int rc = begin(s);
+    if (rc == SQLITE_OK)
+        rc = append_in_transaction(s, key, turn, now_ms, &t, &evicted, &expired, &stored);
+    parley_status st = end_write(s, rc, &t, "cannot store the turn", err);
+    if (st == PARLEY_OK) {
+        s->evicted += evicted;
+        s->expired += expired;
+        if (stored)
+            s->last_use_seq++;
+    }
+    pthread_mutex_unlock(&s->w.lock);
+    return st;
+}
+
+/* ---- the JSON the ABI returns ---- */
+
+/* The status of a dump (the read lock held: the message names SQLite's error). */
+static parley_status finish_json(sqlite_store *s, pbuf *out, size_t mark, int rc,
+                                 const char *what, char **err)
+{
+    parley_status st = PARLEY_OK;
+    if (rc != SQLITE_DONE && rc != SQLITE_OK)
+        st = fail_sqlite(s, s->r.db, err, what, rc);
+    else if (out->oom)
+        st = fail_with(err, PARLEY_ERR_NO_MEMORY, s->path, what, "out of memory");
+    if (st != PARLEY_OK)
+        out->len = mark < out->len ? mark : out->len;
+    return st;
+}
+
+/* The turns of a conversation as turn objects joined by ','. */
+static int put_turns(sqlite_store *s, int64_t conversation, pbuf *out)
+{
+    int rc;
+    sqlite3_stmt *st = stmt(&s->r, S_CONVERSATION_MESSAGES, &rc);
+    if (!st)
+        return rc;
+    sqlite3_bind_int64(st, 1, conversation);
+    pbuf messages = PBUF_INIT;
+    char turn_id[STORE_ID_LEN + 1] = "";
+    int64_t current = -1, started = 0, finished = 0;
+    int nturns = 0;
+    for (;;) {
+        rc = sqlite3_step(st);
+        int64_t turn = rc == SQLITE_ROW ? sqlite3_column_int64(st, 0) : -1;
+        if (current != -1 && turn != current) { /* the previous turn is complete */
+            if (nturns++)
+                pbuf_putc(out, ',');
+            store_json_turn(out, turn_id, (uint64_t)started, (uint64_t)finished,
+                            messages.data ? messages.data : "", messages.len);
+            pbuf_reset(&messages);
+        }
+        if (rc != SQLITE_ROW)
+            break;
+        if (turn != current) {
+            current = turn;
+            const char *id = (const char *)sqlite3_column_text(st, 1);
+            snprintf(turn_id, sizeof turn_id, "%s", id ? id : "");
+            started = sqlite3_column_int64(st, 2);
+            finished = sqlite3_column_int64(st, 3);
+        } else {
+            pbuf_putc(&messages, ',');
+        }
+        pbuf_append(&messages, sqlite3_column_text(st, 4), (size_t)sqlite3_column_bytes(st, 4));
+    }
+    done(st);
+    if (messages.oom)
+        out->oom = 1;
+    pbuf_free(&messages);
+    return rc;
+}
+
+static parley_status sqlite_get_conversation(store *base, const store_key *key, uint64_t now_ms,
+                                             pbuf *out, char **err)
+{
+    sqlite_store *s = (sqlite_store *)base;
+    size_t mark = out->len;
+    conv_row row = {0, 0, 0, 0, 0};
+    int64_t idle = 0;
+    pthread_mutex_lock(&s->r.lock);
+    int rc = read_begin(&s->r);
+    if (rc == SQLITE_OK)
+        rc = find_live(s, key, now_ms, &row, &idle);
+    int found = rc == SQLITE_ROW;
+    if (found) {
+        store_json_conversation_head(out, key->conversation_id, (uint64_t)row.created_ms,
+                                     (uint64_t)row.last_used_ms);
+        pbuf_puts(out, ",\"turns\":[");
+        rc = put_turns(s, row.id, out);
+        pbuf_puts(out, "]}");
+    }
+    parley_status st = finish_json(s, out, mark, rc, "cannot read the conversation", err);
+    read_end(&s->r);
+    pthread_mutex_unlock(&s->r.lock);
+    if (idle)
+        forget_idle(s, idle, now_ms);
+    return st == PARLEY_OK && !found ? not_found(err) : st;
+}
+
+static int put_turn_messages(sqlite_store *s, int64_t turn, pbuf *messages)
+{
+    int rc;
+    sqlite3_stmt *st = stmt(&s->r, S_TURN_MESSAGES, &rc);
+    if (!st)
+        return rc;
+    sqlite3_bind_int64(st, 1, turn);
+    int first = 1;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        if (!first)
+            pbuf_putc(messages, ',');
+        first = 0;
+        pbuf_append(messages, sqlite3_column_text(st, 0), (size_t)sqlite3_column_bytes(st, 0));
+    }
+    done(st);
+    return rc;
+}
+
+/* {"conversation_id":..,"turn":{..}} for the turn row the S_FIND_TURN statement is on. */
+static int put_found_turn(sqlite_store *s, sqlite3_stmt *found, const char *turn_id, pbuf *out)
+{
+    int64_t turn = sqlite3_column_int64(found, 0);
+    uint64_t started = (uint64_t)sqlite3_column_int64(found, 1);
+    uint64_t finished = (uint64_t)sqlite3_column_int64(found, 2);
+    const char *conversation_id = (const char *)sqlite3_column_text(found, 4);
+    pbuf_puts(out, "{\"conversation_id\":");
+    pbuf_json_string(out, conversation_id ? conversation_id : "",
+                     conversation_id ? strlen(conversation_id) : 0);
+    pbuf_puts(out, ",\"turn\":");
+    pbuf messages = PBUF_INIT;
+    int rc = put_turn_messages(s, turn, &messages);
+    store_json_turn(out, turn_id, started, finished, messages.data ? messages.data : "",
+                    messages.len);
+    pbuf_putc(out, '}');
+    if (messages.oom)
+        out->oom = 1;
+    pbuf_free(&messages);
+    return rc;
+}
+
+static parley_status sqlite_get_turn(store *base, const char *turn_id, uint64_t now_ms, pbuf *out,
+                                     char **err)
+{
+    sqlite_store *s = (sqlite_store *)base;
+    size_t mark = out->len;
+    int64_t idle = 0;
+    int found = 0;
+    pthread_mutex_lock(&s->r.lock);
+    int rc = turn_id ? read_begin(&s->r) : SQLITE_DONE;
+    sqlite3_stmt *st = rc == SQLITE_OK ? stmt(&s->r, S_FIND_TURN, &rc) : NULL;
+    if (st) {
+        bind_text(st, 1, turn_id);
+        rc = sqlite3_step(st);
+        /* columns: turn id, started, finished, conversation row, its id, its last use */
+        if (rc == SQLITE_ROW && is_idle(s, sqlite3_column_int64(st, 5), now_ms)) {
+            idle = sqlite3_column_int64(st, 3); /* its conversation expired */
+            rc = SQLITE_DONE;
+        } else if (rc == SQLITE_ROW) {
+            rc = put_found_turn(s, st, turn_id, out);
+            found = rc == SQLITE_DONE;
+        }
+        done(st);
+    }
+    parley_status status = finish_json(s, out, mark, rc, "cannot read the turn", err);
+    read_end(&s->r);
+    pthread_mutex_unlock(&s->r.lock);
+    if (idle)
+        forget_idle(s, idle, now_ms);
+    return status == PARLEY_OK && !found ? not_found(err) : status;
+}
+
+static parley_status sqlite_list(store *base, uint64_t now_ms, pbuf *out, char **err)
+{
+    sqlite_store *s = (sqlite_store *)base;
+    size_t mark = out->len;
+    pbuf_puts(out, "{\"conversations\":[");
+    pthread_mutex_lock(&s->r.lock);
+    int rc = read_begin(&s->r);
+    sqlite3_stmt *st = rc == SQLITE_OK ? stmt(&s->r, S_LIST, &rc) : NULL;
+    int64_t *idle = NULL;
+    size_t nidle = 0, cap = 0;
+    int first = 1;
+    while (st && (rc = sqlite3_step(st)) == SQLITE_ROW) {
+        int64_t last_used = sqlite3_column_int64(st, 3);
+        if (is_idle(s, last_used, now_ms)) { /* checked one by one: clocks may step back */
+            if (nidle == cap) {
+                size_t ncap = cap ? 2 * cap : 16;
+                int64_t *grown = realloc(idle, ncap * sizeof *grown);
+                if (!grown)
+                    continue; /* not listed; forgotten by a later call */
+                idle = grown;
+                cap = ncap;
+            }
+            idle[nidle++] = sqlite3_column_int64(st, 0);
+            continue;
+        }
+        if (!first)
+            pbuf_putc(out, ',');
+        first = 0;
+        const char *id = (const char *)sqlite3_column_text(st, 1);
+        store_json_conversation_head(out, id ? id : "", (uint64_t)sqlite3_column_int64(st, 2),
+                                     (uint64_t)last_used);
+        pbuf_printf(out, ",\"turns\":%lld}", (long long)sqlite3_column_int64(st, 4));
+    }
+    if (st)
+        done(st);
+    pbuf_puts(out, "]}");
+    parley_status status = finish_json(s, out, mark, rc, "cannot list conversations", err);
+    read_end(&s->r);
+    pthread_mutex_unlock(&s->r.lock);
+    for (size_t i = 0; i < nidle; i++)
+        forget_idle(s, idle[i], now_ms);
+    free(idle);
+    return status;
+}
+
+/* ---- forget, expire, stats ---- */
+
+static parley_status sqlite_forget(store *base, const store_key *key, char **err)
+{
+    sqlite_store *s = (sqlite_store *)base;
+    pthread_mutex_lock(&s->w.lock);
+    totals t = s->totals;
+    int found = 1;
+    int rc = begin(s);
+    if (rc == SQLITE_OK && !key) {
+        rc = sqlite3_exec(s->w.db, "DELETE FROM messages; DELETE FROM turns;"
+                                 " DELETE FROM conversations;", NULL, NULL, NULL);
+        t = (totals){0, 0, 0};
+    } else if (rc == SQLITE_OK) {
+        conv_row row;
+        rc = find_conversation(&s->w, key, &row);
+        found = rc == SQLITE_ROW;
+        if (found)
+            rc = delete_conversation(s, &row, &t);
+        else if (rc == SQLITE_DONE)
+            rc = SQLITE_OK;
+    }
+    parley_status st = end_write(s, rc, &t, "cannot forget", err);
+    pthread_mutex_unlock(&s->w.lock);
+    return st == PARLEY_OK && !found ? not_found(err) : st;
+}
+
+/* Conversations forgotten per transaction by expire(), so that host reads
+ * wait for at most one batch. */
+#define EXPIRE_BATCH 256
+
+static parley_status sqlite_expire(store *base, uint64_t now_ms, size_t *expired, char **err)
+{
+    sqlite_store *s = (sqlite_store *)base;
+    size_t n = 0;
+    parley_status st = PARLEY_OK;
+    int more = 1;
+    while (more && st == PARLEY_OK) {
+        pthread_mutex_lock(&s->w.lock);
+        totals t = s->totals;
+        size_t batch = 0;
+        more = 0;
+        int rc = begin(s);
+        while (rc == SQLITE_OK) {
+            conv_row tail;
+            if ((rc = lru_tail(s, &tail)) != SQLITE_ROW) {
+                rc = rc == SQLITE_DONE ? SQLITE_OK : rc;
+                break;
+            }
+            rc = SQLITE_OK;
+            if (!is_idle(s, tail.last_used_ms, now_ms))
+                break; /* the LRU walk stops at the first live one */
+            if ((rc = delete_conversation(s, &tail, &t)) != SQLITE_OK)
+                break;
+            if (++batch == EXPIRE_BATCH) {
+                more = 1;
+                break;
+            }
+        }
+        st = end_write(s, rc, &t, "cannot expire idle conversations", err);
+        if (st == PARLEY_OK) {
+            s->expired += batch;
+            n += batch;
+        }
+        pthread_mutex_unlock(&s->w.lock);
+    }
+    if (expired)
+        *expired = n;
+    return st;
+}
+
+static parley_status sqlite_stats(store *base, store_stats *out, char **err)
+{
+    (void)err;
+    sqlite_store *s = (sqlite_store *)base;
+    pthread_mutex_lock(&s->w.lock);
+    out->conversations = (size_t)s->totals.conversations;
+    out->turns = (size_t)s->totals.turns;
+    out->message_bytes = (size_t)s->totals.message_bytes;
+    out->evicted = s->evicted;
+    out->expired = s->expired;
+    pthread_mutex_unlock(&s->w.lock);
+    return PARLEY_OK;
+}
+
+const store_backend store_sqlite_backend = {
+    .version = STORE_BACKEND_VERSION,
+    .scheme = "sqlite",
+    .blocking = 1,
+    .open = sqlite_open,
+    .close = sqlite_close,
+    .load = sqlite_load,
+    .append = sqlite_append,
+    .get_conversation = sqlite_get_conversation,
+    .get_turn = sqlite_get_turn,
+    .list = sqlite_list,
+    .forget = sqlite_forget,
+    .expire = sqlite_expire,
+    .stats = sqlite_stats,
+};
