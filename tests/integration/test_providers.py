@@ -375,6 +375,29 @@ class ProviderSwitch(ProviderCase):
         run, _ = self.tool_conversation(provider, False, lines, **kw)
         return self.history(run, 2)["turns"][0]["messages"]
 
+    def test_live_switch_with_update_options(self):
+        """The same agent, history kept: a tool turn under anthropic, then openai, then ollama."""
+        with FakeLLM() as fake:
+            base = provider_options(fake, "anthropic")
+            lines = [{"text": "[[think:hmm]] " + TOOL_TEXT, "conversation_id": "c"},
+                     {"op": "wait"},
+                     {"op": "update_options", "options": provider_options(fake, "openai")},
+                     {"text": "and now? [[recall]]", "conversation_id": "c"},
+                     {"op": "wait"},
+                     {"op": "update_options", "options": provider_options(fake, "ollama")},
+                     {"text": TOOL_TEXT, "conversation_id": "c"},
+                     {"op": "history", "conversation_id": "c"}]
+            run = self.run_ok(lines, base, tools="demo")
+            for seq in (1, 4, 7):
+                self.assertTurnOk(run.by_seq(seq))
+            self.assertIn("I have seen 6 messages (2 from you)", run.by_seq(4)["response"])
+            paths = [r["path"] for r in fake.requests()
+                     if r["path"] in PATHS.values()]
+            self.assertEqual(paths, ["/v1/messages"] * 2 + ["/v1/chat/completions"] +
+                             ["/api/chat"] * 2)
+            turns = run.by_seq(8)["result"]["turns"]
+            self.assertEqual(len(turns), 3)
+
     def test_every_provider_continues_every_other(self):
         with FakeLLM() as fake:
             for source in PROVIDERS:
