@@ -13,11 +13,13 @@
 #   1s, 2s  scenarios 1 and 2 with history_store "sqlite:FILE" against the
 #      memory store (parley-bench --scenario store-seq / store-concurrent)
 #   4  opening a SQLite store of 100,000 and 1,000,000 conversations (store-bench)
+#   5  the Redis store against memory, and two hosts on one Redis (redis-bench)
 #
 # Environment:
 #   PARLEY_BENCH_ARGS   extra parley-bench options, e.g. "--seq-repeats 9"
 #   SKIP_HISTORY=1      skip scenario 3 (its 1,000,000 case needs ~2 GB)
 #   SKIP_STORE_OPEN=1   skip scenario 4 (its 1,000,000 case writes a 1.4 GB file into BUILD_DIR)
+#   SKIP_REDIS=1        skip scenario 5 (redis-bench; also skipped without redis-server)
 set -eu
 
 src=$(cd "$(dirname "$0")/.." && pwd)
@@ -27,7 +29,7 @@ jobs=$(nproc 2>/dev/null || echo 2)
 echo "== building (Release) in $build"
 cmake -S "$src" -B "$build" -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build "$build" -j"$jobs" --target parley parley-fake-llm parley-bench history-bench \
-    store-bench >/dev/null
+    store-bench redis-bench >/dev/null
 
 out=$(mktemp -d /tmp/parley-bench-run.XXXXXX)
 trap 'rm -rf "$out"' EXIT INT TERM
@@ -56,6 +58,12 @@ if [ "${SKIP_STORE_OPEN:-0}" != 1 ]; then
         echo "== scenario 4: store-bench open $n"
         run "$build/bench/store-bench" open "$n" "$build" | tee "$out/open-$n.txt"
     done
+fi
+
+if [ "${SKIP_REDIS:-0}" != 1 ] && command -v redis-server >/dev/null 2>&1; then
+    echo
+    echo "== scenario 5: redis-bench (the Redis store; its own summary lines)"
+    run "$build/bench/redis-bench" | tee "$out/redis-bench.txt"
 fi
 
 # ---- the summary table -------------------------------------------------------

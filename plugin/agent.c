@@ -50,7 +50,7 @@ static int open_store(parley_agent *a, const store_backend *backend, char **err)
     if (!backend)
         backend = named;
     if (!backend) { /* options_parse checked the scheme */
-        *err = pstr_printf("option 'history_store': unknown store \"%s\"", o->history_store);
+        *err = pstr_printf("option 'history_store': unknown store");
         return -1;
     }
     int64_t keep = o->history_keep_turns < 0 ? o->max_history_turns : o->history_keep_turns;
@@ -62,6 +62,8 @@ static int open_store(parley_agent *a, const store_backend *backend, char **err)
         .sync_full = strcmp(o->history_sync, "full") == 0,
         .log = store_log,
         .log_ud = a,
+        .key_prefix = o->history_key_prefix,
+        .lease_ms = (uint64_t)o->history_lease_ms,
     };
     char *serr = NULL;
     if (backend->open(&cfg, &a->store, &serr) != PARLEY_OK) {
@@ -211,6 +213,10 @@ static const char *fixed_option_changed(const parley_options *now, const parley_
         return "max_conversations";
     if (now->history_idle_timeout_s != next->history_idle_timeout_s)
         return "history_idle_timeout_s";
+    if (strcmp(now->history_key_prefix, next->history_key_prefix) != 0)
+        return "history_key_prefix";
+    if (now->history_lease_ms != next->history_lease_ms)
+        return "history_lease_ms";
     if (now->max_connections != next->max_connections)
         return "max_connections";
     return NULL;
