@@ -118,6 +118,19 @@ static int check_data_url(const char *url, size_t index, const image_limits *lim
     return 0;
 }
 
+int image_data_url_split(const char *url, const char **mime, size_t *mime_len, const char **data)
+{
+    if (strncasecmp(url, "data:", 5) != 0)
+        return -1;
+    const char *semi = strchr(url + 5, ';'), *comma = strchr(url + 5, ',');
+    if (!semi || !comma || semi > comma)
+        return -1;
+    *mime = url + 5;
+    *mime_len = (size_t)(semi - *mime);
+    *data = comma + 1;
+    return 0;
+}
+
 int image_check_url(const char *url, size_t index, const image_limits *lim, image *out, char **err)
 {
     memset(out, 0, sizeof *out);

@@ -50,6 +50,13 @@ int image_check_url(const char *url, size_t index, const image_limits *lim, imag
  */
 int image_base64_decode(const char *s, size_t n, unsigned char *head, size_t cap, size_t *len);
 
+/*
+ * A data URL already checked (image_check_url) split for a codec: its MIME
+ * type (*mime, *mime_len bytes) and its base64 (*data, to the end).  0, or
+ * -1 when `url` is no base64 data URL (an http(s) URL).
+ */
+int image_data_url_split(const char *url, const char **mime, size_t *mime_len, const char **data);
+
 /* The MIME type the bytes' magic says (png, jpeg, webp, gif), or NULL. */
 const char *image_sniff_mime(const unsigned char *p, size_t n);
 

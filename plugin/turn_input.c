@@ -141,7 +141,16 @@ static int accept_images(turn *t, const agent_config *cfg, const parley_input *i
                            "of max_image_bytes could need (%zu)", len, most);
         return -1;
     }
-    return image_list_parse(in->images_json, &lim, &t->images, err);
+    int rc = image_list_parse(in->images_json, &lim, &t->images, err);
+    for (size_t i = 0; rc == 0 && i < t->images.n; i++) {
+        if (!t->images.items[i].base64 && !cfg->prov->images_by_url) {
+            *err = pstr_printf("input 'images_json': image %zu: provider %s cannot be sent an "
+                               "image by URL (only as base64 data); give it as a data: URL",
+                               i + 1, cfg->prov->name);
+            rc = -1;
+        }
+    }
+    return rc;
 }
 
 /*

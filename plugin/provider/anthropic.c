@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "codec.h"
+#include "image.h"
 #include "provider.h"
 #include "sse.h"
 
@@ -99,6 +100,26 @@ static json_t *tool_result_block(const json_t *m)
     return b;
 }
 
+/* A user message's images (content parts, docs/history.md) as image blocks: base64 for a
+   data: URL, a url source for an http(s) one. */
+static void append_image_blocks(json_t *blocks, const json_t *content)
+{
+    size_t i;
+    const json_t *part;
+    json_array_foreach(content, i, part) {
+        const char *url = msg_str(json_object_get(part, "image_url"), "url");
+        const char *mime, *data;
+        size_t mime_len;
+        if (!url || strcmp(msg_str(part, "type") ? msg_str(part, "type") : "", "image_url") != 0)
+            continue;
+        json_t *source = image_data_url_split(url, &mime, &mime_len, &data) == 0
+                             ? json_pack("{s:s,s:s%,s:s}", "type", "base64", "media_type", mime,
+                                         mime_len, "data", data)
+                             : json_pack("{s:s,s:s}", "type", "url", "url", url);
+        json_array_append_new(blocks, json_pack("{s:s,s:o}", "type", "image", "source", source));
+    }
+}
+
 static json_t *render_messages(const provider_request *r)
 {
     json_t *out = json_array();
@@ -115,10 +136,12 @@ static json_t *render_messages(const provider_request *r)
                 json_array_append_new(blocks, tool_result_block(m));
                 push_message(out, "user", blocks);
             } else if (strcmp(role, "user") == 0) {
-                char *text = msg_text(json_object_get(m, "content"));
+                const json_t *content = json_object_get(m, "content");
+                char *text = msg_text(content);
                 json_t *blocks = json_array();
                 json_array_append_new(blocks, text_block(text ? text : ""));
                 free(text);
+                append_image_blocks(blocks, content);
                 push_message(out, "user", blocks);
             }
         }
@@ -609,6 +632,7 @@ static void anthropic_stream_free(void *v)
 
 const provider provider_anthropic = {
     .name = "anthropic",
+    .images_by_url = 1,
     .default_base_url = "https://api.anthropic.com",
     .path = "/v1/messages",
     .models_path = "/v1/models",

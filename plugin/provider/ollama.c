@@ -14,11 +14,52 @@
 #include <string.h>
 
 #include "codec.h"
+#include "image.h"
 #include "provider.h"
 
 #define MAX_LINE (8u << 20)
 
 /* ---- request ---- */
+
+/* A user message's images (content parts, docs/history.md) as Ollama's "images": base64
+   strings; NULL when it has none.  URL images were refused (ollama_encode). */
+static json_t *user_images(const json_t *content)
+{
+    json_t *images = NULL;
+    size_t i;
+    const json_t *part;
+    json_array_foreach(content, i, part) {
+        const char *url = msg_str(json_object_get(part, "image_url"), "url");
+        const char *mime, *data;
+        size_t mime_len;
+        if (url && image_data_url_split(url, &mime, &mime_len, &data) == 0) {
+            if (!images)
+                images = json_array();
+            json_array_append_new(images, json_string(data));
+        }
+    }
+    return images;
+}
+
+/* Ollama takes images only as base64: an http(s) image anywhere is refused by name. */
+static int refuse_url_images(const json_t *list, char **err)
+{
+    size_t i, k;
+    const json_t *m, *part;
+    json_array_foreach(list, i, m) {
+        json_array_foreach(json_object_get(m, "content"), k, part) {
+            const char *url = msg_str(json_object_get(part, "image_url"), "url");
+            const char *mime, *data;
+            size_t mime_len;
+            if (url && image_data_url_split(url, &mime, &mime_len, &data) != 0) {
+                *err = pstr_printf("provider ollama cannot be sent an image by URL (only as "
+                                   "base64 data); give it as a data: URL");
+                return -1;
+            }
+        }
+    }
+    return 0;
+}
 
 static json_t *render_message(const json_t *all, size_t index, int current_turn)
 {
@@ -27,6 +68,9 @@ static json_t *render_message(const json_t *all, size_t index, int current_turn)
     char *text = msg_text(json_object_get(m, "content"));
     json_t *out = json_pack("{s:s,s:s}", "role", role, "content", text ? text : "");
     free(text);
+    json_t *images = user_images(json_object_get(m, "content"));
+    if (images)
+        json_object_set_new(out, "images", images);
     if (strcmp(role, "tool") == 0) {
         json_object_set_new(out, "tool_name", json_string(msg_tool_name(all, index)));
         return out;
@@ -53,6 +97,8 @@ static json_t *render_message(const json_t *all, size_t index, int current_turn)
 static int ollama_encode(pbuf *out, const parley_options *o, const provider_request *r,
                          char **err)
 {
+    if (refuse_url_images(r->history, err) != 0 || refuse_url_images(r->messages, err) != 0)
+        return -1;
     json_t *body = json_pack("{s:s}", "model", o->model);
     json_t *msgs = json_array();
     if (r->system && *r->system)

@@ -252,6 +252,7 @@ static int openai_stream_done(const void *s) { return llm_stream_done(s); }
 
 const provider provider_openai = {
     .name = "openai",
+    .images_by_url = 1,
     .default_base_url = "http://127.0.0.1:11434/v1",
     .path = "/chat/completions",
     .models_path = "/models",

@@ -49,6 +49,8 @@ typedef struct provider {
     const char *not_found_hint;   /* what an HTTP 404 most likely means for this API */
     const char *stream_accept;    /* Accept header line of a streamed request */
     long long default_max_tokens; /* max_tokens when the options give none; 0 = not sent */
+    int images_by_url;            /* the API takes an image as an http(s) URL (else only as
+                                     base64 data: the turn refuses URL images) */
     int reads_history_text;       /* encode takes history_text: no parse per request (the
                                      stored form is already close to this wire format) */
 

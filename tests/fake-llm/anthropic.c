@@ -99,6 +99,15 @@ static bool translate_message(json_t *m, size_t i, json_t **open, json_t *msgs,
             if (!t || !*t)
                 DIALECT_BAD("messages: text content blocks must be non-empty");
             buf_puts(&text, t);
+        } else if (strcmp(type, "image") == 0 && strcmp(role, "user") == 0) {
+            /* {"type":"image","source":{"type":"base64","media_type","data"} or {"type":"url","url"}} */
+            json_t *src = json_object_get(b, "source");
+            const char *st = jstr_member(src, "type");
+            if (!st || (strcmp(st, "base64") == 0 ? !jstr_member(src, "media_type") ||
+                                                    !jstr_member(src, "data")
+                        : strcmp(st, "url") == 0 ? !jstr_member(src, "url") : 1))
+                DIALECT_BAD("messages.%zu.content.%zu.source: a base64 source with media_type and "
+                    "data, or a url source, expected", i, k);
         } else if (strcmp(type, "tool_use") == 0 && strcmp(role, "assistant") == 0) {
             if (!jstr_member(b, "id") || !jstr_member(b, "name"))
                 DIALECT_BAD("messages.%zu.content.%zu: tool_use needs id and name", i, k);

@@ -106,6 +106,16 @@ json_t *ollama_to_chat(json_t *body, struct api_error *err)
             continue;
         }
         json_array_clear(pending);
+        json_t *images = json_object_get(m, "images");
+        size_t q;
+        json_t *img;
+        if (images && (!json_is_array(images) || strcmp(role, "user") != 0))
+            DIALECT_BAD("messages[%zu].images: an array of base64 strings, in a user message", i);
+        json_array_foreach(images, q, img) {
+            if (!json_is_string(img) || strncmp(json_string_value(img), "data:", 5) == 0 ||
+                strstr(json_string_value(img), "://"))
+                DIALECT_BAD("messages[%zu].images[%zu]: illegal base64 data", i, q);
+        }
         json_t *msg = json_pack("{s:s,s:s}", "role", role, "content", text);
         json_t *calls = json_object_get(m, "tool_calls");
         if (calls && strcmp(role, "assistant") == 0) {

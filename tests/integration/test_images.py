@@ -91,6 +91,53 @@ class Placeholders(ImageCase):
         self.assertEqual(len(self.llm.chat_requests()), 1)
 
 
+class Providers(ImageCase):
+    """Each provider's own form of a turn's images; later turns carry the placeholder."""
+
+    def run_provider(self, provider, images, **kw):
+        from test_providers import llm_requests, provider_options
+        run = self.run_ok([{"text": "see", "conversation_id": "p", "images": images},
+                           {"text": "more", "conversation_id": "p"}],
+                          provider_options(self.llm, provider, **kw))
+        return run, [r["body"] for r in llm_requests(self.llm, provider)]
+
+    def test_anthropic_image_blocks(self):
+        png = data_url("image/png", PNG)
+        run, bodies = self.run_provider("anthropic", [{"url": png},
+                                                      {"url": "https://example.com/door.jpg"}])
+        self.assertTurnOk(run.by_seq(2))
+        self.assertEqual(bodies[0]["messages"][0]["content"], [
+            {"type": "text", "text": "see"},
+            {"type": "image", "source": {"type": "base64", "media_type": "image/png",
+                                         "data": base64.b64encode(PNG).decode()}},
+            {"type": "image", "source": {"type": "url", "url": "https://example.com/door.jpg"}}])
+        self.assertEqual(bodies[1]["messages"][0]["content"], [
+            {"type": "text", "text": "see\n[image: image/png, 2 KB]\n"
+                                     "[image: https://example.com/door.jpg]"}])
+
+    def test_ollama_images_and_url_refused(self):
+        jpg = data_url("image/jpeg", JPEG)
+        run, bodies = self.run_provider("ollama", [{"url": jpg}])
+        self.assertTurnOk(run.by_seq(2))
+        self.assertEqual(bodies[0]["messages"][-1],
+                         {"role": "user", "content": "see",
+                          "images": [base64.b64encode(JPEG).decode()]})
+        self.assertEqual(bodies[1]["messages"][1],
+                         {"role": "user", "content": "see\n[image: image/jpeg, %d bytes]" % len(JPEG)})
+        self.assertNotIn("images", bodies[1]["messages"][1])
+        from test_providers import provider_options
+        run = self.run_ok([{"text": "door?", "images": [{"url": "https://cam.local/snap.jpg"}]}],
+                          provider_options(self.llm, "ollama"))
+        err = self.assertTurnError(run.by_seq(1), "invalid_input")["error"]
+        self.assertIn("image 1: provider ollama cannot be sent an image by URL", err["message"])
+
+    def test_ollama_keeps_images_in_history_with_keep(self):
+        jpg = data_url("image/jpeg", JPEG)
+        run, bodies = self.run_provider("ollama", [{"url": jpg}], history_images="keep")
+        self.assertTurnOk(run.by_seq(2))
+        self.assertEqual(bodies[1]["messages"][1]["images"], [base64.b64encode(JPEG).decode()])
+
+
 class Refusals(ImageCase):
     BAD = [
         ([{"url": "data:image/png;base64,iVBOR!!"}], "image 1: the data is not valid base64"),
