@@ -1,4 +1,7 @@
 /* test_persona.c -- persona.c: the `personas` option, tool subsets, overrides, counters. */
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -84,6 +87,51 @@ static void test_parse(void)
     toolset_free(agent);
 }
 
+/* Worker threads bump counters of new and known personas while a host thread prints them. */
+static persona_metrics shared;
+static atomic_int stop_printing;
+
+static void *bumper(void *arg)
+{
+    char name[16];
+    for (int i = 0; i < 2000; i++) {
+        snprintf(name, sizeof name, "p%d", (i + (int)(intptr_t)arg) % 7);
+        persona_counters *c = persona_metrics_for(&shared, name);
+        if (c)
+            atomic_fetch_add(&c->turns, 1);
+    }
+    return NULL;
+}
+
+static void *printer(void *arg)
+{
+    (void)arg;
+    while (!atomic_load(&stop_printing)) {
+        pbuf b = PBUF_INIT;
+        persona_metrics_json(&shared, &b);
+        pbuf_free(&b);
+    }
+    return NULL;
+}
+
+static void test_counters_threads(void)
+{
+    persona_metrics_init(&shared);
+    pthread_t t[4], p;
+    pthread_create(&p, NULL, printer, NULL);
+    for (intptr_t i = 0; i < 4; i++)
+        pthread_create(&t[i], NULL, bumper, (void *)i);
+    for (int i = 0; i < 4; i++)
+        pthread_join(t[i], NULL);
+    atomic_store(&stop_printing, 1);
+    pthread_join(p, NULL);
+    unsigned long long total = 0;
+    for (persona_counters *c = shared.head; c; c = c->next)
+        total += atomic_load(&c->turns);
+    CHECK(total == 8000);
+    persona_metrics_destroy(&shared);
+}
+
 static void test_counters(void)
 {
     persona_metrics m;
@@ -99,5 +147,6 @@ int main(void)
 {
     test_parse();
     test_counters();
+    test_counters_threads();
     return check_report();
 }
