@@ -61,6 +61,28 @@ class Valgrind(unittest.TestCase):
             self.assertEqual(codes[5], "cancelled")
             self.assertIsNone(codes[11])  # EOF waits for in-flight turns
 
+    def test_personas_and_images_are_clean(self):
+        png = "data:image/png;base64,iVBORw0KGgoAAAANSUhEUgAAAAEAAAAB"
+        with FakeLLM() as llm:
+            opts = options(llm, request_timeout_ms=60000,
+                           personas={"chef": {"prompt": "You cook.", "max_history_turns": 1},
+                                     "butler": {"prompt": "You serve."}})
+            out = self.run_under_valgrind(opts, [
+                {"text": "look", "conversation_id": "p", "persona": "chef", "images": [{"url": png}]},
+                {"text": "again", "conversation_id": "p", "persona": "chef"},
+                {"text": "and", "conversation_id": "p", "persona": "chef"},
+                {"text": "hi", "conversation_id": "p", "persona": "butler"},
+                {"text": "bad", "conversation_id": "p", "persona": "pirate"},
+                {"text": "bad", "conversation_id": "p", "images": [{"url": "ftp://x/y.png"}]},
+                {"op": "history", "conversation_id": "p", "persona": "chef"},
+                {"op": "clear", "conversation_id": "p", "persona": "*"},
+                {"op": "metrics"},
+            ])
+            codes = {l["seq"]: (l.get("error") or {}).get("code") for l in out}
+            self.assertEqual([codes[k] for k in range(1, 10)],
+                             [None, None, None, None, "invalid_input", "invalid_input", None, None,
+                              None])
+
     def test_streaming_is_clean(self):
         with FakeLLM() as llm:
             opts = options(llm, stream=True, request_timeout_ms=60000)
