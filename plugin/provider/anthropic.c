@@ -107,10 +107,9 @@ static void append_image_blocks(json_t *blocks, const json_t *content)
     size_t i;
     const json_t *part;
     json_array_foreach(content, i, part) {
-        const char *url = msg_str(json_object_get(part, "image_url"), "url");
-        const char *mime, *data;
+        const char *url = msg_image_url(part), *mime, *data;
         size_t mime_len;
-        if (!url || strcmp(msg_str(part, "type") ? msg_str(part, "type") : "", "image_url") != 0)
+        if (!url)
             continue;
         json_t *source = image_data_url_split(url, &mime, &mime_len, &data) == 0
                              ? json_pack("{s:s,s:s%,s:s}", "type", "base64", "media_type", mime,

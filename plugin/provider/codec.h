@@ -32,6 +32,8 @@ const char *msg_str(const json_t *msg, const char *key);
 const char *msg_role(const json_t *msg);
 /* The text of a content that is a string or text parts (malloc'd; "" for null). */
 char *msg_text(const json_t *content);
+/* The URL of an image content part {"type":"image_url","image_url":{"url"}}, else NULL. */
+const char *msg_image_url(const json_t *part);
 /* A tool call's arguments (a JSON string or, from Ollama-era records, an object) as an object:
    invalid JSON or a non-object becomes {"invalid_json": text}.  New reference. */
 json_t *msg_arguments_object(const json_t *call);

@@ -29,8 +29,7 @@ static json_t *user_images(const json_t *content)
     size_t i;
     const json_t *part;
     json_array_foreach(content, i, part) {
-        const char *url = msg_str(json_object_get(part, "image_url"), "url");
-        const char *mime, *data;
+        const char *url = msg_image_url(part), *mime, *data;
         size_t mime_len;
         if (url && image_data_url_split(url, &mime, &mime_len, &data) == 0) {
             if (!images)
@@ -48,8 +47,7 @@ static int refuse_url_images(const json_t *list, char **err)
     const json_t *m, *part;
     json_array_foreach(list, i, m) {
         json_array_foreach(json_object_get(m, "content"), k, part) {
-            const char *url = msg_str(json_object_get(part, "image_url"), "url");
-            const char *mime, *data;
+            const char *url = msg_image_url(part), *mime, *data;
             size_t mime_len;
             if (url && image_data_url_split(url, &mime, &mime_len, &data) != 0) {
                 *err = pstr_printf("provider ollama cannot be sent an image by URL (only as "

@@ -82,6 +82,13 @@ char *msg_text(const json_t *content)
     return pbuf_take(&b);
 }
 
+const char *msg_image_url(const json_t *part)
+{
+    const char *type = msg_str(part, "type");
+    return type && strcmp(type, "image_url") == 0 ? msg_str(json_object_get(part, "image_url"), "url")
+                                                  : NULL;
+}
+
 json_t *msg_arguments_object(const json_t *call)
 {
     const json_t *fn = json_object_get(call, "function");
