@@ -64,7 +64,7 @@ static void id_of(unsigned long n, unsigned tag, char out[37])
 static store *fill(const store_backend *b, const char *location, unsigned long nmessages,
                    size_t *bytes)
 {
-    store_config cfg = {location, {0, 1000000, 0}, 0, NULL, NULL};
+    store_config cfg = {.location = location, .limits = {0, 1000000, 0}};
     store *s = NULL;
     char *err = NULL;
     if (b->open(&cfg, &s, &err) != PARLEY_OK) {

@@ -13,13 +13,15 @@
 #   1s, 2s  scenarios 1 and 2 with history_store "sqlite:FILE" against the
 #      memory store (parley-bench --scenario store-seq / store-concurrent)
 #   4  opening a SQLite store of 100,000 and 1,000,000 conversations (store-bench)
-#   5  history_query / message_get over 1,000,000 messages, memory and SQLite (query-bench)
+#   5  the Redis store against memory, and two hosts on one Redis (redis-bench)
+#   6  history_query / message_get over 1,000,000 messages, memory and SQLite (query-bench)
 #
 # Environment:
 #   PARLEY_BENCH_ARGS   extra parley-bench options, e.g. "--seq-repeats 9"
 #   SKIP_HISTORY=1      skip scenario 3 (its 1,000,000 case needs ~2 GB)
 #   SKIP_STORE_OPEN=1   skip scenario 4 (its 1,000,000 case writes a 1.4 GB file into BUILD_DIR)
-#   SKIP_QUERY=1        skip scenario 5 (a ~300 MB SQLite file in BUILD_DIR, about a minute)
+#   SKIP_REDIS=1        skip scenario 5 (redis-bench; also skipped without redis-server)
+#   SKIP_QUERY=1        skip scenario 6 (a ~300 MB SQLite file in BUILD_DIR, about a minute)
 set -eu
 
 src=$(cd "$(dirname "$0")/.." && pwd)
@@ -29,7 +31,7 @@ jobs=$(nproc 2>/dev/null || echo 2)
 echo "== building (Release) in $build"
 cmake -S "$src" -B "$build" -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build "$build" -j"$jobs" --target parley parley-fake-llm parley-bench history-bench \
-    store-bench query-bench >/dev/null
+    store-bench redis-bench query-bench >/dev/null
 
 out=$(mktemp -d /tmp/parley-bench-run.XXXXXX)
 trap 'rm -rf "$out"' EXIT INT TERM
@@ -60,9 +62,15 @@ if [ "${SKIP_STORE_OPEN:-0}" != 1 ]; then
     done
 fi
 
+if [ "${SKIP_REDIS:-0}" != 1 ] && command -v redis-server >/dev/null 2>&1; then
+    echo
+    echo "== scenario 5: redis-bench (the Redis store; its own summary lines)"
+    run "$build/bench/redis-bench" | tee "$out/redis-bench.txt"
+fi
+
 if [ "${SKIP_QUERY:-0}" != 1 ]; then
     echo
-    echo "== scenario 5: query-bench 1000000"
+    echo "== scenario 6: query-bench 1000000"
     run "$build/bench/query-bench" 1000000 "$build" | tee "$out/query.txt"
 fi
 

@@ -55,7 +55,7 @@ static int cmp_double(const void *a, const void *b)
 
 static store *open_store(const store_backend *b, const char *location, size_t max_conversations)
 {
-    store_config cfg = {location, {0, max_conversations, 0}, 0, NULL, NULL};
+    store_config cfg = {.location = location, .limits = {0, max_conversations, 0}};
     store *s = NULL;
     char *err = NULL;
     if (b->open(&cfg, &s, &err) != PARLEY_OK) {

@@ -52,7 +52,7 @@ static int open_store(parley_agent *a, const store_backend *backend, char **err)
     if (!backend)
         backend = named;
     if (!backend) { /* options_parse checked the scheme */
-        *err = pstr_printf("option 'history_store': unknown store \"%s\"", o->history_store);
+        *err = pstr_printf("option 'history_store': unknown store");
         return -1;
     }
     int64_t keep = o->history_keep_turns < 0 ? o->max_history_turns : o->history_keep_turns;
@@ -64,6 +64,8 @@ static int open_store(parley_agent *a, const store_backend *backend, char **err)
         .sync_full = strcmp(o->history_sync, "full") == 0,
         .log = store_log,
         .log_ud = a,
+        .key_prefix = o->history_key_prefix,
+        .lease_ms = (uint64_t)o->history_lease_ms,
     };
     char *serr = NULL;
     if (backend->open(&cfg, &a->store, &serr) != PARLEY_OK) {
@@ -213,6 +215,10 @@ static const char *fixed_option_changed(const parley_options *now, const parley_
         return "max_conversations";
     if (now->history_idle_timeout_s != next->history_idle_timeout_s)
         return "history_idle_timeout_s";
+    if (strcmp(now->history_key_prefix, next->history_key_prefix) != 0)
+        return "history_key_prefix";
+    if (now->history_lease_ms != next->history_lease_ms)
+        return "history_lease_ms";
     if (now->max_connections != next->max_connections)
         return "max_connections";
     return NULL;
@@ -341,12 +347,14 @@ parley_status agent_history_clear(parley_agent *a, const char *id)
     return st;
 }
 
-/* {"error":{"status":"invalid_input","field":..,"message":..}}: how a read function whose
- * only channel is out_json names what was wrong. */
-static char *input_error_json(const char *field, const char *message)
+/* {"error":{"status":..,"field":..,"message":..}}: how a read function whose only
+ * channel is out_json names what was wrong. */
+static char *status_error_json(parley_status st, const char *field, const char *message)
 {
     pbuf b = PBUF_INIT;
-    pbuf_puts(&b, "{\"error\":{\"status\":\"invalid_input\",\"field\":");
+    pbuf_puts(&b, "{\"error\":{\"status\":");
+    pbuf_json_string(&b, status_name(st), strlen(status_name(st)));
+    pbuf_puts(&b, ",\"field\":");
     pbuf_json_string(&b, field, strlen(field));
     pbuf_puts(&b, ",\"message\":");
     pbuf_json_string(&b, message, strlen(message));
@@ -354,6 +362,11 @@ static char *input_error_json(const char *field, const char *message)
     char *s = pbuf_take(&b);
     pbuf_free(&b);
     return s;
+}
+
+static char *input_error_json(const char *field, const char *message)
+{
+    return status_error_json(PARLEY_ERR_INVALID_INPUT, field, message);
 }
 
 parley_status agent_history_query(parley_agent *a, const char *query_json, char **out)
@@ -372,7 +385,8 @@ parley_status agent_history_query(parley_agent *a, const char *query_json, char 
     }
     if (!a->store->backend->query) {
         query_request_free(&r);
-        *out = input_error_json("history_store", "queries are not supported by this store");
+        *out = status_error_json(PARLEY_ERR_STORAGE, "history_store",
+                                 "queries are not supported by this store");
         return PARLEY_ERR_STORAGE;
     }
     pbuf b = PBUF_INIT;

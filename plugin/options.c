@@ -79,6 +79,10 @@ static const opt_spec SPECS[] = {
      "Conversations kept; the least recently used is forgotten beyond it"},
     {"history_idle_timeout_s", OPT_INT, OFF(history_idle_timeout_s), 0, 31536000, "0",
      "Forget a conversation idle this long (also while the host was down); 0 = never"},
+    {"history_key_prefix", OPT_STRING, OFF(history_key_prefix), 0, 0, "\"parley:\"",
+     "Prefix of every key a shared (Redis) history store writes"},
+    {"history_lease_ms", OPT_INT, OFF(history_lease_ms), 100, 600000, "10000",
+     "Shared store: life of a turn's lease on its conversation (renewed while the turn runs)"},
     {"auto_create_conversation_id", OPT_BOOL, OFF(auto_create_conversation_id), 0, 0, "false",
      "Mint a UUID conversation_id when the input has none (else such turns are stateless)"},
     {"max_tool_iterations", OPT_INT, OFF(max_tool_iterations), 1, 100, "10",
@@ -265,8 +269,10 @@ static int finish(parley_options *o, json_t *root, char **err)
     }
     const char *location;
     if (!store_backend_for(o->history_store, &location)) {
-        *err = pstr_printf("option 'history_store': unknown store \"%s\" (expected \"memory\" or "
-                           "\"sqlite:PATH\")", o->history_store);
+        /* Only the scheme is quoted: the rest may hold a password. */
+        *err = pstr_printf("option 'history_store': unknown store \"%.*s\" (expected \"memory\", "
+                           "\"sqlite:PATH\" or \"redis://[:PASSWORD@]HOST:PORT[/DB]\")",
+                           (int)strcspn(o->history_store, ":"), o->history_store);
         return -1;
     }
     if (strcmp(o->history_sync, "normal") != 0 && strcmp(o->history_sync, "full") != 0) {

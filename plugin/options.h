@@ -37,12 +37,14 @@ typedef struct parley_options {
     int64_t retry_backoff_ms;
     int64_t retry_max_delay_ms;
     /* history */
-    char *history_store;         /* "memory" or "sqlite:PATH" (scheme checked) */
+    char *history_store;         /* "memory", "sqlite:PATH" or "redis://..." (scheme checked) */
     char *history_sync;          /* "normal" or "full" */
     int64_t max_history_turns;   /* turns sent: the last N; 0 = all kept */
     int64_t history_keep_turns;  /* turns kept; 0 = all; -1 (null) = max_history_turns */
     int64_t max_conversations;
     int64_t history_idle_timeout_s; /* 0 = never */
+    char *history_key_prefix;    /* shared stores (redis): prefix of every key */
+    int64_t history_lease_ms;    /* shared stores: a conversation lease's life without renewal */
     int auto_create_conversation_id;
     /* tools */
     int64_t max_tool_iterations;

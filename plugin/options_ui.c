@@ -44,6 +44,8 @@ static const option_ui ROWS[] = {
     {"history_keep_turns", "Turns of history kept", ADVANCED, 0, NULL},
     {"max_conversations", "Conversations kept", ADVANCED, 0, NULL},
     {"history_idle_timeout_s", "Forget idle conversations after (s)", ADVANCED, 0, NULL},
+    {"history_key_prefix", "Redis key prefix", ADVANCED, 0, NULL},
+    {"history_lease_ms", "Conversation lease across hosts (ms)", ADVANCED, 0, NULL},
     {"auto_create_conversation_id", "Create conversation ids", ADVANCED, 0, NULL},
     {"max_tool_iterations", "Tool rounds per turn", ADVANCED, 0, NULL},
     {"tools", "Tools", ADVANCED, 0, TOOL_ITEMS},

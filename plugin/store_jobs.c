@@ -70,8 +70,19 @@ static void run(store *s, store_job *job)
     job->now_ms = clock_wall_ms();
     switch (job->kind) {
     case STORE_JOB_LOAD:
+        if (b->version >= 2 && b->lease_acquire && b->lease_release) {
+            job->status = b->lease_acquire(s, &key, &job->lease_retry_ms, &job->err);
+            if (job->status != PARLEY_OK)
+                break; /* BUSY: the turn tries again later */
+            job->lease_taken = 1;
+        }
         job->status = b->load(s, &key, job->last_turns, job->now_ms, &job->loaded,
                               &job->nmessages, &job->err);
+        break;
+    case STORE_JOB_RELEASE_LEASE:
+        if (b->version >= 2 && b->lease_release)
+            b->lease_release(s, &key);
+        job->status = PARLEY_OK;
         break;
     case STORE_JOB_APPEND:
         job->status = b->append(s, &key, &job->turn, job->now_ms, &job->err);
@@ -138,7 +149,9 @@ store_jobs *store_jobs_start(store *s, inbox *box)
 int store_jobs_submit(store_jobs *q, store_job *job)
 {
     int rc = -1;
-    job_queue *jq = &q->queues[job->kind == STORE_JOB_LOAD ? READS : WRITES];
+    /* A lease is given back on the read thread, ahead of the next turn's LOAD. */
+    int read = job->kind == STORE_JOB_LOAD || job->kind == STORE_JOB_RELEASE_LEASE;
+    job_queue *jq = &q->queues[read ? READS : WRITES];
     job->queue_next = NULL;
     pthread_mutex_lock(&q->mu);
     if (!q->stopping) {

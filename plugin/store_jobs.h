@@ -27,7 +27,14 @@
 typedef struct turn turn;
 typedef struct store_jobs store_jobs;
 
-typedef enum store_job_kind { STORE_JOB_LOAD, STORE_JOB_APPEND, STORE_JOB_EXPIRE } store_job_kind;
+/* LOAD takes the conversation's lease first when the store has leases (store.h
+ * v2); RELEASE_LEASE gives back one a turn holds without having committed. */
+typedef enum store_job_kind {
+    STORE_JOB_LOAD,
+    STORE_JOB_APPEND,
+    STORE_JOB_EXPIRE,
+    STORE_JOB_RELEASE_LEASE
+} store_job_kind;
 
 typedef struct store_job {
     inbox_note note;          /* first member: how the job comes back to the worker */
@@ -46,6 +53,8 @@ typedef struct store_job {
     char *err;                /* malloc'd, or NULL */
     pbuf loaded;              /* LOAD: the messages, "m1,m2," */
     size_t nmessages;         /* LOAD */
+    int lease_taken;          /* LOAD: the lease is now held (give it back when the turn ends) */
+    uint64_t lease_retry_ms;  /* LOAD, status PARLEY_ERR_BUSY: another holder's lease has this left */
 } store_job;
 
 /* The job for one store call (now_ms is taken when it runs); NULL on OOM. */

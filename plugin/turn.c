@@ -250,15 +250,29 @@ static int wait_for_store(turn *t, store_job *job)
     return 0;
 }
 
+static void turn_load_history(turn *t);
+
 void turn_begin(turn *t)
 {
-    const turn_env *env = t->env;
     t->started_wall_ms = clock_wall_ms();
     if (!t->conversation_id) {
         turn_on_history(t, PARLEY_OK, NULL);
         return;
     }
-    /* The last max_history_turns turns: what this turn sends. */
+    turn_load_history(t);
+}
+
+/*
+ * The last max_history_turns turns: what this turn sends.  With a store
+ * several processes share (store.h v2), the read thread first takes the
+ * conversation's lease; while another process holds it the job comes back
+ * PARLEY_ERR_BUSY and the turn waits on its wait timer and tries again
+ * (20, 40, 80, then every 160 ms, never past the holder's remaining lease);
+ * turn_timeout_ms bounds the wait.
+ */
+static void turn_load_history(turn *t)
+{
+    const turn_env *env = t->env;
     store_key key = key_of(t);
     size_t last = (size_t)t->cfg->opts.max_history_turns;
     if (env->jobs) { /* WAIT loading: the store's read thread loads */
@@ -279,6 +293,17 @@ void turn_begin(turn *t)
 void turn_on_history(turn *t, parley_status status, const char *message)
 {
     t->job = NULL;
+    if (status == PARLEY_ERR_BUSY) { /* another host runs a turn on this conversation */
+        uint64_t delay = 20u << (t->lease_waits < 3 ? t->lease_waits : 3);
+        t->lease_waits++;
+        if (t->lease_retry_ms && t->lease_retry_ms < delay)
+            delay = t->lease_retry_ms;
+        t->lease_retry_ms = 0;
+        t->lease_waiting = 1;
+        if (timer_arm(t->env->timers, &t->wait, clock_mono_ms() + delay) != 0)
+            turn_end(t, PARLEY_ERR_NO_MEMORY, "out of memory");
+        return;
+    }
     if (status != PARLEY_OK) {
         char *m = pstr_printf("could not load the conversation's history: %s",
                               message ? message : status_name(status));
@@ -720,6 +745,9 @@ void turn_on_timer(turn *t, ptimer *which)
         free(m);
     } else if (t->calls_pending) {
         tool_timeout(t);
+    } else if (t->lease_waiting) {
+        t->lease_waiting = 0;
+        turn_load_history(t); /* the conversation's lease was busy: try again */
     } else {
         turn_request(t); /* the backoff before a retry is over */
     }
@@ -804,6 +832,7 @@ void turn_on_committed(turn *t, parley_status status, const char *message)
     t->job = NULL;
     t->committing = 0;
     if (status == PARLEY_OK) {
+        t->lease_held = 0; /* the append gave it back (store.h v2) */
         turn_end(t, PARLEY_OK, NULL);
         return;
     }
@@ -835,6 +864,13 @@ void turn_end(turn *t, parley_status status, const char *message)
     timer_disarm(t->env->timers, &t->wait);
     for (size_t i = 0; i < t->ncalls; i++)
         detach_handle(&t->calls[i]);
+    if (t->lease_held && t->env->jobs) { /* ended before a commit gave the lease back */
+        store_key key = key_of(t);
+        store_job *release = store_job_new(STORE_JOB_RELEASE_LEASE, &key);
+        if (release && store_jobs_submit(t->env->jobs, release) != 0)
+            store_job_free(release); /* stopping: the store's close lets it expire */
+        t->lease_held = 0;
+    }
     if (t->job) { /* a load in flight: its result will go nowhere */
         t->job->owner = NULL;
         t->job = NULL;

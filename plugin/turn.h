@@ -135,7 +135,11 @@ struct turn {
     const char *end_message;  /* borrowed: valid only while turn_end runs */
 
     ptimer deadline;          /* turn_timeout_ms after acceptance (armed by the worker on arrival) */
-    ptimer wait;              /* retry backoff, tool timeout, or stream idle timeout */
+    ptimer wait;              /* retry backoff, tool timeout, stream idle timeout, or lease wait */
+    int lease_held;           /* a shared store's lease on the conversation (store.h v2) */
+    int lease_waiting;        /* `wait` runs until the lease is tried again */
+    int lease_waits;          /* times the lease was busy: the wait grows with it */
+    uint64_t lease_retry_ms;  /* from a LOAD job that found the lease busy: the holder's time left */
 
     /* worker bookkeeping */
     lane *lane;

@@ -211,10 +211,20 @@ static void on_store_job(worker *w, store_job *job)
         w->expiry_in_flight = 0;
         if (job->status != PARLEY_OK)
             host_log(w->host, PARLEY_LOG_WARN, "history expiry: %s", job->err ? job->err : "failed");
+    } else if (job->kind == STORE_JOB_RELEASE_LEASE) {
+        /* nothing to report */
+    } else if (!t && job->kind == STORE_JOB_LOAD && job->lease_taken) {
+        /* its turn ended while it loaded: give the lease back (RELEASE_LEASE) */
+        store_key key = {job->conversation_id, job->persona, job->interface_type};
+        store_job *release = store_job_new(STORE_JOB_RELEASE_LEASE, &key);
+        if (release && store_jobs_submit(w->jobs, release) != 0)
+            store_job_free(release);
     } else if (t && job->kind == STORE_JOB_LOAD) {
         pbuf swap = t->history; /* the loaded messages become the turn's history */
         t->history = job->loaded;
         job->loaded = swap;
+        t->lease_held = job->lease_taken;
+        t->lease_retry_ms = job->lease_retry_ms;
         turn_on_history(t, job->status, job->err);
     } else if (t) {
         turn_on_committed(t, job->status, job->err);

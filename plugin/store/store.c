@@ -5,7 +5,8 @@
 
 const store_backend *store_backend_for(const char *spec, const char **location)
 {
-    static const store_backend *const backends[] = {&store_memory_backend, &store_sqlite_backend};
+    static const store_backend *const backends[] = {&store_memory_backend, &store_sqlite_backend,
+                                                      &store_redis_backend};
     for (size_t i = 0; i < sizeof backends / sizeof backends[0]; i++) {
         const char *scheme = backends[i]->scheme;
         size_t n = strlen(scheme);

@@ -1,6 +1,6 @@
 /*
  * store.h -- where conversations are kept.  One interface, one file per
- * backend (memory.c, sqlite.c; redis.c later), in the spirit of SQLite's
+ * backend (memory.c, sqlite.c, redis.c), in the spirit of SQLite's
  * sqlite3_vfs and curl's lib/vtls/: the agent and the turn know only this
  * header; a backend is a table of functions plus a struct that starts with
  * `struct store`.
@@ -51,7 +51,7 @@
 #include "../buf.h"
 #include "../plugin_status.h"
 
-#define STORE_BACKEND_VERSION 2
+#define STORE_BACKEND_VERSION 3
 
 /* Longest conversation id, and the length of turn and message ids (UUIDs). */
 #define STORE_MAX_CONVERSATION_ID 256
@@ -99,6 +99,8 @@ typedef struct store_config {
     int sync_full;               /* durable backends: flush to stable storage on every append */
     store_log_fn log;
     void *log_ud;
+    const char *key_prefix;      /* shared stores (redis): the prefix of every key; NULL = "parley:" */
+    uint64_t lease_ms;           /* shared stores: a lease's life without renewal; 0 = 10000 */
 } store_config;
 
 typedef struct store_stats {
@@ -109,7 +111,7 @@ typedef struct store_stats {
     size_t expired;              /* conversations forgotten by the idle timeout, since open */
 } store_stats;
 
-/* Version 2: a query over stored messages (borrowed for the call).  Every
+/* Version 3: a query over stored messages (borrowed for the call).  Every
  * filter is independent; NULL means "any". */
 #define STORE_QUERY_MAX_LIMIT 10000
 
@@ -130,7 +132,7 @@ typedef struct store_query {
 
 typedef struct store_backend {
     int version;                 /* STORE_BACKEND_VERSION the table was written for */
-    const char *scheme;          /* "memory", "sqlite" */
+    const char *scheme;          /* "memory", "sqlite", "redis" */
     int blocking;                /* calls may block on I/O: keep them off the worker */
 
     /* Open (create if missing) the store described by cfg.  The backend
@@ -187,7 +189,28 @@ typedef struct store_backend {
 
     parley_status (*stats)(store *s, store_stats *out, char **err);
 
-    /* ---- version 2 ---- */
+    /* ---- version 2: order across processes sharing one store ----
+     * NULL in a backend that one process owns (its lanes already order the
+     * turns of a conversation).  A turn takes the lease on its conversation
+     * before it loads history and gives it back after its append (or its
+     * failure), so turns on one conversation run one after another even on
+     * several hosts, each seeing the turn before.
+     *
+     * lease_acquire: PARLEY_OK when this store object now holds the lease
+     * on `key` (until lease_release; the backend renews it meanwhile, and
+     * append() on `key` is fenced by it: should the lease have expired and
+     * been taken by another holder, the append fails with
+     * PARLEY_ERR_STORAGE and writes nothing); PARLEY_ERR_BUSY when another
+     * holder has it, *retry_ms then hinting when to try again;
+     * PARLEY_ERR_STORAGE when the store cannot say.  A successful append on
+ * `key` also gives its lease back (one round trip less per turn).
+     * lease_release: give it back (a no-op when not held); never fails (a
+     * lease it could not delete expires by itself). */
+    parley_status (*lease_acquire)(store *s, const store_key *key, uint64_t *retry_ms, char **err);
+    void (*lease_release)(store *s, const store_key *key);
+
+    /* ---- version 3: queries and per-message reads (NULL in a backend
+     *      without them: the agent then says "not supported by this store") ---- */
 
     /*
      * The messages matching q, in q's order, at most q->limit, appended to
@@ -212,7 +235,8 @@ struct store {
 };
 
 /*
- * The backend for a history_store option value: "memory", or "sqlite:PATH".
+ * The backend for a history_store option value: "memory", "sqlite:PATH", or
+ * "redis://[:PASSWORD@]HOST:PORT[/DB]".
  * Sets *location to what follows the scheme's colon ("" for memory).  NULL
  * when the scheme is unknown.
  */
@@ -220,5 +244,6 @@ const store_backend *store_backend_for(const char *spec, const char **location);
 
 extern const store_backend store_memory_backend;
 extern const store_backend store_sqlite_backend;
+extern const store_backend store_redis_backend;
 
 #endif

@@ -8,7 +8,14 @@
 #include <string.h>
 
 #include "options.h"
+#include "store/store.h"
 #include "toolset.h"
+
+/* options.c checks history_store's scheme with store_backend_for (store.c):
+ * the parser needs the backends' scheme names only, not their code. */
+const store_backend store_memory_backend = {.scheme = "memory"};
+const store_backend store_sqlite_backend = {.scheme = "sqlite"};
+const store_backend store_redis_backend = {.scheme = "redis"};
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)

@@ -87,7 +87,8 @@ class UpdateOptions(ParleyTestCase):
             changes = [("history_store", "sqlite:" + os.path.join(d, "h.db")),
                        ("max_conversations", 5), ("history_idle_timeout_s", 60),
                        ("max_connections", 3), ("history_keep_turns", 2),
-                       ("history_sync", "full")]
+                       ("history_sync", "full"), ("history_key_prefix", "other:"),
+                       ("history_lease_ms", 2000)]
             for key, value in changes:
                 lines.append({"op": "update_options", "options": dict(opts, **{key: value})})
             lines.append({"op": "history", "conversation_id": "c1"})

@@ -22,6 +22,7 @@
 
 #include "../unit/check.h"
 #include "fault_vfs.h"
+#include "redis_server.h"
 #include "store/store.h"
 
 /* ---- the backends under test ---- */
@@ -29,20 +30,26 @@
 typedef struct backend_case {
     const store_backend *backend;
     int durable; /* keeps its content across close/open at the same location */
+    int shared;  /* a server every store opens (redis): each test starts it empty */
 } backend_case;
 
 static const backend_case backends[] = {
-    {&store_memory_backend, 0},
-    {&store_sqlite_backend, 1},
+    {&store_memory_backend, 0, 0},
+    {&store_sqlite_backend, 1, 0},
+    {&store_redis_backend, 0, 1},
 };
 #define NBACKENDS (sizeof backends / sizeof backends[0])
 
 static char tmpdir[] = "/tmp/parley-store-test-XXXXXX";
 static unsigned file_counter;
 
+static redis_server redis; /* a real redis-server for the shared backend */
+
 /* A fresh location for a backend: a new file for durable ones. */
 static char *fresh_location(const backend_case *bc)
 {
+    if (bc->shared) /* what follows "redis:" */
+        return pstr_printf("//:%s@127.0.0.1:%d", redis.password, redis.port);
     if (!bc->durable)
         return strdup("");
     return pstr_printf("%s/store-%u.db", tmpdir, ++file_counter);
@@ -58,7 +65,7 @@ typedef struct harness {
 static store *open_at(const backend_case *bc, const char *location, store_limits limits,
                       char **err)
 {
-    store_config cfg = {location, limits, 0, NULL, NULL};
+    store_config cfg = {.location = location, .limits = limits};
     store *s = NULL;
     parley_status st = bc->backend->open(&cfg, &s, err);
     return st == PARLEY_OK ? s : NULL;
@@ -74,6 +81,8 @@ static harness start(const backend_case *bc, size_t keep_turns, size_t max_conve
         fprintf(stderr, "open %s failed: %s\n", bc->backend->scheme, err ? err : "?");
     free(err);
     CHECK(h.s != NULL);
+    if (h.s && bc->shared) /* what the previous test left on the server */
+        CHECK(bc->backend->forget(h.s, NULL, NULL) == PARLEY_OK);
     return h;
 }
 
@@ -1080,7 +1089,7 @@ static void test_failing_writes(const backend_case *bc)
 
     store_limits limits = {0, 10, 0};
     char *path = fresh_location(bc);
-    store_config cfg = {path, limits, 1, NULL, NULL};
+    store_config cfg = {.location = path, .limits = limits, .sync_full = 1};
     store *s = NULL;
     CHECK(bc->backend->open(&cfg, &s, NULL) == PARLEY_OK);
     harness full = {bc, path, limits, s};
@@ -1234,7 +1243,7 @@ static void test_reads_do_not_wait_for_writes(const backend_case *bc)
     unsigned delay_ms = (unsigned)(1500 * (slowdown ? atof(slowdown) : 1.0));
     store_limits limits = {0, 10, 0};
     char *path = fresh_location(bc);
-    store_config cfg = {path, limits, 1, NULL, NULL};
+    store_config cfg = {.location = path, .limits = limits, .sync_full = 1};
     store *s = NULL;
     CHECK(bc->backend->open(&cfg, &s, NULL) == PARLEY_OK);
     harness h = {bc, path, limits, s};
@@ -1282,6 +1291,8 @@ int main(void)
         fprintf(stderr, "cannot install the fault VFS\n");
         return 1;
     }
+    if (redis_server_start(&redis, "conformance-pw") != 0)
+        return 1;
     for (size_t i = 0; i < NBACKENDS; i++) {
         const backend_case *bc = &backends[i];
         printf("backend %s\n", bc->backend->scheme);
@@ -1310,6 +1321,7 @@ int main(void)
         }
     }
     test_same_bytes_everywhere();
+    redis_server_stop(&redis);
     char *cmd = pstr_printf("rm -rf '%s'", tmpdir);
     if (cmd && system(cmd) != 0)
         fprintf(stderr, "could not remove %s\n", tmpdir);

@@ -79,8 +79,14 @@ static void test_errors(void)
     expect_error("{\"model\":\"m\",\"max_history_turns\":1.5}", "option 'max_history_turns': must be an integer");
     expect_error("{\"model\":\"m\",\"max_history_turns\":null}", "option 'max_history_turns'");
     expect_error("{\"model\":\"m\",\"stream\":1}", "option 'stream': must be true or false");
-    expect_error("{\"model\":\"m\",\"history_store\":\"redis:x\"}",
-                 "option 'history_store': unknown store \"redis:x\"");
+    /* only the scheme is quoted: the rest of a store URL may hold a password */
+    expect_error("{\"model\":\"m\",\"history_store\":\"rediss://:hunter2@h:1\"}",
+                 "option 'history_store': unknown store \"rediss\" (expected");
+    parley_options o;
+    char *err = NULL;
+    CHECK(options_parse("{\"model\":\"m\",\"history_store\":\"rediss://:hunter2@h:1\"}", &o, &err) == -1);
+    CHECK(err && !strstr(err, "hunter2"));
+    free(err);
     expect_error("{\"model\":\"m\",\"history_store\":\"memoryx\"}", "option 'history_store'");
     expect_error("{\"model\":\"m\",\"history_sync\":\"FULL\"}", "option 'history_sync'");
     expect_error("{\"model\":\"m\",\"history_keep_turns\":-1}", "option 'history_keep_turns'");

@@ -1,0 +1,1128 @@
+/*
+ * redis.c -- the Redis store: history_store "redis://[:PASSWORD@]HOST:PORT[/DB]",
+ * shared by every host process pointed at the same Redis and key prefix.
+ *
+ * Each store operation is one Lua script (redis_scripts.h: the data layout
+ * and why scripts), run over one synchronous hiredis connection guarded by a
+ * mutex.  The backend is `blocking`: the agent calls it from its store
+ * thread, never from the worker that runs the HTTP transfers, so a slow or
+ * unreachable Redis delays only the turns that need history.
+ *
+ * Connection faults
+ *  - open() connects and checks the server (AUTH, SELECT, PING): an
+ *    unreachable Redis or a wrong password fails create() at once with a
+ *    clear message, rather than every turn later.
+ *  - A call that finds the connection broken (Redis restarted, network cut)
+ *    reconnects; a call whose command failed on the wire fails with
+ *    PARLEY_ERR_STORAGE, and the next call reconnects.  Reconnection is tried
+ *    at most every REDIS_RECONNECT_MS, so while Redis is down calls fail fast.
+ *  - Scripts are atomic: a failed call wrote nothing, or (reply lost after the
+ *    server ran it) wrote the whole turn, which a retry finds by its turn_id.
+ * The password is kept for AUTH only: never in a log line or error text.
+ */
+#include <errno.h>
+#include <hiredis/hiredis.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../clock.h"
+#include "../uuid.h"
+#include "redis_scripts.h"
+#include "store.h"
+#include "store_json.h"
+
+#define REDIS_CONNECT_TIMEOUT_MS 2000
+#define REDIS_COMMAND_TIMEOUT_MS 5000
+#define REDIS_RECONNECT_MS 250
+/* Keys outlive the idle timeout by this much, so clocks of hosts that differ
+ * a little never let Redis drop what the store's own check still calls live. */
+#define REDIS_TTL_GRACE_MS 60000
+#define REDIS_MAX_ARGS 24
+#define REDIS_DEFAULT_LEASE_MS 10000
+
+enum {
+    SCRIPT_LOAD,
+    SCRIPT_APPEND,
+    SCRIPT_GET_CONVERSATION,
+    SCRIPT_GET_TURN,
+    SCRIPT_LIST,
+    SCRIPT_FORGET,
+    SCRIPT_EXPIRE,
+    SCRIPT_STATS,
+    SCRIPT_LEASE_ACQUIRE,
+    SCRIPT_LEASE_RENEW,
+    SCRIPT_LEASE_RELEASE,
+    SCRIPT_COUNT
+};
+
+static const char *const SCRIPTS[SCRIPT_COUNT] = {
+    REDIS_LUA_PRELUDE REDIS_LUA_LOAD,   REDIS_LUA_PRELUDE REDIS_LUA_APPEND,
+    REDIS_LUA_PRELUDE REDIS_LUA_GET_CONVERSATION, REDIS_LUA_PRELUDE REDIS_LUA_GET_TURN,
+    REDIS_LUA_PRELUDE REDIS_LUA_LIST,   REDIS_LUA_PRELUDE REDIS_LUA_FORGET,
+    REDIS_LUA_PRELUDE REDIS_LUA_EXPIRE, REDIS_LUA_PRELUDE REDIS_LUA_STATS,
+    REDIS_LUA_PRELUDE REDIS_LUA_LEASE_ACQUIRE, REDIS_LUA_PRELUDE REDIS_LUA_LEASE_RENEW,
+    REDIS_LUA_PRELUDE REDIS_LUA_LEASE_RELEASE,
+};
+
+typedef struct redis_address {
+    char *host;     /* without IPv6 brackets */
+    int port;
+    long db;
+    char *password; /* NULL = no AUTH */
+    char *name;     /* "redis store HOST:PORT/DB" for messages: no password */
+} redis_address;
+
+/* One connection to Redis, reopened on demand. */
+typedef struct redis_conn {
+    redisContext *ctx;          /* NULL while disconnected */
+    char sha[SCRIPT_COUNT][41]; /* SHA1 of each script loaded into the server's cache ("" = not) */
+    uint64_t next_connect_ms;   /* monotonic: no reconnection attempt before */
+    int lost_logged;            /* the loss of the connection was logged */
+} redis_conn;
+
+/* A lease this store object holds (store.h, version 2). */
+typedef struct held_lease {
+    struct held_lease *next;
+    char token[UUID_STR_LEN];   /* random: names this holder in Redis */
+    char cid[];
+} held_lease;
+
+typedef struct redis_store {
+    struct store base;
+    redis_address addr;
+    char *prefix;
+    store_limits limits;
+    uint64_t lease_ms;
+    store_log_fn log;
+    void *log_ud;
+
+    pthread_mutex_t lock;       /* guards conn: one call at a time */
+    redis_conn conn;
+    atomic_size_t evicted;
+    atomic_size_t expired;
+
+    /* Leases: the list, and the thread that renews them on its own connection. */
+    pthread_mutex_t lease_lock;
+    pthread_cond_t lease_wake;
+    held_lease *leases;
+    int stopping;
+    int renewer_started;
+    pthread_t renewer;
+    redis_conn renew_conn;      /* the renewer's only */
+} redis_store;
+
+/* ---- the location: redis://[:PASSWORD@]HOST:PORT[/DB] ---- */
+
+static void address_free(redis_address *a)
+{
+    free(a->host);
+    if (a->password) /* do not leave it in freed memory */
+        memset(a->password, 0, strlen(a->password));
+    free(a->password);
+    free(a->name);
+    memset(a, 0, sizeof *a);
+}
+
+/* Decimal digits [s, end) as a number in [min, max], or -1. */
+static long parse_number(const char *s, const char *end, long min, long max)
+{
+    if (s == end || end - s > 9)
+        return -1;
+    long v = 0;
+    for (const char *p = s; p < end; p++) {
+        if (*p < '0' || *p > '9')
+            return -1;
+        v = v * 10 + (*p - '0');
+    }
+    return v < min || v > max ? -1 : v;
+}
+
+static char *bad_location(const char *why)
+{
+    return pstr_printf("redis location: %s; expected redis://[:PASSWORD@]HOST:PORT[/DB]", why);
+}
+
+/* `loc` is what follows "redis:".  Messages never quote the text, which may hold the password. */
+static parley_status parse_location(const char *loc, redis_address *a, char **err)
+{
+    memset(a, 0, sizeof *a);
+    if (strncmp(loc, "//", 2) != 0) {
+        *err = bad_location("the location must start with \"redis://\"");
+        return PARLEY_ERR_INVALID_INPUT;
+    }
+    const char *p = loc + 2;
+    const char *at = strrchr(p, '@'); /* a password may itself hold '@' */
+    if (at) {
+        if (p[0] != ':' || at == p + 1) {
+            *err = bad_location("credentials must be \":PASSWORD@\" (a non-empty password, no user)");
+            return PARLEY_ERR_INVALID_INPUT;
+        }
+        a->password = strndup(p + 1, (size_t)(at - p - 1));
+        if (!a->password)
+            return PARLEY_ERR_NO_MEMORY;
+        p = at + 1;
+    }
+    const char *host = p, *host_end;
+    if (*p == '[') { /* [IPv6]:PORT */
+        host = p + 1;
+        host_end = strchr(host, ']');
+        if (!host_end || host_end[1] != ':') {
+            address_free(a);
+            *err = bad_location("an IPv6 host must be written [ADDRESS]:PORT");
+            return PARLEY_ERR_INVALID_INPUT;
+        }
+        p = host_end + 1;
+    } else {
+        host_end = strchr(p, ':');
+        if (!host_end) {
+            address_free(a);
+            *err = bad_location("the port is missing");
+            return PARLEY_ERR_INVALID_INPUT;
+        }
+        p = host_end;
+    }
+    for (const char *h = host; h < host_end; h++) {
+        if (!((*h >= 'a' && *h <= 'z') || (*h >= 'A' && *h <= 'Z') || (*h >= '0' && *h <= '9') ||
+              *h == '.' || *h == '-' || *h == ':' || *h == '_')) {
+            address_free(a);
+            *err = bad_location("the host has a character that is not allowed");
+            return PARLEY_ERR_INVALID_INPUT;
+        }
+    }
+    if (host == host_end) {
+        address_free(a);
+        *err = bad_location("the host is empty");
+        return PARLEY_ERR_INVALID_INPUT;
+    }
+    const char *port = p + 1, *port_end = port + strcspn(port, "/");
+    long port_number = parse_number(port, port_end, 1, 65535);
+    if (port_number < 0) {
+        address_free(a);
+        *err = bad_location("the port must be a number from 1 to 65535");
+        return PARLEY_ERR_INVALID_INPUT;
+    }
+    a->port = (int)port_number;
+    if (*port_end == '/') {
+        a->db = parse_number(port_end + 1, port_end + strlen(port_end), 0, 1000000);
+        if (a->db < 0) {
+            address_free(a);
+            *err = bad_location("the database must be a number (0, 1, ...) after the port");
+            return PARLEY_ERR_INVALID_INPUT;
+        }
+    }
+    a->host = strndup(host, (size_t)(host_end - host));
+    a->name = a->host ? pstr_printf("redis store %s%.*s%s:%d/%ld", host[-1] == '[' ? "[" : "",
+                                    (int)(host_end - host), host, host[-1] == '[' ? "]" : "",
+                                    a->port, a->db)
+                      : NULL;
+    if (!a->host || !a->name) {
+        address_free(a);
+        return PARLEY_ERR_NO_MEMORY;
+    }
+    return PARLEY_OK;
+}
+
+/* ---- errors and logging ---- */
+
+static void say(redis_store *s, parley_log_level level, const char *fmt, const char *detail)
+{
+    if (!s->log)
+        return;
+    char *line = pstr_printf(fmt, s->addr.name, detail);
+    if (line)
+        s->log(s->log_ud, level, line);
+    free(line);
+}
+
+/* PARLEY_ERR_STORAGE with "<store name>: <what>: <detail>". */
+static parley_status fail(redis_store *s, char **err, const char *what, const char *detail)
+{
+    if (err)
+        *err = pstr_printf("%s: %s%s%s", s->addr.name, what, detail ? ": " : "", detail ? detail : "");
+    return PARLEY_ERR_STORAGE;
+}
+
+/* ---- the connection ---- */
+
+static struct timeval ms_to_timeval(long ms)
+{
+    struct timeval tv = {ms / 1000, (ms % 1000) * 1000};
+    return tv;
+}
+
+static void disconnect(redis_conn *c)
+{
+    if (c->ctx)
+        redisFree(c->ctx);
+    c->ctx = NULL;
+}
+
+/* Run one command while connecting: 0, or -1 with *err. */
+static int setup_command(redis_store *s, redis_conn *c, char **err, int argc, const char **argv)
+{
+    redisReply *r = redisCommandArgv(c->ctx, argc, argv, NULL);
+    if (!r) {
+        fail(s, err, "lost the connection while connecting", c->ctx->errstr);
+        return -1;
+    }
+    int ok = r->type != REDIS_REPLY_ERROR;
+    if (!ok) /* e.g. "WRONGPASS invalid username-password pair": the server never echoes it */
+        fail(s, err, strcmp(argv[0], "AUTH") == 0 ? "authentication failed" : "refused", r->str);
+    freeReplyObject(r);
+    return ok ? 0 : -1;
+}
+
+/* Connect, authenticate, select the database.  PARLEY_OK or PARLEY_ERR_STORAGE. */
+/* Load every script into the server's script cache (one pipelined round
+ * trip), so calls send EVALSHA and a 40-byte hash instead of the script. */
+static void load_scripts(redis_conn *c)
+{
+    for (int i = 0; i < SCRIPT_COUNT; i++) {
+        const char *argv[] = {"SCRIPT", "LOAD", SCRIPTS[i]};
+        c->sha[i][0] = '\0';
+        redisAppendCommandArgv(c->ctx, 3, argv, NULL);
+    }
+    for (int i = 0; i < SCRIPT_COUNT; i++) {
+        void *reply = NULL;
+        if (redisGetReply(c->ctx, &reply) != REDIS_OK)
+            return; /* the connection broke: the next call finds out */
+        redisReply *r = reply;
+        if (r->type == REDIS_REPLY_STRING && r->len == 40)
+            memcpy(c->sha[i], r->str, 41);
+        freeReplyObject(r);
+    }
+}
+
+static parley_status connect_now(redis_store *s, redis_conn *c, char **err)
+{
+    disconnect(c);
+    c->ctx = redisConnectWithTimeout(s->addr.host, s->addr.port,
+                                     ms_to_timeval(REDIS_CONNECT_TIMEOUT_MS));
+    if (!c->ctx)
+        return PARLEY_ERR_NO_MEMORY;
+    if (c->ctx->err) {
+        fail(s, err, "cannot connect", c->ctx->errstr);
+        disconnect(c);
+        return PARLEY_ERR_STORAGE;
+    }
+    redisSetTimeout(c->ctx, ms_to_timeval(REDIS_COMMAND_TIMEOUT_MS));
+    redisEnableKeepAlive(c->ctx);
+    char db[24];
+    snprintf(db, sizeof db, "%ld", s->addr.db);
+    const char *auth[] = {"AUTH", s->addr.password};
+    const char *select[] = {"SELECT", db};
+    const char *ping[] = {"PING"};
+    if ((s->addr.password && setup_command(s, c, err, 2, auth) != 0) ||
+        (s->addr.db && setup_command(s, c, err, 2, select) != 0) ||
+        setup_command(s, c, err, 1, ping) != 0) {
+        disconnect(c);
+        return PARLEY_ERR_STORAGE;
+    }
+    load_scripts(c);
+    return PARLEY_OK;
+}
+
+/* A usable connection: the current one, or a new one (at most every REDIS_RECONNECT_MS). */
+static parley_status ensure_connected(redis_store *s, redis_conn *c, int *fresh, char **err)
+{
+    *fresh = 0;
+    if (c->ctx && !c->ctx->err)
+        return PARLEY_OK;
+    if (clock_mono_ms() < c->next_connect_ms)
+        return fail(s, err, "not connected (retrying shortly)", NULL);
+    char *why = NULL;
+    parley_status st = connect_now(s, c, &why);
+    if (st != PARLEY_OK) {
+        c->next_connect_ms = clock_mono_ms() + REDIS_RECONNECT_MS;
+        if (!c->lost_logged && s->log && why) { /* why names the store already */
+            char *line = pstr_printf("%s; turns that need history fail until it is back", why);
+            if (line)
+                s->log(s->log_ud, PARLEY_LOG_WARN, line);
+            free(line);
+        }
+        c->lost_logged = 1;
+        if (err)
+            *err = why;
+        else
+            free(why);
+        return st;
+    }
+    if (c->lost_logged)
+        say(s, PARLEY_LOG_INFO, "%s: %s", "connected again");
+    c->lost_logged = 0;
+    *fresh = 1;
+    return PARLEY_OK;
+}
+
+/* ---- running a script ---- */
+
+/* A script's arguments after the common three (prefix, now, idle timeout). */
+typedef struct script_args {
+    int argc;
+    const char *argv[REDIS_MAX_ARGS];
+    size_t len[REDIS_MAX_ARGS];
+    char numbers[REDIS_MAX_ARGS][24];
+} script_args;
+
+static void arg_bytes(script_args *a, const char *p, size_t n)
+{
+    a->argv[a->argc] = p;
+    a->len[a->argc] = n;
+    a->argc++;
+}
+
+static void arg_str(script_args *a, const char *p)
+{
+    arg_bytes(a, p, strlen(p));
+}
+
+static void arg_u64(script_args *a, uint64_t v)
+{
+    char *slot = a->numbers[a->argc];
+    int n = snprintf(slot, sizeof a->numbers[0], "%llu", (unsigned long long)v);
+    arg_bytes(a, slot, (size_t)n);
+}
+
+static void args_init(script_args *a, redis_store *s, uint64_t now_ms)
+{
+    a->argc = 3; /* EVAL, script, numkeys */
+    arg_str(a, s->prefix);
+    arg_u64(a, now_ms);
+    arg_u64(a, s->limits.idle_timeout_ms);
+}
+
+/*
+ * Run script `id`: EVALSHA when the connection loaded it, else (or when the
+ * server's script cache was flushed meanwhile: NOSCRIPT) EVAL with its text.
+ * A connection found broken at the first attempt is reopened and the
+ * script sent once more when `retry` (scripts that may safely run twice:
+ * reads, and append, idempotent on turn_id).  *reply is never an error
+ * reply; PARLEY_ERR_STORAGE otherwise, or *lease_lost when the append's
+ * fencing refused it.
+ */
+static parley_status run_on(redis_store *s, redis_conn *c, int id, script_args *a, int retry,
+                            redisReply **reply, char **err)
+{
+    a->argv[2] = "0";
+    a->len[2] = 1;
+    *reply = NULL;
+    for (int attempt = 0;; attempt++) {
+        int fresh;
+        parley_status st = ensure_connected(s, c, &fresh, err);
+        if (st != PARLEY_OK)
+            return st;
+        int by_sha = c->sha[id][0] != '\0';
+        a->argv[0] = by_sha ? "EVALSHA" : "EVAL";
+        a->len[0] = strlen(a->argv[0]);
+        a->argv[1] = by_sha ? c->sha[id] : SCRIPTS[id];
+        a->len[1] = strlen(a->argv[1]);
+        redisReply *r = redisCommandArgv(c->ctx, a->argc, a->argv, a->len);
+        if (!r) {
+            int again = retry && !fresh && attempt == 0;
+            if (!again) {
+                st = fail(s, err, "lost the connection", c->ctx->errstr);
+                say(s, PARLEY_LOG_WARN, "%s: lost the connection (%s); reconnecting on the next call",
+                    c->ctx->errstr);
+            }
+            disconnect(c);
+            if (again)
+                continue;
+            return st;
+        }
+        if (r->type == REDIS_REPLY_ERROR && by_sha && strncmp(r->str, "NOSCRIPT", 8) == 0) {
+            freeReplyObject(r); /* SCRIPT FLUSH, or a failover: nothing ran */
+            c->sha[id][0] = '\0';
+            attempt--;
+            continue;
+        }
+        if (r->type == REDIS_REPLY_ERROR) {
+            st = fail(s, err, "error", r->str);
+            freeReplyObject(r);
+            return st;
+        }
+        *reply = r;
+        return PARLEY_OK;
+    }
+}
+
+/* run_on the store's shared connection, one call at a time. */
+static parley_status run_script(redis_store *s, int id, script_args *a, int retry,
+                                redisReply **reply, char **err)
+{
+    pthread_mutex_lock(&s->lock);
+    parley_status st = run_on(s, &s->conn, id, a, retry, reply, err);
+    pthread_mutex_unlock(&s->lock);
+    return st;
+}
+
+/* ---- replies ---- */
+
+static int is_array(const redisReply *r, size_t min)
+{
+    return r && r->type == REDIS_REPLY_ARRAY && r->elements >= min;
+}
+
+static long long reply_int(const redisReply *r)
+{
+    return r && r->type == REDIS_REPLY_INTEGER ? r->integer : -1;
+}
+
+/* A bulk string: its bytes, or NULL. */
+static const char *reply_str(const redisReply *r, size_t *len)
+{
+    if (!r || r->type != REDIS_REPLY_STRING)
+        return NULL;
+    if (len)
+        *len = (size_t)r->len;
+    return r->str;
+}
+
+static uint64_t reply_u64(const redisReply *r)
+{
+    const char *p = reply_str(r, NULL);
+    return p ? strtoull(p, NULL, 10) : (uint64_t)(r && r->type == REDIS_REPLY_INTEGER ? r->integer : 0);
+}
+
+static parley_status bad_reply(redis_store *s, redisReply *r, char **err)
+{
+    freeReplyObject(r);
+    return fail(s, err, "unexpected reply (data written by something else under the key prefix?)",
+                NULL);
+}
+
+static void count_expired(redis_store *s, long long n)
+{
+    if (n > 0)
+        atomic_fetch_add(&s->expired, (size_t)n);
+}
+
+/* ---- keys ---- */
+
+/* The conversation's key part: id qualified by persona and interface, with
+ * lengths so that no two keys can spell the same string. */
+static char *conversation_key(const store_key *k)
+{
+    return pstr_printf("%zu:%s/%zu:%s/%s", strlen(k->persona), k->persona,
+                       strlen(k->interface_type), k->interface_type, k->conversation_id);
+}
+
+/* ---- the backend ---- */
+
+static void *renewer_main(void *arg);
+
+/* The lease mutex and condition (on the monotonic clock): 0, or -1. */
+static int lease_sync_init(redis_store *s)
+{
+    pthread_condattr_t attr;
+    if (pthread_condattr_init(&attr) != 0)
+        return -1;
+    int rc = pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
+    if (rc == 0)
+        rc = pthread_cond_init(&s->lease_wake, &attr);
+    pthread_condattr_destroy(&attr);
+    if (rc != 0)
+        return -1;
+    if (pthread_mutex_init(&s->lease_lock, NULL) != 0) {
+        pthread_cond_destroy(&s->lease_wake);
+        return -1;
+    }
+    return 0;
+}
+
+static parley_status redis_open(const store_config *cfg, store **out, char **err)
+{
+    *out = NULL;
+    redis_store *s = calloc(1, sizeof *s);
+    if (!s)
+        return PARLEY_ERR_NO_MEMORY;
+    s->base.backend = &store_redis_backend;
+    parley_status st = parse_location(cfg->location, &s->addr, err);
+    if (st != PARLEY_OK) {
+        free(s);
+        return st;
+    }
+    const char *prefix = cfg->key_prefix ? cfg->key_prefix : "parley:";
+    s->prefix = strdup(prefix);
+    s->limits = cfg->limits;
+    if (s->limits.max_conversations == 0)
+        s->limits.max_conversations = 1;
+    s->lease_ms = cfg->lease_ms ? cfg->lease_ms : REDIS_DEFAULT_LEASE_MS;
+    s->log = cfg->log;
+    s->log_ud = cfg->log_ud;
+    if (!s->prefix || pthread_mutex_init(&s->lock, NULL) != 0) {
+        free(s->prefix);
+        address_free(&s->addr);
+        free(s);
+        return PARLEY_ERR_NO_MEMORY;
+    }
+    if (lease_sync_init(s) != 0) {
+        pthread_mutex_destroy(&s->lock);
+        free(s->prefix);
+        address_free(&s->addr);
+        free(s);
+        return PARLEY_ERR_NO_MEMORY;
+    }
+    st = connect_now(s, &s->conn, err);
+    if (st == PARLEY_OK) {
+        s->renewer_started = pthread_create(&s->renewer, NULL, renewer_main, s) == 0;
+        if (!s->renewer_started) {
+            st = PARLEY_ERR_NO_MEMORY;
+            if (err)
+                *err = pstr_printf("%s: cannot start the lease renewal thread", s->addr.name);
+        }
+    }
+    if (st != PARLEY_OK) {
+        store_redis_backend.close(&s->base);
+        return st;
+    }
+    *out = &s->base;
+    return PARLEY_OK;
+}
+
+static void redis_close(store *base)
+{
+    redis_store *s = (redis_store *)base;
+    if (!s)
+        return;
+    if (s->renewer_started) {
+        pthread_mutex_lock(&s->lease_lock);
+        s->stopping = 1;
+        pthread_cond_signal(&s->lease_wake);
+        pthread_mutex_unlock(&s->lease_lock);
+        pthread_join(s->renewer, NULL);
+    }
+    while (s->leases) { /* still held: they expire by themselves */
+        held_lease *next = s->leases->next;
+        free(s->leases);
+        s->leases = next;
+    }
+    disconnect(&s->conn);
+    disconnect(&s->renew_conn);
+    pthread_cond_destroy(&s->lease_wake);
+    pthread_mutex_destroy(&s->lease_lock);
+    pthread_mutex_destroy(&s->lock);
+    free(s->prefix);
+    address_free(&s->addr);
+    free(s);
+}
+
+static parley_status redis_load(store *base, const store_key *key, size_t last_turns,
+                                uint64_t now_ms, pbuf *out, size_t *nmessages, char **err)
+{
+    redis_store *s = (redis_store *)base;
+    *nmessages = 0;
+    char *cid = conversation_key(key);
+    if (!cid)
+        return PARLEY_ERR_NO_MEMORY;
+    script_args a;
+    args_init(&a, s, now_ms);
+    arg_str(&a, cid);
+    arg_u64(&a, last_turns);
+    redisReply *r;
+    parley_status st = run_script(s, SCRIPT_LOAD, &a, 1, &r, err);
+    if (st == PARLEY_OK) {
+        size_t len;
+        const char *msgs = is_array(r, 3) ? reply_str(r->element[2], &len) : NULL;
+        if (!msgs) {
+            st = bad_reply(s, r, err);
+        } else {
+            count_expired(s, reply_int(r->element[0]));
+            pbuf_append(out, msgs, len);
+            *nmessages = (size_t)reply_int(r->element[1]);
+            freeReplyObject(r);
+            if (out->oom)
+                st = PARLEY_ERR_NO_MEMORY;
+        }
+    }
+    free(cid);
+    return st;
+}
+
+/* Take the lease this store holds on `cid` off the list (NULL when none). */
+static held_lease *unlist_lease(redis_store *s, const char *cid)
+{
+    held_lease *found = NULL;
+    pthread_mutex_lock(&s->lease_lock);
+    for (held_lease **p = &s->leases; *p; p = &(*p)->next) {
+        if (strcmp((*p)->cid, cid) == 0) {
+            found = *p;
+            *p = found->next;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&s->lease_lock);
+    return found;
+}
+
+/* Whether this store still holds `token` (the renewer's check before it warns). */
+static int holds_token(redis_store *s, const char *token)
+{
+    int held = 0;
+    pthread_mutex_lock(&s->lease_lock);
+    for (held_lease *l = s->leases; l && !held; l = l->next)
+        held = strcmp(l->token, token) == 0;
+    pthread_mutex_unlock(&s->lease_lock);
+    return held;
+}
+
+/* The token of the lease this store holds on `cid` into token ("" when none). */
+static void lease_token(redis_store *s, const char *cid, char token[UUID_STR_LEN])
+{
+    pthread_mutex_lock(&s->lease_lock);
+    for (held_lease *l = s->leases; l; l = l->next) {
+        if (strcmp(l->cid, cid) == 0) {
+            memcpy(token, l->token, UUID_STR_LEN);
+            break;
+        }
+    }
+    pthread_mutex_unlock(&s->lease_lock);
+}
+
+/* "id\trole\tcreated_ms\n" per message: what the store indexes besides the JSON. */
+static void turn_meta(pbuf *b, const store_turn *t)
+{
+    for (size_t i = 0; i < t->nmessages; i++) {
+        const store_message *m = &t->messages[i];
+        pbuf_printf(b, "%s\t%s\t%llu\n", m->message_id, m->role, (unsigned long long)m->created_ms);
+    }
+}
+
+/* The turn's messages joined by ','. */
+static void turn_messages(pbuf *b, const store_turn *t)
+{
+    for (size_t i = 0; i < t->nmessages; i++) {
+        if (i)
+            pbuf_putc(b, ',');
+        pbuf_append(b, t->messages[i].json, t->messages[i].json_len);
+    }
+}
+
+/* A whole turn: an id, and messages that each have an id, a role and JSON. */
+static int turn_is_valid(const store_turn *t)
+{
+    if (!t || !t->turn_id || !*t->turn_id || !t->messages || t->nmessages == 0)
+        return 0;
+    for (size_t i = 0; i < t->nmessages; i++) {
+        const store_message *m = &t->messages[i];
+        if (!m->json || m->json_len == 0 || !m->message_id || !m->role)
+            return 0;
+    }
+    return 1;
+}
+
+static parley_status redis_append(store *base, const store_key *key, const store_turn *turn,
+                                  uint64_t now_ms, char **err)
+{
+    redis_store *s = (redis_store *)base;
+    if (!key || !key->conversation_id || !turn_is_valid(turn))
+        return fail(s, err, "cannot append",
+                    "a turn needs a conversation id, a turn id and messages with ids, roles and JSON");
+    char *cid = conversation_key(key);
+    pbuf msgs = PBUF_INIT, meta = PBUF_INIT;
+    turn_messages(&msgs, turn);
+    turn_meta(&meta, turn);
+    if (!cid || msgs.oom || meta.oom) {
+        free(cid);
+        pbuf_free(&msgs);
+        pbuf_free(&meta);
+        return PARLEY_ERR_NO_MEMORY;
+    }
+    uint64_t idle = s->limits.idle_timeout_ms;
+    script_args a;
+    args_init(&a, s, now_ms);
+    arg_str(&a, cid);
+    arg_str(&a, key->conversation_id);
+    arg_str(&a, key->persona);
+    arg_str(&a, key->interface_type);
+    arg_str(&a, turn->turn_id);
+    arg_u64(&a, turn->started_ms);
+    arg_u64(&a, turn->finished_ms);
+    arg_u64(&a, turn->nmessages);
+    arg_bytes(&a, msgs.data, msgs.len);
+    arg_bytes(&a, meta.data, meta.len);
+    arg_u64(&a, s->limits.keep_turns);
+    arg_u64(&a, s->limits.max_conversations);
+    arg_u64(&a, idle ? idle + REDIS_TTL_GRACE_MS : 0);
+    char token[UUID_STR_LEN] = "";
+    lease_token(s, cid, token); /* held: the append is fenced by it */
+    arg_str(&a, token);
+    redisReply *r;
+    parley_status st = run_script(s, SCRIPT_APPEND, &a, 1, &r, err);
+    if (st == PARLEY_OK) {
+        if (!is_array(r, 3)) {
+            st = bad_reply(s, r, err);
+        } else {
+            long long evicted = reply_int(r->element[1]);
+            atomic_fetch_add(&s->evicted, evicted > 0 ? (size_t)evicted : 0);
+            count_expired(s, reply_int(r->element[2]));
+            freeReplyObject(r);
+        }
+    }
+    if (st == PARLEY_OK && token[0]) /* the script gave the lease back with the commit */
+        free(unlist_lease(s, cid));
+    free(cid);
+    pbuf_free(&msgs);
+    pbuf_free(&meta);
+    return st;
+}
+
+/* {turn_id, started, finished, msgs} as the ABI's turn JSON. */
+static int write_turn(pbuf *out, const redisReply *t)
+{
+    size_t len;
+    const char *id = is_array(t, 4) ? reply_str(t->element[0], NULL) : NULL;
+    const char *msgs = id ? reply_str(t->element[3], &len) : NULL;
+    if (!msgs)
+        return -1;
+    store_json_turn(out, id, reply_u64(t->element[1]), reply_u64(t->element[2]), msgs, len);
+    return 0;
+}
+
+/* Status of a {0} / {1} / {2, ...} reply: found, or NOT_FOUND (counting an expiry). */
+static parley_status found_or_not(redis_store *s, redisReply *r, size_t min, char **err)
+{
+    long long tag = is_array(r, 1) ? reply_int(r->element[0]) : -1;
+    if (tag == 0 || tag == 1) {
+        count_expired(s, tag);
+        freeReplyObject(r);
+        return PARLEY_ERR_NOT_FOUND;
+    }
+    if (tag != 2 || r->elements < min)
+        return bad_reply(s, r, err);
+    return PARLEY_OK;
+}
+
+static parley_status redis_get_conversation(store *base, const store_key *key, uint64_t now_ms,
+                                            pbuf *out, char **err)
+{
+    redis_store *s = (redis_store *)base;
+    char *cid = conversation_key(key);
+    if (!cid)
+        return PARLEY_ERR_NO_MEMORY;
+    script_args a;
+    args_init(&a, s, now_ms);
+    arg_str(&a, cid);
+    redisReply *r;
+    parley_status st = run_script(s, SCRIPT_GET_CONVERSATION, &a, 1, &r, err);
+    if (st == PARLEY_OK)
+        st = found_or_not(s, r, 4, err);
+    free(cid);
+    if (st != PARLEY_OK)
+        return st;
+    const char *id = reply_str(r->element[1], NULL);
+    size_t mark = out->len;
+    if (id) {
+        store_json_conversation_head(out, id, reply_u64(r->element[2]), reply_u64(r->element[3]));
+        pbuf_puts(out, ",\"turns\":[");
+        for (size_t i = 4; i < r->elements && id; i++) {
+            if (i > 4)
+                pbuf_putc(out, ',');
+            if (write_turn(out, r->element[i]) != 0)
+                id = NULL;
+        }
+        pbuf_puts(out, "]}");
+    }
+    if (!id) {
+        out->len = mark;
+        return bad_reply(s, r, err);
+    }
+    freeReplyObject(r);
+    return out->oom ? PARLEY_ERR_NO_MEMORY : PARLEY_OK;
+}
+
+static parley_status redis_get_turn(store *base, const char *turn_id, uint64_t now_ms, pbuf *out,
+                                    char **err)
+{
+    redis_store *s = (redis_store *)base;
+    script_args a;
+    args_init(&a, s, now_ms);
+    arg_str(&a, turn_id);
+    redisReply *r;
+    parley_status st = run_script(s, SCRIPT_GET_TURN, &a, 1, &r, err);
+    if (st == PARLEY_OK)
+        st = found_or_not(s, r, 5, err);
+    if (st != PARLEY_OK)
+        return st;
+    size_t len;
+    const char *conv = reply_str(r->element[1], NULL);
+    const char *msgs = reply_str(r->element[4], &len);
+    if (!conv || !msgs)
+        return bad_reply(s, r, err);
+    pbuf_puts(out, "{\"conversation_id\":");
+    pbuf_json_string(out, conv, strlen(conv));
+    pbuf_puts(out, ",\"turn\":");
+    store_json_turn(out, turn_id, reply_u64(r->element[2]), reply_u64(r->element[3]), msgs, len);
+    pbuf_putc(out, '}');
+    freeReplyObject(r);
+    return out->oom ? PARLEY_ERR_NO_MEMORY : PARLEY_OK;
+}
+
+static parley_status redis_list(store *base, uint64_t now_ms, pbuf *out, char **err)
+{
+    redis_store *s = (redis_store *)base;
+    script_args a;
+    args_init(&a, s, now_ms);
+    redisReply *r;
+    parley_status st = run_script(s, SCRIPT_LIST, &a, 1, &r, err);
+    if (st == PARLEY_OK && !is_array(r, 1))
+        st = bad_reply(s, r, err);
+    if (st == PARLEY_OK)
+        count_expired(s, reply_int(r->element[0]));
+    if (st != PARLEY_OK)
+        return st;
+    size_t mark = out->len;
+    pbuf_puts(out, "{\"conversations\":[");
+    for (size_t i = 1; i < r->elements; i++) {
+        const redisReply *c = r->element[i];
+        const char *id = is_array(c, 4) ? reply_str(c->element[0], NULL) : NULL;
+        if (!id) {
+            out->len = mark;
+            return bad_reply(s, r, err);
+        }
+        if (i > 1)
+            pbuf_putc(out, ',');
+        store_json_conversation_head(out, id, reply_u64(c->element[1]), reply_u64(c->element[2]));
+        pbuf_printf(out, ",\"turns\":%lld}", reply_int(c->element[3]));
+    }
+    pbuf_puts(out, "]}");
+    freeReplyObject(r);
+    return out->oom ? PARLEY_ERR_NO_MEMORY : PARLEY_OK;
+}
+
+static parley_status redis_forget(store *base, const store_key *key, char **err)
+{
+    redis_store *s = (redis_store *)base;
+    char *cid = key ? conversation_key(key) : NULL;
+    if (key && !cid)
+        return PARLEY_ERR_NO_MEMORY;
+    script_args a;
+    args_init(&a, s, 0);
+    arg_str(&a, cid ? cid : "");
+    redisReply *r;
+    /* Not retried: a second run would answer NOT_FOUND for what the first forgot. */
+    parley_status st = run_script(s, SCRIPT_FORGET, &a, 0, &r, err);
+    if (st == PARLEY_OK) {
+        long long n = reply_int(r);
+        freeReplyObject(r);
+        if (n < 0)
+            st = fail(s, err, "unexpected reply", NULL);
+        else if (key && n == 0)
+            st = PARLEY_ERR_NOT_FOUND;
+    }
+    free(cid);
+    return st;
+}
+
+static parley_status redis_expire(store *base, uint64_t now_ms, size_t *expired, char **err)
+{
+    redis_store *s = (redis_store *)base;
+    if (expired)
+        *expired = 0;
+    if (s->limits.idle_timeout_ms == 0)
+        return PARLEY_OK; /* nothing can be idle: spare Redis the scan */
+    script_args a;
+    args_init(&a, s, now_ms);
+    redisReply *r;
+    parley_status st = run_script(s, SCRIPT_EXPIRE, &a, 1, &r, err);
+    if (st == PARLEY_OK) {
+        long long n = reply_int(r);
+        freeReplyObject(r);
+        if (n < 0) {
+            st = fail(s, err, "unexpected reply", NULL);
+        } else {
+            count_expired(s, n);
+            if (expired)
+                *expired = (size_t)n;
+        }
+    }
+    return st;
+}
+
+static parley_status redis_stats(store *base, store_stats *out, char **err)
+{
+    redis_store *s = (redis_store *)base;
+    memset(out, 0, sizeof *out);
+    script_args a;
+    args_init(&a, s, 0);
+    redisReply *r;
+    parley_status st = run_script(s, SCRIPT_STATS, &a, 1, &r, err);
+    if (st == PARLEY_OK && !is_array(r, 3))
+        st = bad_reply(s, r, err);
+    if (st == PARLEY_OK) {
+        out->conversations = (size_t)reply_int(r->element[0]);
+        out->turns = (size_t)reply_int(r->element[1]);
+        out->message_bytes = (size_t)reply_int(r->element[2]);
+        freeReplyObject(r);
+    }
+    out->evicted = atomic_load(&s->evicted);
+    out->expired = atomic_load(&s->expired);
+    return st;
+}
+
+/* ---- leases (store.h, version 2) ---- */
+
+static parley_status redis_lease_acquire(store *base, const store_key *key, uint64_t *retry_ms,
+                                         char **err)
+{
+    redis_store *s = (redis_store *)base;
+    *retry_ms = 0;
+    char *cid = conversation_key(key);
+    held_lease *l = cid ? malloc(sizeof *l + strlen(cid) + 1) : NULL;
+    if (!l) {
+        free(cid);
+        return PARLEY_ERR_NO_MEMORY;
+    }
+    strcpy(l->cid, cid);
+    free(cid);
+    if (uuid4(l->token) != 0) {
+        free(l);
+        return fail(s, err, "no randomness for a lease token", NULL);
+    }
+    script_args a;
+    args_init(&a, s, 0);
+    arg_str(&a, l->cid);
+    arg_str(&a, l->token);
+    arg_u64(&a, s->lease_ms);
+    redisReply *r;
+    /* Retried safely: the script takes a lease that already holds our token. */
+    parley_status st = run_script(s, SCRIPT_LEASE_ACQUIRE, &a, 1, &r, err);
+    if (st == PARLEY_OK) {
+        long long taken = is_array(r, 1) ? reply_int(r->element[0]) : -1;
+        if (taken == 0) {
+            long long left = r->elements > 1 ? reply_int(r->element[1]) : 0;
+            *retry_ms = left > 0 ? (uint64_t)left : 1;
+            st = PARLEY_ERR_BUSY;
+        } else if (taken != 1) {
+            st = fail(s, err, "unexpected reply", NULL);
+        }
+        freeReplyObject(r);
+    }
+    if (st != PARLEY_OK) {
+        free(l);
+        return st;
+    }
+    pthread_mutex_lock(&s->lease_lock);
+    l->next = s->leases;
+    s->leases = l;
+    pthread_cond_signal(&s->lease_wake); /* the renewer may have been idle */
+    pthread_mutex_unlock(&s->lease_lock);
+    return PARLEY_OK;
+}
+
+static void redis_lease_release(store *base, const store_key *key)
+{
+    redis_store *s = (redis_store *)base;
+    char *cid = conversation_key(key);
+    if (!cid)
+        return; /* the lease expires by itself */
+    held_lease *found = unlist_lease(s, cid);
+    free(cid);
+    if (!found)
+        return;
+    script_args a;
+    args_init(&a, s, 0);
+    arg_str(&a, found->cid);
+    arg_str(&a, found->token);
+    arg_u64(&a, s->lease_ms);
+    redisReply *r;
+    char *err = NULL;
+    if (run_script(s, SCRIPT_LEASE_RELEASE, &a, 1, &r, &err) == PARLEY_OK)
+        freeReplyObject(r);
+    else
+        say(s, PARLEY_LOG_WARN, "%s: a conversation lease was not released, it expires by itself (%s)",
+            err ? err : "out of memory");
+    free(err);
+    free(found);
+}
+
+/* One pass of the renewer: extend every lease still held (lease_lock held on entry and exit). */
+static void renew_all(redis_store *s)
+{
+    size_t n = 0;
+    for (held_lease *l = s->leases; l; l = l->next)
+        n++;
+    char(*tokens)[UUID_STR_LEN] = malloc(n * sizeof *tokens + 1);
+    char **cids = calloc(n + 1, sizeof *cids);
+    size_t i = 0;
+    for (held_lease *l = s->leases; l && tokens && cids; l = l->next, i++) {
+        memcpy(tokens[i], l->token, UUID_STR_LEN);
+        cids[i] = strdup(l->cid);
+    }
+    pthread_mutex_unlock(&s->lease_lock);
+    for (size_t k = 0; k < n && tokens && cids; k++) {
+        if (!cids[k])
+            continue;
+        script_args a;
+        args_init(&a, s, 0);
+        arg_str(&a, cids[k]);
+        arg_str(&a, tokens[k]);
+        arg_u64(&a, s->lease_ms);
+        redisReply *r;
+        if (run_on(s, &s->renew_conn, SCRIPT_LEASE_RENEW, &a, 1, &r, NULL) == PARLEY_OK) {
+            if (reply_int(r) == 0 && holds_token(s, tokens[k]))
+                say(s, PARLEY_LOG_WARN, "%s: a conversation lease expired before it was renewed%s",
+                    "; that turn's commit will be refused");
+            freeReplyObject(r);
+        }
+        free(cids[k]);
+    }
+    free(cids);
+    free(tokens);
+    pthread_mutex_lock(&s->lease_lock);
+}
+
+/* Renews held leases every third of their life, on its own connection, so a
+ * turn's lease outlives any wait for the shared connection. */
+static void *renewer_main(void *arg)
+{
+    redis_store *s = arg;
+    uint64_t period = s->lease_ms / 3 ? s->lease_ms / 3 : 1;
+    uint64_t due = 0; /* monotonic ms of the next pass; 0 while nothing is held */
+    pthread_mutex_lock(&s->lease_lock);
+    while (!s->stopping) {
+        if (!s->leases) {
+            due = 0;
+            pthread_cond_wait(&s->lease_wake, &s->lease_lock);
+            continue;
+        }
+        uint64_t now = clock_mono_ms();
+        if (!due)
+            due = now + period;
+        if (now >= due) {
+            renew_all(s);
+            due = clock_mono_ms() + period;
+            continue;
+        }
+        /* Woken early by a new lease or by close: the pass stays due when it was. */
+        struct timespec until;
+        clock_gettime(CLOCK_MONOTONIC, &until);
+        uint64_t ns = (uint64_t)until.tv_nsec + (due - now) * 1000000u;
+        until.tv_sec += (time_t)(ns / 1000000000u);
+        until.tv_nsec = (long)(ns % 1000000000u);
+        pthread_cond_timedwait(&s->lease_wake, &s->lease_lock, &until);
+    }
+    pthread_mutex_unlock(&s->lease_lock);
+    return NULL;
+}
+
+const store_backend store_redis_backend = {
+    .version = STORE_BACKEND_VERSION,
+    .scheme = "redis",
+    .blocking = 1,
+    .open = redis_open,
+    .close = redis_close,
+    .load = redis_load,
+    .append = redis_append,
+    .get_conversation = redis_get_conversation,
+    .get_turn = redis_get_turn,
+    .list = redis_list,
+    .forget = redis_forget,
+    .expire = redis_expire,
+    .stats = redis_stats,
+    .lease_acquire = redis_lease_acquire,
+    .lease_release = redis_lease_release,
+};

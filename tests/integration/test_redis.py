@@ -1,0 +1,207 @@
+"""Several hosts, one Redis: history_store "redis://..." end to end.
+
+Two parley-host processes (two hosts) share conversations through a real
+redis-server (never a mock).  What each host sent is read from the fake
+LLM's request log: every request of a conversation must carry every turn
+committed before it, in order, and nothing of a turn still running.
+"""
+import json
+import os
+import signal
+import threading
+import time
+import unittest
+
+from harness import SLOW, FakeLLM, InteractiveShim, ParleyTestCase, options, run_shim, user_texts
+from redis_server import RedisServer
+
+PASSWORD = "pw-9f3k@redis"
+
+
+def redis_options(fake, redis, **kw):
+    return options(fake, history_store=redis.url, max_history_turns=100, **kw)
+
+
+def requests_of(llm, conversation_marker):
+    """Chat requests whose last user text holds the marker, in arrival order."""
+    return [r for r in llm.chat_requests()
+            if user_texts(r) and conversation_marker in user_texts(r)[-1]]
+
+
+class RedisCase(ParleyTestCase):
+    maxDiff = None
+
+    def setUp(self):
+        self.redis = RedisServer(PASSWORD)
+        self.addCleanup(self.redis.stop)
+        self.llm = FakeLLM()
+        self.addCleanup(self.llm.close)
+
+    def host(self, concurrency=1, **kw):
+        sh = InteractiveShim(redis_options(self.llm, self.redis, **kw), concurrency=concurrency)
+        self.addCleanup(sh.close)
+        return sh
+
+    def assert_no_password(self, *texts):
+        for t in texts:
+            self.assertNotIn(PASSWORD, t or "")
+            self.assertNotIn(PASSWORD.split("@")[0], t or "")
+
+
+class TestTwoHosts(RedisCase):
+    def test_alternating_turns_see_each_other(self):
+        a, b = self.host(), self.host()
+        for i in range(6):
+            host = a if i % 2 == 0 else b
+            self.assertTurnOk(host.turn({"text": "alt %d" % i, "conversation_id": "alt"}))
+        reqs = requests_of(self.llm, "alt ")
+        self.assertEqual(len(reqs), 6)
+        for i, r in enumerate(reqs):  # each sees every earlier turn, whichever host ran it
+            self.assertEqual(user_texts(r), ["alt %d" % j for j in range(i + 1)])
+        # Both hosts read back the same bytes.
+        ha = a.op("history", conversation_id="alt")
+        hb = b.op("history", conversation_id="alt")
+        self.assertIsNone(ha["error"])
+        self.assertEqual(a.raw[-1], b.raw[-1].replace('"seq": %d' % hb["seq"],
+                                                     '"seq": %d' % ha["seq"]))
+        self.assertEqual(len(ha["result"]["turns"]), 6)
+
+    def test_concurrent_turns_on_one_conversation_run_in_strict_order(self):
+        n = 6
+        a, b = self.host(concurrency=n), self.host(concurrency=n)
+        # Each turn takes a while at the LLM, so without the lease they would overlap.
+        for i in range(n):
+            a.send({"text": "[[latency:150]] A%d" % i, "conversation_id": "race"})
+            b.send({"text": "[[latency:150]] B%d" % i, "conversation_id": "race"})
+        results = [a.wait_seq(i + 1, timeout=60) for i in range(n)]
+        results += [b.wait_seq(i + 1, timeout=60) for i in range(n)]
+        for r in results:
+            self.assertTurnOk(r)
+        reqs = requests_of(self.llm, "[[latency:150]]")
+        self.assertEqual(len(reqs), 2 * n)
+        # Strict order: request k carries exactly the k turns before it, in the
+        # order they ran; none of a turn still running (nothing interleaved).
+        ran = []
+        for r in reqs:
+            self.assertEqual(user_texts(r), ran + [user_texts(r)[-1]])
+            ran.append(user_texts(r)[-1])
+        # Each host's own turns keep their submission order (its lane).
+        self.assertEqual([t for t in ran if " A" in t], ["[[latency:150]] A%d" % i for i in range(n)])
+        self.assertEqual([t for t in ran if " B" in t], ["[[latency:150]] B%d" % i for i in range(n)])
+        hist = a.op("history", conversation_id="race")["result"]
+        self.assertEqual([t["messages"][0]["content"] for t in hist["turns"]], ran)
+        # No lease is left behind.
+        self.assertEqual(self.redis.cli("EXISTS", "parley:lease:0:/0:/race").strip(), "0")
+
+    def test_different_conversations_do_not_wait_for_each_other(self):
+        a, b = self.host(), self.host()
+        a.send({"text": "[[latency:%d]] slow one" % int(5000 * SLOW), "conversation_id": "one"})
+        deadline = time.time() + 10 * SLOW
+        while not requests_of(self.llm, "slow one"):  # a holds the lease on "one"
+            self.assertLess(time.time(), deadline)
+            time.sleep(0.02)
+        self.assertTurnOk(b.turn({"text": "other", "conversation_id": "two"}))
+        # b's turn on "two" was done while a's turn on "one" still held its lease.
+        self.assertEqual(a.raw, [])
+        self.assertTurnOk(a.wait_seq(1, timeout=30))
+
+    def test_a_turn_that_times_out_waiting_leaves_no_lease(self):
+        a = self.host()
+        b = self.host(turn_timeout_ms=int(500 * SLOW))
+        a.send({"text": "[[latency:%d]] long" % int(2500 * SLOW), "conversation_id": "w"})
+        deadline = time.time() + 10 * SLOW
+        while not requests_of(self.llm, "long"):  # a holds the lease
+            self.assertLess(time.time(), deadline)
+            time.sleep(0.02)
+        self.assertTurnError(b.turn({"text": "impatient", "conversation_id": "w"}), "timeout")
+        self.assertTurnOk(a.wait_seq(1, timeout=30))
+        # Neither the committed turn nor the timed-out one left a lease behind.
+        self.assertEqual(self.redis.cli("EXISTS", "parley:lease:0:/0:/w").strip(), "0")
+        self.assertTurnOk(b.turn({"text": "later", "conversation_id": "w"}))
+        self.assertEqual(user_texts(requests_of(self.llm, "later")[-1]),
+                         ["[[latency:%d]] long" % int(2500 * SLOW), "later"])
+
+    def test_host_killed_mid_turn_blocks_only_until_the_lease_expires(self):
+        a = self.host(history_lease_ms=1000)
+        b = self.host(history_lease_ms=1000)
+        self.assertTurnOk(a.turn({"text": "first", "conversation_id": "k"}))
+        a.send({"text": "[[latency:20000]] dying", "conversation_id": "k"})
+        deadline = time.time() + 10 * SLOW
+        while not requests_of(self.llm, "dying"):  # a holds the lease and waits on the LLM
+            self.assertLess(time.time(), deadline, "host a never sent its request")
+            time.sleep(0.02)
+        a.proc.send_signal(signal.SIGKILL)
+        a.proc.wait()
+        line = b.turn({"text": "after", "conversation_id": "k"}, timeout=30)
+        self.assertTurnOk(line)
+        # b waited for the dead host's lease, then saw exactly the committed turn:
+        # the killed turn is not in history, nothing is duplicated.
+        req = requests_of(self.llm, "after")[-1]
+        self.assertEqual(user_texts(req), ["first", "after"])
+        hist = b.op("history", conversation_id="k")["result"]
+        self.assertEqual([t["messages"][0]["content"] for t in hist["turns"]], ["first", "after"])
+
+
+class TestRedisFaults(RedisCase):
+    def test_redis_down_at_create_fails_clearly(self):
+        url = self.redis.url
+        self.redis.kill()
+        run = run_shim([{"text": "hi", "conversation_id": "c"}],
+                       options(self.llm, history_store=url))
+        self.assertNotEqual(run.rc, 0)
+        self.assertIn("option 'history_store': redis store 127.0.0.1:%d/0: cannot connect"
+                      % self.redis.port, run.stderr)
+        self.assert_no_password(run.stderr, "\n".join(run.raw))
+
+    def test_wrong_password_fails_clearly(self):
+        url = self.redis.url.replace(PASSWORD, "not-" + PASSWORD)
+        run = run_shim([{"text": "hi"}], options(self.llm, history_store=url))
+        self.assertNotEqual(run.rc, 0)
+        self.assertIn("authentication failed", run.stderr)
+        self.assert_no_password(run.stderr)
+
+    def test_redis_restarted_mid_run(self):
+        a = self.host()
+        self.assertTurnOk(a.turn({"text": "before", "conversation_id": "c"}))
+        before = a.op("history", conversation_id="c")
+        self.redis.kill()
+        down = a.turn({"text": "while down", "conversation_id": "c"})
+        self.assertTurnError(down, "storage")
+        self.assertIn("redis store 127.0.0.1:%d/0" % self.redis.port, down["error"]["message"])
+        self.assert_no_password(down["error"]["message"])
+        self.assertEqual(requests_of(self.llm, "while down"), [])  # failed before the LLM
+        self.redis.restart()  # empty: the test server keeps nothing on disk
+        line = None
+        deadline = time.time() + 10 * SLOW
+        while time.time() < deadline:  # the store reconnects by itself
+            line = a.turn({"text": "back", "conversation_id": "c"})
+            if not line.get("error"):
+                break
+            time.sleep(0.1)
+        self.assertTurnOk(line)
+        self.assertEqual(user_texts(requests_of(self.llm, "back")[-1]), ["back"])
+        self.assertIsNone(before["error"])
+        a.close()
+        self.assert_no_password(a.stderr, "\n".join(a.raw))
+
+    def test_redis_killed_while_a_turn_runs_commits_nothing(self):
+        a = self.host()
+        self.assertTurnOk(a.turn({"text": "kept", "conversation_id": "c"}))
+        a.send({"text": "[[latency:%d]] lost" % int(3000 * SLOW), "conversation_id": "c"})
+        deadline = time.time() + 10 * SLOW
+        while not requests_of(self.llm, "lost"):
+            self.assertLess(time.time(), deadline)
+            time.sleep(0.02)
+        self.redis.kill()
+        self.redis.restart()
+        # The turn's commit meets a Redis that lost its data and the lease:
+        # the append's fencing refuses it rather than write a lone turn.
+        line = a.wait_seq(2, timeout=30)
+        self.assertTurnError(line, "storage")
+        self.assertIn("lease", line["error"]["message"])
+        hist = a.op("history", conversation_id="c")
+        self.assertEqual(hist["error"]["code"], "not_found")
+
+
+if __name__ == "__main__":
+    unittest.main()
