@@ -32,6 +32,8 @@ struct turn {
     size_t ndeltas;
     char *streamed;
     size_t slen, scap;
+    char *reasoning;         /* on_reasoning deltas, joined */
+    size_t rlen, rcap;
 };
 
 /* Guarded by g_shim.mu. */
@@ -60,6 +62,7 @@ static void unlink_turn(struct turn *t) {
 
 static void free_turn(struct turn *t) {
     free(t->streamed);
+    free(t->reasoning);
     free(t);
 }
 
@@ -111,24 +114,36 @@ static void no_memory_line(unsigned long seq) {
 
 /* ---- plugin callbacks ----------------------------------------------------- */
 
+/* Append to a growing text; on OOM keep what we have (the count still tells the truth). */
+static void append_text(char **buf, size_t *blen, size_t *bcap, const char *text, size_t len) {
+    if (!text || len == 0)
+        return;
+    if (*blen + len + 1 > *bcap) {
+        size_t cap = *bcap ? *bcap : 256;
+        while (cap < *blen + len + 1)
+            cap *= 2;
+        char *n = realloc(*buf, cap);
+        if (!n)
+            return;
+        *buf = n;
+        *bcap = cap;
+    }
+    memcpy(*buf + *blen, text, len);
+    *blen += len;
+}
+
 static void on_delta(void *user_data, parley_request_id request_id, const char *text, size_t len) {
     (void)request_id;
     struct turn *t = user_data;
     t->ndeltas++;
-    if (!text || len == 0)
-        return;
-    if (t->slen + len + 1 > t->scap) {
-        size_t cap = t->scap ? t->scap : 256;
-        while (cap < t->slen + len + 1)
-            cap *= 2;
-        char *n = realloc(t->streamed, cap);
-        if (!n)
-            return; /* keep what we have; the count still tells the truth */
-        t->streamed = n;
-        t->scap = cap;
-    }
-    memcpy(t->streamed + t->slen, text, len);
-    t->slen += len;
+    append_text(&t->streamed, &t->slen, &t->scap, text, len);
+}
+
+static void on_reasoning(void *user_data, parley_request_id request_id, const char *text,
+                         size_t len) {
+    (void)request_id;
+    struct turn *t = user_data;
+    append_text(&t->reasoning, &t->rlen, &t->rcap, text, len);
 }
 
 static void on_done(void *user_data, const parley_result *r) {
@@ -151,6 +166,12 @@ static void on_done(void *user_data, const parley_result *r) {
         json_object_set_new(line, "deltas", json_integer((json_int_t)t->ndeltas));
         json_object_set_new(line, "streamed", jstrn(t->streamed ? t->streamed : "", t->slen));
     }
+    if (t->rlen > 0)
+        json_object_set_new(line, "reasoning_streamed", jstrn(t->reasoning, t->rlen));
+    if (SHIM_HAS_FIELD(r, parley_result, usage_json))
+        json_object_set_new(line, "usage", jparse_plugin(r->usage_json, json_null(), "usage_json"));
+    if (SHIM_HAS_FIELD(r, parley_result, stop_reason))
+        json_object_set_new(line, "stop_reason", jstr(r->stop_reason));
 #undef FIELD
     /* Written before the turn leaves the in-flight set: a barrier that sees
      * in_flight == 0 knows every result line is out. */
@@ -183,6 +204,7 @@ static void handle_turn(unsigned long seq, const struct jsonl_turn *req,
         .context_json = req->context_json,
         .tools_json = req->tools_json,
         .on_delta = on_delta,
+        .on_reasoning = on_reasoning,
     };
     struct turn *t = calloc(1, sizeof *t);
     if (!t) {

@@ -533,6 +533,25 @@ parley_status agent_history_clear_by(parley_agent *a, const char *selector_json)
     return st;
 }
 
+/* The token counters, added at the end of the metrics object in *out. */
+static parley_status append_token_metrics(const agent_counters *m, char **out)
+{
+    pbuf b = PBUF_INIT;
+    pbuf_append(&b, *out, strlen(*out) - 1); /* without the closing brace */
+    pbuf_printf(&b,
+                ",\"tokens_prompt\":%llu,\"tokens_completion\":%llu,\"tokens_cache_read\":%llu,"
+                "\"tokens_cache_creation\":%llu,\"tokens_reasoning\":%llu,"
+                "\"answers_cut_short\":%llu}",
+                (unsigned long long)m->tokens_prompt, (unsigned long long)m->tokens_completion,
+                (unsigned long long)m->tokens_cache_read,
+                (unsigned long long)m->tokens_cache_creation,
+                (unsigned long long)m->tokens_reasoning, (unsigned long long)m->answers_cut_short);
+    free(*out);
+    *out = b.oom ? NULL : pbuf_take(&b);
+    pbuf_free(&b);
+    return *out ? PARLEY_OK : PARLEY_ERR_NO_MEMORY;
+}
+
 parley_status agent_metrics(parley_agent *a, char **out)
 {
     if (!a || !out)
@@ -561,5 +580,5 @@ parley_status agent_metrics(parley_agent *a, char **out)
         *out = NULL;
         return PARLEY_ERR_NO_MEMORY;
     }
-    return PARLEY_OK;
+    return append_token_metrics(m, out);
 }

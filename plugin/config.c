@@ -6,31 +6,32 @@
 #include <string.h>
 
 #include "buf.h"
+#include "provider/provider.h"
 
 /* Everything requests share: the URL, the headers, the limits.  0, or -1 on OOM. */
 static int setup_http(agent_config *c)
 {
     const parley_options *o = &c->opts;
-    if (!(c->url = pstr_printf("%s/chat/completions", o->base_url)))
+    c->prov = provider_find(o->provider); /* options_parse accepted only known names */
+    if (!c->prov)
+        return -1;
+    const char *base = o->base_url ? o->base_url : c->prov->default_base_url;
+    if (!(c->url = pstr_printf("%s%s", base, c->prov->path)))
         return -1;
     if (!(c->display_url = http_display_url(c->url)))
         return -1;
-    char *auth = NULL;
-    if (o->api_key && !(auth = pstr_printf("Authorization: Bearer %s", o->api_key)))
-        return -1;
     const char *lines[] = {"Content-Type: application/json",
-                           o->stream ? "Accept: text/event-stream" : NULL, auth};
+                           o->stream ? c->prov->stream_accept : NULL};
     for (size_t i = 0; i < sizeof lines / sizeof lines[0]; i++) {
         if (!lines[i])
             continue;
         struct curl_slist *more = curl_slist_append(c->headers, lines[i]);
-        if (!more) { /* the list so far stays in c->headers, freed with the snapshot */
-            free(auth);
+        if (!more) /* the list so far stays in c->headers, freed with the snapshot */
             return -1;
-        }
         c->headers = more;
     }
-    free(auth);
+    if (c->prov->headers(o, &c->headers) != 0)
+        return -1;
     c->http = (http_config){
         .url = c->url,
         .display_url = c->display_url,

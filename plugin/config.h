@@ -25,8 +25,9 @@ typedef struct agent_config {
     atomic_int refs;
     parley_options opts;
     toolset *tools;              /* from opts.tools_json */
+    const struct provider *prov; /* the `provider` option's codec (provider/provider.h) */
     http_config http;            /* points into url and headers below */
-    char *url;                   /* <base_url>/chat/completions */
+    char *url;                   /* <base_url> + the provider's path */
     char *display_url;           /* url without credentials, query or fragment: for messages */
     struct curl_slist *headers;
 } agent_config;

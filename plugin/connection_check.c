@@ -16,30 +16,25 @@
 
 #include "buf.h"
 #include "llm_http.h"
-#include "llm_reply.h"
 #include "options.h"
+#include "provider/provider.h"
 
-/* The request that lists the server's models: its URL and headers.  The one
- * provider-specific part of the check, kept together so a provider codec can
- * take it over (Anthropic and Ollama list models elsewhere, with other
+/* The request that lists the server's models: its URL and headers, the
+ * provider codec's (Anthropic and Ollama list models elsewhere, with other
  * headers).  Returns 0, or -1 on OOM with whatever was made freed. */
 static int models_request(const parley_options *o, char **url, struct curl_slist **headers)
 {
+    const provider *p = provider_find(o->provider);
     *headers = NULL;
-    *url = pstr_printf("%s/models", o->base_url);
-    if (!*url)
-        return -1;
-    char *auth = o->api_key ? pstr_printf("Authorization: Bearer %s", o->api_key) : NULL;
+    *url = pstr_printf("%s%s", o->base_url, p->models_path);
     struct curl_slist *h = curl_slist_append(NULL, "Accept: application/json");
-    struct curl_slist *more = h && auth ? curl_slist_append(h, auth) : h;
-    free(auth);
-    if (!more || (o->api_key && !auth)) {
+    if (!*url || !h || p->headers(o, &h) != 0) {
         curl_slist_free_all(h);
         free(*url);
         *url = NULL;
         return -1;
     }
-    *headers = more;
+    *headers = h;
     return 0;
 }
 
@@ -113,7 +108,7 @@ static parley_status transport_error(CURLcode code, const char *detail, const pa
 static parley_status status_error(long status, const char *body, size_t len,
                                   const parley_options *o, const char *url, char **error)
 {
-    char *text = llm_error_text(body, len);
+    char *text = provider_find(o->provider)->error_text(body, len); /* the server's words */
     const char *sep = text ? ": " : "";
     const char *said = text ? text : "";
     if (status == 401 || status == 403) {
@@ -126,10 +121,12 @@ static parley_status status_error(long status, const char *body, size_t len,
     } else if (status == 404) {
         size_t n = strlen(o->base_url);
         int has_v1 = n >= 3 && strcmp(o->base_url + n - 3, "/v1") == 0;
+        int openai = strcmp(o->provider, "openai") == 0;
         *error = pstr_printf("%s was not found (HTTP 404%s%s); %s", url, sep, said,
-                             has_v1 ? "is base_url the server's OpenAI-compatible API root?"
-                                    : "OpenAI-compatible servers usually serve under /v1: try "
-                                      "base_url ending in /v1");
+                             !openai ? "is base_url the server's API root, and provider right?"
+                             : has_v1 ? "is base_url the server's OpenAI-compatible API root?"
+                                      : "OpenAI-compatible servers usually serve under /v1: try "
+                                        "base_url ending in /v1");
     } else {
         *error = pstr_printf("%s answered HTTP %ld%s%s", url, status, sep, said);
     }
@@ -137,17 +134,23 @@ static parley_status status_error(long status, const char *body, size_t len,
     return status == 429 ? PARLEY_ERR_RATE_LIMITED : PARLEY_ERR_HTTP_STATUS;
 }
 
-/* {"ok":true,"url":...,"models":[ids]} from an OpenAI model list, or NULL. */
+/* {"ok":true,"url":...,"models":[ids]} from a model list, or NULL: OpenAI's and
+   Anthropic's {"data":[{"id"}]}, or Ollama's {"models":[{"name"}]}. */
 static char *models_json(const char *url, const char *body, size_t len)
 {
     json_t *root = json_loadb(body, len, 0, NULL);
     json_t *data = json_object_get(root, "data");
+    const char *key = "id";
+    if (!json_is_array(data)) {
+        data = json_object_get(root, "models");
+        key = "name";
+    }
     json_t *out = json_is_array(data) ? json_object() : NULL;
     json_t *ids = json_array();
     size_t i;
     json_t *m;
     json_array_foreach(data, i, m) {
-        const char *id = json_string_value(json_object_get(m, "id"));
+        const char *id = json_string_value(json_object_get(m, key));
         if (id)
             json_array_append_new(ids, json_string(id));
     }
@@ -176,6 +179,12 @@ parley_status connection_check(const char *options_json, char **out_json, char *
     if (options_parse(options_json, &o, error) != 0) {
         free(ignored);
         return PARLEY_ERR_INVALID_OPTIONS;
+    }
+    if (!o.base_url && !(o.base_url = strdup(provider_find(o.provider)->default_base_url))) {
+        options_free(&o);
+        *error = pstr_printf("out of memory");
+        free(ignored);
+        return PARLEY_ERR_NO_MEMORY;
     }
 
     parley_status st = PARLEY_ERR_NO_MEMORY;
@@ -226,8 +235,8 @@ parley_status connection_check(const char *options_json, char **out_json, char *
             else
                 free(json);
         } else {
-            *error = pstr_printf("%s answered, but not with an OpenAI-compatible model list "
-                                 "({\"data\":[...]}): is base_url the API root?", shown);
+            *error = pstr_printf("%s answered, but not with a model list ({\"data\":[...]} or "
+                                 "{\"models\":[...]}): is base_url the API root?", shown);
             st = PARLEY_ERR_BAD_RESPONSE;
         }
     }

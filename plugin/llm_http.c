@@ -8,7 +8,6 @@
 #include <time.h>
 
 #include "clock.h"
-#include "llm_reply.h"
 
 static size_t on_body(char *data, size_t size, size_t nmemb, void *ud)
 {
@@ -290,20 +289,13 @@ static int is_tls_refusal(CURLcode code)
     }
 }
 
-static char *status_message(const http_call *c, long status)
+long http_call_status(const http_call *c)
 {
-    char *server_text = llm_error_text(c->body.data ? c->body.data : "", c->body.len);
-    const char *sep = server_text ? ": " : "";
-    const char *text = server_text ? server_text : "";
-    char *msg;
-    if (status == 404) /* most often a base_url without its /v1, or an unknown model */
-        msg = pstr_printf("LLM server answered HTTP 404 for %s%s%s (check base_url: "
-                          "OpenAI-compatible servers serve <root>/v1/chat/completions; "
-                          "and check the model name)", c->display_url, sep, text);
-    else
-        msg = pstr_printf("LLM server answered HTTP %ld%s%s", status, sep, text);
-    free(server_text);
-    return msg;
+    /* A body-less answer (an empty 429 from a gateway) never reached on_body. */
+    long status = c->status;
+    if (status == 0)
+        curl_easy_getinfo(c->easy, CURLINFO_RESPONSE_CODE, &status);
+    return status;
 }
 
 parley_status http_call_outcome(const http_call *c, CURLcode code, char **msg, int *retryable)
@@ -319,9 +311,7 @@ parley_status http_call_outcome(const http_call *c, CURLcode code, char **msg, i
         return PARLEY_OK; /* the sink had the whole answer; what came after does not matter */
     if (c->sink_failed)
         return PARLEY_ERR_BAD_RESPONSE; /* the sink keeps its own message */
-    long status = c->status;
-    if (status == 0) /* a body-less answer (an empty 429 from a gateway) never reached on_body */
-        curl_easy_getinfo(c->easy, CURLINFO_RESPONSE_CODE, &status);
+    long status = http_call_status(c);
     /* An error status whose headers arrived is the server's answer, even if
      * its body was then cut: the same answer gives the same status, always. */
     int error_status = c->headers_done && (status < 200 || status >= 300);
@@ -360,11 +350,10 @@ parley_status http_call_outcome(const http_call *c, CURLcode code, char **msg, i
     }
     if (status >= 200 && status < 300)
         return PARLEY_OK;
-    *msg = status_message(c, status);
-    if (status == 429) {
-        *retryable = 1;
-        return PARLEY_ERR_RATE_LIMITED;
-    }
-    *retryable = status >= 500 && status <= 599;
-    return PARLEY_ERR_HTTP_STATUS;
+    /* What the body says, and whether a retry really may help, is the provider
+     * codec's to tell (turn.c): this layer knows no server's error shape. */
+    *msg = status == 404 ? pstr_printf("LLM server answered HTTP 404 for %s", c->display_url)
+                         : pstr_printf("LLM server answered HTTP %ld", status);
+    *retryable = status == 429 || (status >= 500 && status <= 599);
+    return status == 429 ? PARLEY_ERR_RATE_LIMITED : PARLEY_ERR_HTTP_STATUS;
 }

@@ -21,9 +21,9 @@
 #include "plugin_status.h"
 
 typedef struct http_config {
-    const char *url;               /* <base_url>/chat/completions */
+    const char *url;               /* <base_url> + the provider's path */
     const char *display_url;       /* the same without credentials, query or fragment: for messages */
-    struct curl_slist *headers;    /* Content-Type, Accept, Authorization */
+    struct curl_slist *headers;    /* Content-Type, Accept, the provider's own */
     long connect_timeout_ms;
     long request_timeout_ms;
     int verify_tls;
@@ -95,12 +95,17 @@ void http_call_free(http_call *c);
 
 /*
  * What a finished call means.  PARLEY_OK: a 2xx body is there to decode.
- * Otherwise *msg (malloc'd) explains, with the server's own error text when
- * it sent one, and *retryable says whether trying again may help (429,
- * 500-599, or a connection failure before any response byte; never a bad
- * TLS certificate).  A status whose headers arrived is that status, whether
- * the body then came whole or not, streamed or not.
+ * Otherwise *msg (malloc'd) explains and *retryable says whether trying again
+ * may help (429, 500-599, or a connection failure before any response byte;
+ * never a bad TLS certificate).  A status whose headers arrived is that
+ * status, whether the body then came whole or not, streamed or not.  Its
+ * body is left in c->body: the provider codec reads the server's error text
+ * from it and has the last word on retrying -- this layer knows no server's
+ * error shape.
  */
+/* The answer's HTTP status, 0 when none arrived. */
+long http_call_status(const http_call *c);
+
 parley_status http_call_outcome(const http_call *c, CURLcode code, char **msg, int *retryable);
 
 #endif

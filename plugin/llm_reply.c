@@ -15,6 +15,7 @@
 #include <strings.h>
 
 #include "buf.h"
+#include "provider/codec.h"
 #include "sse.h"
 
 #define MAX_ERROR_TEXT 500       /* llm_error_text's bound, in bytes */
@@ -406,6 +407,8 @@ void llm_reply_free(llm_reply *r)
     free(r->calls);
     free(r->content);
     free(r->finish_reason);
+    free(r->reasoning);
+    free(r->provider_data);
     memset(r, 0, sizeof *r);
 }
 
@@ -453,10 +456,58 @@ static int decode_tool_calls(const json_t *calls, llm_reply *out, char **err)
     return 0;
 }
 
+/* The OpenAI-compatible servers' two names for the reasoning text. */
+static const char *const REASONING_FIELDS[] = {"reasoning_content", "reasoning"};
+
+/* DeepSeek wants reasoning_content sent back with the tool calls it came with;
+   remember that the server used that field. */
+static int note_reasoning_field(llm_reply *out, const char *field, char **err)
+{
+    if (strcmp(field, "reasoning_content") != 0)
+        return 0;
+    out->provider_data = strdup("{\"openai\":{\"reasoning_field\":\"reasoning_content\"}}");
+    return out->provider_data ? 0 : fail_oom(err);
+}
+
+static int decode_reasoning(const json_t *message, llm_reply *out, char **err)
+{
+    for (size_t i = 0; i < sizeof REASONING_FIELDS / sizeof REASONING_FIELDS[0]; i++) {
+        const char *text;
+        if (optional_string(message, REASONING_FIELDS[i], "response's message", &text, err) != 0)
+            return -1;
+        if (!text || !*text)
+            continue;
+        if (!(out->reasoning = strdup(text)))
+            return fail_oom(err);
+        return note_reasoning_field(out, REASONING_FIELDS[i], err);
+    }
+    return 0;
+}
+
+static long long usage_count(const json_t *obj, const char *key)
+{
+    const json_t *v = json_object_get(obj, key);
+    return json_is_integer(v) && json_integer_value(v) > 0 ? (long long)json_integer_value(v) : 0;
+}
+
+/* usage of a response or of a stream chunk; anything malformed counts as absent. */
+static void read_usage(const json_t *usage, llm_usage *u)
+{
+    if (!json_is_object(usage))
+        return;
+    u->prompt = usage_count(usage, "prompt_tokens");
+    u->completion = usage_count(usage, "completion_tokens");
+    u->cache_read = usage_count(json_object_get(usage, "prompt_tokens_details"), "cached_tokens");
+    u->reasoning =
+        usage_count(json_object_get(usage, "completion_tokens_details"), "reasoning_tokens");
+}
+
 static int decode_message(const json_t *message, llm_reply *out, char **err)
 {
     pbuf text = PBUF_INIT;
-    int rc = append_content(&text, member(message, "content"), "response's message content", err);
+    int rc = decode_reasoning(message, out, err);
+    if (rc == 0)
+        rc = append_content(&text, member(message, "content"), "response's message content", err);
     if (rc == 0)
         rc = decode_tool_calls(member(message, "tool_calls"), out, err);
     if (rc == 0)
@@ -488,6 +539,7 @@ static int decode_root(const json_t *root, llm_reply *out, char **err)
         return fail(err, "response's choices[0] message is %s, not an object", type_name(message));
     if (take_finish_reason(choice, &out->finish_reason, "response's choices[0]", err) != 0)
         return -1;
+    read_usage(member(root, "usage"), &out->usage);
     return decode_message(message, out, err);
 }
 
@@ -521,8 +573,12 @@ typedef struct stream_call {
 struct llm_stream {
     sse_parser sse;
     llm_text_fn on_text;
+    llm_text_fn on_reasoning;
     void *ud;
     pbuf content;
+    pbuf reasoning;
+    const char *reasoning_field; /* the field the reasoning came in, once seen */
+    llm_usage usage;
     stream_call *calls; /* slots by tool call index */
     size_t nslots;
     size_t last_slot;   /* the slot the last tool call delta went to ... */
@@ -644,8 +700,31 @@ static int merge_tool_calls(llm_stream *s, const json_t *calls, char **err)
     return 0;
 }
 
+static int apply_reasoning_delta(llm_stream *s, const json_t *delta, char **err)
+{
+    for (size_t i = 0; i < sizeof REASONING_FIELDS / sizeof REASONING_FIELDS[0]; i++) {
+        const char *text;
+        if (optional_string(delta, REASONING_FIELDS[i], "stream chunk's delta", &text, err) != 0)
+            return -1;
+        if (!text || !*text)
+            continue;
+        size_t n = strlen(text);
+        pbuf_append(&s->reasoning, text, n);
+        if (s->reasoning.oom)
+            return fail_oom(err);
+        if (!s->reasoning_field)
+            s->reasoning_field = REASONING_FIELDS[i];
+        if (s->on_reasoning)
+            s->on_reasoning(s->ud, text, n);
+        return 0;
+    }
+    return 0;
+}
+
 static int apply_delta(llm_stream *s, const json_t *delta, char **err)
 {
+    if (apply_reasoning_delta(s, delta, err) != 0)
+        return -1;
     size_t before = s->content.len;
     if (append_content(&s->content, member(delta, "content"), "stream chunk's delta content",
                        err) != 0)
@@ -661,6 +740,8 @@ static int apply_chunk(llm_stream *s, const json_t *chunk, char **err)
         return fail(err, "stream chunk is not a JSON object (it is %s)", type_name(chunk));
     if (is_error_body(chunk))
         return fail_server_error(chunk, err);
+    if (json_is_object(member(chunk, "usage")))
+        read_usage(member(chunk, "usage"), &s->usage); /* the last chunk, or its own one */
     const json_t *choices = member(chunk, "choices");
     if (!choices)
         return 0; /* e.g. a usage-only chunk */
@@ -711,15 +792,22 @@ static int on_event(void *ud, const char *data, size_t len, char **err)
     return rc;
 }
 
-llm_stream *llm_stream_new(llm_text_fn on_text, void *ud)
+llm_stream *llm_stream_new_sink(const llm_sink *sink)
 {
     llm_stream *s = calloc(1, sizeof *s);
     if (!s)
         return NULL;
     sse_init(&s->sse, MAX_SSE_SIZE, on_event, s);
-    s->on_text = on_text;
-    s->ud = ud;
+    s->on_text = sink->text;
+    s->on_reasoning = sink->reasoning;
+    s->ud = sink->ud;
     return s;
+}
+
+llm_stream *llm_stream_new(llm_text_fn on_text, void *ud)
+{
+    llm_sink sink = {.text = on_text, .ud = ud};
+    return llm_stream_new_sink(&sink);
 }
 
 /* Kill the stream with `msg` (owned; NULL meaning out of memory) and hand a
@@ -813,6 +901,16 @@ static int build_reply(llm_stream *s, llm_reply *out, char **err)
     }
     out->finish_reason = s->finish_reason;
     s->finish_reason = NULL;
+    out->usage = s->usage;
+    if (s->reasoning.len) {
+        int rc = (out->reasoning = pbuf_take(&s->reasoning)) ? 0 : fail_oom(err);
+        if (rc == 0 && s->reasoning_field)
+            rc = note_reasoning_field(out, s->reasoning_field, err);
+        if (rc != 0) {
+            llm_reply_free(out);
+            return -1;
+        }
+    }
     return 0;
 }
 
@@ -838,6 +936,7 @@ void llm_stream_free(llm_stream *s)
         return;
     sse_free(&s->sse);
     pbuf_free(&s->content);
+    pbuf_free(&s->reasoning);
     for (size_t i = 0; i < s->nslots; i++) {
         free(s->calls[i].id);
         free(s->calls[i].name);
@@ -848,3 +947,26 @@ void llm_stream_free(llm_stream *s)
     free(s->error);
     free(s);
 }
+
+/* ------------------------------------------------------------------ */
+/* Shared with the other providers' decoders (provider/codec.h)        */
+/* ------------------------------------------------------------------ */
+
+const char *llm_json_type_name(const json_t *v) { return v ? type_name(v) : "missing"; }
+
+char *llm_clean_text(const char *text, size_t n) { return clean_text(text, n, MAX_ERROR_TEXT); }
+
+char *llm_arguments_text(const json_t *obj) { return arguments_object_text(obj); }
+
+int llm_fill_call(llm_tool_call *c, size_t pos, const char *id, const char *name,
+                  const char *arguments, char **err)
+{
+    pbuf args = PBUF_INIT;
+    if (arguments)
+        pbuf_puts(&args, arguments);
+    int rc = args.oom ? fail_oom(err) : fill_call(c, pos, id, name, &args, err);
+    pbuf_free(&args);
+    return rc;
+}
+
+int llm_set_content(llm_reply *out, pbuf *text, char **err) { return set_content(out, text, err); }

@@ -22,17 +22,35 @@ typedef struct llm_tool_call {
                         NOT validated here */
 } llm_tool_call;
 
+/* Token counts of one request; 0 where the server gave none. */
+typedef struct llm_usage {
+    long long prompt, completion; /* prompt: all input tokens, cached ones included */
+    long long cache_read;         /* input tokens read from the server's prompt cache */
+    long long cache_creation;     /* input tokens written to it (Anthropic) */
+    long long reasoning;          /* output tokens spent reasoning, where reported */
+} llm_usage;
+
 typedef struct llm_reply {
     char *content;         /* assistant text; NULL when there is none (tool calls only) */
     llm_tool_call *calls;  /* ncalls entries, in the order the model gave them */
     size_t ncalls;
-    char *finish_reason;   /* "stop", "tool_calls", "length", ... or NULL if absent */
+    char *finish_reason;   /* in Chat Completions words ("stop", "tool_calls", "length",
+                              "content_filter", ...; other providers' reasons are mapped
+                              to these), or NULL if absent */
+    char *reasoning;       /* the model's reasoning text, never part of content; or NULL */
+    char *provider_data;   /* JSON object text kept with the assistant message for the
+                              provider that produced it ({"anthropic":{...}}), or NULL */
+    llm_usage usage;
+    int ids_minted;        /* the server gives calls no ids (Ollama): the turn names them */
 } llm_reply;
 
 void llm_reply_free(llm_reply *r); /* frees the members; r itself may be on the stack */
 
 /*
- * Decode a complete (non-streamed) response body.  Returns 0 and fills *out,
+ * Decode a complete (non-streamed) response body.  message.reasoning_content
+ * (llama.cpp, DeepSeek) or message.reasoning (vLLM, Ollama, OpenRouter) is the
+ * reasoning; usage (with prompt_tokens_details.cached_tokens and
+ * completion_tokens_details.reasoning_tokens) is read.  Returns 0 and fills *out,
  * or -1 and sets *err (malloc'd) to e.g. "response is not JSON: ..." or
  * "response has no choices".  Invalid UTF-8 is an error.  A reply with
  * neither content nor tool calls decodes as content "" (models do that).
@@ -53,7 +71,16 @@ typedef struct llm_stream llm_stream;
 /* Called with each piece of assistant text as soon as it is decoded. */
 typedef void (*llm_text_fn)(void *ud, const char *text, size_t len);
 
+/* Where a stream decoder sends what it decodes (whole UTF-8 characters). */
+typedef struct llm_sink {
+    llm_text_fn text;      /* assistant text; may be NULL */
+    llm_text_fn reasoning; /* reasoning text; may be NULL */
+    void *ud;
+} llm_sink;
+
 llm_stream *llm_stream_new(llm_text_fn on_text, void *ud);
+/* The same, with reasoning deltas (reasoning_content / reasoning) going to sink->reasoning. */
+llm_stream *llm_stream_new_sink(const llm_sink *sink);
 
 /*
  * Feed raw bytes of the HTTP body as they arrive, split anywhere (mid-line,

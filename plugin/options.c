@@ -15,7 +15,7 @@
 #include "options_ui.h"
 #include "store/store.h"
 
-typedef enum { OPT_STRING, OPT_NSTRING, OPT_BOOL, OPT_INT, OPT_NUMBER, OPT_TOOLS } opt_type;
+typedef enum { OPT_STRING, OPT_NSTRING, OPT_BOOL, OPT_INT, OPT_NUMBER, OPT_TOOLS, OPT_JSON } opt_type;
 
 typedef struct opt_spec {
     const char *name;
@@ -26,15 +26,46 @@ typedef struct opt_spec {
     const char *doc;
 } opt_spec;
 
+/* OPT_JSON options: the JSON types each allows besides null. */
+static const struct { const char *name, *types; } JSON_TYPES[] = {
+    {"extra_body", "object"}, {"keep_alive", "string,number"}, {"think", "boolean,string"}};
+
+/* Options whose string must be one of a few words: the schema lists them ("enum"). */
+static const struct { const char *name, *words; } ENUMS[] = {
+    {"provider", "[\"openai\",\"anthropic\",\"ollama\"]"},
+    {"max_tokens_field", "[\"max_tokens\",\"max_completion_tokens\"]"},
+};
+
+static const char *enum_of(const char *name)
+{
+    for (size_t i = 0; i < sizeof ENUMS / sizeof ENUMS[0]; i++)
+        if (strcmp(ENUMS[i].name, name) == 0)
+            return ENUMS[i].words;
+    return NULL;
+}
+
+static const char *json_types_of(const char *name)
+{
+    for (size_t i = 0; i < sizeof JSON_TYPES / sizeof JSON_TYPES[0]; i++)
+        if (strcmp(JSON_TYPES[i].name, name) == 0)
+            return JSON_TYPES[i].types;
+    return "";
+}
+
 #define OFF(f) offsetof(parley_options, f)
 #define BIG 9.0e15
 
 static const opt_spec SPECS[] = {
-    {"base_url", OPT_STRING, OFF(base_url), 0, 0, "\"http://127.0.0.1:11434/v1\"",
-     "OpenAI-compatible API root; requests go to <base_url>/chat/completions"},
+    {"provider", OPT_STRING, OFF(provider), 0, 0, "\"openai\"",
+     "Wire format of the LLM server: \"openai\" (Chat Completions, any compatible server), "
+     "\"anthropic\" (Messages API) or \"ollama\" (native /api/chat)"},
+    {"base_url", OPT_NSTRING, OFF(base_url), 0, 0, "null",
+     "API root; null = the provider's default (openai: http://127.0.0.1:11434/v1, requests to "
+     "<base_url>/chat/completions; anthropic: https://api.anthropic.com, to <base_url>/v1/messages; "
+     "ollama: http://127.0.0.1:11434, to <base_url>/api/chat)"},
     {"model", OPT_STRING, OFF(model), 0, 0, NULL, "Model name sent with every request (required)"},
     {"api_key", OPT_NSTRING, OFF(api_key), 0, 0, "null",
-     "API key sent as 'Authorization: Bearer'; never logged"},
+     "API key sent as 'Authorization: Bearer' (anthropic: 'x-api-key'); never logged"},
     {"api_key_env", OPT_NSTRING, OFF(api_key_env), 0, 0, "null",
      "Name of an environment variable holding the API key (read at create)"},
     {"verify_tls", OPT_BOOL, OFF(verify_tls), 0, 0, "true",
@@ -45,7 +76,8 @@ static const opt_spec SPECS[] = {
     {"temperature", OPT_NUMBER, OFF(temperature), 0, 2, "null", "Sampling temperature; null = server default"},
     {"top_p", OPT_NUMBER, OFF(top_p), 0, 1, "null", "Nucleus sampling; null = server default"},
     {"max_tokens", OPT_INT, OFF(max_tokens), 1, 1048576, "null",
-     "Cap on tokens generated per request; null = server default"},
+     "Cap on tokens generated per request; null = server default (anthropic, which requires "
+     "one: 1024)"},
     {"stream", OPT_BOOL, OFF(stream), 0, 0, "false",
      "Stream answers (SSE) and hand text deltas to the host as they arrive"},
     {"connect_timeout_ms", OPT_INT, OFF(connect_timeout_ms), 1, 600000, "5000",
@@ -101,6 +133,28 @@ static const opt_spec SPECS[] = {
      "Largest tool result; a larger one is replaced by an error result"},
     {"debug_log_bodies", OPT_BOOL, OFF(debug_log_bodies), 0, 0, "false",
      "Log request and response bodies at debug level (the API key is never logged)"},
+    {"strip_think_tags", OPT_BOOL, OFF(strip_think_tags), 0, 0, "true",
+     "Treat <think>...</think> at the start of an answer as reasoning: kept out of the "
+     "response and the deltas"},
+    {"max_tokens_field", OPT_STRING, OFF(max_tokens_field), 0, 0, "\"max_tokens\"",
+     "openai: the request key carrying max_tokens, \"max_tokens\" or \"max_completion_tokens\""},
+    {"reasoning_effort", OPT_NSTRING, OFF(reasoning_effort), 0, 0, "null",
+     "openai: reasoning_effort sent with each request (e.g. \"low\"); null = not sent"},
+    {"extra_body", OPT_JSON, OFF(extra_body), 0, 0, "null",
+     "An object merged into every request body (server-specific knobs); a key Parley sends "
+     "itself is rejected"},
+    {"thinking_budget_tokens", OPT_INT, OFF(thinking_budget_tokens), 1024, 1048576, "null",
+     "anthropic: extended thinking with this token budget (less than max_tokens); null = off"},
+    {"prompt_cache", OPT_BOOL, OFF(prompt_cache), 0, 0, "true",
+     "anthropic: mark the system prompt and tools for prompt caching (cache_control)"},
+    {"keep_alive", OPT_JSON, OFF(keep_alive), 0, 0, "null",
+     "ollama: how long the model stays loaded (\"5m\", seconds, -1 = forever); null = "
+     "Ollama's default"},
+    {"num_ctx", OPT_INT, OFF(num_ctx), 1, 10485760, "8192",
+     "ollama: context window in tokens (Ollama's own default of 2048 silently drops the start "
+     "of long histories)"},
+    {"think", OPT_JSON, OFF(think), 0, 0, "null",
+     "ollama: think (true/false, or \"low\"/\"medium\"/\"high\"); null = not sent"},
 };
 #define NSPECS (sizeof SPECS / sizeof SPECS[0])
 
@@ -113,8 +167,38 @@ static const char *type_word(opt_type t)
     case OPT_INT: return "an integer";
     case OPT_NUMBER: return "a number";
     case OPT_TOOLS: return "an array of tools";
+    case OPT_JSON: return "of another type";
     }
     return "?";
+}
+
+/* "object" -> "an object or null", "string,number" -> "a string, a number or null". */
+static char *json_types_words(const opt_spec *s)
+{
+    pbuf b = PBUF_INIT;
+    const char *p = json_types_of(s->name);
+    while (*p) {
+        const char *end = strchr(p, ',');
+        size_t n = end ? (size_t)(end - p) : strlen(p);
+        pbuf_printf(&b, "%s%s %.*s", b.len ? ", " : "", *p == 'o' ? "an" : "a", (int)n, p);
+        p += n + (end ? 1 : 0);
+    }
+    pbuf_puts(&b, " or null");
+    return pbuf_take(&b);
+}
+
+static int json_type_allowed(const opt_spec *s, json_t *v)
+{
+    const char *name = json_is_object(v) ? "object" : json_is_string(v) ? "string"
+                     : json_is_number(v) ? "number" : json_is_boolean(v) ? "boolean" : NULL;
+    if (!name)
+        return 0;
+    size_t n = strlen(name);
+    const char *types = json_types_of(s->name);
+    for (const char *p = types; (p = strstr(p, name)); p += n)
+        if ((p == types || p[-1] == ',') && (p[n] == ',' || p[n] == '\0'))
+            return 1;
+    return 0;
 }
 
 /* Store one value (already known to be of an acceptable JSON type). */
@@ -160,10 +244,15 @@ static int set_value(parley_options *o, const opt_spec *s, json_t *v, char **err
         *(double *)field = d;
         return 0;
     }
-    case OPT_TOOLS: {
+    case OPT_TOOLS:
+    case OPT_JSON: {
         char **dst = (char **)field;
         free(*dst);
-        *dst = json_dumps(v, JSON_COMPACT | JSON_PRESERVE_ORDER);
+        if (json_is_null(v)) {
+            *dst = NULL;
+            return 0;
+        }
+        *dst = json_dumps(v, JSON_COMPACT | JSON_PRESERVE_ORDER | JSON_ENCODE_ANY);
         return *dst ? 0 : -1;
     }
     }
@@ -184,6 +273,7 @@ static int type_ok(const opt_spec *s, json_t *v)
     case OPT_INT: return json_is_integer(v);
     case OPT_NUMBER: return json_is_number(v);
     case OPT_TOOLS: return json_is_array(v);
+    case OPT_JSON: return json_type_allowed(s, v);
     }
     return 0;
 }
@@ -239,6 +329,67 @@ static int check_base_url(const char *u, char **err)
     return *err ? -1 : 0;
 }
 
+static const char *const PROVIDERS[] = {"openai", "anthropic", "ollama", NULL};
+static const char *const TOKEN_FIELDS[] = {"max_tokens", "max_completion_tokens", NULL};
+
+/* Keys Parley itself may put in a request body (any provider): extra_body cannot set them,
+   so what Parley sends always means what the options say. */
+static const char *const PARLEY_BODY_KEYS[] = {
+    "model", "messages", "system", "tools", "tool_choice", "stream", "stream_options",
+    "temperature", "top_p", "max_tokens", "max_completion_tokens", "reasoning_effort",
+    "thinking", "options", "keep_alive", "think", NULL};
+
+static int one_of(const char *s, const char *const *list)
+{
+    for (int i = 0; s && list[i]; i++)
+        if (strcmp(s, list[i]) == 0)
+            return i;
+    return -1;
+}
+
+static int finish_provider_details(parley_options *o, char **err)
+{
+    if (o->thinking_budget_tokens < 1024)
+        o->thinking_budget_tokens = 0; /* null ("unset", one below the range): thinking off */
+    if (one_of(o->max_tokens_field, TOKEN_FIELDS) < 0) {
+        *err = pstr_printf("option 'max_tokens_field': must be \"max_tokens\" or "
+                           "\"max_completion_tokens\"");
+        return -1;
+    }
+    if (o->reasoning_effort && !*o->reasoning_effort) {
+        *err = pstr_printf("option 'reasoning_effort': must not be empty (null = not sent)");
+        return -1;
+    }
+    if (o->extra_body) {
+        json_t *extra = json_loads(o->extra_body, 0, NULL);
+        const char *key;
+        json_t *v;
+        json_object_foreach(extra, key, v) {
+            if (one_of(key, PARLEY_BODY_KEYS) >= 0) {
+                *err = pstr_printf("option 'extra_body': key '%s' is one Parley sends itself; "
+                                   "set it through its own option", key);
+                json_decref(extra);
+                return -1;
+            }
+        }
+        json_decref(extra);
+    }
+    if (o->thinking_budget_tokens > 0 && strcmp(o->provider, "anthropic") == 0 &&
+        (o->temperature >= 0 || o->top_p >= 0)) {
+        *err = pstr_printf("option '%s': Anthropic's extended thinking (thinking_budget_tokens) "
+                           "does not allow it; leave it null", o->temperature >= 0 ? "temperature"
+                                                                                 : "top_p");
+        return -1;
+    }
+    if (o->thinking_budget_tokens > 0 && o->max_tokens > 0 &&
+        o->thinking_budget_tokens >= o->max_tokens) {
+        *err = pstr_printf("option 'thinking_budget_tokens': must be less than max_tokens (%lld)",
+                           (long long)o->max_tokens);
+        return -1;
+    }
+    return 0;
+}
+
 /* Checks that involve more than one option, or the environment. */
 static int finish(parley_options *o, json_t *root, char **err)
 {
@@ -246,11 +397,18 @@ static int finish(parley_options *o, json_t *root, char **err)
         *err = pstr_printf("option 'model': required (a non-empty string)");
         return -1;
     }
-    if (check_base_url(o->base_url, err) != 0)
+    if (one_of(o->provider, PROVIDERS) < 0) {
+        *err = pstr_printf("option 'provider': must be \"openai\", \"anthropic\" or \"ollama\" "
+                           "(got \"%s\")", o->provider);
         return -1;
-    size_t n = strlen(o->base_url);
+    }
+    if (o->base_url && check_base_url(o->base_url, err) != 0)
+        return -1; /* null: the provider's default */
+    size_t n = o->base_url ? strlen(o->base_url) : 0;
     while (n > 0 && o->base_url[n - 1] == '/')
         o->base_url[--n] = '\0';
+    if (finish_provider_details(o, err) != 0)
+        return -1;
     if (json_object_get(root, "api_key") && json_object_get(root, "api_key_env") &&
         !json_is_null(json_object_get(root, "api_key")) &&
         !json_is_null(json_object_get(root, "api_key_env"))) {
@@ -438,7 +596,10 @@ int options_parse(const char *json_text, parley_options *o, char **err)
             goto fail;
         }
         if (!type_ok(s, v)) {
-            *err = pstr_printf("option '%s': must be %s", key, type_word(s->type));
+            char *words = s->type == OPT_JSON ? json_types_words(s) : NULL;
+            *err = pstr_printf("option '%s': must be %s", key,
+                               words ? words : type_word(s->type));
+            free(words);
             goto fail;
         }
         if (set_value(o, s, v, err) != 0)
@@ -460,7 +621,7 @@ void options_free(parley_options *o)
 {
     for (size_t i = 0; i < NSPECS; i++) {
         opt_type t = SPECS[i].type;
-        if (t == OPT_STRING || t == OPT_NSTRING || t == OPT_TOOLS) {
+        if (t == OPT_STRING || t == OPT_NSTRING || t == OPT_TOOLS || t == OPT_JSON) {
             char **p = (char **)((char *)o + SPECS[i].offset);
             free(*p);
             *p = NULL;
@@ -478,6 +639,7 @@ static const char *schema_type(const opt_spec *s)
     case OPT_INT: return null_ok ? "[\"integer\",\"null\"]" : "\"integer\"";
     case OPT_NUMBER: return null_ok ? "[\"number\",\"null\"]" : "\"number\"";
     case OPT_TOOLS: return "\"array\"";
+    case OPT_JSON: return NULL; /* from json_types */
     }
     return "\"null\"";
 }
@@ -512,7 +674,19 @@ char *options_schema(void)
         if (i)
             pbuf_putc(&b, ',');
         pbuf_json_string(&b, s->name, strlen(s->name));
-        pbuf_printf(&b, ":{\"type\":%s", schema_type(s));
+        if (s->type == OPT_JSON) {
+            pbuf_puts(&b, ":{\"type\":[");
+            for (const char *p = json_types_of(s->name); *p;) {
+                size_t n = strcspn(p, ",");
+                pbuf_printf(&b, "\"%.*s\",", (int)n, p);
+                p += n + (p[n] == ',');
+            }
+            pbuf_puts(&b, "\"null\"]");
+        } else {
+            pbuf_printf(&b, ":{\"type\":%s", schema_type(s));
+        }
+        if (enum_of(s->name))
+            pbuf_printf(&b, ",\"enum\":%s", enum_of(s->name));
         schema_ui(&b, s);
         if (s->type == OPT_INT || s->type == OPT_NUMBER)
             pbuf_printf(&b, ",\"minimum\":%.17g,\"maximum\":%.17g", s->min, s->max);

@@ -16,7 +16,8 @@
 
 typedef struct parley_options {
     /* LLM endpoint */
-    char *base_url;              /* without trailing '/', e.g. http://127.0.0.1:11434/v1 */
+    char *provider;              /* "openai", "anthropic" or "ollama" (provider/provider.h) */
+    char *base_url;              /* without trailing '/'; the provider's default when not given */
     char *model;
     char *api_key;               /* resolved from api_key or api_key_env; NULL = none */
     char *api_key_env;
@@ -57,6 +58,17 @@ typedef struct parley_options {
     int64_t max_tool_result_bytes;
     /* diagnostics */
     int debug_log_bodies;
+    /* reasoning */
+    int strip_think_tags;        /* <think>...</think> at the start of content is reasoning */
+    /* provider details */
+    char *max_tokens_field;      /* Chat Completions: "max_tokens" or "max_completion_tokens" */
+    char *reasoning_effort;      /* Chat Completions; NULL = not sent */
+    char *extra_body;            /* JSON object text merged into every request; NULL = none */
+    int64_t thinking_budget_tokens; /* Anthropic extended thinking; 0 = off */
+    int prompt_cache;            /* Anthropic: cache_control on the system prompt and tools */
+    char *keep_alive;            /* Ollama: JSON text (a string or number); NULL = not sent */
+    int64_t num_ctx;             /* Ollama: context window; 0 = not sent */
+    char *think;                 /* Ollama: JSON text (true/false/"high"...); NULL = not sent */
 } parley_options;
 
 /*

@@ -20,6 +20,7 @@
     "}}}}]}"
 
 static const option_ui ROWS[] = {
+    {"provider", "LLM API", BASIC, 0, NULL},
     {"base_url", "Server URL", BASIC, OPTION_UI_URI, NULL},
     {"model", "Model", BASIC, 0, NULL},
     {"api_key", "API key", BASIC, OPTION_UI_SECRET, NULL},
@@ -55,6 +56,15 @@ static const option_ui ROWS[] = {
     {"max_response_bytes", "Largest response (bytes)", ADVANCED, 0, NULL},
     {"max_tool_result_bytes", "Largest tool result (bytes)", ADVANCED, 0, NULL},
     {"debug_log_bodies", "Log request and response bodies", ADVANCED, 0, NULL},
+    {"strip_think_tags", "Keep <think> reasoning out of answers", ADVANCED, 0, NULL},
+    {"max_tokens_field", "Max tokens field (Chat Completions)", ADVANCED, 0, NULL},
+    {"reasoning_effort", "Reasoning effort (Chat Completions)", ADVANCED, 0, NULL},
+    {"extra_body", "Extra request fields", ADVANCED, 0, NULL},
+    {"thinking_budget_tokens", "Thinking budget in tokens (Anthropic)", ADVANCED, 0, NULL},
+    {"prompt_cache", "Prompt caching (Anthropic)", ADVANCED, 0, NULL},
+    {"keep_alive", "Keep the model loaded for (Ollama)", ADVANCED, 0, NULL},
+    {"num_ctx", "Context window in tokens (Ollama)", ADVANCED, 0, NULL},
+    {"think", "Think (Ollama)", ADVANCED, 0, NULL},
 };
 
 const option_ui *option_ui_find(const char *name)
@@ -72,4 +82,8 @@ const char OPTION_UI_EXAMPLES[] =
     "\"api_key_env\":\"OPENAI_API_KEY\",\"temperature\":0.5,\"stream\":true,"
     "\"tools\":[{\"name\":\"turn_on\",\"description\":\"Turn on a device.\","
     "\"parameters\":{\"type\":\"object\",\"properties\":{\"name\":{\"type\":\"string\"}},"
-    "\"required\":[\"name\"]}}]}]";
+    "\"required\":[\"name\"]}}]},"
+    "{\"provider\":\"anthropic\",\"model\":\"claude-sonnet-4-5\",\"stream\":true,"
+    "\"thinking_budget_tokens\":2048},"
+    "{\"provider\":\"ollama\",\"model\":\"qwen3:8b\",\"num_ctx\":8192,\"keep_alive\":\"30m\","
+    "\"think\":true}]";

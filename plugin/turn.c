@@ -9,7 +9,6 @@
 
 #include "clock.h"
 #include "host_log.h"
-#include "llm_request.h"
 #include "store_jobs.h"
 #include "tool_handle.h"
 #include "utf8.h"
@@ -42,13 +41,15 @@ void turn_free(turn *t)
     free(t->own_interface_type);
     toolset_free(t->own_tools);
     pbuf_free(&t->history);
+    json_decref(t->history_msgs);
+    free(t->stop_reason);
     pbuf_free(&t->messages);
     free(t->message_index);
     pbuf_free(&t->steps);
     pbuf_free(&t->body);
     free(t->stream_error);
     free(t->answer);
-    llm_stream_free(t->stream);
+    provider_stream_free(t->stream);
     free_calls(t);
     config_unref(t->cfg);
     free(t);
@@ -141,14 +142,35 @@ static void put_stored_arguments(pbuf *b, const char *arguments)
     pbuf_free(&wrapped);
 }
 
-static void record_tool_calls(turn *t, const char *content)
+/* The reasoning that came with a reply: a step, and keys of its stored message. */
+static void record_reasoning(turn *t, pbuf *m, const llm_reply *reply)
 {
+    if (reply->reasoning && *reply->reasoning) {
+        pbuf_puts(m, ",\"reasoning\":");
+        put_str(m, reply->reasoning);
+        pbuf s = PBUF_INIT;
+        pbuf_puts(&s, "{\"type\":\"reasoning\",\"content\":");
+        put_str(&s, reply->reasoning);
+        pbuf_putc(&s, '}');
+        record_step(t, &s);
+        pbuf_free(&s);
+    }
+    if (reply->provider_data) {
+        pbuf_puts(m, ",\"provider_data\":");
+        pbuf_puts(m, reply->provider_data);
+    }
+}
+
+static void record_tool_calls(turn *t, const llm_reply *reply)
+{
+    const char *content = reply->content;
     pbuf m = PBUF_INIT;
     pbuf_puts(&m, "{\"role\":\"assistant\",\"content\":");
     if (content && *content)
         put_str(&m, content);
     else
         pbuf_puts(&m, "null");
+    record_reasoning(t, &m, reply);
     pbuf_puts(&m, ",\"tool_calls\":[");
     for (size_t i = 0; i < t->ncalls; i++) {
         const turn_call *c = &t->calls[i];
@@ -176,6 +198,8 @@ static void record_tool_calls(turn *t, const char *content)
     pbuf_free(&m);
 }
 
+/* Tool messages keep the Chat Completions keys and add the tool's name and
+   is_error: Ollama sends results back by name, Anthropic marks failures. */
 static void record_tool_results(turn *t)
 {
     for (size_t i = 0; i < t->ncalls; i++) {
@@ -185,6 +209,10 @@ static void record_tool_results(turn *t)
         put_str(&m, c->id);
         pbuf_puts(&m, ",\"content\":");
         put_str(&m, c->content);
+        pbuf_puts(&m, ",\"name\":");
+        put_str(&m, c->name);
+        if (c->is_error)
+            pbuf_puts(&m, ",\"is_error\":true");
         pbuf_putc(&m, '}');
         record_message(t, "tool", &m);
         pbuf_free(&m);
@@ -202,11 +230,12 @@ static void record_tool_results(turn *t)
     }
 }
 
-static void record_answer(turn *t, const char *content)
+static void record_answer(turn *t, const llm_reply *reply, const char *content)
 {
     pbuf m = PBUF_INIT;
     pbuf_puts(&m, "{\"role\":\"assistant\",\"content\":");
     put_str(&m, content);
+    record_reasoning(t, &m, reply);
     pbuf_putc(&m, '}');
     record_message(t, "assistant", &m);
     pbuf_free(&m);
@@ -286,6 +315,7 @@ static void turn_load_history(turn *t)
     char *err = NULL;
     parley_status st = env->store->backend->load(env->store, &key, last, clock_wall_ms(),
                                                  &t->history, &n, &err);
+    t->nhistory = n;
     turn_on_history(t, st, err);
     free(err);
 }
@@ -326,6 +356,13 @@ static void on_stream_text(void *ud, const char *text, size_t len)
         t->on_delta(t->user_data, t->id, text, len);
 }
 
+static void on_stream_reasoning(void *ud, const char *text, size_t len)
+{
+    turn *t = ud;
+    if (t->on_reasoning && len)
+        t->on_reasoning(t->user_data, t->id, text, len);
+}
+
 /*
  * A streamed answer has no total time limit (it may speak for minutes); it
  * must start within request_timeout_ms, then keep coming: each piece pushes
@@ -350,12 +387,12 @@ static int stream_sink(void *owner, const char *data, size_t len)
 {
     turn *t = owner;
     char *err = NULL;
-    if (llm_stream_feed(t->stream, data, len, &err) != 0) {
+    if (provider_stream_feed(t->stream, data, len, &err) != 0) {
         free(t->stream_error);
         t->stream_error = err;
         return -1;
     }
-    int done = llm_stream_done(t->stream);
+    int done = provider_stream_done(t->stream);
     if (done ? timer_arm(t->env->timers, &t->wait, clock_mono_ms() + STREAM_END_GRACE_MS)
              : arm_stream_timer(t, 0)) {
         free(t->stream_error);
@@ -365,27 +402,69 @@ static int stream_sink(void *owner, const char *data, size_t len)
     return done ? HTTP_SINK_COMPLETE : 0;
 }
 
+/* The system prompt of every request: the agent's, then this turn's extra one. */
+static char *system_prompt(const turn *t)
+{
+    const char *prompt = t->cfg->opts.prompt, *extra = t->extra_system_prompt;
+    int has_prompt = prompt && *prompt, has_extra = extra && *extra;
+    return pstr_printf("%s%s%s", has_prompt ? prompt : "", has_prompt && has_extra ? "\n\n" : "",
+                       has_extra ? extra : "");
+}
+
+/* The provider codec renders the neutral messages into t->body. */
+static int render_request(turn *t, char **err)
+{
+    const provider *prov = t->cfg->prov;
+    const char *stored = t->history.data ? t->history.data : "";
+    if (!prov->reads_history_text && !t->history_msgs &&
+        !(t->history_msgs = provider_parse_messages(stored, t->history.len, err)))
+        return -1;
+    json_t *messages = provider_parse_messages(t->messages.data, t->messages.len, err);
+    char *system = system_prompt(t);
+    int rc = -1;
+    if (messages && system) {
+        const char *prompt = t->cfg->opts.prompt;
+        provider_request r = {
+            .system = system,
+            .system_fixed_len = prompt ? strlen(prompt) : 0,
+            .history = t->history_msgs,
+            .history_text = prov->reads_history_text ? stored : NULL,
+            .history_text_len = t->history.len,
+            .messages = messages,
+            .tools_json = toolset_json(t->tools),
+            .tool_choice_none = t->tool_rounds >= t->cfg->opts.max_tool_iterations,
+        };
+        rc = prov->encode(&t->body, &t->cfg->opts, &r, err);
+    } else if (!*err) {
+        *err = pstr_printf("out of memory");
+    }
+    json_decref(messages);
+    free(system);
+    return rc;
+}
+
 static void turn_request(turn *t)
 {
-    llm_request r = {
-        .extra_system_prompt = t->extra_system_prompt,
-        .history = t->history.data ? t->history.data : "",
-        .history_len = t->history.len,
-        .messages = t->messages.data,
-        .messages_len = t->messages.len,
-        .tools_json = toolset_json(t->tools),
-        .tool_choice_none = t->tool_rounds >= t->cfg->opts.max_tool_iterations,
-    };
-    llm_request_render(&t->body, &t->cfg->opts, &r);
-    if (t->body.oom || t->messages.oom || t->steps.oom || t->history.oom) {
+    char *err = NULL;
+    if (t->messages.oom || t->steps.oom || t->history.oom) {
         turn_end(t, PARLEY_ERR_NO_MEMORY, "out of memory building the request");
+        return;
+    }
+    if (render_request(t, &err) != 0) {
+        /* Only a store holding something that is not a message gets here. */
+        char *m = pstr_printf("cannot build the request: %s", err ? err : "out of memory");
+        turn_end(t, PARLEY_ERR_INTERNAL, m ? m : "cannot build the request");
+        free(m);
+        free(err);
         return;
     }
     if (t->cfg->opts.debug_log_bodies)
         host_log(t->env->host, PARLEY_LOG_DEBUG, "turn %s request: %s", t->turn_id, t->body.data);
-    llm_stream_free(t->stream);
+    provider_stream_free(t->stream);
     t->stream = NULL;
-    if (t->cfg->opts.stream && !(t->stream = llm_stream_new(on_stream_text, t))) {
+    llm_sink sink = {on_stream_text, on_stream_reasoning, t};
+    if (t->cfg->opts.stream &&
+        !(t->stream = provider_stream_new(t->cfg->prov, t->cfg->opts.strip_think_tags, &sink))) {
         turn_end(t, PARLEY_ERR_NO_MEMORY, "out of memory");
         return;
     }
@@ -446,9 +525,50 @@ static int maybe_retry(turn *t, parley_status st, const char *msg, int64_t retry
 static int decode_reply(turn *t, llm_reply *reply, char **err)
 {
     if (t->stream)
-        return llm_stream_finish(t->stream, reply, err);
+        return provider_stream_finish(t->stream, reply, err);
     const pbuf *b = &t->http->body;
-    return llm_reply_decode(b->data ? b->data : "", b->len, reply, err);
+    return provider_decode(t->cfg->prov, t->cfg->opts.strip_think_tags, b->data ? b->data : "",
+                           b->len, reply, err);
+}
+
+/* An HTTP error status: the codec reads the server's words and says whether to retry. */
+static void explain_http_error(turn *t, char **msg, int *retryable)
+{
+    const provider *p = t->cfg->prov;
+    const pbuf *b = &t->http->body;
+    const char *body = b->data ? b->data : "";
+    long status = http_call_status(t->http);
+    char *text = p->error_text(body, b->len);
+    char *m = pstr_printf("%s%s%s%s%s%s", *msg ? *msg : "LLM server error", text ? ": " : "",
+                          text ? text : "", status == 404 ? " (check base_url: " : "",
+                          status == 404 ? p->not_found_hint : "",
+                          status == 404 ? "; and check the model name)" : "");
+    if (m) {
+        free(*msg);
+        *msg = m;
+    }
+    free(text);
+    *retryable = p->retryable(status, body, b->len);
+}
+
+/* Tokens and the stop reason of one decoded reply, into the turn and the metrics. */
+static void account_reply(turn *t, const llm_reply *reply)
+{
+    agent_counters *m = t->env->metrics;
+    const llm_usage *u = &reply->usage;
+    t->usage.prompt += u->prompt;
+    t->usage.completion += u->completion;
+    t->usage.cache_read += u->cache_read;
+    t->usage.cache_creation += u->cache_creation;
+    t->usage.reasoning += u->reasoning;
+    t->replies++;
+    atomic_fetch_add(&m->tokens_prompt, (uint64_t)u->prompt);
+    atomic_fetch_add(&m->tokens_completion, (uint64_t)u->completion);
+    atomic_fetch_add(&m->tokens_cache_read, (uint64_t)u->cache_read);
+    atomic_fetch_add(&m->tokens_cache_creation, (uint64_t)u->cache_creation);
+    atomic_fetch_add(&m->tokens_reasoning, (uint64_t)u->reasoning);
+    free(t->stop_reason);
+    t->stop_reason = reply->finish_reason ? strdup(reply->finish_reason) : NULL;
 }
 
 void turn_on_http_done(turn *t, CURLcode code)
@@ -456,6 +576,8 @@ void turn_on_http_done(turn *t, CURLcode code)
     char *msg = NULL;
     int retryable = 0;
     parley_status st = http_call_outcome(t->http, code, &msg, &retryable);
+    if (st == PARLEY_ERR_HTTP_STATUS || st == PARLEY_ERR_RATE_LIMITED)
+        explain_http_error(t, &msg, &retryable);
     if (st == PARLEY_ERR_BAD_RESPONSE && !msg && t->stream_error)
         msg = pstr_printf("bad streamed response: %s", t->stream_error);
     int64_t retry_after = t->http->retry_after_ms;
@@ -486,11 +608,12 @@ void turn_on_http_done(turn *t, CURLcode code)
         llm_reply_free(&reply);
         return;
     }
+    account_reply(t, &reply);
     if (reply.finish_reason && strcmp(reply.finish_reason, "length") == 0)
         host_log(t->env->host, PARLEY_LOG_WARN, "turn %s: the model hit max_tokens; the answer may be cut short",
                   t->turn_id);
     if (reply.ncalls == 0) {
-        record_answer(t, reply.content ? reply.content : "");
+        record_answer(t, &reply, reply.content ? reply.content : "");
         llm_reply_free(&reply);
         turn_commit(t);
         return;
@@ -498,7 +621,7 @@ void turn_on_http_done(turn *t, CURLcode code)
     if (t->tool_rounds >= t->cfg->opts.max_tool_iterations) {
         /* We said tool_choice "none" and the model still wants tools. */
         if (reply.content && *reply.content) {
-            record_answer(t, reply.content);
+            record_answer(t, &reply, reply.content);
             turn_commit(t);
         } else {
             char *m = pstr_printf("the model kept calling tools after %d rounds and tool_choice \"none\"",
@@ -547,6 +670,23 @@ static char *call_problem(const turn *t, const turn_call *c)
     return NULL;
 }
 
+/*
+ * Calls the server gave no ids (Ollama) are named by where they stand in the
+ * conversation: unique in it (Anthropic needs that after a provider switch)
+ * and the same whether the answer was streamed or not.
+ */
+static void mint_call_ids(turn *t)
+{
+    size_t at = t->nhistory + t->nmessages;
+    for (size_t i = 0; i < t->ncalls; i++) {
+        char *id = pstr_printf("call_%zu_%zu", at, i);
+        if (!id)
+            continue; /* keep the decoder's "call_<i>" */
+        free(t->calls[i].id);
+        t->calls[i].id = id;
+    }
+}
+
 static void turn_dispatch_tools(turn *t, llm_reply *reply)
 {
     free_calls(t);
@@ -563,7 +703,9 @@ static void turn_dispatch_tools(turn *t, llm_reply *reply)
         t->calls[i].arguments = reply->calls[i].arguments;
         reply->calls[i].id = reply->calls[i].name = reply->calls[i].arguments = NULL;
     }
-    record_tool_calls(t, reply->content);
+    if (reply->ids_minted)
+        mint_call_ids(t);
+    record_tool_calls(t, reply);
     t->tool_rounds++;
 
     /* Count every call pending first: the host may complete one inside its callback. */
@@ -886,6 +1028,12 @@ void turn_report(turn *t)
 {
     parley_status status = t->end_status;
     const char *answer = t->answer;
+    char usage[256];
+    snprintf(usage, sizeof usage,
+             "{\"prompt_tokens\":%lld,\"completion_tokens\":%lld,\"cache_read_tokens\":%lld,"
+             "\"cache_creation_tokens\":%lld,\"reasoning_tokens\":%lld,\"requests\":%d}",
+             t->usage.prompt, t->usage.completion, t->usage.cache_read, t->usage.cache_creation,
+             t->usage.reasoning, t->replies);
     parley_result r = {
         .struct_size = sizeof r,
         .request_id = t->id,
@@ -896,8 +1044,12 @@ void turn_report(turn *t)
         .response = status == PARLEY_OK ? answer : NULL,
         .steps_json = t->steps.len && !t->steps.oom ? t->steps.data : "[]",
         .continue_conversation = status == PARLEY_OK && ends_in_question(answer),
+        .usage_json = usage,
+        .stop_reason = t->stop_reason,
     };
     agent_counters *m = t->env->metrics;
+    if (status == PARLEY_OK && t->stop_reason && strcmp(t->stop_reason, "length") == 0)
+        atomic_fetch_add(&m->answers_cut_short, 1);
     if (status == PARLEY_OK)
         atomic_fetch_add(&m->turns_ok, 1);
     else if (status == PARLEY_ERR_CANCELLED)

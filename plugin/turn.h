@@ -54,6 +54,7 @@
 #include "inbox.h"
 #include "llm_http.h"
 #include "llm_reply.h"
+#include "provider/provider.h"
 #include "store/store.h"
 #include "timer_heap.h"
 #include "uuid.h"
@@ -109,12 +110,15 @@ struct turn {
     const toolset *tools;     /* what this turn offers the model */
     parley_done_fn done;
     parley_delta_fn on_delta;
+    parley_delta_fn on_reasoning;
     void *user_data;
 
     /* progress */
     uint64_t accepted_mono_ms;  /* when async_process took it: the deadline's start */
     uint64_t started_wall_ms;
     pbuf history;             /* the last turns of the conversation, loaded at turn_begin */
+    size_t nhistory;          /* how many messages that is */
+    json_t *history_msgs;     /* the same, parsed once for a codec that needs it parsed */
     pbuf messages;            /* this turn's messages, comma-joined: what gets committed */
     turn_message *message_index; /* one per message of `messages` */
     size_t nmessages, message_index_cap;
@@ -124,8 +128,11 @@ struct turn {
     int tool_rounds;
     int attempt;              /* retries of the current request */
     http_call *http;
-    llm_stream *stream;
+    provider_stream *stream;
     char *stream_error;
+    llm_usage usage;          /* summed over the turn's requests */
+    int replies;              /* replies decoded */
+    char *stop_reason;        /* the last reply's finish_reason */
     turn_call *calls;
     size_t ncalls, calls_pending;
     store_job *job;           /* the store job in flight, NULL when none */

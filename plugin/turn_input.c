@@ -179,6 +179,7 @@ turn *turn_input_accept(agent_config *cfg, parley_request_id id, const parley_in
     t->done = done;
     t->user_data = user_data;
     t->on_delta = copy.on_delta;
+    t->on_reasoning = copy.on_reasoning;
     t->deadline = (ptimer)PTIMER_INIT(t);
     t->wait = (ptimer)PTIMER_INIT(t);
     int rc = copy_input(t, cfg, &copy, err);

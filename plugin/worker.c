@@ -222,6 +222,7 @@ static void on_store_job(worker *w, store_job *job)
     } else if (t && job->kind == STORE_JOB_LOAD) {
         pbuf swap = t->history; /* the loaded messages become the turn's history */
         t->history = job->loaded;
+        t->nhistory = job->nmessages;
         job->loaded = swap;
         t->lease_held = job->lease_taken;
         t->lease_retry_ms = job->lease_retry_ms;

@@ -202,6 +202,12 @@ typedef struct parley_input {
     const char *tools_json;          /* JSON array of tools for this turn only, same
                                         form as the `tools` option; added to those */
     parley_delta_fn on_delta;        /* optional; called with text deltas when streaming */
+    /* Optional; called like on_delta (worker thread, whole UTF-8 characters, not
+     * NUL-terminated, before the done callback) with the model's reasoning as it
+     * streams: reasoning fields, Anthropic thinking, Ollama thinking, or a leading
+     * <think>...</think> (option strip_think_tags).  Reasoning never reaches
+     * on_delta nor the result's response; it is also in steps_json. */
+    parley_delta_fn on_reasoning;
 
     /* -- Appended after ABI 1.0 (a host's older, smaller struct_size simply
      *    leaves them absent).  Borrowed for the call, like the fields above. -- */
@@ -229,6 +235,16 @@ typedef struct parley_result {
                                     docs/abi.md), also on failure: a tool may have
                                     run although the turn failed.  "[]" if none */
     int continue_conversation;   /* 1 when the answer ends in a question */
+    /* Token counts summed over the turn's requests, as the servers reported them
+     * (0 where a server gave none): {"prompt_tokens","completion_tokens",
+     * "cache_read_tokens","cache_creation_tokens","reasoning_tokens","requests"}.
+     * Never NULL; also on failure (tokens spent before it). */
+    const char *usage_json;
+    /* Why the model's last reply ended, in Chat Completions words whatever the
+     * provider: "stop", "tool_calls", "length" (cut short by max_tokens: the
+     * answer is incomplete), "content_filter", "refusal", or the server's own
+     * word; NULL when it gave none or no reply came.  Borrowed like the rest. */
+    const char *stop_reason;
 } parley_result;
 
 /**
@@ -338,8 +354,8 @@ typedef struct parley_plugin {
     /**
      * Connection check for a setup screen: can these options (a JSON object,
      * as for create()) reach the server?  Lists the server's models
-     * (`GET <base_url>/models`, sending the same Authorization header turns
-     * send).  Needs no agent.  Blocking, on the calling thread (any thread,
+     * (`GET <base_url>/models`; anthropic: `/v1/models`; ollama: `/api/tags`;
+     * with the same auth headers turns send).  Needs no agent.  Blocking, on the calling thread (any thread,
      * concurrently); it takes at most connect_timeout_ms + request_timeout_ms.
      * PARLEY_OK: *out_json = {"ok":true,"url":"...","models":["id",...]}.
      * Else *out_json = NULL and *error says what is wrong in words a person

@@ -285,6 +285,7 @@ void chat_reply_build(const struct chat_request *req, unsigned long seq, bool en
     }
     if (!req->last_is_tool && tools_ok && plan_tool_calls(req, seq, out)) {
         out->finish_reason = "tool_calls";
+        reasoning_apply(req, out);
         return;
     }
     buf_t b = {0};
@@ -296,6 +297,7 @@ void chat_reply_build(const struct chat_request *req, unsigned long seq, bool en
         plain_text(req, &b);
     out->content = buf_take(&b, NULL);
     out->finish_reason = "stop";
+    reasoning_apply(req, out);
 }
 
 void chat_reply_free(struct chat_reply *r)
@@ -307,6 +309,7 @@ void chat_reply_free(struct chat_reply *r)
     }
     free(r->calls);
     free(r->content);
+    free(r->reasoning);
     memset(r, 0, sizeof *r);
 }
 
@@ -346,6 +349,9 @@ char *chat_completion_json(const struct chat_request *req, const struct chat_rep
     json_object_set_new(msg, "content",
                         r->content ? json_string_lossy(r->content, strlen(r->content))
                                    : json_null());
+    if (r->reasoning) /* llama.cpp's and DeepSeek's field */
+        json_object_set_new(msg, "reasoning_content",
+                            json_string_lossy(r->reasoning, strlen(r->reasoning)));
     if (r->ncalls) {
         json_t *calls = json_array();
         for (size_t i = 0; i < r->ncalls; i++) {

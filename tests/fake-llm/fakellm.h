@@ -9,6 +9,9 @@
  *   chat.c    markers, reply generation, JSON bodies
  *   sse.c     paced (chunked) bodies: SSE streams, slow/cut streams
  *   faults.c  fault-mode parsing, retry counters, fault responses
+ *   anthropic.c the Anthropic Messages dialect (POST /v1/messages)
+ *   ollama.c  Ollama's native dialect (POST /api/chat)
+ *   dialect.c what the dialects share: reasoning markers, strict checks
  *   timer.c   wakeup heap thread that resumes suspended connections
  *   reqlog.c  JSON-lines request log
  *   util.c    buffers, clocks, UTF-8 helpers
@@ -135,6 +138,7 @@ struct chat_reply {
     struct tool_call *calls;
     size_t ncalls;
     const char *finish_reason;
+    char *reasoning; /* [[think:TEXT]]: the reasoning, in the dialect's own field; or NULL */
 };
 
 /* validate.c: validates body and fills req; on failure fills err (a 400). */
@@ -170,6 +174,48 @@ char *api_error_json(const struct api_error *e, size_t *len);
  * utf8_poison() turns into the raw bytes 0xC3 0x28 after JSON encoding. */
 #define INVALID_UTF8_MARK "\xEE\x80\x80" /* U+E000, never split by the chunker */
 size_t utf8_poison(char *s, size_t len);
+
+/* ------------------------------------------------------------ dialect.c, anthropic.c, ollama.c */
+
+/* The three wire formats; Anthropic and Ollama requests are validated in their own
+ * terms, then translated to a Chat Completions body so the same reply rules apply. */
+enum dialect { DIALECT_OPENAI, DIALECT_ANTHROPIC, DIALECT_OLLAMA };
+struct segments;
+
+/* [[think:TEXT]] in U: the model reasons TEXT (reasoning_content, thinking, ...);
+ * [[think-tag:TEXT]]: it says "<think>TEXT</think>" at the start of its content;
+ * [[length]]: the text reply ends as cut short by max_tokens, in the dialect's words. */
+void reasoning_apply(const struct chat_request *req, struct chat_reply *r);
+/* Reasoning must come back with this turn's tool calls (DeepSeek's rule; Anthropic's
+ * and Ollama's alike): the openai dialect checks reasoning_content here. */
+bool openai_check_extra(const struct chat_request *req, struct api_error *err);
+/* A deterministic signature for a thinking text ("sig-<hex>"). */
+char *thinking_signature(const char *text);
+/* An error body in the dialect's own shape. */
+char *dialect_error_json(enum dialect d, const struct api_error *e, size_t *len);
+
+/* In the dialect validators: fail the request with a 400 saying what was wrong. */
+#define DIALECT_BAD(...)                                                                    \
+    do {                                                                                    \
+        api_error_set(err, 400, "invalid_request_error", NULL, NULL, __VA_ARGS__);          \
+        goto fail;                                                                          \
+    } while (0)
+/* Member k of o as a string, or NULL. */
+const char *jstr_member(const json_t *o, const char *k);
+
+json_t *anthropic_to_chat(json_t *body, struct api_error *err);
+bool anthropic_check_thinking(json_t *body, const char *user_text, struct api_error *err);
+char *anthropic_message_json(const struct chat_request *req, const struct chat_reply *r,
+                             unsigned long seq, size_t prompt_bytes, json_t *native, size_t *len);
+void anthropic_sse_build(const struct chat_request *req, const struct chat_reply *r,
+                         unsigned long seq, size_t prompt_bytes, json_t *native,
+                         struct segments *out);
+
+json_t *ollama_to_chat(json_t *body, struct api_error *err);
+char *ollama_chat_json(const struct chat_request *req, const struct chat_reply *r,
+                       size_t prompt_bytes, json_t *native, size_t *len);
+void ollama_ndjson_build(const struct chat_request *req, const struct chat_reply *r,
+                         size_t prompt_bytes, json_t *native, struct segments *out);
 
 /* ------------------------------------------------------------ sse.c */
 

@@ -58,6 +58,15 @@ static void set_error(struct outcome *o, struct api_error *e)
     api_error_free(e);
 }
 
+static void set_dialect_error(struct outcome *o, enum dialect d, struct api_error *e)
+{
+    size_t len;
+    char *json = dialect_error_json(d, e, &len);
+    o->status = e->status;
+    o->resp = buffer_response(json, len, "application/json");
+    api_error_free(e);
+}
+
 static void set_json(struct outcome *o, unsigned status, char *json, size_t len)
 {
     o->status = status;
@@ -68,7 +77,8 @@ static void set_json(struct outcome *o, unsigned status, char *json, size_t len)
 
 static void chat_reply_response(struct MHD_Connection *conn, const struct request *r,
                                 const struct chat_request *req, const struct fault *f,
-                                unsigned long seq, struct outcome *o)
+                                unsigned long seq, enum dialect dialect, json_t *native,
+                                struct outcome *o)
 {
     struct chat_reply rep;
     chat_reply_build(req, seq, f->kind == FAULT_ENDLESS_TOOLS, &rep);
@@ -91,14 +101,25 @@ static void chat_reply_response(struct MHD_Connection *conn, const struct reques
 
     if (req->stream && f->kind != FAULT_TRUNCATED && f->kind != FAULT_RESET) {
         struct segments segs = {0};
-        sse_build(req, &rep, seq, r->body.len, po.poison_utf8, &segs);
-        o->resp = paced_response(conn, &segs, &po, "text/event-stream");
+        if (dialect == DIALECT_ANTHROPIC)
+            anthropic_sse_build(req, &rep, seq, r->body.len, native, &segs);
+        else if (dialect == DIALECT_OLLAMA)
+            ollama_ndjson_build(req, &rep, r->body.len, native, &segs);
+        else
+            sse_build(req, &rep, seq, r->body.len, po.poison_utf8, &segs);
+        o->resp = paced_response(conn, &segs, &po,
+                                 dialect == DIALECT_OLLAMA ? "application/x-ndjson"
+                                                           : "text/event-stream");
         chat_reply_free(&rep);
         return;
     }
 
     size_t len;
-    char *json = chat_completion_json(req, &rep, seq, r->body.len, &len);
+    char *json = dialect == DIALECT_ANTHROPIC
+                     ? anthropic_message_json(req, &rep, seq, r->body.len, native, &len)
+                 : dialect == DIALECT_OLLAMA
+                     ? ollama_chat_json(req, &rep, r->body.len, native, &len)
+                     : chat_completion_json(req, &rep, seq, r->body.len, &len);
     chat_reply_free(&rep);
     if (po.poison_utf8)
         len = utf8_poison(json, len);
@@ -117,13 +138,33 @@ static void chat_reply_response(struct MHD_Connection *conn, const struct reques
 }
 
 static void handle_chat(struct MHD_Connection *conn, const struct request *r, json_t *body,
-                        unsigned long seq, struct outcome *o)
+                        unsigned long seq, enum dialect dialect, struct outcome *o)
 {
     struct api_error err = {0};
     struct chat_request req;
-    if (!chat_parse(body, &req, &err)) {
-        set_error(o, &err);
+    json_t *native = body; /* the request as sent; body: its Chat Completions form */
+    const char *version = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "anthropic-version");
+    if (dialect == DIALECT_ANTHROPIC && (!version || strcmp(version, "2023-06-01") != 0)) {
+        api_error_set(&err, 400, "invalid_request_error", NULL, NULL,
+                      "anthropic-version: header is required (2023-06-01)");
+        set_dialect_error(o, dialect, &err);
+        return;
+    }
+    if (dialect != DIALECT_OPENAI) {
+        body = dialect == DIALECT_ANTHROPIC ? anthropic_to_chat(native, &err)
+                                            : ollama_to_chat(native, &err);
+        if (!body) {
+            set_dialect_error(o, dialect, &err);
+            return;
+        }
+    }
+    if (!chat_parse(body, &req, &err) ||
+        (dialect != DIALECT_ANTHROPIC && !openai_check_extra(&req, &err)) ||
+        (dialect == DIALECT_ANTHROPIC && !anthropic_check_thinking(native, req.user_text, &err))) {
+        set_dialect_error(o, dialect, &err);
         chat_request_free(&req);
+        if (body != native)
+            json_decref(body);
         return;
     }
 
@@ -136,6 +177,14 @@ static void handle_chat(struct MHD_Connection *conn, const struct request *r, js
                       "parley-fake-llm: unknown fault mode '%.*s' in [[fault:...]] marker.",
                       (int)vlen, v ? v : "");
         set_error(o, &err);
+        goto out;
+    }
+    if (marker_find(req.user_text, "quota", NULL, NULL)) {
+        /* [[quota]]: OpenAI's 429 for an account out of credit (retrying cannot help). */
+        api_error_set(&err, 429, "insufficient_quota", NULL, "insufficient_quota",
+                      "You exceeded your current quota, please check your plan and billing "
+                      "details.");
+        set_dialect_error(o, dialect, &err);
         goto out;
     }
     if (f.kind == FAULT_HEADER_FLOOD && g_cfg.fault.kind != FAULT_HEADER_FLOOD) {
@@ -184,13 +233,15 @@ static void handle_chat(struct MHD_Connection *conn, const struct request *r, js
         o->resp = fault_oversized_response(req.model, seq, f.arg);
         break;
     default:
-        chat_reply_response(conn, r, &req, &f, seq, o);
+        chat_reply_response(conn, r, &req, &f, seq, dialect, native, o);
         if (f.kind == FAULT_HEADER_FLOOD)
             fault_header_flood(o->resp, f.arg);
         break;
     }
 out:
     chat_request_free(&req);
+    if (body != native)
+        json_decref(body);
 }
 
 /* ---------------------------------------------------------- routing */
@@ -212,12 +263,20 @@ static void route(struct MHD_Connection *conn, const struct request *r, const ch
     } else if (strcmp(method, "POST") == 0 &&
                (strcmp(url, "/v1/chat/completions") == 0 ||
                 strcmp(url, "/chat/completions") == 0)) {
-        handle_chat(conn, r, body, seq, o);
+        handle_chat(conn, r, body, seq, DIALECT_OPENAI, o);
+    } else if (strcmp(method, "POST") == 0 && strcmp(url, "/v1/messages") == 0) {
+        handle_chat(conn, r, body, seq, DIALECT_ANTHROPIC, o);
+    } else if (strcmp(method, "POST") == 0 && strcmp(url, "/api/chat") == 0) {
+        handle_chat(conn, r, body, seq, DIALECT_OLLAMA, o);
     } else if (is_get(method) && (strcmp(url, "/v1/models") == 0 || strcmp(url, "/models") == 0)) {
         static const char models[] =
             "{\"object\":\"list\",\"data\":[{\"id\":\"" FAKE_MODEL_ID "\",\"object\":\"model\","
             "\"created\":1700000000,\"owned_by\":\"parley-fake-llm\"}]}";
         set_json(o, MHD_HTTP_OK, xstrdup(models), sizeof models - 1);
+    } else if (is_get(method) && strcmp(url, "/api/tags") == 0) { /* Ollama's model list */
+        static const char tags[] = "{\"models\":[{\"name\":\"" FAKE_MODEL_ID "\",\"model\":\""
+                                   FAKE_MODEL_ID "\",\"size\":1}]}";
+        set_json(o, MHD_HTTP_OK, xstrdup(tags), sizeof tags - 1);
     } else if (is_get(method) && strcmp(url, "/health") == 0) {
         o->status = MHD_HTTP_OK;
         o->resp = buffer_response(xstrdup("ok"), 2, "text/plain");
@@ -260,7 +319,13 @@ static enum MHD_Result dispatch(struct MHD_Connection *conn, struct request *r, 
     struct outcome o = {.delay_ms = g_cfg.latency_ms};
     route(conn, r, url, method, body, seq, &o);
 
-    reqlog_write(seq, method, url, header(conn, MHD_HTTP_HEADER_AUTHORIZATION),
+    /* Anthropic's key travels in x-api-key: logged as "x-api-key KEY". */
+    const char *auth = header(conn, MHD_HTTP_HEADER_AUTHORIZATION);
+    char *xkey = NULL;
+    if (!auth && header(conn, "x-api-key") &&
+        asprintf(&xkey, "x-api-key %s", header(conn, "x-api-key")) > 0)
+        auth = xkey;
+    reqlog_write(seq, method, url, auth,
                  header(conn, MHD_HTTP_HEADER_CONTENT_TYPE), body, r->body.data, r->body.len,
                  o.hang ? -1 : (int)o.status, o.fault[0] ? o.fault : NULL, client_port(conn));
     if (!g_cfg.quiet)
@@ -268,6 +333,7 @@ static enum MHD_Result dispatch(struct MHD_Connection *conn, struct request *r, 
                 o.hang ? "hang" : "", o.hang ? 0 : o.status, o.fault[0] ? " fault=" : "",
                 o.fault);
     json_decref(body);
+    free(xkey);
     buf_free(&r->body);
     r->decided = true;
 

@@ -103,6 +103,19 @@ static json_t *tool_delta(size_t index, const struct tool_call *tc, const char *
     return delta;
 }
 
+/* One delta event per ~8-byte piece of s, in delta member `field`. */
+static void text_deltas(struct sse_ctx *c, const char *field, const char *s)
+{
+    size_t len = strlen(s), step = piece_size(len);
+    for (size_t pos = 0; pos < len;) {
+        size_t end = utf8_boundary(s, len, pos + step);
+        json_t *d = json_object();
+        json_object_set_new(d, field, json_string_lossy(s + pos, end - pos));
+        emit(c, d, NULL, NULL);
+        pos = end;
+    }
+}
+
 void sse_build(const struct chat_request *req, const struct chat_reply *r, unsigned long seq,
                size_t prompt_bytes, bool poison_utf8, struct segments *out)
 {
@@ -112,17 +125,10 @@ void sse_build(const struct chat_request *req, const struct chat_reply *r, unsig
     json_object_set_new(d, "role", json_string("assistant"));
     emit(&c, d, NULL, NULL);
 
-    if (r->content) {
-        const char *s = r->content;
-        size_t len = strlen(s), step = piece_size(len);
-        for (size_t pos = 0; pos < len;) {
-            size_t end = utf8_boundary(s, len, pos + step);
-            d = json_object();
-            json_object_set_new(d, "content", json_string_lossy(s + pos, end - pos));
-            emit(&c, d, NULL, NULL);
-            pos = end;
-        }
-    }
+    if (r->reasoning)
+        text_deltas(&c, "reasoning_content", r->reasoning);
+    if (r->content)
+        text_deltas(&c, "content", r->content);
     for (size_t i = 0; i < r->ncalls; i++) {
         const struct tool_call *tc = &r->calls[i];
         emit(&c, tool_delta(i, tc, "", 0), NULL, NULL);

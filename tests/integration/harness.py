@@ -348,3 +348,20 @@ def fake_reply(user_text, n_messages, n_user):
     if "[[ask]]" in user_text:
         r += " Anything else?"
     return r
+
+
+# Parley's own keys in stored messages (docs/history.md): the neutral record is
+# Chat Completions plus these, which the openai codec does not send.
+PARLEY_MESSAGE_KEYS = ("name", "is_error", "reasoning", "provider_data")
+
+
+def as_sent(msgs):
+    """Stored messages as the Chat Completions codec sends them."""
+    out = []
+    for m in msgs:
+        m = dict(m)
+        if m.get("role") in ("tool", "assistant"):
+            for k in PARLEY_MESSAGE_KEYS:
+                m.pop(k, None)
+        out.append(m)
+    return out

@@ -11,7 +11,7 @@ import time
 import unittest
 
 from harness import (SLOW, UUID4_RE, UUID_RE, FakeLLM, InteractiveShim, ParleyTestCase,
-                     fake_reply, messages, options, run_shim, tool_sequence_problems, user_texts)
+                     as_sent, fake_reply, messages, options, run_shim, tool_sequence_problems, user_texts)
 
 PROMPT = "You are a test assistant."
 SYS = {"role": "system", "content": PROMPT}
@@ -40,7 +40,8 @@ def assistant(text):
 
 
 def flatten(turns):
-    return [m for t in turns for m in t["messages"]]
+    """Stored turns' messages, as the Chat Completions codec sends them."""
+    return as_sent([m for t in turns for m in t["messages"]])
 
 
 def last_user_text(request):
@@ -241,7 +242,7 @@ class Truncation(HistoryCase):
                 self.assertEqual(msgs[len(prefix)], user(text))
                 # The rest is this turn's own messages so far, as stored.
                 rest = msgs[len(prefix):]
-                self.assertEqual(rest, this["messages"][:len(rest)])
+                self.assertEqual(rest, as_sent(this["messages"][:len(rest)]))
             self.assertLessEqual(n, max_hist if max_hist else n)
 
         # The turns really contained tool steps (else the test proves nothing).

@@ -19,7 +19,7 @@ import threading
 import time
 import unittest
 
-from harness import (SLOW, FakeLLM, ParleyTestCase, _shim_args, fake_reply, messages, options,
+from harness import (SLOW, FakeLLM, ParleyTestCase, _shim_args, as_sent, fake_reply, messages, options,
                      run_shim)
 
 TOOLS = [
@@ -81,7 +81,7 @@ class Restart(StoreCase):
         request = self.llm.chat_requests()[n_requests]
         sent = messages(request)[1:]  # after the system prompt
         stored = [m for t in hist1["turns"] for m in t["messages"]]
-        self.assertEqual(sent[:-1], stored)
+        self.assertEqual(sent[:-1], as_sent(stored))
         self.assertEqual(sent[-1], {"role": "user", "content": "and now? [[recall]]"})
         new_turn = self.assertTurnOk(run2.by_seq(2))
         self.assertEqual(new_turn["response"],

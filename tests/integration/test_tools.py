@@ -24,7 +24,8 @@ import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import FakeLLM, ParleyTestCase, PLUGIN, SHIM, SLOW, options  # noqa: E402
+from harness import (FakeLLM, ParleyTestCase, PLUGIN, SHIM, SLOW, as_sent,  # noqa: E402
+                     options)
 
 
 # ---------------------------------------------------------------------------
@@ -271,8 +272,10 @@ class ToolRoundTrip(ToolTestCase):
         hist = self.history(run, 2)
         self.assertEqual(len(hist["turns"]), 1)
         self.assertEqual(hist["turns"][0]["turn_id"], res["turn_id"])
+        # Stored in the neutral form (docs/history.md): the tool message also names its tool.
         self.assertEqual(hist["turns"][0]["messages"],
-                         [{"role": "user", "content": user}, assistant_tc, tool_msg,
+                         [{"role": "user", "content": user}, assistant_tc,
+                          dict(tool_msg, name="turn_on"),
                           {"role": "assistant", "content": answer}])
 
     def test_two_calls_in_one_answer(self):
@@ -316,7 +319,7 @@ class ToolRoundTrip(ToolTestCase):
                          [(ids[0], on), (ids[1], off)])
 
         hist = self.history(run, 2)["turns"][0]["messages"]
-        self.assertEqual(hist, msgs[1:] + [{"role": "assistant", "content": answer}])
+        self.assertEqual(as_sent(hist), msgs[1:] + [{"role": "assistant", "content": answer}])
 
 
 class ToolProblems(ToolTestCase):
@@ -350,7 +353,7 @@ class ToolProblems(ToolTestCase):
                          "Done. %s: %s (messages: 4)" % (name, steps[1]["content"]))
         # ... and history keeps it, so later requests stay valid.
         hist = self.history(run, 2)["turns"][0]["messages"]
-        self.assertEqual(hist[2], tool_msgs[0])
+        self.assertEqual(hist[2], dict(tool_msgs[0], name=name, is_error=True))
         self.assertEqual(len(hist), 4)
         return content
 
@@ -508,8 +511,10 @@ class IterationLimit(ToolTestCase):
                                     "function": {"name": "turn_on", "arguments": "{}"}}]}
 
         expected = [{"role": "user", "content": "twice"},
-                    tc(ids[0]), {"role": "tool", "tool_call_id": ids[0], "content": c},
-                    tc(ids[1]), {"role": "tool", "tool_call_id": ids[1], "content": c},
+                    tc(ids[0]),
+                    {"role": "tool", "tool_call_id": ids[0], "content": c, "name": "turn_on"},
+                    tc(ids[1]),
+                    {"role": "tool", "tool_call_id": ids[1], "content": c, "name": "turn_on"},
                     {"role": "assistant", "content": res["response"]}]
         hist = self.history(run, 2)
         self.assertEqual(hist["turns"][0]["messages"], expected)
@@ -525,7 +530,7 @@ class IterationLimit(ToolTestCase):
                           {"type": "answer", "content": res["response"]}])
         self.assertEqual(len(reqs), 3 + 3, [r["body"]["messages"] for r in reqs])
         # Anchor #10: the next turn sends the whole tool sequence back.
-        self.assertEqual(reqs[3]["body"]["messages"][1:7], expected)
+        self.assertEqual(reqs[3]["body"]["messages"][1:7], as_sent(expected))
         self.assertEqual(reqs[3]["body"]["messages"][7], {"role": "user", "content": "and now?"})
         self.assertEqual(len(reqs[3]["body"]["messages"]), 8)
 
@@ -567,7 +572,7 @@ class DemoHome(ToolTestCase):
         hist = self.history(run, 3)
         self.assertEqual([t["turn_id"] for t in hist["turns"]],
                          [first["turn_id"], second["turn_id"]])
-        self.assertEqual(hist["turns"][0]["messages"], follow[1:5])
+        self.assertEqual(as_sent(hist["turns"][0]["messages"]), follow[1:5])
 
     def test_state_is_off_without_first_turn(self):
         """Control for the test above: without turning it on, the light is off."""

@@ -162,7 +162,7 @@ static void test_errors_say_what_to_do(void)
                    "is base_url the server's OpenAI-compatible API root?");
     expect_failure("429 Too Many Requests", "{}", "/v1", "", PARLEY_ERR_RATE_LIMITED, "HTTP 429");
     expect_failure("200 OK", "<html></html>", "/v1", "", PARLEY_ERR_BAD_RESPONSE,
-                   "not with an OpenAI-compatible model list");
+                   "not with a model list");
     char big[4096];
     memset(big, ' ', sizeof big - 1);
     big[0] = '[';

@@ -20,13 +20,44 @@ static void expect_error(const char *json, const char *needle)
     free(err);
 }
 
+static void test_provider_options(void)
+{
+    parley_options o;
+    char *err = NULL;
+    expect_error("{\"model\":\"m\",\"provider\":\"gemini\"}",
+                 "option 'provider': must be \"openai\", \"anthropic\" or \"ollama\" (got \"gemini\")");
+    expect_error("{\"model\":\"m\",\"max_tokens_field\":\"tokens\"}", "option 'max_tokens_field'");
+    expect_error("{\"model\":\"m\",\"extra_body\":[1]}", "option 'extra_body': must be an object or null");
+    expect_error("{\"model\":\"m\",\"extra_body\":{\"top_k\":2,\"messages\":[]}}",
+                 "option 'extra_body': key 'messages' is one Parley sends itself");
+    expect_error("{\"model\":\"m\",\"keep_alive\":true}",
+                 "option 'keep_alive': must be a string, a number or null");
+    expect_error("{\"model\":\"m\",\"think\":1}", "option 'think': must be a boolean, a string or null");
+    expect_error("{\"model\":\"m\",\"thinking_budget_tokens\":2048,\"max_tokens\":1024}",
+                 "option 'thinking_budget_tokens': must be less than max_tokens (1024)");
+    expect_error("{\"model\":\"m\",\"thinking_budget_tokens\":100}", "from 1024 to");
+    expect_error("{\"model\":\"m\",\"provider\":\"anthropic\",\"thinking_budget_tokens\":2048,"
+                 "\"temperature\":0.5}", "option 'temperature': Anthropic's extended thinking");
+    CHECK(options_parse("{\"model\":\"m\",\"provider\":\"ollama\",\"keep_alive\":-1,"
+                        "\"think\":\"high\",\"extra_body\":{\"top_k\":20}}", &o, &err) == 0);
+    CHECK_STR(o.keep_alive, "-1");
+    CHECK_STR(o.think, "\"high\"");
+    CHECK_STR(o.extra_body, "{\"top_k\":20}");
+    options_free(&o);
+}
+
 static void test_defaults(void)
 {
     parley_options o;
     char *err = NULL;
     CHECK(options_parse("{\"model\":\"m\"}", &o, &err) == 0);
     CHECK(err == NULL);
-    CHECK_STR(o.base_url, "http://127.0.0.1:11434/v1");
+    CHECK(o.base_url == NULL); /* the provider's default (provider/provider.h) */
+    CHECK_STR(o.provider, "openai");
+    CHECK(o.strip_think_tags == 1 && o.prompt_cache == 1 && o.num_ctx == 8192);
+    CHECK_STR(o.max_tokens_field, "max_tokens");
+    CHECK(o.extra_body == NULL && o.keep_alive == NULL && o.think == NULL);
+    CHECK(o.reasoning_effort == NULL && o.thinking_budget_tokens == 0);
     CHECK(o.max_history_turns == 20);
     CHECK(o.history_keep_turns == -1); /* null: the same as max_history_turns */
     CHECK_STR(o.history_store, "memory");
@@ -326,6 +357,7 @@ static void test_base_url_parsed_by_libcurl(void)
 int main(void)
 {
     test_defaults();
+    test_provider_options();
     test_values();
     test_errors();
     test_did_you_mean();

@@ -65,7 +65,8 @@ class Input(Structure):
         ("context_json", c_char_p),
         ("tools_json", c_char_p),
         ("on_delta", DELTA_FN),
-        # appended after ABI 1.0 (docs/history.md)
+        # appended after ABI 1.0, in header order
+        ("on_reasoning", DELTA_FN),
         ("metadata_json", c_char_p),
         ("interface_type", c_char_p),
         ("interface_message_id", c_char_p),

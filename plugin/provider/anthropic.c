@@ -1,0 +1,628 @@
+/*
+ * anthropic.c -- the Anthropic Messages API codec (POST <base>/v1/messages).
+ * References:
+ *   https://docs.anthropic.com/en/api/messages
+ *   https://docs.anthropic.com/en/docs/build-with-claude/streaming
+ *   https://docs.anthropic.com/en/docs/build-with-claude/tool-use
+ *   https://docs.anthropic.com/en/docs/build-with-claude/extended-thinking
+ *   https://docs.anthropic.com/en/docs/build-with-claude/prompt-caching
+ *
+ * Rendering: the system prompt is top-level; an assistant's tool calls are
+ * tool_use blocks; all tool results of a round go in ONE user message of
+ * tool_result blocks (is_error on failures); consecutive messages of one role
+ * are merged, as the API wants roles to alternate.  Thinking blocks are sent
+ * back unchanged (signature included) within the turn that produced them.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "codec.h"
+#include "provider.h"
+#include "sse.h"
+
+#define MAX_SSE_SIZE (8u << 20)
+#define MAX_BLOCKS 256
+
+static int anthropic_headers(const parley_options *o, struct curl_slist **list)
+{
+    char *key = o->api_key ? pstr_printf("x-api-key: %s", o->api_key) : NULL;
+    const char *lines[] = {"anthropic-version: 2023-06-01", key};
+    int rc = o->api_key && !key ? -1 : 0;
+    for (size_t i = 0; rc == 0 && i < sizeof lines / sizeof lines[0]; i++) {
+        if (!lines[i])
+            continue;
+        struct curl_slist *more = curl_slist_append(*list, lines[i]);
+        if (more)
+            *list = more;
+        else
+            rc = -1;
+    }
+    free(key);
+    return rc;
+}
+
+/* ---- request ---- */
+
+static json_t *text_block(const char *text)
+{
+    return json_pack("{s:s,s:s}", "type", "text", "text", text);
+}
+
+/* Append a message of `role` with `blocks` (stolen), merging into the last one of the
+   same role: the API wants user and assistant to alternate. */
+static void push_message(json_t *out, const char *role, json_t *blocks)
+{
+    json_t *last = json_array_get(out, json_array_size(out) - 1);
+    if (last && strcmp(msg_role(last), role) == 0) {
+        json_array_extend(json_object_get(last, "content"), blocks);
+        json_decref(blocks);
+        return;
+    }
+    json_array_append_new(out, json_pack("{s:s,s:o}", "role", role, "content", blocks));
+}
+
+static json_t *assistant_blocks(const json_t *m, int current_turn)
+{
+    json_t *blocks = json_array();
+    const json_t *calls = json_object_get(m, "tool_calls");
+    const json_t *thinking = msg_provider_data(m, "anthropic", "thinking");
+    /* Thinking goes back unchanged, first, within the tool turn that made it. */
+    if (current_turn && json_array_size(calls) > 0 && json_is_array(thinking))
+        json_array_extend(blocks, (json_t *)thinking);
+    char *text = msg_text(json_object_get(m, "content"));
+    if (text && *text)
+        json_array_append_new(blocks, text_block(text));
+    free(text);
+    size_t i;
+    const json_t *call;
+    json_array_foreach(calls, i, call) {
+        const char *id = msg_str(call, "id");
+        const char *name = msg_str(json_object_get(call, "function"), "name");
+        json_array_append_new(blocks, json_pack("{s:s,s:s,s:s,s:o}", "type", "tool_use", "id",
+                                                id ? id : "", "name", name ? name : "",
+                                                "input", msg_arguments_object(call)));
+    }
+    if (json_array_size(blocks) == 0) /* the API refuses empty text */
+        json_array_append_new(blocks, text_block("(no answer)"));
+    return blocks;
+}
+
+static json_t *tool_result_block(const json_t *m)
+{
+    const char *id = msg_str(m, "tool_call_id");
+    char *content = msg_text(json_object_get(m, "content"));
+    json_t *b = json_pack("{s:s,s:s,s:s}", "type", "tool_result", "tool_use_id", id ? id : "",
+                          "content", content ? content : "");
+    free(content);
+    if (json_is_true(json_object_get(m, "is_error")))
+        json_object_set_new(b, "is_error", json_true());
+    return b;
+}
+
+static json_t *render_messages(const provider_request *r)
+{
+    json_t *out = json_array();
+    const json_t *lists[] = {r->history, r->messages};
+    for (size_t l = 0; l < 2; l++) {
+        size_t i;
+        const json_t *m;
+        json_array_foreach(lists[l], i, m) {
+            const char *role = msg_role(m);
+            if (strcmp(role, "assistant") == 0) {
+                push_message(out, "assistant", assistant_blocks(m, l == 1));
+            } else if (strcmp(role, "tool") == 0) {
+                json_t *blocks = json_array();
+                json_array_append_new(blocks, tool_result_block(m));
+                push_message(out, "user", blocks);
+            } else if (strcmp(role, "user") == 0) {
+                char *text = msg_text(json_object_get(m, "content"));
+                json_t *blocks = json_array();
+                json_array_append_new(blocks, text_block(text ? text : ""));
+                free(text);
+                push_message(out, "user", blocks);
+            }
+        }
+    }
+    return out;
+}
+
+static json_t *render_tools(const char *tools_json, int cache)
+{
+    json_t *in = json_loads(tools_json, 0, NULL), *out = json_array();
+    size_t i;
+    const json_t *t;
+    json_array_foreach(in, i, t) {
+        const json_t *fn = json_object_get(t, "function");
+        json_t *tool = json_pack("{s:O}", "name", json_object_get(fn, "name"));
+        if (json_object_get(fn, "description"))
+            json_object_set(tool, "description", json_object_get(fn, "description"));
+        json_object_set(tool, "input_schema", json_object_get(fn, "parameters"));
+        json_array_append_new(out, tool);
+    }
+    json_decref(in);
+    /* A breakpoint on the last tool caches the whole tool list. */
+    if (cache && json_array_size(out) > 0)
+        json_object_set_new(json_array_get(out, json_array_size(out) - 1), "cache_control",
+                            json_pack("{s:s}", "type", "ephemeral"));
+    return out;
+}
+
+/*
+ * The system prompt as text blocks.  With prompt caching, the agent's own
+ * prompt (the same every turn) is one block with the cache breakpoint, and a
+ * turn's extra prompt another after it, so a changing extra prompt does not
+ * spoil the cached prefix.
+ */
+static json_t *render_system(const provider_request *r, int cache)
+{
+    json_t *sys = json_array();
+    size_t len = strlen(r->system), fixed = r->system_fixed_len;
+    int split = cache && fixed > 0 && fixed + 2 < len;
+    json_t *first = split ? json_pack("{s:s,s:s%}", "type", "text", "text", r->system, fixed)
+                          : text_block(r->system);
+    if (cache)
+        json_object_set_new(first, "cache_control", json_pack("{s:s}", "type", "ephemeral"));
+    json_array_append_new(sys, first);
+    if (split) /* past the "\n\n" that joins them */
+        json_array_append_new(sys, text_block(r->system + fixed + 2));
+    return sys;
+}
+
+/* max_tokens is required; with thinking it must exceed the thinking budget. */
+static long long max_tokens(const parley_options *o)
+{
+    if (o->max_tokens > 0)
+        return o->max_tokens;
+    return o->thinking_budget_tokens > 0 ? o->thinking_budget_tokens + 1024
+                                         : provider_anthropic.default_max_tokens;
+}
+
+static int anthropic_encode(pbuf *out, const parley_options *o, const provider_request *r,
+                            char **err)
+{
+    json_t *body = json_pack("{s:s,s:I}", "model", o->model, "max_tokens",
+                             (json_int_t)max_tokens(o));
+    if (r->system && *r->system)
+        json_object_set_new(body, "system", render_system(r, o->prompt_cache));
+    json_object_set_new(body, "messages", render_messages(r));
+    if (strcmp(r->tools_json, "[]") != 0) {
+        json_object_set_new(body, "tools", render_tools(r->tools_json, o->prompt_cache));
+        if (r->tool_choice_none)
+            json_object_set_new(body, "tool_choice", json_pack("{s:s}", "type", "none"));
+    }
+    if (o->stream)
+        json_object_set_new(body, "stream", json_true());
+    if (o->temperature >= 0)
+        json_object_set_new(body, "temperature", json_real(o->temperature));
+    if (o->top_p >= 0)
+        json_object_set_new(body, "top_p", json_real(o->top_p));
+    if (o->thinking_budget_tokens > 0)
+        json_object_set_new(body, "thinking",
+                            json_pack("{s:s,s:I}", "type", "enabled", "budget_tokens",
+                                      (json_int_t)o->thinking_budget_tokens));
+    return codec_body_text(out, body, o, err);
+}
+
+/* ---- reply ---- */
+
+static const char *neutral_stop_reason(const char *r)
+{
+    static const char *const map[][2] = {{"end_turn", "stop"},       {"stop_sequence", "stop"},
+                                         {"max_tokens", "length"},   {"tool_use", "tool_calls"},
+                                         {"refusal", "refusal"},     {"pause_turn", "pause_turn"},
+                                         {"model_context_window_exceeded", "length"}};
+    for (size_t i = 0; i < sizeof map / sizeof map[0]; i++)
+        if (strcmp(r, map[i][0]) == 0)
+            return map[i][1];
+    return r;
+}
+
+/* "prompt" counts every input token, cached or not; Anthropic counts them apart. */
+static void read_usage(const json_t *u, llm_usage *out)
+{
+    if (!json_is_object(u))
+        return;
+    if (json_object_get(u, "input_tokens")) {
+        out->cache_read = codec_count(u, "cache_read_input_tokens");
+        out->cache_creation = codec_count(u, "cache_creation_input_tokens");
+        out->prompt = codec_count(u, "input_tokens") + out->cache_read + out->cache_creation;
+    }
+    if (json_object_get(u, "output_tokens"))
+        out->completion = codec_count(u, "output_tokens"); /* cumulative in message_delta */
+}
+
+static char *error_message(const json_t *root)
+{
+    const char *m = msg_str(json_object_get(root, "error"), "message");
+    return m ? llm_clean_text(m, strlen(m)) : NULL;
+}
+
+static int fail_error_event(const json_t *root, char **err)
+{
+    char *m = error_message(root);
+    const char *type = msg_str(json_object_get(root, "error"), "type");
+    *err = pstr_printf("server returned an error: %s%s%s%s", type ? type : "",
+                       type && m ? ": " : "", m ? m : "", !type && !m ? "(no message)" : "");
+    free(m);
+    return -1;
+}
+
+/* The reply being built, block by block: the same for a whole body and a stream. */
+typedef struct block {
+    char *type;       /* "text", "thinking", "redacted_thinking", "tool_use", other */
+    char *id, *name;  /* tool_use */
+    pbuf text;        /* text, thinking, or the tool_use input JSON */
+    pbuf signature;   /* thinking */
+    json_t *data;     /* redacted_thinking: the block as given; tool_use: parsed input */
+    int stopped;
+} block;
+
+typedef struct builder {
+    block *blocks;
+    size_t n;
+    char *stop_reason;
+    llm_usage usage;
+} builder;
+
+static void builder_free(builder *b)
+{
+    for (size_t i = 0; i < b->n; i++) {
+        free(b->blocks[i].type);
+        free(b->blocks[i].id);
+        free(b->blocks[i].name);
+        pbuf_free(&b->blocks[i].text);
+        pbuf_free(&b->blocks[i].signature);
+        json_decref(b->blocks[i].data);
+    }
+    free(b->blocks);
+    free(b->stop_reason);
+    memset(b, 0, sizeof *b);
+}
+
+/* Open block `index` from its content_block (start event, or a whole body's block). */
+static int block_start(builder *b, size_t index, const json_t *cb, char **err)
+{
+    if (index >= MAX_BLOCKS)
+        return (*err = pstr_printf("content block index %zu is out of range", index)), -1;
+    if (!json_is_object(cb))
+        return (*err = pstr_printf("content block %zu is %s, not an object", index,
+                                   llm_json_type_name(cb))), -1;
+    const char *type = msg_str(cb, "type");
+    if (!type)
+        return (*err = pstr_printf("content block %zu has no type", index)), -1;
+    if (index >= b->n) {
+        block *more = realloc(b->blocks, (index + 1) * sizeof *more);
+        if (!more)
+            return codec_oom(err);
+        memset(more + b->n, 0, (index + 1 - b->n) * sizeof *more);
+        b->blocks = more;
+        b->n = index + 1;
+    }
+    block *k = &b->blocks[index];
+    if (k->type)
+        return (*err = pstr_printf("content block %zu started twice", index)), -1;
+    if (!(k->type = strdup(type)))
+        return codec_oom(err);
+    if (strcmp(type, "tool_use") == 0) {
+        const char *id = msg_str(cb, "id"), *name = msg_str(cb, "name");
+        if (!name)
+            return (*err = pstr_printf("tool_use block %zu has no name", index)), -1;
+        if (!(k->name = strdup(name)) || (id && !(k->id = strdup(id))))
+            return codec_oom(err);
+    } else if (strcmp(type, "redacted_thinking") == 0) {
+        k->data = json_deep_copy(cb);
+    }
+    return 0;
+}
+
+static block *open_block(builder *b, const json_t *index, char **err)
+{
+    json_int_t i = json_is_integer(index) ? json_integer_value(index) : -1;
+    if (i < 0 || (size_t)i >= b->n || !b->blocks[i].type || b->blocks[i].stopped) {
+        *err = pstr_printf("event for content block %lld, which is not open", (long long)i);
+        return NULL;
+    }
+    return &b->blocks[i];
+}
+
+/* A tool_use block ended: its joined input_json pieces must be a JSON object. */
+static int block_stop(block *k, size_t index, char **err)
+{
+    k->stopped = 1;
+    if (strcmp(k->type, "tool_use") != 0 || k->data)
+        return 0;
+    if (k->text.oom)
+        return codec_oom(err);
+    json_error_t jerr;
+    k->data = k->text.len ? json_loadb(k->text.data, k->text.len, 0, &jerr) : json_object();
+    if (!json_is_object(k->data))
+        return (*err = pstr_printf("tool_use block %zu input is not a JSON object", index)), -1;
+    return 0;
+}
+
+static int build_reply(builder *b, llm_reply *out, char **err)
+{
+    pbuf text = PBUF_INIT, reasoning = PBUF_INIT;
+    json_t *thinking = json_array();
+    size_t ncalls = 0;
+    for (size_t i = 0; i < b->n; i++)
+        ncalls += b->blocks[i].type && strcmp(b->blocks[i].type, "tool_use") == 0;
+    int rc = 0;
+    if (ncalls && !(out->calls = calloc(ncalls, sizeof *out->calls)))
+        rc = codec_oom(err);
+    for (size_t i = 0; rc == 0 && i < b->n; i++) {
+        block *k = &b->blocks[i];
+        if (!k->type)
+            continue;
+        if (strcmp(k->type, "text") == 0) {
+            pbuf_append(&text, k->text.data ? k->text.data : "", k->text.len);
+        } else if (strcmp(k->type, "thinking") == 0) {
+            pbuf_append(&reasoning, k->text.data ? k->text.data : "", k->text.len);
+            json_array_append_new(thinking,
+                                  json_pack("{s:s,s:s%,s:s%}", "type", "thinking", "thinking",
+                                            k->text.data ? k->text.data : "", k->text.len,
+                                            "signature", k->signature.data ? k->signature.data : "",
+                                            k->signature.len));
+        } else if (strcmp(k->type, "redacted_thinking") == 0 && k->data) {
+            json_array_append(thinking, k->data);
+        } else if (strcmp(k->type, "tool_use") == 0) {
+            if (!k->data && block_stop(k, i, err) != 0) {
+                rc = -1;
+                break;
+            }
+            char *args = llm_arguments_text(k->data);
+            rc = args ? llm_fill_call(&out->calls[out->ncalls], out->ncalls, k->id, k->name,
+                                      args, err)
+                      : codec_oom(err);
+            out->ncalls++;
+            free(args);
+        }
+    }
+    if (rc == 0 && (text.oom || reasoning.oom))
+        rc = codec_oom(err);
+    if (rc == 0)
+        rc = llm_set_content(out, &text, err);
+    if (rc == 0 && reasoning.len && !(out->reasoning = pbuf_take(&reasoning)))
+        rc = codec_oom(err);
+    if (rc == 0 && json_array_size(thinking) > 0) {
+        json_t *pd = json_pack("{s:{s:O}}", "anthropic", "thinking", thinking);
+        out->provider_data = pd ? json_dumps(pd, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
+        json_decref(pd);
+        if (!out->provider_data)
+            rc = codec_oom(err);
+    }
+    if (rc == 0 && b->stop_reason &&
+        !(out->finish_reason = strdup(neutral_stop_reason(b->stop_reason))))
+        rc = codec_oom(err);
+    out->usage = b->usage;
+    json_decref(thinking);
+    pbuf_free(&text);
+    pbuf_free(&reasoning);
+    if (rc != 0)
+        llm_reply_free(out);
+    return rc;
+}
+
+static int anthropic_decode(const char *body, size_t len, llm_reply *out, char **err)
+{
+    memset(out, 0, sizeof *out);
+    *err = NULL;
+    json_error_t jerr;
+    json_t *root = json_loadb(body ? body : "", body ? len : 0, 0, &jerr);
+    if (!json_is_object(root)) {
+        json_decref(root);
+        *err = pstr_printf("response is not a JSON object: %s", root ? "" : jerr.text);
+        return -1;
+    }
+    builder b;
+    memset(&b, 0, sizeof b);
+    int rc = 0;
+    const char *type = msg_str(root, "type");
+    const json_t *content = json_object_get(root, "content");
+    if (type && strcmp(type, "error") == 0)
+        rc = fail_error_event(root, err);
+    else if (!json_is_array(content))
+        rc = ((*err = pstr_printf("response has no content array")), -1);
+    size_t i;
+    const json_t *cb;
+    if (rc == 0)
+        json_array_foreach(content, i, cb) {
+            if ((rc = block_start(&b, i, cb, err)) != 0)
+                break;
+            block *k = &b.blocks[i];
+            const char *field = strcmp(k->type, "text") == 0       ? "text"
+                                : strcmp(k->type, "thinking") == 0 ? "thinking"
+                                                                   : NULL;
+            const char *s = field ? msg_str(cb, field) : NULL;
+            if (s)
+                pbuf_puts(&k->text, s);
+            if (strcmp(k->type, "thinking") == 0 && msg_str(cb, "signature"))
+                pbuf_puts(&k->signature, msg_str(cb, "signature"));
+            if (strcmp(k->type, "tool_use") == 0) {
+                const json_t *input = json_object_get(cb, "input");
+                if (!json_is_object(input) && input) {
+                    rc = ((*err = pstr_printf("tool_use block %zu input is not an object", i)), -1);
+                    break;
+                }
+                k->data = input ? json_deep_copy(input) : json_object();
+            }
+            k->stopped = 1;
+        }
+    const char *stop = msg_str(root, "stop_reason");
+    if (rc == 0 && stop && !(b.stop_reason = strdup(stop)))
+        rc = codec_oom(err);
+    read_usage(json_object_get(root, "usage"), &b.usage);
+    if (rc == 0)
+        rc = build_reply(&b, out, err);
+    builder_free(&b);
+    json_decref(root);
+    return rc;
+}
+
+/* ---- stream ---- */
+
+typedef struct anthropic_stream {
+    sse_parser sse;
+    llm_sink sink;
+    builder b;
+    int started, stopped;   /* message_start / message_stop seen */
+    codec_stream_state st;
+} anthropic_stream;
+
+static int on_delta(anthropic_stream *s, const json_t *ev, char **err)
+{
+    block *k = open_block(&s->b, json_object_get(ev, "index"), err);
+    if (!k)
+        return -1;
+    const json_t *d = json_object_get(ev, "delta");
+    const char *type = msg_str(d, "type");
+    if (!type)
+        return (*err = pstr_printf("content_block_delta without a delta type")), -1;
+    /* Each delta type belongs to one block type: a mismatch would put text where it
+       does not belong (reasoning into the answer, or the reverse). */
+    static const struct { const char *delta, *field, *block; } kinds[] = {
+        {"text_delta", "text", "text"},
+        {"thinking_delta", "thinking", "thinking"},
+        {"signature_delta", "signature", "thinking"},
+        {"input_json_delta", "partial_json", "tool_use"},
+    };
+    size_t kind = 0;
+    while (kind < sizeof kinds / sizeof kinds[0] && strcmp(type, kinds[kind].delta) != 0)
+        kind++;
+    if (kind == sizeof kinds / sizeof kinds[0])
+        return 0; /* a delta type newer than this decoder */
+    if (strcmp(k->type, kinds[kind].block) != 0)
+        return (*err = pstr_printf("%s for a %s block", type, k->type)), -1;
+    const char *piece = msg_str(d, kinds[kind].field);
+    pbuf *dst = kind == 2 ? &k->signature : &k->text;
+    llm_text_fn fn = kind == 0 ? s->sink.text : kind == 1 ? s->sink.reasoning : NULL;
+    if (!piece)
+        return (*err = pstr_printf("%s without its text", type)), -1;
+    size_t n = strlen(piece);
+    pbuf_append(dst, piece, n);
+    if (dst->oom)
+        return codec_oom(err);
+    if (fn && n)
+        fn(s->sink.ud, piece, n);
+    return 0;
+}
+
+static int on_event(void *ud, const char *data, size_t len, char **err)
+{
+    anthropic_stream *s = ud;
+    json_error_t jerr;
+    json_t *ev = json_loadb(data, len, 0, &jerr);
+    if (!json_is_object(ev)) {
+        json_decref(ev);
+        *err = pstr_printf("stream event is not a JSON object%s%s", ev ? "" : ": ",
+                           ev ? "" : jerr.text);
+        return -1;
+    }
+    const char *type = msg_str(ev, "type");
+    int rc = 0;
+    if (!type) {
+        rc = ((*err = pstr_printf("stream event without a type")), -1);
+    } else if (strcmp(type, "error") == 0) {
+        rc = fail_error_event(ev, err);
+    } else if (strcmp(type, "message_start") == 0) {
+        s->started = 1;
+        read_usage(json_object_get(json_object_get(ev, "message"), "usage"), &s->b.usage);
+    } else if (!s->started && strcmp(type, "ping") != 0) {
+        rc = ((*err = pstr_printf("stream event %s before message_start", type)), -1);
+    } else if (strcmp(type, "content_block_start") == 0) {
+        const json_t *idx = json_object_get(ev, "index");
+        rc = block_start(&s->b, json_is_integer(idx) ? (size_t)json_integer_value(idx) : MAX_BLOCKS,
+                         json_object_get(ev, "content_block"), err);
+    } else if (strcmp(type, "content_block_delta") == 0) {
+        rc = on_delta(s, ev, err);
+    } else if (strcmp(type, "content_block_stop") == 0) {
+        const json_t *idx = json_object_get(ev, "index");
+        block *k = open_block(&s->b, idx, err);
+        rc = k ? block_stop(k, (size_t)json_integer_value(idx), err) : -1;
+    } else if (strcmp(type, "message_delta") == 0) {
+        const char *stop = msg_str(json_object_get(ev, "delta"), "stop_reason");
+        if (stop) {
+            free(s->b.stop_reason);
+            if (!(s->b.stop_reason = strdup(stop)))
+                rc = codec_oom(err);
+        }
+        read_usage(json_object_get(ev, "usage"), &s->b.usage);
+    } else if (strcmp(type, "message_stop") == 0) {
+        s->stopped = 1;
+        rc = 1; /* the rest of the body is ignored */
+    } /* ping, and event types newer than this decoder, carry nothing for us */
+    json_decref(ev);
+    return rc;
+}
+
+static void *anthropic_stream_new(const llm_sink *sink)
+{
+    anthropic_stream *s = calloc(1, sizeof *s);
+    if (!s)
+        return NULL;
+    sse_init(&s->sse, MAX_SSE_SIZE, on_event, s);
+    s->sink = *sink;
+    return s;
+}
+
+static int anthropic_stream_feed(void *v, const char *data, size_t len, char **err)
+{
+    anthropic_stream *s = v;
+    if (codec_stream_dead(&s->st, 0, err) != 0)
+        return -1;
+    if (s->stopped || len == 0)
+        return 0;
+    char *msg = NULL;
+    if (sse_feed(&s->sse, data, len, &msg) < 0)
+        return codec_stream_die(&s->st, msg, err);
+    return 0;
+}
+
+static int anthropic_stream_finish(void *v, llm_reply *out, char **err)
+{
+    anthropic_stream *s = v;
+    memset(out, 0, sizeof *out);
+    if (codec_stream_dead(&s->st, 1, err) != 0)
+        return -1;
+    char *msg = NULL;
+    if (!s->stopped && !sse_has_partial_line(&s->sse) && sse_flush(&s->sse, &msg) < 0)
+        return codec_stream_die(&s->st, msg, err);
+    if (!s->stopped)
+        return codec_stream_die(&s->st, pstr_printf("stream ended before message_stop"), err);
+    if (build_reply(&s->b, out, &msg) != 0)
+        return codec_stream_die(&s->st, msg, err);
+    return 0;
+}
+
+static int anthropic_stream_done(const void *v) { return ((const anthropic_stream *)v)->stopped; }
+
+static void anthropic_stream_free(void *v)
+{
+    anthropic_stream *s = v;
+    if (!s)
+        return;
+    sse_free(&s->sse);
+    builder_free(&s->b);
+    free(s->st.error);
+    free(s);
+}
+
+const provider provider_anthropic = {
+    .name = "anthropic",
+    .default_base_url = "https://api.anthropic.com",
+    .path = "/v1/messages",
+    .models_path = "/v1/models",
+    .not_found_hint = "the Messages API is <base_url>/v1/messages, base_url https://api.anthropic.com without /v1",
+    .stream_accept = "Accept: text/event-stream",
+    .default_max_tokens = 1024,
+    .headers = anthropic_headers,
+    .encode = anthropic_encode,
+    .decode = anthropic_decode,
+    .stream_new = anthropic_stream_new,
+    .stream_feed = anthropic_stream_feed,
+    .stream_finish = anthropic_stream_finish,
+    .stream_free = anthropic_stream_free,
+    .stream_done = anthropic_stream_done,
+    .error_text = llm_error_text, /* {"type":"error","error":{"type","message"}} */
+    .retryable = provider_retryable_default, /* 529 overloaded_error is a 5xx */
+};

@@ -1,0 +1,73 @@
+/*
+ * codec.h -- helpers the provider codecs share (not for the turn).
+ *
+ * The JSON-shape checks and call-filling rules live in llm_reply.c (the
+ * Chat Completions decoder, the first codec); the others use them through
+ * these so every provider fills an llm_reply the same way.
+ */
+#ifndef PARLEY_PROVIDER_CODEC_H
+#define PARLEY_PROVIDER_CODEC_H
+
+#include <curl/curl.h>
+#include <jansson.h>
+
+#include "buf.h"
+#include "llm_reply.h"
+#include "options.h"
+
+const char *llm_json_type_name(const json_t *v);       /* "an object", "a string", ... */
+char *llm_clean_text(const char *text, size_t n);      /* server text made safe to show */
+char *llm_arguments_text(const json_t *obj);           /* an arguments object as JSON text */
+/* Fill a call: empty id -> "call_<pos>", NULL/empty arguments -> "{}". */
+int llm_fill_call(llm_tool_call *c, size_t pos, const char *id, const char *name,
+                  const char *arguments, char **err);
+/* Move text into out->content: "" without tool calls, NULL beside them when empty. */
+int llm_set_content(llm_reply *out, pbuf *text, char **err);
+
+/* ---- rendering neutral messages (provider.c) ---- */
+
+/* Member `key` as a string, or NULL. */
+const char *msg_str(const json_t *msg, const char *key);
+/* The message's role, or "" */
+const char *msg_role(const json_t *msg);
+/* The text of a content that is a string or text parts (malloc'd; "" for null). */
+char *msg_text(const json_t *content);
+/* A tool call's arguments (a JSON string or, from Ollama-era records, an object) as an object:
+   invalid JSON or a non-object becomes {"invalid_json": text}.  New reference. */
+json_t *msg_arguments_object(const json_t *call);
+/* The same as JSON text (malloc'd). */
+char *msg_arguments_text(const json_t *call);
+/* History then this turn's messages in one new array; *first_current = where this turn starts. */
+json_t *msgs_concat(const json_t *history, const json_t *messages, size_t *first_current);
+/* The tool name of the tool result all[index]: its own "name", else the name of the call with
+   its tool_call_id in the assistant message before it; "" if none. */
+const char *msg_tool_name(const json_t *all, size_t index);
+/* provider_data.<provider>.<key> of a message, or NULL. */
+const json_t *msg_provider_data(const json_t *msg, const char *name, const char *key);
+
+/* Dump a JSON value compactly onto b (order preserved). */
+void pbuf_json(pbuf *b, const json_t *v);
+
+/* Parley's parts of a request body every codec renders alike. */
+void render_extra_body(pbuf *b, const parley_options *o); /* ",k:v" per extra_body key */
+/* Render a body built with jansson (stolen) into out, extra_body merged.  0 or -1 (OOM). */
+int codec_body_text(pbuf *out, json_t *body, const parley_options *o, char **err);
+/* "Authorization: Bearer <api_key>" when there is a key.  0 or -1 (OOM). */
+int codec_bearer_header(const parley_options *o, struct curl_slist **list);
+
+/* ---- small shared pieces of the decoders ---- */
+
+int codec_oom(char **err);                               /* *err = "out of memory"; -1 */
+long long codec_count(const json_t *obj, const char *key); /* a token count; 0 if absent */
+
+/* A stream decoder's life: once it failed, every later call repeats its error. */
+typedef struct codec_stream_state {
+    int failed, finished;
+    char *error;
+} codec_stream_state;
+/* Fail for good with msg (owned; NULL = out of memory); *err gets a copy.  Returns -1. */
+int codec_stream_die(codec_stream_state *st, char *msg, char **err);
+/* -1 with *err when the stream already failed (or, with finishing, already finished). */
+int codec_stream_dead(codec_stream_state *st, int finishing, char **err);
+
+#endif

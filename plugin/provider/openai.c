@@ -1,0 +1,272 @@
+/*
+ * openai.c -- the Chat Completions codec (OpenAI, and what every local server
+ * speaks: llama.cpp, vLLM, Ollama's /v1, LM Studio, DeepSeek, ...).
+ * Reference: https://platform.openai.com/docs/api-reference/chat/create
+ *
+ * Neutral messages are a superset of this format (docs/history.md), so
+ * rendering keeps each message's Chat Completions keys and drops Parley's
+ * own (name, is_error, reasoning, provider_data) -- except that a tool-call
+ * turn whose reasoning came in `reasoning_content` sends it back within the
+ * turn, as DeepSeek requires.  Decoding is llm_reply.c.
+ *
+ * History is rendered from its stored text: a message whose keys are all
+ * Chat Completions keys (most of them) is copied as it is; only the others
+ * are parsed and re-rendered.  Rendering stays a memcpy per message, as in
+ * 0.1, instead of a JSON parse of the whole history per request.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "codec.h"
+#include "provider.h"
+
+static void put_key(pbuf *b, const char *key)
+{
+    pbuf_putc(b, ',');
+    pbuf_json_string(b, key, strlen(key));
+    pbuf_putc(b, ':');
+}
+
+static void render_tool_calls(pbuf *b, const json_t *calls)
+{
+    pbuf_puts(b, ",\"tool_calls\":[");
+    size_t i;
+    const json_t *call;
+    json_array_foreach(calls, i, call) {
+        const char *id = msg_str(call, "id");
+        const char *name = msg_str(json_object_get(call, "function"), "name");
+        char *args = msg_arguments_text(call);
+        pbuf_puts(b, i ? ",{\"id\":" : "{\"id\":");
+        pbuf_json_string(b, id ? id : "", id ? strlen(id) : 0);
+        pbuf_puts(b, ",\"type\":\"function\",\"function\":{\"name\":");
+        pbuf_json_string(b, name ? name : "", name ? strlen(name) : 0);
+        pbuf_puts(b, ",\"arguments\":");
+        if (args)
+            pbuf_json_string(b, args, strlen(args));
+        else
+            b->oom = 1;
+        pbuf_puts(b, "}}");
+        free(args);
+    }
+    pbuf_putc(b, ']');
+}
+
+static void render_message(pbuf *b, const json_t *m, int current_turn)
+{
+    const char *role = msg_role(m);
+    pbuf_puts(b, "{\"role\":");
+    pbuf_json_string(b, role, strlen(role));
+    const json_t *content = json_object_get(m, "content");
+    if (strcmp(role, "tool") == 0) {
+        const char *id = msg_str(m, "tool_call_id");
+        put_key(b, "tool_call_id");
+        pbuf_json_string(b, id ? id : "", id ? strlen(id) : 0);
+        put_key(b, "content");
+        if (json_is_string(content) || json_is_array(content))
+            pbuf_json(b, content);
+        else
+            pbuf_json_string(b, "", 0);
+        pbuf_putc(b, '}');
+        return;
+    }
+    put_key(b, "content");
+    pbuf_json(b, content ? content : json_null());
+    const json_t *calls = json_object_get(m, "tool_calls");
+    if (strcmp(role, "assistant") == 0 && json_array_size(calls) > 0) {
+        render_tool_calls(b, calls);
+        const char *reasoning = msg_str(m, "reasoning");
+        const char *field = json_string_value(msg_provider_data(m, "openai", "reasoning_field"));
+        if (current_turn && reasoning && field && strcmp(field, "reasoning_content") == 0) {
+            put_key(b, "reasoning_content");
+            pbuf_json_string(b, reasoning, strlen(reasoning));
+        }
+    }
+    pbuf_putc(b, '}');
+}
+
+/* p at a string's opening quote: the closing quote, or NULL. */
+static const char *string_end(const char *p, const char *end)
+{
+    for (p++; p < end; p++) {
+        if (*p == '\\')
+            p++;
+        else if (*p == '"')
+            return p;
+    }
+    return NULL;
+}
+
+static int wire_key(const char *k, size_t n)
+{
+    static const char *const keys[] = {"role", "content", "tool_calls", "tool_call_id"};
+    for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++)
+        if (strlen(keys[i]) == n && memcmp(keys[i], k, n) == 0)
+            return 1;
+    return 0;
+}
+
+/*
+ * p at a message's '{': the byte after its '}', or NULL when the text is not
+ * a JSON object.  *as_is: every top-level key is a Chat Completions one.
+ */
+static const char *scan_message(const char *p, const char *end, int *as_is)
+{
+    int depth = 0, expect_key = 0;
+    *as_is = 1;
+    if (p >= end || *p != '{')
+        return NULL;
+    for (; p < end; p++) {
+        switch (*p) {
+        case '"': {
+            const char *close = string_end(p, end);
+            if (!close)
+                return NULL;
+            if (depth == 1 && expect_key && !wire_key(p + 1, (size_t)(close - p - 1)))
+                *as_is = 0;
+            expect_key = 0;
+            p = close;
+            break;
+        }
+        case '{':
+        case '[':
+            expect_key = ++depth == 1;
+            break;
+        case '}':
+        case ']':
+            if (--depth == 0)
+                return p + 1;
+            break;
+        case ',':
+            expect_key = depth == 1;
+            break;
+        default:
+            break;
+        }
+    }
+    return NULL;
+}
+
+static int render_history_text(pbuf *out, const char *p, size_t len, int *first, char **err)
+{
+    const char *end = p + len;
+    while (p < end) {
+        while (p < end && (*p == ',' || *p == ' ' || *p == '\n'))
+            p++;
+        if (p == end)
+            break;
+        int as_is;
+        const char *next = scan_message(p, end, &as_is);
+        if (!next) {
+            *err = pstr_printf("stored history is not a list of JSON objects");
+            return -1;
+        }
+        if (!*first)
+            pbuf_putc(out, ',');
+        *first = 0;
+        if (as_is) {
+            pbuf_append(out, p, (size_t)(next - p));
+        } else {
+            json_t *m = json_loadb(p, (size_t)(next - p), 0, NULL);
+            if (!json_is_object(m)) {
+                json_decref(m);
+                *err = pstr_printf("stored history holds a message that is not JSON");
+                return -1;
+            }
+            render_message(out, m, 0);
+            json_decref(m);
+        }
+        p = next;
+    }
+    return 0;
+}
+
+static int openai_encode(pbuf *out, const parley_options *o, const provider_request *r,
+                         char **err)
+{
+    pbuf_reset(out);
+    pbuf_puts(out, "{\"model\":");
+    pbuf_json_string(out, o->model, strlen(o->model));
+    pbuf_puts(out, ",\"messages\":[");
+    int first = 1;
+    if (r->system && *r->system) {
+        pbuf_puts(out, "{\"role\":\"system\",\"content\":");
+        pbuf_json_string(out, r->system, strlen(r->system));
+        pbuf_putc(out, '}');
+        first = 0;
+    }
+    if (r->history_text &&
+        render_history_text(out, r->history_text, r->history_text_len, &first, err) != 0)
+        return -1;
+    const json_t *lists[] = {r->history_text ? NULL : r->history, r->messages};
+    for (size_t l = 0; l < 2; l++) {
+        size_t i;
+        const json_t *m;
+        json_array_foreach(lists[l], i, m) {
+            if (!first)
+                pbuf_putc(out, ',');
+            first = 0;
+            render_message(out, m, l == 1);
+        }
+    }
+    pbuf_putc(out, ']');
+    if (strcmp(r->tools_json, "[]") != 0) {
+        pbuf_puts(out, ",\"tools\":");
+        pbuf_puts(out, r->tools_json);
+        if (r->tool_choice_none)
+            pbuf_puts(out, ",\"tool_choice\":\"none\"");
+    }
+    if (o->stream) /* usage arrives in a last chunk only when asked for */
+        pbuf_puts(out, ",\"stream\":true,\"stream_options\":{\"include_usage\":true}");
+    if (o->temperature >= 0)
+        pbuf_printf(out, ",\"temperature\":%.15g", o->temperature);
+    if (o->top_p >= 0)
+        pbuf_printf(out, ",\"top_p\":%.15g", o->top_p);
+    if (o->max_tokens > 0) {
+        put_key(out, o->max_tokens_field);
+        pbuf_printf(out, "%lld", (long long)o->max_tokens);
+    }
+    if (o->reasoning_effort) {
+        put_key(out, "reasoning_effort");
+        pbuf_json_string(out, o->reasoning_effort, strlen(o->reasoning_effort));
+    }
+    render_extra_body(out, o);
+    pbuf_putc(out, '}');
+    if (out->oom) {
+        *err = pstr_printf("out of memory");
+        return -1;
+    }
+    return 0;
+}
+
+static void *openai_stream_new(const llm_sink *sink) { return llm_stream_new_sink(sink); }
+static int openai_stream_feed(void *s, const char *d, size_t n, char **err)
+{
+    return llm_stream_feed(s, d, n, err);
+}
+static int openai_stream_finish(void *s, llm_reply *out, char **err)
+{
+    return llm_stream_finish(s, out, err);
+}
+static void openai_stream_free(void *s) { llm_stream_free(s); }
+static int openai_stream_done(const void *s) { return llm_stream_done(s); }
+
+const provider provider_openai = {
+    .name = "openai",
+    .default_base_url = "http://127.0.0.1:11434/v1",
+    .path = "/chat/completions",
+    .models_path = "/models",
+    .not_found_hint = "OpenAI-compatible servers serve <root>/v1/chat/completions",
+    .stream_accept = "Accept: text/event-stream",
+    .default_max_tokens = 0,
+    .reads_history_text = 1,
+    .headers = codec_bearer_header,
+    .encode = openai_encode,
+    .decode = llm_reply_decode,
+    .stream_new = openai_stream_new,
+    .stream_feed = openai_stream_feed,
+    .stream_finish = openai_stream_finish,
+    .stream_free = openai_stream_free,
+    .stream_done = openai_stream_done,
+    .error_text = llm_error_text,
+    .retryable = provider_retryable_default,
+};

@@ -1,0 +1,110 @@
+/*
+ * provider.h -- one LLM provider's wire format, as a codec (in the manner of
+ * curl's lib/vtls/ and SQLite's sqlite3_vfs: this one interface, one file per
+ * backend).  Everything server-specific lives behind it:
+ *
+ *   endpoint     the request URL path and the provider's own headers
+ *   encode       request body from Parley's neutral messages (docs/history.md),
+ *                the tools and the turn's parameters
+ *   decode       a whole (non-streamed) reply body -> llm_reply
+ *   stream_*     an incremental decoder of a streamed reply (SSE or NDJSON)
+ *   error_text   the server's own words from an error body
+ *   retryable    whether an HTTP error status is worth another attempt
+ *
+ * The turn sees only this table and the helpers below; the HTTP layer knows
+ * no server at all.  Codecs: openai.c (Chat Completions, default),
+ * anthropic.c (Messages), ollama.c (native /api/chat).
+ */
+#ifndef PARLEY_PROVIDER_H
+#define PARLEY_PROVIDER_H
+
+#include <curl/curl.h>
+#include <jansson.h>
+#include <stddef.h>
+
+#include "buf.h"
+#include "llm_reply.h"
+#include "options.h"
+
+/* What one request is made of, in neutral form (all borrowed). */
+typedef struct provider_request {
+    const char *system;       /* system prompt of this request; NULL or "" for none */
+    size_t system_fixed_len;  /* how much of it is the agent's own prompt, the same every
+                                 turn (the rest: "\n\n" and the turn's extra prompt) */
+    const json_t *history;    /* array: stored messages of earlier turns, oldest first;
+                                 NULL when history_text is given instead */
+    const char *history_text; /* or the same as stored text ("m,m,"), for a codec with
+                                 reads_history_text; NULL otherwise */
+    size_t history_text_len;
+    const json_t *messages;   /* array: this turn's messages so far (user message first) */
+    const char *tools_json;   /* tools in OpenAI form (toolset_json); "[]" for none */
+    int tool_choice_none;     /* the last round: the model must answer in text */
+} provider_request;
+
+typedef struct provider {
+    const char *name;             /* the `provider` option's value */
+    const char *default_base_url; /* base_url when the options give none */
+    const char *path;             /* appended to base_url, e.g. "/chat/completions" */
+    const char *models_path;      /* the model list (connection check), e.g. "/models" */
+    const char *not_found_hint;   /* what an HTTP 404 most likely means for this API */
+    const char *stream_accept;    /* Accept header line of a streamed request */
+    long long default_max_tokens; /* max_tokens when the options give none; 0 = not sent */
+    int reads_history_text;       /* encode takes history_text: no parse per request (the
+                                     stored form is already close to this wire format) */
+
+    /* Append the provider's own headers (auth, version) to *list; -1 on OOM. */
+    int (*headers)(const parley_options *o, struct curl_slist **list);
+    /* Render the request body into out (reset first).  0, or -1 with *err. */
+    int (*encode)(pbuf *out, const parley_options *o, const provider_request *r, char **err);
+    /* Decode a whole reply.  0, or -1 with *err (then *out is empty). */
+    int (*decode)(const char *body, size_t len, llm_reply *out, char **err);
+
+    /* Streamed replies: same contract as llm_stream_* in llm_reply.h. */
+    void *(*stream_new)(const llm_sink *sink);
+    int (*stream_feed)(void *s, const char *data, size_t len, char **err);
+    int (*stream_finish)(void *s, llm_reply *out, char **err);
+    void (*stream_free)(void *s);
+    /* 1 once the stream said it is whole ([DONE], message_stop, "done": true): the rest
+       of the body can be dropped. */
+    int (*stream_done)(const void *s);
+
+    /* The server's error text from an error body (malloc'd, cleaned, bounded) or NULL. */
+    char *(*error_text)(const char *body, size_t len);
+    /* 1 when an answer with this HTTP error status may succeed if tried again. */
+    int (*retryable)(long status, const char *body, size_t len);
+} provider;
+
+extern const provider provider_openai, provider_anthropic, provider_ollama;
+
+/* The codec named `name`, or NULL. */
+const provider *provider_find(const char *name);
+
+/* "openai", "anthropic", "ollama": for error messages and docs. */
+#define PROVIDER_NAMES "\"openai\", \"anthropic\" or \"ollama\""
+
+/*
+ * Parse stored message text ("m,m," or "m,m": JSON objects joined by ',')
+ * into a new JSON array.  NULL with *err when it is not that.
+ */
+json_t *provider_parse_messages(const char *text, size_t len, char **err);
+
+/*
+ * Decoding with Parley's own rules on top of the codec: `<think>...</think>`
+ * at the start of the content becomes reasoning (when strip_think_tags), in
+ * the whole reply and in the stream alike (the tags may be split across
+ * deltas), so reasoning never reaches the text the host is given.
+ */
+int provider_decode(const provider *p, int strip_think, const char *body, size_t len,
+                    llm_reply *out, char **err);
+
+typedef struct provider_stream provider_stream;
+provider_stream *provider_stream_new(const provider *p, int strip_think, const llm_sink *sink);
+int provider_stream_feed(provider_stream *s, const char *data, size_t len, char **err);
+int provider_stream_finish(provider_stream *s, llm_reply *out, char **err);
+int provider_stream_done(const provider_stream *s);
+void provider_stream_free(provider_stream *s);
+
+/* 429 and 5xx, except a 429 saying the account has no quota left (retrying cannot help). */
+int provider_retryable_default(long status, const char *body, size_t len);
+
+#endif
