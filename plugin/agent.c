@@ -350,12 +350,14 @@ parley_status agent_history_clear(parley_agent *a, const char *id)
     return st;
 }
 
-/* {"error":{"status":"invalid_input","field":..,"message":..}}: how a read function whose
- * only channel is out_json names what was wrong. */
-static char *input_error_json(const char *field, const char *message)
+/* {"error":{"status":..,"field":..,"message":..}}: how a read function whose only
+ * channel is out_json names what was wrong. */
+static char *status_error_json(parley_status st, const char *field, const char *message)
 {
     pbuf b = PBUF_INIT;
-    pbuf_puts(&b, "{\"error\":{\"status\":\"invalid_input\",\"field\":");
+    pbuf_puts(&b, "{\"error\":{\"status\":");
+    pbuf_json_string(&b, status_name(st), strlen(status_name(st)));
+    pbuf_puts(&b, ",\"field\":");
     pbuf_json_string(&b, field, strlen(field));
     pbuf_puts(&b, ",\"message\":");
     pbuf_json_string(&b, message, strlen(message));
@@ -363,6 +365,11 @@ static char *input_error_json(const char *field, const char *message)
     char *s = pbuf_take(&b);
     pbuf_free(&b);
     return s;
+}
+
+static char *input_error_json(const char *field, const char *message)
+{
+    return status_error_json(PARLEY_ERR_INVALID_INPUT, field, message);
 }
 
 parley_status agent_history_query(parley_agent *a, const char *query_json, char **out)
@@ -381,7 +388,8 @@ parley_status agent_history_query(parley_agent *a, const char *query_json, char 
     }
     if (!a->store->backend->query) {
         query_request_free(&r);
-        *out = input_error_json("history_store", "queries are not supported by this store");
+        *out = status_error_json(PARLEY_ERR_STORAGE, "history_store",
+                                 "queries are not supported by this store");
         return PARLEY_ERR_STORAGE;
     }
     pbuf b = PBUF_INIT;

@@ -849,7 +849,7 @@ static parley_status connect_checked(sqlite_store *s, const store_config *cfg, i
         return fail_sqlite(s, s->r.db, err, "cannot open it for reading", rc);
     checkpointer_start(s);
     /* Best effort (a read-only file keeps working without it): message_get by id.
-     * Added by version 2 of the backend, so a file of an earlier build gets it here. */
+     * Added by version 3 of the backend, so a file of an earlier build gets it here. */
     sqlite3_exec(s->w.db, "CREATE INDEX IF NOT EXISTS messages_by_message_id"
                           " ON messages(message_id)", NULL, NULL, NULL);
     if (sqlite3_db_readonly(s->w.db, "main") == 1)
@@ -1368,7 +1368,7 @@ static parley_status sqlite_get_turn(store *base, const char *turn_id, uint64_t 
     return status == PARLEY_OK && !found ? not_found(err) : status;
 }
 
-/* ---- queries (backend version 2) ---- */
+/* ---- queries (backend version 3) ---- */
 
 /* The columns every message read selects; the FROM clause joins its turn and conversation.
  * A message's position is its row id: rows are inserted in append order. */

@@ -51,7 +51,7 @@
 #include "../buf.h"
 #include "../plugin_status.h"
 
-#define STORE_BACKEND_VERSION 2
+#define STORE_BACKEND_VERSION 3
 
 /* Longest conversation id, and the length of turn and message ids (UUIDs). */
 #define STORE_MAX_CONVERSATION_ID 256
@@ -111,7 +111,7 @@ typedef struct store_stats {
     size_t expired;              /* conversations forgotten by the idle timeout, since open */
 } store_stats;
 
-/* Version 2: a query over stored messages (borrowed for the call).  Every
+/* Version 3: a query over stored messages (borrowed for the call).  Every
  * filter is independent; NULL means "any". */
 #define STORE_QUERY_MAX_LIMIT 10000
 
@@ -189,23 +189,6 @@ typedef struct store_backend {
 
     parley_status (*stats)(store *s, store_stats *out, char **err);
 
-    /* ---- version 2 ---- */
-
-    /*
-     * The messages matching q, in q's order, at most q->limit, appended to
-     * `out` as message objects (store_json_message) joined by ',' (no
-     * brackets); *count receives how many.  *last receives the POSITION of
-     * the last one written (an opaque number, increasing with the order
-     * messages were stored: the caller passes it back as q->after for the
-     * next page), *more whether more messages match beyond it.  Expired
-     * conversations are not shown.
-     */
-    parley_status (*query)(store *s, const store_query *q, uint64_t now_ms, pbuf *out,
-                           size_t *count, uint64_t *last, int *more, char **err);
-
-    /* One message by its message_id, as store_json_message; PARLEY_ERR_NOT_FOUND if unknown. */
-    parley_status (*get_message)(store *s, const char *message_id, uint64_t now_ms, pbuf *out,
-                                 char **err);
     /* ---- version 2: order across processes sharing one store ----
      * NULL in a backend that one process owns (its lanes already order the
      * turns of a conversation).  A turn takes the lease on its conversation
@@ -225,6 +208,25 @@ typedef struct store_backend {
      * lease it could not delete expires by itself). */
     parley_status (*lease_acquire)(store *s, const store_key *key, uint64_t *retry_ms, char **err);
     void (*lease_release)(store *s, const store_key *key);
+
+    /* ---- version 3: queries and per-message reads (NULL in a backend
+     *      without them: the agent then says "not supported by this store") ---- */
+
+    /*
+     * The messages matching q, in q's order, at most q->limit, appended to
+     * `out` as message objects (store_json_message) joined by ',' (no
+     * brackets); *count receives how many.  *last receives the POSITION of
+     * the last one written (an opaque number, increasing with the order
+     * messages were stored: the caller passes it back as q->after for the
+     * next page), *more whether more messages match beyond it.  Expired
+     * conversations are not shown.
+     */
+    parley_status (*query)(store *s, const store_query *q, uint64_t now_ms, pbuf *out,
+                           size_t *count, uint64_t *last, int *more, char **err);
+
+    /* One message by its message_id, as store_json_message; PARLEY_ERR_NOT_FOUND if unknown. */
+    parley_status (*get_message)(store *s, const char *message_id, uint64_t now_ms, pbuf *out,
+                                 char **err);
 } store_backend;
 
 /* The first member of every backend's store object. */

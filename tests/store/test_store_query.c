@@ -1,6 +1,6 @@
 /*
  * test_store_query.c -- the store's query and per-message reads (store.h
- * version 2), run against every backend in `backends`.
+ * version 3), run against every backend in `backends`.
  */
 #include <stdint.h>
 #include <stdio.h>

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "check.h"
+#include "agent_api.h"
 #include "query.h"
 
 /* The field named when `json` is refused, or "ok". */
@@ -87,8 +88,48 @@ static void test_cursor(void)
     free(cursor);
 }
 
+/* The memory store with its version-3 functions taken out (as Redis has none yet). */
+static store_backend bare;
+
+static parley_status bare_open(const store_config *cfg, store **out, char **err)
+{
+    parley_status st = store_memory_backend.open(cfg, out, err);
+    if (st == PARLEY_OK)
+        (*out)->backend = &bare;
+    return st;
+}
+
+/* A store without queries: a clear refusal, not a crash. */
+static void test_store_without_queries(void)
+{
+    bare = store_memory_backend;
+    bare.open = bare_open;
+    bare.query = NULL;
+    bare.get_message = NULL;
+    char *err = NULL;
+    parley_agent *a = agent_create_with_store(
+        NULL, "{\"base_url\":\"http://127.0.0.1:9/v1\",\"model\":\"m\"}", &bare, &err);
+    CHECK(a != NULL);
+    free(err);
+    if (!a)
+        return;
+    char *out = NULL;
+    CHECK(agent_history_query(a, "{}", &out) == PARLEY_ERR_STORAGE);
+    CHECK_STR(out, "{\"error\":{\"status\":\"storage\",\"field\":\"history_store\","
+                   "\"message\":\"queries are not supported by this store\"}}");
+    free(out);
+    out = NULL;
+    CHECK(agent_message_get(a, "00000000-0000-4000-8000-000000000000", &out) ==
+          PARLEY_ERR_STORAGE);
+    CHECK(out == NULL);
+    CHECK(agent_history_clear_by(a, "{\"conversation_id\":\"c\",\"persona\":\"*\"}") ==
+          PARLEY_ERR_STORAGE);
+    agent_destroy(a);
+}
+
 int main(void)
 {
+    test_store_without_queries();
     test_bad_input_names_the_field();
     test_times();
     test_cursor();

@@ -67,7 +67,6 @@ class Input(Structure):
         ("on_delta", DELTA_FN),
         # appended after ABI 1.0, in header order
         ("on_reasoning", DELTA_FN),
-        # (docs/history.md)
         ("metadata_json", c_char_p),
         ("interface_type", c_char_p),
         ("interface_message_id", c_char_p),
