@@ -362,8 +362,29 @@ static void search(const char *text) {
     plugin_free(out);
 }
 
+/* A URL-valued option with credentials ("redis://:pw@host", "https://u:pw@h")
+ * as a new string with the user-info masked, or NULL when it has none. */
+static json_t *masked_credentials(json_t *v) {
+    const char *s = json_string_value(v);
+    const char *scheme_end = s ? strstr(s, "://") : NULL;
+    if (!scheme_end)
+        return NULL;
+    const char *host = scheme_end + 3;
+    size_t authority = strcspn(host, "/?#");
+    const char *at = memchr(host, '@', authority);
+    if (!at)
+        return NULL;
+    char *masked = NULL;
+    if (asprintf(&masked, "%.*s********%s", (int)(host - s), s, at) < 0)
+        return NULL;
+    json_t *out = json_string(masked);
+    free(masked);
+    return out;
+}
+
 /* The options create() got, completed with the schema's defaults; secrets
- * (writeOnly in the schema) masked.  Returns a new object. */
+ * (writeOnly in the schema, and credentials inside URLs such as a Redis
+ * history_store's password) masked.  Returns a new object. */
 static json_t *effective_options(void) {
     char *text = g_shim.pl->options_schema();
     json_t *schema = text ? json_loads(text, 0, NULL) : NULL;
@@ -377,10 +398,15 @@ static json_t *effective_options(void) {
             v = json_object_get(p, "default");
         if (!v)
             continue;
+        json_t *masked = masked_credentials(v);
         if (json_is_true(json_object_get(p, "writeOnly")) && !json_is_null(v))
             json_object_set_new(eff, name, json_string("********"));
+        else if (masked)
+            json_object_set_new(eff, name, masked);
         else
             json_object_set(eff, name, v);
+        if (masked && json_object_get(eff, name) != masked)
+            json_decref(masked);
     }
     json_decref(schema);
     return eff;

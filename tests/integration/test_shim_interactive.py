@@ -276,6 +276,16 @@ class Interactive(unittest.TestCase):
             sh.type("/quit")
             self.assertEqual(sh.wait(), 0)
 
+    def test_credentials_inside_urls_are_masked(self):
+        with FakeLLM() as fake:
+            url = fake.base_url.replace("http://", "http://user:url-secret@")
+            with PtyShim(self.opts(fake, base_url=url)) as sh:
+                shown = self.command_json(sh, "/options")
+                self.assertEqual(shown["base_url"], url.replace("user:url-secret", "********"))
+                self.assertNotIn("url-secret", sh.out, "neither /options nor the banner")
+                sh.type("/quit")
+                self.assertEqual(sh.wait(), 0)
+
 
 class DemoInteractive(unittest.TestCase):
     """scripts/demo.sh --interactive: a chat with the offline fake LLM."""
