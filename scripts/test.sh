@@ -109,7 +109,7 @@ PARLEY_VALGRIND=1 PARLEY_BUILD_DIR="$PWD/build" PARLEY_TEST_SLOWDOWN=10 \
   count unittest valgrind bash -c "cd tests/integration && python3 -m unittest -v valgrind_check"
 
 step "libFuzzer targets"
-TARGETS="fuzz_reply_decode fuzz_sse_stream fuzz_anthropic_stream fuzz_ndjson_stream fuzz_options fuzz_jsonl" \
+TARGETS="fuzz_reply_decode fuzz_sse_stream fuzz_anthropic_stream fuzz_ndjson_stream fuzz_options fuzz_image fuzz_jsonl" \
   build build-fuzz -DCMAKE_BUILD_TYPE=Debug -DPARLEY_FUZZ=ON -DCMAKE_C_COMPILER=clang
 count ctest fuzz ctest --test-dir build-fuzz -V -L fuzz
 
