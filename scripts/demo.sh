@@ -6,7 +6,8 @@
 #   scripts/demo.sh --options FILE      interactive: against the LLM your options name
 #
 # The offline run shows multi-turn memory (the fake model reports how many
-# messages it was sent) and a tool call the host executes (the demo home).
+# messages it was sent), a tool call the host executes (the demo home), and
+# then memory across a restart: two processes on one SQLite history file.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # PARLEY_BUILD_DIR: use that (already built) build tree instead of building build/.
@@ -19,6 +20,7 @@ if [ -z "$BUILD" ]; then
 fi
 
 SHIM=$BUILD/host-shim/parley-host
+HOST_BIN=$SHIM   # the coproc below reuses the name SHIM for its file descriptors
 PLUGIN=$BUILD/plugin/parley.so
 
 if [ "${1:-}" = "--options" ]; then
@@ -68,3 +70,17 @@ say "Thanks. Do you remember what I said first? [[recall]]"
 printf '/history\n/quit\n' >&"${SHIM[1]}"
 echo "history as the plugin stores it (/history):"
 cat <&"${SHIM[0]}"
+
+# Durable history: two separate processes on one SQLite file; the second
+# remembers what the first was told (history_store "sqlite:PATH").
+echo
+echo "memory across a restart: two processes, history_store \"sqlite:$work/history.db\""
+once() { # one host process: one JSON line in, the answer's text out
+  printf '%s\n' "$1" | "$HOST_BIN" --plugin "$PLUGIN" --options "$work/options.json" --jsonl \
+    --set "history_store=sqlite:$work/history.db" \
+    | python3 -c 'import json,sys; l=json.loads(sys.stdin.readline()); print(l.get("response") or l.get("error"))'
+}
+printf 'process 1, you> My name is Ada.\n'
+printf 'process 1, parley> %s\n' "$(once '{"text": "My name is Ada.", "conversation_id": "kitchen"}')"
+printf 'process 2, you> What did I tell you first? [[recall]]\n'
+printf 'process 2, parley> %s\n' "$(once '{"text": "What did I tell you first? [[recall]]", "conversation_id": "kitchen"}')"
