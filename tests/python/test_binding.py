@@ -466,5 +466,19 @@ class UpdateOptionsTest(AgentCase):
         self.assertEqual(harness.user_texts(reqs[1]), ["hello", "again [[tool:ping {}]]"])
         self.assertEqual(tool_messages(reqs[2])[0]["content"], '{"pong":true}')
 
+
+class UsageTest(AgentCase):
+
+    async def test_usage_and_stop_reason_reach_the_result(self):
+        async with self.agent() as agent:
+            done = await agent.process("hello", "u1")
+            cut = await agent.process("go on [[length]]", "u1")
+        self.assertEqual(done.stop_reason, "stop")
+        self.assertEqual(done.usage["requests"], 1)
+        self.assertGreater(done.usage["prompt_tokens"], 0)
+        self.assertGreater(done.usage["completion_tokens"], 0)
+        self.assertEqual(cut.stop_reason, "length")
+        self.assertEqual(done.extra["stop_reason"], "stop")
+
 if __name__ == "__main__":
     unittest.main()

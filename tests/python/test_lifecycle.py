@@ -71,7 +71,7 @@ class LoadTest(unittest.TestCase):
         wide = _abi._result_struct([("usage_json", ctypes.c_char_p)])
         r = wide(request_id=7, status=0, response=b"hi", steps_json=b"[]",
                  usage_json=b'{"prompt": 3}')
-        r.struct_size = ctypes.sizeof(_abi.Result)  # an older plugin: field absent
+        r.struct_size = ctypes.sizeof(_abi._result_struct([]))  # ABI 1.0's: field absent
         got = _abi.fields_within(wide, ctypes.addressof(r))
         self.assertNotIn("usage_json", got)
         self.assertEqual((got["request_id"], got["response"]), (7, b"hi"))

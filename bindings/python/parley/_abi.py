@@ -92,9 +92,12 @@ RESULT_FIELDS = [
 # Fields appended to parley_result after ABI 1.0, in header order, as
 # (C field name, ctypes type).  A plugin that predates a field has a smaller
 # struct_size, and the field is then simply absent from Result.extra.  Add a
-# line here when plugin.h gains a field (e.g. ("usage_json", c_char_p)); a
-# "*_json" field is parsed, and "usage_json" also becomes Result.usage.
-RESULT_APPENDED = []
+# line here when plugin.h gains a field; a "*_json" field is parsed, and
+# "usage_json" / "stop_reason" also become Result.usage / Result.stop_reason.
+RESULT_APPENDED = [
+    ("usage_json", c_char_p),
+    ("stop_reason", c_char_p),
+]
 
 
 def _result_struct(appended):

@@ -50,7 +50,8 @@ class Result:
     steps: list              # parsed steps_json (docs/abi.md)
     continue_conversation: bool
     request_id: int
-    usage: object = None     # dict, when the plugin's result carries usage
+    usage: object = None     # dict of token counts, when the plugin's result carries usage
+    stop_reason: object = None  # "stop", "length" (cut short by max_tokens), ...; None if absent
     extra: dict = dataclasses.field(default_factory=dict)  # appended result fields, by C name
 
 
@@ -230,7 +231,8 @@ class _Core:
                 extra[name] = json.loads(v) if name.endswith("_json") and v else v
         return Result(response=_text(r.get("response")) or "", steps=steps,
                       continue_conversation=bool(r.get("continue_conversation")),
-                      usage=extra.get("usage_json"), extra=extra, **ids)
+                      usage=extra.get("usage_json"), stop_reason=extra.get("stop_reason"),
+                      extra=extra, **ids)
 
     def _on_tool_call(self, call, info):
         name = _text(info.get("tool_name")) or ""
