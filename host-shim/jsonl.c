@@ -350,8 +350,17 @@ static void handle_op(unsigned long seq, const struct jsonl_op *op) {
         op_answer(seq, name, st, out, "turn", id);
         break;
     case JSONL_OP_LIST:
-        st = pl->conversations_list(ag, &out);
-        op_answer(seq, name, st, out, NULL, NULL);
+        if (!op->json)
+            st = pl->conversations_list(ag, &out);
+        else if (SHIM_HAS_FIELD(pl, parley_plugin, conversations_list_by) &&
+                 pl->conversations_list_by)
+            st = pl->conversations_list_by(ag, op->json, &out);
+        else
+            st = PARLEY_ERR_INVALID_INPUT; /* an older plugin: no filtered list */
+        if (st == PARLEY_ERR_INVALID_INPUT && out)
+            op_input_error(seq, name, out); /* names the filter's bad key */
+        else
+            op_answer(seq, name, st, out, NULL, NULL);
         break;
     case JSONL_OP_METRICS:
         st = pl->metrics(ag, &out);

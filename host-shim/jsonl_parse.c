@@ -147,7 +147,7 @@ static const struct op_def {
 } ops[] = {
     {"history", JSONL_OP_HISTORY, "conversation_id"},
     {"turn", JSONL_OP_TURN, "turn_id"},
-    {"list", JSONL_OP_LIST, NULL},
+    {"list", JSONL_OP_LIST, "filter"},
     {"clear", JSONL_OP_CLEAR, "conversation_id"},
     {"metrics", JSONL_OP_METRICS, NULL},
     {"wait", JSONL_OP_WAIT, NULL},
@@ -186,6 +186,9 @@ static const char *op_arg_problem(const struct op_def *def, json_t *arg) {
                    : "\"%s\" must be an integer from 0 to 86400000";
     case JSONL_OP_UPDATE_OPTIONS:
         return json_is_object(arg) ? NULL : "\"%s\" must be an object";
+    case JSONL_OP_LIST:
+        return !arg || json_is_null(arg) || json_is_object(arg) ? NULL
+                                                                : "\"%s\" must be an object or null";
     default:
         return NULL;
     }

@@ -70,7 +70,8 @@ struct jsonl_op {
      * (0..JSONL_SLEEP_MAX_MS); other ops: 0. */
     long long num;
     /* update_options: the "options" object, serialized compactly; history and
-     * clear with a "persona": the selector {"conversation_id","persona"}; else NULL. */
+     * clear with a "persona": the selector {"conversation_id","persona"}; list
+     * with a "filter": that object; else NULL. */
     char *json;
 };
 

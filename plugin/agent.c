@@ -517,6 +517,122 @@ static json_t *personas_of(parley_agent *a, const store_key *key, parley_status 
     return personas;
 }
 
+/* The store's conversation list, parsed: {"conversations":[...]}.  NULL with *st on failure. */
+static json_t *listed_conversations(parley_agent *a, parley_status *st)
+{
+    pbuf b = PBUF_INIT;
+    char *err = NULL;
+    *st = a->store->backend->list(a->store, clock_wall_ms(), &b, &err);
+    if (err)
+        host_log(&a->host, PARLEY_LOG_WARN, "conversations list: %s", err);
+    free(err);
+    json_t *root = *st == PARLEY_OK && !b.oom ? json_loadb(b.data, b.len, 0, NULL) : NULL;
+    if (*st == PARLEY_OK && !json_is_object(root))
+        *st = PARLEY_ERR_NO_MEMORY;
+    pbuf_free(&b);
+    if (*st != PARLEY_OK) {
+        json_decref(root);
+        return NULL;
+    }
+    return root;
+}
+
+/* Does a listed conversation have this member (absent = "") equal to want? */
+static int listed_field_is(json_t *conversation, const char *member, const char *want)
+{
+    const char *have = json_string_value(json_object_get(conversation, member));
+    return strcmp(have ? have : "", want) == 0;
+}
+
+/* personas_of for a store without queries: from its conversation list. */
+static json_t *personas_listed(parley_agent *a, const store_key *key, parley_status *st)
+{
+    json_t *root = listed_conversations(a, st);
+    json_t *personas = root ? json_object() : NULL;
+    size_t i;
+    json_t *c;
+    json_array_foreach(json_object_get(root, "conversations"), i, c) {
+        if (!listed_field_is(c, "conversation_id", key->conversation_id) ||
+            !listed_field_is(c, "interface_type", key->interface_type))
+            continue;
+        const char *p = json_string_value(json_object_get(c, "persona"));
+        if (json_object_set_new(personas, p ? p : "", json_true()) != 0)
+            *st = PARLEY_ERR_NO_MEMORY;
+    }
+    json_decref(root);
+    if (root && !personas)
+        *st = PARLEY_ERR_NO_MEMORY;
+    if (*st != PARLEY_OK) {
+        json_decref(personas);
+        return NULL;
+    }
+    return personas;
+}
+
+parley_status agent_conversations_list_by(parley_agent *a, const char *filter_json, char **out)
+{
+    if (!a || !out)
+        return PARLEY_ERR_INVALID_INPUT;
+    *out = NULL;
+    const char *want_persona = NULL, *want_interface = NULL;
+    json_t *filter = NULL;
+    if (filter_json) {
+        filter = json_loads(filter_json, JSON_REJECT_DUPLICATES, NULL);
+        if (!json_is_object(filter)) {
+            json_decref(filter);
+            *out = input_error_json("filter", "must be a JSON object");
+            return PARLEY_ERR_INVALID_INPUT;
+        }
+        const char *key;
+        json_t *v;
+        json_object_foreach(filter, key, v) {
+            int persona = strcmp(key, "persona") == 0;
+            if ((!persona && strcmp(key, "interface_type") != 0) || !json_is_string(v)) {
+                *out = input_error_json(key, persona || strcmp(key, "interface_type") == 0
+                                                 ? "must be a string"
+                                                 : "unknown key (expected persona, interface_type)");
+                json_decref(filter);
+                return PARLEY_ERR_INVALID_INPUT;
+            }
+            *(persona ? &want_persona : &want_interface) = json_string_value(v);
+        }
+    }
+    char *err = NULL;
+    if (want_persona && *want_persona) {
+        agent_config *cfg = current_config(a);
+        int rc = persona_check_name(&cfg->personas, want_persona, 0, "filter 'persona'", &err);
+        config_unref(cfg);
+        if (rc != 0) {
+            *out = err ? input_error_json("persona", err) : NULL;
+            free(err);
+            json_decref(filter);
+            return PARLEY_ERR_INVALID_INPUT;
+        }
+    }
+    parley_status st;
+    json_t *root = listed_conversations(a, &st);
+    json_t *all = json_object_get(root, "conversations");
+    json_t *kept = json_array();
+    size_t i;
+    json_t *c;
+    json_array_foreach(all, i, c) {
+        if ((!want_persona || listed_field_is(c, "persona", want_persona)) &&
+            (!want_interface || listed_field_is(c, "interface_type", want_interface)) &&
+            json_array_append(kept, c) != 0)
+            st = PARLEY_ERR_NO_MEMORY;
+    }
+    json_decref(filter);
+    if (root && (!kept || json_object_set_new(root, "conversations", kept) != 0))
+        st = PARLEY_ERR_NO_MEMORY;
+    else
+        kept = NULL;
+    json_decref(kept);
+    if (st == PARLEY_OK && !(*out = json_dumps(root, JSON_COMPACT | JSON_PRESERVE_ORDER)))
+        st = PARLEY_ERR_NO_MEMORY;
+    json_decref(root);
+    return st;
+}
+
 parley_status agent_history_clear_by(parley_agent *a, const char *selector_json)
 {
     if (!a)
@@ -539,11 +655,11 @@ parley_status agent_history_clear_by(parley_agent *a, const char *selector_json)
         st = a->store->backend->forget(a->store, &sel.key, &err);
         if (st == PARLEY_OK)
             count_clear(a, sel.key.persona);
-    } else if (!a->store->backend->query) {
-        st = PARLEY_ERR_STORAGE;
-        err = pstr_printf("persona \"*\" is not supported by this store");
     } else {
-        json_t *personas = personas_of(a, &sel.key, &st);
+        /* Which personas have this conversation: a query where the store has
+         * one, else its conversation list. */
+        json_t *personas = a->store->backend->query ? personas_of(a, &sel.key, &st)
+                                                    : personas_listed(a, &sel.key, &st);
         const char *persona;
         json_t *unused;
         if (personas && json_object_size(personas) == 0)

@@ -26,5 +26,6 @@ parley_status agent_history_query(parley_agent *a, const char *query_json, char 
 parley_status agent_message_get(parley_agent *a, const char *message_id, char **out);
 parley_status agent_history_get_by(parley_agent *a, const char *selector_json, char **out);
 parley_status agent_history_clear_by(parley_agent *a, const char *selector_json);
+parley_status agent_conversations_list_by(parley_agent *a, const char *filter_json, char **out);
 
 #endif

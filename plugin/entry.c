@@ -34,6 +34,7 @@ static const parley_plugin PLUGIN = {
     .message_get = agent_message_get,
     .history_get_by = agent_history_get_by,
     .history_clear_by = agent_history_clear_by,
+    .conversations_list_by = agent_conversations_list_by,
 };
 
 PARLEY_EXPORT const parley_plugin *parley_plugin_entry(uint32_t host_abi_version)

@@ -425,6 +425,16 @@ typedef struct parley_plugin {
     parley_status (*history_get_by)(parley_agent *agent, const char *selector_json,
                                     char **out_json);
     parley_status (*history_clear_by)(parley_agent *agent, const char *selector_json);
+
+    /**
+     * conversations_list filtered: filter_json = {"persona"?, "interface_type"?}
+     * (each a string; "" = none; absent = any), or NULL for all.  Each listed
+     * conversation carries "persona" and "interface_type" when they are not
+     * empty.  A bad filter or an unknown persona is INVALID_INPUT with
+     * *out_json = {"error":{"status","field","message"}}.
+     */
+    parley_status (*conversations_list_by)(parley_agent *agent, const char *filter_json,
+                                           char **out_json);
 } parley_plugin;
 
 /**

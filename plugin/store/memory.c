@@ -562,14 +562,10 @@ static void put_turn(pbuf *b, const stored_turn *t)
     store_json_turn(b, t->turn_id, t->started_ms, t->finished_ms, text_of(t), t->length);
 }
 
-static void put_conversation_head(pbuf *b, const conversation *c)
-{
-    char id[STORE_MAX_CONVERSATION_ID + 1];
-    size_t n = c->id_len < STORE_MAX_CONVERSATION_ID ? c->id_len : STORE_MAX_CONVERSATION_ID;
-    memcpy(id, c->key, n);
-    id[n] = '\0';
-    store_json_conversation_head(b, id, c->created_ms, c->last_used_ms);
-}
+typedef struct conversation_parts conversation_parts;
+static conversation_parts parts_of(const conversation *c);
+
+static void put_conversation_head(pbuf *b, const conversation *c);
 
 static parley_status finish_json(pbuf *b, size_t mark, char **err)
 {
@@ -709,10 +705,10 @@ static parley_status memory_stats(store *s, store_stats *out, char **err)
 /* ---- queries ---- */
 
 /* The parts of a conversation's dict key (see the top of this file). */
-typedef struct conversation_parts {
+struct conversation_parts {
     const char *id, *persona, *interface_type;
     size_t id_len, persona_len, interface_len;
-} conversation_parts;
+};
 
 static conversation_parts parts_of(const conversation *c)
 {
@@ -725,6 +721,17 @@ static conversation_parts parts_of(const conversation *c)
     p.interface_type = p.persona + p.persona_len;
     p.interface_len = strlen(p.interface_type);
     return p;
+}
+
+static void put_conversation_head(pbuf *b, const conversation *c)
+{
+    conversation_parts p = parts_of(c);
+    char id[STORE_MAX_CONVERSATION_ID + 1];
+    size_t n = p.id_len < STORE_MAX_CONVERSATION_ID ? p.id_len : STORE_MAX_CONVERSATION_ID;
+    memcpy(id, p.id, n);
+    id[n] = '\0';
+    store_json_conversation_head(b, id, p.persona, p.persona_len, p.interface_type,
+                                 p.interface_len, c->created_ms, c->last_used_ms);
 }
 
 static int field_is(const char *want, const char *have, size_t have_len)

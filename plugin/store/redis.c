@@ -816,7 +816,9 @@ static parley_status redis_get_conversation(store *base, const store_key *key, u
     const char *id = reply_str(r->element[1], NULL);
     size_t mark = out->len;
     if (id) {
-        store_json_conversation_head(out, id, reply_u64(r->element[2]), reply_u64(r->element[3]));
+        store_json_conversation_head(out, id, key->persona, strlen(key->persona),
+                                     key->interface_type, strlen(key->interface_type),
+                                     reply_u64(r->element[2]), reply_u64(r->element[3]));
         pbuf_puts(out, ",\"turns\":[");
         for (size_t i = 4; i < r->elements && id; i++) {
             if (i > 4)
@@ -878,14 +880,20 @@ static parley_status redis_list(store *base, uint64_t now_ms, pbuf *out, char **
     pbuf_puts(out, "{\"conversations\":[");
     for (size_t i = 1; i < r->elements; i++) {
         const redisReply *c = r->element[i];
-        const char *id = is_array(c, 4) ? reply_str(c->element[0], NULL) : NULL;
+        const char *id = is_array(c, 6) ? reply_str(c->element[0], NULL) : NULL;
         if (!id) {
             out->len = mark;
             return bad_reply(s, r, err);
         }
         if (i > 1)
             pbuf_putc(out, ',');
-        store_json_conversation_head(out, id, reply_u64(c->element[1]), reply_u64(c->element[2]));
+        size_t persona_len = 0, interface_len = 0;
+        const char *persona = reply_str(c->element[4], &persona_len);
+        const char *interface_type = reply_str(c->element[5], &interface_len);
+        store_json_conversation_head(out, id, persona ? persona : "", persona ? persona_len : 0,
+                                     interface_type ? interface_type : "",
+                                     interface_type ? interface_len : 0,
+                                     reply_u64(c->element[1]), reply_u64(c->element[2]));
         pbuf_printf(out, ",\"turns\":%lld}", reply_int(c->element[3]));
     }
     pbuf_puts(out, "]}");

@@ -152,14 +152,16 @@
     "if st ~= 'live' then return {st == 'expired' and 1 or 0} end\n"                           \
     "return {2, redis.call('HGET', ckey(t[1]), 'id'), t[2], t[3], t[4]}\n"
 
-/* -> {expired, {id, created, last_used, nturns}...} most recently used first */
+/* -> {expired, {id, created, last_used, nturns, persona, iface}...} most recently used first */
 #define REDIS_LUA_LIST                                                                         \
     "local out, expired = {0}, 0\n"                                                            \
     "for _, cid in ipairs(redis.call('ZREVRANGE', LRU, 0, -1)) do\n"                           \
     "  local st = state(cid)\n"                                                                \
     "  if st == 'live' then\n"                                                                 \
-    "    local c = redis.call('HMGET', ckey(cid), 'id', 'created', 'last_used')\n"             \
-    "    out[#out + 1] = {c[1], c[2], c[3], redis.call('LLEN', tkey(cid))}\n"                  \
+    "    local c = redis.call('HMGET', ckey(cid), 'id', 'created', 'last_used', 'persona',\n"  \
+    "                         'iface')\n"                                                     \
+    "    out[#out + 1] = {c[1], c[2], c[3], redis.call('LLEN', tkey(cid)), c[4] or '',\n"       \
+    "                     c[5] or ''}\n"                                                       \
     "  else\n"                                                                                 \
     "    if st == nil then forget(cid) end\n"                                                  \
     "    expired = expired + 1\n"                                                              \

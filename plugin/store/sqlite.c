@@ -159,8 +159,8 @@ static const char *const stmt_sql[S_COUNT] = {
                     " FROM turns t JOIN conversations c ON c.id = t.conversation"
                     " WHERE t.turn_id = ?1",
     [S_TURN_MESSAGES] = "SELECT json FROM messages WHERE turn = ?1 ORDER BY id",
-    [S_LIST] = "SELECT id, conversation_id, created_ms, last_used_ms, turns, message_bytes"
-               " FROM conversations ORDER BY use_seq DESC",
+    [S_LIST] = "SELECT id, conversation_id, created_ms, last_used_ms, turns, message_bytes,"
+               " persona, interface_type FROM conversations ORDER BY use_seq DESC",
 };
 
 /* The WAL is copied into the database file when it holds this many pages (SQLite's
@@ -1283,7 +1283,9 @@ static parley_status sqlite_get_conversation(store *base, const store_key *key, 
         rc = find_live(s, key, now_ms, &row, &idle);
     int found = rc == SQLITE_ROW;
     if (found) {
-        store_json_conversation_head(out, key->conversation_id, (uint64_t)row.created_ms,
+        store_json_conversation_head(out, key->conversation_id, key->persona,
+                                     strlen(key->persona), key->interface_type,
+                                     strlen(key->interface_type), (uint64_t)row.created_ms,
                                      (uint64_t)row.last_used_ms);
         pbuf_puts(out, ",\"turns\":[");
         rc = put_turns(s, row.id, out);
@@ -1518,8 +1520,13 @@ static parley_status sqlite_list(store *base, uint64_t now_ms, pbuf *out, char *
             pbuf_putc(out, ',');
         first = 0;
         const char *id = (const char *)sqlite3_column_text(st, 1);
-        store_json_conversation_head(out, id ? id : "", (uint64_t)sqlite3_column_int64(st, 2),
-                                     (uint64_t)last_used);
+        const char *persona = (const char *)sqlite3_column_text(st, 6);
+        const char *interface_type = (const char *)sqlite3_column_text(st, 7);
+        store_json_conversation_head(out, id ? id : "", persona ? persona : "",
+                                     (size_t)sqlite3_column_bytes(st, 6),
+                                     interface_type ? interface_type : "",
+                                     (size_t)sqlite3_column_bytes(st, 7),
+                                     (uint64_t)sqlite3_column_int64(st, 2), (uint64_t)last_used);
         pbuf_printf(out, ",\"turns\":%lld}", (long long)sqlite3_column_int64(st, 4));
     }
     if (st)

@@ -52,11 +52,21 @@ void store_json_turn(pbuf *b, const char *turn_id, uint64_t started_ms, uint64_t
     pbuf_puts(b, "]}");
 }
 
-void store_json_conversation_head(pbuf *b, const char *conversation_id, uint64_t created_ms,
+void store_json_conversation_head(pbuf *b, const char *conversation_id, const char *persona,
+                                  size_t persona_len, const char *interface_type,
+                                  size_t interface_len, uint64_t created_ms,
                                   uint64_t last_used_ms)
 {
     pbuf_putc(b, '{');
     string_field(b, "conversation_id", conversation_id);
+    if (persona_len) {
+        pbuf_puts(b, ",\"persona\":");
+        pbuf_json_string(b, persona, persona_len);
+    }
+    if (interface_len) {
+        pbuf_puts(b, ",\"interface_type\":");
+        pbuf_json_string(b, interface_type, interface_len);
+    }
     pbuf_putc(b, ',');
     time_field(b, "created_at", created_ms);
     pbuf_putc(b, ',');

@@ -22,9 +22,13 @@ void store_json_timestamp(pbuf *b, uint64_t ms);
 void store_json_turn(pbuf *b, const char *turn_id, uint64_t started_ms, uint64_t finished_ms,
                      const char *messages, size_t messages_len);
 
-/* {"conversation_id":..,"created_at":..,"last_used_at":..  -- no closing brace:
- * the caller adds ,"turns":[...]} or ,"turns":N}. */
-void store_json_conversation_head(pbuf *b, const char *conversation_id, uint64_t created_ms,
+/* {"conversation_id":..[,"persona":..][,"interface_type":..],"created_at":..,
+ * "last_used_at":..  -- no closing brace: the caller adds ,"turns":[...]} or
+ * ,"turns":N}.  persona and interface_type are written only when not empty
+ * (the default key prints as it always did). */
+void store_json_conversation_head(pbuf *b, const char *conversation_id, const char *persona,
+                                  size_t persona_len, const char *interface_type,
+                                  size_t interface_len, uint64_t created_ms,
                                   uint64_t last_used_ms);
 
 /* One message of a query or a lookup:

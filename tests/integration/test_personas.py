@@ -135,6 +135,53 @@ class HistoryByPersona(PersonaCase):
         self.assertEqual((m["chef"]["clears"], m["butler"]["clears"]), (2, 1))
 
 
+class ListByPersona(PersonaCase):
+    """The conversation list shows each conversation's persona and can be
+    filtered by it; clear "*" works on every store (Redis has no queries)."""
+
+    def check_store(self, store):
+        run = self.run_ok([
+            {"text": "c1", "conversation_id": "h", "persona": "chef"},
+            {"text": "b1", "conversation_id": "h", "persona": "butler"},
+            {"text": "n1", "conversation_id": "x"},
+            {"op": "list"},
+            {"op": "list", "filter": {"persona": "chef"}},
+            {"op": "list", "filter": {"persona": ""}},
+            {"op": "list", "filter": {"persona": "pirate"}},
+            {"op": "list", "filter": {"colour": "red"}},
+            {"op": "clear", "conversation_id": "h", "persona": "*"},
+            {"op": "list"},
+        ], self.opts(history_store=store), tools=TOOLS)
+
+        def listed(seq):
+            line = run.by_seq(seq)
+            self.assertIsNone(line["error"], line)
+            return [(c["conversation_id"], c.get("persona")) for c in
+                    line["result"]["conversations"]]
+        self.assertEqual(listed(4), [("x", None), ("h", "butler"), ("h", "chef")])
+        self.assertEqual(listed(5), [("h", "chef")])
+        self.assertEqual(listed(6), [("x", None)])
+        err = run.by_seq(7)["error"]
+        self.assertEqual(err["code"], "invalid_input")
+        self.assertIn("pirate", err["message"])
+        self.assertEqual(run.by_seq(8)["error"]["code"], "invalid_input")
+        self.assertIsNone(run.by_seq(9)["error"])
+        self.assertEqual(listed(10), [("x", None)])
+
+    def test_memory(self):
+        self.check_store("memory")
+
+    def test_sqlite(self):
+        with tempfile.TemporaryDirectory() as d:
+            self.check_store("sqlite:" + os.path.join(d, "h.db"))
+
+    def test_redis(self):
+        from redis_server import RedisServer
+        redis = RedisServer()
+        self.addCleanup(redis.stop)
+        self.check_store(redis.url)
+
+
 class Refusals(PersonaCase):
     def test_unknown_persona_is_invalid_input_naming_it(self):
         run = self.run_ok([{"text": "hi", "conversation_id": "z", "persona": "pirate"}],

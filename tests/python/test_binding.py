@@ -64,6 +64,20 @@ class TurnTest(AgentCase):
                                     {"type": "image_url", "image_url": {"url": png}}]}])
         self.assertEqual(len(self.fake.chat_requests()), 1)
 
+    async def test_conversations_by_persona(self):
+        async with self.agent(personas={"chef": {"prompt": "You are a chef."}}) as agent:
+            await agent.process("as chef", "c", persona="chef")
+            await agent.process("as myself", "c")
+            everyone = await agent.conversations()
+            chef = await agent.conversations(persona="chef")
+            mine = await agent.conversations(persona="")
+            with self.assertRaises(parley.InvalidInput):
+                await agent.conversations(persona="pirate")
+        self.assertEqual([(c["conversation_id"], c.get("persona")) for c in everyone],
+                         [("c", None), ("c", "chef")])
+        self.assertEqual([c.get("persona") for c in chef], ["chef"])
+        self.assertEqual([c.get("persona") for c in mine], [None])
+
     async def test_unknown_input_field_is_a_type_error(self):
         async with self.agent() as agent:
             with self.assertRaisesRegex(TypeError, "unknown input field.*colour"):

@@ -152,6 +152,7 @@ PLUGIN_FUNCTIONS = [
     ("message_get", CFUNCTYPE(c_int, _P, c_char_p, _PP)),
     ("history_get_by", CFUNCTYPE(c_int, _P, c_char_p, _PP)),
     ("history_clear_by", CFUNCTYPE(c_int, _P, c_char_p)),
+    ("conversations_list_by", CFUNCTYPE(c_int, _P, c_char_p, _PP)),
     # Further appended functions go here, in header order.
 ]
 

@@ -567,9 +567,16 @@ class Agent:
         """{"conversation_id", "turn": {...}} for a turn_id, or parley.NotFound."""
         return await self._call("turn_get", _c_str("turn_id", turn_id))
 
-    async def conversations(self):
-        """[{"conversation_id", "created_at", "last_used_at", "turns"}, ...]"""
-        return (await self._call("conversations_list"))["conversations"]
+    async def conversations(self, persona=None, interface_type=None):
+        """[{"conversation_id", "persona"?, "interface_type"?, "created_at",
+        "last_used_at", "turns"}, ...], most recently used first; persona /
+        interface_type (a string, "" = none) keep only those conversations."""
+        if persona is None and interface_type is None:
+            return (await self._call("conversations_list"))["conversations"]
+        flt = {k: v for k, v in (("persona", persona), ("interface_type", interface_type))
+               if v is not None}
+        return (await self._call("conversations_list_by",
+                                 json.dumps(flt).encode()))["conversations"]
 
     async def clear_history(self, conversation_id=None):
         """Forget one conversation (parley.NotFound if unknown), or all."""
