@@ -130,9 +130,9 @@ static int append_joined(store *h, const char *id, const char *tid, const char *
 {
     size_t user_len = (size_t)(strstr(text, "},{") - text) + 1;
     store_message m[2] = {
-        {"00000000-0000-4000-8000-000000000001", "user", clock_ms - 900, text, user_len},
+        {"00000000-0000-4000-8000-000000000001", "user", clock_ms - 900, text, user_len, NULL, NULL, 0},
         {"00000000-0000-4000-8000-000000000002", "assistant", clock_ms, text + user_len + 1,
-         len - user_len - 1},
+         len - user_len - 1, NULL, NULL, 0},
     };
     store_turn in = {tid, clock_ms - 900, clock_ms, m, 2};
     store_key key = {id, "", ""};

@@ -82,7 +82,7 @@ static store *fill(const store_backend *b, const char *location, unsigned long n
             const char *role = i == 0 ? "user" : i % 2 ? "assistant" : "tool";
             int n = message_json(k, role, text[i], sizeof text[i]);
             id_of(k, 1, mids[i]);
-            msgs[i] = (store_message){mids[i], role, when + i, text[i], (size_t)n};
+            msgs[i] = (store_message){mids[i], role, when + i, text[i], (size_t)n, NULL, NULL, 0};
             *bytes += (size_t)n + 1;
         }
         id_of(t, 2, tid);

@@ -94,8 +94,8 @@ static int one_turn(const store_backend *b, store *s, const store_key *key, unsi
     int al = snprintf(assistant, sizeof assistant,
                       "{\"role\":\"assistant\",\"content\":\"Done: the kitchen light is on at "
                       "40 percent. Anything else for turn %u?\"}", i);
-    store_message msgs[2] = {{mid[0], "user", now_ms, user, (size_t)ul},
-                             {mid[1], "assistant", now_ms, assistant, (size_t)al}};
+    store_message msgs[2] = {{mid[0], "user", now_ms, user, (size_t)ul, NULL, NULL, 0},
+                             {mid[1], "assistant", now_ms, assistant, (size_t)al, NULL, NULL, 0}};
     store_turn t = {tid, now_ms, now_ms, msgs, 2};
     rc |= b->append(s, key, &t, now_ms, NULL) != PARLEY_OK;
     return rc;

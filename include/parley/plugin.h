@@ -211,14 +211,20 @@ typedef struct parley_input {
 
     /* -- Appended after ABI 1.0 (a host's older, smaller struct_size simply
      *    leaves them absent).  Borrowed for the call, like the fields above. -- */
-    const char *metadata_json;        /* reserved: a JSON object to keep with the user's
-                                         message; this build refuses it (invalid_input) */
+    const char *metadata_json;        /* NULL, or a JSON object kept with the user's message
+                                         as given (history_query/message_get/message_find
+                                         return it as "metadata"); at most max_input_bytes */
     const char *interface_type;       /* e.g. "telegram", "web": history is kept per
                                          (interface_type, conversation_id); NULL or "" = none */
-    const char *interface_message_id; /* reserved: the interface's id of the user's message;
-                                         this build refuses it (invalid_input) */
-    const char *reply_to_json;        /* reserved: {"turn_id":..} or {"interface_message_id":..};
-                                         this build refuses it (invalid_input) */
+    const char *interface_message_id; /* NULL, or the interface's own id of the user's message
+                                         (1..256 bytes), kept with it: message_find looks it up */
+    const char *reply_to_json;        /* NULL, or the turn this message replies to, in its
+                                         conversation: {"turn_id":".."} or
+                                         {"interface_message_id":".."} (any message of that
+                                         turn).  If that turn is older than the history sent,
+                                         its messages are sent too, before the new user
+                                         message; an unknown target is not an error (see
+                                         parley_result.reply_context) */
     /* personas and images (docs/abi.md), appended after the fields above */
     const char *persona;             /* NULL or "": the agent's own prompt and options; else
                                         the name of one of the `personas` option's personas.
@@ -252,6 +258,16 @@ typedef struct parley_result {
      * answer is incomplete), "content_filter", "refusal", or the server's own
      * word; NULL when it gave none or no reply came.  Borrowed like the rest. */
     const char *stop_reason;
+    /* Message identity (docs/history.md); NULL where there is none: a
+     * stateless turn, or a failed one (nothing stored).  Borrowed like the rest. */
+    const char *user_message_id;   /* the stored id of the user's message */
+    const char *answer_message_id; /* the stored id of the final answer (for append_message:
+                                      of the appended message) */
+    /* NULL when the input named no reply_to; else "included" (the replied-to
+     * turn was older than the history sent: its messages were sent before
+     * the new message), "in_window" (it was already in the history sent), or
+     * "not_found" (no such turn in this conversation: the turn ran without it). */
+    const char *reply_context;
 } parley_result;
 
 /**
@@ -435,6 +451,46 @@ typedef struct parley_plugin {
      */
     parley_status (*conversations_list_by)(parley_agent *agent, const char *filter_json,
                                            char **out_json);
+
+    /* -- Message identity (docs/history.md).  Any thread. -- */
+
+    /**
+     * A message by the interface's own id: selector_json =
+     * {"conversation_id", "interface_message_id", "interface_type"?, "persona"?}.
+     * PARLEY_OK: *out_json = the message in history_query's form (the most
+     * recently stored one if several carry that id).  NOT_FOUND if none;
+     * INVALID_INPUT with *out_json = {"error":{...}} naming a bad key.
+     */
+    parley_status (*message_find)(parley_agent *agent, const char *selector_json,
+                                  char **out_json);
+
+    /**
+     * After the host sent a turn's answer: keep the interface's id of that
+     * message (the turn's final answer) so message_find and reply_to find it.
+     * Replaces an earlier value.  NOT_FOUND: no such turn is stored (unknown,
+     * stateless, failed, or no longer kept).  INVALID_INPUT: an empty or
+     * oversized (> 256 bytes) id.  Blocking until stored (a store call).
+     */
+    parley_status (*set_interface_message_id)(parley_agent *agent, const char *turn_id,
+                                              const char *interface_message_id);
+
+    /**
+     * Add a message to a conversation without calling the model (an
+     * announcement: "the washing machine has finished").  message_json =
+     * {"conversation_id", "content", "role"?: "assistant" (default) or
+     * "system", "interface_type"?, "persona"?, "interface_message_id"?,
+     * "metadata"?: {...}}.  Like async_process: it waits behind the turns
+     * already accepted on that conversation (never lands inside one), is
+     * stored as a turn of one message, and the model sees it in later turns.
+     * `done` is called exactly once, on the worker thread, with
+     * response = content, turn_id, answer_message_id = the new message's id,
+     * steps_json "[]"; status INVALID_INPUT (named in error_message) is
+     * returned here instead, nothing queued.  cancel(request_id) works as
+     * for a turn.  Errors as async_process's.
+     */
+    parley_status (*append_message)(parley_agent *agent, const char *message_json,
+                                    parley_done_fn done, void *user_data,
+                                    parley_request_id *request_id, char **error);
 } parley_plugin;
 
 /**

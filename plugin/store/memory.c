@@ -781,7 +781,7 @@ static void put_message(pbuf *b, const stored_turn *t, size_t i, const char *jso
     conversation_parts p = parts_of(t->conv);
     store_json_message(b, id, p.id, p.id_len, p.persona, p.persona_len, p.interface_type,
                        p.interface_len, t->turn_id, ROLES[t->messages[i].role],
-                       created_ms_of(t, i), json, t->messages[i].length);
+                       created_ms_of(t, i), json, t->messages[i].length, NULL, 0, NULL, 0);
 }
 
 typedef struct query_run {

@@ -1392,7 +1392,8 @@ static void put_message_row(sqlite3_stmt *st, pbuf *out)
             text[i] = "";
     }
     store_json_message(out, text[1], text[6], len[6], text[7], len[7], text[8], len[8], text[5],
-                       text[2], (uint64_t)sqlite3_column_int64(st, 3), text[4], len[4]);
+                       text[2], (uint64_t)sqlite3_column_int64(st, 3), text[4], len[4], NULL, 0,
+                       NULL, 0);
 }
 
 /* The query's SQL: only the filters it has, so SQLite can use the indexes. */

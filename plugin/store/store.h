@@ -51,10 +51,12 @@
 #include "../buf.h"
 #include "../plugin_status.h"
 
-#define STORE_BACKEND_VERSION 3
+#define STORE_BACKEND_VERSION 4
 
 /* Longest conversation id, and the length of turn and message ids (UUIDs). */
 #define STORE_MAX_CONVERSATION_ID 256
+/* Longest interface_message_id (an interface's own message id, e.g. Telegram's). */
+#define STORE_MAX_INTERFACE_MESSAGE_ID 256
 #define STORE_ID_LEN 36
 
 typedef struct store store;
@@ -73,6 +75,10 @@ typedef struct store_message {
     uint64_t created_ms;         /* wall clock, ms since the epoch */
     const char *json;            /* the message: one JSON object, compact */
     size_t json_len;
+    /* version 4: identity the host gave it (both optional) */
+    const char *interface_message_id; /* NULL, or 1..STORE_MAX_INTERFACE_MESSAGE_ID bytes */
+    const char *metadata;        /* NULL, or one compact JSON object, kept verbatim */
+    size_t metadata_len;
 } store_message;
 
 /* One whole turn being appended (borrowed for the call). */
@@ -83,6 +89,22 @@ typedef struct store_turn {
     const store_message *messages;
     size_t nmessages;            /* >= 1 */
 } store_turn;
+
+/* Version 4: what a conversation did over its whole life.  Kept when turns
+ * are dropped by keep_turns (counts never go down); restarts from zero only
+ * when the conversation itself is forgotten (cleared, evicted, expired). */
+#define STORE_ROLE_USER 1u
+#define STORE_ROLE_ASSISTANT 2u
+#define STORE_ROLE_TOOL 4u
+#define STORE_ROLE_SYSTEM 8u
+
+typedef struct store_lifetime {
+    uint64_t last_message_ms;    /* created_ms of its newest message */
+    uint64_t message_count;      /* messages ever appended */
+    uint64_t turn_count;         /* turns ever appended (a message appended outside a
+                                    turn is a turn of one message) */
+    unsigned roles;              /* STORE_ROLE_* of every role that ever took part */
+} store_lifetime;
 
 typedef struct store_limits {
     size_t keep_turns;           /* whole turns kept per conversation, oldest dropped; 0 = all */
@@ -227,6 +249,51 @@ typedef struct store_backend {
     /* One message by its message_id, as store_json_message; PARLEY_ERR_NOT_FOUND if unknown. */
     parley_status (*get_message)(store *s, const char *message_id, uint64_t now_ms, pbuf *out,
                                  char **err);
+
+    /* ---- version 4: message identity (NULL in a backend without it) ----
+     *
+     * Messages appended with interface_message_id / metadata return them in
+     * store_json_message; get_conversation and list carry each
+     * conversation's store_lifetime (store_json_lifetime, right after the
+     * head); append() keeps the lifetime up to date in the same atomic step.
+     */
+
+    /*
+     * The interface's id of turn `turn_id`'s final answer, set after the host
+     * sent it: the turn's LAST message whose role is "assistant" (for a turn
+     * without one, its last message) gets interface_message_id, replacing
+     * any earlier value.  *message_id (when not NULL; STORE_ID_LEN + 1 bytes)
+     * receives that message's id.  PARLEY_ERR_NOT_FOUND: no such turn kept
+     * (unknown, dropped by keep_turns, or expired at now_ms).
+     */
+    parley_status (*set_interface_message_id)(store *s, const char *turn_id,
+                                              const char *interface_message_id, uint64_t now_ms,
+                                              char *message_id, char **err);
+
+    /*
+     * The message of conversation `key` whose interface_message_id is
+     * `interface_message_id` (the most recently stored one if several), as
+     * store_json_message appended to out.  PARLEY_ERR_NOT_FOUND if none.
+     */
+    parley_status (*find_message)(store *s, const store_key *key,
+                                  const char *interface_message_id, uint64_t now_ms, pbuf *out,
+                                  char **err);
+
+    /*
+     * Reply context: the turn of conversation `key` named by turn_id (when
+     * not NULL), else the turn holding a message whose interface_message_id
+     * is `interface_message_id` (the most recently stored one).  A turn of
+     * another conversation is not a match.  PARLEY_ERR_NOT_FOUND when there
+     * is none.  Else *turn_id_out (STORE_ID_LEN + 1 bytes) receives its id,
+     * and: if it is one of the last `window_turns` turns of key (the ones
+     * load(key, window_turns) returns; window_turns 0 = all), *in_window = 1
+     * and nothing is appended; otherwise *in_window = 0 and its messages are
+     * appended to out in load()'s form ("m1,m2,"), *nmessages counting them.
+     */
+    parley_status (*load_turn)(store *s, const store_key *key, const char *turn_id,
+                               const char *interface_message_id, size_t window_turns,
+                               uint64_t now_ms, pbuf *out, size_t *nmessages, char *turn_id_out,
+                               int *in_window, char **err);
 } store_backend;
 
 /* The first member of every backend's store object. */

@@ -4,6 +4,7 @@
 #endif
 #include "store_json.h"
 
+#include <inttypes.h>
 #include <string.h>
 #include <time.h>
 
@@ -76,7 +77,9 @@ void store_json_conversation_head(pbuf *b, const char *conversation_id, const ch
 void store_json_message(pbuf *b, const char *message_id, const char *conversation_id,
                         size_t conversation_id_len, const char *persona, size_t persona_len,
                         const char *interface_type, size_t interface_len, const char *turn_id,
-                        const char *role, uint64_t created_ms, const char *json, size_t json_len)
+                        const char *role, uint64_t created_ms, const char *json, size_t json_len,
+                        const char *interface_message_id, size_t interface_message_id_len,
+                        const char *metadata, size_t metadata_len)
 {
     pbuf_putc(b, '{');
     string_field(b, "message_id", message_id);
@@ -92,9 +95,44 @@ void store_json_message(pbuf *b, const char *message_id, const char *conversatio
     string_field(b, "role", role);
     pbuf_putc(b, ',');
     time_field(b, "created_at", created_ms);
+    if (interface_message_id_len) {
+        pbuf_puts(b, ",\"interface_message_id\":");
+        pbuf_json_string(b, interface_message_id, interface_message_id_len);
+    }
+    if (metadata_len) {
+        pbuf_puts(b, ",\"metadata\":");
+        pbuf_append(b, metadata, metadata_len); /* a JSON object, validated when it came in */
+    }
     pbuf_puts(b, ",\"message\":");
     pbuf_append(b, json, json_len);
     pbuf_putc(b, '}');
+}
+
+void store_json_lifetime(pbuf *b, const store_lifetime *life)
+{
+    static const struct {
+        unsigned bit;
+        const char *name;
+    } roles[] = {{STORE_ROLE_USER, "user"},
+                 {STORE_ROLE_ASSISTANT, "assistant"},
+                 {STORE_ROLE_TOOL, "tool"},
+                 {STORE_ROLE_SYSTEM, "system"}};
+    pbuf_putc(b, ',');
+    if (life->message_count)
+        time_field(b, "last_message_at", life->last_message_ms);
+    else
+        pbuf_puts(b, "\"last_message_at\":null");
+    pbuf_printf(b, ",\"message_count\":%" PRIu64 ",\"turn_count\":%" PRIu64
+                   ",\"participants\":[",
+                life->message_count, life->turn_count);
+    int first = 1;
+    for (size_t i = 0; i < sizeof roles / sizeof roles[0]; i++) {
+        if (!(life->roles & roles[i].bit))
+            continue;
+        pbuf_printf(b, "%s\"%s\"", first ? "" : ",", roles[i].name);
+        first = 0;
+    }
+    pbuf_putc(b, ']');
 }
 
 /* ---- content search ---- */

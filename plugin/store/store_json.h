@@ -13,6 +13,7 @@
 #include <stdint.h>
 
 #include "../buf.h"
+#include "store.h"
 
 /* "2026-11-22T19:31:00.123Z", quoted. */
 void store_json_timestamp(pbuf *b, uint64_t ms);
@@ -33,12 +34,21 @@ void store_json_conversation_head(pbuf *b, const char *conversation_id, const ch
 
 /* One message of a query or a lookup:
  * {"message_id","conversation_id","interface_type","persona","turn_id","role",
- *  "created_at","message":<json verbatim>}. */
+ *  "created_at"[,"interface_message_id"][,"metadata":<object verbatim>],
+ *  "message":<json verbatim>}; the two optional keys only when not empty. */
 void store_json_message(pbuf *b, const char *message_id, const char *conversation_id,
                         size_t conversation_id_len, const char *persona, size_t persona_len,
                         const char *interface_type, size_t interface_len, const char *turn_id,
                         const char *role, uint64_t created_ms, const char *json,
-                        size_t json_len);
+                        size_t json_len, const char *interface_message_id,
+                        size_t interface_message_id_len, const char *metadata,
+                        size_t metadata_len);
+
+/* A conversation's lifetime, right after store_json_conversation_head:
+ * ,"last_message_at":..|null,"message_count":N,"turn_count":N,
+ *  "participants":["user","assistant","tool","system"] (the roles seen, in
+ *  that order).  Written by get_conversation and list in every backend. */
+void store_json_lifetime(pbuf *b, const store_lifetime *life);
 
 /* Does the message object `json` have a string "content" holding `needle`
  * (ASCII case-insensitive; needle as plain text, not JSON-escaped)?  The

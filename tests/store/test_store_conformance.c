@@ -145,7 +145,7 @@ static parley_status append_keyed(harness *h, const char *persona, const char *i
         const char *end = strchr(p, '\n');
         size_t len = end ? (size_t)(end - p) : strlen(p);
         snprintf(mids[n], 37, "%08x-1111-4000-8000-%012zx", turn_no, n);
-        msgs[n] = (store_message){mids[n], NULL, now_ms - 10 + n, p, len};
+        msgs[n] = (store_message){mids[n], NULL, now_ms - 10 + n, p, len, NULL, NULL, 0};
         char role_probe[64];
         snprintf(role_probe, sizeof role_probe, "%.*s", (int)(len < 60 ? len : 60), p);
         msgs[n].role = role_of(role_probe);
@@ -647,7 +647,7 @@ static void test_bad_append_changes_nothing(const backend_case *bc)
     CHECK(err != NULL);
     free(err);
     err = NULL;
-    store_message no_json = {"m", "user", 1, NULL, 3};
+    store_message no_json = {"m", "user", 1, NULL, 3, NULL, NULL, 0};
     store_turn bad = {"00000009-0000-4000-8000-000000000009", 1, 2, &no_json, 1};
     CHECK(bc->backend->append(h.s, &key, &bad, 2, &err) != PARLEY_OK);
     free(err);

@@ -83,7 +83,7 @@ static void make_turn(test_turn *t, int number, const char *tag, size_t n)
         snprintf(t->ids[i], sizeof t->ids[i], "10000000-0000-4000-8000-%06d%06u", number % 1000000,
                  (unsigned)i);
         t->messages[i] = (store_message){t->ids[i], i ? "assistant" : "user", T0 + (uint64_t)number,
-                                         t->json[i], strlen(t->json[i])};
+                                         t->json[i], strlen(t->json[i]), NULL, NULL, 0};
     }
     t->turn = (store_turn){t->turn_id, T0 + (uint64_t)number, T0 + (uint64_t)number + 5,
                            t->messages, n};

@@ -1009,7 +1009,7 @@ static void test_key_qualifiers(void)
         char tid[37], text[64];
         turn_id_for((unsigned)i + 1, tid);
         snprintf(text, sizeof text, USER("k%zu"), i);
-        store_message m = {"00000000-0000-4000-8000-000000000001", "user", 1, text, strlen(text)};
+        store_message m = {"00000000-0000-4000-8000-000000000001", "user", 1, text, strlen(text), NULL, NULL, 0};
         store_turn t = {tid, 1, 2, &m, 1};
         CHECK(B->append(h, &keys[i], &t, 2, NULL) == PARLEY_OK);
     }
