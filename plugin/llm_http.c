@@ -123,6 +123,11 @@ char *http_display_url(const char *url)
 #define SPARE_CALLS_MAX 256
 /* A spare call keeps its body buffer unless it grew past this (a big answer). */
 #define SPARE_BODY_MAX (64 * 1024)
+/* libcurl's receive buffer per transfer: one page instead of its default
+ * 16 KiB.  Answers come in small pieces (SSE events, a few KB of JSON), a
+ * bigger one just takes more reads, and at 10,000 transfers in flight the
+ * default costs about 6 KiB of RSS each (docs/performance.md). */
+#define RECEIVE_BUFFER_BYTES 4096L
 
 static uint64_t socket_tag(const http_shard *sh, curl_socket_t s)
 {
@@ -406,6 +411,7 @@ http_call *http_call_start(http_pool *pool, const http_config *cfg, const char *
     curl_easy_setopt(e, CURLOPT_PROTOCOLS_STR, "http,https");
     /* Expect: 100-continue would cost a round trip on every large body. */
     curl_easy_setopt(e, CURLOPT_EXPECT_100_TIMEOUT_MS, 0L);
+    curl_easy_setopt(e, CURLOPT_BUFFERSIZE, RECEIVE_BUFFER_BYTES);
     if (pool->active < pool->max_active && !pool->wait_head) {
         if (call_add(c) != 0) {
             call_recycle(pool, c);
