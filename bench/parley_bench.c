@@ -1621,6 +1621,7 @@ static void report_store_seq(const struct scenario_figures *fg)
     row("store_seq.cpu_us", "client CPU per turn (us)", "%.1f", &fg->cpu, 1);
     row("store_seq.hwm_mib", "peak RSS, VmHWM (MiB)", "%.1f", &fg->hwm, 0);
     row("store_seq.failures", "failures", "%.0f", &fg->fail, 0);
+    alloc_rows("store_seq", fg);
     double ratio = median(fg->mean_ms.ratio, fg->mean_ms.n);
     printf("  => SQLite turn time / memory turn time = %.3f (target <= 1.10: %s)%s\n", ratio,
            verdict(ratio <= 1.10), fg->complete ? "" : "  [some phases incomplete]");
@@ -1639,6 +1640,7 @@ static void report_store_conc(const struct scenario_figures *fg)
     row("store_conc.cpu_us", "client CPU per turn (us)", "%.1f", &fg->cpu, 1);
     row("store_conc.hwm_mib", "peak RSS, VmHWM (MiB)", "%.1f", &fg->hwm, 0);
     row("store_conc.failures", "failures", "%.0f", &fg->fail, 0);
+    alloc_rows("store_conc", fg);
     double ratio = median(fg->thr.ratio, fg->thr.n), worst_fail = 0;
     for (size_t i = 0; i < fg->fail.n; i++)
         if (fg->fail.parley[i] > worst_fail)
@@ -1654,6 +1656,42 @@ static void report_store_conc(const struct scenario_figures *fg)
 /* ======================================================================
  * main
  * ====================================================================== */
+
+/* --scenario is "all" or a comma-separated list of scenario names. */
+static const char *const scenario_names[] = {"seq", "concurrent", "store-seq", "store-concurrent"};
+
+/* The item after p in a comma-separated list, or NULL. */
+static const char *next_item(const char *p)
+{
+    const char *comma = strchr(p, ',');
+    return comma ? comma + 1 : NULL;
+}
+
+static int scenario_chosen(const char *name)
+{
+    if (strcmp(cfg.scenario, "all") == 0)
+        return 1;
+    size_t n = strlen(name);
+    for (const char *p = cfg.scenario; p; p = next_item(p))
+        if (strncmp(p, name, n) == 0 && (p[n] == ',' || p[n] == '\0'))
+            return 1;
+    return 0;
+}
+
+static int scenarios_known(void)
+{
+    if (strcmp(cfg.scenario, "all") == 0)
+        return 1;
+    for (const char *p = cfg.scenario; p; p = next_item(p)) {
+        size_t len = strcspn(p, ",");
+        int known = 0;
+        for (size_t i = 0; i < sizeof scenario_names / sizeof scenario_names[0]; i++)
+            known |= strlen(scenario_names[i]) == len && strncmp(p, scenario_names[i], len) == 0;
+        if (!known)
+            return 0;
+    }
+    return 1;
+}
 
 /* --count-allocs: find the interposer's counters, or re-execute this program with
  * the interposer preloaded (once: the new process finds them). */
@@ -1683,7 +1721,7 @@ static void usage(FILE *out)
 {
     fprintf(out,
             "usage: parley-bench [options]\n"
-            "  --scenario seq|concurrent|store-seq|store-concurrent|all   (all)\n"
+            "  --scenario seq|concurrent|store-seq|store-concurrent|all   (all; or a list: seq,concurrent)\n"
             "  --store-dir DIR                 store files of the store scenarios (a temp dir)\n"
             "  --store-seq-latency-ms N        server latency of store-seq (0)\n"
             "  --history-sync normal|full      history_sync of the SQLite phases (normal)\n"
@@ -1784,12 +1822,10 @@ int main(int argc, char **argv)
             return 2;
         }
     }
-    int do_seq = strcmp(cfg.scenario, "seq") == 0 || strcmp(cfg.scenario, "all") == 0;
-    int do_conc = strcmp(cfg.scenario, "concurrent") == 0 || strcmp(cfg.scenario, "all") == 0;
-    int do_store_seq = strcmp(cfg.scenario, "store-seq") == 0 || strcmp(cfg.scenario, "all") == 0;
-    int do_store_conc =
-        strcmp(cfg.scenario, "store-concurrent") == 0 || strcmp(cfg.scenario, "all") == 0;
-    if (!do_seq && !do_conc && !do_store_seq && !do_store_conc) {
+    int do_seq = scenario_chosen("seq"), do_conc = scenario_chosen("concurrent");
+    int do_store_seq = scenario_chosen("store-seq");
+    int do_store_conc = scenario_chosen("store-concurrent");
+    if (!scenarios_known() || (!do_seq && !do_conc && !do_store_seq && !do_store_conc)) {
         usage(stderr);
         return 2;
     }
