@@ -303,7 +303,7 @@ static void server_start(struct server *s, const char *tag, int latency_ms, int 
     snprintf(lat, sizeof lat, "%d", latency_ms);
     snprintf(thr, sizeof thr, "%d", threads);
     snprintf(maxc, sizeof maxc, "%d", max_connections);
-    const char *argv[16] = {cfg.fake_llm, "--host", "127.0.0.1", "--port", "0", "--port-file",
+    const char *argv[17] = {cfg.fake_llm, "--host", "127.0.0.1", "--port", "0", "--port-file",
                             s->port_file, "--latency-ms", lat, "--threads", thr,
                             "--max-connections", maxc, "--quiet"};
     int argc = 14;
