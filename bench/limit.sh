@@ -18,13 +18,15 @@
 # Environment:
 #   SEQ_RUNS=5 CONC_RUNS=3   repetitions (the table gives medians)
 #   COUNT_ALLOCS=0           skip the counting pass
-#   PARLEY_BENCH_ARGS        extra parley-bench options, e.g. "--conc-conversations 2000"
+#   PARLEY_BENCH_ARGS        extra parley-bench options (they come last, so they win),
+#                            e.g. "--conc-conversations 2000"
 set -eu
 
 src=$(cd "$(dirname "$0")/.." && pwd)
 build=${1:-$src/build-bench}
 seq_runs=${SEQ_RUNS:-5}
 conc_runs=${CONC_RUNS:-3}
+phase_timeout=300 # a loaded machine: Parley's 30,000 turns took a minute at load 13
 
 echo "== building (Release) in $build"
 cmake -S "$src" -B "$build" -DCMAKE_BUILD_TYPE=Release >/dev/null
@@ -45,7 +47,8 @@ echo "== $started; nproc $(nproc); load average (1/5/15 min) $load_before"
 echo "== timing runs: scenario 1 x $seq_runs, scenario 2 x $conc_runs"
 # shellcheck disable=SC2086 # PARLEY_BENCH_ARGS is a list of options
 run "$build/bench/parley-bench" --scenario seq,concurrent --seq-repeats "$seq_runs" \
-    --conc-repeats "$conc_runs" --summary-file "$out/timing" ${PARLEY_BENCH_ARGS:-} |
+    --conc-repeats "$conc_runs" --phase-timeout-s "$phase_timeout" --summary-file "$out/timing" \
+    ${PARLEY_BENCH_ARGS:-} |
     tee "$out/timing.txt"
 load_mid=$(load)
 if [ "${COUNT_ALLOCS:-1}" != 0 ]; then
@@ -53,7 +56,8 @@ if [ "${COUNT_ALLOCS:-1}" != 0 ]; then
     echo "== counting pass (allocations only; LD_PRELOAD=parley-bench-alloc.so, 1 run each)"
     # shellcheck disable=SC2086
     run "$build/bench/parley-bench" --count-allocs --scenario seq,concurrent --seq-repeats 1 \
-        --conc-repeats 1 --summary-file "$out/count" ${PARLEY_BENCH_ARGS:-} |
+        --conc-repeats 1 --phase-timeout-s "$phase_timeout" --summary-file "$out/count" \
+        ${PARLEY_BENCH_ARGS:-} |
         tee "$out/count.txt"
 fi
 load_after=$(load)
