@@ -69,12 +69,16 @@
 #include <unistd.h>
 
 #include "fault_vfs.h" /* tests/store: a VFS that delays fsync, for --fsync-delay-ms */
+#include "raw_client.h" /* the limit: a minimal epoll HTTP/1.1 client */
 
 #ifndef PARLEY_BENCH_PLUGIN
 #define PARLEY_BENCH_PLUGIN "parley.so"
 #endif
 #ifndef PARLEY_BENCH_FAKE_LLM
 #define PARLEY_BENCH_FAKE_LLM "parley-fake-llm"
+#endif
+#ifndef PARLEY_BENCH_ALLOC_LIB
+#define PARLEY_BENCH_ALLOC_LIB "parley-bench-alloc.so"
 #endif
 
 #define SEQ_CONVERSATION "bench-sequential-conversation"
@@ -103,6 +107,8 @@ static struct config {
     int store_seq_latency_ms;   /* server latency of the store-seq scenario */
     const char *history_sync;   /* the SQLite phases' history_sync: normal | full */
     int fsync_delay_ms;         /* SQLite phases: every fsync takes this long (a slow disk) */
+    int limit;                  /* also run the raw epoll client (scenarios 1 and 2) */
+    int count_allocs;           /* the counting pass: allocations per turn (LD_PRELOAD) */
     int verbose;
 } cfg = {
     .plugin = PARLEY_BENCH_PLUGIN,
@@ -118,6 +124,7 @@ static struct config {
     .server_threads = 2,
     .phase_timeout_s = 120,
     .history_sync = "normal",
+    .limit = 1,
 };
 
 /* Five Home-Assistant-like tools, declared in the agent's options. */
@@ -170,22 +177,30 @@ static void die(const char *fmt, ...)
     exit(1);
 }
 
-/* A "Name:   123 kB" field of /proc/self/status, in KiB; -1 when unreadable. */
+/* A "Name:   123 kB" field of /proc/self/status, in KiB; -1 when unreadable.
+ * With read(), not stdio: it runs inside measured windows, where the counting
+ * pass counts every malloc. */
 static long status_kib(const char *field)
 {
-    FILE *f = fopen("/proc/self/status", "r");
-    char line[256];
-    long kib = -1;
+    char buf[4096];
+    int fd = open("/proc/self/status", O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return -1;
+    ssize_t got = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (got <= 0)
+        return -1;
+    buf[got] = '\0';
     size_t n = strlen(field);
-    while (f && fgets(line, sizeof line, f)) {
-        if (strncmp(line, field, n) == 0 && line[n] == ':') {
-            kib = strtol(line + n + 1, NULL, 10);
-            break;
-        }
+    const char *line = buf;
+    while (line) {
+        if (strncmp(line, field, n) == 0 && line[n] == ':')
+            return strtol(line + n + 1, NULL, 10);
+        line = strchr(line, '\n');
+        if (line)
+            line++;
     }
-    if (f)
-        fclose(f);
-    return kib;
+    return -1;
 }
 
 /* user + system CPU seconds of this process, every thread included. */
@@ -288,7 +303,7 @@ static void server_start(struct server *s, const char *tag, int latency_ms, int 
     snprintf(lat, sizeof lat, "%d", latency_ms);
     snprintf(thr, sizeof thr, "%d", threads);
     snprintf(maxc, sizeof maxc, "%d", max_connections);
-    const char *argv[16] = {cfg.fake_llm, "--host", "127.0.0.1", "--port", "0", "--port-file",
+    const char *argv[17] = {cfg.fake_llm, "--host", "127.0.0.1", "--port", "0", "--port-file",
                             s->port_file, "--latency-ms", lat, "--threads", thr,
                             "--max-connections", maxc, "--quiet"};
     int argc = 14;
@@ -303,6 +318,7 @@ static void server_start(struct server *s, const char *tag, int latency_ms, int 
         die("fork: %s", strerror(errno));
     if (pid == 0) {
         prctl(PR_SET_PDEATHSIG, SIGKILL); /* never outlive the bench */
+        unsetenv("LD_PRELOAD"); /* the counting pass counts the bench, not the server */
         int devnull = open("/dev/null", O_WRONLY);
         if (devnull >= 0)
             dup2(devnull, STDOUT_FILENO); /* it prints "listening on N" */
@@ -368,6 +384,9 @@ struct result {
     long rss_end_kib;     /* VmRSS when it closed */
     long hwm_kib;         /* VmHWM at the end */
     double body_bytes;    /* mean request body size */
+    int counted;          /* the counting pass: allocs, frees and alloc_bytes are set */
+    long allocs, frees;   /* heap allocations and frees during the measured window */
+    long alloc_bytes;     /* bytes those allocations asked for */
 };
 
 /* What the phase children need; set by the parent before fork(). */
@@ -385,14 +404,26 @@ struct window {
     double server_cpu0, cpu0, t0;
 };
 
+/* The counting pass's interposer (bench/alloc_count.c), when LD_PRELOAD holds it. */
+static void (*alloc_counting)(int on);
+static void (*alloc_read)(long *allocs, long *frees, long *bytes);
+
 static struct window window_open(struct result *r)
 {
     r->rss_base_kib = status_kib("VmRSS");
-    return (struct window){proc_cpu_s(ctx.server_pid), self_cpu_s(), now_s()};
+    struct window w = {proc_cpu_s(ctx.server_pid), self_cpu_s(), now_s()};
+    if (alloc_counting)
+        alloc_counting(1); /* last: what window_open itself allocates is not counted */
+    return w;
 }
 
 static void window_close(const struct window *w, struct result *r)
 {
+    if (alloc_counting) {
+        alloc_counting(0);
+        alloc_read(&r->allocs, &r->frees, &r->alloc_bytes);
+        r->counted = 1;
+    }
     r->wall_s = now_s() - w->t0;
     r->cpu_s = self_cpu_s() - w->cpu0;
     r->server_cpu_s = proc_cpu_s(ctx.server_pid) - w->server_cpu0;
@@ -1050,6 +1081,105 @@ static void phase_conc_floor(struct result *r)
     r->ok = 1;
 }
 
+/* ---- the limit: a raw epoll HTTP/1.1 client (bench/raw_client.c) ------------- */
+
+static struct raw_client *limit_client(struct result *r, int connections, const char *const *bodies,
+                                       const size_t *lens, int n_bodies)
+{
+    struct raw_config rc = {.port = ctx.port,
+                            .path = "/v1/chat/completions",
+                            .content_type = "application/json",
+                            .bodies = bodies,
+                            .body_lens = lens,
+                            .n_bodies = n_bodies,
+                            .connections = connections,
+                            .timeout_s = cfg.phase_timeout_s - 5};
+    char err[256];
+    struct raw_client *c = raw_client_new(&rc, err, sizeof err);
+    if (!c)
+        set_error(r, "%s", err);
+    return c;
+}
+
+/* The sequential scenario's POSTs, one after the other on one keep-alive connection. */
+static void phase_seq_limit(struct result *r)
+{
+    const char *body = ctx.seq_body;
+    int n = cfg.seq_turns, warm = seq_warmup_turns();
+    struct raw_client *c = limit_client(r, 1, &body, &ctx.seq_body_len, 1);
+    double *lat = calloc((size_t)n, sizeof *lat);
+    if (!c || !lat) {
+        set_error(r, "out of memory");
+        raw_client_free(c);
+        free(lat);
+        return;
+    }
+    touch(lat, (size_t)n * sizeof *lat);
+    struct raw_stats st;
+    raw_client_run(c, warm, NULL, &st); /* opens the connection, as the floor's warm-up does */
+    r->failures += st.failures;
+    struct window win = window_open(r);
+    int rc = raw_client_run(c, n, lat, &st);
+    window_close(&win, r);
+    r->failures += st.failures;
+    if (st.error[0])
+        set_error(r, "%s", st.error);
+    r->turns = n;
+    r->peak_in_flight = st.peak_in_flight;
+    r->body_bytes = (double)ctx.seq_body_len;
+    r->p50_ms = percentile(lat, (size_t)n, 50) * 1e3;
+    r->p99_ms = percentile(lat, (size_t)n, 99) * 1e3;
+    raw_client_free(c);
+    free(lat);
+    r->ok = rc == 0;
+}
+
+/* The concurrent scenario: every conversation's bodies in order on a connection of
+ * its own, all conversations at once.  Its per-connection state (a fixed struct)
+ * is allocated before the window, as the floor's easy handles are. */
+static void phase_conc_limit(struct result *r)
+{
+    int n = cfg.conc_conversations, k = cfg.conc_turns;
+    const char *bodies[MAX_CONC_TURNS];
+    for (int j = 0; j < k; j++)
+        bodies[j] = ctx.conc_body[j];
+    struct raw_client *c = limit_client(r, n, bodies, ctx.conc_body_len, k);
+    double *lat = calloc((size_t)n * (size_t)k, sizeof *lat);
+    if (!c || !lat) {
+        set_error(r, "out of memory");
+        raw_client_free(c);
+        free(lat);
+        return;
+    }
+    touch(lat, (size_t)n * (size_t)k * sizeof *lat);
+    struct raw_stats st;
+    /* Warm-up: one request on a connection of its own, as the floor makes one. */
+    struct raw_client *w = limit_client(r, 1, bodies, ctx.conc_body_len, 1);
+    if (w) {
+        raw_client_run(w, 1, NULL, &st);
+        r->failures += st.failures;
+        raw_client_free(w);
+    }
+    struct window win = window_open(r);
+    int rc = raw_client_run(c, k, lat, &st);
+    window_close(&win, r); /* no RSS sampling needed: nothing is freed during the run */
+    r->failures += st.failures;
+    if (st.error[0])
+        set_error(r, "%s", st.error);
+    r->turns = (long)n * k;
+    r->peak_in_flight = st.peak_in_flight;
+    double mean_body = 0;
+    for (int j = 0; j < k; j++)
+        mean_body += (double)ctx.conc_body_len[j] / k;
+    r->body_bytes = mean_body;
+    size_t nl = (size_t)n * (size_t)k;
+    r->p50_ms = percentile(lat, nl, 50) * 1e3;
+    r->p99_ms = percentile(lat, nl, 99) * 1e3;
+    raw_client_free(c);
+    free(lat);
+    r->ok = rc == 0;
+}
+
 /* ---- capture: the request bodies Parley sends -------------------------------- */
 
 static void phase_capture(struct result *r)
@@ -1200,33 +1330,64 @@ static void print_result(const char *scenario, int rep, int reps, const char *wh
            r->rss_end_kib - r->rss_base_kib, r->peak_in_flight, r->failures);
     if (r->retries > 0)
         printf("  retries %ld", r->retries);
+    if (r->counted && r->turns)
+        printf("  allocs %.1f/turn (%.0f B/turn)", (double)r->allocs / (double)r->turns,
+               (double)r->alloc_bytes / (double)r->turns);
     if (!r->ok || r->error[0])
         printf("  [%s%s]", r->ok ? "" : "INCOMPLETE: ", r->error[0] ? r->error : "?");
     printf("\n");
     fflush(stdout);
 }
 
-/* Medians over repetitions of one metric for Parley and for the floor. */
+/* Medians over repetitions of one metric for Parley, the floor and (scenarios 1
+ * and 2) the limit. */
 struct series {
-    double parley[64], floor[64], ratio[64];
+    double parley[64], floor[64], limit[64];
+    double ratio[64], ratio_limit[64]; /* per run: Parley / floor, Parley / limit; < 0: none */
     size_t n;
 };
+
+static int with_limit; /* the scenario being reported ran the limit too */
+
+static void table_header(const char *a, const char *b)
+{
+    if (with_limit)
+        printf("  %-34s %14s %14s %14s %9s %9s\n", "", a, b, "limit", "/floor", "/limit");
+    else
+        printf("  %-34s %14s %14s %10s\n", "", a, b, "ratio");
+}
+
+static void format_ratio(char *out, size_t n, double ratio)
+{
+    if (ratio < 0)
+        snprintf(out, n, "-");
+    else
+        snprintf(out, n, "%.3f", ratio);
+}
 
 static void row(const char *key, const char *label, const char *fmt, const struct series *s,
                 int with_ratio)
 {
-    double p = median(s->parley, s->n), f = median(s->floor, s->n);
-    char pv[32], fv[32];
-    snprintf(pv, sizeof pv, fmt, p);
-    snprintf(fv, sizeof fv, fmt, f);
-    printf("  %-34s %14s %14s", label, pv, fv);
-    if (with_ratio)
-        printf(" %10.3f", median(s->ratio, s->n));
-    printf("\n");
-    if (summary) { /* as printed, for run.sh's table */
+    char pv[32], fv[32], lv[32], rf[16] = "", rl[16] = "";
+    snprintf(pv, sizeof pv, fmt, median(s->parley, s->n));
+    snprintf(fv, sizeof fv, fmt, median(s->floor, s->n));
+    snprintf(lv, sizeof lv, fmt, median(s->limit, s->n));
+    if (with_ratio) {
+        format_ratio(rf, sizeof rf, median(s->ratio, s->n));
+        format_ratio(rl, sizeof rl, median(s->ratio_limit, s->n));
+    }
+    if (with_limit)
+        printf("  %-34s %14s %14s %14s %9s %9s\n", label, pv, fv, lv, rf, rl);
+    else
+        printf("  %-34s %14s %14s %10s\n", label, pv, fv, rf);
+    if (summary) { /* as printed, for run.sh's and limit.sh's tables */
         fprintf(summary, "%s.parley=%s\n%s.floor=%s\n", key, pv, key, fv);
+        if (with_limit)
+            fprintf(summary, "%s.limit=%s\n", key, lv);
         if (with_ratio)
-            fprintf(summary, "%s.ratio=%.3f\n", key, median(s->ratio, s->n));
+            fprintf(summary, "%s.ratio=%s\n", key, rf);
+        if (with_ratio && with_limit)
+            fprintf(summary, "%s.ratio_limit=%s\n", key, rl);
     }
 }
 
@@ -1234,34 +1395,84 @@ static void add(struct series *s, double parley, double floor_v, double ratio)
 {
     s->parley[s->n] = parley;
     s->floor[s->n] = floor_v;
+    s->limit[s->n] = 0;
     s->ratio[s->n] = ratio;
+    s->ratio_limit[s->n] = -1;
     s->n++;
 }
 
+/* The limit's figure for the run add() just recorded. */
+static void add_limit(struct series *s, double limit, double ratio)
+{
+    s->limit[s->n - 1] = limit;
+    s->ratio_limit[s->n - 1] = ratio;
+}
+
+static double ratio_of(double a, double b) { return b > 0 ? a / b : -1; }
+
 struct scenario_figures {
-    struct series thr, mean_ms, p50, p99, cpu, srv, hwm, growth, per_inflight, fail, inflight;
-    int complete; /* every phase of every repetition ran to its end */
+    struct series thr, mean_ms, wall, p50, p99, cpu, srv, hwm, growth, per_inflight, fail,
+        inflight, allocs, alloc_bytes;
+    int complete;  /* every phase of every repetition ran to its end */
+    int has_limit; /* the limit ran */
+    int counted;   /* the counting pass: allocs and alloc_bytes are filled */
 };
 
-static void collect(struct scenario_figures *fg, const struct result *p, const struct result *f)
+static double per_turn(double x, const struct result *r) { return x / (double)r->turns; }
+
+/* RSS per in-flight turn: VmHWM minus VmRSS when the window opened, over the peak in flight. */
+static double kib_per_in_flight(const struct result *r)
+{
+    return (double)(r->hwm_kib - r->rss_base_kib) / (double)r->peak_in_flight;
+}
+
+/* One repetition's figures; l is NULL when the limit did not run. */
+static void collect(struct scenario_figures *fg, const struct result *p, const struct result *f,
+                    const struct result *l)
 {
     double tp = p->turns / p->wall_s, tf = f->turns / f->wall_s;
     add(&fg->thr, tp, tf, tp / tf);
     add(&fg->mean_ms, 1e3 / tp, 1e3 / tf, tf / tp);
+    add(&fg->wall, p->wall_s, f->wall_s, p->wall_s / f->wall_s);
     add(&fg->p50, p->p50_ms, f->p50_ms, p->p50_ms / f->p50_ms);
     add(&fg->p99, p->p99_ms, f->p99_ms, p->p99_ms / f->p99_ms);
-    double cp = p->cpu_s / p->turns * 1e6, cf = f->cpu_s / f->turns * 1e6;
+    double cp = per_turn(p->cpu_s, p) * 1e6, cf = per_turn(f->cpu_s, f) * 1e6;
     add(&fg->cpu, cp, cf, cp / cf);
-    add(&fg->srv, p->server_cpu_s / p->turns * 1e6, f->server_cpu_s / f->turns * 1e6, 0);
+    add(&fg->srv, per_turn(p->server_cpu_s, p) * 1e6, per_turn(f->server_cpu_s, f) * 1e6, 0);
     add(&fg->hwm, p->hwm_kib / 1024.0, f->hwm_kib / 1024.0, 0);
     add(&fg->growth, (double)(p->rss_end_kib - p->rss_base_kib),
         (double)(f->rss_end_kib - f->rss_base_kib), 0);
-    add(&fg->per_inflight, (double)(p->hwm_kib - p->rss_base_kib) / (double)p->peak_in_flight,
-        (double)(f->hwm_kib - f->rss_base_kib) / (double)f->peak_in_flight, 0);
+    add(&fg->per_inflight, kib_per_in_flight(p), kib_per_in_flight(f),
+        ratio_of(kib_per_in_flight(p), kib_per_in_flight(f)));
     add(&fg->fail, (double)p->failures, (double)f->failures, 0);
     add(&fg->inflight, (double)p->peak_in_flight, (double)f->peak_in_flight, 0);
-    if (!p->ok || !f->ok)
+    double ap = per_turn((double)p->allocs, p), af = per_turn((double)f->allocs, f);
+    double bp = per_turn((double)p->alloc_bytes, p), bf = per_turn((double)f->alloc_bytes, f);
+    add(&fg->allocs, ap, af, ratio_of(ap, af));
+    add(&fg->alloc_bytes, bp, bf, ratio_of(bp, bf));
+    if (l) {
+        double tl = l->turns / l->wall_s, cl = per_turn(l->cpu_s, l) * 1e6;
+        add_limit(&fg->thr, tl, tp / tl);
+        add_limit(&fg->mean_ms, 1e3 / tl, tl / tp);
+        add_limit(&fg->wall, l->wall_s, p->wall_s / l->wall_s);
+        add_limit(&fg->p50, l->p50_ms, ratio_of(p->p50_ms, l->p50_ms));
+        add_limit(&fg->p99, l->p99_ms, ratio_of(p->p99_ms, l->p99_ms));
+        add_limit(&fg->cpu, cl, ratio_of(cp, cl));
+        add_limit(&fg->srv, per_turn(l->server_cpu_s, l) * 1e6, 0);
+        add_limit(&fg->hwm, l->hwm_kib / 1024.0, 0);
+        add_limit(&fg->growth, (double)(l->rss_end_kib - l->rss_base_kib), 0);
+        /* no ratio: the limit keeps nothing per turn in user space (its ~0 would make one meaningless) */
+        add_limit(&fg->per_inflight, kib_per_in_flight(l), -1);
+        add_limit(&fg->fail, (double)l->failures, 0);
+        add_limit(&fg->inflight, (double)l->peak_in_flight, 0);
+        double al = per_turn((double)l->allocs, l), bl = per_turn((double)l->alloc_bytes, l);
+        add_limit(&fg->allocs, al, ratio_of(ap, al));
+        add_limit(&fg->alloc_bytes, bl, ratio_of(bp, bl));
+    }
+    if (!p->ok || !f->ok || (l && !l->ok))
         fg->complete = 0;
+    if (!p->counted || !f->counted || (l && !l->counted))
+        fg->counted = 0;
 }
 
 static const char *verdict(int met) { return met ? "met" : "MISSED"; }
@@ -1274,11 +1485,19 @@ static const char *verdict(int met) { return met ? "met" : "MISSED"; }
  * "sqlite" against "memory" for the store scenarios). */
 static const char *side_a = "parley", *side_b = "floor";
 
+/* reps repetitions, each against a fresh server: Parley, the floor and (when
+ * limit_fn is not NULL) the limit, each in a phase process of its own. */
 static void scenario(const char *name, int reps, int latency_ms, int threads, int max_conn,
-                     phase_fn parley_fn, phase_fn floor_fn, struct scenario_figures *fg)
+                     phase_fn parley_fn, phase_fn floor_fn, phase_fn limit_fn,
+                     struct scenario_figures *fg)
 {
     memset(fg, 0, sizeof *fg);
     fg->complete = 1;
+    fg->counted = 1;
+    fg->has_limit = limit_fn != NULL;
+    phase_fn fns[3] = {parley_fn, floor_fn, limit_fn};
+    const char *who[3] = {side_a, side_b, "limit"};
+    int sides = limit_fn ? 3 : 2;
     for (int rep = 1; rep <= reps; rep++) {
         struct server s;
         char tag[32];
@@ -1286,34 +1505,46 @@ static void scenario(const char *name, int reps, int latency_ms, int threads, in
         server_start(&s, tag, latency_ms, threads, max_conn, NULL);
         ctx.port = s.port;
         ctx.server_pid = s.pid;
-        struct result p, f;
-        if (rep % 2) { /* alternate the order: drift hits both sides alike */
-            p = run_phase(parley_fn);
-            print_result(name, rep, reps, side_a, &p);
-            f = run_phase(floor_fn);
-            print_result(name, rep, reps, side_b, &f);
-        } else {
-            f = run_phase(floor_fn);
-            print_result(name, rep, reps, side_b, &f);
-            p = run_phase(parley_fn);
-            print_result(name, rep, reps, side_a, &p);
+        struct result res[3];
+        memset(res, 0, sizeof res);
+        for (int k = 0; k < sides; k++) { /* rotate the order: drift hits every side alike */
+            int i = (k + rep - 1) % sides;
+            res[i] = run_phase(fns[i]);
+            print_result(name, rep, reps, who[i], &res[i]);
         }
         server_stop(&s);
-        if (p.turns && f.turns && p.wall_s > 0 && f.wall_s > 0)
-            collect(fg, &p, &f);
+        const struct result *p = &res[0], *f = &res[1], *l = limit_fn ? &res[2] : NULL;
+        if (p->turns && f->turns && p->wall_s > 0 && f->wall_s > 0 &&
+            (!l || (l->turns && l->wall_s > 0)))
+            collect(fg, p, f, l);
         else
             fg->complete = 0;
     }
 }
 
+/* The counting pass's rows: heap allocations during the measured window, per turn. */
+static void alloc_rows(const char *prefix, const struct scenario_figures *fg)
+{
+    if (!fg->counted)
+        return;
+    char key[64];
+    snprintf(key, sizeof key, "%s.allocs_per_turn", prefix);
+    row(key, "heap allocations per turn", "%.1f", &fg->allocs, 1);
+    snprintf(key, sizeof key, "%s.alloc_bytes_per_turn", prefix);
+    row(key, "bytes allocated per turn", "%.0f", &fg->alloc_bytes, 1);
+}
+
 static void report_seq(const struct scenario_figures *fg)
 {
     printf("\nScenario 1 -- sequential: 1 conversation, %d-turn history, 5 tools, server "
-           "latency 0 ms; %d turns, median of %zu runs\n",
-           cfg.seq_history, cfg.seq_turns, fg->thr.n);
-    printf("  %-34s %14s %14s %10s\n", "", "Parley", "floor", "ratio");
+           "latency 0 ms; %d turns, median of %zu runs%s\n",
+           cfg.seq_history, cfg.seq_turns, fg->thr.n,
+           cfg.count_allocs ? " (COUNTING PASS: allocations counted, timings not comparable)" : "");
+    with_limit = fg->has_limit;
+    table_header("Parley", "floor");
     row("seq.turns_per_s", "turns/s", "%.0f", &fg->thr, 1);
     row("seq.mean_ms", "mean turn time (ms)", "%.3f", &fg->mean_ms, 1);
+    row("seq.wall_s", "wall time (s)", "%.3f", &fg->wall, 1);
     row("seq.p50_ms", "p50 latency (ms)", "%.3f", &fg->p50, 1);
     row("seq.p99_ms", "p99 latency (ms)", "%.3f", &fg->p99, 1);
     row("seq.cpu_us", "client CPU per turn (us)", "%.1f", &fg->cpu, 1);
@@ -1321,9 +1552,13 @@ static void report_seq(const struct scenario_figures *fg)
     row("seq.hwm_mib", "peak RSS, VmHWM (MiB)", "%.1f", &fg->hwm, 0);
     row("seq.rss_growth_kib", "RSS growth over the run (KiB)", "%.0f", &fg->growth, 0);
     row("seq.failures", "failures", "%.0f", &fg->fail, 0);
+    alloc_rows("seq", fg);
     double ratio = median(fg->mean_ms.ratio, fg->mean_ms.n);
+    double cpu = median(fg->cpu.ratio, fg->cpu.n);
     printf("  => Parley turn time / floor request time = %.3f (target <= 1.10: %s)%s\n", ratio,
            verdict(ratio <= 1.10), fg->complete ? "" : "  [some phases incomplete]");
+    printf("  => Parley CPU per turn / floor's = %.3f (issue 17 target <= 1.30: %s)\n", cpu,
+           verdict(cpu <= 1.30));
     if (summary)
         fprintf(summary, "seq.body_bytes=%zu\nseq.complete=%d\n", ctx.seq_body_len, fg->complete);
 }
@@ -1331,19 +1566,23 @@ static void report_seq(const struct scenario_figures *fg)
 static void report_conc(const struct scenario_figures *fg)
 {
     printf("\nScenario 2 -- concurrent: %d conversations in flight, %d turns each, server "
-           "latency %d ms, %d server threads; median of %zu runs\n",
+           "latency %d ms, %d server threads; median of %zu runs%s\n",
            cfg.conc_conversations, cfg.conc_turns, cfg.conc_latency_ms, cfg.server_threads,
-           fg->thr.n);
-    printf("  %-34s %14s %14s %10s\n", "", "Parley", "floor", "ratio");
+           fg->thr.n,
+           cfg.count_allocs ? " (COUNTING PASS: allocations counted, timings not comparable)" : "");
+    with_limit = fg->has_limit;
+    table_header("Parley", "floor");
     row("conc.turns_per_s", "turns/s", "%.0f", &fg->thr, 1);
+    row("conc.wall_s", "wall time (s)", "%.2f", &fg->wall, 1);
     row("conc.p50_ms", "p50 latency (ms)", "%.1f", &fg->p50, 1);
     row("conc.p99_ms", "p99 latency (ms)", "%.1f", &fg->p99, 1);
     row("conc.cpu_us", "client CPU per turn (us)", "%.1f", &fg->cpu, 1);
     row("conc.server_cpu_us", "server CPU per turn (us)", "%.1f", &fg->srv, 0);
     row("conc.peak_in_flight", "peak turns in flight", "%.0f", &fg->inflight, 0);
     row("conc.hwm_mib", "peak RSS, VmHWM (MiB)", "%.1f", &fg->hwm, 0);
-    row("conc.kib_per_in_flight", "RSS per in-flight turn (KiB)", "%.1f", &fg->per_inflight, 0);
+    row("conc.kib_per_in_flight", "RSS per in-flight turn (KiB)", "%.1f", &fg->per_inflight, 1);
     row("conc.failures", "failures", "%.0f", &fg->fail, 0);
+    alloc_rows("conc", fg);
     double ratio = median(fg->thr.ratio, fg->thr.n);
     double kib = median(fg->per_inflight.parley, fg->per_inflight.n);
     double worst_fail = 0;
@@ -1352,10 +1591,16 @@ static void report_conc(const struct scenario_figures *fg)
             worst_fail = fg->fail.parley[i];
     printf("  => Parley throughput / floor throughput = %.3f (target >= 0.80: %s)\n", ratio,
            verdict(ratio >= 0.80));
+    if (fg->has_limit) {
+        double lr = median(fg->thr.ratio_limit, fg->thr.n);
+        printf("  => Parley throughput / limit throughput = %.3f (issue 17 target >= 0.50: %s)\n",
+               lr, verdict(lr >= 0.50));
+    }
     printf("  => Parley failures, worst run = %.0f (target 0: %s)\n", worst_fail,
            verdict(worst_fail == 0 && fg->complete));
-    printf("  => RSS per in-flight turn = %.1f KiB (target <= 64 KiB: %s)\n", kib,
-           verdict(kib <= 64));
+    printf("  => RSS per in-flight turn = %.1f KiB (target <= 64 KiB: %s; issue 17 target "
+           "<= 16 KiB: %s)\n",
+           kib, verdict(kib <= 64), verdict(kib <= 16));
     printf("     (VmHWM minus VmRSS before the first submission, over the peak number of turns "
            "in flight;\n      includes the history committed during the run)\n");
     if (summary)
@@ -1368,13 +1613,15 @@ static void report_store_seq(const struct scenario_figures *fg)
            "SQLite (history_sync %s, fsync delay %d ms) against the memory store; median of %zu "
            "runs\n",
            cfg.store_seq_latency_ms, cfg.history_sync, cfg.fsync_delay_ms, fg->thr.n);
-    printf("  %-34s %14s %14s %10s\n", "", "sqlite", "memory", "ratio");
+    with_limit = 0;
+    table_header("sqlite", "memory");
     row("store_seq.mean_ms", "mean turn time (ms)", "%.3f", &fg->mean_ms, 1);
     row("store_seq.p50_ms", "p50 latency (ms)", "%.3f", &fg->p50, 1);
     row("store_seq.p99_ms", "p99 latency (ms)", "%.3f", &fg->p99, 1);
     row("store_seq.cpu_us", "client CPU per turn (us)", "%.1f", &fg->cpu, 1);
     row("store_seq.hwm_mib", "peak RSS, VmHWM (MiB)", "%.1f", &fg->hwm, 0);
     row("store_seq.failures", "failures", "%.0f", &fg->fail, 0);
+    alloc_rows("store_seq", fg);
     double ratio = median(fg->mean_ms.ratio, fg->mean_ms.n);
     printf("  => SQLite turn time / memory turn time = %.3f (target <= 1.10: %s)%s\n", ratio,
            verdict(ratio <= 1.10), fg->complete ? "" : "  [some phases incomplete]");
@@ -1385,13 +1632,15 @@ static void report_store_conc(const struct scenario_figures *fg)
     printf("\nScenario 2s -- %d conversations in flight as in scenario 2, history in SQLite "
            "(history_sync %s, fsync delay %d ms) against the memory store; median of %zu runs\n",
            cfg.conc_conversations, cfg.history_sync, cfg.fsync_delay_ms, fg->thr.n);
-    printf("  %-34s %14s %14s %10s\n", "", "sqlite", "memory", "ratio");
+    with_limit = 0;
+    table_header("sqlite", "memory");
     row("store_conc.turns_per_s", "turns/s", "%.0f", &fg->thr, 1);
     row("store_conc.p50_ms", "p50 latency (ms)", "%.1f", &fg->p50, 1);
     row("store_conc.p99_ms", "p99 latency (ms)", "%.1f", &fg->p99, 1);
     row("store_conc.cpu_us", "client CPU per turn (us)", "%.1f", &fg->cpu, 1);
     row("store_conc.hwm_mib", "peak RSS, VmHWM (MiB)", "%.1f", &fg->hwm, 0);
     row("store_conc.failures", "failures", "%.0f", &fg->fail, 0);
+    alloc_rows("store_conc", fg);
     double ratio = median(fg->thr.ratio, fg->thr.n), worst_fail = 0;
     for (size_t i = 0; i < fg->fail.n; i++)
         if (fg->fail.parley[i] > worst_fail)
@@ -1408,11 +1657,71 @@ static void report_store_conc(const struct scenario_figures *fg)
  * main
  * ====================================================================== */
 
+/* --scenario is "all" or a comma-separated list of scenario names. */
+static const char *const scenario_names[] = {"seq", "concurrent", "store-seq", "store-concurrent"};
+
+/* The item after p in a comma-separated list, or NULL. */
+static const char *next_item(const char *p)
+{
+    const char *comma = strchr(p, ',');
+    return comma ? comma + 1 : NULL;
+}
+
+static int scenario_chosen(const char *name)
+{
+    if (strcmp(cfg.scenario, "all") == 0)
+        return 1;
+    size_t n = strlen(name);
+    for (const char *p = cfg.scenario; p; p = next_item(p))
+        if (strncmp(p, name, n) == 0 && (p[n] == ',' || p[n] == '\0'))
+            return 1;
+    return 0;
+}
+
+static int scenarios_known(void)
+{
+    if (strcmp(cfg.scenario, "all") == 0)
+        return 1;
+    for (const char *p = cfg.scenario; p; p = next_item(p)) {
+        size_t len = strcspn(p, ",");
+        int known = 0;
+        for (size_t i = 0; i < sizeof scenario_names / sizeof scenario_names[0]; i++)
+            known |= strlen(scenario_names[i]) == len && strncmp(p, scenario_names[i], len) == 0;
+        if (!known)
+            return 0;
+    }
+    return 1;
+}
+
+/* --count-allocs: find the interposer's counters, or re-execute this program with
+ * the interposer preloaded (once: the new process finds them). */
+static void start_counting_pass(char **argv)
+{
+    alloc_counting = (void (*)(int))dlsym(RTLD_DEFAULT, "parley_bench_alloc_counting");
+    alloc_read = (void (*)(long *, long *, long *))dlsym(RTLD_DEFAULT, "parley_bench_alloc_read");
+    if (alloc_counting && alloc_read)
+        return;
+    if (getenv("PARLEY_BENCH_COUNTING"))
+        die("--count-allocs: %s is preloaded but has no counters", PARLEY_BENCH_ALLOC_LIB);
+    if (access(PARLEY_BENCH_ALLOC_LIB, R_OK) != 0)
+        die("--count-allocs: %s not found (build the parley-bench-alloc target)",
+            PARLEY_BENCH_ALLOC_LIB);
+    const char *old = getenv("LD_PRELOAD");
+    char preload[PATH_MAX * 2];
+    snprintf(preload, sizeof preload, "%s%s%s", PARLEY_BENCH_ALLOC_LIB, old && *old ? ":" : "",
+             old ? old : "");
+    setenv("LD_PRELOAD", preload, 1);
+    setenv("PARLEY_BENCH_COUNTING", "1", 1); /* no second re-execution */
+    fflush(NULL);
+    execv("/proc/self/exe", argv);
+    die("--count-allocs: cannot re-execute with LD_PRELOAD: %s", strerror(errno));
+}
+
 static void usage(FILE *out)
 {
     fprintf(out,
             "usage: parley-bench [options]\n"
-            "  --scenario seq|concurrent|store-seq|store-concurrent|all   (all)\n"
+            "  --scenario seq|concurrent|store-seq|store-concurrent|all   (all; or a list: seq,concurrent)\n"
             "  --store-dir DIR                 store files of the store scenarios (a temp dir)\n"
             "  --store-seq-latency-ms N        server latency of store-seq (0)\n"
             "  --history-sync normal|full      history_sync of the SQLite phases (normal)\n"
@@ -1429,8 +1738,12 @@ static void usage(FILE *out)
             "  --server-threads N              fake server threads, concurrent scenario (2)\n"
             "  --phase-timeout-s N             kill a phase after N s (120)\n"
             "  --summary-file PATH             also write the medians as key=value lines\n"
+            "  --no-limit                      scenarios 1 and 2 without the raw epoll client\n"
+            "  --count-allocs                  the counting pass: re-run under LD_PRELOAD=%s\n"
+            "                                  and count heap allocations per turn in every\n"
+            "                                  measured window (its timings are not the benchmark's)\n"
             "  --verbose                       show the plugin's warnings\n",
-            PARLEY_BENCH_PLUGIN, PARLEY_BENCH_FAKE_LLM, MAX_CONC_TURNS);
+            PARLEY_BENCH_PLUGIN, PARLEY_BENCH_FAKE_LLM, MAX_CONC_TURNS, PARLEY_BENCH_ALLOC_LIB);
 }
 
 static int int_arg(const char *name, const char *v, int lo, int hi)
@@ -1455,6 +1768,14 @@ int main(int argc, char **argv)
         }
         if (strcmp(a, "--verbose") == 0) {
             cfg.verbose = 1;
+            continue;
+        }
+        if (strcmp(a, "--no-limit") == 0) {
+            cfg.limit = 0;
+            continue;
+        }
+        if (strcmp(a, "--count-allocs") == 0) {
+            cfg.count_allocs = 1;
             continue;
         }
         if (!v) {
@@ -1501,15 +1822,15 @@ int main(int argc, char **argv)
             return 2;
         }
     }
-    int do_seq = strcmp(cfg.scenario, "seq") == 0 || strcmp(cfg.scenario, "all") == 0;
-    int do_conc = strcmp(cfg.scenario, "concurrent") == 0 || strcmp(cfg.scenario, "all") == 0;
-    int do_store_seq = strcmp(cfg.scenario, "store-seq") == 0 || strcmp(cfg.scenario, "all") == 0;
-    int do_store_conc =
-        strcmp(cfg.scenario, "store-concurrent") == 0 || strcmp(cfg.scenario, "all") == 0;
-    if (!do_seq && !do_conc && !do_store_seq && !do_store_conc) {
+    int do_seq = scenario_chosen("seq"), do_conc = scenario_chosen("concurrent");
+    int do_store_seq = scenario_chosen("store-seq");
+    int do_store_conc = scenario_chosen("store-concurrent");
+    if (!scenarios_known() || (!do_seq && !do_conc && !do_store_seq && !do_store_conc)) {
         usage(stderr);
         return 2;
     }
+    if (cfg.count_allocs)
+        start_counting_pass(argv);
     if (access(cfg.plugin, R_OK) != 0)
         die("plugin not found: %s (--plugin)", cfg.plugin);
     if (access(cfg.fake_llm, X_OK) != 0)
@@ -1534,18 +1855,20 @@ int main(int argc, char **argv)
 
     struct scenario_figures seq, conc_fg, store_seq, store_conc;
     if (do_seq)
-        scenario("seq", cfg.seq_repeats, 0, 2, 64, phase_seq_parley, phase_seq_floor, &seq);
+        scenario("seq", cfg.seq_repeats, 0, 2, 64, phase_seq_parley, phase_seq_floor,
+                 cfg.limit ? phase_seq_limit : NULL, &seq);
     if (do_conc)
         scenario("concurrent", cfg.conc_repeats, cfg.conc_latency_ms, cfg.server_threads,
-                 2 * cfg.conc_conversations + 64, phase_conc_parley, phase_conc_floor, &conc_fg);
+                 2 * cfg.conc_conversations + 64, phase_conc_parley, phase_conc_floor,
+                 cfg.limit ? phase_conc_limit : NULL, &conc_fg);
     side_a = "sqlite";
     side_b = "memory";
     if (do_store_seq)
         scenario("store-seq", cfg.seq_repeats, cfg.store_seq_latency_ms, 2, 64, phase_seq_sqlite,
-                 phase_seq_parley, &store_seq);
+                 phase_seq_parley, NULL, &store_seq);
     if (do_store_conc)
         scenario("store-concurrent", cfg.conc_repeats, cfg.conc_latency_ms, cfg.server_threads,
-                 2 * cfg.conc_conversations + 64, phase_conc_sqlite, phase_conc_parley,
+                 2 * cfg.conc_conversations + 64, phase_conc_sqlite, phase_conc_parley, NULL,
                  &store_conc);
     if (do_seq)
         report_seq(&seq);

@@ -3,6 +3,8 @@
 # one summary table.  See docs/performance.md for the method.
 #
 #   bench/run.sh [BUILD_DIR]          default BUILD_DIR: <source>/build-bench
+#   bench/run.sh --issue17 [BUILD_DIR]   only the floor / limit / Parley table of
+#                                        scenarios 1 and 2 (bench/limit.sh)
 #
 # Scenarios (all traffic stays on 127.0.0.1; a few minutes in all):
 #   1  sequential turns, 20-turn history, 5 tools, 0 ms server latency,
@@ -23,6 +25,11 @@
 #   SKIP_REDIS=1        skip scenario 5 (redis-bench; also skipped without redis-server)
 #   SKIP_QUERY=1        skip scenario 6 (a ~300 MB SQLite file in BUILD_DIR, about a minute)
 set -eu
+
+if [ "${1:-}" = --issue17 ]; then
+    shift
+    exec "$(dirname "$0")/limit.sh" "$@"
+fi
 
 src=$(cd "$(dirname "$0")/.." && pwd)
 build=${1:-$src/build-bench}
@@ -108,6 +115,10 @@ row "1 sequential: server CPU per turn (us)" "$(val seq.server_cpu_us.parley)" \
 row "1 sequential: peak RSS (MiB)" "$(val seq.hwm_mib.parley)" "$(val seq.hwm_mib.floor)" "" "" ""
 row "1 sequential: RSS growth over the run (KiB)" "$(val seq.rss_growth_kib.parley)" \
     "$(val seq.rss_growth_kib.floor)" "" "" ""
+row "1 sequential: limit (raw epoll): turn time (ms)" "$(val seq.mean_ms.limit)" "" \
+    "$(val seq.mean_ms.ratio_limit)" "" ""
+row "1 sequential: limit: client CPU per turn (us)" "$(val seq.cpu_us.limit)" "" \
+    "$(val seq.cpu_us.ratio_limit)" "" ""
 r=$(val conc.turns_per_s.ratio)
 row "2 concurrent: turns/s" "$(val conc.turns_per_s.parley)" "$(val conc.turns_per_s.floor)" \
     "$r" ">= 0.80" "$(verdict "$r" ">=" 0.80)"
@@ -124,6 +135,11 @@ row "2 concurrent: client CPU per turn (us)" "$(val conc.cpu_us.parley)" "$(val 
     "$(val conc.cpu_us.ratio)" "" ""
 row "2 concurrent: server CPU per turn (us)" "$(val conc.server_cpu_us.parley)" \
     "$(val conc.server_cpu_us.floor)" "" "" ""
+r=$(val conc.turns_per_s.ratio_limit)
+row "2 concurrent: limit (raw epoll): turns/s" "$(val conc.turns_per_s.limit)" "" "$r" ">= 0.50" \
+    "$(verdict "$r" ">=" 0.50)"
+row "2 concurrent: limit: client CPU per turn (us)" "$(val conc.cpu_us.limit)" "" \
+    "$(val conc.cpu_us.ratio_limit)" "" ""
 row "2 concurrent: peak RSS (MiB)" "$(val conc.hwm_mib.parley)" "$(val conc.hwm_mib.floor)" "" "" ""
 if [ "${SKIP_HISTORY:-0}" != 1 ]; then
     for n in 100000 1000000; do
@@ -154,6 +170,7 @@ if [ "${SKIP_STORE_OPEN:-0}" != 1 ]; then
     done
 fi
 echo "(store rows: 'Parley' = SQLite store, 'floor' = memory store, same run)"
+echo "(limit rows: the raw epoll client's figure in the first column, ratio = Parley/limit)"
 echo "(floor = bare libcurl against the same fake server in the same run; ratio = Parley/floor"
 echo " per run, median over runs; turn-time and CPU ratios > 1 and throughput ratios < 1 are"
 echo " Parley's overhead.  Figures are measurements on this machine, not assertions.)"
