@@ -752,17 +752,18 @@ static char *snapshot(store *h)
 }
 
 /*
- * Fail each allocation of a commit in turn: every failure must return -1 and
- * leave the store exactly as it was; the first run with no failure commits.
- * Returns how many failures were injected.
+ * Fail each allocation of op(h, arg) in turn: every failure must return -1
+ * and leave view(h) exactly as it was; the first run with no failure
+ * succeeds.  Returns how many failures were injected.
  */
-static int commit_under_oom(store *h, const char *id, unsigned turn_no, uint64_t now_ms)
+static int all_or_nothing_under_oom(store *h, char *(*view)(store *),
+                                    int (*op)(store *, const void *), const void *arg)
 {
-    char *before = snapshot(h);
+    char *before = view(h);
     int failures = 0, unchanged = 1;
     for (long k = 0;; k++) {
         allocations_until_failure = k;
-        int rc = commit_at(h, id, turn_no, USER("under pressure"), 1, now_ms);
+        int rc = op(h, arg);
         int injected = allocations_until_failure < 0;
         allocations_until_failure = -1;
         if (rc == 0) /* a failed best-effort allocation (a shrink) may still commit */
@@ -771,13 +772,31 @@ static int commit_under_oom(store *h, const char *id, unsigned turn_no, uint64_t
         if (!injected)
             break;
         failures++;
-        char *after = snapshot(h);
+        char *after = view(h);
         unchanged &= after && before && strcmp(after, before) == 0;
         free(after);
     }
     CHECK(unchanged);
     free(before);
     return failures;
+}
+
+typedef struct commit_args {
+    const char *id;
+    unsigned turn_no;
+    uint64_t now_ms;
+} commit_args;
+
+static int commit_op(store *h, const void *arg)
+{
+    const commit_args *a = arg;
+    return commit_at(h, a->id, a->turn_no, USER("under pressure"), 1, a->now_ms);
+}
+
+static int commit_under_oom(store *h, const char *id, unsigned turn_no, uint64_t now_ms)
+{
+    commit_args a = {id, turn_no, now_ms};
+    return all_or_nothing_under_oom(h, snapshot, commit_op, &a);
 }
 
 /* Whether our malloc is the one in use: valgrind, for one, replaces it too. */
@@ -877,8 +896,9 @@ typedef struct identity_op {
 } identity_op;
 
 /* 0, or -1 on failure (the tests below only ever fail allocations). */
-static int run_identity_op(store *h, const identity_op *op)
+static int run_identity_op(store *h, const void *arg)
 {
+    const identity_op *op = arg;
     char tid[37], mids[2][37];
     snprintf(tid, sizeof tid, "%08x-0000-4000-8000-%012x", op->turn_no, op->turn_no);
     if (op->set)
@@ -899,30 +919,10 @@ static int run_identity_op(store *h, const identity_op *op)
     return B->append(h, &key, &t, op->now_ms, NULL) == PARLEY_OK ? 0 : -1;
 }
 
-/* Fail each allocation of `op` in turn: each failure leaves everything as it
- * was, ids and metadata included.  Returns how many failures were injected. */
+/* Each failure leaves everything as it was, ids and metadata included. */
 static int identity_op_under_oom(store *h, const identity_op *op)
 {
-    char *before = identity_view(h);
-    int failures = 0, unchanged = 1;
-    for (long k = 0;; k++) {
-        allocations_until_failure = k;
-        int rc = run_identity_op(h, op);
-        int injected = allocations_until_failure < 0;
-        allocations_until_failure = -1;
-        if (rc == 0)
-            break;
-        CHECK(injected);
-        if (!injected)
-            break;
-        failures++;
-        char *after = identity_view(h);
-        unchanged &= after && before && strcmp(after, before) == 0;
-        free(after);
-    }
-    CHECK(unchanged);
-    free(before);
-    return failures;
+    return all_or_nothing_under_oom(h, identity_view, run_identity_op, op);
 }
 
 static void test_identity_is_all_or_nothing_under_oom(void)
