@@ -15,6 +15,9 @@
  *               Floor: curl multi (epoll + curl_multi_socket_action) keeping
  *               10,000 POSTs of the same body sizes in flight: the ceiling of
  *               the server (and of this machine) at that concurrency.
+ *   The limit (scenarios 1 and 2; --no-limit leaves it out): bench/raw_client.c,
+ *               a minimal epoll HTTP/1.1 client sending the same bodies at the same
+ *               concurrency: the least user-space work for the same exchanges.
  *   store-seq, store-concurrent (in "all" too)
  *               the two scenarios above with history_store "sqlite:FILE" (a
  *               fresh file in --store-dir per phase) against the memory store,
@@ -42,7 +45,9 @@
  * Measured per phase: turns/s, p50/p99 latency (submission to completion, as
  * the host sees it), CPU seconds of this process per turn (getrusage, all
  * threads), CPU seconds of the fake server per turn (/proc/PID/stat),
- * VmHWM, RSS growth.  Nothing is asserted: the bench reports what it saw.
+ * VmHWM, RSS growth; with --count-allocs (a separate pass, re-executed under
+ * LD_PRELOAD of bench/alloc_count.c) heap allocations and bytes per turn.
+ * Nothing is asserted: the bench reports what it saw.
  */
 #include <curl/curl.h>
 #include <dlfcn.h>
