@@ -37,10 +37,10 @@
  *   sends those very request bodies (re-serialised from the log, which gives
  *   the same byte count as Parley sent: compact JSON either way).
  *
- *   Each repetition starts a fresh server and runs the Parley phase and the
- *   floor phase against it, alternating which goes first.  The summary gives
- *   medians over the repetitions; a ratio is the median of the per-repetition
- *   ratios (Parley and floor paired on the same server instance).
+ *   Each repetition starts a fresh server and runs the Parley phase, the
+ *   floor phase (and the limit's) against it, rotating which goes first.  The
+ *   summary gives medians over the repetitions; a ratio is the median of the
+ *   per-repetition ratios (Parley/floor, Parley/limit: on the same server).
  *
  * Measured per phase: turns/s, p50/p99 latency (submission to completion, as
  * the host sees it), CPU seconds of this process per turn (getrusage, all
