@@ -208,6 +208,22 @@ static long status_kib(const char *field)
     return -1;
 }
 
+/* The first three fields of /proc/loadavg ("?" when unreadable): how busy the
+ * machine was, printed with every run's figures. */
+static void load_average(char *out, size_t n)
+{
+    char buf[128] = "";
+    int fd = open("/proc/loadavg", O_RDONLY | O_CLOEXEC);
+    ssize_t got = fd >= 0 ? read(fd, buf, sizeof buf - 1) : -1;
+    if (fd >= 0)
+        close(fd);
+    double a = 0, b = 0, c = 0;
+    if (got <= 0 || sscanf(buf, "%lf %lf %lf", &a, &b, &c) != 3)
+        snprintf(out, n, "?");
+    else
+        snprintf(out, n, "%.2f/%.2f/%.2f", a, b, c);
+}
+
 /* user + system CPU seconds of this process, every thread included. */
 static double self_cpu_s(void)
 {
@@ -1854,8 +1870,12 @@ int main(int argc, char **argv)
         die("cannot write %s", cfg.summary_file);
     signal(SIGPIPE, SIG_IGN);
 
-    printf("parley-bench: plugin %s\n              server %s (127.0.0.1 only)\n\n", cfg.plugin,
+    printf("parley-bench: plugin %s\n              server %s (127.0.0.1 only)\n", cfg.plugin,
            cfg.fake_llm);
+    char load_before[64];
+    load_average(load_before, sizeof load_before);
+    printf("              %ld CPUs online, load average (1/5/15 min) %s\n\n",
+           sysconf(_SC_NPROCESSORS_ONLN), load_before);
     capture_bodies();
 
     struct scenario_figures seq, conc_fg, store_seq, store_conc;
@@ -1875,6 +1895,13 @@ int main(int argc, char **argv)
         scenario("store-concurrent", cfg.conc_repeats, cfg.conc_latency_ms, cfg.server_threads,
                  2 * cfg.conc_conversations + 64, phase_conc_sqlite, phase_conc_parley, NULL,
                  &store_conc);
+    char load_after[64];
+    load_average(load_after, sizeof load_after);
+    printf("\nLoad average (1/5/15 min): %s at the start, %s at the end; %ld CPUs online.\n",
+           load_before, load_after, sysconf(_SC_NPROCESSORS_ONLN));
+    if (summary)
+        fprintf(summary, "load.before=%s\nload.after=%s\nnproc=%ld\n", load_before, load_after,
+                sysconf(_SC_NPROCESSORS_ONLN));
     if (do_seq)
         report_seq(&seq);
     if (do_conc)
