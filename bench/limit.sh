@@ -79,8 +79,10 @@ echo
 echo "================ floor, limit and Parley (medians; ratios are medians of per-run ratios) ================"
 echo "Started $started; nproc $(nproc); load average before $load_before, after the timing runs"
 echo "$load_mid, at the end $load_after.  Scenario 1: $seq_runs runs, scenario 2: $conc_runs runs;"
-echo "allocations: one counting pass (its timings are not used)."
+echo "allocations: one counting pass (its timings are not used).  Source $commit; plugin $plugin."
 n=$(val timing conc.peak_in_flight.parley)
+plugin=$(sed -n 's/^parley-bench: plugin //p' "$out/timing.txt" | head -n 1)
+commit=$(git -C "$src" describe --always --dirty 2>/dev/null || echo "?")
 echo
 echo "| scenario, metric | floor (libcurl) | limit (raw epoll) | Parley | Parley/floor | Parley/limit |"
 echo "|---|---:|---:|---:|---:|---:|"

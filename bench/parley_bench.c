@@ -15,6 +15,9 @@
  *               Floor: curl multi (epoll + curl_multi_socket_action) keeping
  *               10,000 POSTs of the same body sizes in flight: the ceiling of
  *               the server (and of this machine) at that concurrency.
+ *   The limit (scenarios 1 and 2; --no-limit leaves it out): bench/raw_client.c,
+ *               a minimal epoll HTTP/1.1 client sending the same bodies at the same
+ *               concurrency: the least user-space work for the same exchanges.
  *   store-seq, store-concurrent (in "all" too)
  *               the two scenarios above with history_store "sqlite:FILE" (a
  *               fresh file in --store-dir per phase) against the memory store,
@@ -34,15 +37,17 @@
  *   sends those very request bodies (re-serialised from the log, which gives
  *   the same byte count as Parley sent: compact JSON either way).
  *
- *   Each repetition starts a fresh server and runs the Parley phase and the
- *   floor phase against it, alternating which goes first.  The summary gives
- *   medians over the repetitions; a ratio is the median of the per-repetition
- *   ratios (Parley and floor paired on the same server instance).
+ *   Each repetition starts a fresh server and runs the Parley phase, the
+ *   floor phase (and the limit's) against it, rotating which goes first.  The
+ *   summary gives medians over the repetitions; a ratio is the median of the
+ *   per-repetition ratios (Parley/floor, Parley/limit: on the same server).
  *
  * Measured per phase: turns/s, p50/p99 latency (submission to completion, as
  * the host sees it), CPU seconds of this process per turn (getrusage, all
  * threads), CPU seconds of the fake server per turn (/proc/PID/stat),
- * VmHWM, RSS growth.  Nothing is asserted: the bench reports what it saw.
+ * VmHWM, RSS growth; with --count-allocs (a separate pass, re-executed under
+ * LD_PRELOAD of bench/alloc_count.c) heap allocations and bytes per turn.
+ * Nothing is asserted: the bench reports what it saw.
  */
 #include <curl/curl.h>
 #include <dlfcn.h>
@@ -201,6 +206,22 @@ static long status_kib(const char *field)
             line++;
     }
     return -1;
+}
+
+/* The first three fields of /proc/loadavg ("?" when unreadable): how busy the
+ * machine was, printed with every run's figures. */
+static void load_average(char *out, size_t n)
+{
+    char buf[128] = "";
+    int fd = open("/proc/loadavg", O_RDONLY | O_CLOEXEC);
+    ssize_t got = fd >= 0 ? read(fd, buf, sizeof buf - 1) : -1;
+    if (fd >= 0)
+        close(fd);
+    double a = 0, b = 0, c = 0;
+    if (got <= 0 || sscanf(buf, "%lf %lf %lf", &a, &b, &c) != 3)
+        snprintf(out, n, "?");
+    else
+        snprintf(out, n, "%.2f/%.2f/%.2f", a, b, c);
 }
 
 /* user + system CPU seconds of this process, every thread included. */
@@ -1849,8 +1870,12 @@ int main(int argc, char **argv)
         die("cannot write %s", cfg.summary_file);
     signal(SIGPIPE, SIG_IGN);
 
-    printf("parley-bench: plugin %s\n              server %s (127.0.0.1 only)\n\n", cfg.plugin,
+    printf("parley-bench: plugin %s\n              server %s (127.0.0.1 only)\n", cfg.plugin,
            cfg.fake_llm);
+    char load_before[64];
+    load_average(load_before, sizeof load_before);
+    printf("              %ld CPUs online, load average (1/5/15 min) %s\n\n",
+           sysconf(_SC_NPROCESSORS_ONLN), load_before);
     capture_bodies();
 
     struct scenario_figures seq, conc_fg, store_seq, store_conc;
@@ -1870,6 +1895,13 @@ int main(int argc, char **argv)
         scenario("store-concurrent", cfg.conc_repeats, cfg.conc_latency_ms, cfg.server_threads,
                  2 * cfg.conc_conversations + 64, phase_conc_sqlite, phase_conc_parley, NULL,
                  &store_conc);
+    char load_after[64];
+    load_average(load_after, sizeof load_after);
+    printf("\nLoad average (1/5/15 min): %s at the start, %s at the end; %ld CPUs online.\n",
+           load_before, load_after, sysconf(_SC_NPROCESSORS_ONLN));
+    if (summary)
+        fprintf(summary, "load.before=%s\nload.after=%s\nnproc=%ld\n", load_before, load_after,
+                sysconf(_SC_NPROCESSORS_ONLN));
     if (do_seq)
         report_seq(&seq);
     if (do_conc)

@@ -7,12 +7,15 @@
  *
  *   bench-raw-client-test [PATH-TO-parley-fake-llm]
  */
+#include <arpa/inet.h>
 #include <errno.h>
+#include <netinet/in.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -57,6 +60,18 @@ static int server_start(const char *fake_llm)
         nanosleep(&ts, NULL);
     }
     return -1;
+}
+
+/* A loopback port bound to a socket that never listens (kept open until exit). */
+static int bound_port(void)
+{
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t len = sizeof a;
+    if (fd < 0 || bind(fd, (struct sockaddr *)&a, sizeof a) != 0 ||
+        getsockname(fd, (struct sockaddr *)&a, &len) != 0)
+        return -1;
+    return ntohs(a.sin_port);
 }
 
 static void server_stop(void)
@@ -145,8 +160,11 @@ int main(int argc, char **argv)
 
     server_stop();
 
-    /* Nothing listening: every request fails at connect, none hangs. */
-    CHECK(run(port, "hello", 0, 3, 2, 5, &st) == 0);
+    /* Nothing listening (a port bound but not listening, so that no parallel test can
+     * take it): every request fails at connect, none hangs. */
+    int closed_port = bound_port();
+    CHECK(closed_port > 0);
+    CHECK(run(closed_port, "hello", 0, 3, 2, 5, &st) == 0);
     CHECK(st.completed == 6 && st.failures == 6);
     CHECK(strstr(st.error, "connect") != NULL);
 
