@@ -5,6 +5,7 @@ history sent brings that turn back into the request, once, marked in the system 
 
 What the model saw is asserted from the fake server's request log; what a host reads back,
 from the shim's result lines and its "message" / "query" / "turn" ops."""
+import contextlib
 import json
 import os
 import tempfile
@@ -23,6 +24,14 @@ UNKNOWN_TURN = "00000000-0000-4000-8000-000000000000"
 
 def user(text):
     return {"role": "user", "content": text}
+
+
+@contextlib.contextmanager
+def shim(case, opts, **kw):
+    """An InteractiveShim that must exit cleanly (a sanitizer report fails the test)."""
+    with InteractiveShim(opts, **kw) as sh:
+        yield sh
+    case.assertEqual(sh.rc, 0, sh.stderr)
 
 
 class ReplyContextCase(ParleyTestCase):
@@ -51,7 +60,7 @@ class ReplyContextCase(ParleyTestCase):
 
     def test_reply_outside_the_window_is_sent_whole_and_marked(self):
         o = options(self.llm, max_history_turns=2, history_keep_turns=0)
-        with InteractiveShim(o, tools="demo") as sh:
+        with shim(self, o, tools="demo") as sh:
             first, _, third, fourth = self.conversation(sh)
             old = self.turn_messages(sh, first["turn_id"])
             window = self.turn_messages(sh, third["turn_id"]) + \
@@ -79,7 +88,7 @@ class ReplyContextCase(ParleyTestCase):
 
     def test_reply_inside_the_window_is_not_repeated(self):
         o = options(self.llm, max_history_turns=2, history_keep_turns=0)
-        with InteractiveShim(o, tools="demo") as sh:
+        with shim(self, o, tools="demo") as sh:
             _, _, third, fourth = self.conversation(sh)
             window = self.turn_messages(sh, third["turn_id"]) + \
                 self.turn_messages(sh, fourth["turn_id"])
@@ -93,7 +102,7 @@ class ReplyContextCase(ParleyTestCase):
 
     def test_reply_by_interface_message_id(self):
         o = options(self.llm, max_history_turns=1, history_keep_turns=0)
-        with InteractiveShim(o, tools="demo") as sh:
+        with shim(self, o, tools="demo") as sh:
             first = self.conversation(sh, n_plain=2, first={"interface_message_id": "tg-100"},
                                       interface_type="telegram")[0]
             # the same conversation id without an interface is another conversation
@@ -125,7 +134,7 @@ class ReplyContextCase(ParleyTestCase):
         for r in self.llm.chat_requests():
             self.assertEqual(messages(r)[0], {"role": "system", "content": PROMPT})
         # a turn of another conversation is not a match
-        with InteractiveShim(options(self.llm, max_history_turns=1, history_keep_turns=0)) as sh:
+        with shim(self, options(self.llm, max_history_turns=1, history_keep_turns=0)) as sh:
             theirs = sh.turn({"text": "in b", "conversation_id": "b"})
             sh.turn({"text": "in a", "conversation_id": "a"})
             sh.turn({"text": "again a", "conversation_id": "a"})
@@ -136,7 +145,7 @@ class ReplyContextCase(ParleyTestCase):
 
     def test_ids_metadata_and_interface_id_come_back(self):
         meta = {"from": "anna", "chat": -1001, "tags": ["kitchen", "evening"]}
-        with InteractiveShim(options(self.llm), tools="demo") as sh:
+        with shim(self, options(self.llm), tools="demo") as sh:
             res = sh.turn({"text": TOOL_TEXT, "conversation_id": "m", "interface_type": "web",
                            "interface_message_id": "w-1", "metadata": meta})
             self.assertIsNone(res["error"], res)
@@ -218,7 +227,7 @@ class ReplyContextProviders(ParleyTestCase):
                 with self.subTest(provider=provider, stream=stream), FakeLLM() as fake:
                     o = provider_options(fake, provider, stream=stream, max_history_turns=1,
                                          history_keep_turns=0)
-                    with InteractiveShim(o, tools="demo") as sh:
+                    with shim(self, o, tools="demo") as sh:
                         first = sh.turn({"text": TOOL_TEXT, "conversation_id": "p",
                                          "interface_message_id": "p-1"})
                         sh.turn({"text": "next", "conversation_id": "p"})
@@ -248,14 +257,14 @@ class ReplyContextSqlite(ParleyTestCase):
         with FakeLLM() as llm, tempfile.TemporaryDirectory(prefix="parley-reply-") as d:
             o = options(llm, history_store="sqlite:" + os.path.join(d, "h.db"),
                         max_history_turns=1, history_keep_turns=0)
-            with InteractiveShim(o) as sh:
+            with shim(self, o) as sh:
                 first = sh.turn({"text": "remember the blue box", "conversation_id": "s",
                                  "interface_type": "email", "interface_message_id": "<a@x>",
                                  "metadata": {"from": "ben"}})
                 sh.turn({"text": "something else", "conversation_id": "s",
                          "interface_type": "email"})
             self.assertIsNone(first["error"], first)
-            with InteractiveShim(o) as sh:
+            with shim(self, o) as sh:
                 um = sh.op("message", message_id=first["user_message_id"])
                 reply = sh.turn({"text": "which box?", "conversation_id": "s",
                                  "interface_type": "email",
