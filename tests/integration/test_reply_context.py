@@ -13,6 +13,7 @@ import unittest
 
 from harness import (UUID_RE, FakeLLM, InteractiveShim, ParleyTestCase, as_sent, messages,
                      options, tool_sequence_problems)
+from redis_server import RedisServer
 from test_providers import PROVIDERS, llm_requests, provider_options
 
 PROMPT = "You are a test assistant."
@@ -20,6 +21,7 @@ NOTE = ("The user's latest message replies to an earlier exchange of this conver
         "exchange is repeated just before the latest message.")
 TOOL_TEXT = '[[tool:turn_on {"name":"kitchen"}]]'
 UNKNOWN_TURN = "00000000-0000-4000-8000-000000000000"
+NO_LOAD_TURN_WARNING = "cannot look up the turn reply_to names"
 
 
 def user(text):
@@ -275,6 +277,40 @@ class ReplyContextSqlite(ParleyTestCase):
             self.assertEqual(um["result"]["turn_id"], first["turn_id"])
             self.assertEqual(reply["reply_context"], "included")
             self.assertIn("remember the blue box", json.dumps(messages(llm.chat_requests()[-1])))
+
+
+class ReplyContextRedis(ParleyTestCase):
+    """On a shared store the lookup runs on the store threads after the conversation's
+    lease.  A Redis store without load_turn (before its store v4) runs replies without
+    context and says so in one warning; with it, they are included as on the other stores."""
+
+    def test_reply_on_redis(self):
+        redis = RedisServer()
+        self.addCleanup(redis.stop)
+        with FakeLLM() as llm:
+            o = options(llm, history_store=redis.url, max_history_turns=1, history_keep_turns=0)
+            with shim(self, o, tools="demo") as sh:
+                first = sh.turn({"text": TOOL_TEXT, "conversation_id": "r",
+                                 "interface_message_id": "r-1"})
+                sh.turn({"text": "next", "conversation_id": "r"})
+                reply = sh.turn({"text": "back", "conversation_id": "r",
+                                 "reply_to": {"interface_message_id": "r-1"}})
+                again = sh.turn({"text": "again", "conversation_id": "r",
+                                 "reply_to": {"turn_id": first["turn_id"]}})
+            sent = json.dumps(messages(llm.chat_requests()[-1]))
+        for line in (first, reply, again):
+            self.assertIsNone(line["error"], line)
+        warnings = sh.stderr.count(NO_LOAD_TURN_WARNING)
+        if reply["reply_context"] == "not_found":  # a store without load_turn
+            self.assertEqual(again["reply_context"], "not_found")
+            self.assertEqual(warnings, 1, sh.stderr)  # once per agent, not per turn
+            self.assertNotIn(NOTE, sent)
+        else:
+            self.assertEqual((reply["reply_context"], again["reply_context"]),
+                             ("included", "included"))
+            self.assertEqual(warnings, 0, sh.stderr)
+            self.assertIn(NOTE, sent)
+            self.assertIn("kitchen", sent)
 
 
 if __name__ == "__main__":
