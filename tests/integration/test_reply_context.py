@@ -145,6 +145,18 @@ class ReplyContextCase(ParleyTestCase):
         self.assertEqual(mine["reply_context"], "not_found")
         self.assertNotIn("in b", json.dumps(messages(self.llm.chat_requests()[-1])))
 
+    def test_a_turn_no_longer_kept_is_not_found(self):
+        # history_keep_turns defaults to max_history_turns: what left the window is gone
+        with shim(self, options(self.llm, max_history_turns=1)) as sh:
+            first = sh.turn({"text": "old", "conversation_id": "k", "interface_message_id": "k1"})
+            sh.turn({"text": "newer", "conversation_id": "k"})
+            reply = sh.turn({"text": "that", "conversation_id": "k",
+                             "reply_to": {"interface_message_id": "k1"}})
+            gone = sh.op("turn", turn_id=first["turn_id"])
+        self.assertEqual(gone["error"]["code"], "not_found")
+        self.assertIsNone(reply["error"], reply)
+        self.assertEqual(reply["reply_context"], "not_found")
+
     def test_ids_metadata_and_interface_id_come_back(self):
         meta = {"from": "anna", "chat": -1001, "tags": ["kitchen", "evening"]}
         with shim(self, options(self.llm), tools="demo") as sh:
