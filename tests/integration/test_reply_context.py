@@ -178,7 +178,7 @@ class ReplyContextCase(ParleyTestCase):
         self.assertEqual((am["role"], am["message"]["content"]), ("assistant", res["response"]))
         self.assertNotIn("metadata", am)
         self.assertNotIn("interface_message_id", am)
-        self.assertEqual([m["message_id"] for m in found][0], res["user_message_id"])
+        self.assertEqual(found[0], um)  # the query shows the same record
         self.assertEqual(found[-1]["message_id"], res["answer_message_id"])
         self.assertEqual(len(found), 4)
         # metadata and interface ids are the host's: the model never sees them
