@@ -1105,7 +1105,9 @@ static int turn_is_valid(const store_turn *turn)
     for (size_t i = 0; i < turn->nmessages; i++) {
         const store_message *m = &turn->messages[i];
         if (!m->json || m->json_len == 0 || m->json_len > INT32_MAX ||
-            (m->metadata && m->metadata_len > INT32_MAX))
+            (m->metadata_len && (!m->metadata || m->metadata_len > INT32_MAX)) ||
+            (m->interface_message_id &&
+             strlen(m->interface_message_id) > STORE_MAX_INTERFACE_MESSAGE_ID))
             return 0;
     }
     return 1;
@@ -1332,7 +1334,8 @@ static parley_status sqlite_append(store *base, const store_key *key, const stor
     sqlite_store *s = (sqlite_store *)base;
     if (!key || !key->conversation_id || !turn_is_valid(turn))
         return fail_with(err, PARLEY_ERR_STORAGE, s->path, "cannot append",
-                         "a turn needs a conversation id, a turn id and messages");
+                         "a turn needs a conversation id, a turn id and messages (interface "
+                         "message ids of at most 256 bytes)");
     pthread_mutex_lock(&s->w.lock);
     totals t = s->totals;
     size_t evicted = 0, expired = 0;
