@@ -1533,6 +1533,19 @@ static void put_message_row(sqlite3_stmt *st, pbuf *out)
                        len[9], text[10], len[10]);
 }
 
+/* Step a one-message lookup: its row, if any, written as store_json_message
+ * (*found = 1).  SQLITE_DONE or the error. */
+static int put_first_message(sqlite3_stmt *st, pbuf *out, int *found)
+{
+    int rc = sqlite3_step(st);
+    if (rc == SQLITE_ROW) {
+        put_message_row(st, out);
+        *found = 1;
+        rc = SQLITE_DONE;
+    }
+    return rc;
+}
+
 /* The query's SQL: only the filters it has, so SQLite can use the indexes. */
 static char *query_sql(const store_query *q)
 {
@@ -1616,11 +1629,7 @@ static parley_status sqlite_get_message(store *base, const char *message_id, uin
         sqlite3_bind_int64(st, 1, (int64_t)s->limits.idle_timeout_ms);
         sqlite3_bind_int64(st, 2, (int64_t)now_ms);
         bind_text(st, 3, message_id ? message_id : "");
-        if ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-            put_message_row(st, out);
-            found = 1;
-            rc = SQLITE_DONE;
-        }
+        rc = put_first_message(st, out, &found);
         sqlite3_finalize(st);
     }
     parley_status status = finish_json(s, out, mark, rc, "cannot read the message", err);
@@ -1762,11 +1771,7 @@ static parley_status sqlite_find_message(store *base, const store_key *key,
     if (st) {
         sqlite3_bind_int64(st, 1, row.id);
         bind_text(st, 2, interface_message_id);
-        if ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-            put_message_row(st, out);
-            found = 1;
-            rc = SQLITE_DONE;
-        }
+        rc = put_first_message(st, out, &found);
         done(st);
     }
     parley_status status = finish_json(s, out, mark, rc, "cannot find the message", err);
