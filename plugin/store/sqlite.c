@@ -738,6 +738,17 @@ static char *schema_problem(sqlite_store *s, int *rc, int *empty, int64_t *versi
     if (tables != 4)
         return pstr_printf("corrupt (tables missing from schema version %lld)",
                            (long long)version);
+    int64_t v2_columns = 0;
+    if (version >= 2 &&
+        (*rc = query_int(s->w.db,
+                         "SELECT (SELECT count(*) FROM pragma_table_info('messages') WHERE name IN"
+                         " ('interface_message_id', 'metadata')) + (SELECT count(*) FROM"
+                         " pragma_table_info('conversations') WHERE name IN ('last_message_ms',"
+                         " 'message_count', 'turn_count', 'roles'))",
+                         &v2_columns)) != SQLITE_OK)
+        return NULL;
+    if (version >= 2 && v2_columns != 6)
+        return pstr_printf("corrupt (columns missing from schema version 2)");
     if ((*rc = query_int(s->w.db, "SELECT conversations FROM store_meta WHERE id = 1",
                          &s->totals.conversations)) != SQLITE_OK ||
         (*rc = query_int(s->w.db, "SELECT turns FROM store_meta WHERE id = 1",

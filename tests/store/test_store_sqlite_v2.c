@@ -330,6 +330,31 @@ static void test_failed_upgrade_changes_nothing(void)
     free(path);
 }
 
+/* A file that says version 2 without its columns is corrupt: refused, unchanged. */
+static void test_v2_without_its_columns_refused(void)
+{
+    char *path = fresh_path();
+    make_v1_file(path, 1);
+    sqlite3 *db = NULL;
+    CHECK(sqlite3_open(path, &db) == SQLITE_OK);
+    CHECK(sqlite3_exec(db, "PRAGMA user_version = 2;", NULL, NULL, NULL) == SQLITE_OK);
+    sqlite3_close(db);
+    size_t len_before = 0, len_after = 0;
+    char *before = read_file(path, &len_before);
+    char *err = NULL;
+    store *s = open_path(path, 0, 0, &err);
+    CHECK(s == NULL);
+    if (s)
+        B->close(s);
+    CHECK(err && strstr(err, path) && strstr(err, "corrupt (columns missing from schema version 2)"));
+    free(err);
+    char *after = read_file(path, &len_after);
+    CHECK(before && after && len_before == len_after && memcmp(before, after, len_before) == 0);
+    free(before);
+    free(after);
+    free(path);
+}
+
 /* A read-only v1 file cannot be upgraded: refused, unchanged.  Root ignores
  * file modes, so as root the check runs as the unprivileged user 65534. */
 static int read_only_checks(const char *dir)
@@ -596,6 +621,7 @@ int main(void)
     test_upgrade_from_v1(1);
     test_failed_upgrade_changes_nothing();
     test_read_only_v1_refused();
+    test_v2_without_its_columns_refused();
     test_identity_survives_restart();
     test_expired_turn_not_found();
     test_load_turn();
