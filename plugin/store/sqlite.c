@@ -1865,6 +1865,9 @@ static parley_status sqlite_load_turn(store *base, const store_key *key, const c
     int64_t idle = 0, turn = 0;
     int found = 0, inside = 1;
     *nmessages = 0;
+    *in_window = 0;
+    if (turn_id_out) /* optional: the caller may only want the messages */
+        turn_id_out[0] = '\0';
     if (!key || (!turn_id && !interface_message_id))
         return not_found(err);
     pthread_mutex_lock(&s->r.lock);
@@ -1888,7 +1891,8 @@ static parley_status sqlite_load_turn(store *base, const store_key *key, const c
         return status;
     if (!found)
         return not_found(err);
-    memcpy(turn_id_out, found_id, sizeof found_id);
+    if (turn_id_out)
+        memcpy(turn_id_out, found_id, sizeof found_id);
     *in_window = inside;
     *nmessages = count;
     return PARLEY_OK;

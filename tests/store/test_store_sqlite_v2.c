@@ -574,6 +574,13 @@ static void test_load_turn(void)
                     "{\"role\":\"assistant\",\"content\":\"call\"},"
                     "{\"role\":\"tool\",\"content\":\"ok\"},");
     free(text);
+    /* turn_id_out is optional. */
+    store_key key = {"c", "", "telegram"};
+    pbuf b = PBUF_INIT;
+    CHECK(B->load_turn(s, &key, NULL, "a-1", 3, 9000, &b, &n, NULL, &in_window, NULL) ==
+          PARLEY_OK);
+    CHECK(in_window == 0 && n == 3 && b.len > 0);
+    pbuf_free(&b);
     /* Inside a window of 4 (and of 0 = all): nothing appended. */
     CHECK(reply(s, "telegram", "c", NULL, "u-1", 4, &text, &n, out, &in_window) == PARLEY_OK);
     CHECK(in_window == 1 && n == 0 && !*text);
