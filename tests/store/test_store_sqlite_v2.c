@@ -228,6 +228,9 @@ static char *find(store *s, const char *iface, const char *conv, const char *iid
     return pbuf_take(&b);
 }
 
+static parley_status set_iid(store *s, unsigned turn_no, const char *iid, uint64_t now,
+                             char *message_id);
+
 /* ---- the upgrade ---- */
 
 static void test_upgrade_from_v1(int with_id_index)
@@ -258,6 +261,14 @@ static void test_upgrade_from_v1(int with_id_index)
     char *m = message_by_id(s, "00000003-1111-4000-8000-000000000000", 4000);
     CHECK(m && strstr(m, "\"turn_id\":\"00000003-0000-4000-8000-000000000003\",\"role\":\"user\","
                          "\"created_at\":\"1970-01-01T00:00:01.490Z\",\"message\":"));
+    free(m);
+    /* A message stored by version 1 takes an interface id, and is found by it. */
+    char mid[STORE_ID_LEN + 1] = "";
+    CHECK(set_iid(s, 4, "old-4", 4000, mid) == PARLEY_OK);
+    CHECK_STR(mid, "00000004-1111-4000-8000-000000000001");
+    parley_status found;
+    m = find(s, "telegram", "kitchen", "old-4", 4000, &found);
+    CHECK(found == PARLEY_OK && m && strstr(m, "\"message_id\":\"00000004-1111-4000-8000-000000000001\""));
     free(m);
     /* New appends work, with identity; keep_turns 2 drops the oldest turn but
      * not the lifetime. */
