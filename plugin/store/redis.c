@@ -768,7 +768,10 @@ static int turn_is_valid(const store_turn *t)
         return 0;
     for (size_t i = 0; i < t->nmessages; i++) {
         const store_message *m = &t->messages[i];
-        if (!m->json || m->json_len == 0 || !m->message_id || !m->role)
+        if (!m->json || m->json_len == 0 || !m->message_id || !m->role ||
+            (m->interface_message_id &&
+             strlen(m->interface_message_id) > STORE_MAX_INTERFACE_MESSAGE_ID) ||
+            (m->metadata_len && !m->metadata))
             return 0;
     }
     return 1;
@@ -780,7 +783,8 @@ static parley_status redis_append(store *base, const store_key *key, const store
     redis_store *s = (redis_store *)base;
     if (!key || !key->conversation_id || !turn_is_valid(turn))
         return fail(s, err, "cannot append",
-                    "a turn needs a conversation id, a turn id and messages with ids, roles and JSON");
+                    "a turn needs a conversation id, a turn id and messages with ids, roles and "
+                    "JSON (interface message ids of at most 256 bytes)");
     char *cid = conversation_key(key);
     pbuf msgs = PBUF_INIT, meta = PBUF_INIT, lens = PBUF_INIT, identity = PBUF_INIT;
     turn_messages(&msgs, turn);
@@ -1269,6 +1273,9 @@ static parley_status redis_set_interface_message_id(store *base, const char *tur
                                                     uint64_t now_ms, char *message_id, char **err)
 {
     redis_store *s = (redis_store *)base;
+    size_t len = interface_message_id ? strlen(interface_message_id) : 0;
+    if (len == 0 || len > STORE_MAX_INTERFACE_MESSAGE_ID)
+        return fail(s, err, "cannot set the interface message id", "it must be 1 to 256 bytes");
     script_args a;
     args_init(&a, s, now_ms);
     arg_str(&a, turn_id);
