@@ -1123,10 +1123,11 @@ static void arg_filter(script_args *a, const char *value)
  * prefilters.  One conversation (an exact key) walks its own turn list; any
  * other query walks the store-wide position index.
  */
-static parley_status redis_query(store *base, const store_query *q, uint64_t now_ms, pbuf *out,
-                                 size_t *count, uint64_t *last, int *more, char **err)
+static parley_status redis_query(store *base, const store_query *query, uint64_t now_ms,
+                                 pbuf *out, size_t *count, uint64_t *last, int *more, char **err)
 {
     redis_store *s = (redis_store *)base;
+    const store_query copy = *query, *q = &copy; /* `last` may be &query->after */
     *count = 0;
     *last = 0;
     *more = 0;
