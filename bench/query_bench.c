@@ -11,7 +11,8 @@
  * stored message bytes (what any scan that looks at every message costs at
  * least).  Nothing is asserted: it prints what it measured.
  *
- *   query-bench [N] [DIR]     (DIR for the SQLite file, default /tmp)
+ *   query-bench [N] [DIR] [STORES]   (DIR for the SQLite file, default /tmp;
+ *                                     STORES e.g. "memory,redis", default all)
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE /* memmem */
@@ -195,7 +196,10 @@ int main(int argc, char **argv)
     const char *locations[] = {"", path, redis_location};
     printf("query-bench: %lu messages (%lu conversations), limit 20, median / p90 of %d runs\n",
            n, n / (MESSAGES_PER_TURN * TURNS_PER_CONVERSATION), RUNS);
+    const char *only = argc > 3 ? argv[3] : NULL;
     for (size_t b = 0; b < nbackends; b++) {
+        if (only && !strstr(only, backends[b]->scheme))
+            continue;
         size_t bytes = 0;
         double t0 = now_s();
         store *s = fill(backends[b], locations[b], n, &bytes);
