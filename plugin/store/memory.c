@@ -22,7 +22,8 @@
  *    (the header stays 64 bytes); its last_message_at is read from its
  *    newest turn, which is never dropped;
  *  - find_message and load_turn by interface id scan the conversation's
- *    turns (those with identity), newest last: no index per message.
+ *    kept turns (reading the blocks of those with identity): no index
+ *    per message.
  *
  * The dict key of a conversation is its conversation id when persona and
  * interface are both "" (the common case: no copy to look it up), else
@@ -111,9 +112,10 @@ typedef struct message_identity {
     uint32_t metadata_at, metadata_len;
 } message_identity;
 
-/* One per turn that has any identity: an entry of m->identities. */
+/* One per turn that has any identity: an entry of m->identities, keyed by
+ * its turn's id (read through the turn: no copy). */
 typedef struct turn_identity {
-    char turn_id[STORE_ID_LEN + 1]; /* the dict key: its turn's id */
+    const struct stored_turn *turn;
     message_identity of[];      /* one per message of the turn, then the text */
 } turn_identity;
 
@@ -134,8 +136,10 @@ struct conversation {
     char key[];
 };
 
-#define SATURATING_ADD(field, n)                                                               \
-    ((field) = (field) > UINT32_MAX - (n) ? UINT32_MAX : (field) + (n))
+static uint32_t saturating_add(uint32_t a, uint32_t b)
+{
+    return a > UINT32_MAX - b ? UINT32_MAX : a + b;
+}
 
 typedef struct memory_store {
     struct store base;
@@ -177,7 +181,7 @@ static const char *turn_key(const void *entry)
 
 static const char *identity_key(const void *entry)
 {
-    return ((const turn_identity *)entry)->turn_id;
+    return ((const turn_identity *)entry)->turn->turn_id;
 }
 
 static char *oom_message(void) { return strdup("memory store: out of memory"); }
@@ -303,16 +307,21 @@ static void evict_beyond_limit(memory_store *m, const conversation *keep, uint64
     }
 }
 
+static void free_entry(void *entry, void *ud)
+{
+    (void)ud;
+    free(entry);
+}
+
 /* Free every conversation and turn, leaving the dicts stale (caller resets them). */
 static void free_all_entries(memory_store *m)
 {
+    dict_foreach(m->identities, free_entry, NULL); /* first: their keys live in the turns */
     conversation *c = m->lru_head;
     while (c) {
         conversation *next = c->less_recent;
         for (stored_turn *t = c->oldest, *newer; t; t = newer) {
             newer = t->newer;
-            if (t->has_identity)
-                free(dict_find(m->identities, t->turn_id));
             free(t);
         }
         free(c);
@@ -469,8 +478,8 @@ typedef struct identity_parts {
     size_t interface_id_len, metadata_len;
 } identity_parts;
 
-/* One block holding parts[0..n) for turn `turn_id`; NULL without memory. */
-static turn_identity *identity_pack(const char *turn_id, const identity_parts *parts, size_t n)
+/* One block holding parts[0..n) for turn t (n messages); NULL without memory. */
+static turn_identity *identity_pack(const stored_turn *t, const identity_parts *parts, size_t n)
 {
     size_t text = 0;
     for (size_t i = 0; i < n; i++)
@@ -478,8 +487,7 @@ static turn_identity *identity_pack(const char *turn_id, const identity_parts *p
     turn_identity *ti = malloc(sizeof *ti + n * sizeof(message_identity) + text);
     if (!ti)
         return NULL;
-    memcpy(ti->turn_id, turn_id, STORE_ID_LEN);
-    ti->turn_id[STORE_ID_LEN] = '\0';
+    ti->turn = t;
     char *base = (char *)(ti->of + n), *p = base;
     for (size_t i = 0; i < n; i++) {
         message_identity *e = &ti->of[i];
@@ -517,9 +525,9 @@ static const turn_identity *identity_of(const memory_store *m, const stored_turn
     return t->has_identity ? dict_find(m->identities, t->turn_id) : NULL;
 }
 
-/* The identity of the messages of `in` (passed turn_problem); NULL when none
- * has any, or without memory (then *oom). */
-static turn_identity *identity_from_input(const store_turn *in, int *oom)
+/* The identity of the messages of `in` (passed turn_problem), stored as t;
+ * NULL when none has any, or without memory (then *oom). */
+static turn_identity *identity_from_input(const store_turn *in, const stored_turn *t, int *oom)
 {
     *oom = 0;
     int any = 0;
@@ -537,7 +545,7 @@ static turn_identity *identity_from_input(const store_turn *in, int *oom)
             const char *iface = msg->interface_message_id ? msg->interface_message_id : "";
             parts[i] = (identity_parts){iface, msg->metadata, strlen(iface), msg->metadata_len};
         }
-        ti = identity_pack(in->turn_id, parts, in->nmessages);
+        ti = identity_pack(t, parts, in->nmessages);
         free(parts);
     }
     *oom = ti == NULL;
@@ -621,11 +629,15 @@ static void link_turn(memory_store *m, conversation *c, stored_turn *t)
     m->message_bytes += t->length;
 }
 
-/* The lifetime counts of c after appending t (ROLES order is STORE_ROLE_*'s bit order). */
+_Static_assert(STORE_ROLE_USER == 1u << 0 && STORE_ROLE_ASSISTANT == 1u << 1 &&
+                   STORE_ROLE_TOOL == 1u << 2 && STORE_ROLE_SYSTEM == 1u << 3,
+               "ROLES[i] is the role of bit STORE_ROLE_* 1 << i");
+
+/* The lifetime counts of c after appending t. */
 static void count_lifetime(conversation *c, const stored_turn *t)
 {
-    SATURATING_ADD(c->message_count, t->nmessages);
-    SATURATING_ADD(c->turn_count, 1u);
+    c->message_count = saturating_add(c->message_count, t->nmessages);
+    c->turn_count = saturating_add(c->turn_count, 1);
     for (size_t i = 0; i < t->nmessages; i++)
         c->roles |= (uint8_t)(1u << t->messages[i].role);
 }
@@ -705,7 +717,7 @@ static parley_status memory_append(store *s, const store_key *key, const store_t
     /* Outside the lock: the copies may be large. */
     stored_turn *t = k ? stored_turn_new(turn) : NULL;
     int oom = 0;
-    turn_identity *ti = t ? identity_from_input(turn, &oom) : NULL;
+    turn_identity *ti = t ? identity_from_input(turn, t, &oom) : NULL;
     if (!t || oom) {
         free(t);
         free(owned);
@@ -1102,7 +1114,7 @@ static size_t final_answer_index(const stored_turn *t)
 }
 
 /* Give t's final answer the interface id iface[0..len): a new identity block
- * replaces the old one (NULL without memory: then nothing changed). */
+ * replaces the old one.  Without memory, nothing changes. */
 static parley_status set_identity_locked(memory_store *m, stored_turn *t, const char *iface,
                                          size_t len, char *message_id)
 {
@@ -1115,7 +1127,7 @@ static parley_status set_identity_locked(memory_store *m, stored_turn *t, const 
         parts[i] = identity_at(t, old, i);
     parts[target].interface_id = iface;
     parts[target].interface_id_len = len;
-    turn_identity *fresh = identity_pack(t->turn_id, parts, t->nmessages);
+    turn_identity *fresh = identity_pack(t, parts, t->nmessages);
     free(parts);
     if (!fresh)
         return PARLEY_ERR_NO_MEMORY;
@@ -1208,7 +1220,8 @@ static parley_status memory_load_turn(store *s, const store_key *key, const char
     memory_store *m = (memory_store *)s;
     *nmessages = 0;
     *in_window = 0;
-    turn_id_out[0] = '\0';
+    if (turn_id_out)
+        turn_id_out[0] = '\0';
     char *owned;
     const char *k = key_text(key, &owned);
     if (!k)
@@ -1225,7 +1238,8 @@ static parley_status memory_load_turn(store *s, const store_key *key, const char
         t = find_by_interface_id(m, c, interface_message_id, &i);
     }
     if (t) {
-        memcpy(turn_id_out, t->turn_id, STORE_ID_LEN + 1);
+        if (turn_id_out)
+            memcpy(turn_id_out, t->turn_id, STORE_ID_LEN + 1);
         /* In the window iff fewer than window_turns turns came after it. */
         size_t after = 0;
         for (const stored_turn *u = t->newer; u && after < window_turns; u = u->newer)
