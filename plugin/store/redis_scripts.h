@@ -447,13 +447,20 @@
     "end\n"                                                                                     \
     "-- Turn `id`, if accept(its CID) gives its conversation ({id, persona, iface}):\n"         \
     "-- true once `want` matched, false otherwise, nil when the turn is gone.  A\n"             \
-    "-- turn whose text lacks the search word is passed at one look, unparsed.\n"               \
+    "-- turn of another conversation is passed without reading its text, one\n"                 \
+    "-- whose text lacks the search word at one look, unparsed.\n"                              \
     "local function visit(id, accept)\n"                                                        \
-    "  local h = redis.call('HMGET', turnkey(id), 'cid', 'pos', 'n', 'msgs')\n"                 \
+    "  local h = redis.call('HMGET', turnkey(id), 'cid', 'pos', 'n')\n"                         \
     "  if not h[1] then return nil end\n"                                                       \
     "  local conv = accept(h[1])\n"                                                             \
-    "  if not conv or (needle ~= '' and not string.find(h[4], '\\\\u', 1, true) and\n"          \
-    "                  not string.find(string.lower(h[4]), needle, 1, true)) then\n"            \
+    "  if conv and needle ~= '' then\n"                                                         \
+    "    local msgs = redis.call('HGET', turnkey(id), 'msgs')\n"                                \
+    "    if not string.find(msgs, '\\\\u', 1, true) and\n"                                      \
+    "       not string.find(string.lower(msgs), needle, 1, true) then\n"                        \
+    "      conv = false\n"                                                                      \
+    "    end\n"                                                                                 \
+    "  end\n"                                                                                   \
+    "  if not conv then\n"                                                                      \
     "    pass(tonumber(h[2]) or 0, tonumber(h[3]) or 0)\n"                                      \
     "    return false\n"                                                                        \
     "  end\n"                                                                                   \
