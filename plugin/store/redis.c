@@ -5,9 +5,10 @@
  * Each store operation is one Lua script (redis_scripts.h: the data layout
  * and why scripts), run over one synchronous hiredis connection guarded by a
  * mutex.  A query is the exception: a loop of bounded script calls, so that
- * one over a big store never holds Redis (or the connection) for long.  The backend is `blocking`: the agent calls it from its store
- * thread, never from the worker that runs the HTTP transfers, so a slow or
- * unreachable Redis delays only the turns that need history.
+ * one over a big store never holds Redis (or the connection) for long.  The
+ * backend is `blocking`: the agent calls it from its store thread, never from
+ * the worker that runs the HTTP transfers, so a slow or unreachable Redis
+ * delays only the turns that need history.
  *
  * Connection faults
  *  - open() connects and checks the server (AUTH, SELECT, PING): an
