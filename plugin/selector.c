@@ -8,7 +8,7 @@
 #include "utf8.h"
 
 /* 1..max bytes of UTF-8 without control characters (what a turn's input accepts). */
-static int valid_part(json_t *v, size_t max)
+int selector_valid_string(const json_t *v, size_t max)
 {
     const char *s = json_string_value(v);
     size_t n = s ? json_string_length(v) : 0;
@@ -20,15 +20,15 @@ static int valid_part(json_t *v, size_t max)
     return 1;
 }
 
-static parley_status refuse(selector *sel, char **err, char *message)
+static parley_status refuse(selector *sel, const char *bad_key, char **err, char *message)
 {
     *err = message;
+    sel->bad_key = bad_key;
     selector_free(sel);
     return PARLEY_ERR_INVALID_INPUT;
 }
 
-parley_status selector_parse(const char *json, int allow_every_persona, selector *sel,
-                             char **err)
+parley_status selector_parse(const char *json, int flags, selector *sel, char **err)
 {
     memset(sel, 0, sizeof *sel);
     sel->key.persona = "";
@@ -36,14 +36,14 @@ parley_status selector_parse(const char *json, int allow_every_persona, selector
     json_error_t jerr;
     sel->root = json ? json_loads(json, JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL, &jerr) : NULL;
     if (!json_is_object(sel->root))
-        return refuse(sel, err, pstr_printf("selector: must be a JSON object with "
+        return refuse(sel, "selector", err, pstr_printf("selector: must be a JSON object with "
                                             "\"conversation_id\""));
     const char *key;
     json_t *v;
     json_object_foreach(sel->root, key, v) {
         if (strcmp(key, "conversation_id") == 0) {
-            if (!valid_part(v, STORE_MAX_CONVERSATION_ID))
-                return refuse(sel, err, pstr_printf("conversation_id: must be 1 to %d bytes of "
+            if (!selector_valid_string(v, STORE_MAX_CONVERSATION_ID))
+                return refuse(sel, "conversation_id", err, pstr_printf("conversation_id: must be 1 to %d bytes of "
                                                     "UTF-8 without control characters",
                                                     STORE_MAX_CONVERSATION_ID));
             sel->key.conversation_id = json_string_value(v);
@@ -51,25 +51,33 @@ parley_status selector_parse(const char *json, int allow_every_persona, selector
             int persona = key[0] == 'p';
             if (json_is_string(v) && json_string_length(v) == 0)
                 continue; /* "" is "none", as absent */
-            if (!valid_part(v, STORE_MAX_CONVERSATION_ID))
-                return refuse(sel, err, pstr_printf("%s: must be a string of at most %d bytes "
+            if (!selector_valid_string(v, STORE_MAX_CONVERSATION_ID))
+                return refuse(sel, persona ? "persona" : "interface_type", err, pstr_printf("%s: must be a string of at most %d bytes "
                                                     "of UTF-8 without control characters",
                                                     key, STORE_MAX_CONVERSATION_ID));
             if (persona && strcmp(json_string_value(v), "*") == 0) {
-                if (!allow_every_persona)
-                    return refuse(sel, err, pstr_printf("persona: \"*\" (every persona) is "
+                if (!(flags & SELECTOR_EVERY_PERSONA))
+                    return refuse(sel, "persona", err, pstr_printf("persona: \"*\" (every persona) is "
                                                         "only for history_clear_by"));
                 sel->every_persona = 1;
             }
             *(persona ? &sel->key.persona : &sel->key.interface_type) = json_string_value(v);
-        } else {
-            return refuse(sel, err, pstr_printf("selector: unknown key \"%s\" (expected "
-                                                "conversation_id, interface_type, persona)",
-                                                key));
+        } else if (strcmp(key, "interface_message_id") == 0 &&
+                   (flags & SELECTOR_INTERFACE_MESSAGE_ID)) {
+            if (!selector_valid_string(v, STORE_MAX_INTERFACE_MESSAGE_ID))
+                return refuse(sel, "interface_message_id", err, pstr_printf("interface_message_id: must be 1 to %d bytes "
+                                                    "of UTF-8 without control characters",
+                                                    STORE_MAX_INTERFACE_MESSAGE_ID));
+            sel->interface_message_id = json_string_value(v);
+        } else if (!(flags & SELECTOR_OTHER_KEYS)) {
+            return refuse(sel, "selector", err, pstr_printf("selector: unknown key \"%s\" (expected "
+                                                "conversation_id, interface_type, persona%s)",
+                                                key, flags & SELECTOR_INTERFACE_MESSAGE_ID
+                                                         ? ", interface_message_id" : ""));
         }
     }
     if (!sel->key.conversation_id)
-        return refuse(sel, err, pstr_printf("conversation_id: required"));
+        return refuse(sel, "conversation_id", err, pstr_printf("conversation_id: required"));
     return PARLEY_OK;
 }
 

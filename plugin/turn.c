@@ -11,6 +11,7 @@
 #include "host_log.h"
 #include "store_jobs.h"
 #include "tool_handle.h"
+#include "turn_append.h"
 #include "utf8.h"
 
 static void free_calls(turn *t)
@@ -54,6 +55,7 @@ void turn_free(turn *t)
     free(t->answer);
     provider_stream_free(t->stream);
     free_calls(t);
+    turn_append_free(t->append);
     config_unref(t->cfg);
     free(t);
 }
@@ -324,6 +326,11 @@ void turn_begin(turn *t)
 {
     const turn_env *env = t->env;
     t->started_wall_ms = clock_wall_ms();
+    if (t->append) { /* append_message: its lane reached it; store it, no model */
+        t->message_index[0].created_ms = t->started_wall_ms;
+        turn_commit(t);
+        return;
+    }
     if (t->persona_name && env->persona_metrics &&
         (t->counters = persona_metrics_for(env->persona_metrics, t->persona_name)))
         atomic_fetch_add(&t->counters->turns, 1);
@@ -1010,6 +1017,11 @@ static store_message *store_messages(const turn *t)
         msgs[0].json = t->stored_user.data;
         msgs[0].json_len = t->stored_user.len;
     }
+    if (msgs && t->append) { /* the appended message's identity, as the host gave it */
+        msgs[0].interface_message_id = t->append->interface_message_id;
+        msgs[0].metadata = t->append->metadata;
+        msgs[0].metadata_len = t->append->metadata ? strlen(t->append->metadata) : 0;
+    }
     return msgs;
 }
 
@@ -1140,6 +1152,8 @@ void turn_report(turn *t)
         .usage_json = usage,
         .stop_reason = t->stop_reason,
     };
+    if (t->append) /* append_message: the stored message is the "answer" */
+        r.answer_message_id = status == PARLEY_OK ? t->message_index[0].id : NULL;
     agent_counters *m = t->env->metrics;
     if (status == PARLEY_OK && t->stop_reason && strcmp(t->stop_reason, "length") == 0)
         atomic_fetch_add(&m->answers_cut_short, 1);
