@@ -1,8 +1,9 @@
 /*
  * turn_append.c -- the host-thread half of append_message: validate the
  * message, then build the turn that carries it (see turn_append.h).  The
- * worker half is two lines of turn.c: turn_begin goes straight to the
- * commit, and store_messages gives the store this message's identity.
+ * worker half is a few lines of turn.c: turn_begin goes straight to the
+ * commit (store_messages gives the store the message's identity, as for a
+ * user message), and turn_report names no user message.
  */
 #include "turn_append.h"
 
@@ -87,7 +88,7 @@ static int build(turn *t, agent_config *cfg, const selector *sel, char **err)
 {
     const char *role = NULL, *content = NULL;
     int rc = check_message_keys(sel->root, (size_t)cfg->opts.max_input_bytes, &role, &content,
-                                &t->append->metadata, err);
+                                &t->metadata, err);
     if (rc != 0)
         return rc;
     const char *persona = sel->key.persona;
@@ -109,7 +110,7 @@ static int build(turn *t, agent_config *cfg, const selector *sel, char **err)
         t->interface_type = t->own_interface_type;
     }
     if (sel->interface_message_id &&
-        !(t->append->interface_message_id = strdup(sel->interface_message_id)))
+        !(t->interface_message_id = strdup(sel->interface_message_id)))
         return -2;
     rc = record_the_message(t, role, content);
     if (rc == 0 && uuid4(t->turn_id) != 0)
@@ -137,16 +138,13 @@ turn *turn_append_accept(agent_config *cfg, parley_request_id id, const char *me
         return NULL;
     }
     turn *t = calloc(1, sizeof *t);
-    turn_append *ap = calloc(1, sizeof *ap);
-    if (!t || !ap) {
-        free(t);
-        free(ap);
+    if (!t) {
         selector_free(&sel);
         *status = PARLEY_ERR_NO_MEMORY;
         *err = pstr_printf("out of memory");
         return NULL;
     }
-    t->append = ap;
+    t->append = 1;
     t->cfg = config_ref(cfg);
     t->done = done;
     t->user_data = user_data;
@@ -166,13 +164,4 @@ turn *turn_append_accept(agent_config *cfg, parley_request_id id, const char *me
     snprintf(t->id_key, sizeof t->id_key, "%llu", (unsigned long long)t->id);
     *status = PARLEY_OK;
     return t;
-}
-
-void turn_append_free(turn_append *ap)
-{
-    if (!ap)
-        return;
-    free(ap->interface_message_id);
-    free(ap->metadata);
-    free(ap);
 }

@@ -4,20 +4,16 @@
  * ("append"): accepted here on the host thread, queued on its conversation's
  * lane like any turn (so it lands after the turns accepted before it, never
  * inside one), and when its lane reaches it, turn_begin sends it straight to
- * turn_commit: stored as a turn of one message, through the same store path,
- * with the same done callback, cancel and failure rules as a model turn.
+ * turn_commit: stored as a turn of one message (its metadata and
+ * interface_message_id where a model turn keeps its user message's),
+ * through the same store path, with the same done callback, cancel and
+ * failure rules as a model turn.
  */
 #ifndef PARLEY_TURN_APPEND_H
 #define PARLEY_TURN_APPEND_H
 
 #include "config.h"
 #include "turn.h"
-
-/* The identity the host gave the appended message (both optional). */
-typedef struct turn_append {
-    char *interface_message_id; /* NULL, or 1..STORE_MAX_INTERFACE_MESSAGE_ID bytes */
-    char *metadata;             /* NULL, or a compact JSON object */
-} turn_append;
 
 /*
  * Validate message_json (append_message in plugin.h) and make it a turn with
@@ -27,7 +23,5 @@ typedef struct turn_append {
  */
 turn *turn_append_accept(agent_config *cfg, parley_request_id id, const char *message_json,
                          parley_done_fn done, void *user_data, parley_status *status, char **err);
-
-void turn_append_free(turn_append *ap);
 
 #endif
