@@ -203,8 +203,11 @@ fail:
     return st;
 }
 
-parley_status agent_async_process(parley_agent *a, const parley_input *in, parley_done_fn done,
-                                  void *user_data, parley_request_id *request_id, char **error)
+/* async_process (`in`) and append_message (`message_json`, when `append`): accept
+ * the input as a turn and hand it to the worker. */
+static parley_status start_turn(parley_agent *a, int append, const parley_input *in,
+                                const char *message_json, parley_done_fn done, void *user_data,
+                                parley_request_id *request_id, char **error)
 {
     char *err = NULL;
     parley_status st;
@@ -219,30 +222,22 @@ parley_status agent_async_process(parley_agent *a, const parley_input *in, parle
         return st;
     }
     parley_request_id id = atomic_fetch_add(&a->next_request_id, 1);
-    turn *t = turn_input_accept(cfg, id, in, done, user_data, &st, &err);
+    turn *t = append ? turn_append_accept(cfg, id, message_json, done, user_data, &st, &err)
+                     : turn_input_accept(cfg, id, in, done, user_data, &st, &err);
     config_unref(cfg);
     return submit_turn(a, t, st, err, request_id, error);
+}
+
+parley_status agent_async_process(parley_agent *a, const parley_input *in, parley_done_fn done,
+                                  void *user_data, parley_request_id *request_id, char **error)
+{
+    return start_turn(a, 0, in, NULL, done, user_data, request_id, error);
 }
 
 parley_status agent_append_message(parley_agent *a, const char *message_json, parley_done_fn done,
                                    void *user_data, parley_request_id *request_id, char **error)
 {
-    char *err = NULL;
-    parley_status st;
-    if (!a) {
-        if (error)
-            *error = dup_error("agent is NULL");
-        return PARLEY_ERR_INVALID_INPUT;
-    }
-    agent_config *cfg = current_config(a);
-    if ((st = take_slot(a, cfg, error)) != PARLEY_OK) {
-        config_unref(cfg);
-        return st;
-    }
-    parley_request_id id = atomic_fetch_add(&a->next_request_id, 1);
-    turn *t = turn_append_accept(cfg, id, message_json, done, user_data, &st, &err);
-    config_unref(cfg);
-    return submit_turn(a, t, st, err, request_id, error);
+    return start_turn(a, 1, NULL, message_json, done, user_data, request_id, error);
 }
 
 /*

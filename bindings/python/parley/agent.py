@@ -480,16 +480,21 @@ class Agent:
                                          for n, fn in turn_tools.items()]).encode()
         if streaming:
             inp.on_delta = core.c_delta
-        turn = _Turn(core.loop, turn_tools, streaming)
+        return self._submit(_Turn(core.loop, turn_tools, streaming), self._plugin.function(
+            "async_process"), ctypes.byref(inp))
+
+    def _submit(self, turn, fn, first_arg):
+        """Call fn (async_process or append_message) for `turn`; its done callback
+        settles the turn's future.  Raises the plugin's error when it refuses."""
+        core = self._core
         token = next(core._tokens)
         core.turns[token] = turn  # before the call: done may come before it returns
         rid = ctypes.c_uint64()
         err = ctypes.c_void_p()
         try:
             with core.using() as handle:
-                status = self._plugin.function("async_process")(
-                    handle, ctypes.byref(inp), core.c_done, token, ctypes.byref(rid),
-                    ctypes.byref(err))
+                status = fn(handle, first_arg, core.c_done, token, ctypes.byref(rid),
+                            ctypes.byref(err))
         except BaseException:
             core.turns.pop(token, None)
             raise
@@ -504,25 +509,8 @@ class Agent:
         core = self._core
         if asyncio.get_running_loop() is not core.loop:
             raise RuntimeError("a parley.Agent must be used on the event loop it was created on")
-        fn = self._plugin.require("append_message")
-        text = json.dumps(message).encode()
-        turn = _Turn(core.loop, {}, False)
-        token = next(core._tokens)
-        core.turns[token] = turn  # before the call: done may come before it returns
-        rid = ctypes.c_uint64()
-        err = ctypes.c_void_p()
-        try:
-            with core.using() as handle:
-                status = fn(handle, text, core.c_done, token, ctypes.byref(rid),
-                            ctypes.byref(err))
-        except BaseException:
-            core.turns.pop(token, None)
-            raise
-        if status != _abi.OK:
-            core.turns.pop(token, None)
-            raise self._plugin.error(status, self._plugin.take_string(err.value))
-        turn.request_id = rid.value
-        return turn
+        return self._submit(_Turn(core.loop, {}, False), self._plugin.require("append_message"),
+                            json.dumps(message).encode())
 
     def _cancel(self, turn):
         if turn.finished:
