@@ -111,9 +111,10 @@ typedef struct message_identity {
     uint32_t metadata_at, metadata_len;
 } message_identity;
 
-/* One per turn that has any identity: an entry of m->identities. */
+/* One per turn that has any identity: an entry of m->identities, keyed by
+ * its turn's id (read through the turn: no copy). */
 typedef struct turn_identity {
-    char turn_id[STORE_ID_LEN + 1]; /* the dict key: its turn's id */
+    const struct stored_turn *turn;
     message_identity of[];      /* one per message of the turn, then the text */
 } turn_identity;
 
@@ -177,7 +178,7 @@ static const char *turn_key(const void *entry)
 
 static const char *identity_key(const void *entry)
 {
-    return ((const turn_identity *)entry)->turn_id;
+    return ((const turn_identity *)entry)->turn->turn_id;
 }
 
 static char *oom_message(void) { return strdup("memory store: out of memory"); }
@@ -303,16 +304,21 @@ static void evict_beyond_limit(memory_store *m, const conversation *keep, uint64
     }
 }
 
+static void free_entry(void *entry, void *ud)
+{
+    (void)ud;
+    free(entry);
+}
+
 /* Free every conversation and turn, leaving the dicts stale (caller resets them). */
 static void free_all_entries(memory_store *m)
 {
+    dict_foreach(m->identities, free_entry, NULL); /* first: their keys live in the turns */
     conversation *c = m->lru_head;
     while (c) {
         conversation *next = c->less_recent;
         for (stored_turn *t = c->oldest, *newer; t; t = newer) {
             newer = t->newer;
-            if (t->has_identity)
-                free(dict_find(m->identities, t->turn_id));
             free(t);
         }
         free(c);
@@ -469,8 +475,8 @@ typedef struct identity_parts {
     size_t interface_id_len, metadata_len;
 } identity_parts;
 
-/* One block holding parts[0..n) for turn `turn_id`; NULL without memory. */
-static turn_identity *identity_pack(const char *turn_id, const identity_parts *parts, size_t n)
+/* One block holding parts[0..n) for turn t (n messages); NULL without memory. */
+static turn_identity *identity_pack(const stored_turn *t, const identity_parts *parts, size_t n)
 {
     size_t text = 0;
     for (size_t i = 0; i < n; i++)
@@ -478,8 +484,7 @@ static turn_identity *identity_pack(const char *turn_id, const identity_parts *p
     turn_identity *ti = malloc(sizeof *ti + n * sizeof(message_identity) + text);
     if (!ti)
         return NULL;
-    memcpy(ti->turn_id, turn_id, STORE_ID_LEN);
-    ti->turn_id[STORE_ID_LEN] = '\0';
+    ti->turn = t;
     char *base = (char *)(ti->of + n), *p = base;
     for (size_t i = 0; i < n; i++) {
         message_identity *e = &ti->of[i];
@@ -517,9 +522,9 @@ static const turn_identity *identity_of(const memory_store *m, const stored_turn
     return t->has_identity ? dict_find(m->identities, t->turn_id) : NULL;
 }
 
-/* The identity of the messages of `in` (passed turn_problem); NULL when none
- * has any, or without memory (then *oom). */
-static turn_identity *identity_from_input(const store_turn *in, int *oom)
+/* The identity of the messages of `in` (passed turn_problem), stored as t;
+ * NULL when none has any, or without memory (then *oom). */
+static turn_identity *identity_from_input(const store_turn *in, const stored_turn *t, int *oom)
 {
     *oom = 0;
     int any = 0;
@@ -537,7 +542,7 @@ static turn_identity *identity_from_input(const store_turn *in, int *oom)
             const char *iface = msg->interface_message_id ? msg->interface_message_id : "";
             parts[i] = (identity_parts){iface, msg->metadata, strlen(iface), msg->metadata_len};
         }
-        ti = identity_pack(in->turn_id, parts, in->nmessages);
+        ti = identity_pack(t, parts, in->nmessages);
         free(parts);
     }
     *oom = ti == NULL;
@@ -705,7 +710,7 @@ static parley_status memory_append(store *s, const store_key *key, const store_t
     /* Outside the lock: the copies may be large. */
     stored_turn *t = k ? stored_turn_new(turn) : NULL;
     int oom = 0;
-    turn_identity *ti = t ? identity_from_input(turn, &oom) : NULL;
+    turn_identity *ti = t ? identity_from_input(turn, t, &oom) : NULL;
     if (!t || oom) {
         free(t);
         free(owned);
@@ -1115,7 +1120,7 @@ static parley_status set_identity_locked(memory_store *m, stored_turn *t, const 
         parts[i] = identity_at(t, old, i);
     parts[target].interface_id = iface;
     parts[target].interface_id_len = len;
-    turn_identity *fresh = identity_pack(t->turn_id, parts, t->nmessages);
+    turn_identity *fresh = identity_pack(t, parts, t->nmessages);
     free(parts);
     if (!fresh)
         return PARLEY_ERR_NO_MEMORY;

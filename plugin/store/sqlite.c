@@ -1105,7 +1105,9 @@ static int turn_is_valid(const store_turn *turn)
     for (size_t i = 0; i < turn->nmessages; i++) {
         const store_message *m = &turn->messages[i];
         if (!m->json || m->json_len == 0 || m->json_len > INT32_MAX ||
-            (m->metadata && m->metadata_len > INT32_MAX))
+            (m->metadata_len && (!m->metadata || m->metadata_len > INT32_MAX)) ||
+            (m->interface_message_id &&
+             strlen(m->interface_message_id) > STORE_MAX_INTERFACE_MESSAGE_ID))
             return 0;
     }
     return 1;
@@ -1332,7 +1334,8 @@ static parley_status sqlite_append(store *base, const store_key *key, const stor
     sqlite_store *s = (sqlite_store *)base;
     if (!key || !key->conversation_id || !turn_is_valid(turn))
         return fail_with(err, PARLEY_ERR_STORAGE, s->path, "cannot append",
-                         "a turn needs a conversation id, a turn id and messages");
+                         "a turn needs a conversation id, a turn id and messages (interface "
+                         "message ids of at most 256 bytes)");
     pthread_mutex_lock(&s->w.lock);
     totals t = s->totals;
     size_t evicted = 0, expired = 0;
@@ -1530,6 +1533,19 @@ static void put_message_row(sqlite3_stmt *st, pbuf *out)
                        len[9], text[10], len[10]);
 }
 
+/* Step a one-message lookup: its row, if any, written as store_json_message
+ * (*found = 1).  SQLITE_DONE or the error. */
+static int put_first_message(sqlite3_stmt *st, pbuf *out, int *found)
+{
+    int rc = sqlite3_step(st);
+    if (rc == SQLITE_ROW) {
+        put_message_row(st, out);
+        *found = 1;
+        rc = SQLITE_DONE;
+    }
+    return rc;
+}
+
 /* The query's SQL: only the filters it has, so SQLite can use the indexes. */
 static char *query_sql(const store_query *q)
 {
@@ -1613,11 +1629,7 @@ static parley_status sqlite_get_message(store *base, const char *message_id, uin
         sqlite3_bind_int64(st, 1, (int64_t)s->limits.idle_timeout_ms);
         sqlite3_bind_int64(st, 2, (int64_t)now_ms);
         bind_text(st, 3, message_id ? message_id : "");
-        if ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-            put_message_row(st, out);
-            found = 1;
-            rc = SQLITE_DONE;
-        }
+        rc = put_first_message(st, out, &found);
         sqlite3_finalize(st);
     }
     parley_status status = finish_json(s, out, mark, rc, "cannot read the message", err);
@@ -1759,11 +1771,7 @@ static parley_status sqlite_find_message(store *base, const store_key *key,
     if (st) {
         sqlite3_bind_int64(st, 1, row.id);
         bind_text(st, 2, interface_message_id);
-        if ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-            put_message_row(st, out);
-            found = 1;
-            rc = SQLITE_DONE;
-        }
+        rc = put_first_message(st, out, &found);
         done(st);
     }
     parley_status status = finish_json(s, out, mark, rc, "cannot find the message", err);

@@ -413,6 +413,16 @@ static void test_identity_survives_restart(void)
     CHECK(set_iid(s, 2, "x-3", 2200, NULL) == PARLEY_OK); /* replaces */
     CHECK(set_iid(s, 99, "x-9", 2200, mid) == PARLEY_ERR_NOT_FOUND);
     CHECK(set_iid(s, 2, "", 2200, mid) == PARLEY_ERR_STORAGE);
+    /* An interface id over STORE_MAX_INTERFACE_MESSAGE_ID: the append fails, nothing stored. */
+    char long_id[STORE_MAX_INTERFACE_MESSAGE_ID + 2];
+    memset(long_id, 'x', sizeof long_id - 1);
+    long_id[sizeof long_id - 1] = '\0';
+    const char *too_long[] = {long_id};
+    CHECK(put(s, "telegram", "c", 7, "user:no", too_long, NULL, 2300) == PARLEY_ERR_STORAGE);
+    CHECK(set_iid(s, 2, long_id, 2300, mid) == PARLEY_ERR_STORAGE);
+    char *c_now = get_conversation(s, "telegram", "c", 2300);
+    CHECK(c_now && strstr(c_now, "\"message_count\":5,\"turn_count\":2,"));
+    free(c_now);
     B->close(s);
 
     s = open_ok(path, 3, 0);
