@@ -249,7 +249,9 @@ static void test_round_trip(store *s)
     CHECK(st == PARLEY_OK);
     CHECK_STR(json,
               "{\"conversation_id\":\"kitchen\",\"created_at\":\"2025-11-24T16:00:00.010Z\","
-              "\"last_used_at\":\"2025-11-24T16:00:00.020Z\",\"turns\":["
+              "\"last_used_at\":\"2025-11-24T16:00:00.020Z\","
+              "\"last_message_at\":\"2025-11-24T16:00:00.002Z\",\"message_count\":5,"
+              "\"turn_count\":2,\"participants\":[\"user\",\"assistant\"],\"turns\":["
               "{\"turn_id\":\"00000000-0000-4000-8000-000000000001\",\"started_at\":"
               "\"2025-11-24T16:00:00.001Z\",\"finished_at\":\"2025-11-24T16:00:00.006Z\","
               "\"messages\":[{\"role\":\"user\",\"content\":\"a-0, \\\"ok\\\"\"},"
