@@ -6,11 +6,12 @@ through the shim's "append", "set_interface_message_id" and "find" ops.
 What the model saw is asserted from the fake server's request log (the fake
 validates each dialect strictly, so a request in a wrong form fails the turn);
 what a host reads back, from the shim's history/find/list ops.  Every case runs
-on the memory store and on an SQLite file."""
+on the memory store, on an SQLite file and on a Redis server."""
 import os
 import tempfile
 import unittest
 
+from redis_server import RedisServer
 from harness import (SLOW, UUID_RE, FakeLLM, InteractiveShim, ParleyTestCase, fake_reply,
                      messages, options)
 
@@ -48,6 +49,10 @@ class MessageOpsCase(ParleyTestCase):
     def store(self):
         if self.STORE == "memory":
             return "memory"
+        if self.STORE == "redis":  # a fresh server per store: nothing shared between cases
+            server = RedisServer()
+            self.addCleanup(server.stop)
+            return server.url
         d = tempfile.TemporaryDirectory(prefix="parley-msgops-")
         self.addCleanup(d.cleanup)
         return "sqlite:" + os.path.join(d.name, "history.db")
@@ -294,6 +299,10 @@ class MessageOpsCase(ParleyTestCase):
 
 class SqliteMessageOpsCase(MessageOpsCase):
     STORE = "sqlite"
+
+
+class RedisMessageOpsCase(MessageOpsCase):
+    STORE = "redis"
 
 
 if __name__ == "__main__":
