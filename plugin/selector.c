@@ -36,44 +36,50 @@ parley_status selector_parse(const char *json, int flags, selector *sel, char **
     json_error_t jerr;
     sel->root = json ? json_loads(json, JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL, &jerr) : NULL;
     if (!json_is_object(sel->root))
-        return refuse(sel, "selector", err, pstr_printf("selector: must be a JSON object with "
-                                            "\"conversation_id\""));
+        return refuse(sel, "selector", err,
+                      pstr_printf("selector: must be a JSON object with \"conversation_id\""));
     const char *key;
     json_t *v;
     json_object_foreach(sel->root, key, v) {
         if (strcmp(key, "conversation_id") == 0) {
             if (!selector_valid_string(v, STORE_MAX_CONVERSATION_ID))
-                return refuse(sel, "conversation_id", err, pstr_printf("conversation_id: must be 1 to %d bytes of "
-                                                    "UTF-8 without control characters",
-                                                    STORE_MAX_CONVERSATION_ID));
+                return refuse(sel, "conversation_id", err,
+                              pstr_printf("conversation_id: must be 1 to %d bytes of UTF-8 "
+                                          "without control characters",
+                                          STORE_MAX_CONVERSATION_ID));
             sel->key.conversation_id = json_string_value(v);
         } else if (strcmp(key, "interface_type") == 0 || strcmp(key, "persona") == 0) {
             int persona = key[0] == 'p';
+            const char *name = persona ? "persona" : "interface_type"; /* static, for bad_key */
             if (json_is_string(v) && json_string_length(v) == 0)
                 continue; /* "" is "none", as absent */
             if (!selector_valid_string(v, STORE_MAX_CONVERSATION_ID))
-                return refuse(sel, persona ? "persona" : "interface_type", err, pstr_printf("%s: must be a string of at most %d bytes "
-                                                    "of UTF-8 without control characters",
-                                                    key, STORE_MAX_CONVERSATION_ID));
+                return refuse(sel, name, err,
+                              pstr_printf("%s: must be a string of at most %d bytes of UTF-8 "
+                                          "without control characters",
+                                          name, STORE_MAX_CONVERSATION_ID));
             if (persona && strcmp(json_string_value(v), "*") == 0) {
                 if (!(flags & SELECTOR_EVERY_PERSONA))
-                    return refuse(sel, "persona", err, pstr_printf("persona: \"*\" (every persona) is "
-                                                        "only for history_clear_by"));
+                    return refuse(sel, name, err,
+                                  pstr_printf("persona: \"*\" (every persona) is only for "
+                                              "history_clear_by"));
                 sel->every_persona = 1;
             }
             *(persona ? &sel->key.persona : &sel->key.interface_type) = json_string_value(v);
         } else if (strcmp(key, "interface_message_id") == 0 &&
                    (flags & SELECTOR_INTERFACE_MESSAGE_ID)) {
             if (!selector_valid_string(v, STORE_MAX_INTERFACE_MESSAGE_ID))
-                return refuse(sel, "interface_message_id", err, pstr_printf("interface_message_id: must be 1 to %d bytes "
-                                                    "of UTF-8 without control characters",
-                                                    STORE_MAX_INTERFACE_MESSAGE_ID));
+                return refuse(sel, "interface_message_id", err,
+                              pstr_printf("interface_message_id: must be 1 to %d bytes of "
+                                          "UTF-8 without control characters",
+                                          STORE_MAX_INTERFACE_MESSAGE_ID));
             sel->interface_message_id = json_string_value(v);
         } else if (!(flags & SELECTOR_OTHER_KEYS)) {
-            return refuse(sel, "selector", err, pstr_printf("selector: unknown key \"%s\" (expected "
-                                                "conversation_id, interface_type, persona%s)",
-                                                key, flags & SELECTOR_INTERFACE_MESSAGE_ID
-                                                         ? ", interface_message_id" : ""));
+            return refuse(sel, "selector", err,
+                          pstr_printf("selector: unknown key \"%s\" (expected conversation_id, "
+                                      "interface_type, persona%s)",
+                                      key, flags & SELECTOR_INTERFACE_MESSAGE_ID
+                                               ? ", interface_message_id" : ""));
         }
     }
     if (!sel->key.conversation_id)
