@@ -327,14 +327,14 @@ void turn_begin(turn *t)
 {
     const turn_env *env = t->env;
     t->started_wall_ms = clock_wall_ms();
+    if (t->persona_name && env->persona_metrics &&
+        (t->counters = persona_metrics_for(env->persona_metrics, t->persona_name)) && !t->append)
+        atomic_fetch_add(&t->counters->turns, 1);
     if (t->append) { /* append_message: its lane reached it; store it, no model */
         t->message_index[0].created_ms = t->started_wall_ms;
         turn_commit(t);
         return;
     }
-    if (t->persona_name && env->persona_metrics &&
-        (t->counters = persona_metrics_for(env->persona_metrics, t->persona_name)))
-        atomic_fetch_add(&t->counters->turns, 1);
     if (!t->conversation_id) {
         turn_on_history(t, PARLEY_OK, NULL);
         return;

@@ -150,6 +150,30 @@ class MessageOpsCase(ParleyTestCase):
         self.assertEqual(metrics["in_flight"], 0)
         self.assertEqual(len(self.llm.chat_requests()), 1)
 
+    def test_append_under_a_persona_joins_that_personas_conversation(self):
+        self.fake()
+        chef = "You are a chef."
+        lines = [{"op": "append", "conversation_id": "k", "persona": "chef",
+                  "content": "The oven is hot."},
+                 {"text": "what now?", "conversation_id": "k", "persona": "chef"},
+                 {"text": "and you?", "conversation_id": "k"},
+                 {"op": "history", "conversation_id": "k", "persona": "chef"},
+                 {"op": "metrics"}]
+        run = self.run_ok(lines, self.opts(personas={"chef": {"prompt": chef}}))
+        self.assertIsNone(run.by_seq(1)["error"], run.by_seq(1))
+        self.assertTurnOk(run.by_seq(2))
+        self.assertTurnOk(run.by_seq(3))
+        reqs = self.llm.chat_requests()
+        self.assertEqual(messages(reqs[0]), [{"role": "system", "content": chef},
+                                             assistant("The oven is hot."), user("what now?")])
+        self.assertEqual(messages(reqs[1]), [SYS, user("and you?")], "another conversation")
+        turns = run.by_seq(4)["result"]["turns"]
+        self.assertEqual([t["turn_id"] for t in turns],
+                         [run.by_seq(1)["turn_id"], run.by_seq(2)["turn_id"]])
+        m = run.by_seq(5)["result"]["personas"]["chef"]
+        self.assertEqual((m["turns"], m["turns_stored"], m["messages_stored"]), (1, 2, 3),
+                         "the append is stored under the persona, not a model turn")
+
     def test_system_and_assistant_appends_reach_every_provider_validly(self):
         """The fake validates each dialect strictly: Anthropic wants user first and
         no system role in messages; a note must still reach the model in place."""
