@@ -469,7 +469,7 @@ static void handle_op(unsigned long seq, const struct jsonl_op *op) {
                     ? asprintf(&msg, "no stored turn '%s'", id)
                     : st == PARLEY_ERR_INVALID_INPUT
                           ? asprintf(&msg, "interface_message_id: must be 1 to 256 bytes of "
-                                           "UTF-8 without control characters")
+                                           "UTF-8")
                           : asprintf(&msg, "%s: %s", name, status_str(st));
         op_reply(seq, name, NULL, st == PARLEY_OK ? NULL : jerror(st, n < 0 ? NULL : msg));
         free(msg);

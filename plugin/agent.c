@@ -559,12 +559,11 @@ parley_status agent_set_interface_message_id(parley_agent *a, const char *turn_i
     if (!a || !turn_id)
         return PARLEY_ERR_INVALID_INPUT;
     json_t *id = interface_message_id ? json_string(interface_message_id) : NULL;
-    int valid = selector_valid_string(id, STORE_MAX_INTERFACE_MESSAGE_ID);
+    int valid = selector_valid_string(id, STORE_MAX_INTERFACE_MESSAGE_ID, 1);
     json_decref(id);
     if (!valid) { /* no out channel: the host's log says why */
         host_log(&a->host, PARLEY_LOG_WARN, "set_interface_message_id: interface_message_id must "
-                 "be 1 to %d bytes of UTF-8 without control characters",
-                 STORE_MAX_INTERFACE_MESSAGE_ID);
+                 "be 1 to %d bytes of UTF-8", STORE_MAX_INTERFACE_MESSAGE_ID);
         return PARLEY_ERR_INVALID_INPUT;
     }
     if (strlen(turn_id) != STORE_ID_LEN)

@@ -7,14 +7,16 @@
 #include "buf.h"
 #include "utf8.h"
 
-/* 1..max bytes of UTF-8 without control characters (what a turn's input accepts). */
-int selector_valid_string(const json_t *v, size_t max)
+/* 1..max bytes of UTF-8 without NUL, and without control characters unless allowed
+ * (what a turn's input accepts: ids and key parts refuse them, an interface's
+ * message id is the interface's own text). */
+int selector_valid_string(const json_t *v, size_t max, int controls_ok)
 {
     const char *s = json_string_value(v);
     size_t n = s ? json_string_length(v) : 0;
     if (!s || n == 0 || n > max || strlen(s) != n || !utf8_valid(s, n))
         return 0;
-    for (size_t i = 0; i < n; i++)
+    for (size_t i = 0; !controls_ok && i < n; i++)
         if ((unsigned char)s[i] < 0x20 || s[i] == 0x7f)
             return 0;
     return 1;
@@ -42,7 +44,7 @@ parley_status selector_parse(const char *json, int flags, selector *sel, char **
     json_t *v;
     json_object_foreach(sel->root, key, v) {
         if (strcmp(key, "conversation_id") == 0) {
-            if (!selector_valid_string(v, STORE_MAX_CONVERSATION_ID))
+            if (!selector_valid_string(v, STORE_MAX_CONVERSATION_ID, 0))
                 return refuse(sel, "conversation_id", err,
                               pstr_printf("conversation_id: must be 1 to %d bytes of UTF-8 "
                                           "without control characters",
@@ -53,7 +55,7 @@ parley_status selector_parse(const char *json, int flags, selector *sel, char **
             const char *name = persona ? "persona" : "interface_type"; /* static, for bad_key */
             if (json_is_string(v) && json_string_length(v) == 0)
                 continue; /* "" is "none", as absent */
-            if (!selector_valid_string(v, STORE_MAX_CONVERSATION_ID))
+            if (!selector_valid_string(v, STORE_MAX_CONVERSATION_ID, 0))
                 return refuse(sel, name, err,
                               pstr_printf("%s: must be a string of at most %d bytes of UTF-8 "
                                           "without control characters",
@@ -68,11 +70,10 @@ parley_status selector_parse(const char *json, int flags, selector *sel, char **
             *(persona ? &sel->key.persona : &sel->key.interface_type) = json_string_value(v);
         } else if (strcmp(key, "interface_message_id") == 0 &&
                    (flags & SELECTOR_INTERFACE_MESSAGE_ID)) {
-            if (!selector_valid_string(v, STORE_MAX_INTERFACE_MESSAGE_ID))
+            if (!selector_valid_string(v, STORE_MAX_INTERFACE_MESSAGE_ID, 1))
                 return refuse(sel, "interface_message_id", err,
                               pstr_printf("interface_message_id: must be 1 to %d bytes of "
-                                          "UTF-8 without control characters",
-                                          STORE_MAX_INTERFACE_MESSAGE_ID));
+                                          "UTF-8", STORE_MAX_INTERFACE_MESSAGE_ID));
             sel->interface_message_id = json_string_value(v);
         } else if (!(flags & SELECTOR_OTHER_KEYS)) {
             return refuse(sel, "selector", err,

@@ -32,7 +32,8 @@ typedef struct selector {
 parley_status selector_parse(const char *json, int flags, selector *sel, char **err);
 void selector_free(selector *sel);
 
-/* A string of 1..max bytes of UTF-8 without control characters (a key part, an id). */
-int selector_valid_string(const json_t *v, size_t max);
+/* A string of 1..max bytes of UTF-8 without NUL, and without control characters
+ * unless controls_ok (a key part: no; an interface's message id: yes). */
+int selector_valid_string(const json_t *v, size_t max, int controls_ok);
 
 #endif

@@ -288,8 +288,13 @@ class MessageOpsCase(ParleyTestCase):
                   "content": WASHING, "interface_message_id": "web-7",
                   "metadata": {"source": "washer", "n": 1}},
                  {"op": "find", "conversation_id": "k", "interface_type": "web",
-                  "interface_message_id": "web-7"}]
+                  "interface_message_id": "web-7"},
+                 # an interface's id is its own text: any UTF-8, as a turn's input takes it
+                 {"op": "append", "conversation_id": "k", "content": "mail",
+                  "interface_message_id": "<a@b>\n\u00e9"},
+                 {"op": "find", "conversation_id": "k", "interface_message_id": "<a@b>\n\u00e9"}]
         run = self.run_ok(lines, self.opts())
+        self.assertEqual(run.by_seq(4)["result"]["message_id"], run.by_seq(3)["answer_message_id"])
         appended = run.by_seq(1)
         self.assertIsNone(appended["error"], appended)
         m = run.by_seq(2)["result"]
