@@ -22,7 +22,8 @@
  *    (the header stays 64 bytes); its last_message_at is read from its
  *    newest turn, which is never dropped;
  *  - find_message and load_turn by interface id scan the conversation's
- *    turns (those with identity), newest last: no index per message.
+ *    kept turns (reading the blocks of those with identity): no index
+ *    per message.
  *
  * The dict key of a conversation is its conversation id when persona and
  * interface are both "" (the common case: no copy to look it up), else
@@ -135,8 +136,10 @@ struct conversation {
     char key[];
 };
 
-#define SATURATING_ADD(field, n)                                                               \
-    ((field) = (field) > UINT32_MAX - (n) ? UINT32_MAX : (field) + (n))
+static uint32_t saturating_add(uint32_t a, uint32_t b)
+{
+    return a > UINT32_MAX - b ? UINT32_MAX : a + b;
+}
 
 typedef struct memory_store {
     struct store base;
@@ -626,11 +629,15 @@ static void link_turn(memory_store *m, conversation *c, stored_turn *t)
     m->message_bytes += t->length;
 }
 
-/* The lifetime counts of c after appending t (ROLES order is STORE_ROLE_*'s bit order). */
+_Static_assert(STORE_ROLE_USER == 1u << 0 && STORE_ROLE_ASSISTANT == 1u << 1 &&
+                   STORE_ROLE_TOOL == 1u << 2 && STORE_ROLE_SYSTEM == 1u << 3,
+               "ROLES[i] is the role of bit STORE_ROLE_* 1 << i");
+
+/* The lifetime counts of c after appending t. */
 static void count_lifetime(conversation *c, const stored_turn *t)
 {
-    SATURATING_ADD(c->message_count, t->nmessages);
-    SATURATING_ADD(c->turn_count, 1u);
+    c->message_count = saturating_add(c->message_count, t->nmessages);
+    c->turn_count = saturating_add(c->turn_count, 1);
     for (size_t i = 0; i < t->nmessages; i++)
         c->roles |= (uint8_t)(1u << t->messages[i].role);
 }
@@ -1107,7 +1114,7 @@ static size_t final_answer_index(const stored_turn *t)
 }
 
 /* Give t's final answer the interface id iface[0..len): a new identity block
- * replaces the old one (NULL without memory: then nothing changed). */
+ * replaces the old one.  Without memory, nothing changes. */
 static parley_status set_identity_locked(memory_store *m, stored_turn *t, const char *iface,
                                          size_t len, char *message_id)
 {
@@ -1213,7 +1220,8 @@ static parley_status memory_load_turn(store *s, const store_key *key, const char
     memory_store *m = (memory_store *)s;
     *nmessages = 0;
     *in_window = 0;
-    turn_id_out[0] = '\0';
+    if (turn_id_out)
+        turn_id_out[0] = '\0';
     char *owned;
     const char *k = key_text(key, &owned);
     if (!k)
@@ -1230,7 +1238,8 @@ static parley_status memory_load_turn(store *s, const store_key *key, const char
         t = find_by_interface_id(m, c, interface_message_id, &i);
     }
     if (t) {
-        memcpy(turn_id_out, t->turn_id, STORE_ID_LEN + 1);
+        if (turn_id_out)
+            memcpy(turn_id_out, t->turn_id, STORE_ID_LEN + 1);
         /* In the window iff fewer than window_turns turns came after it. */
         size_t after = 0;
         for (const stored_turn *u = t->newer; u && after < window_turns; u = u->newer)

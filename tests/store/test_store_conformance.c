@@ -842,6 +842,9 @@ static void test_same_bytes_everywhere(void)
 #define SYSTEM(text) "{\"role\":\"system\",\"content\":\"" text "\"}"
 /* Metadata is kept verbatim: escapes stay as the host wrote them. */
 #define META_ALICE "{\"from\":\"alice\",\"chat\":7,\"note\":\"caf\\u00e9 \\\"x\\\"\"}"
+/* A question and its answer; as load() gives them back. */
+#define QA(n) USER("q" #n) "\n" ASSISTANT("a" #n)
+#define QA_LOADED(n) USER("q" #n) "," ASSISTANT("a" #n) ","
 
 static void message_id_for(unsigned turn_no, size_t i, char out[37])
 {
@@ -960,12 +963,14 @@ typedef struct turn_lookup {
     int in_window;
 } turn_lookup;
 
-/* load_turn on conversation `id` by turn number (0: none) and/or interface id. */
-static turn_lookup lookup_turn(harness *h, const char *id, unsigned turn_no,
-                               const char *interface_message_id, size_t window_turns,
-                               uint64_t now_ms)
+/* load_turn on conversation `id` (under persona/interface) by turn number
+ * (0: none) and/or interface id. */
+static turn_lookup lookup_turn_keyed(harness *h, const char *persona, const char *iface,
+                                     const char *id, unsigned turn_no,
+                                     const char *interface_message_id, size_t window_turns,
+                                     uint64_t now_ms)
 {
-    store_key key = {id, "", ""};
+    store_key key = {id, persona, iface};
     char tid[37];
     turn_id_for(turn_no, tid);
     turn_lookup r = {.nmessages = 99, .in_window = 99};
@@ -979,6 +984,13 @@ static turn_lookup lookup_turn(harness *h, const char *id, unsigned turn_no,
     free(err);
     r.text = pbuf_take(&b);
     return r;
+}
+
+static turn_lookup lookup_turn(harness *h, const char *id, unsigned turn_no,
+                               const char *interface_message_id, size_t window_turns,
+                               uint64_t now_ms)
+{
+    return lookup_turn_keyed(h, "", "", id, turn_no, interface_message_id, window_turns, now_ms);
 }
 
 static void check_not_found(turn_lookup r)
@@ -1295,8 +1307,46 @@ static void test_v4_find_message(const backend_case *bc)
     stop(&h);
 }
 
-#define QA(n) USER("q" #n) "\n" ASSISTANT("a" #n)
-#define QA_LOADED(n) USER("q" #n) "," ASSISTANT("a" #n) ","
+/* The same conversation id under an interface is another conversation for
+ * every v4 call; an idle conversation is gone for them; clearing everything
+ * restarts the lifetime. */
+static void test_v4_keys_and_expiry(const backend_case *bc)
+{
+    harness h = start(bc, 0, 10, 1000);
+    const char *ids[] = {"tg-1", NULL};
+    CHECK(append_full(&h, "", "telegram", "c", 1, QA(1), ids, NULL, 1000, NULL) == PARLEY_OK);
+    CHECK(append_full(&h, "", "", "c", 2, QA(2), ids, NULL, 1000, NULL) == PARLEY_OK);
+    append_at(&h, "c", 3, QA(3), 1000);
+    check_lookup(lookup_turn_keyed(&h, "", "telegram", "c", 0, "tg-1", 1, 1000), 1, 1, NULL, 0);
+    check_lookup(lookup_turn(&h, "c", 0, "tg-1", 1, 1000), 2, 0, QA_LOADED(2), 2);
+    check_not_found(lookup_turn_keyed(&h, "", "telegram", "c", 2, NULL, 0, 1000));
+    check_not_found(lookup_turn_keyed(&h, "pirate", "", "c", 0, "tg-1", 0, 1000));
+    char mid[37], want[37];
+    CHECK(set_interface_id(&h, 1, "out-1", 1000, mid) == PARLEY_OK);
+    message_id_for(1, 1, want);
+    CHECK_STR(mid, want);
+    char *m = find_keyed(&h, "", "telegram", "c", "out-1", 1000);
+    char *mid_found = member_of(m, "message_id"), *iface = member_of(m, "interface_type");
+    CHECK_STR(mid_found, want);
+    CHECK_STR(iface, "telegram");
+    free(m);
+    free(mid_found);
+    free(iface);
+    CHECK(find_message(&h, "c", "out-1", 1000) == NULL);
+    /* Idle past the timeout: not found by any of them. */
+    CHECK(find_keyed(&h, "", "telegram", "c", "tg-1", 2001) == NULL);
+    check_not_found(lookup_turn(&h, "c", 2, NULL, 0, 2001));
+    CHECK(set_interface_id(&h, 3, "late", 2001, mid) == PARLEY_ERR_NOT_FOUND);
+    stop(&h);
+
+    /* Clearing everything restarts the lifetime too. */
+    h = start(bc, 0, 10, 0);
+    append_at(&h, "c", 1, TURN1, 1000);
+    CHECK(forget(&h, NULL) == PARLEY_OK);
+    append_at(&h, "c", 2, ASSISTANT("announcement"), 2000);
+    check_lifetime(&h, "c", 2000, "1 1 [\"assistant\"] 1970-01-01T00:00:01.990Z kept=1/1");
+    stop(&h);
+}
 
 /* load_turn: by turn id or interface id, only in its conversation; in the window or loaded. */
 static void test_v4_load_turn(const backend_case *bc)
@@ -1456,6 +1506,7 @@ static void test_v4(const backend_case *bc)
     test_v4_set_interface_message_id(bc);
     test_v4_find_message(bc);
     test_v4_load_turn(bc);
+    test_v4_keys_and_expiry(bc);
     if (bc->durable)
         test_v4_reopen(bc);
 }
