@@ -543,8 +543,10 @@ parley_status agent_message_find(parley_agent *a, const char *selector_json, cha
         pbuf b = PBUF_INIT;
         st = a->store->backend->find_message(a->store, &sel.key, sel.interface_message_id,
                                              clock_wall_ms(), &b, &err);
-        if (st != PARLEY_OK && st != PARLEY_ERR_NOT_FOUND && err)
-            host_log(&a->host, PARLEY_LOG_WARN, "message_find: %s", err);
+        if (st == PARLEY_ERR_STORAGE) { /* the store's words, as the header promises */
+            host_log(&a->host, PARLEY_LOG_WARN, "message_find: %s", err ? err : "store failed");
+            *out = status_error_json(st, "history_store", err ? err : "the store failed");
+        }
         st = read_result(st, &b, err, out);
         err = NULL;
     }

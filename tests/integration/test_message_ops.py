@@ -333,6 +333,22 @@ class SqliteMessageOpsCase(MessageOpsCase):
 class RedisMessageOpsCase(MessageOpsCase):
     STORE = "redis"
 
+    def test_store_down_is_storage_in_the_stores_words(self):
+        self.fake()
+        server = RedisServer()
+        self.addCleanup(server.stop)
+        with InteractiveShim(options(self.llm, history_store=server.url)) as sh:
+            turn = self.assertTurnOk(sh.turn({"text": "hi", "conversation_id": "r"}))
+            server.stop()
+            found = sh.op("find", conversation_id="r", interface_message_id="x")
+            appended = sh.op("append", conversation_id="r", content=WASHING)
+            setid = sh.op("set_interface_message_id", turn_id=turn["turn_id"],
+                          interface_message_id="x")
+        self.assertEqual(found["error"]["code"], "storage", found)
+        self.assertIn("redis store", found["error"]["message"])
+        self.assertEqual(appended["error"]["code"], "storage", appended)
+        self.assertEqual(setid["error"]["code"], "storage", setid)
+
 
 if __name__ == "__main__":
     unittest.main()
