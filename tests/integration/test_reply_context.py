@@ -5,6 +5,7 @@ history sent brings that turn back into the request, once, marked in the system 
 
 What the model saw is asserted from the fake server's request log; what a host reads back,
 from the shim's result lines and its "message" / "query" / "turn" ops."""
+import contextlib
 import json
 import os
 import tempfile
@@ -12,6 +13,7 @@ import unittest
 
 from harness import (UUID_RE, FakeLLM, InteractiveShim, ParleyTestCase, as_sent, messages,
                      options, tool_sequence_problems)
+from redis_server import RedisServer
 from test_providers import PROVIDERS, llm_requests, provider_options
 
 PROMPT = "You are a test assistant."
@@ -19,10 +21,19 @@ NOTE = ("The user's latest message replies to an earlier exchange of this conver
         "exchange is repeated just before the latest message.")
 TOOL_TEXT = '[[tool:turn_on {"name":"kitchen"}]]'
 UNKNOWN_TURN = "00000000-0000-4000-8000-000000000000"
+NO_LOAD_TURN_WARNING = "cannot look up the turn reply_to names"
 
 
 def user(text):
     return {"role": "user", "content": text}
+
+
+@contextlib.contextmanager
+def shim(case, opts, **kw):
+    """An InteractiveShim that must exit cleanly (a sanitizer report fails the test)."""
+    with InteractiveShim(opts, **kw) as sh:
+        yield sh
+    case.assertEqual(sh.rc, 0, sh.stderr)
 
 
 class ReplyContextCase(ParleyTestCase):
@@ -51,7 +62,7 @@ class ReplyContextCase(ParleyTestCase):
 
     def test_reply_outside_the_window_is_sent_whole_and_marked(self):
         o = options(self.llm, max_history_turns=2, history_keep_turns=0)
-        with InteractiveShim(o, tools="demo") as sh:
+        with shim(self, o, tools="demo") as sh:
             first, _, third, fourth = self.conversation(sh)
             old = self.turn_messages(sh, first["turn_id"])
             window = self.turn_messages(sh, third["turn_id"]) + \
@@ -79,7 +90,7 @@ class ReplyContextCase(ParleyTestCase):
 
     def test_reply_inside_the_window_is_not_repeated(self):
         o = options(self.llm, max_history_turns=2, history_keep_turns=0)
-        with InteractiveShim(o, tools="demo") as sh:
+        with shim(self, o, tools="demo") as sh:
             _, _, third, fourth = self.conversation(sh)
             window = self.turn_messages(sh, third["turn_id"]) + \
                 self.turn_messages(sh, fourth["turn_id"])
@@ -93,7 +104,7 @@ class ReplyContextCase(ParleyTestCase):
 
     def test_reply_by_interface_message_id(self):
         o = options(self.llm, max_history_turns=1, history_keep_turns=0)
-        with InteractiveShim(o, tools="demo") as sh:
+        with shim(self, o, tools="demo") as sh:
             first = self.conversation(sh, n_plain=2, first={"interface_message_id": "tg-100"},
                                       interface_type="telegram")[0]
             # the same conversation id without an interface is another conversation
@@ -125,7 +136,7 @@ class ReplyContextCase(ParleyTestCase):
         for r in self.llm.chat_requests():
             self.assertEqual(messages(r)[0], {"role": "system", "content": PROMPT})
         # a turn of another conversation is not a match
-        with InteractiveShim(options(self.llm, max_history_turns=1, history_keep_turns=0)) as sh:
+        with shim(self, options(self.llm, max_history_turns=1, history_keep_turns=0)) as sh:
             theirs = sh.turn({"text": "in b", "conversation_id": "b"})
             sh.turn({"text": "in a", "conversation_id": "a"})
             sh.turn({"text": "again a", "conversation_id": "a"})
@@ -134,9 +145,21 @@ class ReplyContextCase(ParleyTestCase):
         self.assertEqual(mine["reply_context"], "not_found")
         self.assertNotIn("in b", json.dumps(messages(self.llm.chat_requests()[-1])))
 
+    def test_a_turn_no_longer_kept_is_not_found(self):
+        # history_keep_turns defaults to max_history_turns: what left the window is gone
+        with shim(self, options(self.llm, max_history_turns=1)) as sh:
+            first = sh.turn({"text": "old", "conversation_id": "k", "interface_message_id": "k1"})
+            sh.turn({"text": "newer", "conversation_id": "k"})
+            reply = sh.turn({"text": "that", "conversation_id": "k",
+                             "reply_to": {"interface_message_id": "k1"}})
+            gone = sh.op("turn", turn_id=first["turn_id"])
+        self.assertEqual(gone["error"]["code"], "not_found")
+        self.assertIsNone(reply["error"], reply)
+        self.assertEqual(reply["reply_context"], "not_found")
+
     def test_ids_metadata_and_interface_id_come_back(self):
         meta = {"from": "anna", "chat": -1001, "tags": ["kitchen", "evening"]}
-        with InteractiveShim(options(self.llm), tools="demo") as sh:
+        with shim(self, options(self.llm), tools="demo") as sh:
             res = sh.turn({"text": TOOL_TEXT, "conversation_id": "m", "interface_type": "web",
                            "interface_message_id": "w-1", "metadata": meta})
             self.assertIsNone(res["error"], res)
@@ -155,7 +178,7 @@ class ReplyContextCase(ParleyTestCase):
         self.assertEqual((am["role"], am["message"]["content"]), ("assistant", res["response"]))
         self.assertNotIn("metadata", am)
         self.assertNotIn("interface_message_id", am)
-        self.assertEqual([m["message_id"] for m in found][0], res["user_message_id"])
+        self.assertEqual(found[0], um)  # the query shows the same record
         self.assertEqual(found[-1]["message_id"], res["answer_message_id"])
         self.assertEqual(len(found), 4)
         # metadata and interface ids are the host's: the model never sees them
@@ -218,7 +241,7 @@ class ReplyContextProviders(ParleyTestCase):
                 with self.subTest(provider=provider, stream=stream), FakeLLM() as fake:
                     o = provider_options(fake, provider, stream=stream, max_history_turns=1,
                                          history_keep_turns=0)
-                    with InteractiveShim(o, tools="demo") as sh:
+                    with shim(self, o, tools="demo") as sh:
                         first = sh.turn({"text": TOOL_TEXT, "conversation_id": "p",
                                          "interface_message_id": "p-1"})
                         sh.turn({"text": "next", "conversation_id": "p"})
@@ -248,14 +271,14 @@ class ReplyContextSqlite(ParleyTestCase):
         with FakeLLM() as llm, tempfile.TemporaryDirectory(prefix="parley-reply-") as d:
             o = options(llm, history_store="sqlite:" + os.path.join(d, "h.db"),
                         max_history_turns=1, history_keep_turns=0)
-            with InteractiveShim(o) as sh:
+            with shim(self, o) as sh:
                 first = sh.turn({"text": "remember the blue box", "conversation_id": "s",
                                  "interface_type": "email", "interface_message_id": "<a@x>",
                                  "metadata": {"from": "ben"}})
                 sh.turn({"text": "something else", "conversation_id": "s",
                          "interface_type": "email"})
             self.assertIsNone(first["error"], first)
-            with InteractiveShim(o) as sh:
+            with shim(self, o) as sh:
                 um = sh.op("message", message_id=first["user_message_id"])
                 reply = sh.turn({"text": "which box?", "conversation_id": "s",
                                  "interface_type": "email",
@@ -266,6 +289,40 @@ class ReplyContextSqlite(ParleyTestCase):
             self.assertEqual(um["result"]["turn_id"], first["turn_id"])
             self.assertEqual(reply["reply_context"], "included")
             self.assertIn("remember the blue box", json.dumps(messages(llm.chat_requests()[-1])))
+
+
+class ReplyContextRedis(ParleyTestCase):
+    """On a shared store the lookup runs on the store threads after the conversation's
+    lease.  A Redis store without load_turn (before its store v4) runs replies without
+    context and says so in one warning; with it, they are included as on the other stores."""
+
+    def test_reply_on_redis(self):
+        redis = RedisServer()
+        self.addCleanup(redis.stop)
+        with FakeLLM() as llm:
+            o = options(llm, history_store=redis.url, max_history_turns=1, history_keep_turns=0)
+            with shim(self, o, tools="demo") as sh:
+                first = sh.turn({"text": TOOL_TEXT, "conversation_id": "r",
+                                 "interface_message_id": "r-1"})
+                sh.turn({"text": "next", "conversation_id": "r"})
+                reply = sh.turn({"text": "back", "conversation_id": "r",
+                                 "reply_to": {"interface_message_id": "r-1"}})
+                again = sh.turn({"text": "again", "conversation_id": "r",
+                                 "reply_to": {"turn_id": first["turn_id"]}})
+            sent = json.dumps(messages(llm.chat_requests()[-1]))
+        for line in (first, reply, again):
+            self.assertIsNone(line["error"], line)
+        warnings = sh.stderr.count(NO_LOAD_TURN_WARNING)
+        if reply["reply_context"] == "not_found":  # a store without load_turn
+            self.assertEqual(again["reply_context"], "not_found")
+            self.assertEqual(warnings, 1, sh.stderr)  # once per agent, not per turn
+            self.assertNotIn(NOTE, sent)
+        else:
+            self.assertEqual((reply["reply_context"], again["reply_context"]),
+                             ("included", "included"))
+            self.assertEqual(warnings, 0, sh.stderr)
+            self.assertIn(NOTE, sent)
+            self.assertIn("kitchen", sent)
 
 
 if __name__ == "__main__":
