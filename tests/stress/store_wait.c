@@ -521,6 +521,30 @@ static void test_append_message_cancel_while_committing(int fail)
     CHECK(calls_of(&o) == 1);
 }
 
+/* Queued behind a commit that outlasts turn_timeout_ms: the append times out while it
+ * waits, stores nothing, and the turn ahead still reports its own (stored) outcome. */
+static void test_append_message_deadline_while_queued(void)
+{
+    reset_gate();
+    parley_agent *a = new_agent_with(",\"turn_timeout_ms\":200");
+    gate_set(&G.hold_append, 1);
+    outcome turn = {0}, note = {0};
+    submit(a, "dq", "the turn", &turn);
+    CHECK(gate_wait_for(&G.appends_waiting, 1));
+    append(a, "dq", "too late", &note);
+    CHECK(wait_done(&note) == 1); /* while the turn's commit is still held */
+    CHECK(note.status == PARLEY_ERR_TIMEOUT);
+    CHECK(strstr(note.message, "turn_timeout_ms") != NULL);
+    CHECK(calls_of(&turn) == 0);
+    gate_set(&G.hold_append, 0);
+    CHECK(wait_done(&turn) == 1 && turn.status == PARLEY_OK);
+    char *h = history_of(a, "dq");
+    CHECK(strstr(h, "the turn") != NULL && strstr(h, "too late") == NULL);
+    free(h);
+    agent_destroy(a);
+    CHECK(calls_of(&turn) == 1 && calls_of(&note) == 1);
+}
+
 static parley_status refusing_open(const store_config *cfg, store **out, char **err)
 {
     (void)cfg;
@@ -570,6 +594,7 @@ int main(int argc, char **argv)
     test_append_message_behind_a_held_commit(1);
     test_append_message_cancel_while_committing(0);
     test_append_message_cancel_while_committing(1);
+    test_append_message_deadline_while_queued();
     printf("%d passed, %d failed\n", passed, failed);
     return failed ? 1 : 0;
 }
