@@ -13,14 +13,17 @@
  *                  (v2) its lifetime (store_lifetime), kept across trimming;
  *   turns          one row per turn, `turn_id` UNIQUE (appends are idempotent);
  *   messages       one row per message, in order within its turn, with (v2)
- *                  the host's interface_message_id and metadata (NULL: none).
+ *                  the host's interface_message_id and metadata (NULL: none)
+ *                  and its conversation (NULL in rows stored before v2 that
+ *                  never got an interface id: only the interface id index
+ *                  needs it).
  * Every index serves one operation: conversations' UNIQUE key (find by
  * key), conversations_by_use (LRU eviction, idle expiry, list order),
  * turns' UNIQUE turn_id (get a turn, idempotency), turns_by_conversation
  * (the last N turns, trimming), messages_by_turn (a turn's messages),
  * messages_by_message_id (message_get), messages_by_interface_id (find a
- * message or a reply's turn by the interface's id: the rows holding that id,
- * each checked against the conversation through its turn).
+ * message or a reply's turn by the interface's id within a conversation;
+ * partial: only messages that have one).
  *
  * A file is created as version 1 and upgraded to 2 in the same transaction,
  * so new files and upgraded ones have exactly the same schema, and the
@@ -103,6 +106,8 @@ static const char schema_v1[] =
  * kept no lifetime, so an upgraded conversation's counts start from the
  * turns it still holds (turns already dropped by keep_turns are not
  * counted); last_message_ms is the created_ms of its last stored message.
+ * messages.conversation stays NULL in v1 rows (none has an interface id:
+ * set_interface_message_id fills it when it gives one).
  * messages_by_message_id was created by a v1 build with queries; IF NOT
  * EXISTS covers files of the builds before it.  (In SQLite `|` and `<<` have
  * the same precedence, hence the parentheses.)
@@ -110,6 +115,7 @@ static const char schema_v1[] =
 static const char migration_v2[] =
     "ALTER TABLE messages ADD COLUMN interface_message_id TEXT;"
     "ALTER TABLE messages ADD COLUMN metadata TEXT;"
+    "ALTER TABLE messages ADD COLUMN conversation INTEGER;"
     "ALTER TABLE conversations ADD COLUMN last_message_ms INTEGER NOT NULL DEFAULT 0;"
     "ALTER TABLE conversations ADD COLUMN message_count INTEGER NOT NULL DEFAULT 0;"
     "ALTER TABLE conversations ADD COLUMN turn_count INTEGER NOT NULL DEFAULT 0;"
@@ -123,7 +129,7 @@ static const char migration_v2[] =
     "  FROM messages m JOIN turns t ON t.id = m.turn GROUP BY t.conversation) AS kept"
     " WHERE conversations.id = kept.conversation;"
     "CREATE INDEX IF NOT EXISTS messages_by_message_id ON messages(message_id);"
-    "CREATE INDEX messages_by_interface_id ON messages(interface_message_id, turn)"
+    "CREATE INDEX messages_by_interface_id ON messages(conversation, interface_message_id)"
     " WHERE interface_message_id IS NOT NULL;"
     "PRAGMA user_version = 2;";
 
@@ -194,7 +200,8 @@ static const char *const stmt_sql[S_COUNT] = {
     [S_INSERT_TURN] = "INSERT INTO turns(conversation, turn_id, started_ms, finished_ms,"
                       " message_bytes) VALUES (?1, ?2, ?3, ?4, ?5)",
     [S_INSERT_MESSAGE] = "INSERT INTO messages(turn, message_id, role, created_ms, json,"
-                         " interface_message_id, metadata) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+                         " interface_message_id, metadata, conversation)"
+                         " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
     [S_OLDEST_TURN] = "SELECT id, message_bytes FROM turns WHERE conversation = ?1"
                       " ORDER BY id LIMIT 1",
     [S_DELETE_TURN_MESSAGES] = "DELETE FROM messages WHERE turn = ?1",
@@ -225,18 +232,19 @@ static const char *const stmt_sql[S_COUNT] = {
                      " JOIN conversations c ON c.id = t.conversation"
                      " JOIN messages m ON m.turn = t.id WHERE t.turn_id = ?1"
                      " ORDER BY m.role = 'assistant' DESC, m.id DESC LIMIT 1",
-    [S_SET_IID] = "UPDATE messages SET interface_message_id = ?2 WHERE id = ?1",
+    [S_SET_IID] = "UPDATE messages SET interface_message_id = ?2, conversation = ?3"
+                  " WHERE id = ?1",
     /* load_turn and find_message: only within the conversation (?1) */
     [S_TURN_IN_CONVERSATION] = "SELECT id, turn_id FROM turns WHERE turn_id = ?2"
                                " AND conversation = ?1",
     [S_TURN_BY_IID] = "SELECT t.id, t.turn_id FROM messages m JOIN turns t ON t.id = m.turn"
-                      " WHERE m.interface_message_id = ?2 AND t.conversation = ?1"
+                      " WHERE m.conversation = ?1 AND m.interface_message_id = ?2"
                       " ORDER BY m.id DESC LIMIT 1",
     /* how many turns of the conversation came after turn ?2, counting up to ?3 */
     [S_TURNS_AFTER] = "SELECT count(*) FROM (SELECT 1 FROM turns WHERE conversation = ?1"
                       " AND id > ?2 LIMIT ?3)",
-    [S_MESSAGE_BY_IID] = MESSAGE_COLUMNS " WHERE m.interface_message_id = ?2"
-                         " AND t.conversation = ?1 ORDER BY m.id DESC LIMIT 1",
+    [S_MESSAGE_BY_IID] = MESSAGE_COLUMNS " WHERE m.conversation = ?1"
+                         " AND m.interface_message_id = ?2 ORDER BY m.id DESC LIMIT 1",
 };
 
 /* The WAL is copied into the database file when it holds this many pages (SQLite's
@@ -738,6 +746,17 @@ static char *schema_problem(sqlite_store *s, int *rc, int *empty, int64_t *versi
     if (tables != 4)
         return pstr_printf("corrupt (tables missing from schema version %lld)",
                            (long long)version);
+    int64_t v2_columns = 0;
+    if (version >= 2 &&
+        (*rc = query_int(s->w.db,
+                         "SELECT (SELECT count(*) FROM pragma_table_info('messages') WHERE name"
+                         " IN ('interface_message_id', 'metadata', 'conversation'))"
+                         " + (SELECT count(*) FROM pragma_table_info('conversations') WHERE name"
+                         " IN ('last_message_ms', 'message_count', 'turn_count', 'roles'))",
+                         &v2_columns)) != SQLITE_OK)
+        return NULL;
+    if (version >= 2 && v2_columns != 7)
+        return pstr_printf("corrupt (columns missing from schema version 2)");
     if ((*rc = query_int(s->w.db, "SELECT conversations FROM store_meta WHERE id = 1",
                          &s->totals.conversations)) != SQLITE_OK ||
         (*rc = query_int(s->w.db, "SELECT turns FROM store_meta WHERE id = 1",
@@ -1183,6 +1202,7 @@ static int insert_turn(sqlite_store *s, int64_t conversation, const store_turn *
             bind_text(st, 6, m->interface_message_id);
         if (m->metadata && m->metadata_len)
             sqlite3_bind_text(st, 7, m->metadata, (int)m->metadata_len, SQLITE_STATIC);
+        sqlite3_bind_int64(st, 8, conversation);
         rc = run(st);
     }
     return rc;
@@ -1723,6 +1743,7 @@ static parley_status sqlite_set_interface_message_id(store *base, const char *tu
         rc = sqlite3_step(st);
         /* columns: the message's row, its message_id, the conversation's row, its last use */
         int64_t message = rc == SQLITE_ROW ? sqlite3_column_int64(st, 0) : 0;
+        int64_t conversation = rc == SQLITE_ROW ? sqlite3_column_int64(st, 2) : 0;
         if (rc == SQLITE_ROW) {
             const char *id = (const char *)sqlite3_column_text(st, 1);
             snprintf(target_id, sizeof target_id, "%s", id ? id : "");
@@ -1733,6 +1754,7 @@ static parley_status sqlite_set_interface_message_id(store *base, const char *tu
         if (rc == SQLITE_ROW && !idle && (st = stmt(&s->w, S_SET_IID, &rc)) != NULL) {
             sqlite3_bind_int64(st, 1, message);
             bind_text(st, 2, interface_message_id);
+            sqlite3_bind_int64(st, 3, conversation);
             rc = run(st);
             found = rc == SQLITE_OK;
         } else if (rc == SQLITE_ROW || rc == SQLITE_DONE) {
@@ -1854,6 +1876,9 @@ static parley_status sqlite_load_turn(store *base, const store_key *key, const c
     int64_t idle = 0, turn = 0;
     int found = 0, inside = 1;
     *nmessages = 0;
+    *in_window = 0;
+    if (turn_id_out) /* optional: the caller may only want the messages */
+        turn_id_out[0] = '\0';
     if (!key || (!turn_id && !interface_message_id))
         return not_found(err);
     pthread_mutex_lock(&s->r.lock);
@@ -1877,7 +1902,8 @@ static parley_status sqlite_load_turn(store *base, const store_key *key, const c
         return status;
     if (!found)
         return not_found(err);
-    memcpy(turn_id_out, found_id, sizeof found_id);
+    if (turn_id_out)
+        memcpy(turn_id_out, found_id, sizeof found_id);
     *in_window = inside;
     *nmessages = count;
     return PARLEY_OK;

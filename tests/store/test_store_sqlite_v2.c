@@ -228,6 +228,9 @@ static char *find(store *s, const char *iface, const char *conv, const char *iid
     return pbuf_take(&b);
 }
 
+static parley_status set_iid(store *s, unsigned turn_no, const char *iid, uint64_t now,
+                             char *message_id);
+
 /* ---- the upgrade ---- */
 
 static void test_upgrade_from_v1(int with_id_index)
@@ -258,6 +261,14 @@ static void test_upgrade_from_v1(int with_id_index)
     char *m = message_by_id(s, "00000003-1111-4000-8000-000000000000", 4000);
     CHECK(m && strstr(m, "\"turn_id\":\"00000003-0000-4000-8000-000000000003\",\"role\":\"user\","
                          "\"created_at\":\"1970-01-01T00:00:01.490Z\",\"message\":"));
+    free(m);
+    /* A message stored by version 1 takes an interface id, and is found by it. */
+    char mid[STORE_ID_LEN + 1] = "";
+    CHECK(set_iid(s, 4, "old-4", 4000, mid) == PARLEY_OK);
+    CHECK_STR(mid, "00000004-1111-4000-8000-000000000001");
+    parley_status found;
+    m = find(s, "telegram", "kitchen", "old-4", 4000, &found);
+    CHECK(found == PARLEY_OK && m && strstr(m, "\"message_id\":\"00000004-1111-4000-8000-000000000001\""));
     free(m);
     /* New appends work, with identity; keep_turns 2 drops the oldest turn but
      * not the lifetime. */
@@ -327,6 +338,31 @@ static void test_failed_upgrade_changes_nothing(void)
     }
     CHECK(pragma_int(path, "PRAGMA user_version") == 2);
     free(before);
+    free(path);
+}
+
+/* A file that says version 2 without its columns is corrupt: refused, unchanged. */
+static void test_v2_without_its_columns_refused(void)
+{
+    char *path = fresh_path();
+    make_v1_file(path, 1);
+    sqlite3 *db = NULL;
+    CHECK(sqlite3_open(path, &db) == SQLITE_OK);
+    CHECK(sqlite3_exec(db, "PRAGMA user_version = 2;", NULL, NULL, NULL) == SQLITE_OK);
+    sqlite3_close(db);
+    size_t len_before = 0, len_after = 0;
+    char *before = read_file(path, &len_before);
+    char *err = NULL;
+    store *s = open_path(path, 0, 0, &err);
+    CHECK(s == NULL);
+    if (s)
+        B->close(s);
+    CHECK(err && strstr(err, path) && strstr(err, "corrupt (columns missing from schema version 2)"));
+    free(err);
+    char *after = read_file(path, &len_after);
+    CHECK(before && after && len_before == len_after && memcmp(before, after, len_before) == 0);
+    free(before);
+    free(after);
     free(path);
 }
 
@@ -549,6 +585,13 @@ static void test_load_turn(void)
                     "{\"role\":\"assistant\",\"content\":\"call\"},"
                     "{\"role\":\"tool\",\"content\":\"ok\"},");
     free(text);
+    /* turn_id_out is optional. */
+    store_key key = {"c", "", "telegram"};
+    pbuf b = PBUF_INIT;
+    CHECK(B->load_turn(s, &key, NULL, "a-1", 3, 9000, &b, &n, NULL, &in_window, NULL) ==
+          PARLEY_OK);
+    CHECK(in_window == 0 && n == 3 && b.len > 0);
+    pbuf_free(&b);
     /* Inside a window of 4 (and of 0 = all): nothing appended. */
     CHECK(reply(s, "telegram", "c", NULL, "u-1", 4, &text, &n, out, &in_window) == PARLEY_OK);
     CHECK(in_window == 1 && n == 0 && !*text);
@@ -596,6 +639,7 @@ int main(void)
     test_upgrade_from_v1(1);
     test_failed_upgrade_changes_nothing();
     test_read_only_v1_refused();
+    test_v2_without_its_columns_refused();
     test_identity_survives_restart();
     test_expired_turn_not_found();
     test_load_turn();
