@@ -4,9 +4,11 @@
  *
  * Each store operation is one Lua script (redis_scripts.h: the data layout
  * and why scripts), run over one synchronous hiredis connection guarded by a
- * mutex.  The backend is `blocking`: the agent calls it from its store
- * thread, never from the worker that runs the HTTP transfers, so a slow or
- * unreachable Redis delays only the turns that need history.
+ * mutex.  A query is the exception: a loop of bounded script calls, so that
+ * one over a big store never holds Redis (or the connection) for long.  The
+ * backend is `blocking`: the agent calls it from its store thread, never from
+ * the worker that runs the HTTP transfers, so a slow or unreachable Redis
+ * delays only the turns that need history.
  *
  * Connection faults
  *  - open() connects and checks the server (AUTH, SELECT, PING): an
@@ -1123,10 +1125,11 @@ static void arg_filter(script_args *a, const char *value)
  * prefilters.  One conversation (an exact key) walks its own turn list; any
  * other query walks the store-wide position index.
  */
-static parley_status redis_query(store *base, const store_query *q, uint64_t now_ms, pbuf *out,
-                                 size_t *count, uint64_t *last, int *more, char **err)
+static parley_status redis_query(store *base, const store_query *query, uint64_t now_ms,
+                                 pbuf *out, size_t *count, uint64_t *last, int *more, char **err)
 {
     redis_store *s = (redis_store *)base;
+    const store_query copy = *query, *q = &copy; /* `last` may be &query->after */
     *count = 0;
     *last = 0;
     *more = 0;

@@ -418,6 +418,11 @@
     "local function beyond(pos)\n"                                                              \
     "  return after == 0 or (newest and pos < after) or (not newest and pos > after)\n"         \
     "end\n"                                                                                     \
+    "-- A turn none of whose messages is shown: the cursor still moves past it.\n"              \
+    "local function pass(first, n)\n"                                                           \
+    "  local edge = newest and first or first + n - 1\n"                                        \
+    "  if beyond(edge) then scanned = edge end\n"                                               \
+    "end\n"                                                                                     \
     "-- Offer turn t's messages beyond the cursor, in order; true once `want` matched.\n"       \
     "local function offer(tid, t, conv)\n"                                                      \
     "  local n = #t.ms\n"                                                                       \
@@ -439,6 +444,27 @@
     "    end\n"                                                                                 \
     "  end\n"                                                                                   \
     "  return false\n"                                                                          \
+    "end\n"                                                                                     \
+    "-- Turn `id`, if accept(its CID) gives its conversation ({id, persona, iface}):\n"         \
+    "-- true once `want` matched, false otherwise, nil when the turn is gone.  A\n"             \
+    "-- turn of another conversation is passed without reading its text, one\n"                 \
+    "-- whose text lacks the search word at one look, unparsed.\n"                              \
+    "local function visit(id, accept)\n"                                                        \
+    "  local h = redis.call('HMGET', turnkey(id), 'cid', 'pos', 'n')\n"                         \
+    "  if not h[1] then return nil end\n"                                                       \
+    "  local conv = accept(h[1])\n"                                                             \
+    "  if conv and needle ~= '' then\n"                                                         \
+    "    local msgs = redis.call('HGET', turnkey(id), 'msgs')\n"                                \
+    "    if not string.find(msgs, '\\\\u', 1, true) and\n"                                      \
+    "       not string.find(string.lower(msgs), needle, 1, true) then\n"                        \
+    "      conv = false\n"                                                                      \
+    "    end\n"                                                                                 \
+    "  end\n"                                                                                   \
+    "  if not conv then\n"                                                                      \
+    "    pass(tonumber(h[2]) or 0, tonumber(h[3]) or 0)\n"                                      \
+    "    return false\n"                                                                        \
+    "  end\n"                                                                                   \
+    "  return offer(id, read_turn(id), conv)\n"                                                 \
     "end\n"                                                                                     \
     "local function reply(done, expired)\n"                                                     \
     "  local out = {done and 1 or 0, scanned, expired}\n"                                       \
@@ -473,10 +499,9 @@
     "  ids = redis.call('LRANGE', tk, lo, lo + budget - 1)\n"                                   \
     "end\n"                                                                                     \
     "local complete = newest and lo <= budget or (not newest and lo + budget >= len)\n"         \
+    "local function accept() return conv end\n"                                                 \
     "for k = 1, #ids do\n"                                                                      \
-    "  local id = ids[newest and #ids + 1 - k or k]\n"                                          \
-    "  local t = read_turn(id)\n"                                                               \
-    "  if t and offer(id, t, conv) then return reply(false, 0) end\n"                           \
+    "  if visit(ids[newest and #ids + 1 - k or k], accept) then return reply(false, 0) end\n"   \
     "end\n"                                                                                     \
     "return reply(complete, 0)\n"
 
@@ -514,15 +539,11 @@
     "  end\n"                                                                                   \
     "end\n"                                                                                     \
     "for k = 1, #got, 2 do\n"                                                                   \
-    "  local id, first = got[k], tonumber(got[k + 1])\n"                                        \
-    "  local t = read_turn(id)\n"                                                               \
-    "  local c = t and conv_for(t.cid)\n"                                                       \
-    "  if c then\n"                                                                             \
-    "    if offer(id, t, c) then return reply(false, 0) end\n"                                  \
-    "  else -- not shown: the cursor still moves past it\n"                                     \
-    "    if not t then redis.call('ZREM', TPOS, id) end -- its conversation went by TTL\n"      \
-    "    local edge = (newest or not t) and first or first + #t.ms - 1\n"                       \
-    "    if beyond(edge) then scanned = edge end\n"                                             \
+    "  local done = visit(got[k], conv_for)\n"                                                  \
+    "  if done then return reply(false, 0) end\n"                                               \
+    "  if done == nil then -- its conversation went by TTL\n"                                   \
+    "    redis.call('ZREM', TPOS, got[k])\n"                                                    \
+    "    pass(tonumber(got[k + 1]), 1)\n"                                                       \
     "  end\n"                                                                                   \
     "end\n"                                                                                     \
     "return reply(complete, 0)\n"
