@@ -323,6 +323,13 @@ static int wait_for_store(turn *t, store_job *job)
 
 static void turn_load_history(turn *t);
 
+/* append_message's turn: one message, stored as it is, without the model. */
+static void append_commit(turn *t)
+{
+    t->message_index[0].created_ms = clock_wall_ms();
+    turn_commit(t);
+}
+
 void turn_begin(turn *t)
 {
     const turn_env *env = t->env;
@@ -331,8 +338,12 @@ void turn_begin(turn *t)
         (t->counters = persona_metrics_for(env->persona_metrics, t->persona_name)) && !t->append)
         atomic_fetch_add(&t->counters->turns, 1);
     if (t->append) { /* append_message: its lane reached it; store it, no model */
-        t->message_index[0].created_ms = t->started_wall_ms;
-        turn_commit(t);
+        const store_backend *b = env->store->backend;
+        if (env->jobs && b->version >= 2 && b->lease_acquire) {
+            turn_load_history(t); /* a shared store: take the lease first (turn_on_history) */
+            return;
+        }
+        append_commit(t);
         return;
     }
     if (!t->conversation_id) {
@@ -359,6 +370,8 @@ static void turn_load_history(turn *t)
     size_t last = (size_t)t->opts.max_history_turns;
     if (t->counters && last)
         last++;
+    if (t->append)
+        last = 1; /* an append only takes the lease: read as little as the store allows */
     size_t window = (size_t)t->opts.max_history_turns; /* what is sent: reply_to's window */
     if (env->jobs) { /* WAIT loading: the store's read thread loads */
         store_job *job = store_job_new(STORE_JOB_LOAD, &key);
@@ -462,6 +475,10 @@ void turn_on_history(turn *t, parley_status status, const char *message)
                               message ? message : status_name(status));
         turn_end(t, status, m ? m : status_name(status));
         free(m);
+        return;
+    }
+    if (t->append) { /* the lease is ours: other hosts' turns on this conversation wait */
+        append_commit(t);
         return;
     }
     if (t->counters && t->opts.max_history_turns &&

@@ -105,6 +105,26 @@ class TestTwoHosts(RedisCase):
         self.assertEqual(a.raw, [])
         self.assertTurnOk(a.wait_seq(1, timeout=30))
 
+    def test_an_append_waits_for_another_hosts_turn_on_the_conversation(self):
+        a, b = self.host(), self.host()
+        a.send({"text": "[[latency:%d]] slow turn" % int(1500 * SLOW), "conversation_id": "ap"})
+        deadline = time.time() + 10 * SLOW
+        while not requests_of(self.llm, "slow turn"):  # a holds the lease on "ap"
+            self.assertLess(time.time(), deadline)
+            time.sleep(0.02)
+        appended = b.op("append", conversation_id="ap", content="the washing machine finished")
+        self.assertIsNone(appended["error"], appended)
+        # b's append waited for the lease: a's turn was committed first.
+        turn = a.wait_seq(1, timeout=30)
+        self.assertTurnOk(turn)
+        hist = b.op("history", conversation_id="ap")["result"]
+        self.assertEqual([t["turn_id"] for t in hist["turns"]],
+                         [turn["turn_id"], appended["turn_id"]])
+        self.assertEqual(self.redis.cli("EXISTS", "parley:lease:0:/0:/ap").strip(), "0")
+        self.assertTurnOk(a.turn({"text": "and now?", "conversation_id": "ap"}))
+        last = self.llm.chat_requests()[-1]["body"]["messages"]
+        self.assertIn({"role": "assistant", "content": "the washing machine finished"}, last)
+
     def test_a_turn_that_times_out_waiting_leaves_no_lease(self):
         a = self.host()
         b = self.host(turn_timeout_ms=int(500 * SLOW))
