@@ -1,7 +1,7 @@
 /*
  * history_bench.c -- memory and speed of the conversation store at scale.
  *
- *   history_bench [conversations=100000] [ops=100000]
+ *   history_bench [conversations=100000] [ops=100000] [identity=0]
  *
  * Fills `conversations` conversations with 5 turns each (a user message of
  * ~40 bytes of text and an assistant answer of ~80, as OpenAI message JSON;
@@ -9,7 +9,9 @@
  * the stored message bytes, the RSS growth and its ratio to them, and the
  * cost of a load / an append at that size, measured over `ops`
  * random operations (median and minimum of 5 batches).  One "name value"
- * line per metric.
+ * line per metric.  identity=1: every message also carries what a chat
+ * interface gives it (store.h version 4): an interface message id on both,
+ * and on the user's message ~40 bytes of metadata.
  *
  * The store is the memory backend (plugin/store/memory.c), called through its
  * store_backend table as the agent calls it.
@@ -124,6 +126,7 @@ static double now_s(void)
 static uint64_t clock_ms = 1795375860000ULL; /* advances 1 ms per commit */
 
 static const store_backend *const B = &store_memory_backend;
+static int with_identity; /* the third argument */
 
 /* Append the turn "user,assistant" (as turn_messages writes it) to conversation id. */
 static int append_joined(store *h, const char *id, const char *tid, const char *text, size_t len)
@@ -134,6 +137,16 @@ static int append_joined(store *h, const char *id, const char *tid, const char *
         {"00000000-0000-4000-8000-000000000002", "assistant", clock_ms, text + user_len + 1,
          len - user_len - 1, NULL, NULL, 0},
     };
+    char user_id[24], answer_id[24];
+    if (with_identity) { /* Telegram-sized ids: a chat's message counter */
+        snprintf(user_id, sizeof user_id, "%llu", (unsigned long long)(clock_ms % 100000000));
+        snprintf(answer_id, sizeof answer_id, "%llu",
+                 (unsigned long long)(clock_ms % 100000000 + 1));
+        m[0].interface_message_id = user_id;
+        m[0].metadata = "{\"chat_id\":123456789,\"from\":\"alice\"}";
+        m[0].metadata_len = strlen(m[0].metadata);
+        m[1].interface_message_id = answer_id;
+    }
     store_turn in = {tid, clock_ms - 900, clock_ms, m, 2};
     store_key key = {id, "", ""};
     return B->append(h, &key, &in, clock_ms++, NULL) == PARLEY_OK ? 0 : -1;
@@ -268,8 +281,10 @@ int main(int argc, char **argv)
 {
     uint64_t conversations = argc > 1 ? strtoull(argv[1], NULL, 10) : 100000;
     uint64_t ops = argc > 2 ? strtoull(argv[2], NULL, 10) : 100000;
-    if (conversations == 0 || ops < BATCHES) {
-        fprintf(stderr, "usage: %s [conversations >= 1] [ops >= %d]\n", argv[0], BATCHES);
+    with_identity = argc > 3 && strcmp(argv[3], "1") == 0;
+    if (conversations == 0 || ops < BATCHES || (argc > 3 && !with_identity && strcmp(argv[3], "0"))) {
+        fprintf(stderr, "usage: %s [conversations >= 1] [ops >= %d] [identity 0|1]\n", argv[0],
+                BATCHES);
         return 2;
     }
     ops -= ops % BATCHES;

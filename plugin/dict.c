@@ -311,6 +311,22 @@ void *dict_remove(dict *d, const char *key)
     return entry;
 }
 
+void *dict_replace(dict *d, void *entry)
+{
+    if (!entry)
+        return NULL;
+    size_t i = probe(d, d->keyof(entry));
+    if (!d->slots[i])
+        return NULL;
+    void *old = entry_of(d, d->slots[i]);
+    uint64_t pointer = (uint64_t)(uintptr_t)entry;
+    if (d->tagged && (pointer & ~POINTER_BITS))
+        drop_tags(d); /* slots keep their places: i still holds the key */
+    /* Same key: same fingerprint and distance; only the pointer changes. */
+    d->slots[i] = d->tagged ? (d->slots[i] & ~POINTER_BITS) | pointer : pointer;
+    return old;
+}
+
 size_t dict_size(const dict *d) { return d->size; }
 
 void dict_foreach(const dict *d, void (*fn)(void *entry, void *ud), void *ud)

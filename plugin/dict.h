@@ -20,6 +20,9 @@ void dict_free(dict *d);                       /* frees the table, not the entri
 void *dict_find(const dict *d, const char *key);
 int dict_add(dict *d, void *entry);            /* key must not be present; 0, or -1 on OOM */
 void *dict_remove(dict *d, const char *key);   /* the removed entry, or NULL */
+/* Put `entry` where the entry with its key is: the old entry, or NULL (then
+ * nothing changed).  Never allocates, so never fails. */
+void *dict_replace(dict *d, void *entry);
 size_t dict_size(const dict *d);
 /* Call fn for every entry; fn must not add or remove. */
 void dict_foreach(const dict *d, void (*fn)(void *entry, void *ud), void *ud);

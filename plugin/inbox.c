@@ -4,6 +4,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
 
 #include "turn.h"
 
@@ -12,7 +14,8 @@ struct inbox {
     int refs;               /* the agent + one per tool-call handle not yet completed */
     int alive;              /* 0 once closed: submissions and completions refused */
     int stop;               /* destroy() asked the worker to stop */
-    CURLM *multi;           /* woken with curl_multi_wakeup while alive */
+    int wake_fd;            /* eventfd: the worker polls it */
+    int woken;              /* wake_fd written since the last take: no need again */
     turn *submitted_head;   /* accepted turns not yet taken by the worker */
     turn *submitted_tail;
     parley_tool_call *completed; /* newest first */
@@ -24,21 +27,33 @@ struct inbox {
 
 static const char *live_key(const void *e) { return ((const turn *)e)->id_key; }
 
-inbox *inbox_new(CURLM *multi)
+inbox *inbox_new(void)
 {
     inbox *box = calloc(1, sizeof *box);
     if (!box)
         return NULL;
     box->live = dict_new(live_key);
-    if (!box->live || pthread_mutex_init(&box->mu, NULL) != 0) {
+    box->wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    if (!box->live || box->wake_fd < 0 || pthread_mutex_init(&box->mu, NULL) != 0) {
         dict_free(box->live);
+        if (box->wake_fd >= 0)
+            close(box->wake_fd);
         free(box);
         return NULL;
     }
     box->refs = 1;
     box->alive = 1;
-    box->multi = multi;
     return box;
+}
+
+/* Wake the worker; the caller holds the lock. */
+static void wake_locked(inbox *box)
+{
+    if (box->woken)
+        return;
+    uint64_t one = 1;
+    if (write(box->wake_fd, &one, sizeof one) == (ssize_t)sizeof one)
+        box->woken = 1;
 }
 
 void inbox_unref(inbox *box)
@@ -49,6 +64,7 @@ void inbox_unref(inbox *box)
     if (!last)
         return;
     pthread_mutex_destroy(&box->mu);
+    close(box->wake_fd);
     dict_free(box->live);
     free(box->cancels);
     free(box);
@@ -71,7 +87,7 @@ parley_status inbox_submit(inbox *box, turn *t)
         else
             box->submitted_head = t;
         box->submitted_tail = t;
-        curl_multi_wakeup(box->multi);
+        wake_locked(box);
     }
     pthread_mutex_unlock(&box->mu);
     return st;
@@ -101,7 +117,7 @@ parley_status inbox_cancel(inbox *box, parley_request_id id)
         }
         if (box->ncancels < box->cancels_cap) {
             box->cancels[box->ncancels++] = id;
-            curl_multi_wakeup(box->multi);
+            wake_locked(box);
         } else {
             st = PARLEY_ERR_NO_MEMORY;
         }
@@ -122,7 +138,7 @@ parley_status inbox_complete_tool_call(parley_tool_call *h, const char *result, 
         h->is_error = is_error || st != PARLEY_OK;
         h->next = box->completed;
         box->completed = h;
-        curl_multi_wakeup(box->multi);
+        wake_locked(box);
         queued = 1;
     }
     pthread_mutex_unlock(&box->mu);
@@ -141,7 +157,7 @@ int inbox_post(inbox *box, inbox_note *note)
     if (box->alive) {
         note->next = box->notes;
         box->notes = note;
-        curl_multi_wakeup(box->multi);
+        wake_locked(box);
         rc = 0;
     }
     pthread_mutex_unlock(&box->mu);
@@ -152,7 +168,7 @@ void inbox_stop(inbox *box)
 {
     pthread_mutex_lock(&box->mu);
     box->stop = 1;
-    curl_multi_wakeup(box->multi);
+    wake_locked(box);
     pthread_mutex_unlock(&box->mu);
 }
 
@@ -182,9 +198,20 @@ static inbox_note *reverse_notes(inbox_note *n)
     return ordered;
 }
 
+int inbox_wake_fd(const inbox *box) { return box->wake_fd; }
+
+void inbox_clear_wake(inbox *box)
+{
+    uint64_t n; /* one read takes the whole count back to 0 */
+    if (read(box->wake_fd, &n, sizeof n) < 0) {
+        /* EAGAIN: nothing was written since the last read */
+    }
+}
+
 /* Move everything posted into `out`; the caller holds the lock. */
 static void take_locked(inbox *box, inbox_batch *out)
 {
+    box->woken = 0; /* anything posted from now on wakes the worker again */
     out->submitted = box->submitted_head;
     box->submitted_head = box->submitted_tail = NULL;
     out->completed = box->completed;

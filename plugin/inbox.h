@@ -6,6 +6,9 @@
  *                 inbox_complete_tool_call (a result)        -- mutex + wakeup
  *   worker:       inbox_take (everything posted since last time)
  *
+ * The wakeup is an eventfd the worker polls (inbox_wake_fd), written at most
+ * once between two inbox_take calls however much is posted.
+ *
  * The inbox is reference-counted apart from the agent because tool-call
  * handles may outlive the agent (the host must complete each one, even after
  * destroy): a late completion then finds a dead inbox and is dropped.
@@ -17,7 +20,6 @@
 #ifndef PARLEY_INBOX_H
 #define PARLEY_INBOX_H
 
-#include <curl/curl.h>
 #include <parley/plugin.h>
 #include <pthread.h>
 #include <stdint.h>
@@ -54,7 +56,7 @@ typedef struct inbox_batch {
     int stop;                      /* destroy() asked the worker to stop */
 } inbox_batch;
 
-inbox *inbox_new(CURLM *multi);  /* one reference (the agent's); NULL on OOM */
+inbox *inbox_new(void);  /* one reference (the agent's); NULL on OOM or no descriptor */
 void inbox_unref(inbox *box);
 
 /* Host threads.  PARLEY_OK, or CANCELLED (stopping) / NO_MEMORY: the turn stays the caller's. */
@@ -70,6 +72,9 @@ int inbox_post(inbox *box, inbox_note *note);
 void inbox_stop(inbox *box);
 
 /* ---- the worker ---- */
+/* Readable when something was posted: poll it, then inbox_clear_wake, then inbox_take. */
+int inbox_wake_fd(const inbox *box);
+void inbox_clear_wake(inbox *box);
 void inbox_take(inbox *box, inbox_batch *out);
 turn *inbox_find_live(inbox *box, parley_request_id id);
 void inbox_forget(inbox *box, turn *t);   /* no longer live */

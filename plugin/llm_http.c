@@ -1,10 +1,12 @@
 /* llm_http.c -- see llm_http.h. */
 #include "llm_http.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/epoll.h>
 #include <time.h>
 
 #include "clock.h"
@@ -114,34 +116,201 @@ char *http_display_url(const char *url)
     return out;
 }
 
-int http_pool_init(http_pool *p, size_t max_connections)
+/* ---- the pool: multi handles on the worker's epoll ---------------------- */
+
+/* How many freed calls keep their easy handle for the next request, at most:
+ * enough for the transfers one loop iteration ends, not the whole cap. */
+#define SPARE_CALLS_MAX 256
+/* A spare call keeps its body buffer unless it grew past this (a big answer). */
+#define SPARE_BODY_MAX (64 * 1024)
+/* libcurl's receive buffer per transfer: one page instead of its default
+ * 16 KiB.  Answers come in small pieces (SSE events, a few KB of JSON), a
+ * bigger one just takes more reads, and at 10,000 transfers in flight the
+ * default costs about 6 KiB of RSS each (docs/performance.md). */
+#define RECEIVE_BUFFER_BYTES 4096L
+
+static uint64_t socket_tag(const http_shard *sh, curl_socket_t s)
+{
+    return ((uint64_t)sh->index << 32) | (uint32_t)s;
+}
+
+/* CURLMOPT_SOCKETFUNCTION: keep the worker's epoll set in step with what curl waits for. */
+static int on_socket(CURL *easy, curl_socket_t s, int what, void *userp, void *socketp)
+{
+    (void)easy;
+    http_shard *sh = userp;
+    int ep = sh->pool->epoll_fd;
+    if (what == CURL_POLL_REMOVE) {
+        epoll_ctl(ep, EPOLL_CTL_DEL, s, NULL); /* may be closed already: nothing to undo */
+        return 0;
+    }
+    struct epoll_event ev;
+    memset(&ev, 0, sizeof ev);
+    ev.events = (what & CURL_POLL_IN ? EPOLLIN : 0u) | (what & CURL_POLL_OUT ? EPOLLOUT : 0u);
+    ev.data.u64 = socket_tag(sh, s);
+    /* socketp marks a socket already in the set; a descriptor number that was
+     * closed and reused elsewhere may disagree, hence the fallbacks. */
+    int op = socketp ? EPOLL_CTL_MOD : EPOLL_CTL_ADD;
+    if (epoll_ctl(ep, op, s, &ev) != 0) {
+        if (errno == ENOENT)
+            epoll_ctl(ep, EPOLL_CTL_ADD, s, &ev);
+        else if (errno == EEXIST)
+            epoll_ctl(ep, EPOLL_CTL_MOD, s, &ev);
+    }
+    if (!socketp)
+        curl_multi_assign(sh->multi, s, sh);
+    return 0;
+}
+
+/* CURLMOPT_TIMERFUNCTION: remember when; the worker's loop runs it (never from here). */
+static int on_timer(CURLM *multi, long timeout_ms, void *userp)
+{
+    (void)multi;
+    http_shard *sh = userp;
+    sh->timer_due_ms = timeout_ms < 0 ? UINT64_MAX : clock_mono_ms() + (uint64_t)timeout_ms;
+    return 0;
+}
+
+int http_pool_init(http_pool *p, size_t max_connections, int epoll_fd)
 {
     memset(p, 0, sizeof *p);
+    p->epoll_fd = epoll_fd;
     p->max_active = max_connections ? max_connections : 1;
-    p->multi = curl_multi_init();
-    if (!p->multi)
+    size_t n = (p->max_active + HTTP_SHARD_CONNECTIONS - 1) / HTTP_SHARD_CONNECTIONS;
+    p->shards = calloc(n, sizeof *p->shards);
+    if (!p->shards)
         return -1;
-    /* Belt and braces: curl itself never opens more, nor keeps more idle. */
-    curl_multi_setopt(p->multi, CURLMOPT_MAX_TOTAL_CONNECTIONS, (long)p->max_active);
-    curl_multi_setopt(p->multi, CURLMOPT_MAXCONNECTS, (long)p->max_active);
+    p->nshards = n;
+    for (size_t i = 0; i < n; i++) {
+        http_shard *sh = &p->shards[i];
+        sh->pool = p;
+        sh->index = (uint32_t)i;
+        /* The caps add up to max_connections exactly. */
+        sh->cap = p->max_active / n + (i < p->max_active % n ? 1 : 0);
+        sh->timer_due_ms = UINT64_MAX;
+        if (!(sh->multi = curl_multi_init())) {
+            http_pool_cleanup(p);
+            return -1;
+        }
+        /* Belt and braces: curl itself never opens more, nor keeps more idle. */
+        curl_multi_setopt(sh->multi, CURLMOPT_MAX_TOTAL_CONNECTIONS, (long)sh->cap);
+        curl_multi_setopt(sh->multi, CURLMOPT_MAXCONNECTS, (long)sh->cap);
+        curl_multi_setopt(sh->multi, CURLMOPT_SOCKETFUNCTION, on_socket);
+        curl_multi_setopt(sh->multi, CURLMOPT_SOCKETDATA, sh);
+        curl_multi_setopt(sh->multi, CURLMOPT_TIMERFUNCTION, on_timer);
+        curl_multi_setopt(sh->multi, CURLMOPT_TIMERDATA, sh);
+    }
     return 0;
 }
 
 void http_pool_cleanup(http_pool *p)
 {
-    if (p->multi)
-        curl_multi_cleanup(p->multi);
-    p->multi = NULL;
+    while (p->spare) {
+        http_call *c = p->spare;
+        p->spare = c->wait_next;
+        curl_easy_cleanup(c->easy);
+        pbuf_free(&c->body);
+        free(c);
+    }
+    p->nspare = 0;
+    for (size_t i = 0; i < p->nshards; i++)
+        if (p->shards[i].multi)
+            curl_multi_cleanup(p->shards[i].multi);
+    free(p->shards);
+    p->shards = NULL;
+    p->nshards = 0;
+    free(p->done);
+    p->done = NULL;
+    p->done_cap = 0;
 }
 
-/* Put the call on the multi handle: its timeouts start now. */
+void http_pool_on_socket(http_pool *p, uint64_t tag, uint32_t events)
+{
+    uint32_t index = (uint32_t)(tag >> 32);
+    if (index >= p->nshards)
+        return;
+    int flags = (events & EPOLLIN ? CURL_CSELECT_IN : 0) | (events & EPOLLOUT ? CURL_CSELECT_OUT : 0) |
+                (events & (EPOLLERR | EPOLLHUP) ? CURL_CSELECT_ERR : 0);
+    int running;
+    curl_multi_socket_action(p->shards[index].multi, (curl_socket_t)(uint32_t)tag, flags, &running);
+}
+
+void http_pool_run_timers(http_pool *p)
+{
+    uint64_t now = clock_mono_ms();
+    for (size_t i = 0; i < p->nshards; i++) {
+        http_shard *sh = &p->shards[i];
+        if (sh->timer_due_ms > now)
+            continue;
+        sh->timer_due_ms = UINT64_MAX; /* curl sets the next one from inside the call */
+        int running;
+        curl_multi_socket_action(sh->multi, CURL_SOCKET_TIMEOUT, 0, &running);
+    }
+}
+
+int64_t http_pool_next_timer_in(const http_pool *p, uint64_t now_ms)
+{
+    uint64_t due = UINT64_MAX;
+    for (size_t i = 0; i < p->nshards; i++)
+        if (p->shards[i].timer_due_ms < due)
+            due = p->shards[i].timer_due_ms;
+    if (due == UINT64_MAX)
+        return -1;
+    return due > now_ms ? (int64_t)(due - now_ms) : 0;
+}
+
+http_done *http_pool_take_done(http_pool *p, size_t *n_out)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < p->nshards; i++) {
+        CURLMsg *msg;
+        int left;
+        while ((msg = curl_multi_info_read(p->shards[i].multi, &left))) {
+            http_call *c = NULL;
+            if (msg->msg != CURLMSG_DONE ||
+                curl_easy_getinfo(msg->easy_handle, CURLINFO_PRIVATE, (char **)&c) != CURLE_OK || !c)
+                continue;
+            if (n == p->done_cap) {
+                size_t cap = p->done_cap ? p->done_cap * 2 : 64;
+                http_done *d = realloc(p->done, cap * sizeof *d);
+                if (!d) { /* no room: the rest stay unread until next time */
+                    *n_out = n;
+                    return p->done;
+                }
+                p->done = d;
+                p->done_cap = cap;
+            }
+            p->done[n].call = c;
+            p->done[n].result = msg->data.result;
+            n++;
+        }
+    }
+    *n_out = n;
+    return p->done;
+}
+
+/* The shard with room for one more transfer: the first, so that a few
+ * transfers at a time keep reusing the same connections. */
+static http_shard *shard_with_room(http_pool *p)
+{
+    for (size_t i = 0; i < p->nshards; i++)
+        if (p->shards[i].active < p->shards[i].cap)
+            return &p->shards[i];
+    return NULL;
+}
+
+/* Put the call on a multi handle: its timeouts start now. */
 static int call_add(http_call *c)
 {
-    if (curl_multi_add_handle(c->pool->multi, c->easy) != CURLM_OK)
+    http_pool *p = c->pool;
+    http_shard *sh = shard_with_room(p);
+    if (!sh || curl_multi_add_handle(sh->multi, c->easy) != CURLM_OK)
         return -1;
+    c->shard = sh;
     c->started = 1;
     c->started_ms = clock_mono_ms();
-    c->pool->active++;
+    sh->active++;
+    p->active++;
     return 0;
 }
 
@@ -170,17 +339,51 @@ static void pool_start_waiting(http_pool *p)
     }
 }
 
-http_call *http_call_start(http_pool *pool, const http_config *cfg, const char *body, size_t len,
-                           void *owner, http_sink_fn sink)
+/* A call to configure: a spare one (its easy handle reset), or a new one. */
+static http_call *call_new(http_pool *pool)
 {
-    http_call *c = calloc(1, sizeof *c);
-    if (!c)
+    http_call *c = pool->spare;
+    if (c) {
+        pool->spare = c->wait_next;
+        pool->nspare--;
+        CURL *easy = c->easy;
+        pbuf body = c->body;
+        pbuf_reset(&body);
+        memset(c, 0, sizeof *c);
+        c->easy = easy;
+        c->body = body;
+        return c;
+    }
+    if (!(c = calloc(1, sizeof *c)))
         return NULL;
-    c->easy = curl_easy_init();
-    if (!c->easy) {
+    if (!(c->easy = curl_easy_init())) {
         free(c);
         return NULL;
     }
+    return c;
+}
+
+/* Keep the call and its easy handle for the next request, or free them. */
+static void call_recycle(http_pool *p, http_call *c)
+{
+    if (p->nspare >= SPARE_CALLS_MAX || p->nspare >= p->max_active || c->body.cap > SPARE_BODY_MAX) {
+        curl_easy_cleanup(c->easy);
+        pbuf_free(&c->body);
+        free(c);
+        return;
+    }
+    curl_easy_reset(c->easy); /* back to defaults; the multi handles keep the connections */
+    c->wait_next = p->spare;
+    p->spare = c;
+    p->nspare++;
+}
+
+http_call *http_call_start(http_pool *pool, const http_config *cfg, const char *body, size_t len,
+                           void *owner, http_sink_fn sink)
+{
+    http_call *c = call_new(pool);
+    if (!c)
+        return NULL;
     c->pool = pool;
     c->owner = owner;
     c->sink = sink;
@@ -208,10 +411,10 @@ http_call *http_call_start(http_pool *pool, const http_config *cfg, const char *
     curl_easy_setopt(e, CURLOPT_PROTOCOLS_STR, "http,https");
     /* Expect: 100-continue would cost a round trip on every large body. */
     curl_easy_setopt(e, CURLOPT_EXPECT_100_TIMEOUT_MS, 0L);
+    curl_easy_setopt(e, CURLOPT_BUFFERSIZE, RECEIVE_BUFFER_BYTES);
     if (pool->active < pool->max_active && !pool->wait_head) {
         if (call_add(c) != 0) {
-            curl_easy_cleanup(e);
-            free(c);
+            call_recycle(pool, c);
             return NULL;
         }
     } else {
@@ -225,27 +428,19 @@ http_call *http_call_start(http_pool *pool, const http_config *cfg, const char *
     return c;
 }
 
-http_call *http_call_of(CURL *easy)
-{
-    http_call *c = NULL;
-    curl_easy_getinfo(easy, CURLINFO_PRIVATE, (char **)&c);
-    return c;
-}
-
 void http_call_free(http_call *c)
 {
     if (!c)
         return;
     http_pool *p = c->pool;
     if (c->started) {
-        curl_multi_remove_handle(p->multi, c->easy);
+        curl_multi_remove_handle(c->shard->multi, c->easy);
+        c->shard->active--;
         p->active--;
     } else {
         wait_unlink(p, c);
     }
-    curl_easy_cleanup(c->easy);
-    pbuf_free(&c->body);
-    free(c);
+    call_recycle(p, c);
     pool_start_waiting(p);
 }
 

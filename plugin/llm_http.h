@@ -6,9 +6,17 @@
  * or is buffered; anything else is buffered for its error text.  Every body
  * is bounded by max_response_bytes: a larger one is cut off, not buffered.
  *
- * Calls go through a pool that keeps at most max_connections transfers on the
- * multi handle (so at most that many sockets); the others wait, in order, and
+ * Calls go through a pool that keeps at most max_connections transfers on its
+ * multi handles (so at most that many sockets); the others wait, in order, and
  * no curl timeout runs while they wait: the turn's own deadline bounds them.
+ *
+ * The pool is driven by the worker's epoll loop (curl_multi_socket_action):
+ * it registers curl's sockets in the worker's epoll set, the worker hands
+ * their events back (http_pool_on_socket) and runs curl's timers when due.
+ * Many connections are spread over several multi handles ("shards"), because
+ * libcurl scans a multi handle's whole connection cache when a transfer
+ * starts and ends: with one handle, that work grows with the square of the
+ * connections.  Up to HTTP_SHARD_CONNECTIONS there is one shard.
  */
 #ifndef PARLEY_LLM_HTTP_H
 #define PARLEY_LLM_HTTP_H
@@ -41,30 +49,71 @@ typedef int (*http_sink_fn)(void *owner, const char *data, size_t len);
 
 typedef struct http_call http_call;
 
-/* The worker's transfers: at most max_active on the multi handle at once. */
-typedef struct http_pool {
+/* Connections per multi handle, at most (see above). */
+#define HTTP_SHARD_CONNECTIONS 256
+
+/* One multi handle and its share of the connection cap. */
+typedef struct http_shard {
     CURLM *multi;
-    size_t active;           /* calls on the multi handle */
+    struct http_pool *pool;
+    uint32_t index;          /* in pool->shards: tags its sockets' epoll events */
+    size_t active;           /* calls on this multi handle */
+    size_t cap;              /* its connections (the caps add up to max_connections) */
+    uint64_t timer_due_ms;   /* when curl wants CURL_SOCKET_TIMEOUT; UINT64_MAX: never */
+} http_shard;
+
+/* What http_pool_take_done hands back: a finished transfer and its code. */
+typedef struct http_done {
+    http_call *call;
+    CURLcode result;
+} http_done;
+
+/* The worker's transfers: at most max_active on the multi handles at once. */
+typedef struct http_pool {
+    int epoll_fd;            /* the worker's: curl's sockets go there */
+    http_shard *shards;
+    size_t nshards;
+    size_t active;           /* calls on a multi handle, all shards */
     size_t max_active;       /* the max_connections option */
     http_call *wait_head;    /* calls waiting for a connection, oldest first */
     http_call *wait_tail;
+    http_call *spare;        /* freed calls kept with their easy handle, for reuse */
+    size_t nspare;
+    http_done *done;         /* finished transfers, read before any is acted on */
+    size_t done_cap;
 } http_pool;
+
+/* The tag of an epoll event that is not a curl socket's (the worker's own). */
+#define HTTP_POOL_NOT_MINE UINT64_MAX
 
 /* The URL as messages may show it (malloc'd; NULL on OOM or an unparsable
  * URL): without user:password@, login options, query or fragment, any of
  * which may hold a secret. */
 char *http_display_url(const char *url);
 
-/* Create the multi handle, capped at max_connections; 0 or -1. */
-int http_pool_init(http_pool *p, size_t max_connections);
+/* Create the multi handles, capped at max_connections in all, registering
+ * their sockets in epoll_fd (borrowed; outlives the pool); 0 or -1. */
+int http_pool_init(http_pool *p, size_t max_connections, int epoll_fd);
 void http_pool_cleanup(http_pool *p); /* every call must be freed first */
+
+/* An epoll event whose data.u64 is not HTTP_POOL_NOT_MINE: let curl act on it. */
+void http_pool_on_socket(http_pool *p, uint64_t tag, uint32_t events);
+/* Let curl act on its timeouts that are due (and start newly added transfers). */
+void http_pool_run_timers(http_pool *p);
+/* Milliseconds until curl next wants its timers run (0: now), -1: none pending. */
+int64_t http_pool_next_timer_in(const http_pool *p, uint64_t now_ms);
+/* The transfers that finished, read off every multi handle before the caller
+ * acts on any (ending one removes its handle, which is O(unread) in libcurl).
+ * The array is the pool's, valid until the next call; *n entries. */
+http_done *http_pool_take_done(http_pool *p, size_t *n);
 
 struct http_call {
     CURL *easy;
     http_pool *pool;
+    http_shard *shard;       /* where it runs, once started */
     int started;             /* on the multi handle (else waiting for a connection) */
     uint64_t started_ms;     /* clock_mono_ms() when it got on the multi handle */
-    http_call *wait_prev, *wait_next; /* in the pool's wait list */
+    http_call *wait_prev, *wait_next; /* in the pool's wait list (next: the spare list) */
     void *owner;             /* the turn; CURLOPT_PRIVATE points at this struct */
     http_sink_fn sink;       /* NULL: buffer the body */
     pbuf body;               /* buffered body (error bodies always) */
@@ -86,11 +135,9 @@ struct http_call {
 http_call *http_call_start(http_pool *pool, const http_config *cfg, const char *body, size_t len,
                            void *owner, http_sink_fn sink);
 
-/* The call's http_call from a finished easy handle (CURLMSG_DONE). */
-http_call *http_call_of(CURL *easy);
-
-/* Take the call off the multi handle (or the wait list) and free it,
- * finished or not; a waiting call may then start. */
+/* Take the call off its multi handle (or the wait list) and free it,
+ * finished or not; a waiting call may then start.  Never from inside a curl
+ * callback. */
 void http_call_free(http_call *c);
 
 /*

@@ -2,9 +2,12 @@
 #include "worker.h"
 
 #include <curl/curl.h>
+#include <errno.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/epoll.h>
+#include <unistd.h>
 
 #include "clock.h"
 #include "dict.h"
@@ -23,19 +26,18 @@ struct lane {
 static const char *lane_key(const void *e) { return ((const struct lane *)e)->id; }
 
 #define EXPIRY_SWEEP_MS 1000
+#define EPOLL_BATCH 256
 
 struct worker {
     inbox *box;
+    int epoll_fd;            /* the loop waits here: curl's sockets and the inbox's wakeup */
     http_pool pool;          /* the transfers, at most max_connections at once */
-    CURLM *multi;            /* pool.multi */
     timer_heap timers;
     dict *lanes;             /* conversation id -> lane: one turn at a time per conversation */
     turn *all_head;          /* every turn the worker holds */
     turn *ready_head;        /* turns whose conversation is free: begin them next */
     turn *ready_tail;
     int stopping;            /* the worker is cancelling everything */
-    struct reaped_transfer { http_call *call; CURLcode result; } *reaped; /* reap batch */
-    size_t reaped_cap;
     store *store;
     store_jobs *jobs;        /* the store threads, when the store blocks */
     uint64_t idle_timeout_ms;
@@ -306,31 +308,23 @@ static void fire_timers(worker *w)
  */
 static void reap_transfers(worker *w)
 {
-    CURLMsg *msg;
-    int left;
-    size_t n = 0;
-    while ((msg = curl_multi_info_read(w->multi, &left))) {
-        if (msg->msg != CURLMSG_DONE)
-            continue;
-        http_call *c = http_call_of(msg->easy_handle);
-        if (!c)
-            continue;
-        if (n == w->reaped_cap) {
-            size_t cap = w->reaped_cap ? w->reaped_cap * 2 : 64;
-            void *p = realloc(w->reaped, cap * sizeof *w->reaped);
-            if (!p) { /* no room to batch: handle this one now */
-                turn_on_http_done(c->owner, msg->data.result);
-                continue;
-            }
-            w->reaped = p;
-            w->reaped_cap = cap;
-        }
-        w->reaped[n].call = c;
-        w->reaped[n].result = msg->data.result;
-        n++;
-    }
+    size_t n;
+    http_done *done = http_pool_take_done(&w->pool, &n);
     for (size_t i = 0; i < n; i++)
-        turn_on_http_done(w->reaped[i].call->owner, w->reaped[i].result);
+        turn_on_http_done(done[i].call->owner, done[i].result);
+}
+
+/* Wait up to wait_ms for curl's sockets or the inbox, and let curl act on its sockets. */
+static void wait_for_events(worker *w, int wait_ms)
+{
+    struct epoll_event evs[EPOLL_BATCH];
+    int n = epoll_wait(w->epoll_fd, evs, EPOLL_BATCH, wait_ms);
+    for (int i = 0; i < n; i++) {
+        if (evs[i].data.u64 == HTTP_POOL_NOT_MINE)
+            inbox_clear_wake(w->box); /* before inbox_take (next): no post is lost */
+        else
+            http_pool_on_socket(&w->pool, evs[i].data.u64, evs[i].events);
+    }
 }
 
 /* Forget idle conversations about once a second: inline, or on a store thread. */
@@ -386,7 +380,7 @@ static void cancel_everything(worker *w)
         turn_cancel(t, "the agent was destroyed");
     }
     while (w->all_head) { /* appends in flight: wait for their outcome */
-        curl_multi_poll(w->multi, NULL, 0, 100, NULL);
+        wait_for_events(w, 100);
         inbox_take(w->box, &b);
         free(b.cancels);
         on_tool_results(b.completed);
@@ -408,17 +402,20 @@ static void *worker_main(void *arg)
             break;
         begin_ready_turns(w);
         fire_timers(w);
-        int running = 0;
-        curl_multi_perform(w->multi, &running);
+        http_pool_run_timers(&w->pool);
         reap_transfers(w);
         begin_ready_turns(w);
         sweep_history(w);
-        int64_t wait = timer_next_in(&w->timers, clock_mono_ms());
+        uint64_t now = clock_mono_ms();
+        int64_t wait = timer_next_in(&w->timers, now);
+        int64_t curl_wait = http_pool_next_timer_in(&w->pool, now);
         if (wait < 0 || wait > EXPIRY_SWEEP_MS)
             wait = EXPIRY_SWEEP_MS;
+        if (curl_wait >= 0 && curl_wait < wait)
+            wait = curl_wait;
         if (w->ready_head)
             wait = 0;
-        curl_multi_poll(w->multi, NULL, 0, (int)wait, NULL);
+        wait_for_events(w, (int)wait);
     }
     cancel_everything(w);
     return NULL;
@@ -429,9 +426,10 @@ static void worker_free(worker *w)
     store_jobs_stop(w->jobs); /* after the worker: no turn waits for a job now */
     if (w->box)
         inbox_unref(w->box);
-    http_pool_cleanup(&w->pool);
+    http_pool_cleanup(&w->pool); /* before the epoll set its sockets are in */
+    if (w->epoll_fd >= 0)
+        close(w->epoll_fd);
     dict_free(w->lanes);
-    free(w->reaped);
     timer_heap_free(&w->timers);
     free(w);
 }
@@ -449,11 +447,17 @@ worker *worker_start(const worker_setup *setup, char **err)
     w->metrics = setup->metrics;
     w->persona_metrics = setup->persona_metrics;
     w->idle_timeout_ms = setup->idle_timeout_ms;
-    if (http_pool_init(&w->pool, setup->max_connections) == 0)
-        w->multi = w->pool.multi;
-    w->lanes = dict_new(lane_key);
-    w->box = w->multi ? inbox_new(w->multi) : NULL;
-    if (!w->multi || !w->lanes || !w->box) {
+    w->epoll_fd = epoll_create1(EPOLL_CLOEXEC);
+    w->box = inbox_new();
+    if (w->epoll_fd < 0 || !w->box) {
+        *err = pstr_printf("could not create the worker's event descriptors: %s", strerror(errno));
+        worker_free(w);
+        return NULL;
+    }
+    struct epoll_event wake = {.events = EPOLLIN, .data.u64 = HTTP_POOL_NOT_MINE};
+    if (http_pool_init(&w->pool, setup->max_connections, w->epoll_fd) != 0 ||
+        !(w->lanes = dict_new(lane_key)) ||
+        epoll_ctl(w->epoll_fd, EPOLL_CTL_ADD, inbox_wake_fd(w->box), &wake) != 0) {
         *err = pstr_printf("out of memory");
         worker_free(w);
         return NULL;

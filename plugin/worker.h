@@ -1,5 +1,6 @@
 /*
- * worker.h -- an agent's worker thread: a curl multi loop that drains the
+ * worker.h -- an agent's worker thread: an epoll loop (curl's sockets, the
+ * inbox's wakeup) that drives the HTTP pool (llm_http.h), drains the
  * inbox (new turns, tool results, cancels, store results), fires timers,
  * keeps one turn at a time running per conversation ("lanes"), and is the
  * only caller of the turn events (turn.h).  For a store that blocks it also

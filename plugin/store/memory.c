@@ -13,6 +13,18 @@
  * Trimming and eviction free whole turns, so a tool call is never separated
  * from its result.
  *
+ * Version 4 (message identity) costs nothing to what does not use it:
+ *  - the interface message ids and metadata the host gave a turn's messages
+ *    live in one block per turn (turn_identity), in a third dict keyed by
+ *    turn id, and only for turns that have some; a flag in the turn's
+ *    padding says whether to look;
+ *  - a conversation's lifetime counters fit in the padding its header had
+ *    (the header stays 64 bytes); its last_message_at is read from its
+ *    newest turn, which is never dropped;
+ *  - find_message and load_turn by interface id scan the conversation's
+ *    kept turns (reading the blocks of those with identity): no index
+ *    per message.
+ *
  * The dict key of a conversation is its conversation id when persona and
  * interface are both "" (the common case: no copy to look it up), else
  * "<id>\x1f<persona length>:<persona><interface>": ids hold no control
@@ -51,6 +63,7 @@ typedef struct stored_turn {
     uint32_t nmessages;
     uint32_t length;            /* bytes of the joined text "m1,m2,..." */
     char turn_id[STORE_ID_LEN + 1];
+    uint8_t has_identity;       /* in the padding: m->identities holds a turn_identity */
     stored_message messages[];  /* then the joined text, not NUL-terminated */
 } stored_turn;
 
@@ -92,17 +105,41 @@ static int uuid_parse(const char *text, uint8_t out[16])
     return 0;
 }
 
+/* The identity the host gave one message (version 4): where its
+ * interface_message_id and metadata are in its turn_identity's text. */
+typedef struct message_identity {
+    uint32_t interface_id_at, interface_id_len; /* len 0: none */
+    uint32_t metadata_at, metadata_len;
+} message_identity;
+
+/* One per turn that has any identity: an entry of m->identities, keyed by
+ * its turn's id (read through the turn: no copy). */
+typedef struct turn_identity {
+    const struct stored_turn *turn;
+    message_identity of[];      /* one per message of the turn, then the text */
+} turn_identity;
+
 struct conversation {
     conversation *more_recent;  /* LRU neighbours; NULL at the ends */
     conversation *less_recent;
     stored_turn *oldest;
-    stored_turn *newest;
+    stored_turn *newest;        /* never NULL: a conversation has >= 1 turn */
     uint64_t created_ms;
     uint64_t last_used_ms;      /* time of the last append */
-    size_t nturns;
-    size_t id_len;              /* the conversation id is key[0..id_len) */
+    uint32_t nturns;            /* kept now */
+    /* The lifetime (version 4), kept when turns are dropped; saturating
+     * (4 billion: 136 years at a message a second). */
+    uint32_t message_count;
+    uint32_t turn_count;
+    uint16_t id_len;            /* the conversation id is key[0..id_len) */
+    uint8_t roles;              /* STORE_ROLE_* ever seen */
     char key[];
 };
+
+static uint32_t saturating_add(uint32_t a, uint32_t b)
+{
+    return a > UINT32_MAX - b ? UINT32_MAX : a + b;
+}
 
 typedef struct memory_store {
     struct store base;
@@ -110,6 +147,7 @@ typedef struct memory_store {
     store_limits limits;
     dict *by_key;               /* conversation key -> conversation */
     dict *by_turn_id;           /* turn id -> stored_turn */
+    dict *identities;           /* turn id -> turn_identity, for turns with has_identity */
     conversation *lru_head;     /* most recently used */
     conversation *lru_tail;     /* next to evict or expire */
     stored_turn *store_oldest;  /* every turn, in append order */
@@ -126,6 +164,11 @@ static const char *text_of(const stored_turn *t)
     return (const char *)(t->messages + t->nmessages);
 }
 
+static uint64_t created_ms_of(const stored_turn *t, size_t i)
+{
+    return t->started_ms + t->messages[i].created_after_ms;
+}
+
 static const char *conversation_key(const void *entry)
 {
     return ((const conversation *)entry)->key;
@@ -134,6 +177,11 @@ static const char *conversation_key(const void *entry)
 static const char *turn_key(const void *entry)
 {
     return ((const stored_turn *)entry)->turn_id;
+}
+
+static const char *identity_key(const void *entry)
+{
+    return ((const turn_identity *)entry)->turn->turn_id;
 }
 
 static char *oom_message(void) { return strdup("memory store: out of memory"); }
@@ -214,6 +262,8 @@ static void drop_oldest_turn(memory_store *m, conversation *c)
     m->nturns--;
     m->message_bytes -= t->length;
     dict_remove(m->by_turn_id, t->turn_id);
+    if (t->has_identity)
+        free(dict_remove(m->identities, t->turn_id));
     free(t);
 }
 
@@ -257,9 +307,16 @@ static void evict_beyond_limit(memory_store *m, const conversation *keep, uint64
     }
 }
 
+static void free_entry(void *entry, void *ud)
+{
+    (void)ud;
+    free(entry);
+}
+
 /* Free every conversation and turn, leaving the dicts stale (caller resets them). */
 static void free_all_entries(memory_store *m)
 {
+    dict_foreach(m->identities, free_entry, NULL); /* first: their keys live in the turns */
     conversation *c = m->lru_head;
     while (c) {
         conversation *next = c->less_recent;
@@ -282,16 +339,20 @@ static void forget_all(memory_store *m)
 {
     dict *by_key = dict_new(conversation_key);
     dict *by_turn_id = dict_new(turn_key);
-    if (by_key && by_turn_id) {
+    dict *identities = dict_new(identity_key);
+    if (by_key && by_turn_id && identities) {
         free_all_entries(m);
         dict_free(m->by_key);
         dict_free(m->by_turn_id);
+        dict_free(m->identities);
         m->by_key = by_key;
         m->by_turn_id = by_turn_id;
+        m->identities = identities;
         return;
     }
     dict_free(by_key);
     dict_free(by_turn_id);
+    dict_free(identities);
     while (m->lru_head)
         forget_conversation(m, m->lru_head);
 }
@@ -311,9 +372,12 @@ static parley_status memory_open(const store_config *cfg, store **out, char **er
         m->limits.max_conversations = 1;
     m->by_key = dict_new(conversation_key);
     m->by_turn_id = dict_new(turn_key);
-    if (!m->by_key || !m->by_turn_id || pthread_mutex_init(&m->lock, NULL) != 0) {
+    m->identities = dict_new(identity_key);
+    if (!m->by_key || !m->by_turn_id || !m->identities ||
+        pthread_mutex_init(&m->lock, NULL) != 0) {
         dict_free(m->by_key);
         dict_free(m->by_turn_id);
+        dict_free(m->identities);
         free(m);
         return fail(err, PARLEY_ERR_NO_MEMORY);
     }
@@ -329,6 +393,7 @@ static void memory_close(store *s)
     free_all_entries(m);
     dict_free(m->by_key);
     dict_free(m->by_turn_id);
+    dict_free(m->identities);
     pthread_mutex_destroy(&m->lock);
     free(m);
 }
@@ -395,9 +460,96 @@ static const char *turn_problem(const store_turn *in)
             return "a message's role must be user, assistant, tool or system";
         if (uuid_parse(msg->message_id, id) != 0)
             return "a message id must be a UUID";
-        total += msg->json_len + 1;
+        if (msg->interface_message_id &&
+            strlen(msg->interface_message_id) > STORE_MAX_INTERFACE_MESSAGE_ID)
+            return "an interface message id is at most 256 bytes";
+        if (msg->metadata_len && !msg->metadata)
+            return "a message's metadata needs its JSON";
+        total += msg->json_len + 1 + msg->metadata_len;
     }
     return total <= UINT32_MAX ? NULL : "the turn is larger than 4 GiB";
+}
+
+/* ---- identity (version 4) ---- */
+
+/* One message's identity, borrowed: from a turn being appended or a turn_identity. */
+typedef struct identity_parts {
+    const char *interface_id, *metadata;
+    size_t interface_id_len, metadata_len;
+} identity_parts;
+
+/* One block holding parts[0..n) for turn t (n messages); NULL without memory. */
+static turn_identity *identity_pack(const stored_turn *t, const identity_parts *parts, size_t n)
+{
+    size_t text = 0;
+    for (size_t i = 0; i < n; i++)
+        text += parts[i].interface_id_len + parts[i].metadata_len;
+    turn_identity *ti = malloc(sizeof *ti + n * sizeof(message_identity) + text);
+    if (!ti)
+        return NULL;
+    ti->turn = t;
+    char *base = (char *)(ti->of + n), *p = base;
+    for (size_t i = 0; i < n; i++) {
+        message_identity *e = &ti->of[i];
+        e->interface_id_at = (uint32_t)(p - base);
+        e->interface_id_len = (uint32_t)parts[i].interface_id_len;
+        if (e->interface_id_len)
+            memcpy(p, parts[i].interface_id, e->interface_id_len);
+        p += e->interface_id_len;
+        e->metadata_at = (uint32_t)(p - base);
+        e->metadata_len = (uint32_t)parts[i].metadata_len;
+        if (e->metadata_len)
+            memcpy(p, parts[i].metadata, e->metadata_len);
+        p += e->metadata_len;
+    }
+    return ti;
+}
+
+/* Message i of t's identity in ti (NULL: none). */
+static identity_parts identity_at(const stored_turn *t, const turn_identity *ti, size_t i)
+{
+    identity_parts p = {"", "", 0, 0};
+    if (!ti)
+        return p;
+    const char *base = (const char *)(ti->of + t->nmessages);
+    const message_identity *e = &ti->of[i];
+    p.interface_id = base + e->interface_id_at;
+    p.interface_id_len = e->interface_id_len;
+    p.metadata = base + e->metadata_at;
+    p.metadata_len = e->metadata_len;
+    return p;
+}
+
+static const turn_identity *identity_of(const memory_store *m, const stored_turn *t)
+{
+    return t->has_identity ? dict_find(m->identities, t->turn_id) : NULL;
+}
+
+/* The identity of the messages of `in` (passed turn_problem), stored as t;
+ * NULL when none has any, or without memory (then *oom). */
+static turn_identity *identity_from_input(const store_turn *in, const stored_turn *t, int *oom)
+{
+    *oom = 0;
+    int any = 0;
+    for (size_t i = 0; i < in->nmessages && !any; i++) {
+        const store_message *msg = &in->messages[i];
+        any = (msg->interface_message_id && *msg->interface_message_id) || msg->metadata_len;
+    }
+    if (!any)
+        return NULL;
+    identity_parts *parts = malloc(in->nmessages * sizeof *parts);
+    turn_identity *ti = NULL;
+    if (parts) {
+        for (size_t i = 0; i < in->nmessages; i++) {
+            const store_message *msg = &in->messages[i];
+            const char *iface = msg->interface_message_id ? msg->interface_message_id : "";
+            parts[i] = (identity_parts){iface, msg->metadata, strlen(iface), msg->metadata_len};
+        }
+        ti = identity_pack(t, parts, in->nmessages);
+        free(parts);
+    }
+    *oom = ti == NULL;
+    return ti;
 }
 
 static void copy_id(char *dst, const char *src, size_t max)
@@ -418,6 +570,7 @@ static stored_turn *stored_turn_new(const store_turn *in)
         return NULL;
     t->newer = NULL;
     t->conv = NULL;
+    t->has_identity = 0;
     t->started_ms = in->started_ms;
     t->finished_ms = in->finished_ms;
     t->nmessages = (uint32_t)in->nmessages;
@@ -449,7 +602,7 @@ static conversation *conversation_new(const char *key, const char *conversation_
         return NULL;
     memset(c, 0, sizeof *c);
     c->created_ms = now_ms;
-    c->id_len = strlen(conversation_id);
+    c->id_len = (uint16_t)strlen(conversation_id); /* <= STORE_MAX_CONVERSATION_ID */
     memcpy(c->key, key, keylen + 1);
     return c;
 }
@@ -476,6 +629,19 @@ static void link_turn(memory_store *m, conversation *c, stored_turn *t)
     m->message_bytes += t->length;
 }
 
+_Static_assert(STORE_ROLE_USER == 1u << 0 && STORE_ROLE_ASSISTANT == 1u << 1 &&
+                   STORE_ROLE_TOOL == 1u << 2 && STORE_ROLE_SYSTEM == 1u << 3,
+               "ROLES[i] is the role of bit STORE_ROLE_* 1 << i");
+
+/* The lifetime counts of c after appending t. */
+static void count_lifetime(conversation *c, const stored_turn *t)
+{
+    c->message_count = saturating_add(c->message_count, t->nmessages);
+    c->turn_count = saturating_add(c->turn_count, 1);
+    for (size_t i = 0; i < t->nmessages; i++)
+        c->roles |= (uint8_t)(1u << t->messages[i].role);
+}
+
 static void trim_turns(memory_store *m, conversation *c)
 {
     while (m->limits.keep_turns && c->nturns > m->limits.keep_turns)
@@ -483,12 +649,13 @@ static void trim_turns(memory_store *m, conversation *c)
 }
 
 /*
- * Everything that can fail (the conversation allocation, both dict
+ * Everything that can fail (the conversation allocation, the dict
  * insertions) happens first and is undone on failure; after the last
- * fallible step the store only frees, links and counts.
+ * fallible step the store only frees, links and counts.  `ti` (may be NULL)
+ * is t's identity.
  */
 static parley_status append_locked(memory_store *m, const char *k, const char *conversation_id,
-                                   stored_turn *t, uint64_t now_ms)
+                                   stored_turn *t, turn_identity *ti, uint64_t now_ms)
 {
     conversation *c = dict_find(m->by_key, k);
     int created = (c == NULL);
@@ -502,7 +669,10 @@ static parley_status append_locked(memory_store *m, const char *k, const char *c
             return PARLEY_ERR_NO_MEMORY;
         }
     }
-    if (dict_add(m->by_turn_id, t) != 0) {
+    int added = dict_add(m->by_turn_id, t) == 0;
+    if (!added || (ti && dict_add(m->identities, ti) != 0)) {
+        if (added)
+            dict_remove(m->by_turn_id, t->turn_id);
         if (created) {
             dict_remove(m->by_key, k);
             free(c);
@@ -510,11 +680,15 @@ static parley_status append_locked(memory_store *m, const char *k, const char *c
         return PARLEY_ERR_NO_MEMORY;
     }
     /* Nothing below can fail. */
-    if (restarted) { /* idle past the timeout: the old context is forgotten */
+    t->has_identity = ti != NULL;
+    if (restarted) { /* idle past the timeout: the old context (and its lifetime) is forgotten */
         drop_all_turns(m, c);
         c->created_ms = now_ms;
+        c->message_count = c->turn_count = 0;
+        c->roles = 0;
         m->expired++;
     }
+    count_lifetime(c, t);
     if (!created)
         lru_unlink(m, c);
     lru_push_head(m, c);
@@ -529,8 +703,10 @@ static parley_status memory_append(store *s, const store_key *key, const store_t
                                    uint64_t now_ms, char **err)
 {
     memory_store *m = (memory_store *)s;
-    const char *problem = key && key->conversation_id ? turn_problem(turn)
-                                                      : "a turn needs a conversation id";
+    const char *problem = !key || !key->conversation_id ? "a turn needs a conversation id"
+                          : strlen(key->conversation_id) > STORE_MAX_CONVERSATION_ID
+                              ? "a conversation id is at most 256 bytes"
+                              : turn_problem(turn);
     if (problem) {
         if (err)
             *err = pstr_printf("memory store: %s", problem);
@@ -538,19 +714,25 @@ static parley_status memory_append(store *s, const store_key *key, const store_t
     }
     char *owned;
     const char *k = key_text(key, &owned);
-    stored_turn *t = k ? stored_turn_new(turn) : NULL; /* outside the lock: the copy may be large */
-    if (!t) {
+    /* Outside the lock: the copies may be large. */
+    stored_turn *t = k ? stored_turn_new(turn) : NULL;
+    int oom = 0;
+    turn_identity *ti = t ? identity_from_input(turn, t, &oom) : NULL;
+    if (!t || oom) {
+        free(t);
         free(owned);
         return fail(err, PARLEY_ERR_NO_MEMORY);
     }
     pthread_mutex_lock(&m->lock);
     parley_status st = dict_find(m->by_turn_id, t->turn_id)
                            ? PARLEY_OK /* already stored: a retried append */
-                           : append_locked(m, k, key->conversation_id, t, now_ms);
+                           : append_locked(m, k, key->conversation_id, t, ti, now_ms);
     int stored = st == PARLEY_OK && t->conv;
     pthread_mutex_unlock(&m->lock);
-    if (!stored)
+    if (!stored) {
         free(t);
+        free(ti);
+    }
     free(owned);
     return st == PARLEY_OK ? st : fail(err, st);
 }
@@ -565,6 +747,7 @@ static void put_turn(pbuf *b, const stored_turn *t)
 typedef struct conversation_parts conversation_parts;
 static conversation_parts parts_of(const conversation *c);
 
+/* The head and the lifetime of a conversation (no closing brace). */
 static void put_conversation_head(pbuf *b, const conversation *c);
 
 static parley_status finish_json(pbuf *b, size_t mark, char **err)
@@ -639,7 +822,7 @@ static parley_status memory_list(store *s, uint64_t now_ms, pbuf *out, char **er
             pbuf_putc(out, ',');
         first = 0;
         put_conversation_head(out, c);
-        pbuf_printf(out, ",\"turns\":%zu}", c->nturns);
+        pbuf_printf(out, ",\"turns\":%zu}", (size_t)c->nturns);
     }
     pthread_mutex_unlock(&m->lock);
     pbuf_puts(out, "]}");
@@ -732,6 +915,10 @@ static void put_conversation_head(pbuf *b, const conversation *c)
     id[n] = '\0';
     store_json_conversation_head(b, id, p.persona, p.persona_len, p.interface_type,
                                  p.interface_len, c->created_ms, c->last_used_ms);
+    const stored_turn *newest = c->newest;
+    store_lifetime life = {created_ms_of(newest, newest->nmessages - 1), c->message_count,
+                           c->turn_count, c->roles};
+    store_json_lifetime(b, &life);
 }
 
 static int field_is(const char *want, const char *have, size_t have_len)
@@ -760,11 +947,6 @@ static void uuid_format(const uint8_t id[16], char out[STORE_ID_LEN + 1])
     out[o] = '\0';
 }
 
-static uint64_t created_ms_of(const stored_turn *t, size_t i)
-{
-    return t->started_ms + t->messages[i].created_after_ms;
-}
-
 /* Where message i of t starts in the turn's joined text. */
 static const char *message_text(const stored_turn *t, size_t i)
 {
@@ -774,14 +956,18 @@ static const char *message_text(const stored_turn *t, size_t i)
     return p;
 }
 
-static void put_message(pbuf *b, const stored_turn *t, size_t i, const char *json)
+/* Message i of t, whose JSON is `json` and whose turn's identity is ti (may be NULL). */
+static void put_message(pbuf *b, const stored_turn *t, size_t i, const char *json,
+                        const turn_identity *ti)
 {
     char id[STORE_ID_LEN + 1];
     uuid_format(t->messages[i].message_id, id);
     conversation_parts p = parts_of(t->conv);
+    identity_parts who = identity_at(t, ti, i);
     store_json_message(b, id, p.id, p.id_len, p.persona, p.persona_len, p.interface_type,
                        p.interface_len, t->turn_id, ROLES[t->messages[i].role],
-                       created_ms_of(t, i), json, t->messages[i].length, NULL, 0, NULL, 0);
+                       created_ms_of(t, i), json, t->messages[i].length, who.interface_id,
+                       who.interface_id_len, who.metadata, who.metadata_len);
 }
 
 typedef struct query_run {
@@ -801,6 +987,7 @@ static int query_turn(query_run *r, const stored_turn *t)
     const store_query *q = r->q;
     if (!conversation_matches(t->conv, q) || is_idle(r->m, t->conv, r->now_ms))
         return 0;
+    const turn_identity *ti = identity_of(r->m, t);
     /* Walk the joined text "m1,m2,..." forwards, or backwards from its end. */
     const char *forward = text_of(t), *backward = text_of(t) + t->length + 1;
     for (size_t k = 0; k < t->nmessages; k++) {
@@ -827,7 +1014,7 @@ static int query_turn(query_run *r, const stored_turn *t)
         }
         if (r->count)
             pbuf_putc(r->out, ',');
-        put_message(r->out, t, i, json);
+        put_message(r->out, t, i, json, ti);
         r->count++;
         r->last = pos;
     }
@@ -904,7 +1091,7 @@ static parley_status memory_get_message(store *s, const char *message_id, uint64
             if (memcmp(t->messages[i].message_id, id, 16) != 0)
                 continue;
             if (!is_idle(m, t->conv, now_ms)) {
-                put_message(out, t, i, message_text(t, i));
+                put_message(out, t, i, message_text(t, i), identity_of(m, t));
                 found = 1;
             }
             break;
@@ -912,6 +1099,165 @@ static parley_status memory_get_message(store *s, const char *message_id, uint64
     }
     pthread_mutex_unlock(&m->lock);
     return found ? finish_json(out, mark, err) : fail(err, PARLEY_ERR_NOT_FOUND);
+}
+
+/* ---- message identity (version 4) ---- */
+
+/* The turn's final answer: its last assistant message, else its last message. */
+static size_t final_answer_index(const stored_turn *t)
+{
+    const uint32_t assistant = 1; /* ROLES[1] */
+    for (size_t i = t->nmessages; i-- > 0;)
+        if (t->messages[i].role == assistant)
+            return i;
+    return t->nmessages - 1;
+}
+
+/* Give t's final answer the interface id iface[0..len): a new identity block
+ * replaces the old one.  Without memory, nothing changes. */
+static parley_status set_identity_locked(memory_store *m, stored_turn *t, const char *iface,
+                                         size_t len, char *message_id)
+{
+    size_t target = final_answer_index(t);
+    identity_parts *parts = malloc(t->nmessages * sizeof *parts);
+    if (!parts)
+        return PARLEY_ERR_NO_MEMORY;
+    const turn_identity *old = identity_of(m, t);
+    for (size_t i = 0; i < t->nmessages; i++)
+        parts[i] = identity_at(t, old, i);
+    parts[target].interface_id = iface;
+    parts[target].interface_id_len = len;
+    turn_identity *fresh = identity_pack(t, parts, t->nmessages);
+    free(parts);
+    if (!fresh)
+        return PARLEY_ERR_NO_MEMORY;
+    if (old) {
+        free(dict_replace(m->identities, fresh));
+    } else if (dict_add(m->identities, fresh) != 0) {
+        free(fresh);
+        return PARLEY_ERR_NO_MEMORY;
+    }
+    t->has_identity = 1;
+    if (message_id)
+        uuid_format(t->messages[target].message_id, message_id);
+    return PARLEY_OK;
+}
+
+static parley_status memory_set_interface_message_id(store *s, const char *turn_id,
+                                                     const char *interface_message_id,
+                                                     uint64_t now_ms, char *message_id,
+                                                     char **err)
+{
+    memory_store *m = (memory_store *)s;
+    if (message_id)
+        message_id[0] = '\0';
+    size_t len = interface_message_id ? strlen(interface_message_id) : 0;
+    if (len == 0 || len > STORE_MAX_INTERFACE_MESSAGE_ID) {
+        if (err)
+            *err = pstr_printf("memory store: an interface message id is 1 to %d bytes",
+                               STORE_MAX_INTERFACE_MESSAGE_ID);
+        return PARLEY_ERR_STORAGE;
+    }
+    pthread_mutex_lock(&m->lock);
+    stored_turn *t = turn_id ? dict_find(m->by_turn_id, turn_id) : NULL;
+    if (t && !find_live(m, t->conv->key, now_ms))
+        t = NULL; /* its conversation expired and is now freed */
+    parley_status st = t ? set_identity_locked(m, t, interface_message_id, len, message_id)
+                         : PARLEY_ERR_NOT_FOUND;
+    pthread_mutex_unlock(&m->lock);
+    return st == PARLEY_OK ? st : fail(err, st);
+}
+
+/* The most recently stored message of c whose interface id is `iface`: its
+ * turn (NULL if none) and *index.  A scan of c's turns that have identity
+ * (a conversation keeps keep_turns turns; an index per message would cost
+ * every message a dict slot). */
+static const stored_turn *find_by_interface_id(const memory_store *m, const conversation *c,
+                                               const char *iface, size_t *index)
+{
+    size_t len = strlen(iface);
+    const stored_turn *found = NULL;
+    for (const stored_turn *t = c->oldest; t; t = t->newer) {
+        const turn_identity *ti = identity_of(m, t);
+        for (size_t i = 0; ti && i < t->nmessages; i++) {
+            identity_parts who = identity_at(t, ti, i);
+            if (who.interface_id_len == len && memcmp(who.interface_id, iface, len) == 0) {
+                found = t; /* later ones win: they were stored after */
+                *index = i;
+            }
+        }
+    }
+    return found;
+}
+
+static parley_status memory_find_message(store *s, const store_key *key,
+                                         const char *interface_message_id, uint64_t now_ms,
+                                         pbuf *out, char **err)
+{
+    memory_store *m = (memory_store *)s;
+    if (!interface_message_id || !*interface_message_id)
+        return fail(err, PARLEY_ERR_NOT_FOUND);
+    char *owned;
+    const char *k = key_text(key, &owned);
+    if (!k)
+        return fail(err, PARLEY_ERR_NO_MEMORY);
+    size_t mark = out->len, i = 0;
+    pthread_mutex_lock(&m->lock);
+    conversation *c = find_live(m, k, now_ms);
+    const stored_turn *t = c ? find_by_interface_id(m, c, interface_message_id, &i) : NULL;
+    if (t)
+        put_message(out, t, i, message_text(t, i), identity_of(m, t));
+    pthread_mutex_unlock(&m->lock);
+    free(owned);
+    return t ? finish_json(out, mark, err) : fail(err, PARLEY_ERR_NOT_FOUND);
+}
+
+static parley_status memory_load_turn(store *s, const store_key *key, const char *turn_id,
+                                      const char *interface_message_id, size_t window_turns,
+                                      uint64_t now_ms, pbuf *out, size_t *nmessages,
+                                      char *turn_id_out, int *in_window, char **err)
+{
+    memory_store *m = (memory_store *)s;
+    *nmessages = 0;
+    *in_window = 0;
+    if (turn_id_out)
+        turn_id_out[0] = '\0';
+    char *owned;
+    const char *k = key_text(key, &owned);
+    if (!k)
+        return fail(err, PARLEY_ERR_NO_MEMORY);
+    size_t mark = out->len, i;
+    pthread_mutex_lock(&m->lock);
+    conversation *c = find_live(m, k, now_ms);
+    const stored_turn *t = NULL;
+    if (c && turn_id) {
+        t = dict_find(m->by_turn_id, turn_id);
+        if (t && t->conv != c)
+            t = NULL; /* another conversation's turn */
+    } else if (c && interface_message_id && *interface_message_id) {
+        t = find_by_interface_id(m, c, interface_message_id, &i);
+    }
+    if (t) {
+        if (turn_id_out)
+            memcpy(turn_id_out, t->turn_id, STORE_ID_LEN + 1);
+        /* In the window iff fewer than window_turns turns came after it. */
+        size_t after = 0;
+        for (const stored_turn *u = t->newer; u && after < window_turns; u = u->newer)
+            after++;
+        *in_window = window_turns == 0 || after < window_turns;
+        if (!*in_window) {
+            pbuf_append(out, text_of(t), t->length);
+            pbuf_putc(out, ',');
+            *nmessages = t->nmessages;
+        }
+    }
+    pthread_mutex_unlock(&m->lock);
+    free(owned);
+    if (!t)
+        return fail(err, PARLEY_ERR_NOT_FOUND);
+    if (out->oom)
+        *nmessages = 0;
+    return finish_json(out, mark, err);
 }
 
 const store_backend store_memory_backend = {
@@ -930,4 +1276,7 @@ const store_backend store_memory_backend = {
     .stats = memory_stats,
     .query = memory_query,
     .get_message = memory_get_message,
+    .set_interface_message_id = memory_set_interface_message_id,
+    .find_message = memory_find_message,
+    .load_turn = memory_load_turn,
 };

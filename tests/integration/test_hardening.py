@@ -350,6 +350,44 @@ class ConnectionCap(ParleyTestCase):
         self.assertEqual(errors[:3], [])
         self.assertEqual(len(out), 2000)
 
+    def test_cap_holds_across_multi_handles(self):
+        # 300 connections take two of the worker's curl multi handles (256
+        # each at most, llm_http.h): their caps must add up to 300 exactly.
+        # 400 turns at once under a descriptor limit with room for 300
+        # sockets but not 400: every turn succeeds only if the cap holds.
+        def low_limit():
+            resource.setrlimit(resource.RLIMIT_NOFILE, (340, 340))
+        lines = [{"text": "turn %d" % i} for i in range(400)]
+        with tempfile.TemporaryDirectory() as d, FakeLLM("--latency-ms", str(int(200 * SLOW))) as fake:
+            opt_path = os.path.join(d, "options.json")
+            with open(opt_path, "w") as f:
+                json.dump(options(fake, max_connections=300, turn_timeout_ms=int(120000 * SLOW),
+                                  request_timeout_ms=int(60000 * SLOW)), f)
+            res = subprocess.run([SHIM, "--plugin", PLUGIN, "--options", opt_path, "--jsonl",
+                                  "--concurrency", "400"],
+                                 input="".join(json.dumps(l) + "\n" for l in lines),
+                                 capture_output=True, text=True, timeout=120 * SLOW,
+                                 preexec_fn=low_limit)
+            served = len(fake.chat_requests())
+        self.assertEqual(res.returncode, 0, res.stderr[-2000:])
+        out = [json.loads(l) for l in res.stdout.splitlines() if l.strip()]
+        self.assertEqual([l["error"] for l in out if l.get("error")][:3], [])
+        self.assertEqual(len(out), 400)
+        self.assertEqual(served, 400)
+
+    def test_timeouts_on_every_multi_handle(self):
+        # 300 hung requests spread over two multi handles: each ends by its
+        # request_timeout_ms, those on the second handle too.
+        with FakeLLM() as fake:
+            run = self.run_ok([{"text": "[[fault:hang]] %d" % i} for i in range(300)],
+                              options(fake, max_connections=300, max_retries=0,
+                                      request_timeout_ms=int(1000 * SLOW),
+                                      turn_timeout_ms=int(60000 * SLOW)),
+                              concurrency=300)
+        for seq in range(1, 301):
+            self.assertTurnError(run.by_seq(seq), "timeout")
+        self.assertLess(run.elapsed, 30 * SLOW, "bounded by request_timeout_ms, not the turn's")
+
     def test_waiting_requests_are_not_failed_by_their_own_timeouts(self):
         # One connection, 300 ms per answer, 8 turns at once: the last waits
         # ~2.1 s for its connection, longer than its request_timeout_ms (1 s)

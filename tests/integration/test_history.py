@@ -310,8 +310,9 @@ class FailedTurns(HistoryCase):
         self.assertEqual(run.raw_result(before_seq), run.raw_result(after_hist_seq))
         # ... and the conversation was not even "used" by it.
         listed = run.by_seq(list_seq)["result"]["conversations"]
-        self.assertEqual(listed, [{k: run.by_seq(before_seq)["result"][k]
-                                   for k in ("conversation_id", "created_at", "last_used_at")}
+        head = ("conversation_id", "created_at", "last_used_at", "last_message_at",
+                "message_count", "turn_count", "participants")
+        self.assertEqual(listed, [{k: run.by_seq(before_seq)["result"][k] for k in head}
                                   | {"turns": 2}])
         before = self.history_turns(run.by_seq(before_seq))
         self.assertEqual(len(before), 2)

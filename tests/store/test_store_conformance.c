@@ -40,6 +40,15 @@ static const backend_case backends[] = {
 };
 #define NBACKENDS (sizeof backends / sizeof backends[0])
 
+/* Does the backend have store.h version 4 (message identity: its three
+ * functions, the lifetime in its dumps)?  Until it does, its v4 checks are
+ * skipped, and the run says so. */
+static int has_v4(const backend_case *bc)
+{
+    const store_backend *b = bc->backend;
+    return b->set_interface_message_id && b->find_message && b->load_turn;
+}
+
 static char tmpdir[] = "/tmp/parley-store-test-XXXXXX";
 static unsigned file_counter;
 
@@ -127,14 +136,18 @@ static const char *role_of(const char *json)
         return "user";
     if (strstr(json, "\"role\":\"tool\""))
         return "tool";
+    if (strstr(json, "\"role\":\"system\""))
+        return "system";
     return "assistant";
 }
 
 /* Append turn `turn_no` to conversation `id` (under persona/interface) at now_ms;
- * `messages` are the turn's message objects separated by '\n'. */
-static parley_status append_keyed(harness *h, const char *persona, const char *iface,
-                                  const char *id, unsigned turn_no, const char *messages,
-                                  uint64_t now_ms, char **err)
+ * `messages` are the turn's message objects separated by '\n'.  Version 4:
+ * message i gets interface_ids[i] and metadata[i] (arrays and entries may be NULL). */
+static parley_status append_full(harness *h, const char *persona, const char *iface,
+                                 const char *id, unsigned turn_no, const char *messages,
+                                 const char *const *interface_ids, const char *const *metadata,
+                                 uint64_t now_ms, char **err)
 {
     char tid[37], mids[16][37];
     turn_id_for(turn_no, tid);
@@ -149,12 +162,25 @@ static parley_status append_keyed(harness *h, const char *persona, const char *i
         char role_probe[64];
         snprintf(role_probe, sizeof role_probe, "%.*s", (int)(len < 60 ? len : 60), p);
         msgs[n].role = role_of(role_probe);
+        if (interface_ids)
+            msgs[n].interface_message_id = interface_ids[n];
+        if (metadata && metadata[n]) {
+            msgs[n].metadata = metadata[n];
+            msgs[n].metadata_len = strlen(metadata[n]);
+        }
         n++;
         p = end ? end + 1 : p + len;
     }
     store_turn turn = {tid, now_ms > 500 ? now_ms - 500 : 0, now_ms, msgs, n};
     store_key key = {id, persona, iface};
     return h->bc->backend->append(h->s, &key, &turn, now_ms, err);
+}
+
+static parley_status append_keyed(harness *h, const char *persona, const char *iface,
+                                  const char *id, unsigned turn_no, const char *messages,
+                                  uint64_t now_ms, char **err)
+{
+    return append_full(h, persona, iface, id, turn_no, messages, NULL, NULL, now_ms, err);
 }
 
 static int append_at(harness *h, const char *id, unsigned turn_no, const char *messages,
@@ -570,7 +596,8 @@ static void test_forget(const backend_case *bc)
     stop(&h);
 }
 
-/* Exact bytes of the three dumps (the same for every backend). */
+/* Exact bytes of the three dumps (the same for every backend).  Version 4
+ * adds each conversation's lifetime right after its head. */
 static void test_dumps_exact(const backend_case *bc)
 {
     harness h = start(bc, 0, 10, 0);
@@ -578,15 +605,27 @@ static void test_dumps_exact(const backend_case *bc)
     const char *id = "odd \"id\"\\\n\x01";
     CHECK(append_at(&h, id, 1, TURN1, t0 + 2000) == 0);
     CHECK(append_at(&h, "other", 2, USER("x"), t0 + 3000) == 0);
+    int v4 = has_v4(bc);
+    const char *odd_life = v4 ? ",\"last_message_at\":\"2026-11-22T19:31:02.116Z\","
+                                "\"message_count\":4,\"turn_count\":1,"
+                                "\"participants\":[\"user\",\"assistant\",\"tool\"]"
+                              : "";
+    const char *other_life = v4 ? ",\"last_message_at\":\"2026-11-22T19:31:03.113Z\","
+                                  "\"message_count\":1,\"turn_count\":1,"
+                                  "\"participants\":[\"user\"]"
+                                : "";
     char *conv = dump_conversation(&h, id, t0 + 4000);
-    CHECK_STR(conv, "{\"conversation_id\":\"odd \\\"id\\\"\\\\\\n\\u0001\","
-                    "\"created_at\":\"2026-11-22T19:31:02.123Z\","
-                    "\"last_used_at\":\"2026-11-22T19:31:02.123Z\","
-                    "\"turns\":[{\"turn_id\":\"00000001-0000-4000-8000-000000000001\","
-                    "\"started_at\":\"2026-11-22T19:31:01.623Z\","
-                    "\"finished_at\":\"2026-11-22T19:31:02.123Z\","
-                    "\"messages\":[" TURN1_JOINED "]}]}");
+    char *want = pstr_printf("{\"conversation_id\":\"odd \\\"id\\\"\\\\\\n\\u0001\","
+                             "\"created_at\":\"2026-11-22T19:31:02.123Z\","
+                             "\"last_used_at\":\"2026-11-22T19:31:02.123Z\"%s,"
+                             "\"turns\":[{\"turn_id\":\"00000001-0000-4000-8000-000000000001\","
+                             "\"started_at\":\"2026-11-22T19:31:01.623Z\","
+                             "\"finished_at\":\"2026-11-22T19:31:02.123Z\","
+                             "\"messages\":[%s]}]}",
+                             odd_life, TURN1_JOINED);
+    CHECK_STR(conv, want);
     free(conv);
+    free(want);
     char *turn = dump_turn(&h, 2, t0 + 4000);
     CHECK_STR(turn, "{\"conversation_id\":\"other\",\"turn\":{"
                     "\"turn_id\":\"00000002-0000-4000-8000-000000000002\","
@@ -595,13 +634,16 @@ static void test_dumps_exact(const backend_case *bc)
                     "\"messages\":[" USER("x") "]}}");
     free(turn);
     char *list = dump_list(&h, t0 + 4000);
-    CHECK_STR(list, "{\"conversations\":[{\"conversation_id\":\"other\","
-                    "\"created_at\":\"2026-11-22T19:31:03.123Z\","
-                    "\"last_used_at\":\"2026-11-22T19:31:03.123Z\",\"turns\":1},"
-                    "{\"conversation_id\":\"odd \\\"id\\\"\\\\\\n\\u0001\","
-                    "\"created_at\":\"2026-11-22T19:31:02.123Z\","
-                    "\"last_used_at\":\"2026-11-22T19:31:02.123Z\",\"turns\":1}]}");
+    want = pstr_printf("{\"conversations\":[{\"conversation_id\":\"other\","
+                       "\"created_at\":\"2026-11-22T19:31:03.123Z\","
+                       "\"last_used_at\":\"2026-11-22T19:31:03.123Z\"%s,\"turns\":1},"
+                       "{\"conversation_id\":\"odd \\\"id\\\"\\\\\\n\\u0001\","
+                       "\"created_at\":\"2026-11-22T19:31:02.123Z\","
+                       "\"last_used_at\":\"2026-11-22T19:31:02.123Z\"%s,\"turns\":1}]}",
+                       other_life, odd_life);
+    CHECK_STR(list, want);
     free(list);
+    free(want);
     stop(&h);
 }
 
@@ -668,6 +710,29 @@ typedef struct worker {
     int errors;
 } worker;
 
+/* Set, find and load turn `turn_no` of `id` by its interface id; errors but not NOT_FOUND
+ * (another thread's appends may have trimmed it) count. */
+static int identity_calls(harness *h, const char *id, unsigned turn_no, uint64_t now_ms)
+{
+    const store_backend *b = h->bc->backend;
+    char tid[37], iface[32], mid[37], found_tid[37];
+    turn_id_for(turn_no, tid);
+    snprintf(iface, sizeof iface, "out-%u", turn_no);
+    store_key key = {id, "", ""};
+    pbuf out = PBUF_INIT;
+    size_t n = 0;
+    int in_window = 0, errors = 0;
+    parley_status st[3];
+    st[0] = b->set_interface_message_id(h->s, tid, iface, now_ms, mid, NULL);
+    st[1] = b->find_message(h->s, &key, iface, now_ms, &out, NULL);
+    st[2] = b->load_turn(h->s, &key, NULL, iface, 5, now_ms, &out, &n, found_tid, &in_window,
+                         NULL);
+    for (size_t i = 0; i < 3; i++)
+        errors += st[i] != PARLEY_OK && st[i] != PARLEY_ERR_NOT_FOUND;
+    pbuf_free(&out);
+    return errors;
+}
+
 static void *work(void *arg)
 {
     worker *w = arg;
@@ -689,6 +754,8 @@ static void *work(void *arg)
             w->errors += w->h->bc->backend->list(w->h->s, 1000 + i, &list, NULL) != PARLEY_OK;
             pbuf_free(&list);
         }
+        if (has_v4(w->h->bc)) /* identity calls race with appends and trimming */
+            w->errors += identity_calls(w->h, target, turn_no, 1000 + i);
     }
     return NULL;
 }
@@ -746,16 +813,702 @@ static char *scripted_transcript(const backend_case *bc)
     return pbuf_take(&b);
 }
 
+/* Compared within each group of the same version (the lifetime is in v4 dumps only). */
 static void test_same_bytes_everywhere(void)
 {
-    char *first = scripted_transcript(&backends[0]);
-    CHECK(first && strstr(first, "\"turns\":2}") != NULL);
-    for (size_t i = 1; i < NBACKENDS; i++) {
-        char *other = scripted_transcript(&backends[i]);
-        CHECK_STR(other, first);
-        free(other);
+    char *first[2] = {NULL, NULL};
+    const char *first_scheme[2] = {NULL, NULL};
+    for (size_t i = 0; i < NBACKENDS; i++) {
+        int v4 = has_v4(&backends[i]);
+        char *text = scripted_transcript(&backends[i]);
+        CHECK(text && strstr(text, "\"turns\":2}") != NULL);
+        if (!first[v4]) {
+            first[v4] = text;
+            first_scheme[v4] = backends[i].backend->scheme;
+            continue;
+        }
+        CHECK_STR(text, first[v4]);
+        free(text);
+    }
+    if (first[0] && first[1])
+        printf("SKIPPED: same bytes of %s (v4) against the backends without v4 (from %s)\n",
+               first_scheme[1], first_scheme[0]);
+    free(first[0]);
+    free(first[1]);
+}
+
+/* ---- version 4: message identity (interface ids, metadata, lifetime) ---- */
+
+#define SYSTEM(text) "{\"role\":\"system\",\"content\":\"" text "\"}"
+/* Metadata is kept verbatim: escapes stay as the host wrote them. */
+#define META_ALICE "{\"from\":\"alice\",\"chat\":7,\"note\":\"caf\\u00e9 \\\"x\\\"\"}"
+/* A question and its answer; as load() gives them back. */
+#define QA(n) USER("q" #n) "\n" ASSISTANT("a" #n)
+#define QA_LOADED(n) USER("q" #n) "," ASSISTANT("a" #n) ","
+
+static void message_id_for(unsigned turn_no, size_t i, char out[37])
+{
+    snprintf(out, 37, "%08x-1111-4000-8000-%012zx", turn_no, i);
+}
+
+/* find_message's answer, or NULL for NOT_FOUND (then nothing was appended). */
+static char *find_keyed(harness *h, const char *persona, const char *iface, const char *id,
+                        const char *interface_message_id, uint64_t now_ms)
+{
+    store_key key = {id, persona, iface};
+    pbuf b = PBUF_INIT;
+    char *err = NULL;
+    parley_status st =
+        h->bc->backend->find_message(h->s, &key, interface_message_id, now_ms, &b, &err);
+    CHECK(st == PARLEY_OK || st == PARLEY_ERR_NOT_FOUND);
+    free(err);
+    if (st != PARLEY_OK) {
+        CHECK(b.len == 0);
+        pbuf_free(&b);
+        return NULL;
+    }
+    return pbuf_take(&b);
+}
+
+static char *find_message(harness *h, const char *id, const char *interface_message_id,
+                          uint64_t now_ms)
+{
+    return find_keyed(h, "", "", id, interface_message_id, now_ms);
+}
+
+/* Member `name` of the JSON object `json`: a string's value, else its compact
+ * JSON; NULL when absent (or json is NULL). */
+static char *member_of(const char *json, const char *name)
+{
+    json_t *root = json ? json_loads(json, 0, NULL) : NULL;
+    json_t *v = json_object_get(root, name);
+    char *out = !v                ? NULL
+                : json_is_string(v) ? strdup(json_string_value(v))
+                                    : json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY);
+    json_decref(root);
+    return out;
+}
+
+/* The message_id of find_message's answer ("(none)" for NOT_FOUND). */
+static char *found_id(harness *h, const char *id, const char *interface_message_id,
+                      uint64_t now_ms)
+{
+    char *m = find_message(h, id, interface_message_id, now_ms);
+    char *mid = m ? member_of(m, "message_id") : strdup("(none)");
+    free(m);
+    return mid;
+}
+
+static void check_found_id(harness *h, const char *id, const char *interface_message_id,
+                           unsigned turn_no, size_t index, uint64_t now_ms)
+{
+    char want[37];
+    message_id_for(turn_no, index, want);
+    char *mid = found_id(h, id, interface_message_id, now_ms);
+    CHECK_STR(mid, want);
+    free(mid);
+}
+
+static parley_status set_interface_id(harness *h, unsigned turn_no, const char *interface_id,
+                                      uint64_t now_ms, char message_id[37])
+{
+    char tid[37];
+    turn_id_for(turn_no, tid);
+    char *err = NULL;
+    strcpy(message_id, "untouched");
+    parley_status st = h->bc->backend->set_interface_message_id(h->s, tid, interface_id, now_ms,
+                                                                message_id, &err);
+    if (st != PARLEY_OK && st != PARLEY_ERR_NOT_FOUND)
+        CHECK(err != NULL); /* a failure says why */
+    free(err);
+    return st;
+}
+
+/* get_message's answer (NULL for NOT_FOUND, or a backend without version 3). */
+static char *message_by_id(harness *h, unsigned turn_no, size_t index, uint64_t now_ms)
+{
+    if (!h->bc->backend->get_message)
+        return NULL;
+    char mid[37];
+    message_id_for(turn_no, index, mid);
+    pbuf b = PBUF_INIT;
+    parley_status st = h->bc->backend->get_message(h->s, mid, now_ms, &b, NULL);
+    if (st != PARLEY_OK) {
+        pbuf_free(&b);
+        return NULL;
+    }
+    return pbuf_take(&b);
+}
+
+/* A query's messages ("m1,m2"), or NULL for a backend without version 3. */
+static char *query_messages(harness *h, const char *id, const char *iface, int newest_first)
+{
+    if (!h->bc->backend->query)
+        return NULL;
+    store_query q = {.conversation_id = id, .persona = id ? "" : NULL, .interface_type = iface,
+                     .until_ms = UINT64_MAX, .limit = 100, .newest_first = newest_first};
+    pbuf b = PBUF_INIT;
+    size_t count = 0;
+    uint64_t last = 0;
+    int more = 0;
+    CHECK(h->bc->backend->query(h->s, &q, 0, &b, &count, &last, &more, NULL) == PARLEY_OK);
+    return pbuf_take(&b);
+}
+
+typedef struct turn_lookup {
+    parley_status st;
+    char *text;          /* "[" then what load_turn appended */
+    size_t nmessages;
+    char turn_id[37];
+    int in_window;
+} turn_lookup;
+
+/* load_turn on conversation `id` (under persona/interface) by turn number
+ * (0: none) and/or interface id. */
+static turn_lookup lookup_turn_keyed(harness *h, const char *persona, const char *iface,
+                                     const char *id, unsigned turn_no,
+                                     const char *interface_message_id, size_t window_turns,
+                                     uint64_t now_ms)
+{
+    store_key key = {id, persona, iface};
+    char tid[37];
+    turn_id_for(turn_no, tid);
+    turn_lookup r = {.nmessages = 99, .in_window = 99};
+    strcpy(r.turn_id, "untouched");
+    pbuf b = PBUF_INIT;
+    pbuf_puts(&b, "["); /* the caller's earlier bytes stay */
+    char *err = NULL;
+    r.st = h->bc->backend->load_turn(h->s, &key, turn_no ? tid : NULL, interface_message_id,
+                                     window_turns, now_ms, &b, &r.nmessages, r.turn_id,
+                                     &r.in_window, &err);
+    free(err);
+    r.text = pbuf_take(&b);
+    return r;
+}
+
+static turn_lookup lookup_turn(harness *h, const char *id, unsigned turn_no,
+                               const char *interface_message_id, size_t window_turns,
+                               uint64_t now_ms)
+{
+    return lookup_turn_keyed(h, "", "", id, turn_no, interface_message_id, window_turns, now_ms);
+}
+
+static void check_not_found(turn_lookup r)
+{
+    CHECK(r.st == PARLEY_ERR_NOT_FOUND);
+    CHECK_STR(r.text, "["); /* nothing appended */
+    free(r.text);
+}
+
+/* load_turn found turn `turn_no`: in the window (nothing appended), or not
+ * (then `messages` in load()'s form, `n` of them). */
+static void check_lookup(turn_lookup r, unsigned turn_no, int in_window, const char *messages,
+                         size_t n)
+{
+    char tid[37];
+    turn_id_for(turn_no, tid);
+    CHECK(r.st == PARLEY_OK);
+    CHECK_STR(r.turn_id, tid);
+    CHECK(r.in_window == in_window);
+    char *want = pstr_printf("[%s", in_window ? "" : messages);
+    CHECK_STR(r.text, want);
+    CHECK(r.nmessages == (in_window ? 0 : n));
+    free(want);
+    free(r.text);
+}
+
+/* A conversation's lifetime as one line, from its dump and from its list entry
+ * (which must agree): "messages turns [participants] last_message_at kept=N/N". */
+static char *lifetime_line(harness *h, const char *id, uint64_t now_ms)
+{
+    char *dump = dump_conversation(h, id, now_ms), *list = dump_list(h, now_ms);
+    json_t *conv = dump ? json_loads(dump, 0, NULL) : NULL;
+    json_t *root = list ? json_loads(list, 0, NULL) : NULL, *listed = NULL;
+    json_t *all = json_object_get(root, "conversations");
+    for (size_t i = 0; i < json_array_size(all); i++) {
+        json_t *c = json_array_get(all, i);
+        const char *cid = json_string_value(json_object_get(c, "conversation_id"));
+        if (cid && strcmp(cid, id) == 0 && !json_object_get(c, "persona") &&
+            !json_object_get(c, "interface_type"))
+            listed = c;
+    }
+    pbuf b = PBUF_INIT;
+    if (!conv || !listed) {
+        pbuf_puts(&b, "(missing)");
+    } else {
+        static const char *const keys[] = {"last_message_at", "message_count", "turn_count",
+                                           "participants"};
+        for (size_t i = 0; i < 4; i++) /* the list entry says the same */
+            CHECK(json_equal(json_object_get(conv, keys[i]), json_object_get(listed, keys[i])));
+        char *participants = json_dumps(json_object_get(conv, "participants"), JSON_COMPACT);
+        pbuf_printf(&b, "%lld %lld %s %s kept=%zu/%lld",
+                    (long long)json_integer_value(json_object_get(conv, "message_count")),
+                    (long long)json_integer_value(json_object_get(conv, "turn_count")),
+                    participants ? participants : "?",
+                    json_string_value(json_object_get(conv, "last_message_at")),
+                    json_array_size(json_object_get(conv, "turns")),
+                    (long long)json_integer_value(json_object_get(listed, "turns")));
+        free(participants);
+    }
+    json_decref(conv);
+    json_decref(root);
+    free(dump);
+    free(list);
+    return pbuf_take(&b);
+}
+
+static void check_lifetime(harness *h, const char *id, uint64_t now_ms, const char *want)
+{
+    char *line = lifetime_line(h, id, now_ms);
+    CHECK_STR(line, want);
+    free(line);
+}
+
+/* What the host gave a message comes back with it: find_message, get_message, query. */
+static void test_v4_identity_round_trip(const backend_case *bc)
+{
+    harness h = start(bc, 0, 10, 0);
+    const char *ids1[] = {"tg-1", NULL}, *meta1[] = {META_ALICE, NULL};
+    char *err = NULL;
+    CHECK(append_full(&h, "", "telegram", "c", 1, USER("hi") "\n" ASSISTANT("hello"), ids1,
+                      meta1, 1000, &err) == PARLEY_OK);
+    /* An id that needs escaping; metadata without an id; an id without metadata. */
+    const char *ids2[] = {NULL, "out \"2\"\\"}, *meta2[] = {"{}", NULL};
+    CHECK(append_full(&h, "", "telegram", "c", 2, USER("again") "\n" ASSISTANT("sure"), ids2,
+                      meta2, 2000, &err) == PARLEY_OK);
+    free(err);
+    const char *user1 =
+        "{\"message_id\":\"00000001-1111-4000-8000-000000000000\",\"conversation_id\":\"c\","
+        "\"interface_type\":\"telegram\",\"persona\":\"\","
+        "\"turn_id\":\"00000001-0000-4000-8000-000000000001\",\"role\":\"user\","
+        "\"created_at\":\"1970-01-01T00:00:00.990Z\",\"interface_message_id\":\"tg-1\","
+        "\"metadata\":" META_ALICE ",\"message\":" USER("hi") "}";
+    const char *assistant1 =
+        "{\"message_id\":\"00000001-1111-4000-8000-000000000001\",\"conversation_id\":\"c\","
+        "\"interface_type\":\"telegram\",\"persona\":\"\","
+        "\"turn_id\":\"00000001-0000-4000-8000-000000000001\",\"role\":\"assistant\","
+        "\"created_at\":\"1970-01-01T00:00:00.991Z\",\"message\":" ASSISTANT("hello") "}";
+    const char *user2 =
+        "{\"message_id\":\"00000002-1111-4000-8000-000000000000\",\"conversation_id\":\"c\","
+        "\"interface_type\":\"telegram\",\"persona\":\"\","
+        "\"turn_id\":\"00000002-0000-4000-8000-000000000002\",\"role\":\"user\","
+        "\"created_at\":\"1970-01-01T00:00:01.990Z\",\"metadata\":{},"
+        "\"message\":" USER("again") "}";
+    const char *assistant2 =
+        "{\"message_id\":\"00000002-1111-4000-8000-000000000001\",\"conversation_id\":\"c\","
+        "\"interface_type\":\"telegram\",\"persona\":\"\","
+        "\"turn_id\":\"00000002-0000-4000-8000-000000000002\",\"role\":\"assistant\","
+        "\"created_at\":\"1970-01-01T00:00:01.991Z\","
+        "\"interface_message_id\":\"out \\\"2\\\"\\\\\",\"message\":" ASSISTANT("sure") "}";
+    char *found = find_keyed(&h, "", "telegram", "c", "tg-1", 3000);
+    CHECK_STR(found, user1);
+    free(found);
+    found = find_keyed(&h, "", "telegram", "c", "out \"2\"\\", 3000);
+    CHECK_STR(found, assistant2);
+    free(found);
+    if (!bc->backend->get_message || !bc->backend->query) {
+        printf("SKIPPED: %s: identity through get_message/query (no version 3)\n",
+               bc->backend->scheme);
+        stop(&h);
+        return;
+    }
+    const char *want[4] = {user1, assistant1, user2, assistant2};
+    for (unsigned i = 0; i < 4; i++) {
+        char *m = message_by_id(&h, 1 + i / 2, i % 2, 3000);
+        CHECK_STR(m, want[i]);
+        free(m);
+    }
+    char *oldest_first = query_messages(&h, "c", "telegram", 0);
+    char *all = pstr_printf("%s,%s,%s,%s", user1, assistant1, user2, assistant2);
+    CHECK_STR(oldest_first, all);
+    char *newest_first = query_messages(&h, NULL, NULL, 1);
+    char *reversed = pstr_printf("%s,%s,%s,%s", assistant2, user2, assistant1, user1);
+    CHECK_STR(newest_first, reversed);
+    free(oldest_first);
+    free(all);
+    free(newest_first);
+    free(reversed);
+    stop(&h);
+}
+
+/* An interface id too long is refused with a message; nothing is stored. */
+static void test_v4_bad_identity_changes_nothing(const backend_case *bc)
+{
+    harness h = start(bc, 0, 10, 0);
+    append_at(&h, "a", 1, USER("a"), 1);
+    char *before = snapshot(&h);
+    char long_id[STORE_MAX_INTERFACE_MESSAGE_ID + 2];
+    memset(long_id, 'x', sizeof long_id - 1);
+    long_id[sizeof long_id - 1] = '\0';
+    const char *ids[] = {long_id};
+    char *err = NULL;
+    CHECK(append_full(&h, "", "", "a", 2, USER("b"), ids, NULL, 2, &err) != PARLEY_OK);
+    CHECK(err != NULL);
+    free(err);
+    char *after = snapshot(&h);
+    CHECK_STR(after, before);
+    free(before);
+    free(after);
+    /* The longest allowed is kept. */
+    long_id[STORE_MAX_INTERFACE_MESSAGE_ID] = '\0';
+    CHECK(append_full(&h, "", "", "a", 3, USER("c"), ids, NULL, 3, NULL) == PARLEY_OK);
+    check_found_id(&h, "a", long_id, 3, 0, 3);
+    stop(&h);
+}
+
+/* The lifetime counts whole life: past keep_turns, reset only when forgotten. */
+static void test_v4_lifetime(const backend_case *bc)
+{
+    harness h = start(bc, 2, 3, 0);
+    append_at(&h, "c", 1, TURN1, 1000);
+    check_lifetime(&h, "c", 1000,
+                   "4 1 [\"user\",\"assistant\",\"tool\"] 1970-01-01T00:00:00.993Z kept=1/1");
+    append_at(&h, "c", 2, USER("two") "\n" ASSISTANT("two"), 2000);
+    append_at(&h, "c", 3, USER("three"), 3000); /* drops turn 1 */
+    append_at(&h, "c", 3, USER("three"), 3500); /* a retry counts nothing */
+    check_lifetime(&h, "c", 3500,
+                   "7 3 [\"user\",\"assistant\",\"tool\"] 1970-01-01T00:00:02.990Z kept=2/2");
+    /* Participants in a fixed order, whatever order the roles came in. */
+    append_at(&h, "p", 4, SYSTEM("the washing machine has finished"), 4000);
+    check_lifetime(&h, "p", 4000, "1 1 [\"system\"] 1970-01-01T00:00:03.990Z kept=1/1");
+    append_at(&h, "p", 5, ASSISTANT("noted") "\n" USER("thanks"), 5000);
+    check_lifetime(&h, "p", 5000,
+                   "3 2 [\"user\",\"assistant\",\"system\"] 1970-01-01T00:00:04.991Z kept=2/2");
+    /* Forgotten: it starts from zero. */
+    CHECK(forget(&h, "c") == PARLEY_OK);
+    append_at(&h, "c", 6, USER("again"), 6000);
+    check_lifetime(&h, "c", 6000, "1 1 [\"user\"] 1970-01-01T00:00:05.990Z kept=1/1");
+    /* Evicted (max 3: c, p, x; y evicts p): it starts from zero too. */
+    append_at(&h, "x", 7, USER("x"), 7000);
+    append_at(&h, "y", 8, USER("y"), 8000);
+    CHECK(dump_conversation(&h, "p", 8000) == NULL);
+    append_at(&h, "p", 9, ASSISTANT("back"), 9000);
+    check_lifetime(&h, "p", 9000, "1 1 [\"assistant\"] 1970-01-01T00:00:08.990Z kept=1/1");
+    stop(&h);
+
+    /* Idle past the timeout: the next append restarts it, lifetime included. */
+    h = start(bc, 0, 10, 1000);
+    append_at(&h, "c", 1, TURN1, 1000);
+    append_at(&h, "c", 2, USER("within"), 1900);
+    check_lifetime(&h, "c", 1900,
+                   "5 2 [\"user\",\"assistant\",\"tool\"] 1970-01-01T00:00:01.890Z kept=2/2");
+    append_at(&h, "c", 3, USER("fresh"), 5000);
+    check_lifetime(&h, "c", 5000, "1 1 [\"user\"] 1970-01-01T00:00:04.990Z kept=1/1");
+    stop(&h);
+}
+
+/* The final answer gets the interface's id: its last assistant message, else its last. */
+static void test_v4_set_interface_message_id(const backend_case *bc)
+{
+    harness h = start(bc, 2, 10, 10000);
+    const char *ids1[] = {"in-1", NULL, NULL, NULL}, *meta1[] = {"{\"k\":1}", NULL, NULL, NULL};
+    CHECK(append_full(&h, "", "", "c", 1, TURN1, ids1, meta1, 1000, NULL) == PARLEY_OK);
+    char mid[37], want[37];
+    char *list_before = dump_list(&h, 1000), *conv_before = dump_conversation(&h, "c", 1000);
+    CHECK(set_interface_id(&h, 1, "out-1", 1000, mid) == PARLEY_OK);
+    message_id_for(1, 3, want); /* "done", after the tool call and its result */
+    CHECK_STR(mid, want);
+    char *m = find_message(&h, "c", "out-1", 1000);
+    char *text = member_of(m, "message");
+    CHECK_STR(text, ASSISTANT("done"));
+    free(text);
+    free(m);
+    m = find_message(&h, "c", "in-1", 1000); /* the user's identity stays */
+    text = member_of(m, "metadata");
+    CHECK_STR(text, "{\"k\":1}");
+    free(text);
+    free(m);
+    /* Not a use of the conversation, and the turns read the same. */
+    char *list_after = dump_list(&h, 1000), *conv_after = dump_conversation(&h, "c", 1000);
+    CHECK_STR(list_after, list_before);
+    CHECK_STR(conv_after, conv_before);
+    free(list_before);
+    free(list_after);
+    free(conv_before);
+    free(conv_after);
+    /* Replaced, not added. */
+    CHECK(set_interface_id(&h, 1, "out-1b", 1000, mid) == PARLEY_OK);
+    CHECK_STR(mid, want);
+    CHECK(find_message(&h, "c", "out-1", 1000) == NULL);
+    check_found_id(&h, "c", "out-1b", 1, 3, 1000);
+    /* The last assistant message need not be the last message. */
+    append_at(&h, "c", 2, USER("u") "\n" ASSISTANT("checking") "\n" TOOL_RESULT("c2"), 2000);
+    CHECK(set_interface_id(&h, 2, "out-2", 2000, mid) == PARLEY_OK);
+    message_id_for(2, 1, want);
+    CHECK_STR(mid, want);
+    /* No assistant message: the last message, whose own id is replaced. */
+    const char *ids3[] = {"in-3"};
+    CHECK(append_full(&h, "", "", "c", 3, USER("a"), ids3, NULL, 3000, NULL) == PARLEY_OK);
+    CHECK(set_interface_id(&h, 3, "out-3", 3000, mid) == PARLEY_OK);
+    message_id_for(3, 0, want);
+    CHECK_STR(mid, want);
+    CHECK(find_message(&h, "c", "in-3", 3000) == NULL);
+    check_found_id(&h, "c", "out-3", 3, 0, 3000);
+    /* Turn 1 was dropped by keep_turns: not found, and its ids with it. */
+    CHECK(set_interface_id(&h, 1, "late", 3000, mid) == PARLEY_ERR_NOT_FOUND);
+    CHECK(find_message(&h, "c", "out-1b", 3000) == NULL);
+    CHECK(set_interface_id(&h, 99, "x", 3000, mid) == PARLEY_ERR_NOT_FOUND);
+    /* Bad ids are refused (with a message) and change nothing. */
+    char *before = snapshot(&h);
+    char long_id[STORE_MAX_INTERFACE_MESSAGE_ID + 2];
+    memset(long_id, 'x', sizeof long_id - 1);
+    long_id[sizeof long_id - 1] = '\0';
+    parley_status st = set_interface_id(&h, 3, "", 3000, mid);
+    CHECK(st != PARLEY_OK && st != PARLEY_ERR_NOT_FOUND);
+    st = set_interface_id(&h, 3, long_id, 3000, mid);
+    CHECK(st != PARLEY_OK && st != PARLEY_ERR_NOT_FOUND);
+    char *after = snapshot(&h);
+    CHECK_STR(after, before);
+    free(before);
+    free(after);
+    check_found_id(&h, "c", "out-3", 3, 0, 3000);
+    /* Expired at now_ms: gone. */
+    CHECK(set_interface_id(&h, 3, "too late", 3000 + 10001, mid) == PARLEY_ERR_NOT_FOUND);
+    stop(&h);
+}
+
+/* find_message: the most recent match, only within its key. */
+static void test_v4_find_message(const backend_case *bc)
+{
+    harness h = start(bc, 3, 10, 0);
+    const char *ids1[] = {"m-1"}, *ids2[] = {"m-2", "m-x"}, *ids3[] = {"m-1", "m-1"};
+    CHECK(append_full(&h, "", "", "c", 1, USER("one"), ids1, NULL, 1000, NULL) == PARLEY_OK);
+    CHECK(append_full(&h, "", "", "c", 2, USER("two") "\n" ASSISTANT("two"), ids2, NULL, 2000,
+                      NULL) == PARLEY_OK);
+    CHECK(append_full(&h, "", "", "c", 3, USER("three") "\n" ASSISTANT("dup"), ids3, NULL, 3000,
+                      NULL) == PARLEY_OK);
+    check_found_id(&h, "c", "m-1", 3, 1, 3000); /* the most recently stored of three */
+    check_found_id(&h, "c", "m-2", 2, 0, 3000);
+    check_found_id(&h, "c", "m-x", 2, 1, 3000);
+    /* The same interface id elsewhere is another message. */
+    const char *ids4[] = {"m-2"};
+    CHECK(append_full(&h, "", "", "d", 4, USER("d"), ids4, NULL, 4000, NULL) == PARLEY_OK);
+    check_found_id(&h, "c", "m-2", 2, 0, 4000);
+    check_found_id(&h, "d", "m-2", 4, 0, 4000);
+    const char *ids5[] = {"m-9"};
+    CHECK(append_full(&h, "pirate", "", "c", 5, USER("arr"), ids5, NULL, 5000, NULL) ==
+          PARLEY_OK);
+    CHECK(find_message(&h, "c", "m-9", 5000) == NULL);
+    char *m = find_keyed(&h, "pirate", "", "c", "m-9", 5000);
+    CHECK(m && strstr(m, "\"persona\":\"pirate\""));
+    free(m);
+    CHECK(find_keyed(&h, "", "telegram", "c", "m-1", 5000) == NULL);
+    CHECK(find_keyed(&h, "pirate", "", "c", "m-1", 5000) == NULL);
+    CHECK(find_message(&h, "c", "m-3", 5000) == NULL);
+    CHECK(find_message(&h, "nobody", "m-1", 5000) == NULL);
+    CHECK(find_message(&h, "c", "M-1", 5000) == NULL); /* exact, case included */
+    /* Dropped turns take their ids: keep 3 of c's turns 1, 2, 3, 6, 7. */
+    append_at(&h, "c", 6, USER("six"), 6000);
+    append_at(&h, "c", 7, USER("seven"), 7000);
+    CHECK(find_message(&h, "c", "m-2", 7000) == NULL);
+    check_found_id(&h, "c", "m-1", 3, 1, 7000);
+    append_at(&h, "c", 8, USER("eight"), 8000);
+    CHECK(find_message(&h, "c", "m-1", 8000) == NULL);
+    stop(&h);
+}
+
+/* The same conversation id under an interface is another conversation for
+ * every v4 call; an idle conversation is gone for them; clearing everything
+ * restarts the lifetime. */
+static void test_v4_keys_and_expiry(const backend_case *bc)
+{
+    harness h = start(bc, 0, 10, 1000);
+    const char *ids[] = {"tg-1", NULL};
+    CHECK(append_full(&h, "", "telegram", "c", 1, QA(1), ids, NULL, 1000, NULL) == PARLEY_OK);
+    CHECK(append_full(&h, "", "", "c", 2, QA(2), ids, NULL, 1000, NULL) == PARLEY_OK);
+    append_at(&h, "c", 3, QA(3), 1000);
+    check_lookup(lookup_turn_keyed(&h, "", "telegram", "c", 0, "tg-1", 1, 1000), 1, 1, NULL, 0);
+    check_lookup(lookup_turn(&h, "c", 0, "tg-1", 1, 1000), 2, 0, QA_LOADED(2), 2);
+    check_not_found(lookup_turn_keyed(&h, "", "telegram", "c", 2, NULL, 0, 1000));
+    check_not_found(lookup_turn_keyed(&h, "pirate", "", "c", 0, "tg-1", 0, 1000));
+    char mid[37], want[37];
+    CHECK(set_interface_id(&h, 1, "out-1", 1000, mid) == PARLEY_OK);
+    message_id_for(1, 1, want);
+    CHECK_STR(mid, want);
+    char *m = find_keyed(&h, "", "telegram", "c", "out-1", 1000);
+    char *mid_found = member_of(m, "message_id"), *iface = member_of(m, "interface_type");
+    CHECK_STR(mid_found, want);
+    CHECK_STR(iface, "telegram");
+    free(m);
+    free(mid_found);
+    free(iface);
+    CHECK(find_message(&h, "c", "out-1", 1000) == NULL);
+    /* Idle past the timeout: not found by any of them. */
+    CHECK(find_keyed(&h, "", "telegram", "c", "tg-1", 2001) == NULL);
+    check_not_found(lookup_turn(&h, "c", 2, NULL, 0, 2001));
+    CHECK(set_interface_id(&h, 3, "late", 2001, mid) == PARLEY_ERR_NOT_FOUND);
+    stop(&h);
+
+    /* Clearing everything restarts the lifetime too. */
+    h = start(bc, 0, 10, 0);
+    append_at(&h, "c", 1, TURN1, 1000);
+    CHECK(forget(&h, NULL) == PARLEY_OK);
+    append_at(&h, "c", 2, ASSISTANT("announcement"), 2000);
+    check_lifetime(&h, "c", 2000, "1 1 [\"assistant\"] 1970-01-01T00:00:01.990Z kept=1/1");
+    stop(&h);
+}
+
+/* load_turn: by turn id or interface id, only in its conversation; in the window or loaded. */
+static void test_v4_load_turn(const backend_case *bc)
+{
+    harness h = start(bc, 0, 10, 0);
+    /* One entry per message of the turn. */
+    const char *ids1[] = {"tg-1", NULL, NULL, NULL}, *ids2[] = {"tg-2", NULL};
+    const char *ids5[] = {NULL, "tg-5"};
+    const char *ids6[] = {"tg-6"};
+    CHECK(append_full(&h, "", "", "c", 1, TURN1, ids1, NULL, 1000, NULL) == PARLEY_OK);
+    CHECK(append_full(&h, "", "", "c", 2, QA(2), ids2, NULL, 2000, NULL) == PARLEY_OK);
+    append_at(&h, "c", 3, QA(3), 3000);
+    append_at(&h, "c", 4, QA(4), 4000);
+    CHECK(append_full(&h, "", "", "c", 5, QA(5), ids5, NULL, 5000, NULL) == PARLEY_OK);
+    CHECK(append_full(&h, "", "", "d", 6, USER("elsewhere"), ids6, NULL, 6000, NULL) ==
+          PARLEY_OK);
+    char *before = snapshot(&h);
+    /* Window 0 is everything: always in it. */
+    check_lookup(lookup_turn(&h, "c", 1, NULL, 0, 6000), 1, 1, NULL, 0);
+    /* Window N: the turns load(c, N) returns. */
+    check_lookup(lookup_turn(&h, "c", 1, NULL, 5, 6000), 1, 1, NULL, 0);
+    check_lookup(lookup_turn(&h, "c", 1, NULL, 50, 6000), 1, 1, NULL, 0);
+    check_lookup(lookup_turn(&h, "c", 1, NULL, 4, 6000), 1, 0, TURN1_JOINED ",", 4);
+    check_lookup(lookup_turn(&h, "c", 4, NULL, 2, 6000), 4, 1, NULL, 0);
+    check_lookup(lookup_turn(&h, "c", 3, NULL, 2, 6000), 3, 0, QA_LOADED(3), 2);
+    check_lookup(lookup_turn(&h, "c", 5, NULL, 1, 6000), 5, 1, NULL, 0);
+    /* Out of the window, the turn reads exactly as load() gives it. */
+    size_t n = 0;
+    char *loaded = load(&h, "c", 0, 6000, &n);
+    CHECK(loaded && strncmp(loaded, TURN1_JOINED ",", strlen(TURN1_JOINED ",")) == 0);
+    free(loaded);
+    /* By interface id: the turn holding that message. */
+    check_lookup(lookup_turn(&h, "c", 0, "tg-2", 1, 6000), 2, 0, QA_LOADED(2), 2);
+    check_lookup(lookup_turn(&h, "c", 0, "tg-1", 1, 6000), 1, 0, TURN1_JOINED ",", 4);
+    check_lookup(lookup_turn(&h, "c", 0, "tg-5", 1, 6000), 5, 1, NULL, 0);
+    /* A turn id, when given, decides. */
+    check_lookup(lookup_turn(&h, "c", 3, "tg-2", 0, 6000), 3, 1, NULL, 0);
+    /* Another conversation's turn, unknown ones: not found. */
+    check_not_found(lookup_turn(&h, "c", 6, NULL, 0, 6000));
+    check_not_found(lookup_turn(&h, "c", 0, "tg-6", 0, 6000));
+    check_not_found(lookup_turn(&h, "c", 99, NULL, 0, 6000));
+    check_not_found(lookup_turn(&h, "c", 0, "tg-99", 0, 6000));
+    check_not_found(lookup_turn(&h, "c", 0, NULL, 0, 6000));
+    check_not_found(lookup_turn(&h, "nobody", 1, NULL, 0, 6000));
+    check_not_found(lookup_turn(&h, "d", 1, "tg-1", 0, 6000));
+    char *after = snapshot(&h);
+    CHECK_STR(after, before); /* reading changes nothing */
+    free(before);
+    free(after);
+    /* An id set after the turn finds it too. */
+    char mid[37];
+    CHECK(set_interface_id(&h, 3, "out-3", 6000, mid) == PARLEY_OK);
+    check_lookup(lookup_turn(&h, "c", 0, "out-3", 1, 6000), 3, 0, QA_LOADED(3), 2);
+    stop(&h);
+
+    /* A dropped turn is not found, by either name. */
+    h = start(bc, 2, 10, 0);
+    CHECK(append_full(&h, "", "", "c", 1, TURN1, ids1, NULL, 1000, NULL) == PARLEY_OK);
+    append_at(&h, "c", 2, QA(2), 2000);
+    append_at(&h, "c", 3, QA(3), 3000);
+    check_not_found(lookup_turn(&h, "c", 1, NULL, 0, 3000));
+    check_not_found(lookup_turn(&h, "c", 0, "tg-1", 0, 3000));
+    check_lookup(lookup_turn(&h, "c", 2, NULL, 1, 3000), 2, 0, QA_LOADED(2), 2);
+    stop(&h);
+}
+
+/* Everything v4 shows, for the same appends (compared across backends). */
+static char *identity_transcript(const backend_case *bc)
+{
+    harness h = start(bc, 2, 3, 0);
+    const char *ids[] = {"tg-1", NULL, NULL, NULL}, *meta[] = {META_ALICE, NULL, NULL, NULL};
+    append_full(&h, "", "", "a", 1, TURN1, ids, meta, 1000, NULL);
+    const char *ids2[] = {"tg-2", "out \"2\""}, *meta2[] = {"{\"n\":[1,2]}", NULL};
+    append_full(&h, "", "telegram", "a", 2, QA(2), ids2, meta2, 2000, NULL);
+    append_at(&h, "a", 3, SYSTEM("note"), 3000);
+    append_at(&h, "a", 4, QA(4), 4000);
+    char mid[37];
+    set_interface_id(&h, 4, "out-4", 4000, mid);
+    pbuf b = PBUF_INIT;
+    char *snap = snapshot(&h);
+    pbuf_puts(&b, snap);
+    free(snap);
+    const char *finds[][3] = {{"", "out-4"}, {"telegram", "out \"2\""}, {"telegram", "tg-2"},
+                              {"", "tg-1"}};
+    for (size_t i = 0; i < 4; i++) {
+        char *m = find_keyed(&h, "", finds[i][0], "a", finds[i][1], 4000);
+        pbuf_printf(&b, "\n%s", m ? m : "(none)");
+        free(m);
+    }
+    turn_lookup r = lookup_turn(&h, "a", 3, NULL, 1, 4000);
+    pbuf_printf(&b, "\n%d %d %zu %s %s", (int)r.st, r.in_window, r.nmessages, r.turn_id, r.text);
+    free(r.text);
+    if (bc->backend->query) {
+        char *q = query_messages(&h, NULL, NULL, 1);
+        pbuf_printf(&b, "\n%s", q);
+        free(q);
+    }
+    stop(&h);
+    return pbuf_take(&b);
+}
+
+static void test_v4_same_bytes_everywhere(void)
+{
+    char *first = NULL;
+    for (size_t i = 0; i < NBACKENDS; i++) {
+        if (!has_v4(&backends[i]))
+            continue;
+        char *text = identity_transcript(&backends[i]);
+        if (!first) {
+            CHECK(text && strstr(text, "\"interface_message_id\":\"out-4\""));
+            first = text;
+            continue;
+        }
+        CHECK_STR(text, first);
+        free(text);
     }
     free(first);
+}
+
+/* A durable store keeps ids, metadata, interface ids and the lifetime across a reopen. */
+static void test_v4_reopen(const backend_case *bc)
+{
+    harness h = start(bc, 1, 10, 0);
+    const char *ids[] = {"tg-1", NULL, NULL, NULL}, *meta[] = {META_ALICE, NULL, NULL, NULL};
+    CHECK(append_full(&h, "", "", "a", 1, TURN1, ids, meta, 1000, NULL) == PARLEY_OK);
+    append_at(&h, "a", 2, QA(2), 2000); /* drops turn 1, keeps its counts */
+    const char *ids3[] = {"tg-3"};
+    CHECK(append_full(&h, "", "", "b", 3, USER("b"), ids3, meta, 3000, NULL) == PARLEY_OK);
+    char mid[37];
+    CHECK(set_interface_id(&h, 3, "out-3", 3000, mid) == PARLEY_OK);
+    char *before = snapshot(&h), *found_before = find_message(&h, "b", "out-3", 3000);
+    reopen(&h);
+    char *after = snapshot(&h), *found_after = find_message(&h, "b", "out-3", 3000);
+    CHECK_STR(after, before);
+    CHECK(found_before && strstr(found_before, META_ALICE)); /* its metadata stays */
+    CHECK_STR(found_after, found_before);
+    check_lifetime(&h, "a", 3000,
+                   "6 2 [\"user\",\"assistant\",\"tool\"] 1970-01-01T00:00:01.991Z kept=1/1");
+    free(before);
+    free(after);
+    free(found_before);
+    free(found_after);
+    stop(&h);
+}
+
+static void test_v4(const backend_case *bc)
+{
+    if (!has_v4(bc)) {
+        printf("SKIPPED: %s: every version 4 check (set_interface_message_id, find_message, "
+               "load_turn not implemented)\n",
+               bc->backend->scheme);
+        return;
+    }
+    test_v4_identity_round_trip(bc);
+    test_v4_bad_identity_changes_nothing(bc);
+    test_v4_lifetime(bc);
+    test_v4_set_interface_message_id(bc);
+    test_v4_find_message(bc);
+    test_v4_load_turn(bc);
+    test_v4_keys_and_expiry(bc);
+    if (bc->durable)
+        test_v4_reopen(bc);
 }
 
 /* ---- durable backends ---- */
@@ -1307,6 +2060,7 @@ int main(void)
         test_keys(bc);
         test_bad_append_changes_nothing(bc);
         test_concurrent_use(bc);
+        test_v4(bc);
         if (bc->durable) {
             test_reopen_keeps_everything(bc);
             test_refuses_foreign_files(bc);
@@ -1321,6 +2075,7 @@ int main(void)
         }
     }
     test_same_bytes_everywhere();
+    test_v4_same_bytes_everywhere();
     redis_server_stop(&redis);
     char *cmd = pstr_printf("rm -rf '%s'", tmpdir);
     if (cmd && system(cmd) != 0)

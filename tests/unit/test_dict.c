@@ -107,6 +107,45 @@ static void test_basic(void)
     free(items);
 }
 
+/* dict_replace swaps the entry of a key in place, among many (long probe
+ * runs), and leaves every other key where it was; an absent key changes nothing. */
+static void test_replace(void)
+{
+    enum { N = 1000 };
+    item *items = make_items(N), *twins = make_items(N);
+    dict *d = dict_new(item_key);
+    for (int i = 0; i < N; i++)
+        CHECK(dict_add(d, &items[i]) == 0);
+    for (int i = 0; i < N; i += 3)
+        CHECK(dict_replace(d, &twins[i]) == &items[i]);
+    int ok = 1;
+    for (int i = 0; i < N; i++)
+        ok &= dict_find(d, items[i].key) == (i % 3 ? &items[i] : &twins[i]);
+    CHECK(ok);
+    CHECK(dict_size(d) == N);
+    item stranger = {"not-there", 0};
+    CHECK(dict_replace(d, &stranger) == NULL);
+    CHECK(dict_find(d, "not-there") == NULL && dict_size(d) == N);
+    CHECK(dict_replace(d, NULL) == NULL);
+    /* A tagged-pointer entry switches the table to plain slots, keeping all. */
+    if (UINTPTR_MAX > 0xffffffffu) {
+        fake_items = twins;
+        dict *m = dict_new(mixed_key);
+        for (int i = 0; i < N; i++)
+            CHECK(dict_add(m, &items[i]) == 0);
+        CHECK(dict_replace(m, (void *)(uintptr_t)(FAKE_BITS | 7)) == &items[7]);
+        ok = 1;
+        for (int i = 0; i < N; i++)
+            ok &= dict_find(m, items[i].key) ==
+                  (i == 7 ? (void *)(uintptr_t)(FAKE_BITS | 7) : (void *)&items[i]);
+        CHECK(ok);
+        dict_free(m);
+    }
+    dict_free(d);
+    free(items);
+    free(twins);
+}
+
 /* Keys of every length 0..47 around the hash's 8-byte blocks, and keys that
  * differ only in their last byte. */
 static void test_key_shapes(void)
@@ -281,6 +320,7 @@ int main(void)
 {
     test_empty();
     test_basic();
+    test_replace();
     test_key_shapes();
     churn(6, 20000);       /* capacity 8 at the 3/4 maximum load */
     churn(13, 50000);      /* capacity 16/32: long clusters, wrap-around */

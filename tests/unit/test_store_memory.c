@@ -752,17 +752,18 @@ static char *snapshot(store *h)
 }
 
 /*
- * Fail each allocation of a commit in turn: every failure must return -1 and
- * leave the store exactly as it was; the first run with no failure commits.
- * Returns how many failures were injected.
+ * Fail each allocation of op(h, arg) in turn: every failure must return -1
+ * and leave view(h) exactly as it was; the first run with no failure
+ * succeeds.  Returns how many failures were injected.
  */
-static int commit_under_oom(store *h, const char *id, unsigned turn_no, uint64_t now_ms)
+static int all_or_nothing_under_oom(store *h, char *(*view)(store *),
+                                    int (*op)(store *, const void *), const void *arg)
 {
-    char *before = snapshot(h);
+    char *before = view(h);
     int failures = 0, unchanged = 1;
     for (long k = 0;; k++) {
         allocations_until_failure = k;
-        int rc = commit_at(h, id, turn_no, USER("under pressure"), 1, now_ms);
+        int rc = op(h, arg);
         int injected = allocations_until_failure < 0;
         allocations_until_failure = -1;
         if (rc == 0) /* a failed best-effort allocation (a shrink) may still commit */
@@ -771,13 +772,31 @@ static int commit_under_oom(store *h, const char *id, unsigned turn_no, uint64_t
         if (!injected)
             break;
         failures++;
-        char *after = snapshot(h);
+        char *after = view(h);
         unchanged &= after && before && strcmp(after, before) == 0;
         free(after);
     }
     CHECK(unchanged);
     free(before);
     return failures;
+}
+
+typedef struct commit_args {
+    const char *id;
+    unsigned turn_no;
+    uint64_t now_ms;
+} commit_args;
+
+static int commit_op(store *h, const void *arg)
+{
+    const commit_args *a = arg;
+    return commit_at(h, a->id, a->turn_no, USER("under pressure"), 1, a->now_ms);
+}
+
+static int commit_under_oom(store *h, const char *id, unsigned turn_no, uint64_t now_ms)
+{
+    commit_args a = {id, turn_no, now_ms};
+    return all_or_nothing_under_oom(h, snapshot, commit_op, &a);
 }
 
 /* Whether our malloc is the one in use: valgrind, for one, replaces it too. */
@@ -848,6 +867,94 @@ static void test_commit_is_all_or_nothing_under_oom(void)
     CHECK(s.conversations == 0 && s.turns == 0 && s.message_bytes == 0);
     CHECK(!turn_exists(h, turn_no - 1, 300));
     CHECK(commit_at(h, "after", 1, USER("x"), 1, 300) == 0);
+    close_store(h);
+}
+
+/* ---- version 4 under allocation failure ---- */
+
+/* Every message with its identity (a query shows it), then the snapshot. */
+static char *identity_view(store *h)
+{
+    store_query q = {.until_ms = UINT64_MAX, .limit = 100, .newest_first = 1};
+    pbuf b = PBUF_INIT;
+    size_t count = 0;
+    uint64_t last = 0;
+    int more = 0;
+    CHECK(B->query(h, &q, 0, &b, &count, &last, &more, NULL) == PARLEY_OK);
+    char *snap = snapshot(h);
+    pbuf_printf(&b, "|%s", snap ? snap : "(none)");
+    free(snap);
+    return pbuf_take(&b);
+}
+
+typedef struct identity_op {
+    int set;                    /* 0: append turn_no with identity; 1: set its answer's id */
+    unsigned turn_no;
+    const char *conversation_id;
+    const char *interface_id;
+    uint64_t now_ms;
+} identity_op;
+
+/* 0, or -1 on failure (the tests below only ever fail allocations). */
+static int run_identity_op(store *h, const void *arg)
+{
+    const identity_op *op = arg;
+    char tid[37], mids[2][37];
+    snprintf(tid, sizeof tid, "%08x-0000-4000-8000-%012x", op->turn_no, op->turn_no);
+    if (op->set)
+        return B->set_interface_message_id(h, tid, op->interface_id, op->now_ms, NULL, NULL) ==
+                       PARLEY_OK
+                   ? 0
+                   : -1;
+    for (unsigned i = 0; i < 2; i++)
+        snprintf(mids[i], sizeof mids[i], "%08x-2222-4000-8000-%012x", op->turn_no, i);
+    const char *meta = "{\"chat\":7}";
+    store_message m[2] = {
+        {mids[0], "user", op->now_ms, USER("q"), strlen(USER("q")), op->interface_id, meta,
+         strlen(meta)},
+        {mids[1], "assistant", op->now_ms, ASSISTANT("a"), strlen(ASSISTANT("a")), NULL, NULL, 0},
+    };
+    store_turn t = {tid, op->now_ms, op->now_ms, m, 2};
+    store_key key = key_of(op->conversation_id);
+    return B->append(h, &key, &t, op->now_ms, NULL) == PARLEY_OK ? 0 : -1;
+}
+
+/* Each failure leaves everything as it was, ids and metadata included. */
+static int identity_op_under_oom(store *h, const identity_op *op)
+{
+    return all_or_nothing_under_oom(h, identity_view, run_identity_op, op);
+}
+
+static void test_identity_is_all_or_nothing_under_oom(void)
+{
+    if (!FAULT_INJECTION || !fault_injection_works()) {
+        printf("test_identity_is_all_or_nothing_under_oom: skipped (malloc is not ours to fail)\n");
+        return;
+    }
+    store *h = new_store(2, 20, 0);
+    int most = 0;
+    for (unsigned i = 0; i < 30; i++) { /* the identity dict grows on the way */
+        char id[16], iface[16];
+        snprintf(id, sizeof id, "conv-%u", i % 10);
+        snprintf(iface, sizeof iface, "in-%u", i);
+        identity_op op = {0, 100 + i, id, iface, 1000 + i};
+        int f = identity_op_under_oom(h, &op);
+        most = f > most ? f : most;
+    }
+    CHECK(most >= 3); /* turn, identity block, and a dict growth at some point */
+    /* Setting an answer's id: a new block replaces the old (or is added). */
+    identity_op set = {1, 129, NULL, "out-129", 2000};
+    CHECK(identity_op_under_oom(h, &set) >= 1);
+    identity_op set_again = {1, 129, NULL, "out-129b", 2000};
+    CHECK(identity_op_under_oom(h, &set_again) >= 1);
+    store_key key = key_of("conv-9");
+    pbuf b = PBUF_INIT;
+    CHECK(B->find_message(h, &key, "out-129b", 2000, &b, NULL) == PARLEY_OK);
+    CHECK(b.data && strstr(b.data, ASSISTANT("a")));
+    pbuf_free(&b);
+    CHECK(B->find_message(h, &key, "in-29", 2000, &b, NULL) == PARLEY_OK);
+    CHECK(b.data && strstr(b.data, "\"metadata\":{\"chat\":7}"));
+    pbuf_free(&b);
     close_store(h);
 }
 
@@ -1054,6 +1161,7 @@ int main(void)
     test_limit_edges();
     test_duplicate_turn_id();
     test_commit_is_all_or_nothing_under_oom();
+    test_identity_is_all_or_nothing_under_oom();
     test_concurrent_use();
     close_store(NULL);
     return check_report();
