@@ -173,6 +173,13 @@ static void on_done(void *user_data, const parley_result *r) {
         json_object_set_new(line, "usage", jparse_plugin(r->usage_json, json_null(), "usage_json"));
     if (SHIM_HAS_FIELD(r, parley_result, stop_reason))
         json_object_set_new(line, "stop_reason", jstr(r->stop_reason));
+    /* message identity: only when set (a stored turn; an input with reply_to) */
+    const char *identity[][2] = {{"user_message_id", FIELD(user_message_id, NULL)},
+                                 {"answer_message_id", FIELD(answer_message_id, NULL)},
+                                 {"reply_context", FIELD(reply_context, NULL)}};
+    for (size_t i = 0; i < sizeof identity / sizeof identity[0]; i++)
+        if (identity[i][1])
+            json_object_set_new(line, identity[i][0], jstr(identity[i][1]));
 #undef FIELD
     /* Written before the turn leaves the in-flight set: a barrier that sees
      * in_flight == 0 knows every result line is out. */
@@ -208,6 +215,9 @@ static void handle_turn(unsigned long seq, const struct jsonl_turn *req,
         .agent_id = req->agent_id,
         .extra_system_prompt = req->extra_system_prompt,
         .interface_type = req->interface_type,
+        .interface_message_id = req->interface_message_id,
+        .metadata_json = req->metadata_json,
+        .reply_to_json = req->reply_to_json,
         .context_json = req->context_json,
         .tools_json = req->tools_json,
         .on_delta = on_delta,

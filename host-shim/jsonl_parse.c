@@ -65,6 +65,7 @@ static const struct str_field {
     {"extra_system_prompt", offsetof(struct jsonl_turn, extra_system_prompt)},
     {"persona", offsetof(struct jsonl_turn, persona)},
     {"interface_type", offsetof(struct jsonl_turn, interface_type)},
+    {"interface_message_id", offsetof(struct jsonl_turn, interface_message_id)},
 };
 #define NSTR (sizeof str_fields / sizeof str_fields[0])
 
@@ -74,7 +75,8 @@ static char **str_slot(struct jsonl_turn *t, size_t i) {
 
 static int known_turn_key(const char *key) {
     if (strcmp(key, "text") == 0 || strcmp(key, "context") == 0 || strcmp(key, "tools") == 0 ||
-        strcmp(key, "images") == 0)
+        strcmp(key, "images") == 0 || strcmp(key, "metadata") == 0 ||
+        strcmp(key, "reply_to") == 0)
         return 1;
     for (size_t i = 0; i < NSTR; i++)
         if (strcmp(key, str_fields[i].key) == 0)
@@ -100,6 +102,13 @@ static struct problem turn_problem(json_t *obj) {
     v = json_object_get(obj, "context");
     if (v && !json_is_object(v) && !json_is_null(v))
         return (struct problem){"%s", "\"context\" must be an object"};
+    /* what the object holds, the plugin checks (naming metadata_json / reply_to_json) */
+    v = json_object_get(obj, "metadata");
+    if (v && !json_is_object(v) && !json_is_null(v))
+        return (struct problem){"%s", "\"metadata\" must be an object"};
+    v = json_object_get(obj, "reply_to");
+    if (v && !json_is_object(v) && !json_is_null(v))
+        return (struct problem){"%s", "\"reply_to\" must be an object"};
     v = json_object_get(obj, "tools");
     if (v && !json_is_array(v) && !json_is_null(v))
         return (struct problem){"%s", "\"tools\" must be an array"};
@@ -126,6 +135,9 @@ static int build_turn(json_t *obj, struct jsonl_turn *t) {
     if (dump_opt(json_object_get(obj, "context"), &t->context_json) < 0)
         return -1;
     if (dump_opt(json_object_get(obj, "images"), &t->images_json) < 0)
+        return -1;
+    if (dump_opt(json_object_get(obj, "metadata"), &t->metadata_json) < 0 ||
+        dump_opt(json_object_get(obj, "reply_to"), &t->reply_to_json) < 0)
         return -1;
     return dump_opt(json_object_get(obj, "tools"), &t->tools_json);
 }
@@ -299,6 +311,8 @@ void jsonl_line_free(struct jsonl_line *l) {
     free(l->turn.context_json);
     free(l->turn.tools_json);
     free(l->turn.images_json);
+    free(l->turn.metadata_json);
+    free(l->turn.reply_to_json);
     free(l->op.id);
     free(l->op.json);
     memset(l, 0, sizeof *l);

@@ -56,6 +56,9 @@ struct jsonl_turn {
     char *tools_json;   /* a JSON array, serialized compactly */
     char *persona;
     char *images_json;  /* a JSON array ({"url"} or {"path"}), serialized compactly */
+    char *interface_message_id;
+    char *metadata_json; /* "metadata": a JSON object, serialized compactly */
+    char *reply_to_json; /* "reply_to": a JSON object, serialized compactly */
 };
 
 struct jsonl_op {

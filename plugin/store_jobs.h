@@ -22,6 +22,7 @@
 
 #include "buf.h"
 #include "inbox.h"
+#include "reply_context.h"
 #include "store/store.h"
 
 typedef struct turn turn;
@@ -54,6 +55,10 @@ typedef struct store_job {
     pbuf loaded;              /* LOAD: the messages, "m1,m2," */
     size_t nmessages;         /* LOAD */
     int lease_taken;          /* LOAD: the lease is now held (give it back when the turn ends) */
+    /* LOAD of a turn with reply_to: the turn it names, asked in the same store
+     * call (reply_context.h); its result moves to the turn */
+    reply_context reply;
+    size_t window_turns;      /* the turns sent: where "in the window" ends */
     uint64_t lease_retry_ms;  /* LOAD, status PARLEY_ERR_BUSY: another holder's lease has this left */
 } store_job;
 

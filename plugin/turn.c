@@ -37,6 +37,9 @@ void turn_free(turn *t)
     free(t->device_id);
     free(t->satellite_id);
     free(t->agent_id);
+    free(t->metadata);
+    free(t->interface_message_id);
+    reply_context_free(&t->reply);
     free(t->conversation_id);
     free(t->persona_name);
     image_list_free(&t->images);
@@ -351,17 +354,27 @@ static void turn_load_history(turn *t)
     size_t last = (size_t)t->opts.max_history_turns;
     if (t->counters && last)
         last++;
+    size_t window = (size_t)t->opts.max_history_turns; /* what is sent: reply_to's window */
     if (env->jobs) { /* WAIT loading: the store's read thread loads */
         store_job *job = store_job_new(STORE_JOB_LOAD, &key);
-        if (job)
+        if (job) {
             job->last_turns = last;
+            job->window_turns = window;
+            if (reply_context_copy_target(&job->reply, &t->reply) != 0) {
+                store_job_free(job);
+                job = NULL;
+            }
+        }
         wait_for_store(t, job);
         return;
     }
     size_t n = 0;
     char *err = NULL;
-    parley_status st = env->store->backend->load(env->store, &key, last, clock_wall_ms(),
-                                                 &t->history, &n, &err);
+    uint64_t now = clock_wall_ms();
+    parley_status st = env->store->backend->load(env->store, &key, last, now, &t->history, &n,
+                                                 &err);
+    if (st == PARLEY_OK && reply_context_wanted(&t->reply))
+        st = reply_context_load(env->store, &key, window, now, &t->reply, &err);
     t->nhistory = n;
     turn_on_history(t, st, err);
     free(err);
@@ -402,6 +415,29 @@ static int drop_oldest_turn(pbuf *history, size_t keep)
     return 1;
 }
 
+/*
+ * The turn reply_to names, when it is older than the history sent: its
+ * messages go after the history, just before the new user message (whole
+ * turns, so roles still alternate and every tool call keeps its results);
+ * the system prompt says what they are (system_prompt).  Sent, not stored.
+ */
+static void add_reply_context(turn *t)
+{
+    reply_context *r = &t->reply;
+    if (r->unsupported && !*t->env->reply_unsupported_logged) {
+        *t->env->reply_unsupported_logged = 1;
+        host_log(t->env->host, PARLEY_LOG_WARN,
+                 "history_store %s cannot look up the turn reply_to names: turns run without "
+                 "reply context (reply_context \"not_found\")", t->env->store->backend->scheme);
+    }
+    if (r->outcome != REPLY_INCLUDED)
+        return;
+    pbuf_append(&t->history, r->messages.data, r->messages.len);
+    t->nhistory += r->nmessages;
+    json_decref(t->history_msgs); /* parsed again with them, if the codec parses */
+    t->history_msgs = NULL;
+}
+
 void turn_on_history(turn *t, parley_status status, const char *message)
 {
     t->job = NULL;
@@ -426,6 +462,7 @@ void turn_on_history(turn *t, parley_status status, const char *message)
     if (t->counters && t->opts.max_history_turns &&
         drop_oldest_turn(&t->history, (size_t)t->opts.max_history_turns))
         atomic_fetch_add(&t->counters->truncations, 1);
+    add_reply_context(t);
     record_user_message(t);
     turn_request(t);
 }
@@ -487,13 +524,18 @@ static int stream_sink(void *owner, const char *data, size_t len)
     return done ? HTTP_SINK_COMPLETE : 0;
 }
 
-/* The system prompt of every request: the persona's or the agent's, then this turn's extra one. */
+/*
+ * The system prompt of every request: the persona's or the agent's, then
+ * this turn's extra one, then the note on a replied-to turn sent again.
+ */
 static char *system_prompt(const turn *t)
 {
     const char *prompt = t->opts.prompt, *extra = t->extra_system_prompt;
+    const char *note = t->reply.outcome == REPLY_INCLUDED ? REPLY_CONTEXT_NOTE : NULL;
     int has_prompt = prompt && *prompt, has_extra = extra && *extra;
-    return pstr_printf("%s%s%s", has_prompt ? prompt : "", has_prompt && has_extra ? "\n\n" : "",
-                       has_extra ? extra : "");
+    return pstr_printf("%s%s%s%s%s", has_prompt ? prompt : "",
+                       has_prompt && has_extra ? "\n\n" : "", has_extra ? extra : "",
+                       note && (has_prompt || has_extra) ? "\n\n" : "", note ? note : "");
 }
 
 /* The provider codec renders the neutral messages into t->body. */
@@ -1006,6 +1048,11 @@ static store_message *store_messages(const turn *t)
         msgs[i] = (store_message){.message_id = m->id, .role = m->role, .created_ms = m->created_ms,
                                   .json = t->messages.data + m->offset, .json_len = m->len};
     }
+    if (msgs) { /* what the host said of the user's message */
+        msgs[0].interface_message_id = t->interface_message_id;
+        msgs[0].metadata = t->metadata;
+        msgs[0].metadata_len = t->metadata ? strlen(t->metadata) : 0;
+    }
     if (msgs && t->stored_user.len) { /* the user message with its images as placeholders */
         msgs[0].json = t->stored_user.data;
         msgs[0].json_len = t->stored_user.len;
@@ -1139,7 +1186,12 @@ void turn_report(turn *t)
         .continue_conversation = status == PARLEY_OK && ends_in_question(answer),
         .usage_json = usage,
         .stop_reason = t->stop_reason,
+        .reply_context = reply_outcome_name(t->reply.outcome),
     };
+    if (status == PARLEY_OK && t->conversation_id && t->nmessages) { /* stored: it has ids */
+        r.user_message_id = t->message_index[0].id;
+        r.answer_message_id = t->message_index[t->nmessages - 1].id;
+    }
     agent_counters *m = t->env->metrics;
     if (status == PARLEY_OK && t->stop_reason && strcmp(t->stop_reason, "length") == 0)
         atomic_fetch_add(&m->answers_cut_short, 1);

@@ -10,9 +10,11 @@
  *   (worker arrival)  the turn deadline runs from acceptance; the turn waits
  *                     for its conversation's earlier turns (lanes)
  *   turn_begin        load the last max_history_turns
- *                     turns of its conversation from the store
+ *                     turns of its conversation from the store (and, in the
+ *                     same store call, the turn reply_to names: reply_context.h)
  *                     -- WAIT "loading" when the store blocks (store_jobs.h)
- *   turn_on_history   record the user message, then
+ *   turn_on_history   add a replied-to turn older than the window after the
+ *                     history, record the user message, then
  *   turn_request      render the request, start the HTTP call
  *   turn_on_http_done decode the reply (or retry / fail)
  *     -> tool calls: dispatch to the host -> turn_on_tool_result
@@ -56,6 +58,7 @@
 #include "llm_http.h"
 #include "llm_reply.h"
 #include "provider/provider.h"
+#include "reply_context.h"
 #include "store/store.h"
 #include "timer_heap.h"
 #include "uuid.h"
@@ -76,6 +79,8 @@ typedef struct turn_env {
     persona_metrics *persona_metrics; /* per-persona counters (persona.h) */
     void (*ended)(void *worker, turn *t); /* the turn ended: report it and free it */
     void *worker;
+    int *reply_unsupported_logged; /* the "store cannot resolve reply_to" warning was
+                                      logged (once per agent; worker thread only) */
 } turn_env;
 
 /* One tool call of the current round. */
@@ -116,6 +121,9 @@ struct turn {
     /* the input, copied */
     char *text, *extra_system_prompt, *context_json;
     char *language, *device_id, *satellite_id, *agent_id;
+    char *metadata;           /* the input's metadata_json, compact; kept with the user message */
+    char *interface_message_id; /* kept with the user message */
+    reply_context reply;      /* the turn reply_to names, and what the load found of it */
     toolset *own_tools;       /* config tools + the input's tools, when it had any */
     const toolset *tools;     /* what this turn offers the model */
     parley_done_fn done;

@@ -50,6 +50,63 @@ static int copy_field(const char *name, const char *src, size_t max, char **dst,
     return 0;
 }
 
+/* A JSON object given as text, compacted (what the store keeps verbatim). */
+static int compact_object(const char *name, const char *text, char **out, char **err)
+{
+    json_error_t jerr;
+    json_t *v = json_loads(text, JSON_REJECT_DUPLICATES, &jerr);
+    if (!json_is_object(v)) {
+        *err = pstr_printf("input '%s': must be a JSON object%s%s", name, v ? "" : ": ",
+                           v ? "" : jerr.text);
+        json_decref(v);
+        return -1;
+    }
+    *out = json_dumps(v, JSON_COMPACT | JSON_PRESERVE_ORDER);
+    json_decref(v);
+    if (!*out) {
+        *err = pstr_printf("out of memory");
+        return -2;
+    }
+    return 0;
+}
+
+/* What identifies the user's message (metadata, the interface's id) and what it replies to. */
+static int copy_identity(turn *t, size_t max, const parley_input *in, char **err)
+{
+    if (in->metadata_json) {
+        char *given = NULL;
+        int rc = copy_field("metadata_json", in->metadata_json, max, &given, err);
+        if (rc == 0)
+            rc = compact_object("metadata_json", given, &t->metadata, err);
+        free(given);
+        if (rc != 0)
+            return rc;
+    }
+    if (in->interface_message_id) {
+        size_t n = strlen(in->interface_message_id);
+        if (n == 0 || n > STORE_MAX_INTERFACE_MESSAGE_ID ||
+            !utf8_valid(in->interface_message_id, n)) {
+            *err = pstr_printf("input 'interface_message_id': must be 1 to %d bytes of UTF-8",
+                               STORE_MAX_INTERFACE_MESSAGE_ID);
+            return -1;
+        }
+        if (!(t->interface_message_id = strdup(in->interface_message_id))) {
+            *err = pstr_printf("out of memory");
+            return -2;
+        }
+    }
+    if (in->reply_to_json) {
+        size_t n = strlen(in->reply_to_json);
+        if (n > max) {
+            *err = pstr_printf("input 'reply_to_json': %zu bytes, more than max_input_bytes (%zu)",
+                               n, max);
+            return -1;
+        }
+        return reply_context_parse(in->reply_to_json, &t->reply, err);
+    }
+    return 0;
+}
+
 static int copy_input(turn *t, const agent_config *cfg, const parley_input *in, char **err)
 {
     size_t max = (size_t)cfg->opts.max_input_bytes;
@@ -82,18 +139,9 @@ static int copy_input(turn *t, const agent_config *cfg, const parley_input *in, 
             return -1;
         }
     }
-    const struct { const char *name, *value; } not_yet[] = {
-        {"metadata_json", in->metadata_json},
-        {"interface_message_id", in->interface_message_id},
-        {"reply_to_json", in->reply_to_json},
-    };
-    for (size_t i = 0; i < sizeof not_yet / sizeof not_yet[0]; i++) {
-        if (not_yet[i].value) {
-            *err = pstr_printf("input '%s': not supported by this build yet (leave it NULL)",
-                               not_yet[i].name);
-            return -1;
-        }
-    }
+    int rc = copy_identity(t, max, in, err);
+    if (rc != 0)
+        return rc;
     const toolset *base = t->persona_def && t->persona_def->tools ? t->persona_def->tools
                                                                   : cfg->tools;
     t->tools = base;
@@ -175,6 +223,10 @@ static int resolve_conversation(turn *t, const agent_config *cfg, const parley_i
             return -1;
         }
         t->conversation_id = strdup(id);
+    } else if (reply_context_wanted(&t->reply)) {
+        *err = pstr_printf("input 'reply_to_json': a turn without a conversation (no "
+                           "conversation_id) has no earlier turn to reply to");
+        return -1;
     } else {
         return 0; /* stateless */
     }

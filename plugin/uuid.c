@@ -50,3 +50,15 @@ int uuid4(char out[UUID_STR_LEN])
     *o = '\0';
     return 0;
 }
+
+int uuid_valid(const char *s)
+{
+    for (int i = 0; i < UUID_STR_LEN - 1; i++) {
+        char c = s[i];
+        int dash = i == 8 || i == 13 || i == 18 || i == 23;
+        int hex = (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F');
+        if (dash ? c != '-' : !hex)
+            return 0; /* also stops at the NUL of a shorter string */
+    }
+    return s[UUID_STR_LEN - 1] == '\0';
+}

@@ -7,4 +7,7 @@
 /* Write "xxxxxxxx-xxxx-4xxx-yxxx-xxxxxxxxxxxx" into out; 0, or -1 if no randomness. */
 int uuid4(char out[UUID_STR_LEN]);
 
+/* 1 when s is a UUID in that form: 36 characters, hex digits (either case) and four '-'. */
+int uuid_valid(const char *s);
+
 #endif

@@ -47,6 +47,7 @@ struct worker {
     agent_counters *metrics;
     persona_metrics *persona_metrics;
     turn_env env;            /* what every turn sees */
+    int reply_unsupported_logged; /* env.reply_unsupported_logged points here */
     pthread_t thread;
 };
 
@@ -229,6 +230,7 @@ static void on_store_job(worker *w, store_job *job)
         job->loaded = swap;
         t->lease_held = job->lease_taken;
         t->lease_retry_ms = job->lease_retry_ms;
+        reply_context_take_result(&t->reply, &job->reply);
         turn_on_history(t, job->status, job->err);
     } else if (t) {
         turn_on_committed(t, job->status, job->err);
@@ -478,6 +480,7 @@ worker *worker_start(const worker_setup *setup, char **err)
         .persona_metrics = w->persona_metrics,
         .ended = on_turn_ended,
         .worker = w,
+        .reply_unsupported_logged = &w->reply_unsupported_logged,
     };
     if (pthread_create(&w->thread, NULL, worker_main, w) != 0) {
         *err = pstr_printf("could not start the worker thread");

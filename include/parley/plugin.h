@@ -263,10 +263,12 @@ typedef struct parley_result {
     const char *user_message_id;   /* the stored id of the user's message */
     const char *answer_message_id; /* the stored id of the final answer (for append_message:
                                       of the appended message) */
-    /* NULL when the input named no reply_to; else "included" (the replied-to
-     * turn was older than the history sent: its messages were sent before
-     * the new message), "in_window" (it was already in the history sent), or
-     * "not_found" (no such turn in this conversation: the turn ran without it). */
+    /* NULL when the input named no reply_to (or the turn failed before its
+     * history was read); else "included" (the replied-to turn was older than
+     * the history sent: its messages were sent before the new message),
+     * "in_window" (it was already in the history sent), or "not_found" (no
+     * such turn kept in this conversation, or a store that cannot look turns
+     * up: the turn ran without it). */
     const char *reply_context;
 } parley_result;
 

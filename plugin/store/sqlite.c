@@ -2,20 +2,33 @@
  * sqlite.c -- the durable store: one SQLite file (see store.h; the file
  * format, what survives what and the migration path are in docs/history.md).
  *
- * Schema version 1 (PRAGMA user_version = 1, application_id = "Prly"):
+ * Schema version 2 (PRAGMA user_version = 2, application_id = "Prly"):
  *   store_meta     one row: how many conversations, turns and message bytes
  *                  the file holds, so that opening a store reads no table;
  *   conversations  one row per (persona, interface_type, conversation_id),
  *                  with its times, its counts and `use_seq`, the LRU order
  *                  (larger = committed to more recently; the memory store's
  *                  list order, which wall-clock times cannot give when two
- *                  commits share a millisecond or the clock steps back);
+ *                  commits share a millisecond or the clock steps back), and
+ *                  (v2) its lifetime (store_lifetime), kept across trimming;
  *   turns          one row per turn, `turn_id` UNIQUE (appends are idempotent);
- *   messages       one row per message, in order within its turn.
+ *   messages       one row per message, in order within its turn, with (v2)
+ *                  the host's interface_message_id and metadata (NULL: none)
+ *                  and its conversation (NULL in rows stored before v2 that
+ *                  never got an interface id: only the interface id index
+ *                  needs it).
  * Every index serves one operation: conversations' UNIQUE key (find by
  * key), conversations_by_use (LRU eviction, idle expiry, list order),
  * turns' UNIQUE turn_id (get a turn, idempotency), turns_by_conversation
- * (the last N turns, trimming), messages_by_turn (a turn's messages).
+ * (the last N turns, trimming), messages_by_turn (a turn's messages),
+ * messages_by_message_id (message_get), messages_by_interface_id (find a
+ * message or a reply's turn by the interface's id within a conversation;
+ * partial: only messages that have one).
+ *
+ * A file is created as version 1 and upgraded to 2 in the same transaction,
+ * so new files and upgraded ones have exactly the same schema, and the
+ * upgrade runs on every new file.  A version-1 file is upgraded in place
+ * when it is opened (one transaction; on failure it is refused unchanged).
  *
  * Opening never modifies a file it does not recognise: the header is read
  * with plain read(2) first (not SQLite, not ours, corrupt header, newer
@@ -49,7 +62,7 @@
 #include "store_json.h"
 
 #define SQLITE_STORE_APPLICATION_ID 0x50726c79 /* "Prly" */
-#define SQLITE_STORE_SCHEMA_VERSION 1
+#define SQLITE_STORE_SCHEMA_VERSION 2
 #define SQLITE_STORE_BUSY_TIMEOUT_MS 5000
 
 static const char schema_v1[] =
@@ -88,6 +101,51 @@ static const char schema_v1[] =
     " json TEXT NOT NULL);"
     "CREATE INDEX messages_by_turn ON messages(turn);";
 
+/*
+ * Version 1 -> 2: message identity and conversation lifetimes.  A v1 file
+ * kept no lifetime, so an upgraded conversation's counts start from the
+ * turns it still holds (turns already dropped by keep_turns are not
+ * counted); last_message_ms is the created_ms of its last stored message.
+ * messages.conversation stays NULL in v1 rows (none has an interface id:
+ * set_interface_message_id fills it when it gives one).
+ * messages_by_message_id was created by a v1 build with queries; IF NOT
+ * EXISTS covers files of the builds before it.  (In SQLite `|` and `<<` have
+ * the same precedence, hence the parentheses.)
+ */
+static const char migration_v2[] =
+    "ALTER TABLE messages ADD COLUMN interface_message_id TEXT;"
+    "ALTER TABLE messages ADD COLUMN metadata TEXT;"
+    "ALTER TABLE messages ADD COLUMN conversation INTEGER;"
+    "ALTER TABLE conversations ADD COLUMN last_message_ms INTEGER NOT NULL DEFAULT 0;"
+    "ALTER TABLE conversations ADD COLUMN message_count INTEGER NOT NULL DEFAULT 0;"
+    "ALTER TABLE conversations ADD COLUMN turn_count INTEGER NOT NULL DEFAULT 0;"
+    "ALTER TABLE conversations ADD COLUMN roles INTEGER NOT NULL DEFAULT 0;"
+    "UPDATE conversations SET message_count = kept.n, turn_count = conversations.turns,"
+    " roles = kept.roles,"
+    " last_message_ms = (SELECT created_ms FROM messages WHERE id = kept.last) FROM ("
+    "  SELECT t.conversation AS conversation, max(m.id) AS last,"
+    "   count(*) AS n, (max(m.role = 'user')) | (max(m.role = 'assistant') << 1)"
+    "   | (max(m.role = 'tool') << 2) | (max(m.role = 'system') << 3) AS roles"
+    "  FROM messages m JOIN turns t ON t.id = m.turn GROUP BY t.conversation) AS kept"
+    " WHERE conversations.id = kept.conversation;"
+    "CREATE INDEX IF NOT EXISTS messages_by_message_id ON messages(message_id);"
+    "CREATE INDEX messages_by_interface_id ON messages(conversation, interface_message_id)"
+    " WHERE interface_message_id IS NOT NULL;"
+    "PRAGMA user_version = 2;";
+
+/* The conversation columns read_conv_row() reads, in its order. */
+#define CONV_COLUMNS                                                                      \
+    "id, created_ms, last_used_ms, turns, message_bytes, last_message_ms, message_count," \
+    " turn_count, roles"
+
+/* The columns every message read selects; the FROM clause joins its turn and conversation.
+ * A message's position is its row id: rows are inserted in append order. */
+#define MESSAGE_COLUMNS                                                                      \
+    "SELECT m.id, m.message_id, m.role, m.created_ms, m.json, t.turn_id, c.conversation_id," \
+    " c.persona, c.interface_type, m.interface_message_id, m.metadata"                       \
+    " FROM messages m JOIN turns t ON t.id = m.turn"                                         \
+    " JOIN conversations c ON c.id = t.conversation"
+
 /* The prepared statements, made on first use and kept until close. */
 enum stmt_id {
     S_BEGIN,
@@ -114,6 +172,12 @@ enum stmt_id {
     S_FIND_TURN,
     S_TURN_MESSAGES,
     S_LIST,
+    S_IID_TARGET,
+    S_SET_IID,
+    S_TURN_IN_CONVERSATION,
+    S_TURN_BY_IID,
+    S_TURNS_AFTER,
+    S_MESSAGE_BY_IID,
     S_COUNT
 };
 
@@ -122,21 +186,22 @@ static const char *const stmt_sql[S_COUNT] = {
     [S_COMMIT] = "COMMIT",
     [S_ROLLBACK] = "ROLLBACK",
     [S_BEGIN_READ] = "BEGIN",
-    [S_FIND_CONVERSATION] = "SELECT id, created_ms, last_used_ms, turns, message_bytes"
-                            " FROM conversations"
+    [S_FIND_CONVERSATION] = "SELECT " CONV_COLUMNS " FROM conversations"
                             " WHERE persona = ?1 AND interface_type = ?2 AND conversation_id = ?3",
-    [S_CONVERSATION_BY_ROW] = "SELECT id, created_ms, last_used_ms, turns, message_bytes"
-                              " FROM conversations WHERE id = ?1",
+    [S_CONVERSATION_BY_ROW] = "SELECT " CONV_COLUMNS " FROM conversations WHERE id = ?1",
     [S_TURN_EXISTS] = "SELECT 1 FROM turns WHERE turn_id = ?1",
     [S_INSERT_CONVERSATION] =
         "INSERT INTO conversations(persona, interface_type, conversation_id, created_ms,"
         " last_used_ms, use_seq, turns, message_bytes) VALUES (?1, ?2, ?3, ?4, ?4, ?5, 0, 0)",
     [S_UPDATE_CONVERSATION] = "UPDATE conversations SET created_ms = ?2, last_used_ms = ?3,"
-                              " use_seq = ?4, turns = ?5, message_bytes = ?6 WHERE id = ?1",
+                              " use_seq = ?4, turns = ?5, message_bytes = ?6,"
+                              " last_message_ms = ?7, message_count = ?8, turn_count = ?9,"
+                              " roles = ?10 WHERE id = ?1",
     [S_INSERT_TURN] = "INSERT INTO turns(conversation, turn_id, started_ms, finished_ms,"
                       " message_bytes) VALUES (?1, ?2, ?3, ?4, ?5)",
-    [S_INSERT_MESSAGE] = "INSERT INTO messages(turn, message_id, role, created_ms, json)"
-                         " VALUES (?1, ?2, ?3, ?4, ?5)",
+    [S_INSERT_MESSAGE] = "INSERT INTO messages(turn, message_id, role, created_ms, json,"
+                         " interface_message_id, metadata, conversation)"
+                         " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
     [S_OLDEST_TURN] = "SELECT id, message_bytes FROM turns WHERE conversation = ?1"
                       " ORDER BY id LIMIT 1",
     [S_DELETE_TURN_MESSAGES] = "DELETE FROM messages WHERE turn = ?1",
@@ -160,7 +225,26 @@ static const char *const stmt_sql[S_COUNT] = {
                     " WHERE t.turn_id = ?1",
     [S_TURN_MESSAGES] = "SELECT json FROM messages WHERE turn = ?1 ORDER BY id",
     [S_LIST] = "SELECT id, conversation_id, created_ms, last_used_ms, turns, message_bytes,"
-               " persona, interface_type FROM conversations ORDER BY use_seq DESC",
+               " persona, interface_type, last_message_ms, message_count, turn_count, roles"
+               " FROM conversations ORDER BY use_seq DESC",
+    /* set_interface_message_id: the turn's last assistant message, else its last one */
+    [S_IID_TARGET] = "SELECT m.id, m.message_id, c.id, c.last_used_ms FROM turns t"
+                     " JOIN conversations c ON c.id = t.conversation"
+                     " JOIN messages m ON m.turn = t.id WHERE t.turn_id = ?1"
+                     " ORDER BY m.role = 'assistant' DESC, m.id DESC LIMIT 1",
+    [S_SET_IID] = "UPDATE messages SET interface_message_id = ?2, conversation = ?3"
+                  " WHERE id = ?1",
+    /* load_turn and find_message: only within the conversation (?1) */
+    [S_TURN_IN_CONVERSATION] = "SELECT id, turn_id FROM turns WHERE turn_id = ?2"
+                               " AND conversation = ?1",
+    [S_TURN_BY_IID] = "SELECT t.id, t.turn_id FROM messages m JOIN turns t ON t.id = m.turn"
+                      " WHERE m.conversation = ?1 AND m.interface_message_id = ?2"
+                      " ORDER BY m.id DESC LIMIT 1",
+    /* how many turns of the conversation came after turn ?2, counting up to ?3 */
+    [S_TURNS_AFTER] = "SELECT count(*) FROM (SELECT 1 FROM turns WHERE conversation = ?1"
+                      " AND id > ?2 LIMIT ?3)",
+    [S_MESSAGE_BY_IID] = MESSAGE_COLUMNS " WHERE m.conversation = ?1"
+                         " AND m.interface_message_id = ?2 ORDER BY m.id DESC LIMIT 1",
 };
 
 /* The WAL is copied into the database file when it holds this many pages (SQLite's
@@ -220,6 +304,7 @@ typedef struct conv_row {
     int64_t last_used_ms;
     int64_t turns;
     int64_t message_bytes;
+    store_lifetime life;
 } conv_row;
 
 /* ---- errors ---- */
@@ -382,6 +467,10 @@ static void read_conv_row(sqlite3_stmt *st, conv_row *row)
     row->last_used_ms = sqlite3_column_int64(st, 2);
     row->turns = sqlite3_column_int64(st, 3);
     row->message_bytes = sqlite3_column_int64(st, 4);
+    row->life.last_message_ms = (uint64_t)sqlite3_column_int64(st, 5);
+    row->life.message_count = (uint64_t)sqlite3_column_int64(st, 6);
+    row->life.turn_count = (uint64_t)sqlite3_column_int64(st, 7);
+    row->life.roles = (unsigned)sqlite3_column_int64(st, 8);
 }
 
 /* On connection c: SQLITE_ROW with *row filled, SQLITE_DONE when unknown, or an error. */
@@ -592,20 +681,30 @@ static int query_int(sqlite3 *db, const char *sql, int64_t *value)
     return rc == SQLITE_ROW ? SQLITE_OK : rc == SQLITE_DONE ? SQLITE_CORRUPT : rc;
 }
 
-/* Write schema v1 into an empty file, in one transaction (rollback journal:
- * WAL is switched on afterwards, so the header already names the store). */
-static int create_schema(sqlite3 *db)
+/* Run `sql` (statements ending with ';') in one write transaction: all or nothing. */
+static int exec_transaction(sqlite3 *db, const char *sql)
 {
-    char *sql = sqlite3_mprintf("BEGIN IMMEDIATE; %s PRAGMA application_id = %d;"
-                                " PRAGMA user_version = %d; COMMIT;",
-                                schema_v1, SQLITE_STORE_APPLICATION_ID,
-                                SQLITE_STORE_SCHEMA_VERSION);
-    if (!sql)
+    char *all = sqlite3_mprintf("BEGIN IMMEDIATE; %s COMMIT;", sql);
+    if (!all)
         return SQLITE_NOMEM;
-    int rc = sqlite3_exec(db, sql, NULL, NULL, NULL);
-    sqlite3_free(sql);
+    int rc = sqlite3_exec(db, all, NULL, NULL, NULL);
+    sqlite3_free(all);
     if (rc != SQLITE_OK && !sqlite3_get_autocommit(db))
         sqlite3_exec(db, "ROLLBACK", NULL, NULL, NULL);
+    return rc;
+}
+
+/* Write the schema into an empty file: version 1, then the upgrades, in one
+ * transaction (rollback journal: WAL is switched on afterwards, so the header
+ * already names the store). */
+static int create_schema(sqlite3 *db)
+{
+    char *sql = sqlite3_mprintf("%s PRAGMA application_id = %d; PRAGMA user_version = 1; %s",
+                                schema_v1, SQLITE_STORE_APPLICATION_ID, migration_v2);
+    if (!sql)
+        return SQLITE_NOMEM;
+    int rc = exec_transaction(db, sql);
+    sqlite3_free(sql);
     return rc;
 }
 
@@ -613,12 +712,14 @@ static int create_schema(sqlite3 *db)
  * Check what SQLite sees (the WAL included) before anything writes: the
  * application id, the schema version, the tables, the meta row.  Returns a
  * message (malloc'd) for a file to refuse, or NULL; *rc holds a SQLite error
- * when the file could not be read; *empty when it holds nothing at all.
+ * when the file could not be read; *empty when it holds nothing at all;
+ * *version the file's schema version.
  */
-static char *schema_problem(sqlite_store *s, int *rc, int *empty)
+static char *schema_problem(sqlite_store *s, int *rc, int *empty, int64_t *version_out)
 {
     int64_t application_id = 0, version = 0, objects = 0, tables = 0;
     *empty = 0;
+    *version_out = 0;
     if ((*rc = query_int(s->w.db, "PRAGMA application_id", &application_id)) != SQLITE_OK ||
         (*rc = query_int(s->w.db, "PRAGMA user_version", &version)) != SQLITE_OK ||
         (*rc = query_int(s->w.db, "SELECT count(*) FROM sqlite_schema", &objects)) != SQLITE_OK)
@@ -634,15 +735,28 @@ static char *schema_problem(sqlite_store *s, int *rc, int *empty)
         return pstr_printf("written by a newer Parley (schema version %lld; this one reads up to "
                            "%d): upgrade Parley or use another file",
                            (long long)version, SQLITE_STORE_SCHEMA_VERSION);
-    if (version != SQLITE_STORE_SCHEMA_VERSION)
+    if (version < 1)
         return pstr_printf("corrupt (unknown schema version %lld)", (long long)version);
+    *version_out = version;
     if ((*rc = query_int(s->w.db,
                          "SELECT count(*) FROM sqlite_schema WHERE type = 'table' AND name IN"
                          " ('store_meta', 'conversations', 'turns', 'messages')",
                          &tables)) != SQLITE_OK)
         return NULL;
     if (tables != 4)
-        return pstr_printf("corrupt (tables missing from schema version 1)");
+        return pstr_printf("corrupt (tables missing from schema version %lld)",
+                           (long long)version);
+    int64_t v2_columns = 0;
+    if (version >= 2 &&
+        (*rc = query_int(s->w.db,
+                         "SELECT (SELECT count(*) FROM pragma_table_info('messages') WHERE name"
+                         " IN ('interface_message_id', 'metadata', 'conversation'))"
+                         " + (SELECT count(*) FROM pragma_table_info('conversations') WHERE name"
+                         " IN ('last_message_ms', 'message_count', 'turn_count', 'roles'))",
+                         &v2_columns)) != SQLITE_OK)
+        return NULL;
+    if (version >= 2 && v2_columns != 7)
+        return pstr_printf("corrupt (columns missing from schema version 2)");
     if ((*rc = query_int(s->w.db, "SELECT conversations FROM store_meta WHERE id = 1",
                          &s->totals.conversations)) != SQLITE_OK ||
         (*rc = query_int(s->w.db, "SELECT turns FROM store_meta WHERE id = 1",
@@ -824,7 +938,8 @@ static parley_status connect_checked(sqlite_store *s, const store_config *cfg, i
     sqlite3_extended_result_codes(s->w.db, 1);
     sqlite3_busy_timeout(s->w.db, SQLITE_STORE_BUSY_TIMEOUT_MS);
     int empty = 0;
-    char *problem = schema_problem(s, &rc, &empty);
+    int64_t version = 0;
+    char *problem = schema_problem(s, &rc, &empty, &version);
     if (problem) {
         set_err(err, pstr_printf("sqlite store %s: %s", s->path, problem));
         free(problem);
@@ -841,6 +956,15 @@ static parley_status connect_checked(sqlite_store *s, const store_config *cfg, i
         if ((rc = create_schema(s->w.db)) != SQLITE_OK)
             return fail_sqlite(s, s->w.db, err, "cannot create the store", rc);
         say(cfg, PARLEY_LOG_INFO, pstr_printf("sqlite store %s: created", s->path));
+    } else if (version == 1) {
+        /* Still no checkpoint on close: a failed upgrade leaves the file as it was. */
+        if ((rc = exec_transaction(s->w.db, migration_v2)) != SQLITE_OK)
+            return fail_sqlite(s, s->w.db, err,
+                               "cannot upgrade it from schema version 1 to 2 (the file is "
+                               "unchanged; it needs to be writable once)",
+                               rc);
+        say(cfg, PARLEY_LOG_INFO,
+            pstr_printf("sqlite store %s: upgraded from schema version 1 to 2", s->path));
     }
     sqlite3_db_config(s->w.db, SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, 0, NULL);
     if ((rc = configure(s)) != SQLITE_OK)
@@ -848,10 +972,6 @@ static parley_status connect_checked(sqlite_store *s, const store_config *cfg, i
     if ((rc = open_reader(s)) != SQLITE_OK)
         return fail_sqlite(s, s->r.db, err, "cannot open it for reading", rc);
     checkpointer_start(s);
-    /* Best effort (a read-only file keeps working without it): message_get by id.
-     * Added by version 3 of the backend, so a file of an earlier build gets it here. */
-    sqlite3_exec(s->w.db, "CREATE INDEX IF NOT EXISTS messages_by_message_id"
-                          " ON messages(message_id)", NULL, NULL, NULL);
     if (sqlite3_db_readonly(s->w.db, "main") == 1)
         say(cfg, PARLEY_LOG_WARN,
             pstr_printf("sqlite store %s: the file is read-only: turns will fail with "
@@ -957,7 +1077,7 @@ static parley_status sqlite_load(store *base, const store_key *key, size_t last_
     sqlite_store *s = (sqlite_store *)base;
     size_t mark = out->len, count = 0;
     *nmessages = 0;
-    conv_row row = {0, 0, 0, 0, 0};
+    conv_row row = {.id = 0};
     int64_t idle = 0;
     pthread_mutex_lock(&s->r.lock);
     int rc = read_begin(&s->r);
@@ -1003,7 +1123,10 @@ static int turn_is_valid(const store_turn *turn)
         return 0;
     for (size_t i = 0; i < turn->nmessages; i++) {
         const store_message *m = &turn->messages[i];
-        if (!m->json || m->json_len == 0 || m->json_len > INT32_MAX)
+        if (!m->json || m->json_len == 0 || m->json_len > INT32_MAX ||
+            (m->metadata_len && (!m->metadata || m->metadata_len > INT32_MAX)) ||
+            (m->interface_message_id &&
+             strlen(m->interface_message_id) > STORE_MAX_INTERFACE_MESSAGE_ID))
             return 0;
     }
     return 1;
@@ -1046,7 +1169,9 @@ static int insert_conversation(sqlite_store *s, const store_key *key, uint64_t n
     } else {
         done(st);
     }
-    *row = (conv_row){sqlite3_last_insert_rowid(s->w.db), (int64_t)now_ms, (int64_t)now_ms, 0, 0};
+    *row = (conv_row){.id = sqlite3_last_insert_rowid(s->w.db),
+                      .created_ms = (int64_t)now_ms,
+                      .last_used_ms = (int64_t)now_ms};
     return rc;
 }
 
@@ -1073,9 +1198,39 @@ static int insert_turn(sqlite_store *s, int64_t conversation, const store_turn *
         bind_text(st, 3, m->role);
         sqlite3_bind_int64(st, 4, (int64_t)m->created_ms);
         sqlite3_bind_text(st, 5, m->json, (int)m->json_len, SQLITE_STATIC);
+        if (m->interface_message_id && *m->interface_message_id) /* else NULL: none */
+            bind_text(st, 6, m->interface_message_id);
+        if (m->metadata && m->metadata_len)
+            sqlite3_bind_text(st, 7, m->metadata, (int)m->metadata_len, SQLITE_STATIC);
+        sqlite3_bind_int64(st, 8, conversation);
         rc = run(st);
     }
     return rc;
+}
+
+static unsigned role_bit(const char *role)
+{
+    static const struct {
+        const char *name;
+        unsigned bit;
+    } roles[] = {{"user", STORE_ROLE_USER},
+                 {"assistant", STORE_ROLE_ASSISTANT},
+                 {"tool", STORE_ROLE_TOOL},
+                 {"system", STORE_ROLE_SYSTEM}};
+    for (size_t i = 0; role && i < sizeof roles / sizeof roles[0]; i++)
+        if (strcmp(role, roles[i].name) == 0)
+            return roles[i].bit;
+    return 0;
+}
+
+/* Add an appended turn to a conversation's lifetime (never lowered by trimming). */
+static void count_in_lifetime(store_lifetime *life, const store_turn *turn)
+{
+    life->turn_count++;
+    life->message_count += turn->nmessages;
+    life->last_message_ms = turn->messages[turn->nmessages - 1].created_ms;
+    for (size_t i = 0; i < turn->nmessages; i++)
+        life->roles |= role_bit(turn->messages[i].role);
 }
 
 /* Drop the oldest turns of `row` beyond keep_turns. */
@@ -1139,6 +1294,10 @@ static int update_conversation(sqlite_store *s, const conv_row *row, int64_t use
     sqlite3_bind_int64(st, 4, use_seq);
     sqlite3_bind_int64(st, 5, row->turns);
     sqlite3_bind_int64(st, 6, row->message_bytes);
+    sqlite3_bind_int64(st, 7, (int64_t)row->life.last_message_ms);
+    sqlite3_bind_int64(st, 8, (int64_t)row->life.message_count);
+    sqlite3_bind_int64(st, 9, (int64_t)row->life.turn_count);
+    sqlite3_bind_int64(st, 10, (int64_t)row->life.roles);
     return run(st);
 }
 
@@ -1169,6 +1328,7 @@ static int append_in_transaction(sqlite_store *s, const store_key *key, const st
         t->message_bytes -= row.message_bytes;
         row.turns = row.message_bytes = 0;
         row.created_ms = (int64_t)now_ms;
+        row.life = (store_lifetime){0, 0, 0, 0}; /* forgotten: its lifetime too */
         (*expired)++;
     }
     if ((rc = insert_turn(s, row.id, turn)) != SQLITE_OK)
@@ -1177,6 +1337,7 @@ static int append_in_transaction(sqlite_store *s, const store_key *key, const st
     row.turns++;
     row.message_bytes += bytes;
     row.last_used_ms = (int64_t)now_ms;
+    count_in_lifetime(&row.life, turn);
     t->turns++;
     t->message_bytes += bytes;
     if ((rc = trim_turns(s, &row, t)) != SQLITE_OK ||
@@ -1193,7 +1354,8 @@ static parley_status sqlite_append(store *base, const store_key *key, const stor
     sqlite_store *s = (sqlite_store *)base;
     if (!key || !key->conversation_id || !turn_is_valid(turn))
         return fail_with(err, PARLEY_ERR_STORAGE, s->path, "cannot append",
-                         "a turn needs a conversation id, a turn id and messages");
+                         "a turn needs a conversation id, a turn id and messages (interface "
+                         "message ids of at most 256 bytes)");
     pthread_mutex_lock(&s->w.lock);
     totals t = s->totals;
     size_t evicted = 0, expired = 0;
@@ -1275,7 +1437,7 @@ static parley_status sqlite_get_conversation(store *base, const store_key *key, 
 {
     sqlite_store *s = (sqlite_store *)base;
     size_t mark = out->len;
-    conv_row row = {0, 0, 0, 0, 0};
+    conv_row row = {.id = 0};
     int64_t idle = 0;
     pthread_mutex_lock(&s->r.lock);
     int rc = read_begin(&s->r);
@@ -1287,6 +1449,7 @@ static parley_status sqlite_get_conversation(store *base, const store_key *key, 
                                      strlen(key->persona), key->interface_type,
                                      strlen(key->interface_type), (uint64_t)row.created_ms,
                                      (uint64_t)row.last_used_ms);
+        store_json_lifetime(out, &row.life);
         pbuf_puts(out, ",\"turns\":[");
         rc = put_turns(s, row.id, out);
         pbuf_puts(out, "]}");
@@ -1372,28 +1535,35 @@ static parley_status sqlite_get_turn(store *base, const char *turn_id, uint64_t 
 
 /* ---- queries (backend version 3) ---- */
 
-/* The columns every message read selects; the FROM clause joins its turn and conversation.
- * A message's position is its row id: rows are inserted in append order. */
-#define MESSAGE_COLUMNS                                                                      \
-    "SELECT m.id, m.message_id, m.role, m.created_ms, m.json, t.turn_id, c.conversation_id," \
-    " c.persona, c.interface_type FROM messages m JOIN turns t ON t.id = m.turn"              \
-    " JOIN conversations c ON c.id = t.conversation"
 /* Not idle past the timeout (?1 timeout, ?2 now): is_idle() in SQL. */
 #define LIVE_CONVERSATION " NOT (?1 > 0 AND ?2 > c.last_used_ms AND ?2 - c.last_used_ms > ?1)"
 
 static void put_message_row(sqlite3_stmt *st, pbuf *out)
 {
-    const char *text[9];
-    size_t len[9];
-    for (int i = 1; i < 9; i++) {
+    const char *text[11];
+    size_t len[11];
+    for (int i = 1; i < 11; i++) { /* NULL (no interface id, no metadata) reads as "" */
         text[i] = (const char *)sqlite3_column_text(st, i);
         len[i] = text[i] ? (size_t)sqlite3_column_bytes(st, i) : 0;
         if (!text[i])
             text[i] = "";
     }
     store_json_message(out, text[1], text[6], len[6], text[7], len[7], text[8], len[8], text[5],
-                       text[2], (uint64_t)sqlite3_column_int64(st, 3), text[4], len[4], NULL, 0,
-                       NULL, 0);
+                       text[2], (uint64_t)sqlite3_column_int64(st, 3), text[4], len[4], text[9],
+                       len[9], text[10], len[10]);
+}
+
+/* Step a one-message lookup: its row, if any, written as store_json_message
+ * (*found = 1).  SQLITE_DONE or the error. */
+static int put_first_message(sqlite3_stmt *st, pbuf *out, int *found)
+{
+    int rc = sqlite3_step(st);
+    if (rc == SQLITE_ROW) {
+        put_message_row(st, out);
+        *found = 1;
+        rc = SQLITE_DONE;
+    }
+    return rc;
 }
 
 /* The query's SQL: only the filters it has, so SQLite can use the indexes. */
@@ -1479,11 +1649,7 @@ static parley_status sqlite_get_message(store *base, const char *message_id, uin
         sqlite3_bind_int64(st, 1, (int64_t)s->limits.idle_timeout_ms);
         sqlite3_bind_int64(st, 2, (int64_t)now_ms);
         bind_text(st, 3, message_id ? message_id : "");
-        if ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-            put_message_row(st, out);
-            found = 1;
-            rc = SQLITE_DONE;
-        }
+        rc = put_first_message(st, out, &found);
         sqlite3_finalize(st);
     }
     parley_status status = finish_json(s, out, mark, rc, "cannot read the message", err);
@@ -1528,6 +1694,11 @@ static parley_status sqlite_list(store *base, uint64_t now_ms, pbuf *out, char *
                                      interface_type ? interface_type : "",
                                      (size_t)sqlite3_column_bytes(st, 7),
                                      (uint64_t)sqlite3_column_int64(st, 2), (uint64_t)last_used);
+        store_lifetime life = {(uint64_t)sqlite3_column_int64(st, 8),
+                               (uint64_t)sqlite3_column_int64(st, 9),
+                               (uint64_t)sqlite3_column_int64(st, 10),
+                               (unsigned)sqlite3_column_int64(st, 11)};
+        store_json_lifetime(out, &life);
         pbuf_printf(out, ",\"turns\":%lld}", (long long)sqlite3_column_int64(st, 4));
     }
     if (st)
@@ -1540,6 +1711,202 @@ static parley_status sqlite_list(store *base, uint64_t now_ms, pbuf *out, char *
         forget_idle(s, idle[i], now_ms);
     free(idle);
     return status;
+}
+
+/* ---- message identity (backend version 4) ---- */
+
+static parley_status sqlite_set_interface_message_id(store *base, const char *turn_id,
+                                                     const char *interface_message_id,
+                                                     uint64_t now_ms, char *message_id,
+                                                     char **err)
+{
+    sqlite_store *s = (sqlite_store *)base;
+    size_t len = interface_message_id ? strlen(interface_message_id) : 0;
+    if (len == 0 || len > STORE_MAX_INTERFACE_MESSAGE_ID)
+    {
+        set_err(err, pstr_printf("sqlite store %s: cannot set the interface message id: it "
+                                 "needs 1 to %d bytes",
+                                 s->path, STORE_MAX_INTERFACE_MESSAGE_ID));
+        return PARLEY_ERR_STORAGE;
+    }
+    if (!turn_id)
+        return not_found(err);
+    char target_id[STORE_ID_LEN + 1] = "";
+    int found = 0;
+    int64_t idle = 0;
+    pthread_mutex_lock(&s->w.lock);
+    totals t = s->totals;
+    int rc = begin(s);
+    sqlite3_stmt *st = rc == SQLITE_OK ? stmt(&s->w, S_IID_TARGET, &rc) : NULL;
+    if (st) {
+        bind_text(st, 1, turn_id);
+        rc = sqlite3_step(st);
+        /* columns: the message's row, its message_id, the conversation's row, its last use */
+        int64_t message = rc == SQLITE_ROW ? sqlite3_column_int64(st, 0) : 0;
+        int64_t conversation = rc == SQLITE_ROW ? sqlite3_column_int64(st, 2) : 0;
+        if (rc == SQLITE_ROW) {
+            const char *id = (const char *)sqlite3_column_text(st, 1);
+            snprintf(target_id, sizeof target_id, "%s", id ? id : "");
+            if (is_idle(s, sqlite3_column_int64(st, 3), now_ms))
+                idle = sqlite3_column_int64(st, 2); /* its conversation expired */
+        }
+        done(st);
+        if (rc == SQLITE_ROW && !idle && (st = stmt(&s->w, S_SET_IID, &rc)) != NULL) {
+            sqlite3_bind_int64(st, 1, message);
+            bind_text(st, 2, interface_message_id);
+            sqlite3_bind_int64(st, 3, conversation);
+            rc = run(st);
+            found = rc == SQLITE_OK;
+        } else if (rc == SQLITE_ROW || rc == SQLITE_DONE) {
+            rc = SQLITE_OK; /* nothing to change */
+        }
+    }
+    parley_status status = end_write(s, rc, &t, "cannot set the interface message id", err);
+    pthread_mutex_unlock(&s->w.lock);
+    if (idle)
+        forget_idle(s, idle, now_ms);
+    if (status != PARLEY_OK)
+        return status;
+    if (!found)
+        return not_found(err);
+    if (message_id)
+        memcpy(message_id, target_id, sizeof target_id);
+    return PARLEY_OK;
+}
+
+static parley_status sqlite_find_message(store *base, const store_key *key,
+                                         const char *interface_message_id, uint64_t now_ms,
+                                         pbuf *out, char **err)
+{
+    sqlite_store *s = (sqlite_store *)base;
+    size_t mark = out->len;
+    conv_row row = {.id = 0};
+    int64_t idle = 0;
+    int found = 0;
+    if (!key || !interface_message_id)
+        return not_found(err);
+    pthread_mutex_lock(&s->r.lock);
+    int rc = read_begin(&s->r);
+    if (rc == SQLITE_OK)
+        rc = find_live(s, key, now_ms, &row, &idle);
+    sqlite3_stmt *st = rc == SQLITE_ROW ? stmt(&s->r, S_MESSAGE_BY_IID, &rc) : NULL;
+    if (st) {
+        sqlite3_bind_int64(st, 1, row.id);
+        bind_text(st, 2, interface_message_id);
+        rc = put_first_message(st, out, &found);
+        done(st);
+    }
+    parley_status status = finish_json(s, out, mark, rc, "cannot find the message", err);
+    read_end(&s->r);
+    pthread_mutex_unlock(&s->r.lock);
+    if (idle)
+        forget_idle(s, idle, now_ms);
+    return status == PARLEY_OK && !found ? not_found(err) : status;
+}
+
+/* The turn of conversation `conversation` that load_turn names: SQLITE_ROW
+ * with its row and id, SQLITE_DONE when there is none, or an error. */
+static int find_reply_turn(sqlite_store *s, int64_t conversation, const char *turn_id,
+                           const char *interface_message_id, int64_t *turn, char *turn_id_out)
+{
+    int rc;
+    sqlite3_stmt *st = stmt(&s->r, turn_id ? S_TURN_IN_CONVERSATION : S_TURN_BY_IID, &rc);
+    if (!st)
+        return rc;
+    sqlite3_bind_int64(st, 1, conversation);
+    bind_text(st, 2, turn_id ? turn_id : interface_message_id);
+    if ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        *turn = sqlite3_column_int64(st, 0);
+        const char *id = (const char *)sqlite3_column_text(st, 1);
+        snprintf(turn_id_out, STORE_ID_LEN + 1, "%s", id ? id : "");
+    }
+    done(st);
+    return rc;
+}
+
+/* Is `turn` one of the last `window_turns` turns of `conversation`?  SQLITE_DONE
+ * with *in_window set, or an error. */
+static int turn_in_window(sqlite_store *s, int64_t conversation, int64_t turn,
+                          size_t window_turns, int *in_window)
+{
+    *in_window = 1;
+    if (window_turns == 0) /* the window is every turn */
+        return SQLITE_DONE;
+    int rc;
+    sqlite3_stmt *st = stmt(&s->r, S_TURNS_AFTER, &rc);
+    if (!st)
+        return rc;
+    sqlite3_bind_int64(st, 1, conversation);
+    sqlite3_bind_int64(st, 2, turn);
+    sqlite3_bind_int64(st, 3, (int64_t)window_turns);
+    if ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        *in_window = sqlite3_column_int64(st, 0) < (int64_t)window_turns;
+        rc = SQLITE_DONE;
+    }
+    done(st);
+    return rc;
+}
+
+/* A turn's messages in load()'s form ("m1,m2,"); SQLITE_DONE or an error. */
+static int load_turn_messages(sqlite_store *s, int64_t turn, pbuf *out, size_t *count)
+{
+    int rc;
+    sqlite3_stmt *st = stmt(&s->r, S_TURN_MESSAGES, &rc);
+    if (!st)
+        return rc;
+    sqlite3_bind_int64(st, 1, turn);
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        pbuf_append(out, sqlite3_column_text(st, 0), (size_t)sqlite3_column_bytes(st, 0));
+        pbuf_putc(out, ',');
+        (*count)++;
+    }
+    done(st);
+    return rc;
+}
+
+static parley_status sqlite_load_turn(store *base, const store_key *key, const char *turn_id,
+                                      const char *interface_message_id, size_t window_turns,
+                                      uint64_t now_ms, pbuf *out, size_t *nmessages,
+                                      char *turn_id_out, int *in_window, char **err)
+{
+    sqlite_store *s = (sqlite_store *)base;
+    size_t mark = out->len, count = 0;
+    char found_id[STORE_ID_LEN + 1] = "";
+    conv_row row = {.id = 0};
+    int64_t idle = 0, turn = 0;
+    int found = 0, inside = 1;
+    *nmessages = 0;
+    *in_window = 0;
+    if (turn_id_out) /* optional: the caller may only want the messages */
+        turn_id_out[0] = '\0';
+    if (!key || (!turn_id && !interface_message_id))
+        return not_found(err);
+    pthread_mutex_lock(&s->r.lock);
+    int rc = read_begin(&s->r);
+    if (rc == SQLITE_OK)
+        rc = find_live(s, key, now_ms, &row, &idle);
+    if (rc == SQLITE_ROW)
+        rc = find_reply_turn(s, row.id, turn_id, interface_message_id, &turn, found_id);
+    if (rc == SQLITE_ROW) {
+        found = 1;
+        rc = turn_in_window(s, row.id, turn, window_turns, &inside);
+        if (rc == SQLITE_DONE && !inside)
+            rc = load_turn_messages(s, turn, out, &count);
+    }
+    parley_status status = finish_json(s, out, mark, rc, "cannot load the replied-to turn", err);
+    read_end(&s->r);
+    pthread_mutex_unlock(&s->r.lock);
+    if (idle)
+        forget_idle(s, idle, now_ms);
+    if (status != PARLEY_OK)
+        return status;
+    if (!found)
+        return not_found(err);
+    if (turn_id_out)
+        memcpy(turn_id_out, found_id, sizeof found_id);
+    *in_window = inside;
+    *nmessages = count;
+    return PARLEY_OK;
 }
 
 /* ---- forget, expire, stats ---- */
@@ -1643,4 +2010,7 @@ const store_backend store_sqlite_backend = {
     .stats = sqlite_stats,
     .query = sqlite_query,
     .get_message = sqlite_get_message,
+    .set_interface_message_id = sqlite_set_interface_message_id,
+    .find_message = sqlite_find_message,
+    .load_turn = sqlite_load_turn,
 };

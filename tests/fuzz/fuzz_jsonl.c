@@ -52,7 +52,7 @@ static int invalid_empty(const struct jsonl_invalid *v) {
 static int turn_empty(const struct jsonl_turn *t) {
     return !t->text && !t->conversation_id && !t->language && !t->device_id &&
            !t->satellite_id && !t->agent_id && !t->extra_system_prompt && !t->context_json &&
-           !t->tools_json;
+           !t->tools_json && !t->interface_message_id && !t->metadata_json && !t->reply_to_json;
 }
 
 static int op_empty(const struct jsonl_op *o) {
@@ -104,17 +104,23 @@ static void check_turn(const struct jsonl_turn *t, json_t *obj) {
     check_str(t->extra_system_prompt, obj, "extra_system_prompt");
     check_dump(t->context_json, json_object_get(obj, "context"), 1);
     check_dump(t->tools_json, json_object_get(obj, "tools"), 0);
+    check_str(t->interface_message_id, obj, "interface_message_id");
+    check_dump(t->metadata_json, json_object_get(obj, "metadata"), 1);
+    check_dump(t->reply_to_json, json_object_get(obj, "reply_to"), 1);
 }
 
 static void check_op(const struct jsonl_op *o, json_t *obj) {
-    static const char *const names[] = {"history", "turn",    "list",   "clear",
-                                        "metrics", "wait",    "cancel", "sleep"};
+    static const char *const names[] = {"history", "turn",   "list",  "clear",
+                                        "metrics", "wait",   "cancel", "sleep",
+                                        "update_options", "query", "message"};
     CHECK((size_t)o->kind < sizeof names / sizeof names[0]);
     CHECK(o->name && strcmp(o->name, names[o->kind]) == 0);
     CHECK(strcmp(json_string_value(json_object_get(obj, "op")), o->name) == 0);
     switch (o->kind) {
     case JSONL_OP_HISTORY:
     case JSONL_OP_TURN:
+    case JSONL_OP_MESSAGE:
+    case JSONL_OP_QUERY: /* query: the line without "op", for the plugin to check */
         CHECK(o->id && valid_utf8(o->id) && o->num == 0);
         break;
     case JSONL_OP_CLEAR:

@@ -6,13 +6,15 @@ that went idle while the host was down is gone.  Crash: parley-host killed
 with SIGKILL again and again during many concurrent turns; a fresh run then
 finds every turn that was reported ok, and no partial turn.  Refusals: a file
 that is not a store stops the agent's creation with a message naming it, and
-is left as it was.
+is left as it was.  Upgrade: a file of Parley 0.1 (schema version 1) is
+upgraded in place and its conversations go on.
 """
 import json
 import os
 import queue
 import random
 import signal
+import sqlite3
 import subprocess
 import tempfile
 import threading
@@ -143,6 +145,76 @@ class Refusals(StoreCase):
                 first.wait(timeout=30 * SLOW)
                 first.stdout.close()
         self.assertEqual(first.returncode, 0)
+
+
+# The schema version 1 DDL exactly as Parley 0.1 created it (plugin/store/sqlite.c, schema_v1).
+V1_SCHEMA = """
+CREATE TABLE store_meta( id INTEGER PRIMARY KEY CHECK (id = 1), conversations INTEGER NOT NULL,
+ turns INTEGER NOT NULL, message_bytes INTEGER NOT NULL);
+CREATE TABLE conversations( id INTEGER PRIMARY KEY, persona TEXT NOT NULL,
+ interface_type TEXT NOT NULL, conversation_id TEXT NOT NULL, created_ms INTEGER NOT NULL,
+ last_used_ms INTEGER NOT NULL, use_seq INTEGER NOT NULL, turns INTEGER NOT NULL,
+ message_bytes INTEGER NOT NULL, UNIQUE (persona, interface_type, conversation_id));
+CREATE UNIQUE INDEX conversations_by_use ON conversations(use_seq);
+CREATE TABLE turns( id INTEGER PRIMARY KEY, conversation INTEGER NOT NULL
+ REFERENCES conversations(id), turn_id TEXT NOT NULL UNIQUE, started_ms INTEGER NOT NULL,
+ finished_ms INTEGER NOT NULL, message_bytes INTEGER NOT NULL);
+CREATE INDEX turns_by_conversation ON turns(conversation, id);
+CREATE TABLE messages( id INTEGER PRIMARY KEY, turn INTEGER NOT NULL REFERENCES turns(id),
+ message_id TEXT NOT NULL, role TEXT NOT NULL, created_ms INTEGER NOT NULL, json TEXT NOT NULL);
+CREATE INDEX messages_by_turn ON messages(turn);
+"""
+
+
+class Upgrade(StoreCase):
+    OLD_TURN = "0b5a3c9e-1d2f-4a6b-8c7d-9e0f1a2b3c4d"
+    OLD = [{"role": "user", "content": "is the garage door shut?"},
+           {"role": "assistant", "content": "Yes, it is shut."}]
+
+    def write_v1_store(self):
+        now = int(time.time() * 1000)
+        texts = [json.dumps(m, separators=(",", ":")) for m in self.OLD]
+        size = len(",".join(texts))
+        db = sqlite3.connect(self.path)
+        db.executescript(V1_SCHEMA)
+        db.execute("INSERT INTO store_meta VALUES (1, 1, 1, ?)", (size,))
+        db.execute("INSERT INTO conversations VALUES (1, '', '', 'home', ?, ?, 1, 1, ?)",
+                   (now - 2000, now - 1000, size))
+        db.execute("INSERT INTO turns VALUES (1, 1, ?, ?, ?, ?)",
+                   (self.OLD_TURN, now - 1500, now - 1000, size))
+        for i, (m, text) in enumerate(zip(self.OLD, texts)):
+            db.execute("INSERT INTO messages VALUES (?, 1, ?, ?, ?, ?)",
+                       (i + 1, "0b5a3c9e-0000-4a6b-8c7d-00000000000%d" % i, m["role"],
+                        now - 1010 + i, text))
+        db.execute("PRAGMA application_id = %d" % 0x50726c79)
+        db.execute("PRAGMA user_version = 1")
+        db.commit()
+        db.execute("PRAGMA journal_mode = WAL")
+        db.close()
+
+    def test_version_1_file_is_upgraded_and_its_conversation_goes_on(self):
+        self.write_v1_store()
+        run = self.run_ok([{"text": "and the kitchen window?", "conversation_id": "home"},
+                           {"op": "history", "conversation_id": "home"}, {"op": "list"}],
+                          self.opts())
+        self.assertTurnOk(run.by_seq(1))
+        # The model saw the turn stored by 0.1, then the new message.
+        sent = messages(self.llm.chat_requests()[0])[1:]
+        self.assertEqual(sent, as_sent(self.OLD) +
+                         [{"role": "user", "content": "and the kitchen window?"}])
+        history = run.by_seq(2)["result"]
+        self.assertEqual([t["turn_id"] for t in history["turns"]][0], self.OLD_TURN)
+        self.assertEqual(history["turns"][0]["messages"], self.OLD)
+        # Lifetime counts start from what the file held, then count on.
+        listed = run.by_seq(3)["result"]["conversations"]
+        self.assertEqual([(c["conversation_id"], c["message_count"], c["turn_count"],
+                           c["participants"]) for c in listed],
+                         [("home", 4, 2, ["user", "assistant"])])
+        db = sqlite3.connect(self.path)
+        try:
+            self.assertEqual(db.execute("PRAGMA user_version").fetchone()[0], 2)
+        finally:
+            db.close()
 
 
 def feed(proc, lines):

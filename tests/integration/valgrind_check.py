@@ -97,6 +97,28 @@ class Valgrind(unittest.TestCase):
             self.assertIsNone(by[2]["error"])
             self.assertEqual(by[3]["error"]["code"], "bad_response")
 
+    def test_message_identity_is_clean(self):
+        """Metadata, interface ids and reply context, on the store threads (SQLite)."""
+        with FakeLLM() as llm, tempfile.TemporaryDirectory() as d:
+            opts = options(llm, request_timeout_ms=60000, max_history_turns=1,
+                           history_keep_turns=0,
+                           history_store="sqlite:" + os.path.join(d, "h.db"))
+            out = self.run_under_valgrind(opts, [
+                {"text": "[[tool:turn_on {\"name\":\"hall\"}]]", "conversation_id": "r",
+                 "interface_message_id": "m1", "metadata": {"from": "anna"}},
+                {"text": "next", "conversation_id": "r"},
+                {"text": "back", "conversation_id": "r", "reply_to": {"interface_message_id": "m1"}},
+                {"text": "near", "conversation_id": "r", "reply_to": {"interface_message_id": "m1"}},
+                {"text": "none", "conversation_id": "r", "reply_to": {"interface_message_id": "x"}},
+                {"text": "bad", "conversation_id": "r", "reply_to": {"turn_id": "x"}},
+                {"text": "bad", "conversation_id": "r", "metadata": {"a": 1}, "reply_to": {}},
+                {"op": "query", "conversation_id": "r"},
+            ], tools="demo")
+            by = {l["seq"]: l for l in out}
+            self.assertEqual([by[k].get("reply_context") for k in (3, 4, 5)],
+                             ["included", "included", "not_found"])
+            self.assertEqual([by[k]["error"]["code"] for k in (6, 7)], ["invalid_input"] * 2)
+
 
 if __name__ == "__main__":
     unittest.main()

@@ -93,10 +93,14 @@ RESULT_FIELDS = [
 # (C field name, ctypes type).  A plugin that predates a field has a smaller
 # struct_size, and the field is then simply absent from Result.extra.  Add a
 # line here when plugin.h gains a field; a "*_json" field is parsed, and
-# "usage_json" / "stop_reason" also become Result.usage / Result.stop_reason.
+# "usage_json" / "stop_reason" also become Result.usage / Result.stop_reason,
+# and the message identity fields Result attributes of the same names.
 RESULT_APPENDED = [
     ("usage_json", c_char_p),
     ("stop_reason", c_char_p),
+    ("user_message_id", c_char_p),
+    ("answer_message_id", c_char_p),
+    ("reply_context", c_char_p),
 ]
 
 

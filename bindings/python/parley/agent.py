@@ -35,7 +35,10 @@ _PY_LEVEL = {0: logging.ERROR, 1: logging.WARNING, 2: logging.INFO, 3: logging.D
 
 # Input fields process()/stream() accept as keywords, as in HA's ConversationInput.
 _TEXT_FIELDS = ("language", "device_id", "satellite_id", "agent_id", "extra_system_prompt",
-                "interface_type", "persona")
+                "interface_type", "interface_message_id", "persona")
+# Input fields given as a dict (or its JSON text): keyword -> parley_input field.
+_JSON_FIELDS = {"context": "context_json", "images": "images_json",
+                "metadata": "metadata_json", "reply_to": "reply_to_json"}
 
 # Set while this thread runs one of our plugin callbacks (a plugin worker).
 _in_callback = threading.local()
@@ -52,6 +55,12 @@ class Result:
     request_id: int
     usage: object = None     # dict of token counts, when the plugin's result carries usage
     stop_reason: object = None  # "stop", "length" (cut short by max_tokens), ...; None if absent
+    # Message identity (docs/history.md): the stored ids of the user's message and of the
+    # answer (None for a stateless turn), and what came of reply_to= ("included",
+    # "in_window", "not_found"; None without reply_to).
+    user_message_id: object = None
+    answer_message_id: object = None
+    reply_context: object = None
     extra: dict = dataclasses.field(default_factory=dict)  # appended result fields, by C name
 
 
@@ -232,7 +241,9 @@ class _Core:
         return Result(response=_text(r.get("response")) or "", steps=steps,
                       continue_conversation=bool(r.get("continue_conversation")),
                       usage=extra.get("usage_json"), stop_reason=extra.get("stop_reason"),
-                      extra=extra, **ids)
+                      user_message_id=extra.get("user_message_id"),
+                      answer_message_id=extra.get("answer_message_id"),
+                      reply_context=extra.get("reply_context"), extra=extra, **ids)
 
     def _on_tool_call(self, call, info):
         name = _text(info.get("tool_name")) or ""
@@ -448,24 +459,22 @@ class Agent:
         if asyncio.get_running_loop() is not core.loop:
             raise RuntimeError("a parley.Agent must be used on the event loop it was created on")
         turn_tools = fields.pop("tools", None) or {}
-        context = fields.pop("context", None)
-        images = fields.pop("images", None)
+        given_json = {k: fields.pop(k) for k in _JSON_FIELDS if k in fields}
         unknown = set(fields) - set(_TEXT_FIELDS)
         if unknown:
-            raise TypeError("unknown input field(s) %s; known: %s, context, images, tools"
-                            % (", ".join(sorted(unknown)), ", ".join(_TEXT_FIELDS)))
+            raise TypeError("unknown input field(s) %s; known: %s, %s, tools"
+                            % (", ".join(sorted(unknown)), ", ".join(_TEXT_FIELDS),
+                               ", ".join(_JSON_FIELDS)))
         inp = _abi.Input(struct_size=ctypes.sizeof(_abi.Input), text=_c_str("text", text))
         if conversation_id is not None:
             inp.conversation_id = _c_str("conversation_id", conversation_id)
         for name in _TEXT_FIELDS:
             if fields.get(name) is not None:
                 setattr(inp, name, _c_str(name, fields[name]))
-        if context is not None:
-            inp.context_json = _c_str("context", context if isinstance(context, str)
-                                      else json.dumps(context))
-        if images is not None:
-            inp.images_json = _c_str("images", images if isinstance(images, str)
-                                     else json.dumps(images))
+        for name, value in given_json.items():
+            if value is not None:
+                setattr(inp, _JSON_FIELDS[name], _c_str(name, value if isinstance(value, str)
+                                                        else json.dumps(value)))
         if turn_tools:
             inp.tools_json = json.dumps([tool_declaration(n, fn)
                                          for n, fn in turn_tools.items()]).encode()
@@ -504,9 +513,14 @@ class Agent:
 
         fields: language, device_id, satellite_id, agent_id,
         extra_system_prompt, persona (str: one of the `personas` option's
-        names); context (dict or JSON text, e.g. {"user_id": ...}); images
-        (a list of {"url": "data:image/...;base64,..." or "https://..."}, or
-        its JSON text); tools ({name: callable}, for this turn only).
+        names), interface_type, interface_message_id (str: the interface's
+        own id of this message); context (dict or JSON text, e.g.
+        {"user_id": ...}); metadata (a dict or its JSON text, kept with the
+        stored user message); reply_to ({"turn_id": ...} or
+        {"interface_message_id": ...}: the earlier turn this message answers,
+        see Result.reply_context); images (a list of {"url":
+        "data:image/...;base64,..." or "https://..."}, or its JSON text);
+        tools ({name: callable}, for this turn only).
         Cancelling the awaiting task cancels the turn in the plugin."""
         turn = self._start(text, conversation_id, fields, streaming=False)
         try:

@@ -1,0 +1,158 @@
+/* test_turn_input.c -- the message identity fields of a turn's input (turn_input.c):
+ * metadata_json, interface_message_id, reply_to_json; each bad value is
+ * invalid_input naming its field, and a good one is kept as the turn's. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "config.h"
+#include "turn_input.h"
+
+static void done_cb(void *ud, const parley_result *r)
+{
+    (void)ud;
+    (void)r;
+}
+
+typedef struct fields {
+    const char *conversation_id, *metadata, *interface_message_id, *reply_to;
+} fields;
+
+/* Accept an input with these fields: the turn (free it), or NULL with *status and *err. */
+static turn *accept_input(agent_config *cfg, fields f, parley_status *status, char **err)
+{
+    parley_input in = {.struct_size = sizeof in,
+                       .text = "hello",
+                       .conversation_id = f.conversation_id,
+                       .metadata_json = f.metadata,
+                       .interface_message_id = f.interface_message_id,
+                       .reply_to_json = f.reply_to};
+    return turn_input_accept(cfg, 1, &in, done_cb, NULL, status, err);
+}
+
+/* The input is refused as invalid_input with a message naming `field`. */
+static void check_refused(agent_config *cfg, fields f, const char *field)
+{
+    parley_status st = PARLEY_OK;
+    char *err = NULL;
+    turn *t = accept_input(cfg, f, &st, &err);
+    CHECK(t == NULL);
+    CHECK(st == PARLEY_ERR_INVALID_INPUT);
+    CHECK(err && strstr(err, field));
+    if (!(err && strstr(err, field)))
+        fprintf(stderr, "  expected '%s' in: %s\n", field, err ? err : "(null)");
+    turn_free(t);
+    free(err);
+}
+
+static turn *check_accepted(agent_config *cfg, fields f)
+{
+    parley_status st = PARLEY_ERR_INTERNAL;
+    char *err = NULL;
+    turn *t = accept_input(cfg, f, &st, &err);
+    CHECK(t != NULL);
+    CHECK(st == PARLEY_OK);
+    if (err)
+        fprintf(stderr, "  refused: %s\n", err);
+    free(err);
+    return t;
+}
+
+int main(void)
+{
+    char *err = NULL;
+    agent_config *cfg = config_new("{\"model\":\"m\",\"max_input_bytes\":200}", &err);
+    CHECK(cfg != NULL);
+    if (!cfg) {
+        fprintf(stderr, "config: %s\n", err);
+        return check_report();
+    }
+    const char *uuid = "5D0C2A4E-1F2B-4C3D-8E9F-0A1B2C3D4E5F";
+
+    /* good values are kept: metadata compacted, a turn id in lower case */
+    turn *t = check_accepted(cfg, (fields){"c", "{ \"from\" : \"anna\", \"n\": [1, 2] }",
+                                           "tg-42", NULL});
+    if (t) {
+        CHECK_STR(t->metadata, "{\"from\":\"anna\",\"n\":[1,2]}");
+        CHECK_STR(t->interface_message_id, "tg-42");
+        CHECK(!reply_context_wanted(&t->reply));
+        CHECK(reply_outcome_name(t->reply.outcome) == NULL);
+    }
+    turn_free(t);
+    char reply_by_id[128];
+    snprintf(reply_by_id, sizeof reply_by_id, "{\"turn_id\":\"%s\"}", uuid);
+    t = check_accepted(cfg, (fields){"c", NULL, NULL, reply_by_id});
+    if (t) {
+        CHECK_STR(t->reply.turn_id, "5d0c2a4e-1f2b-4c3d-8e9f-0a1b2c3d4e5f");
+        CHECK(t->reply.interface_message_id == NULL);
+    }
+    turn_free(t);
+    t = check_accepted(cfg, (fields){"c", NULL, NULL, "{\"interface_message_id\":\"tg-41\"}"});
+    if (t) {
+        CHECK_STR(t->reply.interface_message_id, "tg-41");
+        CHECK(t->reply.turn_id == NULL);
+    }
+    turn_free(t);
+    /* a stateless turn may carry metadata and an interface id (nothing is stored) */
+    turn_free(check_accepted(cfg, (fields){NULL, "{}", "x", NULL}));
+
+    /* metadata_json: a JSON object, within max_input_bytes */
+    const char *bad_metadata[] = {"[]", "\"text\"", "42", "null", "{", "{\"a\":1,\"a\":2}", ""};
+    for (size_t i = 0; i < sizeof bad_metadata / sizeof *bad_metadata; i++)
+        check_refused(cfg, (fields){"c", bad_metadata[i], NULL, NULL}, "metadata_json");
+    char big[300];
+    memset(big, 'x', sizeof big);
+    memcpy(big, "{\"k\":\"", 6);
+    memcpy(big + sizeof big - 3, "\"}", 3);
+    check_refused(cfg, (fields){"c", big, NULL, NULL}, "metadata_json");
+    check_refused(cfg, (fields){"c", "{\"bad\":\"\xff\"}", NULL, NULL}, "metadata_json");
+
+    /* interface_message_id: 1..256 bytes of UTF-8 */
+    char long_id[STORE_MAX_INTERFACE_MESSAGE_ID + 2];
+    memset(long_id, 'i', sizeof long_id - 1);
+    long_id[sizeof long_id - 1] = '\0';
+    check_refused(cfg, (fields){"c", NULL, "", NULL}, "interface_message_id");
+    check_refused(cfg, (fields){"c", NULL, long_id, NULL}, "interface_message_id");
+    check_refused(cfg, (fields){"c", NULL, "\xc3(", NULL}, "interface_message_id");
+    long_id[STORE_MAX_INTERFACE_MESSAGE_ID] = '\0'; /* exactly the most */
+    turn_free(check_accepted(cfg, (fields){"c", NULL, long_id, NULL}));
+
+    /* reply_to_json: exactly one of the two keys, each with a value of its form */
+    char two_keys[160];
+    snprintf(two_keys, sizeof two_keys, "{\"turn_id\":\"%s\",\"interface_message_id\":\"x\"}",
+             uuid);
+    const char *bad_reply[] = {"{}", "[]", "\"x\"", "{\"turn_id\":\"not-a-uuid\"}",
+                               "{\"turn_id\":42}", "{\"interface_message_id\":\"\"}",
+                               "{\"interface_message_id\":7}", "{\"message_id\":\"x\"}",
+                               two_keys, "{\"turn_id\":\"5d0c2a4e-1f2b-4c3d-8e9f-0a1b2c3d4e5fa\"}",
+                               "{"};
+    for (size_t i = 0; i < sizeof bad_reply / sizeof *bad_reply; i++)
+        check_refused(cfg, (fields){"c", NULL, NULL, bad_reply[i]}, "reply_to_json");
+    /* a stateless turn has nothing to reply to */
+    check_refused(cfg, (fields){NULL, NULL, NULL, reply_by_id}, "reply_to_json");
+
+    /* an older host's struct ends before these fields: they are absent, not read */
+    parley_input old = {.struct_size = offsetof(parley_input, metadata_json),
+                        .text = "hello", .metadata_json = "not json"};
+    parley_status st = PARLEY_ERR_INTERNAL;
+    t = turn_input_accept(cfg, 2, &old, done_cb, NULL, &st, &err);
+    CHECK(t && st == PARLEY_OK && !t->metadata);
+    free(err);
+    turn_free(t);
+
+    /* reply_context_parse on its own */
+    reply_context rc;
+    err = NULL;
+    CHECK(reply_context_parse("{\"interface_message_id\":\"m1\"}", &rc, &err) == 0);
+    reply_context copy;
+    CHECK(reply_context_copy_target(&copy, &rc) == 0);
+    CHECK_STR(copy.interface_message_id, "m1");
+    reply_context_free(&copy);
+    reply_context_free(&rc);
+    CHECK_STR(reply_outcome_name(REPLY_INCLUDED), "included");
+    CHECK_STR(reply_outcome_name(REPLY_IN_WINDOW), "in_window");
+    CHECK_STR(reply_outcome_name(REPLY_NOT_FOUND), "not_found");
+
+    config_unref(cfg);
+    return check_report();
+}
