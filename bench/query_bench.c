@@ -11,7 +11,8 @@
  * stored message bytes (what any scan that looks at every message costs at
  * least).  Nothing is asserted: it prints what it measured.
  *
- *   query-bench [N] [DIR]     (DIR for the SQLite file, default /tmp)
+ *   query-bench [N] [DIR] [STORES]   (DIR for the SQLite file, default /tmp;
+ *                                     STORES e.g. "memory,redis", default all)
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE /* memmem */
@@ -22,6 +23,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "../tests/store/redis_server.h"
 #include "store/store.h"
 
 #define MESSAGES_PER_TURN 10
@@ -181,13 +183,26 @@ int main(int argc, char **argv)
                                    .until_ms = UINT64_MAX, .limit = 20}, NULL},
         {"message by id", {0}, some_id},
     };
-    const store_backend *backends[] = {&store_memory_backend, &store_sqlite_backend};
+    const store_backend *backends[] = {&store_memory_backend, &store_sqlite_backend,
+                                       &store_redis_backend};
+    redis_server redis = {0};
+    char redis_location[64] = "";
+    const char *skip = getenv("SKIP_REDIS");
+    size_t nbackends = 2;
+    if (!(skip && *skip == '1') && redis_server_start(&redis, NULL) == 0) {
+        snprintf(redis_location, sizeof redis_location, "//127.0.0.1:%d", redis.port);
+        nbackends = 3;
+    }
+    const char *locations[] = {"", path, redis_location};
     printf("query-bench: %lu messages (%lu conversations), limit 20, median / p90 of %d runs\n",
            n, n / (MESSAGES_PER_TURN * TURNS_PER_CONVERSATION), RUNS);
-    for (size_t b = 0; b < 2; b++) {
+    const char *only = argc > 3 ? argv[3] : NULL;
+    for (size_t b = 0; b < nbackends; b++) {
+        if (only && !strstr(only, backends[b]->scheme))
+            continue;
         size_t bytes = 0;
         double t0 = now_s();
-        store *s = fill(backends[b], b ? path : "", n, &bytes);
+        store *s = fill(backends[b], locations[b], n, &bytes);
         double fill_s = now_s() - t0, floor = floor_ms(bytes);
         printf("\n%s: filled in %.1f s; floor (memmem over %.0f MB) %.2f ms\n",
                backends[b]->scheme, fill_s, bytes / 1e6, floor);
@@ -200,6 +215,8 @@ int main(int argc, char **argv)
         }
         s->backend->close(s);
     }
+    if (redis.pid)
+        redis_server_stop(&redis);
     static const char *const suffixes[] = {"", "-wal", "-shm", "-lock"};
     for (size_t i = 0; i < 4; i++) {
         char file[4200];

@@ -16,13 +16,14 @@
 #      memory store (parley-bench --scenario store-seq / store-concurrent)
 #   4  opening a SQLite store of 100,000 and 1,000,000 conversations (store-bench)
 #   5  the Redis store against memory, and two hosts on one Redis (redis-bench)
-#   6  history_query / message_get over 1,000,000 messages, memory and SQLite (query-bench)
+#   6  history_query / message_get over 1,000,000 messages, memory, SQLite and Redis (query-bench)
 #
 # Environment:
 #   PARLEY_BENCH_ARGS   extra parley-bench options, e.g. "--seq-repeats 9"
 #   SKIP_HISTORY=1      skip scenario 3 (its 1,000,000 case needs ~2 GB)
 #   SKIP_STORE_OPEN=1   skip scenario 4 (its 1,000,000 case writes a 1.4 GB file into BUILD_DIR)
-#   SKIP_REDIS=1        skip scenario 5 (redis-bench; also skipped without redis-server)
+#   SKIP_REDIS=1        skip scenario 5 (redis-bench; also skipped without redis-server) and
+#                       the Redis column of scenario 6
 #   SKIP_QUERY=1        skip scenario 6 (a ~300 MB SQLite file in BUILD_DIR, about a minute)
 set -eu
 

@@ -272,6 +272,43 @@ static void run_turn(const char *text) {
     atomic_store(&g_shim.cancel_requested, 0);
 }
 
+/* /say TEXT: append_message into the current conversation (no model call);
+ * the done callback prints it like an answer. */
+static void say(const char *cid, const char *text) {
+    const parley_plugin *pl = g_shim.pl;
+    if (!SHIM_HAS_FIELD(pl, parley_plugin, append_message) || !pl->append_message) {
+        out_printf("parley! invalid_input: this plugin has no append_message\n");
+        return;
+    }
+    json_t *m = json_pack("{s:s,s:s}", "conversation_id", cid, "content", text);
+    if (m && persona)
+        json_object_set_new(m, "persona", json_string(persona));
+    char *message = m ? json_dumps(m, JSON_COMPACT) : NULL;
+    json_decref(m);
+    if (!message) {
+        out_printf("parley! no_memory: out of memory\n");
+        return;
+    }
+    pthread_mutex_lock(&g_shim.mu);
+    cur.done = 0;
+    pthread_mutex_unlock(&g_shim.mu);
+    cur.ndeltas = 0;
+    live_reset();
+    char *err = NULL;
+    parley_request_id rid = 0;
+    atomic_store(&g_shim.cancel_requested, 0);
+    atomic_store(&g_shim.turn_in_flight, 1);
+    parley_status st = pl->append_message(g_shim.agent, message, on_done, NULL, &rid, &err);
+    free(message);
+    if (st == PARLEY_OK)
+        wait_turn(rid);
+    else
+        out_printf("parley! %s: %s\n", status_str(st), err ? err : status_str(st));
+    plugin_free(err);
+    atomic_store(&g_shim.turn_in_flight, 0);
+    atomic_store(&g_shim.cancel_requested, 0);
+}
+
 /* Print a snapshot (history, list, metrics) pretty, or the error. */
 static void show(parley_status st, char *out, const char *what, const char *id) {
     if (st == PARLEY_OK) {
@@ -435,6 +472,8 @@ static void help(void) {
                "  /list     list the conversations the agent remembers\n"
                "  /clear    forget the current conversation (of the current persona)\n"
                "  /search TEXT  the 20 newest messages of any conversation holding TEXT\n"
+               "  /say TEXT  add TEXT to the conversation as the assistant's message,\n"
+               "            without asking the model (append_message)\n"
                "  /metrics  show the agent's counters\n"
                "  /persona NAME  speak to persona NAME from now on (its own history);\n"
                "            /persona alone: back to the agent's own prompt\n"
@@ -522,6 +561,11 @@ static int command(const char *cmd) {
         show(st, out, "conversations_list", NULL);
     } else if (strncmp(cmd, "/search ", 8) == 0 && cmd[8]) {
         search(cmd + 8);
+    } else if (strncmp(cmd, "/say ", 5) == 0 && cmd[5]) {
+        if (cid)
+            say(cid, cmd + 5);
+        else
+            out_printf("(no conversation: say something first)\n");
     } else if (strcmp(cmd, "/metrics") == 0) {
         parley_status st = pl->metrics(g_shim.agent, &out);
         show(st, out, "metrics", NULL);

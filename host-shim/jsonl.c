@@ -26,6 +26,7 @@
 struct turn {
     struct turn *prev, *next; /* in-flight list, under g_shim.mu */
     unsigned long seq;
+    const char *op;           /* "append" for an append line; NULL for a conversation line */
     parley_request_id id;
     int refs;
     /* Written only by the delta callback, read by the done callback: both
@@ -153,6 +154,8 @@ static void on_done(void *user_data, const parley_result *r) {
     parley_status status = FIELD(status, PARLEY_ERR_INTERNAL);
     json_t *line = json_object();
     json_object_set_new(line, "seq", json_integer((json_int_t)t->seq));
+    if (t->op)
+        json_object_set_new(line, "op", jstr(t->op));
     json_object_set_new(line, "conversation_id", jstr(FIELD(conversation_id, NULL)));
     json_object_set_new(line, "turn_id", jstr(FIELD(turn_id, NULL)));
     json_object_set_new(line, "response", jstr(FIELD(response, NULL)));
@@ -196,6 +199,54 @@ static void on_done(void *user_data, const parley_result *r) {
 
 /* ---- conversation lines --------------------------------------------------- */
 
+/* Start a turn (`in`) or an append (`append_json`) and track it until its done
+ * callback; then wait for a free slot. */
+static void submit_tracked(unsigned long seq, const char *op, const parley_input *in,
+                           const char *append_json, unsigned long concurrency) {
+    struct turn *t = calloc(1, sizeof *t);
+    if (!t) {
+        no_memory_line(seq);
+        return;
+    }
+    t->seq = seq;
+    t->op = op;
+    t->refs = 2;
+    pthread_mutex_lock(&g_shim.mu);
+    link_turn(t);
+    pthread_mutex_unlock(&g_shim.mu);
+
+    parley_request_id rid = 0;
+    char *err = NULL;
+    parley_status st =
+        in ? g_shim.pl->async_process(g_shim.agent, in, on_done, t, &rid, &err)
+           : g_shim.pl->append_message(g_shim.agent, append_json, on_done, t, &rid, &err);
+    if (st != PARLEY_OK) {
+        /* Not accepted: done will never come, so both references are ours. */
+        pthread_mutex_lock(&g_shim.mu);
+        unlink_turn(t);
+        pthread_mutex_unlock(&g_shim.mu);
+        free_turn(t);
+        if (op) /* a refused op line is answered as an op */
+            op_reply(seq, op, NULL, jerror(st, err));
+        else
+            error_line(seq, jerror(st, err));
+        plugin_free(err);
+        return;
+    }
+    plugin_free(err);
+
+    pthread_mutex_lock(&g_shim.mu);
+    t->id = rid;
+    struct turn *dead = unref_locked(t);
+    /* At most `concurrency` in flight; with 1, each turn ends before the
+     * next line is even read. */
+    while (in_flight >= concurrency && !shim_interrupted())
+        pthread_cond_wait(&g_shim.cv, &g_shim.mu);
+    pthread_mutex_unlock(&g_shim.mu);
+    if (dead)
+        free_turn(dead);
+}
+
 /* Submit one validated conversation line; then wait for a free slot. */
 static void handle_turn(unsigned long seq, const struct jsonl_turn *req,
                         unsigned long concurrency) {
@@ -225,44 +276,20 @@ static void handle_turn(unsigned long seq, const struct jsonl_turn *req,
         .persona = req->persona,
         .images_json = images,
     };
-    struct turn *t = calloc(1, sizeof *t);
-    if (!t) {
-        free(images);
-        no_memory_line(seq);
-        return;
-    }
-    t->seq = seq;
-    t->refs = 2;
-    pthread_mutex_lock(&g_shim.mu);
-    link_turn(t);
-    pthread_mutex_unlock(&g_shim.mu);
-
-    parley_request_id rid = 0;
-    char *err = NULL;
-    parley_status st = g_shim.pl->async_process(g_shim.agent, &in, on_done, t, &rid, &err);
+    submit_tracked(seq, NULL, &in, NULL, concurrency);
     free(images); /* async_process copied what it keeps */
-    if (st != PARLEY_OK) {
-        /* Not accepted: done will never come, so both references are ours. */
-        pthread_mutex_lock(&g_shim.mu);
-        unlink_turn(t);
-        pthread_mutex_unlock(&g_shim.mu);
-        free_turn(t);
-        error_line(seq, jerror(st, err));
-        plugin_free(err);
+}
+
+/* An append line: append_message, answered like a turn (by its done callback). */
+static void handle_append(unsigned long seq, const char *message_json,
+                          unsigned long concurrency) {
+    const parley_plugin *pl = g_shim.pl;
+    if (!SHIM_HAS_FIELD(pl, parley_plugin, append_message) || !pl->append_message) {
+        op_reply(seq, "append", NULL,
+                 jerror(PARLEY_ERR_INVALID_INPUT, "this plugin has no append_message"));
         return;
     }
-    plugin_free(err);
-
-    pthread_mutex_lock(&g_shim.mu);
-    t->id = rid;
-    struct turn *dead = unref_locked(t);
-    /* At most `concurrency` in flight; with 1, each turn ends before the
-     * next line is even read. */
-    while (in_flight >= concurrency && !shim_interrupted())
-        pthread_cond_wait(&g_shim.cv, &g_shim.mu);
-    pthread_mutex_unlock(&g_shim.mu);
-    if (dead)
-        free_turn(dead);
+    submit_tracked(seq, "append", NULL, message_json, concurrency);
 }
 
 /* ---- control lines ------------------------------------------------------- */
@@ -300,13 +327,31 @@ static void op_answer(unsigned long seq, const char *op, parley_status st, char 
     free(msg);
 }
 
-/* invalid_input from a query: the plugin's {"error":{..,"message"}} says which key. */
-static void op_input_error(unsigned long seq, const char *op, char *out) {
+/* An error whose words are in the plugin's {"error":{..,"message"}} (invalid_input from a
+ * query: it says which key; storage: what the store cannot do). */
+static void op_plugin_error(unsigned long seq, const char *op, parley_status st, char *out) {
     json_t *answer = out ? json_loads(out, 0, NULL) : NULL;
     const char *msg = json_string_value(json_object_get(json_object_get(answer, "error"), "message"));
-    op_reply(seq, op, NULL, jerror(PARLEY_ERR_INVALID_INPUT, msg ? msg : "invalid query"));
+    op_reply(seq, op, NULL, jerror(st, msg ? msg : st == PARLEY_ERR_INVALID_INPUT
+                                                       ? "invalid query" : status_str(st)));
     json_decref(answer);
     plugin_free(out);
+}
+
+static void op_input_error(unsigned long seq, const char *op, char *out) {
+    op_plugin_error(seq, op, PARLEY_ERR_INVALID_INPUT, out);
+}
+
+/* A plugin older than the function `what`: say so instead of calling it. */
+static int lacks(unsigned long seq, const char *op, const void *fn, const char *what) {
+    if (fn)
+        return 0;
+    char *msg = NULL;
+    if (asprintf(&msg, "this plugin has no %s", what) < 0)
+        msg = NULL;
+    op_reply(seq, op, NULL, jerror(PARLEY_ERR_INVALID_INPUT, msg));
+    free(msg);
+    return 1;
 }
 
 static void op_cancel(unsigned long seq, long long target) {
@@ -399,6 +444,39 @@ static void handle_op(unsigned long seq, const struct jsonl_op *op) {
         st = pl->message_get(ag, id, &out);
         op_answer(seq, name, st, out, "message", id);
         break;
+    case JSONL_OP_FIND:
+        if (lacks(seq, name, SHIM_HAS_FIELD(pl, parley_plugin, message_find) ? pl->message_find
+                                                                             : NULL,
+                  "message_find"))
+            break;
+        st = pl->message_find(ag, id, &out);
+        if (st == PARLEY_ERR_NOT_FOUND)
+            op_reply(seq, name, NULL, jerror(st, "no message with that interface_message_id in "
+                                                 "that conversation"));
+        else if (st != PARLEY_OK && out)
+            op_plugin_error(seq, name, st, out);
+        else
+            op_answer(seq, name, st, out, NULL, NULL);
+        break;
+    case JSONL_OP_SET_INTERFACE_MESSAGE_ID: {
+        if (lacks(seq, name, SHIM_HAS_FIELD(pl, parley_plugin, set_interface_message_id)
+                                 ? pl->set_interface_message_id : NULL,
+                  "set_interface_message_id"))
+            break;
+        st = pl->set_interface_message_id(ag, id, op->value);
+        char *msg = NULL;
+        int n = st == PARLEY_ERR_NOT_FOUND
+                    ? asprintf(&msg, "no stored turn '%s'", id)
+                    : st == PARLEY_ERR_INVALID_INPUT
+                          ? asprintf(&msg, "interface_message_id: must be 1 to 256 bytes of "
+                                           "UTF-8")
+                          : asprintf(&msg, "%s: %s", name, status_str(st));
+        op_reply(seq, name, NULL, st == PARLEY_OK ? NULL : jerror(st, n < 0 ? NULL : msg));
+        free(msg);
+        break;
+    }
+    case JSONL_OP_APPEND: /* handle_line runs it, like a conversation line */
+        break;
     case JSONL_OP_WAIT:
         op_reply(seq, name, NULL, NULL);
         break;
@@ -433,7 +511,10 @@ static void handle_line(unsigned long seq, const struct jsonl_line *l,
         handle_turn(seq, &l->turn, concurrency);
         break;
     case JSONL_OP:
-        handle_op(seq, &l->op);
+        if (l->op.kind == JSONL_OP_APPEND)
+            handle_append(seq, l->op.id, concurrency);
+        else
+            handle_op(seq, &l->op);
         break;
     }
 }

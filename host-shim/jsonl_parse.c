@@ -168,6 +168,9 @@ static const struct op_def {
     {"update_options", JSONL_OP_UPDATE_OPTIONS, "options"},
     {"query", JSONL_OP_QUERY, "*"},
     {"message", JSONL_OP_MESSAGE, "message_id"},
+    {"find", JSONL_OP_FIND, "*"},
+    {"set_interface_message_id", JSONL_OP_SET_INTERFACE_MESSAGE_ID, "turn_id"},
+    {"append", JSONL_OP_APPEND, "*"},
 };
 
 static const struct op_def *find_op(const char *name) {
@@ -183,6 +186,7 @@ static const char *op_arg_problem(const struct op_def *def, json_t *arg) {
     case JSONL_OP_HISTORY:
     case JSONL_OP_TURN:
     case JSONL_OP_MESSAGE:
+    case JSONL_OP_SET_INTERFACE_MESSAGE_ID:
         return json_is_string(arg) ? NULL : "\"%s\" must be a string";
     case JSONL_OP_CLEAR:
         return !arg || json_is_string(arg) || json_is_null(arg) ? NULL
@@ -227,9 +231,15 @@ static struct problem op_problem(json_t *obj, const char *name, const struct op_
                 return (struct problem){"\"persona\" needs a \"%s\"", def->arg};
             continue;
         }
+        if (def->kind == JSONL_OP_SET_INTERFACE_MESSAGE_ID &&
+            strcmp(key, "interface_message_id") == 0)
+            continue; /* its second key, checked below */
         if (strcmp(key, "op") != 0 && (!def->arg || strcmp(key, def->arg) != 0))
             return (struct problem){"unknown key \"%s\"", key};
     }
+    if (def->kind == JSONL_OP_SET_INTERFACE_MESSAGE_ID &&
+        !json_is_string(json_object_get(obj, "interface_message_id")))
+        return (struct problem){"\"%s\" must be a string", "interface_message_id"};
     json_t *arg = def->arg ? json_object_get(obj, def->arg) : NULL;
     return (struct problem){op_arg_problem(def, arg), def->arg};
 }
@@ -247,11 +257,15 @@ static int parse_op(json_t *obj, json_t *jop, struct jsonl_line *l) {
     l->kind = JSONL_OP;
     l->op.kind = def->kind;
     l->op.name = def->name;
-    if (def->kind == JSONL_OP_QUERY) {
+    if (def->kind == JSONL_OP_QUERY || def->kind == JSONL_OP_FIND ||
+        def->kind == JSONL_OP_APPEND) {
         json_object_del(obj, "op");
         return (l->op.id = json_dumps(obj, SHIM_JSON_COMPACT)) ? 0 : -1;
     }
     json_t *arg = def->arg ? json_object_get(obj, def->arg) : NULL;
+    if (def->kind == JSONL_OP_SET_INTERFACE_MESSAGE_ID &&
+        dup_opt(json_string_value(json_object_get(obj, "interface_message_id")), &l->op.value) < 0)
+        return -1;
     if (takes_persona(def) && json_object_get(obj, "persona")) { /* a selector */
         json_object_del(obj, "op");
         if (!(l->op.json = json_dumps(obj, SHIM_JSON_COMPACT)))
@@ -314,6 +328,7 @@ void jsonl_line_free(struct jsonl_line *l) {
     free(l->turn.metadata_json);
     free(l->turn.reply_to_json);
     free(l->op.id);
+    free(l->op.value);
     free(l->op.json);
     memset(l, 0, sizeof *l);
 }

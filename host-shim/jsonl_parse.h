@@ -28,6 +28,9 @@ enum jsonl_op_kind {
     JSONL_OP_UPDATE_OPTIONS,
     JSONL_OP_QUERY,
     JSONL_OP_MESSAGE,
+    JSONL_OP_FIND,
+    JSONL_OP_SET_INTERFACE_MESSAGE_ID,
+    JSONL_OP_APPEND,
 };
 
 /* Longest "ms" a sleep op accepts: one day. */
@@ -65,10 +68,12 @@ struct jsonl_op {
     enum jsonl_op_kind kind;
     const char *name; /* "history", "turn", ...: static, never freed */
     /* history: the conversation id, turn: the turn id, message: the message
-     * id (never NULL); clear: the conversation id, or NULL for all; query:
-     * the line without "op", compact JSON (the plugin checks its keys);
-     * other ops: NULL. */
+     * id (never NULL); clear: the conversation id, or NULL for all; query,
+     * find, append: the line without "op", compact JSON (the plugin checks
+     * its keys); set_interface_message_id: the turn id; other ops: NULL. */
     char *id;
+    /* set_interface_message_id: the interface_message_id (never NULL); else NULL. */
+    char *value;
     /* cancel: the input line number of the turn (>= 1); sleep: milliseconds
      * (0..JSONL_SLEEP_MAX_MS); other ops: 0. */
     long long num;

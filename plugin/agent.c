@@ -17,6 +17,7 @@
 #include "selector.h"
 #include "tool_handle.h"
 #include "turn.h"
+#include "turn_append.h"
 #include "turn_input.h"
 
 static pthread_once_t curl_once = PTHREAD_ONCE_INIT;
@@ -152,35 +153,36 @@ void agent_destroy(parley_agent *a)
     agent_free(a);
 }
 
-parley_status agent_async_process(parley_agent *a, const parley_input *in, parley_done_fn done,
-                                  void *user_data, parley_request_id *request_id, char **error)
+/* Take one of max_in_flight's slots for a new turn, or refuse: PARLEY_ERR_BUSY
+ * with *error (if not NULL) explaining. */
+static parley_status take_slot(parley_agent *a, const agent_config *cfg, char **error)
 {
-    char *err = NULL;
-    parley_status st;
-    if (!a) {
-        if (error)
-            *error = dup_error("agent is NULL");
-        return PARLEY_ERR_INVALID_INPUT;
-    }
-    agent_config *cfg = current_config(a); /* the turn keeps its own reference */
     int64_t max_in_flight = cfg->opts.max_in_flight;
-    if (atomic_fetch_add(&a->metrics.in_flight, 1) >= max_in_flight) {
-        config_unref(cfg);
-        atomic_fetch_sub(&a->metrics.in_flight, 1);
-        atomic_fetch_add(&a->metrics.rejected_busy, 1);
-        if (error && !(*error = pstr_printf("busy: %lld turns already in flight (max_in_flight)",
-                                            (long long)max_in_flight)))
-            *error = NULL;
-        return PARLEY_ERR_BUSY;
-    }
-    parley_request_id id = atomic_fetch_add(&a->next_request_id, 1);
-    turn *t = turn_input_accept(cfg, id, in, done, user_data, &st, &err);
-    config_unref(cfg);
+    if (atomic_fetch_add(&a->metrics.in_flight, 1) < max_in_flight)
+        return PARLEY_OK;
+    atomic_fetch_sub(&a->metrics.in_flight, 1);
+    atomic_fetch_add(&a->metrics.rejected_busy, 1);
+    if (error)
+        *error = pstr_printf("busy: %lld turns already in flight (max_in_flight)",
+                             (long long)max_in_flight);
+    return PARLEY_ERR_BUSY;
+}
+
+/*
+ * Hand an accepted turn (`t`, NULL when accepting it failed with *st and err)
+ * to the worker, which from then on owns it; on any failure give the slot
+ * back and explain in *error.  Shared by async_process and append_message, so
+ * both kinds of turn enter the same lanes in submission order.
+ */
+static parley_status submit_turn(parley_agent *a, turn *t, parley_status st, char *err,
+                                 parley_request_id *request_id, char **error)
+{
     if (!t) {
         atomic_fetch_sub(&a->metrics.in_flight, 1);
         atomic_fetch_add(&a->metrics.rejected_invalid, 1);
         goto fail;
     }
+    parley_request_id id = t->id;
     /* Once submitted, the turn belongs to the worker and may be gone at any moment. */
     st = inbox_submit(a->box, t);
     if (st != PARLEY_OK) {
@@ -199,6 +201,43 @@ fail:
     else
         free(err);
     return st;
+}
+
+/* async_process (`in`) and append_message (`message_json`, when `append`): accept
+ * the input as a turn and hand it to the worker. */
+static parley_status start_turn(parley_agent *a, int append, const parley_input *in,
+                                const char *message_json, parley_done_fn done, void *user_data,
+                                parley_request_id *request_id, char **error)
+{
+    char *err = NULL;
+    parley_status st;
+    if (!a) {
+        if (error)
+            *error = dup_error("agent is NULL");
+        return PARLEY_ERR_INVALID_INPUT;
+    }
+    agent_config *cfg = current_config(a); /* the turn keeps its own reference */
+    if ((st = take_slot(a, cfg, error)) != PARLEY_OK) {
+        config_unref(cfg);
+        return st;
+    }
+    parley_request_id id = atomic_fetch_add(&a->next_request_id, 1);
+    turn *t = append ? turn_append_accept(cfg, id, message_json, done, user_data, &st, &err)
+                     : turn_input_accept(cfg, id, in, done, user_data, &st, &err);
+    config_unref(cfg);
+    return submit_turn(a, t, st, err, request_id, error);
+}
+
+parley_status agent_async_process(parley_agent *a, const parley_input *in, parley_done_fn done,
+                                  void *user_data, parley_request_id *request_id, char **error)
+{
+    return start_turn(a, 0, in, NULL, done, user_data, request_id, error);
+}
+
+parley_status agent_append_message(parley_agent *a, const char *message_json, parley_done_fn done,
+                                   void *user_data, parley_request_id *request_id, char **error)
+{
+    return start_turn(a, 1, NULL, message_json, done, user_data, request_id, error);
 }
 
 /*
@@ -478,6 +517,74 @@ parley_status agent_history_get_by(parley_agent *a, const char *selector_json, c
     return read_result(st, &b, err, out);
 }
 
+parley_status agent_message_find(parley_agent *a, const char *selector_json, char **out)
+{
+    if (!a || !out)
+        return PARLEY_ERR_INVALID_INPUT;
+    *out = NULL;
+    selector sel;
+    char *err = NULL;
+    if (selector_parse(selector_json, SELECTOR_INTERFACE_MESSAGE_ID, &sel, &err) != PARLEY_OK) {
+        *out = err ? input_error_json(sel.bad_key, err) : NULL;
+        free(err);
+        return PARLEY_ERR_INVALID_INPUT;
+    }
+    parley_status st = PARLEY_ERR_INVALID_INPUT;
+    if (!sel.interface_message_id) {
+        *out = input_error_json("interface_message_id", "interface_message_id: required");
+    } else if (check_selector_persona(a, &sel, &err) != 0) {
+        *out = err ? input_error_json("persona", err) : NULL;
+    } else if (!a->store->backend->find_message) {
+        *out = status_error_json(PARLEY_ERR_STORAGE, "history_store",
+                                 "finding messages by interface_message_id is not supported "
+                                 "by this store");
+        st = PARLEY_ERR_STORAGE;
+    } else {
+        pbuf b = PBUF_INIT;
+        st = a->store->backend->find_message(a->store, &sel.key, sel.interface_message_id,
+                                             clock_wall_ms(), &b, &err);
+        if (st == PARLEY_ERR_STORAGE) { /* the store's words, as the header promises */
+            host_log(&a->host, PARLEY_LOG_WARN, "message_find: %s", err ? err : "store failed");
+            *out = status_error_json(st, "history_store", err ? err : "the store failed");
+        }
+        st = read_result(st, &b, err, out);
+        err = NULL;
+    }
+    free(err);
+    selector_free(&sel);
+    return st;
+}
+
+parley_status agent_set_interface_message_id(parley_agent *a, const char *turn_id,
+                                             const char *interface_message_id)
+{
+    if (!a || !turn_id)
+        return PARLEY_ERR_INVALID_INPUT;
+    json_t *id = interface_message_id ? json_string(interface_message_id) : NULL;
+    int valid = selector_valid_string(id, STORE_MAX_INTERFACE_MESSAGE_ID, 1);
+    json_decref(id);
+    if (!valid) { /* no out channel: the host's log says why */
+        host_log(&a->host, PARLEY_LOG_WARN, "set_interface_message_id: interface_message_id must "
+                 "be 1 to %d bytes of UTF-8", STORE_MAX_INTERFACE_MESSAGE_ID);
+        return PARLEY_ERR_INVALID_INPUT;
+    }
+    if (strlen(turn_id) != STORE_ID_LEN)
+        return PARLEY_ERR_NOT_FOUND; /* not a turn id Parley gave: no such turn */
+    if (!a->store->backend->set_interface_message_id) {
+        host_log(&a->host, PARLEY_LOG_WARN, "set_interface_message_id: not supported by this "
+                 "store");
+        return PARLEY_ERR_STORAGE;
+    }
+    char *err = NULL;
+    parley_status st = a->store->backend->set_interface_message_id(
+        a->store, turn_id, interface_message_id, clock_wall_ms(), NULL, &err);
+    if (st != PARLEY_OK && st != PARLEY_ERR_NOT_FOUND)
+        host_log(&a->host, PARLEY_LOG_WARN, "set_interface_message_id: %s",
+                 err ? err : status_name(st));
+    free(err);
+    return st;
+}
+
 /* The personas under which (id, interface) has a conversation, as a JSON object's keys
  * (found with the query: the store keeps no index by id alone).  NULL on failure. */
 static json_t *personas_of(parley_agent *a, const store_key *key, parley_status *st)
@@ -639,7 +746,7 @@ parley_status agent_history_clear_by(parley_agent *a, const char *selector_json)
         return PARLEY_ERR_INVALID_INPUT;
     selector sel;
     char *err = NULL;
-    if (selector_parse(selector_json, 1, &sel, &err) != PARLEY_OK) {
+    if (selector_parse(selector_json, SELECTOR_EVERY_PERSONA, &sel, &err) != PARLEY_OK) {
         host_log(&a->host, PARLEY_LOG_WARN, "history_clear_by: %s", err ? err : "invalid");
         free(err);
         return PARLEY_ERR_INVALID_INPUT;

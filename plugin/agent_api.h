@@ -27,5 +27,10 @@ parley_status agent_message_get(parley_agent *a, const char *message_id, char **
 parley_status agent_history_get_by(parley_agent *a, const char *selector_json, char **out);
 parley_status agent_history_clear_by(parley_agent *a, const char *selector_json);
 parley_status agent_conversations_list_by(parley_agent *a, const char *filter_json, char **out);
+parley_status agent_message_find(parley_agent *a, const char *selector_json, char **out);
+parley_status agent_set_interface_message_id(parley_agent *a, const char *turn_id,
+                                             const char *interface_message_id);
+parley_status agent_append_message(parley_agent *a, const char *message_json, parley_done_fn done,
+                                   void *user_data, parley_request_id *request_id, char **error);
 
 #endif

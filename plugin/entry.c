@@ -35,6 +35,9 @@ static const parley_plugin PLUGIN = {
     .history_get_by = agent_history_get_by,
     .history_clear_by = agent_history_clear_by,
     .conversations_list_by = agent_conversations_list_by,
+    .message_find = agent_message_find,
+    .set_interface_message_id = agent_set_interface_message_id,
+    .append_message = agent_append_message,
 };
 
 PARLEY_EXPORT const parley_plugin *parley_plugin_entry(uint32_t host_abi_version)

@@ -328,8 +328,13 @@ void turn_begin(turn *t)
     const turn_env *env = t->env;
     t->started_wall_ms = clock_wall_ms();
     if (t->persona_name && env->persona_metrics &&
-        (t->counters = persona_metrics_for(env->persona_metrics, t->persona_name)))
+        (t->counters = persona_metrics_for(env->persona_metrics, t->persona_name)) && !t->append)
         atomic_fetch_add(&t->counters->turns, 1);
+    if (t->append) { /* append_message: its lane reached it; store it, no model */
+        t->message_index[0].created_ms = t->started_wall_ms;
+        turn_commit(t);
+        return;
+    }
     if (!t->conversation_id) {
         turn_on_history(t, PARLEY_OK, NULL);
         return;
@@ -1048,7 +1053,7 @@ static store_message *store_messages(const turn *t)
         msgs[i] = (store_message){.message_id = m->id, .role = m->role, .created_ms = m->created_ms,
                                   .json = t->messages.data + m->offset, .json_len = m->len};
     }
-    if (msgs) { /* what the host said of the user's message */
+    if (msgs) { /* what the host said of the user's message (append_message: of its one) */
         msgs[0].interface_message_id = t->interface_message_id;
         msgs[0].metadata = t->metadata;
         msgs[0].metadata_len = t->metadata ? strlen(t->metadata) : 0;
@@ -1192,6 +1197,8 @@ void turn_report(turn *t)
         r.user_message_id = t->message_index[0].id;
         r.answer_message_id = t->message_index[t->nmessages - 1].id;
     }
+    if (t->append) /* append_message: one message, the "answer"; no user message */
+        r.user_message_id = NULL;
     agent_counters *m = t->env->metrics;
     if (status == PARLEY_OK && t->stop_reason && strcmp(t->stop_reason, "length") == 0)
         atomic_fetch_add(&m->answers_cut_short, 1);

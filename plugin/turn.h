@@ -94,13 +94,16 @@ typedef struct turn_call {
 /* Where one message of this turn lies in `messages`, and what the store indexes. */
 typedef struct turn_message {
     size_t offset, len;
-    const char *role;         /* static: "user", "assistant", "tool" */
+    const char *role;         /* static: "user", "assistant", "tool", "system" */
     uint64_t created_ms;
     char id[UUID_STR_LEN];
 } turn_message;
 
 struct turn {
     const turn_env *env;      /* set when the worker takes the turn */
+    int append;               /* append_message's turn (turn_append.h): no model; its one
+                                 message (metadata, interface_message_id below) goes straight
+                                 to the commit */
     agent_config *cfg;        /* the agent's snapshot at acceptance (a reference) */
     parley_request_id id;
     char id_key[24];          /* id as text: key in the inbox's live turns */

@@ -461,7 +461,9 @@ typedef struct parley_plugin {
      * {"conversation_id", "interface_message_id", "interface_type"?, "persona"?}.
      * PARLEY_OK: *out_json = the message in history_query's form (the most
      * recently stored one if several carry that id).  NOT_FOUND if none;
-     * INVALID_INPUT with *out_json = {"error":{...}} naming a bad key.
+     * INVALID_INPUT with *out_json = {"error":{...}} naming a bad key;
+     * STORAGE when the store failed or cannot look messages up this way
+     * (*out_json then says which, field "history_store").
      */
     parley_status (*message_find)(parley_agent *agent, const char *selector_json,
                                   char **out_json);
@@ -471,7 +473,8 @@ typedef struct parley_plugin {
      * message (the turn's final answer) so message_find and reply_to find it.
      * Replaces an earlier value.  NOT_FOUND: no such turn is stored (unknown,
      * stateless, failed, or no longer kept).  INVALID_INPUT: an empty or
-     * oversized (> 256 bytes) id.  Blocking until stored (a store call).
+     * oversized (> 256 bytes) id.  STORAGE: the store failed (the host's log
+     * callback says why).  Blocking until stored (a store call).
      */
     parley_status (*set_interface_message_id)(parley_agent *agent, const char *turn_id,
                                               const char *interface_message_id);

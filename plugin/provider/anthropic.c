@@ -10,7 +10,8 @@
  * Rendering: the system prompt is top-level; an assistant's tool calls are
  * tool_use blocks; all tool results of a round go in ONE user message of
  * tool_result blocks (is_error on failures); consecutive messages of one role
- * are merged, as the API wants roles to alternate.  Thinking blocks are sent
+ * are merged, as the API wants roles to alternate; a system message in the
+ * history (an appended note) becomes a "[system note] ..." user block.  Thinking blocks are sent
  * back unchanged (signature included) within the turn that produced them.
  */
 #include <stdlib.h>
@@ -119,6 +120,24 @@ static void append_image_blocks(json_t *blocks, const json_t *content)
     }
 }
 
+/*
+ * A system message inside the history (append_message with role "system": a
+ * note such as "the washing machine has finished"): Messages has no system
+ * role in `messages`, so it goes where it happened, as a user text block
+ * marked as a note.  Not into the top-level `system`: that would lose its
+ * place among the turns and change the cached prompt prefix with every note.
+ */
+static json_t *system_note_blocks(const json_t *m)
+{
+    char *text = msg_text(json_object_get(m, "content"));
+    char *note = pstr_printf("[system note] %s", text ? text : "");
+    json_t *blocks = json_array();
+    json_array_append_new(blocks, text_block(note ? note : "[system note]"));
+    free(note);
+    free(text);
+    return blocks;
+}
+
 static json_t *render_messages(const provider_request *r)
 {
     json_t *out = json_array();
@@ -142,8 +161,18 @@ static json_t *render_messages(const provider_request *r)
                 free(text);
                 append_image_blocks(blocks, content);
                 push_message(out, "user", blocks);
+            } else if (strcmp(role, "system") == 0) {
+                push_message(out, "user", system_note_blocks(m));
             }
         }
+    }
+    /* The API wants the user first: history that opens with an appended
+       announcement gets a marker before it. */
+    json_t *first = json_array_get(out, 0);
+    if (first && strcmp(msg_role(first), "assistant") == 0) {
+        json_t *blocks = json_array();
+        json_array_append_new(blocks, text_block("(start of the conversation)"));
+        json_array_insert_new(out, 0, json_pack("{s:s,s:o}", "role", "user", "content", blocks));
     }
     return out;
 }

@@ -4,9 +4,11 @@
  *
  * Each store operation is one Lua script (redis_scripts.h: the data layout
  * and why scripts), run over one synchronous hiredis connection guarded by a
- * mutex.  The backend is `blocking`: the agent calls it from its store
- * thread, never from the worker that runs the HTTP transfers, so a slow or
- * unreachable Redis delays only the turns that need history.
+ * mutex.  A query is the exception: a loop of bounded script calls, so that
+ * one over a big store never holds Redis (or the connection) for long.  The
+ * backend is `blocking`: the agent calls it from its store thread, never from
+ * the worker that runs the HTTP transfers, so a slow or unreachable Redis
+ * delays only the turns that need history.
  *
  * Connection faults
  *  - open() connects and checks the server (AUTH, SELECT, PING): an
@@ -41,7 +43,7 @@
 /* Keys outlive the idle timeout by this much, so clocks of hosts that differ
  * a little never let Redis drop what the store's own check still calls live. */
 #define REDIS_TTL_GRACE_MS 60000
-#define REDIS_MAX_ARGS 24
+#define REDIS_MAX_ARGS 32
 #define REDIS_DEFAULT_LEASE_MS 10000
 
 enum {
@@ -56,6 +58,13 @@ enum {
     SCRIPT_LEASE_ACQUIRE,
     SCRIPT_LEASE_RENEW,
     SCRIPT_LEASE_RELEASE,
+    SCRIPT_QUERY_CONVERSATION,
+    SCRIPT_QUERY_ALL,
+    SCRIPT_GET_MESSAGE,
+    SCRIPT_FIND_MESSAGE,
+    SCRIPT_LOAD_TURN,
+    SCRIPT_SET_INTERFACE_ID,
+    SCRIPT_UPGRADE,
     SCRIPT_COUNT
 };
 
@@ -66,6 +75,13 @@ static const char *const SCRIPTS[SCRIPT_COUNT] = {
     REDIS_LUA_PRELUDE REDIS_LUA_EXPIRE, REDIS_LUA_PRELUDE REDIS_LUA_STATS,
     REDIS_LUA_PRELUDE REDIS_LUA_LEASE_ACQUIRE, REDIS_LUA_PRELUDE REDIS_LUA_LEASE_RENEW,
     REDIS_LUA_PRELUDE REDIS_LUA_LEASE_RELEASE,
+    REDIS_LUA_PRELUDE REDIS_LUA_QUERY_COMMON REDIS_LUA_QUERY_CONVERSATION,
+    REDIS_LUA_PRELUDE REDIS_LUA_QUERY_COMMON REDIS_LUA_QUERY_ALL,
+    REDIS_LUA_PRELUDE REDIS_LUA_GET_MESSAGE,
+    REDIS_LUA_PRELUDE REDIS_LUA_FIND_IMID REDIS_LUA_FIND_MESSAGE,
+    REDIS_LUA_PRELUDE REDIS_LUA_FIND_IMID REDIS_LUA_LOAD_TURN,
+    REDIS_LUA_PRELUDE REDIS_LUA_SET_INTERFACE_ID,
+    REDIS_LUA_PRELUDE REDIS_LUA_UPGRADE,
 };
 
 typedef struct redis_address {
@@ -513,6 +529,7 @@ static char *conversation_key(const store_key *k)
 /* ---- the backend ---- */
 
 static void *renewer_main(void *arg);
+static parley_status upgrade_store(redis_store *s, char **err);
 
 /* The lease mutex and condition (on the monotonic clock): 0, or -1. */
 static int lease_sync_init(redis_store *s)
@@ -567,6 +584,8 @@ static parley_status redis_open(const store_config *cfg, store **out, char **err
         return PARLEY_ERR_NO_MEMORY;
     }
     st = connect_now(s, &s->conn, err);
+    if (st == PARLEY_OK)
+        st = upgrade_store(s, err);
     if (st == PARLEY_OK) {
         s->renewer_started = pthread_create(&s->renewer, NULL, renewer_main, s) == 0;
         if (!s->renewer_started) {
@@ -691,6 +710,49 @@ static void turn_meta(pbuf *b, const store_turn *t)
     }
 }
 
+/* "l1,l2,...": each message's length in the joined text (what a query splits it by). */
+static void turn_lens(pbuf *b, const store_turn *t)
+{
+    for (size_t i = 0; i < t->nmessages; i++)
+        pbuf_printf(b, "%s%zu", i ? "," : "", t->messages[i].json_len);
+}
+
+static unsigned role_bit(const char *role)
+{
+    return strcmp(role, "user") == 0        ? STORE_ROLE_USER
+           : strcmp(role, "assistant") == 0 ? STORE_ROLE_ASSISTANT
+           : strcmp(role, "tool") == 0      ? STORE_ROLE_TOOL
+           : strcmp(role, "system") == 0    ? STORE_ROLE_SYSTEM
+                                            : 0;
+}
+
+/* Per message "LEN:interface message id" then "LEN:metadata" (length-prefixed:
+ * either may hold any byte); nothing at all when no message has either. */
+static void turn_identity(pbuf *b, const store_turn *t)
+{
+    size_t mark = b->len;
+    int any = 0;
+    for (size_t i = 0; i < t->nmessages; i++) {
+        const store_message *m = &t->messages[i];
+        size_t imid_len = m->interface_message_id ? strlen(m->interface_message_id) : 0;
+        size_t md_len = m->metadata ? m->metadata_len : 0;
+        any |= imid_len || md_len;
+        pbuf_printf(b, "%zu:", imid_len);
+        pbuf_append(b, m->interface_message_id, imid_len);
+        pbuf_printf(b, "%zu:", md_len);
+        pbuf_append(b, m->metadata, md_len);
+    }
+    if (!any)
+        b->len = mark;
+}
+
+/* The TTL of a conversation's keys: the idle timeout plus a grace; 0 = none. */
+static uint64_t key_ttl(const redis_store *s)
+{
+    uint64_t idle = s->limits.idle_timeout_ms;
+    return idle ? idle + REDIS_TTL_GRACE_MS : 0;
+}
+
 /* The turn's messages joined by ','. */
 static void turn_messages(pbuf *b, const store_turn *t)
 {
@@ -708,7 +770,10 @@ static int turn_is_valid(const store_turn *t)
         return 0;
     for (size_t i = 0; i < t->nmessages; i++) {
         const store_message *m = &t->messages[i];
-        if (!m->json || m->json_len == 0 || !m->message_id || !m->role)
+        if (!m->json || m->json_len == 0 || !m->message_id || !m->role ||
+            (m->interface_message_id &&
+             strlen(m->interface_message_id) > STORE_MAX_INTERFACE_MESSAGE_ID) ||
+            (m->metadata_len && !m->metadata))
             return 0;
     }
     return 1;
@@ -720,18 +785,25 @@ static parley_status redis_append(store *base, const store_key *key, const store
     redis_store *s = (redis_store *)base;
     if (!key || !key->conversation_id || !turn_is_valid(turn))
         return fail(s, err, "cannot append",
-                    "a turn needs a conversation id, a turn id and messages with ids, roles and JSON");
+                    "a turn needs a conversation id, a turn id and messages with ids, roles and "
+                    "JSON (interface message ids of at most 256 bytes)");
     char *cid = conversation_key(key);
-    pbuf msgs = PBUF_INIT, meta = PBUF_INIT;
+    pbuf msgs = PBUF_INIT, meta = PBUF_INIT, lens = PBUF_INIT, identity = PBUF_INIT;
     turn_messages(&msgs, turn);
     turn_meta(&meta, turn);
-    if (!cid || msgs.oom || meta.oom) {
+    turn_lens(&lens, turn);
+    turn_identity(&identity, turn);
+    unsigned roles = 0;
+    for (size_t i = 0; i < turn->nmessages; i++)
+        roles |= role_bit(turn->messages[i].role);
+    if (!cid || msgs.oom || meta.oom || lens.oom || identity.oom) {
         free(cid);
         pbuf_free(&msgs);
         pbuf_free(&meta);
+        pbuf_free(&lens);
+        pbuf_free(&identity);
         return PARLEY_ERR_NO_MEMORY;
     }
-    uint64_t idle = s->limits.idle_timeout_ms;
     script_args a;
     args_init(&a, s, now_ms);
     arg_str(&a, cid);
@@ -746,10 +818,14 @@ static parley_status redis_append(store *base, const store_key *key, const store
     arg_bytes(&a, meta.data, meta.len);
     arg_u64(&a, s->limits.keep_turns);
     arg_u64(&a, s->limits.max_conversations);
-    arg_u64(&a, idle ? idle + REDIS_TTL_GRACE_MS : 0);
+    arg_u64(&a, key_ttl(s));
     char token[UUID_STR_LEN] = "";
     lease_token(s, cid, token); /* held: the append is fenced by it */
     arg_str(&a, token);
+    arg_bytes(&a, lens.data, lens.len);
+    arg_u64(&a, roles);
+    arg_u64(&a, turn->messages[turn->nmessages - 1].created_ms);
+    arg_bytes(&a, identity.data ? identity.data : "", identity.len);
     redisReply *r;
     parley_status st = run_script(s, SCRIPT_APPEND, &a, 1, &r, err);
     if (st == PARLEY_OK) {
@@ -767,7 +843,18 @@ static parley_status redis_append(store *base, const store_key *key, const store
     free(cid);
     pbuf_free(&msgs);
     pbuf_free(&meta);
+    pbuf_free(&lens);
+    pbuf_free(&identity);
     return st;
+}
+
+/* A conversation's lifetime from the four replies lm, mc, tc, roles (each
+ * nil, a string or a number: read as 0 when missing). */
+static store_lifetime lifetime_of(redisReply *const *f)
+{
+    store_lifetime life = {.last_message_ms = reply_u64(f[0]), .message_count = reply_u64(f[1]),
+                           .turn_count = reply_u64(f[2]), .roles = (unsigned)reply_u64(f[3])};
+    return life;
 }
 
 /* {turn_id, started, finished, msgs} as the ABI's turn JSON. */
@@ -809,7 +896,7 @@ static parley_status redis_get_conversation(store *base, const store_key *key, u
     redisReply *r;
     parley_status st = run_script(s, SCRIPT_GET_CONVERSATION, &a, 1, &r, err);
     if (st == PARLEY_OK)
-        st = found_or_not(s, r, 4, err);
+        st = found_or_not(s, r, 8, err);
     free(cid);
     if (st != PARLEY_OK)
         return st;
@@ -819,9 +906,11 @@ static parley_status redis_get_conversation(store *base, const store_key *key, u
         store_json_conversation_head(out, id, key->persona, strlen(key->persona),
                                      key->interface_type, strlen(key->interface_type),
                                      reply_u64(r->element[2]), reply_u64(r->element[3]));
+        store_lifetime life = lifetime_of(r->element + 4);
+        store_json_lifetime(out, &life);
         pbuf_puts(out, ",\"turns\":[");
-        for (size_t i = 4; i < r->elements && id; i++) {
-            if (i > 4)
+        for (size_t i = 8; i < r->elements && id; i++) {
+            if (i > 8)
                 pbuf_putc(out, ',');
             if (write_turn(out, r->element[i]) != 0)
                 id = NULL;
@@ -880,7 +969,7 @@ static parley_status redis_list(store *base, uint64_t now_ms, pbuf *out, char **
     pbuf_puts(out, "{\"conversations\":[");
     for (size_t i = 1; i < r->elements; i++) {
         const redisReply *c = r->element[i];
-        const char *id = is_array(c, 6) ? reply_str(c->element[0], NULL) : NULL;
+        const char *id = is_array(c, 10) ? reply_str(c->element[0], NULL) : NULL;
         if (!id) {
             out->len = mark;
             return bad_reply(s, r, err);
@@ -894,6 +983,8 @@ static parley_status redis_list(store *base, uint64_t now_ms, pbuf *out, char **
                                      interface_type ? interface_type : "",
                                      interface_type ? interface_len : 0,
                                      reply_u64(c->element[1]), reply_u64(c->element[2]));
+        store_lifetime life = lifetime_of(c->element + 6);
+        store_json_lifetime(out, &life);
         pbuf_printf(out, ",\"turns\":%lld}", reply_int(c->element[3]));
     }
     pbuf_puts(out, "]}");
@@ -969,6 +1060,314 @@ static parley_status redis_stats(store *base, store_stats *out, char **err)
     out->evicted = atomic_load(&s->evicted);
     out->expired = atomic_load(&s->expired);
     return st;
+}
+
+/* ---- queries and messages (store.h versions 3 and 4) ---- */
+
+/* Turns one query script call reads at most: what bounds the time a query
+ * over a big store holds Redis (docs/performance.md). */
+#define REDIS_QUERY_SLICE_TURNS 256
+
+/* A message reply {position, id, turn id, role, created, json, interface
+ * message id, metadata, conversation id, persona, interface}: its fields
+ * (f[1..10], with lengths), or -1 when it is not that shape. */
+static int message_fields(const redisReply *m, const char *f[11], size_t len[11])
+{
+    if (!is_array(m, 11))
+        return -1;
+    for (size_t i = 1; i < 11; i++)
+        if (!(f[i] = reply_str(m->element[i], &len[i])))
+            return -1;
+    return 0;
+}
+
+static int write_message(pbuf *out, const redisReply *m)
+{
+    const char *f[11];
+    size_t len[11];
+    if (message_fields(m, f, len) != 0)
+        return -1;
+    store_json_message(out, f[1], f[8], len[8], f[9], len[9], f[10], len[10], f[2], f[3],
+                       reply_u64(m->element[4]), f[5], len[5], f[6], len[6], f[7], len[7]);
+    return 0;
+}
+
+/* The search text in lower case when the script may prefilter with it: plain
+ * printable ASCII without '"', '\\' or '/' (the characters JSON may escape),
+ * so a decoded match is also a raw match wherever the message has no \u
+ * escape.  NULL otherwise: every candidate then comes to the C check. */
+static int prefilter_needle(const char *search, char **lower)
+{
+    *lower = NULL;
+    for (const char *p = search; *p; p++)
+        if (*p < 0x20 || *p > 0x7e || *p == '"' || *p == '\\' || *p == '/')
+            return 0;
+    if (!(*lower = strdup(search)))
+        return -1;
+    for (char *p = *lower; *p; p++)
+        if (*p >= 'A' && *p <= 'Z')
+            *p = (char)(*p + 32);
+    return 0;
+}
+
+static void arg_filter(script_args *a, const char *value)
+{
+    arg_str(a, value ? "1" : "0");
+    arg_str(a, value ? value : "");
+}
+
+/*
+ * A query is a loop of bounded script calls: each reads at most
+ * REDIS_QUERY_SLICE_TURNS turns from the position the last one reached and
+ * returns up to the matches still wanted plus one (to know whether there are
+ * more).  The search rule is applied here, on each match the script returns
+ * (store_json_content_matches, the same rule as every store); the script only
+ * prefilters.  One conversation (an exact key) walks its own turn list; any
+ * other query walks the store-wide position index.
+ */
+static parley_status redis_query(store *base, const store_query *query, uint64_t now_ms,
+                                 pbuf *out, size_t *count, uint64_t *last, int *more, char **err)
+{
+    redis_store *s = (redis_store *)base;
+    const store_query copy = *query, *q = &copy; /* `last` may be &query->after */
+    *count = 0;
+    *last = 0;
+    *more = 0;
+    int one = q->conversation_id && q->persona && q->interface_type;
+    store_key key = {q->conversation_id, q->persona, q->interface_type};
+    char *cid = one ? conversation_key(&key) : NULL;
+    const char *search = q->search && *q->search ? q->search : NULL;
+    char *needle = NULL;
+    if ((one && !cid) || (search && prefilter_needle(search, &needle) != 0)) {
+        free(cid);
+        return PARLEY_ERR_NO_MEMORY;
+    }
+    size_t mark = out->len;
+    uint64_t after = q->after;
+    parley_status st = PARLEY_OK;
+    for (int done = 0; !done && !*more && st == PARLEY_OK;) {
+        script_args a;
+        args_init(&a, s, now_ms);
+        arg_str(&a, one ? cid : "");
+        arg_str(&a, q->newest_first ? "1" : "0");
+        arg_u64(&a, after);
+        arg_u64(&a, q->limit - *count + 1);
+        arg_u64(&a, REDIS_QUERY_SLICE_TURNS);
+        arg_str(&a, q->role ? q->role : "");
+        arg_u64(&a, q->since_ms);
+        if (q->until_ms == UINT64_MAX)
+            arg_str(&a, "");
+        else
+            arg_u64(&a, q->until_ms);
+        arg_str(&a, needle ? needle : "");
+        arg_filter(&a, q->conversation_id);
+        arg_filter(&a, q->persona);
+        arg_filter(&a, q->interface_type);
+        redisReply *r;
+        st = run_script(s, one ? SCRIPT_QUERY_CONVERSATION : SCRIPT_QUERY_ALL, &a, 1, &r, err);
+        if (st != PARLEY_OK)
+            break;
+        if (!is_array(r, 3)) {
+            st = bad_reply(s, r, err);
+            break;
+        }
+        done = reply_int(r->element[0]) == 1;
+        uint64_t reached = reply_u64(r->element[1]);
+        count_expired(s, reply_int(r->element[2]));
+        int malformed = 0;
+        for (size_t i = 3; i < r->elements && !malformed; i++) {
+            const char *f[11];
+            size_t len[11];
+            malformed = message_fields(r->element[i], f, len) != 0;
+            if (malformed || (search && !store_json_content_matches(f[5], len[5], search)))
+                continue;
+            if (*count == q->limit) {
+                *more = 1;
+                break;
+            }
+            if (*count)
+                pbuf_putc(out, ',');
+            write_message(out, r->element[i]);
+            *last = reply_u64(r->element[i]->element[0]);
+            (*count)++;
+        }
+        if (malformed) {
+            st = bad_reply(s, r, err);
+            break;
+        }
+        freeReplyObject(r);
+        if (!done && reached == after)
+            break; /* no progress (every turn read moves it, so never): do not spin */
+        after = reached;
+    }
+    free(cid);
+    free(needle);
+    if (st == PARLEY_OK && out->oom)
+        st = PARLEY_ERR_NO_MEMORY;
+    if (st != PARLEY_OK) {
+        out->len = mark;
+        *count = 0;
+        *last = 0;
+        *more = 0;
+    }
+    return st;
+}
+
+/* A {0} / {1} / {2, message} reply written as store_json_message. */
+static parley_status message_reply(redis_store *s, redisReply *r, pbuf *out, char **err)
+{
+    parley_status st = found_or_not(s, r, 2, err);
+    if (st != PARLEY_OK)
+        return st;
+    size_t mark = out->len;
+    if (write_message(out, r->element[1]) != 0) {
+        out->len = mark;
+        return bad_reply(s, r, err);
+    }
+    freeReplyObject(r);
+    return out->oom ? PARLEY_ERR_NO_MEMORY : PARLEY_OK;
+}
+
+static parley_status redis_get_message(store *base, const char *message_id, uint64_t now_ms,
+                                       pbuf *out, char **err)
+{
+    redis_store *s = (redis_store *)base;
+    script_args a;
+    args_init(&a, s, now_ms);
+    arg_str(&a, message_id);
+    redisReply *r;
+    parley_status st = run_script(s, SCRIPT_GET_MESSAGE, &a, 1, &r, err);
+    return st == PARLEY_OK ? message_reply(s, r, out, err) : st;
+}
+
+static parley_status redis_find_message(store *base, const store_key *key,
+                                        const char *interface_message_id, uint64_t now_ms,
+                                        pbuf *out, char **err)
+{
+    redis_store *s = (redis_store *)base;
+    char *cid = conversation_key(key);
+    if (!cid)
+        return PARLEY_ERR_NO_MEMORY;
+    script_args a;
+    args_init(&a, s, now_ms);
+    arg_str(&a, cid);
+    arg_str(&a, interface_message_id);
+    redisReply *r;
+    parley_status st = run_script(s, SCRIPT_FIND_MESSAGE, &a, 1, &r, err);
+    free(cid);
+    return st == PARLEY_OK ? message_reply(s, r, out, err) : st;
+}
+
+/* Copy an id reply into a STORE_ID_LEN + 1 buffer (out may be NULL): 0, or -1
+ * when it is not one. */
+static int copy_id(const redisReply *r, char *out)
+{
+    size_t len;
+    const char *id = reply_str(r, &len);
+    if (!id || len > STORE_ID_LEN)
+        return -1;
+    if (out)
+        memcpy(out, id, len + 1);
+    return 0;
+}
+
+static parley_status redis_set_interface_message_id(store *base, const char *turn_id,
+                                                    const char *interface_message_id,
+                                                    uint64_t now_ms, char *message_id, char **err)
+{
+    redis_store *s = (redis_store *)base;
+    size_t len = interface_message_id ? strlen(interface_message_id) : 0;
+    if (len == 0 || len > STORE_MAX_INTERFACE_MESSAGE_ID)
+        return fail(s, err, "cannot set the interface message id", "it must be 1 to 256 bytes");
+    script_args a;
+    args_init(&a, s, now_ms);
+    arg_str(&a, turn_id);
+    arg_str(&a, interface_message_id);
+    arg_u64(&a, key_ttl(s));
+    redisReply *r;
+    /* Retried safely: setting the same id twice leaves what setting it once does. */
+    parley_status st = run_script(s, SCRIPT_SET_INTERFACE_ID, &a, 1, &r, err);
+    if (st == PARLEY_OK)
+        st = found_or_not(s, r, 2, err);
+    if (st != PARLEY_OK)
+        return st;
+    if (copy_id(r->element[1], message_id) != 0)
+        return bad_reply(s, r, err);
+    freeReplyObject(r);
+    return PARLEY_OK;
+}
+
+static parley_status redis_load_turn(store *base, const store_key *key, const char *turn_id,
+                                     const char *interface_message_id, size_t window_turns,
+                                     uint64_t now_ms, pbuf *out, size_t *nmessages,
+                                     char *turn_id_out, int *in_window, char **err)
+{
+    redis_store *s = (redis_store *)base;
+    *nmessages = 0;
+    *in_window = 0;
+    if (!turn_id && !interface_message_id)
+        return PARLEY_ERR_NOT_FOUND;
+    char *cid = conversation_key(key);
+    if (!cid)
+        return PARLEY_ERR_NO_MEMORY;
+    script_args a;
+    args_init(&a, s, now_ms);
+    arg_str(&a, cid);
+    arg_str(&a, turn_id ? turn_id : "");
+    arg_str(&a, interface_message_id ? interface_message_id : "");
+    arg_u64(&a, window_turns);
+    redisReply *r;
+    parley_status st = run_script(s, SCRIPT_LOAD_TURN, &a, 1, &r, err);
+    free(cid);
+    if (st == PARLEY_OK)
+        st = found_or_not(s, r, 3, err);
+    if (st != PARLEY_OK)
+        return st;
+    char found[STORE_ID_LEN + 1];
+    long long in = reply_int(r->element[2]);
+    size_t len = 0;
+    const char *msgs = in == 0 && r->elements >= 5 ? reply_str(r->element[4], &len) : NULL;
+    if (copy_id(r->element[1], found) != 0 || (in != 0 && in != 1) || (in == 0 && !msgs))
+        return bad_reply(s, r, err);
+    if (turn_id_out)
+        memcpy(turn_id_out, found, strlen(found) + 1);
+    *in_window = (int)in;
+    if (!in) {
+        pbuf_append(out, msgs, len);
+        pbuf_putc(out, ',');
+        *nmessages = (size_t)reply_int(r->element[3]);
+    }
+    freeReplyObject(r);
+    return out->oom ? PARLEY_ERR_NO_MEMORY : PARLEY_OK;
+}
+
+/* At open: upgrade what was stored before positions and lifetimes existed, a
+ * slice of conversations per call (once per Redis: the script marks it done). */
+#define REDIS_UPGRADE_SLICE 100
+
+static parley_status upgrade_store(redis_store *s, char **err)
+{
+    char start[32] = "-inf";
+    for (;;) {
+        script_args a;
+        args_init(&a, s, clock_wall_ms());
+        arg_str(&a, start);
+        arg_u64(&a, REDIS_UPGRADE_SLICE);
+        redisReply *r;
+        parley_status st = run_script(s, SCRIPT_UPGRADE, &a, 1, &r, err);
+        if (st != PARLEY_OK)
+            return st;
+        size_t len;
+        const char *next = is_array(r, 3) ? reply_str(r->element[1], &len) : NULL;
+        if (!next || len >= sizeof start)
+            return bad_reply(s, r, err);
+        count_expired(s, reply_int(r->element[2]));
+        int done = reply_int(r->element[0]) == 1;
+        memcpy(start, next, len + 1);
+        freeReplyObject(r);
+        if (done)
+            return PARLEY_OK;
+    }
 }
 
 /* ---- leases (store.h, version 2) ---- */
@@ -1133,4 +1532,9 @@ const store_backend store_redis_backend = {
     .stats = redis_stats,
     .lease_acquire = redis_lease_acquire,
     .lease_release = redis_lease_release,
+    .query = redis_query,
+    .get_message = redis_get_message,
+    .set_interface_message_id = redis_set_interface_message_id,
+    .find_message = redis_find_message,
+    .load_turn = redis_load_turn,
 };

@@ -56,7 +56,7 @@ static int turn_empty(const struct jsonl_turn *t) {
 }
 
 static int op_empty(const struct jsonl_op *o) {
-    return o->kind == 0 && !o->name && !o->id && o->num == 0;
+    return o->kind == 0 && !o->name && !o->id && !o->value && o->num == 0;
 }
 
 /* ---- per kind ----------------------------------------------------------- */
@@ -112,7 +112,8 @@ static void check_turn(const struct jsonl_turn *t, json_t *obj) {
 static void check_op(const struct jsonl_op *o, json_t *obj) {
     static const char *const names[] = {"history", "turn",   "list",  "clear",
                                         "metrics", "wait",   "cancel", "sleep",
-                                        "update_options", "query", "message"};
+                                        "update_options", "query", "message", "find",
+                                        "set_interface_message_id", "append"};
     CHECK((size_t)o->kind < sizeof names / sizeof names[0]);
     CHECK(o->name && strcmp(o->name, names[o->kind]) == 0);
     CHECK(strcmp(json_string_value(json_object_get(obj, "op")), o->name) == 0);
@@ -120,8 +121,15 @@ static void check_op(const struct jsonl_op *o, json_t *obj) {
     case JSONL_OP_HISTORY:
     case JSONL_OP_TURN:
     case JSONL_OP_MESSAGE:
-    case JSONL_OP_QUERY: /* query: the line without "op", for the plugin to check */
+    case JSONL_OP_QUERY: /* query, find, append: the line without "op", for the plugin */
+    case JSONL_OP_FIND:
+    case JSONL_OP_APPEND:
         CHECK(o->id && valid_utf8(o->id) && o->num == 0);
+        break;
+    case JSONL_OP_SET_INTERFACE_MESSAGE_ID: /* both strings, as given */
+        check_str(o->id, obj, "turn_id");
+        check_str(o->value, obj, "interface_message_id");
+        CHECK(o->id && o->value && o->num == 0);
         break;
     case JSONL_OP_CLEAR:
         CHECK(opt_utf8(o->id) && o->num == 0);
@@ -136,6 +144,7 @@ static void check_op(const struct jsonl_op *o, json_t *obj) {
         CHECK(!o->id && o->num == 0);
         break;
     }
+    CHECK(o->kind == JSONL_OP_SET_INTERFACE_MESSAGE_ID || !o->value);
 }
 
 /* ---- one line ------------------------------------------------------------- */

@@ -276,7 +276,7 @@ def roles(request):
 def raw_op_result(raw_line):
     """The exact text of "result" in a raw op line
     {"seq":N,"op":"..","result":<R>,"error":<E>} (the shim writes keys in that order)."""
-    m = re.match(r'^\{"seq":\d+,"op":"[a-z]+","result":', raw_line)
+    m = re.match(r'^\{"seq":\d+,"op":"[a-z_]+","result":', raw_line)
     if not m:
         raise AssertionError("not an op line: %r" % raw_line)
     # "error" is the last member: split at the last ',"error":' that leaves

@@ -142,6 +142,66 @@ class TestTwoHosts(RedisCase):
         self.assertEqual([t["messages"][0]["content"] for t in hist["turns"]], ["first", "after"])
 
 
+class TestRedisQueries(RedisCase):
+    """history_query / message_get (the shim's "query" and "message" ops) on Redis:
+    positions are the store's, so a cursor from one host pages on another."""
+
+    def test_query_and_message_across_two_hosts(self):
+        a, b = self.host(), self.host()
+        texts = ["Is the washing machine done?", "turn on the light", "WASHING again",
+                 "good night"]
+        for i, t in enumerate(texts):
+            host = a if i % 2 == 0 else b
+            line = {"text": t, "conversation_id": "k%d" % (i % 2)}
+            if i == 3:
+                line["interface_type"] = "telegram"
+            self.assertTurnOk(host.turn(line))
+        found = b.op("query", search="washing", role="user", order="oldest")
+        self.assertIsNone(found["error"])
+        self.assertEqual([m["message"]["content"] for m in found["result"]["messages"]],
+                         [texts[0], texts[2]])
+        self.assertIsNone(found["result"]["next_cursor"])
+        tg = a.op("query", interface_type="telegram")["result"]["messages"]
+        self.assertEqual([(m["role"], m["conversation_id"]) for m in tg],
+                         [("assistant", "k1"), ("user", "k1")])
+        k1 = a.op("query", conversation_id="k1", persona="", interface_type="",
+                  order="oldest")["result"]["messages"]
+        self.assertEqual([m["message"]["content"] for m in k1 if m["role"] == "user"],
+                         [texts[1]])
+        # Pages of 3, newest first: the first from host a, the rest from host b.
+        page = a.op("query", limit=3)["result"]
+        self.assertEqual(len(page["messages"]), 3)
+        self.assertEqual(page["messages"][1]["message"]["content"], texts[3])
+        rest = b.op("query", limit=10, cursor=page["next_cursor"])["result"]
+        self.assertIsNone(rest["next_cursor"])
+        every = page["messages"] + rest["messages"]
+        self.assertEqual(len({m["message_id"] for m in every}), 8)
+        self.assertEqual(every[-1]["message"]["content"], texts[0])
+        # One message by id, from the other host: the same object the query gave.
+        want = every[-1]
+        got = b.op("message", message_id=want["message_id"])
+        self.assertIsNone(got["error"])
+        self.assertEqual(got["result"], want)
+        missing = b.op("message", message_id="00000000-0000-4000-8000-000000000000")
+        self.assertEqual(missing["error"]["code"], "not_found")
+        # The conversation's lifetime in history and in the list.
+        hist = a.op("history", conversation_id="k0")["result"]
+        self.assertEqual((hist["message_count"], hist["turn_count"], hist["participants"]),
+                         (4, 2, ["user", "assistant"]))
+        listed = {c["conversation_id"]: c for c in b.op("list")["result"]["conversations"]
+                  if c.get("interface_type") is None}
+        self.assertEqual(listed["k0"]["message_count"], 4)
+        # Cleared: its messages are gone from queries and by id.
+        self.assertIsNone(a.op("clear", conversation_id="k0")["error"])
+        self.assertEqual(b.op("message", message_id=want["message_id"])["error"]["code"],
+                         "not_found")
+        left = b.op("query", search="washing")["result"]["messages"]
+        self.assertEqual(left, [])
+        a.close()
+        b.close()
+        self.assert_no_password(a.stderr, b.stderr, "\n".join(a.raw + b.raw))
+
+
 class TestRedisFaults(RedisCase):
     def test_redis_down_at_create_fails_clearly(self):
         url = self.redis.url

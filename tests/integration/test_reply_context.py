@@ -293,8 +293,8 @@ class ReplyContextSqlite(ParleyTestCase):
 
 class ReplyContextRedis(ParleyTestCase):
     """On a shared store the lookup runs on the store threads after the conversation's
-    lease.  A Redis store without load_turn (before its store v4) runs replies without
-    context and says so in one warning; with it, they are included as on the other stores."""
+    lease.  The Redis store has load_turn (store v4): replies are included as on the other
+    stores, by interface message id and by turn id, with no warning."""
 
     def test_reply_on_redis(self):
         redis = RedisServer()
@@ -312,17 +312,11 @@ class ReplyContextRedis(ParleyTestCase):
             sent = json.dumps(messages(llm.chat_requests()[-1]))
         for line in (first, reply, again):
             self.assertIsNone(line["error"], line)
-        warnings = sh.stderr.count(NO_LOAD_TURN_WARNING)
-        if reply["reply_context"] == "not_found":  # a store without load_turn
-            self.assertEqual(again["reply_context"], "not_found")
-            self.assertEqual(warnings, 1, sh.stderr)  # once per agent, not per turn
-            self.assertNotIn(NOTE, sent)
-        else:
-            self.assertEqual((reply["reply_context"], again["reply_context"]),
-                             ("included", "included"))
-            self.assertEqual(warnings, 0, sh.stderr)
-            self.assertIn(NOTE, sent)
-            self.assertIn("kitchen", sent)
+        self.assertEqual((reply["reply_context"], again["reply_context"]),
+                         ("included", "included"))
+        self.assertEqual(sh.stderr.count(NO_LOAD_TURN_WARNING), 0, sh.stderr)
+        self.assertIn(NOTE, sent)
+        self.assertIn("kitchen", sent)
 
 
 if __name__ == "__main__":

@@ -265,6 +265,29 @@ class Interactive(unittest.TestCase):
             sh.type("/quit")
             self.assertEqual(sh.wait(), 0)
 
+    def test_say_appends_without_the_model(self):
+        with FakeLLM() as fake, PtyShim(self.opts(fake)) as sh:
+            sh.read_until("you> ")
+            sh.type("/say nothing yet")
+            sh.read_until(r"\(no conversation: say something first\)")
+            sh.read_until("you> ")
+            sh.type("hello")
+            sh.read_until(r"parley> ")
+            sh.read_until("you> ")
+            sh.type("/say The washing machine has finished.")
+            sh.read_until(r"parley> The washing machine has finished\.")
+            sh.read_until("you> ")
+            sh.type("thanks")
+            sh.read_until(r"parley> ")
+            sh.read_until("you> ")
+            last = fake.chat_requests()[-1]["body"]["messages"]
+            self.assertEqual(len(fake.chat_requests()), 2, "/say called no model")
+            self.assertEqual(last[-2:], [
+                {"role": "assistant", "content": "The washing machine has finished."},
+                {"role": "user", "content": "thanks"}])
+            sh.type("/quit")
+            self.assertEqual(sh.wait(), 0)
+
     def test_options_masks_secrets(self):
         with FakeLLM() as fake, PtyShim(self.opts(fake, api_key="sk-very-secret")) as sh:
             shown = self.command_json(sh, "/options")

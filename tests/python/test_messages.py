@@ -49,6 +49,37 @@ class MessagesTest(AgentCase):
         last = self.fake.chat_requests()[-1]
         self.assertEqual(harness.user_texts(last), ["hello from telegram"])
 
+    async def test_append_find_and_set_interface_message_id(self):
+        async with self.agent() as agent:
+            first = await agent.process("start the washer", "h", interface_type="web")
+            note = await agent.append_message("h", "The washing machine has finished.",
+                                              interface_type="web", interface_message_id="w-9",
+                                              metadata={"source": "washer"})
+            self.assertEqual(note.response, "The washing machine has finished.")
+            self.assertIsNone(note.user_message_id)
+            self.assertEqual(note.steps, [])
+            after = await agent.process("thanks", "h", interface_type="web")
+            h = await agent.history_by("h", interface_type="web")
+            self.assertEqual([t["turn_id"] for t in h["turns"]],
+                             [first.turn_id, note.turn_id, after.turn_id])
+            self.assertIn({"role": "assistant", "content": "The washing machine has finished."},
+                          harness.messages(self.fake.chat_requests()[-1]))
+            with self.assertRaisesRegex(parley.InvalidInput, "role"):
+                await agent.append_message("h", "x", role="user")
+            found = await agent.find_message("h", "w-9", interface_type="web")
+            self.assertEqual(found["message_id"], note.answer_message_id)
+            self.assertEqual(found["metadata"], {"source": "washer"})
+            await agent.set_interface_message_id(after.turn_id, "w-10")
+            found = await agent.find_message("h", "w-10", interface_type="web")
+            self.assertEqual(found["message_id"], after.answer_message_id)
+            with self.assertRaises(parley.NotFound):
+                await agent.find_message("h", "w-10")  # no interface: another conversation
+            with self.assertRaises(parley.NotFound):
+                await agent.set_interface_message_id("00000000-0000-4000-8000-000000000000",
+                                                     "w-11")
+            with self.assertRaises(parley.InvalidInput):
+                await agent.set_interface_message_id(after.turn_id, "")
+
 
 if __name__ == "__main__":
     unittest.main()

@@ -8,21 +8,30 @@
 #include <string.h>
 
 #include "../unit/check.h"
+#include "redis_server.h"
 #include "store/store.h"
 #include "store/store_json.h"
 
-static const store_backend *const backends[] = {&store_memory_backend, &store_sqlite_backend};
+static const store_backend *const backends[] = {&store_memory_backend, &store_sqlite_backend,
+                                                &store_redis_backend};
+
+static redis_server redis; /* a real redis-server; each store gets its own key prefix */
 
 static char tmpdir[] = "/tmp/parley-query-test-XXXXXX";
 static unsigned files;
 
-/* A fresh store: memory, or a new SQLite file in tmpdir. */
+/* A fresh store: memory, a new SQLite file in tmpdir, or a new key prefix on Redis. */
 static store *open_store(const store_backend *b, size_t keep_turns, uint64_t idle_ms)
 {
-    char path[128] = "";
+    char path[128] = "", prefix[32];
+    snprintf(prefix, sizeof prefix, "q%u:", files);
     if (b == &store_sqlite_backend)
-        snprintf(path, sizeof path, "%s/q%u.db", tmpdir, files++);
-    store_config cfg = {.location = path, .limits = {keep_turns, 1000, idle_ms}};
+        snprintf(path, sizeof path, "%s/q%u.db", tmpdir, files);
+    if (b == &store_redis_backend)
+        snprintf(path, sizeof path, "//127.0.0.1:%d", redis.port);
+    files++;
+    store_config cfg = {.location = path, .limits = {keep_turns, 1000, idle_ms},
+                        .key_prefix = prefix};
     store *s = NULL;
     char *err = NULL;
     if (b->open(&cfg, &s, &err) != PARLEY_OK) {
@@ -303,6 +312,8 @@ int main(void)
         perror("mkdtemp");
         return 2;
     }
+    if (redis_server_start(&redis, NULL) != 0)
+        return 2;
     test_content_matches();
     for (size_t i = 0; i < sizeof backends / sizeof backends[0]; i++) {
         fprintf(stderr, "backend %s\n", backends[i]->scheme);
@@ -312,6 +323,7 @@ int main(void)
         test_forgotten_not_found(backends[i]);
     }
     test_reopen_keeps_everything();
+    redis_server_stop(&redis);
     char cmd[160];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
     if (system(cmd) != 0)

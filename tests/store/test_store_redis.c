@@ -2,8 +2,9 @@
  * test_store_redis.c -- the Redis store against a real redis-server: the
  * store contract (store.h) through the backend table, then what is Redis's
  * own: the location syntax, the password never shown, two stores (hosts)
- * sharing one Redis, key prefixes, TTLs, and Redis killed and restarted
- * mid-run.
+ * sharing one Redis, key prefixes, TTLs, Redis killed and restarted
+ * mid-run, and the query and identity indexes (paging across script calls,
+ * data of the previous layout upgraded, indexes after trim/forget/TTL).
  */
 #include <hiredis/hiredis.h>
 #include <pthread.h>
@@ -249,7 +250,9 @@ static void test_round_trip(store *s)
     CHECK(st == PARLEY_OK);
     CHECK_STR(json,
               "{\"conversation_id\":\"kitchen\",\"created_at\":\"2025-11-24T16:00:00.010Z\","
-              "\"last_used_at\":\"2025-11-24T16:00:00.020Z\",\"turns\":["
+              "\"last_used_at\":\"2025-11-24T16:00:00.020Z\","
+              "\"last_message_at\":\"2025-11-24T16:00:00.002Z\",\"message_count\":5,"
+              "\"turn_count\":2,\"participants\":[\"user\",\"assistant\"],\"turns\":["
               "{\"turn_id\":\"00000000-0000-4000-8000-000000000001\",\"started_at\":"
               "\"2025-11-24T16:00:00.001Z\",\"finished_at\":\"2025-11-24T16:00:00.006Z\","
               "\"messages\":[{\"role\":\"user\",\"content\":\"a-0, \\\"ok\\\"\"},"
@@ -677,6 +680,308 @@ static void test_lease_fences_append(void)
     B->close(b);
 }
 
+/* ---- queries and message identity (store.h versions 3 and 4) ---- */
+
+static redisContext *raw_connect(void)
+{
+    redisContext *c = redisConnect("127.0.0.1", server.port);
+    freeReplyObject(redisCommand(c, "AUTH %s", PASSWORD));
+    return c;
+}
+
+/* An integer reply of one raw command (-1 when not an integer). */
+static long long raw_int(redisContext *c, const char *command, const char *key)
+{
+    redisReply *r = redisCommand(c, "%s %s", command, key);
+    long long v = r && r->type == REDIS_REPLY_INTEGER ? r->integer : -1;
+    freeReplyObject(r);
+    return v;
+}
+
+/* The short ids ("NNNNNNIIIIII": turn number, message index) of every page
+ * of q, joined by ' '; *pages counts the pages. */
+static char *all_pages(store *s, store_query q, int *pages)
+{
+    pbuf ids = PBUF_INIT;
+    if (!q.until_ms)
+        q.until_ms = UINT64_MAX;
+    *pages = 0;
+    for (;;) {
+        pbuf b = PBUF_INIT;
+        size_t count;
+        int more;
+        char *err = NULL;
+        parley_status st = B->query(s, &q, T0 + 100000, &b, &count, &q.after, &more, &err);
+        CHECK(st == PARLEY_OK);
+        free(err);
+        for (const char *p = b.data; p && (p = strstr(p, "\"message_id\":\"")); p += 14) {
+            if (ids.len)
+                pbuf_putc(&ids, ' ');
+            pbuf_append(&ids, p + 14 + 24, 12);
+        }
+        pbuf_free(&b);
+        (*pages)++;
+        if (st != PARLEY_OK || !more)
+            break;
+        CHECK(count == q.limit);
+    }
+    char *out = pbuf_take(&ids);
+    pbuf_free(&ids);
+    return out ? out : strdup("");
+}
+
+/* What all_pages should print for turns first..last (step 1 or -1) whose
+ * number satisfies keep(number), messages `from` to `to` of each. */
+static char *expected_ids(int first, int last, int mod, int rem, int newest)
+{
+    pbuf b = PBUF_INIT;
+    int step = first <= last ? 1 : -1;
+    for (int n = first;; n += step) {
+        if (mod == 0 || n % mod == rem) {
+            for (int k = 0; k < 2; k++) {
+                int i = newest ? 1 - k : k;
+                pbuf_printf(&b, "%s%06d%06d", b.len ? " " : "", n, i);
+            }
+        }
+        if (n == last)
+            break;
+    }
+    char *out = pbuf_take(&b);
+    pbuf_free(&b);
+    return out ? out : strdup("");
+}
+
+/* More turns than one script call reads (REDIS_QUERY_SLICE_TURNS): pages
+ * continue across calls in exact order, every message once, both orders,
+ * across all conversations and within one. */
+static void test_query_across_slices(void)
+{
+    store *s = open_store(url, "slices:", 0, 100, 0);
+    CHECK(s != NULL);
+    if (!s)
+        return;
+    char id[8];
+    for (int n = 1; n <= 700; n++) {
+        snprintf(id, sizeof id, "c%d", n % 3);
+        CHECK(append(s, id, n, "m", 2, T0 + (uint64_t)n) == PARLEY_OK);
+    }
+    int pages;
+    char *got = all_pages(s, (store_query){.limit = 37}, &pages);
+    char *want = expected_ids(1, 700, 0, 0, 0);
+    CHECK_STR(got, want);
+    CHECK(pages == (1400 + 36) / 37);
+    free(got);
+    free(want);
+    got = all_pages(s, (store_query){.limit = 37, .newest_first = 1}, &pages);
+    want = expected_ids(700, 1, 0, 0, 1);
+    CHECK_STR(got, want);
+    free(got);
+    free(want);
+    /* conversation_id alone (every persona and interface): the store-wide index, filtered */
+    got = all_pages(s, (store_query){.conversation_id = "c1", .limit = 50}, &pages);
+    want = expected_ids(1, 700, 3, 1, 0);
+    CHECK_STR(got, want);
+    free(got);
+    free(want);
+    /* the exact key: the conversation's own turns, from a binary search for the cursor */
+    got = all_pages(s, (store_query){.conversation_id = "c1", .persona = "", .interface_type = "",
+                                     .limit = 50, .newest_first = 1}, &pages);
+    want = expected_ids(700, 1, 3, 1, 1);
+    CHECK_STR(got, want);
+    free(got);
+    free(want);
+    got = all_pages(s, (store_query){.conversation_id = "c2", .persona = "", .interface_type = "",
+                                     .limit = 9999}, &pages);
+    want = expected_ids(2, 698, 3, 2, 0);
+    CHECK_STR(got, want);
+    CHECK(pages == 1);
+    free(got);
+    free(want);
+    /* search: prefiltered by the script ("OK"), or checked here only ("\"ok\"") */
+    got = all_pages(s, (store_query){.search = "M-1, \"OK", .limit = 10000}, &pages);
+    want = expected_ids(1, 700, 0, 0, 0);
+    CHECK(got && strlen(got) == 700 * 13 - 1);
+    free(got);
+    got = all_pages(s, (store_query){.search = "m-1, ", .role = "assistant", .limit = 300,
+                                     .since_ms = T0 + 101, .until_ms = T0 + 600}, &pages);
+    CHECK(got && strlen(got) == 500 * 13 - 1 && strncmp(got, "000101000001", 12) == 0);
+    CHECK(pages == 2);
+    free(got);
+    free(want);
+    B->close(s);
+}
+
+/* The short id of message i of turn n, as make_turn names it. */
+static void message_id_of(int n, unsigned i, char out[48])
+{
+    snprintf(out, 48, "10000000-0000-4000-8000-%06d%06u", n, i);
+}
+
+static char *get_message(store *s, int n, unsigned i, parley_status *st)
+{
+    char mid[48];
+    message_id_of(n, i, mid);
+    pbuf b = PBUF_INIT;
+    *st = B->get_message(s, mid, T0 + 100000, &b, NULL);
+    char *out = pbuf_take(&b);
+    pbuf_free(&b);
+    return out;
+}
+
+/* Data written before queries existed (no positions, indexes or lifetime:
+ * the layout of the Redis store of 0.2) reads as before, and is upgraded
+ * when a store opens: queries, message reads and lifetimes see it. */
+static void test_data_of_the_previous_layout(void)
+{
+    redisContext *c = raw_connect();
+    const char *tool = "{\"role\":\"tool\",\"content\":\"a, {b}] \\\"c,\\\" d\\\\\"}";
+    char msgs1[256], meta1[256], meta2[128];
+    snprintf(msgs1, sizeof msgs1, "%s,%s", "{\"role\":\"user\",\"content\":\"x,y\"}",
+             "{\"role\":\"assistant\",\"content\":\"[z]\"}");
+    snprintf(meta1, sizeof meta1,
+             "10000000-0000-4000-8000-000001000000\tuser\t%llu\n"
+             "10000000-0000-4000-8000-000001000001\tassistant\t%llu\n",
+             T0 + 1, T0 + 2);
+    snprintf(meta2, sizeof meta2, "10000000-0000-4000-8000-000002000000\ttool\t%llu\n", T0 + 3);
+    const char *cid = "0:/0:/kitchen";
+    freeReplyObject(redisCommand(c, "HSET old:c:%s id kitchen persona %s iface %s created %llu "
+                                    "last_used %llu bytes %llu",
+                                 cid, "", "", T0, T0 + 3,
+                                 (unsigned long long)(strlen(msgs1) + strlen(tool))));
+    freeReplyObject(redisCommand(c, "RPUSH old:t:%s 00000000-0000-4000-8000-000000000001 "
+                                    "00000000-0000-4000-8000-000000000002", cid));
+    freeReplyObject(redisCommand(c, "HSET old:turn:00000000-0000-4000-8000-000000000001 cid %s "
+                                    "started %llu finished %llu n 2 msgs %s meta %s",
+                                 cid, T0, T0 + 2, msgs1, meta1));
+    freeReplyObject(redisCommand(c, "HSET old:turn:00000000-0000-4000-8000-000000000002 cid %s "
+                                    "started %llu finished %llu n 1 msgs %s meta %s",
+                                 cid, T0 + 3, T0 + 3, tool, meta2));
+    freeReplyObject(redisCommand(c, "ZADD old:lru 2 %s", cid));
+    freeReplyObject(redisCommand(c, "SET old:seq 2"));
+
+    store *s = open_store(url, "old:", 0, 100, 0);
+    CHECK(s != NULL);
+    if (!s) {
+        redisFree(c);
+        return;
+    }
+    CHECK(raw_int(c, "EXISTS", "old:v4") == 1);
+    int pages;
+    char *got = all_pages(s, (store_query){.limit = 10}, &pages);
+    CHECK_STR(got, "000001000000 000001000001 000002000000");
+    free(got);
+    parley_status st;
+    char *m = get_message(s, 2, 0, &st);
+    CHECK(st == PARLEY_OK);
+    char *tail = pstr_printf(",\"message\":%s}", tool);
+    CHECK(m && strlen(m) > strlen(tail) && strcmp(m + strlen(m) - strlen(tail), tail) == 0);
+    free(tail);
+    free(m);
+    char *conv = dump_conversation(s, "kitchen", T0 + 10, &st);
+    CHECK(conv && strstr(conv, "\"message_count\":3,\"turn_count\":2,"
+                               "\"participants\":[\"user\",\"assistant\",\"tool\"]"));
+    free(conv);
+    /* It goes on: a new turn comes after, counted on top. */
+    CHECK(append(s, "kitchen", 3, "new", 2, T0 + 20) == PARLEY_OK);
+    got = all_pages(s, (store_query){.limit = 2, .newest_first = 1}, &pages);
+    CHECK_STR(got, "000003000001 000003000000 000002000000 000001000001 000001000000");
+    free(got);
+    conv = dump_conversation(s, "kitchen", T0 + 30, &st);
+    CHECK(conv && strstr(conv, "\"message_count\":5,\"turn_count\":3,"));
+    free(conv);
+    size_t n;
+    char *text = load(s, "kitchen", 0, T0 + 30, &n);
+    CHECK(n == 5 && text && strstr(text, tool));
+    free(text);
+    B->close(s);
+    redisFree(c);
+}
+
+/* The store-wide indexes follow what is kept: trimmed, forgotten and (by
+ * the sweep, or when a read meets them) TTL-dropped turns leave nothing
+ * behind, and are never returned. */
+static void test_indexes_follow_the_data(void)
+{
+    store *s = open_store(url, "kept:", 1, 100, 0);
+    redisContext *c = raw_connect();
+    CHECK(s && c);
+    if (!s || !c)
+        return;
+    for (int n = 1; n <= 3; n++)
+        CHECK(append(s, "a", n, "t", 2, T0 + (uint64_t)n) == PARLEY_OK);
+    CHECK(raw_int(c, "HLEN", "kept:msg") == 2);
+    CHECK(raw_int(c, "ZCARD", "kept:tpos") == 1);
+    parley_status st;
+    free(get_message(s, 1, 0, &st));
+    CHECK(st == PARLEY_ERR_NOT_FOUND);
+    forget_everything(s);
+    CHECK(raw_int(c, "HLEN", "kept:msg") == 0);
+    CHECK(raw_int(c, "ZCARD", "kept:tpos") == 0);
+    B->close(s);
+
+    s = open_store(url, "gone:", 0, 100, 3600000);
+    CHECK(append(s, "a", 1, "one", 2, T0) == PARLEY_OK);
+    CHECK(append(s, "b", 2, "two", 2, T0 + 1) == PARLEY_OK);
+    /* Redis drops b's keys by their TTL (done here by hand) */
+    freeReplyObject(redisCommand(c, "DEL gone:c:0:/0:/b gone:t:0:/0:/b "
+                                    "gone:turn:00000000-0000-4000-8000-000000000002"));
+    free(get_message(s, 2, 0, &st));
+    CHECK(st == PARLEY_ERR_NOT_FOUND);
+    CHECK(raw_int(c, "HLEN", "gone:msg") == 3); /* the read removed the entry it met */
+    int pages;
+    char *got = all_pages(s, (store_query){.limit = 10}, &pages);
+    CHECK_STR(got, "000001000000 000001000001");
+    free(got);
+    CHECK(raw_int(c, "ZCARD", "gone:tpos") == 1); /* the query removed the turn it met */
+    size_t expired;
+    CHECK(B->expire(s, T0 + 2, &expired, NULL) == PARLEY_OK);
+    CHECK(raw_int(c, "HLEN", "gone:msg") == 2); /* the sweep removed the rest */
+    B->close(s);
+    redisFree(c);
+}
+
+/* An interface id moved to another message: find_message still finds the
+ * newest message that has it (the index entry left stale is redone). */
+static void test_interface_id_moved(void)
+{
+    store *s = open_store(url, "moved:", 0, 100, 0);
+    CHECK(s != NULL);
+    if (!s)
+        return;
+    CHECK(append(s, "a", 1, "one", 2, T0) == PARLEY_OK);
+    CHECK(append(s, "a", 2, "two", 2, T0 + 1) == PARLEY_OK);
+    char mid[STORE_ID_LEN + 1], want[48];
+    CHECK(B->set_interface_message_id(s, "00000000-0000-4000-8000-000000000001", "x", T0 + 2, mid,
+                                      NULL) == PARLEY_OK);
+    CHECK(B->set_interface_message_id(s, "00000000-0000-4000-8000-000000000002", "x", T0 + 2, mid,
+                                      NULL) == PARLEY_OK);
+    message_id_of(2, 1, want);
+    CHECK_STR(mid, want);
+    store_key k = key_of("a");
+    pbuf b = PBUF_INIT;
+    CHECK(B->find_message(s, &k, "x", T0 + 3, &b, NULL) == PARLEY_OK);
+    CHECK(b.data && strstr(b.data, want));
+    pbuf_free(&b);
+    CHECK(B->set_interface_message_id(s, "00000000-0000-4000-8000-000000000002", "y", T0 + 3, mid,
+                                      NULL) == PARLEY_OK);
+    message_id_of(1, 1, want);
+    b = (pbuf)PBUF_INIT;
+    CHECK(B->find_message(s, &k, "x", T0 + 4, &b, NULL) == PARLEY_OK);
+    CHECK(b.data && strstr(b.data, want) && strstr(b.data, "\"interface_message_id\":\"x\""));
+    pbuf_free(&b);
+    /* setting the older one again does not take the id from a newer holder */
+    CHECK(B->set_interface_message_id(s, "00000000-0000-4000-8000-000000000002", "x", T0 + 5, mid,
+                                      NULL) == PARLEY_OK);
+    CHECK(B->set_interface_message_id(s, "00000000-0000-4000-8000-000000000001", "x", T0 + 5, mid,
+                                      NULL) == PARLEY_OK);
+    message_id_of(2, 1, want);
+    b = (pbuf)PBUF_INIT;
+    CHECK(B->find_message(s, &k, "x", T0 + 6, &b, NULL) == PARLEY_OK);
+    CHECK(b.data && strstr(b.data, want));
+    pbuf_free(&b);
+    B->close(s);
+}
+
 int main(void)
 {
     test_bad_locations();
@@ -704,6 +1009,10 @@ int main(void)
     test_lease_exclusive_and_renewed();
     test_lease_of_a_dead_holder_expires();
     test_lease_fences_append();
+    test_query_across_slices();
+    test_data_of_the_previous_layout();
+    test_indexes_follow_the_data();
+    test_interface_id_moved();
     if (s) {
         test_redis_killed_and_restarted(s);
         B->close(s);

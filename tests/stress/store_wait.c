@@ -426,6 +426,125 @@ static void test_destroy_with_jobs_in_flight(int fail)
     CHECK(calls_of(&loading) == 1 && calls_of(&queued) == 1);
 }
 
+/* ---- append_message: the same store path, through the write thread ------- */
+
+static parley_request_id append(parley_agent *a, const char *conversation_id, const char *content,
+                                outcome *o)
+{
+    char json[256];
+    snprintf(json, sizeof json, "{\"conversation_id\":\"%s\",\"content\":\"%s\"}",
+             conversation_id, content);
+    parley_request_id id = 0;
+    CHECK(agent_append_message(a, json, on_done, o, &id, NULL) == PARLEY_OK);
+    return id;
+}
+
+/* An append the store refuses: `storage` in the store's words, history byte-identical. */
+static void test_append_message_failed_store(void)
+{
+    reset_gate();
+    parley_agent *a = new_agent();
+    outcome first = {0}, failing = {0}, after = {0};
+    submit(a, "n", "first", &first);
+    CHECK(wait_done(&first) == 1 && first.status == PARLEY_OK);
+    char *before = history_of(a, "n");
+    gate_set(&G.fail_append, 1);
+    append(a, "n", "washer done", &failing);
+    CHECK(wait_done(&failing) == 1);
+    CHECK(failing.status == PARLEY_ERR_STORAGE);
+    CHECK(strstr(failing.message, "disk full (injected)") != NULL);
+    char *now = history_of(a, "n");
+    CHECK(strcmp(now, before) == 0);
+    free(now);
+    gate_set(&G.fail_append, 0);
+    append(a, "n", "dryer done", &after);
+    CHECK(wait_done(&after) == 1 && after.status == PARLEY_OK);
+    now = history_of(a, "n");
+    CHECK(strstr(now, "dryer done") != NULL && strstr(now, "washer done") == NULL);
+    free(now);
+    free(before);
+    agent_destroy(a);
+    CHECK(calls_of(&first) == 1 && calls_of(&failing) == 1 && calls_of(&after) == 1);
+}
+
+/* Behind a turn whose commit is held: the append waits (not stored, not called back),
+ * then lands after it; a cancel once its own append runs reports the store's outcome. */
+static void test_append_message_behind_a_held_commit(int fail)
+{
+    reset_gate();
+    parley_agent *a = new_agent();
+    gate_set(&G.hold_append, 1);
+    outcome turn = {0}, note = {0};
+    submit(a, "q", "the turn", &turn);
+    CHECK(gate_wait_for(&G.appends_waiting, 1));
+    parley_request_id id = append(a, "q", "the note", &note);
+    usleep(50000);
+    pthread_mutex_lock(&G.mu);
+    int appends_waiting = G.appends_waiting;
+    pthread_mutex_unlock(&G.mu);
+    CHECK(calls_of(&note) == 0 && appends_waiting == 1); /* queued behind the turn */
+    gate_set(&G.fail_append, fail);
+    gate_set(&G.hold_append, 0); /* the turn's append passes ... */
+    CHECK(wait_done(&turn) == 1);
+    CHECK(turn.status == (fail ? PARLEY_ERR_STORAGE : PARLEY_OK));
+    CHECK(wait_done(&note) == 1);
+    CHECK(note.status == (fail ? PARLEY_ERR_STORAGE : PARLEY_OK));
+    CHECK(agent_cancel(a, id) == PARLEY_ERR_NOT_FOUND); /* called back: no longer live */
+    char *h = history_of(a, "q");
+    const char *t = strstr(h, "the turn"), *n = strstr(h, "the note");
+    CHECK(fail ? (!t && !n) : (t && n && t < n)); /* the turn first, whole, then the note */
+    free(h);
+    agent_destroy(a);
+    CHECK(calls_of(&turn) == 1 && calls_of(&note) == 1);
+}
+
+/* Cancel while its own append is held: the outcome of that append is reported. */
+static void test_append_message_cancel_while_committing(int fail)
+{
+    reset_gate();
+    parley_agent *a = new_agent();
+    gate_set(&G.hold_append, 1);
+    gate_set(&G.fail_append, fail);
+    outcome o = {0};
+    parley_request_id id = append(a, "ac", "kept", &o);
+    CHECK(gate_wait_for(&G.appends_waiting, 1));
+    CHECK(agent_cancel(a, id) == PARLEY_OK);
+    usleep(50000);
+    CHECK(calls_of(&o) == 0);
+    gate_set(&G.hold_append, 0);
+    CHECK(wait_done(&o) == 1);
+    CHECK(o.status == (fail ? PARLEY_ERR_STORAGE : PARLEY_OK));
+    char *h = history_of(a, "ac");
+    CHECK(fail ? strcmp(h, "(none)") == 0 : strstr(h, "kept") != NULL);
+    free(h);
+    agent_destroy(a);
+    CHECK(calls_of(&o) == 1);
+}
+
+/* Queued behind a commit that outlasts turn_timeout_ms: the append times out while it
+ * waits, stores nothing, and the turn ahead still reports its own (stored) outcome. */
+static void test_append_message_deadline_while_queued(void)
+{
+    reset_gate();
+    parley_agent *a = new_agent_with(",\"turn_timeout_ms\":200");
+    gate_set(&G.hold_append, 1);
+    outcome turn = {0}, note = {0};
+    submit(a, "dq", "the turn", &turn);
+    CHECK(gate_wait_for(&G.appends_waiting, 1));
+    append(a, "dq", "too late", &note);
+    CHECK(wait_done(&note) == 1); /* while the turn's commit is still held */
+    CHECK(note.status == PARLEY_ERR_TIMEOUT);
+    CHECK(strstr(note.message, "turn_timeout_ms") != NULL);
+    CHECK(calls_of(&turn) == 0);
+    gate_set(&G.hold_append, 0);
+    CHECK(wait_done(&turn) == 1 && turn.status == PARLEY_OK);
+    char *h = history_of(a, "dq");
+    CHECK(strstr(h, "the turn") != NULL && strstr(h, "too late") == NULL);
+    free(h);
+    agent_destroy(a);
+    CHECK(calls_of(&turn) == 1 && calls_of(&note) == 1);
+}
+
 static parley_status refusing_open(const store_config *cfg, store **out, char **err)
 {
     (void)cfg;
@@ -470,6 +589,12 @@ int main(int argc, char **argv)
     for (int round = 0; round < 5; round++) {
         test_destroy_with_jobs_in_flight(round % 2);
     }
+    test_append_message_failed_store();
+    test_append_message_behind_a_held_commit(0);
+    test_append_message_behind_a_held_commit(1);
+    test_append_message_cancel_while_committing(0);
+    test_append_message_cancel_while_committing(1);
+    test_append_message_deadline_while_queued();
     printf("%d passed, %d failed\n", passed, failed);
     return failed ? 1 : 0;
 }

@@ -157,6 +157,10 @@ PLUGIN_FUNCTIONS = [
     ("history_get_by", CFUNCTYPE(c_int, _P, c_char_p, _PP)),
     ("history_clear_by", CFUNCTYPE(c_int, _P, c_char_p)),
     ("conversations_list_by", CFUNCTYPE(c_int, _P, c_char_p, _PP)),
+    ("message_find", CFUNCTYPE(c_int, _P, c_char_p, _PP)),
+    ("set_interface_message_id", CFUNCTYPE(c_int, _P, c_char_p, c_char_p)),
+    ("append_message", CFUNCTYPE(c_int, _P, c_char_p, DONE_FN, c_void_p, POINTER(c_uint64),
+                                 _PP)),
     # Further appended functions go here, in header order.
 ]
 

@@ -480,16 +480,21 @@ class Agent:
                                          for n, fn in turn_tools.items()]).encode()
         if streaming:
             inp.on_delta = core.c_delta
-        turn = _Turn(core.loop, turn_tools, streaming)
+        return self._submit(_Turn(core.loop, turn_tools, streaming), self._plugin.function(
+            "async_process"), ctypes.byref(inp))
+
+    def _submit(self, turn, fn, first_arg):
+        """Call fn (async_process or append_message) for `turn`; its done callback
+        settles the turn's future.  Raises the plugin's error when it refuses."""
+        core = self._core
         token = next(core._tokens)
         core.turns[token] = turn  # before the call: done may come before it returns
         rid = ctypes.c_uint64()
         err = ctypes.c_void_p()
         try:
             with core.using() as handle:
-                status = self._plugin.function("async_process")(
-                    handle, ctypes.byref(inp), core.c_done, token, ctypes.byref(rid),
-                    ctypes.byref(err))
+                status = fn(handle, first_arg, core.c_done, token, ctypes.byref(rid),
+                            ctypes.byref(err))
         except BaseException:
             core.turns.pop(token, None)
             raise
@@ -498,6 +503,14 @@ class Agent:
             raise self._plugin.error(status, self._plugin.take_string(err.value))
         turn.request_id = rid.value
         return turn
+
+    def _start_append(self, message):
+        """append_message: like _start, for a message the model does not answer."""
+        core = self._core
+        if asyncio.get_running_loop() is not core.loop:
+            raise RuntimeError("a parley.Agent must be used on the event loop it was created on")
+        return self._submit(_Turn(core.loop, {}, False), self._plugin.require("append_message"),
+                            json.dumps(message).encode())
 
     def _cancel(self, turn):
         if turn.finished:
@@ -531,6 +544,25 @@ class Agent:
             # this frame and so this Agent: drop it, or the core (via the turn
             # still in flight) would keep the Agent alive.
             turn.future = None
+            raise
+
+    async def append_message(self, conversation_id, content, role="assistant", **fields):
+        """Add a message to a conversation without calling the model (an
+        announcement); returns its Result (response = content, turn_id,
+        answer_message_id = the stored message's id) once it is stored.  It
+        waits behind the turns already started on that conversation, and later
+        turns send it to the model.  role: "assistant" or "system" (a note).
+        fields: interface_type, persona, interface_message_id (str), metadata
+        (a dict).  Bad input raises parley.InvalidInput naming the key, and
+        nothing is stored.  Cancelling the awaiting task cancels it while it
+        waits."""
+        message = dict(fields, conversation_id=conversation_id, content=content, role=role)
+        turn = self._start_append({k: v for k, v in message.items() if v is not None})
+        try:
+            return await turn.future
+        except asyncio.CancelledError:
+            self._cancel(turn)
+            turn.future = None  # as in process(): do not keep this frame alive
             raise
 
     async def stream(self, text, conversation_id=None, **fields):
@@ -642,6 +674,22 @@ class Agent:
         """Forget the conversation under interface_type= and/or persona= ("*": every persona)."""
         await self._call("history_clear_by", json.dumps(
             dict(selector, conversation_id=conversation_id)).encode(), returns_json=False)
+
+    async def find_message(self, conversation_id, interface_message_id, **selector):
+        """message_find: the stored message carrying the interface's id in that
+        conversation (interface_type= and/or persona= name it further), in the
+        form query() returns; parley.NotFound if none."""
+        return await self._call("message_find", json.dumps(
+            dict(selector, conversation_id=conversation_id,
+                 interface_message_id=interface_message_id)).encode())
+
+    async def set_interface_message_id(self, turn_id, interface_message_id):
+        """After sending a turn's answer: keep the interface's id of it (its
+        final answer), so find_message() and reply_to= find it.  Replaces an
+        earlier value.  parley.NotFound: no such turn is stored."""
+        await self._call("set_interface_message_id", _c_str("turn_id", turn_id),
+                         _c_str("interface_message_id", interface_message_id),
+                         returns_json=False)
 
     async def message(self, message_id):
         """One stored message by id (the form query() returns), or parley.NotFound."""

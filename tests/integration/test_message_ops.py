@@ -1,0 +1,354 @@
+"""Operations on messages outside a turn (docs/history.md, "Messages outside a turn",
+"The interface's id of an answer", "Finding a message by its interface id",
+"Conversation lifetime"): append_message, set_interface_message_id, message_find,
+through the shim's "append", "set_interface_message_id" and "find" ops.
+
+What the model saw is asserted from the fake server's request log (the fake
+validates each dialect strictly, so a request in a wrong form fails the turn);
+what a host reads back, from the shim's history/find/list ops.  Every case runs
+on the memory store, on an SQLite file and on a Redis server."""
+import os
+import tempfile
+import unittest
+
+from redis_server import RedisServer
+from harness import (SLOW, UUID_RE, FakeLLM, InteractiveShim, ParleyTestCase, fake_reply,
+                     messages, options)
+
+PROMPT = "You are a test assistant."
+SYS = {"role": "system", "content": PROMPT}
+PATHS = {"openai": "/v1/chat/completions", "anthropic": "/v1/messages", "ollama": "/api/chat"}
+WASHING = "The washing machine has finished."
+AWAY = "The user is away until 18:00."
+
+
+def user(text):
+    return {"role": "user", "content": text}
+
+
+def assistant(text):
+    return {"role": "assistant", "content": text}
+
+
+class MessageOpsCase(ParleyTestCase):
+    """On the memory store; SqliteMessageOpsCase runs the same on a file."""
+    maxDiff = None
+    STORE = "memory"
+
+    def setUp(self):
+        self.llm = None
+
+    def fake(self, *args):
+        self.llm = FakeLLM(*args)
+        self.addCleanup(self.llm.close)
+        return self.llm
+
+    def opts(self, fake=None, **kw):
+        return options(fake or self.llm, history_store=self.store(), **kw)
+
+    def store(self):
+        if self.STORE == "memory":
+            return "memory"
+        if self.STORE == "redis":  # a fresh server per store: nothing shared between cases
+            server = RedisServer()
+            self.addCleanup(server.stop)
+            return server.url
+        d = tempfile.TemporaryDirectory(prefix="parley-msgops-")
+        self.addCleanup(d.cleanup)
+        return "sqlite:" + os.path.join(d.name, "history.db")
+
+    def turn_ids(self, history):
+        return [t["turn_id"] for t in history["turns"]]
+
+    # ---- append ----------------------------------------------------------------
+
+    def test_append_waits_behind_the_turn_in_flight_and_the_next_turn_sees_it(self):
+        self.fake("--latency-ms", str(int(400 * SLOW)))
+        lines = [{"text": "start the washing machine", "conversation_id": "c"},
+                 {"op": "append", "conversation_id": "c", "content": WASHING},
+                 {"text": "thanks", "conversation_id": "c"},
+                 {"op": "history", "conversation_id": "c"}]
+        run = self.run_ok(lines, self.opts(), concurrency=4)
+        first, appended, second = run.by_seq(1), run.by_seq(2), run.by_seq(3)
+        self.assertTurnOk(first)
+        self.assertTurnOk(second)
+        self.assertIsNone(appended["error"], appended)
+        self.assertEqual(appended["op"], "append")
+        self.assertEqual(appended["response"], WASHING)
+        self.assertEqual(appended["steps"], [])
+        self.assertRegex(appended["turn_id"], UUID_RE)
+        self.assertRegex(appended["answer_message_id"], UUID_RE)
+        self.assertNotIn("user_message_id", appended)
+        self.assertEqual(appended["usage"]["requests"], 0, "the model was not called")
+
+        # Stored after the turn that was in flight, before the one after it.
+        history = run.by_seq(4)["result"]
+        self.assertEqual(self.turn_ids(history),
+                         [first["turn_id"], appended["turn_id"], second["turn_id"]])
+        self.assertEqual(history["turns"][1]["messages"], [assistant(WASHING)])
+
+        reqs = self.llm.chat_requests()
+        self.assertEqual(len(reqs), 2, "an append calls no model")
+        self.assertEqual(messages(reqs[0]), [SYS, user("start the washing machine")],
+                         "never inside the turn in flight")
+        self.assertEqual(messages(reqs[1]),
+                         [SYS, user("start the washing machine"),
+                          assistant(fake_reply("start the washing machine", 2, 1)),
+                          assistant(WASHING), user("thanks")])
+
+    def test_append_queued_behind_a_turn_can_be_cancelled(self):
+        self.fake("--latency-ms", str(int(600 * SLOW)))
+        lines = [{"text": "slow one", "conversation_id": "c"},
+                 {"op": "append", "conversation_id": "c", "content": WASHING},
+                 {"op": "cancel", "seq": 2},
+                 {"op": "history", "conversation_id": "c"}]
+        run = self.run_ok(lines, self.opts(), concurrency=4)
+        self.assertTurnOk(run.by_seq(1))
+        self.assertIsNone(run.by_seq(3)["error"], run.by_seq(3))
+        self.assertEqual(run.by_seq(2)["error"]["code"], "cancelled")
+        self.assertNotIn("answer_message_id", run.by_seq(2))
+        self.assertEqual(self.turn_ids(run.by_seq(4)["result"]), [run.by_seq(1)["turn_id"]])
+
+    def test_bad_appends_are_refused_by_name_and_change_nothing(self):
+        self.fake()
+        long_id = "x" * 257
+        bad = [({"content": "x"}, "conversation_id"),
+                ({"conversation_id": 7, "content": "x"}, "conversation_id"),
+                ({"conversation_id": "c"}, "content"),
+                ({"conversation_id": "c", "content": ""}, "content"),
+                ({"conversation_id": "c", "content": 5}, "content"),
+                ({"conversation_id": "c", "content": "y" * 65}, "content"),
+                ({"conversation_id": "c", "content": "x", "role": "user"}, "role"),
+                ({"conversation_id": "c", "content": "x", "role": "tool"}, "role"),
+                ({"conversation_id": "c", "content": "x", "metadata": [1]}, "metadata"),
+                ({"conversation_id": "c", "content": "x", "metadata": "{}"}, "metadata"),
+                ({"conversation_id": "c", "content": "x", "metadata": {"k": "v" * 80}},
+                 "metadata"),
+                ({"conversation_id": "c", "content": "x", "interface_message_id": long_id},
+                 "interface_message_id"),
+                ({"conversation_id": "c", "content": "x", "interface_message_id": ""},
+                 "interface_message_id"),
+                ({"conversation_id": "c", "content": "x", "persona": "nobody"}, "persona"),
+                ({"conversation_id": "c", "content": "x", "interface_type": "a\nb"},
+                 "interface_type"),
+                ({"conversation_id": "c", "content": "x", "colour": "red"}, "colour")]
+        lines = [{"text": "hello", "conversation_id": "c"},
+                 {"op": "history", "conversation_id": "c"}]
+        lines += [dict(op="append", **m) for m, _ in bad]
+        lines += [{"op": "history", "conversation_id": "c"}, {"op": "metrics"}]
+        run = self.run_ok(lines, self.opts(max_input_bytes=64), concurrency=4)
+        for i, (m, key) in enumerate(bad):
+            line = run.by_seq(3 + i)
+            self.assertEqual(line["op"], "append")
+            self.assertIsNone(line["result"], line)
+            self.assertEqual(line["error"]["code"], "invalid_input", (m, line))
+            self.assertIn(key, line["error"]["message"], (m, line))
+        end = 3 + len(bad)
+        self.assertEqual(run.raw_result(2), run.raw_result(end), "history byte-identical")
+        metrics = run.by_seq(end + 1)["result"]
+        self.assertEqual(metrics["turns_accepted"], 1, "nothing was queued")
+        self.assertEqual(metrics["in_flight"], 0)
+        self.assertEqual(len(self.llm.chat_requests()), 1)
+
+    def test_append_under_a_persona_joins_that_personas_conversation(self):
+        self.fake()
+        chef = "You are a chef."
+        lines = [{"op": "append", "conversation_id": "k", "persona": "chef",
+                  "content": "The oven is hot."},
+                 {"text": "what now?", "conversation_id": "k", "persona": "chef"},
+                 {"text": "and you?", "conversation_id": "k"},
+                 {"op": "history", "conversation_id": "k", "persona": "chef"},
+                 {"op": "metrics"}]
+        run = self.run_ok(lines, self.opts(personas={"chef": {"prompt": chef}}))
+        self.assertIsNone(run.by_seq(1)["error"], run.by_seq(1))
+        self.assertTurnOk(run.by_seq(2))
+        self.assertTurnOk(run.by_seq(3))
+        reqs = self.llm.chat_requests()
+        self.assertEqual(messages(reqs[0]), [{"role": "system", "content": chef},
+                                             assistant("The oven is hot."), user("what now?")])
+        self.assertEqual(messages(reqs[1]), [SYS, user("and you?")], "another conversation")
+        turns = run.by_seq(4)["result"]["turns"]
+        self.assertEqual([t["turn_id"] for t in turns],
+                         [run.by_seq(1)["turn_id"], run.by_seq(2)["turn_id"]])
+        m = run.by_seq(5)["result"]["personas"]["chef"]
+        self.assertEqual((m["turns"], m["turns_stored"], m["messages_stored"]), (1, 2, 3),
+                         "the append is stored under the persona, not a model turn")
+
+    def test_system_and_assistant_appends_reach_every_provider_validly(self):
+        """The fake validates each dialect strictly: Anthropic wants user first and
+        no system role in messages; a note must still reach the model in place."""
+        fake = self.fake()
+        for provider in ("openai", "anthropic", "ollama"):
+            with self.subTest(provider=provider):
+                base = fake.base_url if provider == "openai" else "http://127.0.0.1:%d" % fake.port
+                lines = [  # a conversation that opens with appends
+                    {"op": "append", "conversation_id": "fresh", "content": WASHING},
+                    {"op": "append", "conversation_id": "fresh", "role": "system",
+                     "content": AWAY},
+                    {"text": "anything new?", "conversation_id": "fresh"},
+                    # ... and one where they come between turns
+                    {"text": "hello", "conversation_id": "mid"},
+                    {"op": "append", "conversation_id": "mid", "content": WASHING},
+                    {"op": "append", "conversation_id": "mid", "role": "system",
+                     "content": AWAY},
+                    {"text": "thanks", "conversation_id": "mid"}]
+                before = len(fake.requests())
+                run = self.run_ok(lines, self.opts(fake, provider=provider, base_url=base))
+                for seq in (1, 2, 5, 6):
+                    self.assertIsNone(run.by_seq(seq)["error"], run.by_seq(seq))
+                for seq in (3, 4, 7):
+                    self.assertTurnOk(run.by_seq(seq))
+                reqs = [r for r in fake.requests()[before:] if r.get("path") == PATHS[provider]]
+                self.assertEqual(len(reqs), 3)
+                fresh, mid = reqs[0]["body"], reqs[2]["body"]
+                if provider == "anthropic":
+                    self.assertEqual(fresh["messages"], [
+                        {"role": "user", "content": [
+                            {"type": "text", "text": "(start of the conversation)"}]},
+                        {"role": "assistant", "content": [{"type": "text", "text": WASHING}]},
+                        {"role": "user", "content": [
+                            {"type": "text", "text": "[system note] " + AWAY},
+                            {"type": "text", "text": "anything new?"}]}])
+                    self.assertEqual([m["role"] for m in mid["messages"]],
+                                     ["user", "assistant", "user"])
+                    self.assertEqual(mid["messages"][1]["content"][-1],
+                                     {"type": "text", "text": WASHING})
+                    self.assertEqual(mid["messages"][2]["content"],
+                                     [{"type": "text", "text": "[system note] " + AWAY},
+                                      {"type": "text", "text": "thanks"}])
+                else:
+                    tail = [{"role": m["role"], "content": m["content"]}
+                            for m in fresh["messages"][1:]]
+                    self.assertEqual(tail, [assistant(WASHING),
+                                            {"role": "system", "content": AWAY},
+                                            user("anything new?")])
+                    self.assertEqual([m["role"] for m in mid["messages"]],
+                                     ["system", "user", "assistant", "assistant", "system",
+                                      "user"])
+                    self.assertEqual(mid["messages"][4]["content"], AWAY)
+
+    # ---- interface message ids -------------------------------------------------
+
+    def test_set_interface_message_id_then_find_returns_the_final_answer(self):
+        self.fake()
+        with InteractiveShim(self.opts()) as sh:
+            turn = self.assertTurnOk(sh.turn({"text": "turn on the porch light",
+                                              "conversation_id": "42",
+                                              "interface_type": "telegram"}))
+            tid = turn["turn_id"]
+            ops = [("set_interface_message_id", dict(turn_id=tid,
+                                                     interface_message_id="tg-1001")),
+                   ("find", dict(conversation_id="42", interface_type="telegram",
+                                 interface_message_id="tg-1001")),
+                   ("find", dict(conversation_id="42", interface_type="web",
+                                 interface_message_id="tg-1001")),
+                   ("find", dict(conversation_id="42", interface_message_id="tg-1001")),
+                   ("find", dict(conversation_id="42", interface_type="telegram",
+                                 interface_message_id="tg-9")),
+                   ("set_interface_message_id",
+                    dict(turn_id="00000000-0000-4000-8000-000000000000",
+                         interface_message_id="tg-1")),
+                   ("set_interface_message_id", dict(turn_id="nope", interface_message_id="x")),
+                   ("set_interface_message_id", dict(turn_id=tid, interface_message_id="")),
+                   ("set_interface_message_id", dict(turn_id=tid,
+                                                     interface_message_id="x" * 257)),
+                   ("find", dict(conversation_id="42", interface_message_id=5)),
+                   ("find", dict(conversation_id="42")),
+                   ("find", dict(conversation_id="42", interface_message_id="a", colour="red")),
+                   # set again: the new id replaces the old one
+                   ("set_interface_message_id", dict(turn_id=tid,
+                                                     interface_message_id="tg-1002")),
+                   ("find", dict(conversation_id="42", interface_type="telegram",
+                                 interface_message_id="tg-1002"))]
+            answers = [sh.op(op, **args) for op, args in ops]
+        self.assertIsNone(answers[0]["error"], answers[0])
+        self.assertIsNone(answers[0]["result"])
+        m = answers[1]["result"]
+        self.assertIsNone(answers[1]["error"], answers[1])
+        self.assertEqual(m["interface_message_id"], "tg-1001")
+        self.assertEqual(m["turn_id"], tid)
+        self.assertEqual(m["role"], "assistant")
+        self.assertEqual(m["message"], assistant(turn["response"]))
+        self.assertEqual(m["message_id"], turn["answer_message_id"])
+        self.assertEqual((m["conversation_id"], m["interface_type"]), ("42", "telegram"))
+        # another interface, no interface, an id never set; no such turn
+        for a in answers[2:7]:
+            self.assertEqual(a["error"]["code"], "not_found", a)
+        for a in answers[7:11]:
+            self.assertEqual(a["error"]["code"], "invalid_input", a)
+            self.assertIn("interface_message_id", a["error"]["message"])
+        self.assertEqual(answers[11]["error"]["code"], "invalid_input")
+        self.assertIn("colour", answers[11]["error"]["message"])
+        self.assertIsNone(answers[12]["error"], answers[12])
+        self.assertEqual(answers[13]["result"]["message_id"], turn["answer_message_id"])
+
+    def test_appended_message_keeps_its_identity(self):
+        self.fake()
+        lines = [{"op": "append", "conversation_id": "k", "interface_type": "web",
+                  "content": WASHING, "interface_message_id": "web-7",
+                  "metadata": {"source": "washer", "n": 1}},
+                 {"op": "find", "conversation_id": "k", "interface_type": "web",
+                  "interface_message_id": "web-7"},
+                 # an interface's id is its own text: any UTF-8, as a turn's input takes it
+                 {"op": "append", "conversation_id": "k", "content": "mail",
+                  "interface_message_id": "<a@b>\n\u00e9"},
+                 {"op": "find", "conversation_id": "k", "interface_message_id": "<a@b>\n\u00e9"}]
+        run = self.run_ok(lines, self.opts())
+        self.assertEqual(run.by_seq(4)["result"]["message_id"], run.by_seq(3)["answer_message_id"])
+        appended = run.by_seq(1)
+        self.assertIsNone(appended["error"], appended)
+        m = run.by_seq(2)["result"]
+        self.assertEqual(m["message_id"], appended["answer_message_id"])
+        self.assertEqual(m["metadata"], {"source": "washer", "n": 1})
+        self.assertEqual(m["message"], assistant(WASHING))
+        self.assertEqual(m["turn_id"], appended["turn_id"])
+
+    def test_lifetime_counts_survive_truncation(self):
+        self.fake()
+        lines = [{"text": "one", "conversation_id": "c"},
+                 {"text": "two", "conversation_id": "c"},
+                 {"op": "append", "conversation_id": "c", "role": "system", "content": AWAY},
+                 {"text": "three", "conversation_id": "c"},
+                 {"op": "history", "conversation_id": "c"},
+                 {"op": "list"}]
+        run = self.run_ok(lines, self.opts(history_keep_turns=2))
+        history = run.by_seq(5)["result"]
+        self.assertEqual(len(history["turns"]), 2, "kept: the last two")
+        listed = [c for c in run.by_seq(6)["result"]["conversations"]
+                  if c["conversation_id"] == "c"]
+        self.assertEqual(len(listed), 1)
+        for conv in (history, listed[0]):
+            self.assertEqual(conv["message_count"], 7)
+            self.assertEqual(conv["turn_count"], 4)
+            self.assertEqual(conv["participants"], ["user", "assistant", "system"])
+            # the newest message: the last turn's answer
+            self.assertGreaterEqual(conv["last_message_at"], history["turns"][-1]["started_at"])
+            self.assertLessEqual(conv["last_message_at"], history["turns"][-1]["finished_at"])
+
+
+class SqliteMessageOpsCase(MessageOpsCase):
+    STORE = "sqlite"
+
+
+class RedisMessageOpsCase(MessageOpsCase):
+    STORE = "redis"
+
+    def test_store_down_is_storage_in_the_stores_words(self):
+        self.fake()
+        server = RedisServer()
+        self.addCleanup(server.stop)
+        with InteractiveShim(options(self.llm, history_store=server.url)) as sh:
+            turn = self.assertTurnOk(sh.turn({"text": "hi", "conversation_id": "r"}))
+            server.stop()
+            found = sh.op("find", conversation_id="r", interface_message_id="x")
+            appended = sh.op("append", conversation_id="r", content=WASHING)
+            setid = sh.op("set_interface_message_id", turn_id=turn["turn_id"],
+                          interface_message_id="x")
+        self.assertEqual(found["error"]["code"], "storage", found)
+        self.assertIn("redis store", found["error"]["message"])
+        self.assertEqual(appended["error"]["code"], "storage", appended)
+        self.assertEqual(setid["error"]["code"], "storage", setid)
+
+
+if __name__ == "__main__":
+    unittest.main()
