@@ -33,8 +33,9 @@ cmake -S "$src" -B "$build" -DCMAKE_BUILD_TYPE=Release >/dev/null
 nice -n 10 cmake --build "$build" -j2 --target parley parley-fake-llm parley-bench \
     parley-bench-alloc >/dev/null
 
-out=$(mktemp -d /tmp/parley-limit.XXXXXX)
-trap 'rm -rf "$out"' EXIT INT TERM
+out=$build/limit-run # the runs' full output and summaries, kept until the next run
+rm -rf "$out"
+mkdir -p "$out"
 
 run() { # bounded: no benchmark may run away
     if command -v timeout >/dev/null 2>&1; then timeout 1800 "$@"; else "$@"; fi
@@ -75,14 +76,14 @@ row() { # row LABEL FILE KEY [noratio]: floor | limit | Parley | Parley/floor | 
         "$(val "$2" "$3.limit")" "$(val "$2" "$3.parley")" "$rf" "$rl"
 }
 
+n=$(val timing conc.peak_in_flight.parley)
+plugin=$(sed -n 's/^parley-bench: plugin //p' "$out/timing.txt" | head -n 1)
+commit=$(git -C "$src" describe --always --dirty 2>/dev/null || echo "?")
 echo
 echo "================ floor, limit and Parley (medians; ratios are medians of per-run ratios) ================"
 echo "Started $started; nproc $(nproc); load average before $load_before, after the timing runs"
 echo "$load_mid, at the end $load_after.  Scenario 1: $seq_runs runs, scenario 2: $conc_runs runs;"
 echo "allocations: one counting pass (its timings are not used).  Source $commit; plugin $plugin."
-n=$(val timing conc.peak_in_flight.parley)
-plugin=$(sed -n 's/^parley-bench: plugin //p' "$out/timing.txt" | head -n 1)
-commit=$(git -C "$src" describe --always --dirty 2>/dev/null || echo "?")
 echo
 echo "| scenario, metric | floor (libcurl) | limit (raw epoll) | Parley | Parley/floor | Parley/limit |"
 echo "|---|---:|---:|---:|---:|---:|"
