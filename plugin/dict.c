@@ -43,6 +43,7 @@ struct dict {
     size_t mask;       /* capacity - 1 */
     size_t size;
     dict_key_fn keyof;
+    size_t key_len;    /* 0: keys are NUL-terminated strings; else bytes compared */
     uint64_t k0, k1;   /* SipHash secret */
     int tagged;        /* slots carry fingerprint and distance */
 };
@@ -103,7 +104,13 @@ static uint64_t siphash13(uint64_t k0, uint64_t k1, const unsigned char *p, size
 
 static inline uint64_t hash_key(const dict *d, const char *key)
 {
-    return siphash13(d->k0, d->k1, (const unsigned char *)key, strlen(key));
+    size_t n = d->key_len ? d->key_len : strlen(key);
+    return siphash13(d->k0, d->k1, (const unsigned char *)key, n);
+}
+
+static inline int key_equal(const dict *d, const char *a, const char *b)
+{
+    return d->key_len ? memcmp(a, b, d->key_len) == 0 : strcmp(a, b) == 0;
 }
 
 /* A secret the caller cannot predict; getrandom() never fails on Linux >= 3.17,
@@ -215,6 +222,11 @@ static int resize(dict *d, size_t new_capacity)
 
 dict *dict_new(dict_key_fn keyof)
 {
+    return dict_new_fixed(keyof, 0);
+}
+
+dict *dict_new_fixed(dict_key_fn keyof, size_t key_len)
+{
     dict *d = calloc(1, sizeof *d);
     if (!d)
         return NULL;
@@ -225,6 +237,7 @@ dict *dict_new(dict_key_fn keyof)
     }
     d->mask = DICT_MIN_CAPACITY - 1;
     d->keyof = keyof;
+    d->key_len = key_len;
     d->tagged = 1;
     choose_secret(d);
     return d;
@@ -247,7 +260,7 @@ static size_t probe(const dict *d, const char *key)
         uint64_t slot = d->slots[i];
         if (!slot)
             return i;
-        if (fingerprint_matches(d, slot, hash) && strcmp(d->keyof(entry_of(d, slot)), key) == 0)
+        if (fingerprint_matches(d, slot, hash) && key_equal(d, d->keyof(entry_of(d, slot)), key))
             return i;
     }
 }

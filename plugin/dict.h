@@ -16,6 +16,9 @@ typedef struct dict dict;
 typedef const char *(*dict_key_fn)(const void *entry);
 
 dict *dict_new(dict_key_fn keyof);            /* NULL on OOM */
+/* Keys of exactly key_len bytes (may hold NUL: a binary id), compared with
+ * memcmp; the char * of keyof and the functions below point at those bytes. */
+dict *dict_new_fixed(dict_key_fn keyof, size_t key_len);
 void dict_free(dict *d);                       /* frees the table, not the entries */
 void *dict_find(const dict *d, const char *key);
 int dict_add(dict *d, void *entry);            /* key must not be present; 0, or -1 on OOM */

@@ -57,15 +57,18 @@ typedef struct stored_turn {
     struct stored_turn *store_newer; /* every turn of the store in append order: */
     struct stored_turn *store_older; /* what a query across conversations walks */
     conversation *conv;
-    uint64_t first_seq;         /* position of messages[0]; the others follow */
+    uint64_t first_seq : 63;    /* position of messages[0]; the others follow */
+    uint64_t has_identity : 1;  /* m->identities holds a turn_identity */
     uint64_t started_ms;
     uint64_t finished_ms;
     uint32_t nmessages;
     uint32_t length;            /* bytes of the joined text "m1,m2,..." */
-    char turn_id[STORE_ID_LEN + 1];
-    uint8_t has_identity;       /* in the padding: m->identities holds a turn_identity */
+    uint8_t turn_id[16];        /* the UUID, binary: the key of by_turn_id and identities */
     stored_message messages[];  /* then the joined text, not NUL-terminated */
 } stored_turn;
+/* 80: with the 24 per message and the text, a 2-message turn of ~190 bytes
+ * lands in a 336-352 byte malloc chunk (the 37-byte text id made it 104). */
+_Static_assert(sizeof(stored_turn) == 80, "stored_turn header is 80 bytes");
 
 static const char *const ROLES[] = {"user", "assistant", "tool", "system"};
 
@@ -103,6 +106,31 @@ static int uuid_parse(const char *text, uint8_t out[16])
         i++;
     }
     return 0;
+}
+
+static void uuid_format(const uint8_t id[16], char out[STORE_ID_LEN + 1])
+{
+    static const char hex[] = "0123456789abcdef";
+    size_t o = 0;
+    for (size_t i = 0; i < 16; i++) {
+        if (i == 4 || i == 6 || i == 8 || i == 10)
+            out[o++] = '-';
+        out[o++] = hex[id[i] >> 4];
+        out[o++] = hex[id[i] & 15];
+    }
+    out[o] = '\0';
+}
+
+/* A turn id as stored: 16 bytes, only from its canonical text (lowercase),
+ * so that formatting it back gives the same bytes; -1 for any other text
+ * (such a turn id can be neither stored nor found). */
+static int turn_id_parse(const char *text, uint8_t out[16])
+{
+    char back[STORE_ID_LEN + 1];
+    if (uuid_parse(text, out) != 0)
+        return -1;
+    uuid_format(out, back);
+    return memcmp(back, text, STORE_ID_LEN) == 0 ? 0 : -1;
 }
 
 /* The identity the host gave one message (version 4): where its
@@ -176,12 +204,20 @@ static const char *conversation_key(const void *entry)
 
 static const char *turn_key(const void *entry)
 {
-    return ((const stored_turn *)entry)->turn_id;
+    return (const char *)((const stored_turn *)entry)->turn_id;
+}
+
+/* The stored turn named by the text `turn_id` (NULL-safe), or NULL. */
+static stored_turn *turn_named(const memory_store *m, const char *turn_id)
+{
+    uint8_t id[16];
+    return turn_id && turn_id_parse(turn_id, id) == 0 ? dict_find(m->by_turn_id, (const char *)id)
+                                                      : NULL;
 }
 
 static const char *identity_key(const void *entry)
 {
-    return ((const turn_identity *)entry)->turn->turn_id;
+    return (const char *)((const turn_identity *)entry)->turn->turn_id;
 }
 
 static char *oom_message(void) { return strdup("memory store: out of memory"); }
@@ -261,9 +297,9 @@ static void drop_oldest_turn(memory_store *m, conversation *c)
     c->nturns--;
     m->nturns--;
     m->message_bytes -= t->length;
-    dict_remove(m->by_turn_id, t->turn_id);
+    dict_remove(m->by_turn_id, (const char *)t->turn_id);
     if (t->has_identity)
-        free(dict_remove(m->identities, t->turn_id));
+        free(dict_remove(m->identities, (const char *)t->turn_id));
     free(t);
 }
 
@@ -338,8 +374,8 @@ static void free_all_entries(memory_store *m)
 static void forget_all(memory_store *m)
 {
     dict *by_key = dict_new(conversation_key);
-    dict *by_turn_id = dict_new(turn_key);
-    dict *identities = dict_new(identity_key);
+    dict *by_turn_id = dict_new_fixed(turn_key, sizeof(((stored_turn *)0)->turn_id));
+    dict *identities = dict_new_fixed(identity_key, sizeof(((stored_turn *)0)->turn_id));
     if (by_key && by_turn_id && identities) {
         free_all_entries(m);
         dict_free(m->by_key);
@@ -371,8 +407,8 @@ static parley_status memory_open(const store_config *cfg, store **out, char **er
     if (m->limits.max_conversations == 0) /* contract says >= 1; stay bounded */
         m->limits.max_conversations = 1;
     m->by_key = dict_new(conversation_key);
-    m->by_turn_id = dict_new(turn_key);
-    m->identities = dict_new(identity_key);
+    m->by_turn_id = dict_new_fixed(turn_key, sizeof(((stored_turn *)0)->turn_id));
+    m->identities = dict_new_fixed(identity_key, sizeof(((stored_turn *)0)->turn_id));
     if (!m->by_key || !m->by_turn_id || !m->identities ||
         pthread_mutex_init(&m->lock, NULL) != 0) {
         dict_free(m->by_key);
@@ -451,6 +487,8 @@ static const char *turn_problem(const store_turn *in)
     uint8_t id[16];
     if (!in || !in->turn_id || !in->messages || in->nmessages == 0 || in->nmessages > UINT32_MAX)
         return "a turn needs a turn id and messages";
+    if (turn_id_parse(in->turn_id, id) != 0)
+        return "a turn id must be a UUID in lowercase";
     size_t total = 0;
     for (size_t i = 0; i < in->nmessages; i++) {
         const store_message *msg = &in->messages[i];
@@ -522,7 +560,7 @@ static identity_parts identity_at(const stored_turn *t, const turn_identity *ti,
 
 static const turn_identity *identity_of(const memory_store *m, const stored_turn *t)
 {
-    return t->has_identity ? dict_find(m->identities, t->turn_id) : NULL;
+    return t->has_identity ? dict_find(m->identities, (const char *)t->turn_id) : NULL;
 }
 
 /* The identity of the messages of `in` (passed turn_problem), stored as t;
@@ -552,13 +590,6 @@ static turn_identity *identity_from_input(const store_turn *in, const stored_tur
     return ti;
 }
 
-static void copy_id(char *dst, const char *src, size_t max)
-{
-    size_t n = strnlen(src, max);
-    memcpy(dst, src, n);
-    dst[n] = '\0';
-}
-
 /* One allocation: header, message index, joined text.  `in` passed turn_problem. */
 static stored_turn *stored_turn_new(const store_turn *in)
 {
@@ -575,7 +606,7 @@ static stored_turn *stored_turn_new(const store_turn *in)
     t->finished_ms = in->finished_ms;
     t->nmessages = (uint32_t)in->nmessages;
     t->length = (uint32_t)text;
-    copy_id(t->turn_id, in->turn_id, STORE_ID_LEN);
+    turn_id_parse(in->turn_id, t->turn_id);
     char *p = (char *)(t->messages + t->nmessages);
     for (size_t i = 0; i < in->nmessages; i++) {
         const store_message *src = &in->messages[i];
@@ -672,7 +703,7 @@ static parley_status append_locked(memory_store *m, const char *k, const char *c
     int added = dict_add(m->by_turn_id, t) == 0;
     if (!added || (ti && dict_add(m->identities, ti) != 0)) {
         if (added)
-            dict_remove(m->by_turn_id, t->turn_id);
+            dict_remove(m->by_turn_id, (const char *)t->turn_id);
         if (created) {
             dict_remove(m->by_key, k);
             free(c);
@@ -724,7 +755,7 @@ static parley_status memory_append(store *s, const store_key *key, const store_t
         return fail(err, PARLEY_ERR_NO_MEMORY);
     }
     pthread_mutex_lock(&m->lock);
-    parley_status st = dict_find(m->by_turn_id, t->turn_id)
+    parley_status st = dict_find(m->by_turn_id, (const char *)t->turn_id)
                            ? PARLEY_OK /* already stored: a retried append */
                            : append_locked(m, k, key->conversation_id, t, ti, now_ms);
     int stored = st == PARLEY_OK && t->conv;
@@ -741,7 +772,9 @@ static parley_status memory_append(store *s, const store_key *key, const store_t
 
 static void put_turn(pbuf *b, const stored_turn *t)
 {
-    store_json_turn(b, t->turn_id, t->started_ms, t->finished_ms, text_of(t), t->length);
+    char id[STORE_ID_LEN + 1];
+    uuid_format(t->turn_id, id);
+    store_json_turn(b, id, t->started_ms, t->finished_ms, text_of(t), t->length);
 }
 
 typedef struct conversation_parts conversation_parts;
@@ -790,7 +823,7 @@ static parley_status memory_get_turn(store *s, const char *turn_id, uint64_t now
     memory_store *m = (memory_store *)s;
     size_t mark = out->len;
     pthread_mutex_lock(&m->lock);
-    stored_turn *t = dict_find(m->by_turn_id, turn_id);
+    stored_turn *t = turn_named(m, turn_id);
     if (t && !find_live(m, t->conv->key, now_ms))
         t = NULL; /* its conversation expired and is now freed */
     if (t) {
@@ -934,19 +967,6 @@ static int conversation_matches(const conversation *c, const store_query *q)
            field_is(q->interface_type, p.interface_type, p.interface_len);
 }
 
-static void uuid_format(const uint8_t id[16], char out[STORE_ID_LEN + 1])
-{
-    static const char hex[] = "0123456789abcdef";
-    size_t o = 0;
-    for (size_t i = 0; i < 16; i++) {
-        if (i == 4 || i == 6 || i == 8 || i == 10)
-            out[o++] = '-';
-        out[o++] = hex[id[i] >> 4];
-        out[o++] = hex[id[i] & 15];
-    }
-    out[o] = '\0';
-}
-
 /* Where message i of t starts in the turn's joined text. */
 static const char *message_text(const stored_turn *t, size_t i)
 {
@@ -960,12 +980,13 @@ static const char *message_text(const stored_turn *t, size_t i)
 static void put_message(pbuf *b, const stored_turn *t, size_t i, const char *json,
                         const turn_identity *ti)
 {
-    char id[STORE_ID_LEN + 1];
+    char id[STORE_ID_LEN + 1], turn_id[STORE_ID_LEN + 1];
     uuid_format(t->messages[i].message_id, id);
+    uuid_format(t->turn_id, turn_id);
     conversation_parts p = parts_of(t->conv);
     identity_parts who = identity_at(t, ti, i);
     store_json_message(b, id, p.id, p.id_len, p.persona, p.persona_len, p.interface_type,
-                       p.interface_len, t->turn_id, ROLES[t->messages[i].role],
+                       p.interface_len, turn_id, ROLES[t->messages[i].role],
                        created_ms_of(t, i), json, t->messages[i].length, who.interface_id,
                        who.interface_id_len, who.metadata, who.metadata_len);
 }
@@ -1159,7 +1180,7 @@ static parley_status memory_set_interface_message_id(store *s, const char *turn_
         return PARLEY_ERR_STORAGE;
     }
     pthread_mutex_lock(&m->lock);
-    stored_turn *t = turn_id ? dict_find(m->by_turn_id, turn_id) : NULL;
+    stored_turn *t = turn_named(m, turn_id);
     if (t && !find_live(m, t->conv->key, now_ms))
         t = NULL; /* its conversation expired and is now freed */
     parley_status st = t ? set_identity_locked(m, t, interface_message_id, len, message_id)
@@ -1231,7 +1252,7 @@ static parley_status memory_load_turn(store *s, const store_key *key, const char
     conversation *c = find_live(m, k, now_ms);
     const stored_turn *t = NULL;
     if (c && turn_id) {
-        t = dict_find(m->by_turn_id, turn_id);
+        t = turn_named(m, turn_id);
         if (t && t->conv != c)
             t = NULL; /* another conversation's turn */
     } else if (c && interface_message_id && *interface_message_id) {
@@ -1239,7 +1260,7 @@ static parley_status memory_load_turn(store *s, const store_key *key, const char
     }
     if (t) {
         if (turn_id_out)
-            memcpy(turn_id_out, t->turn_id, STORE_ID_LEN + 1);
+            uuid_format(t->turn_id, turn_id_out);
         /* In the window iff fewer than window_turns turns came after it. */
         size_t after = 0;
         for (const stored_turn *u = t->newer; u && after < window_turns; u = u->newer)

@@ -220,6 +220,42 @@ static void churn_with(size_t nkeys, size_t nops, size_t fake_every)
 static void churn(size_t nkeys, size_t nops) { churn_with(nkeys, nops, 0); }
 
 /* Grow to many entries, then remove all in random order (shrinking on the way). */
+/* Fixed-length binary keys: bytes after a NUL still count, bytes past
+ * key_len do not, and the table grows and shrinks like a string-keyed one. */
+static void test_fixed_keys(void)
+{
+    enum { N = 2000, LEN = 16 };
+    item *items = calloc(N, sizeof *items);
+    dict *d = dict_new_fixed(item_key, LEN);
+    CHECK(items && d);
+    for (int i = 0; i < N; i++) { /* keys differ only after a leading NUL */
+        items[i].key[0] = '\0';
+        memcpy(items[i].key + LEN - sizeof i, &i, sizeof i);
+        items[i].key[LEN] = (char)(i % 7); /* past the key: ignored */
+        CHECK(dict_add(d, &items[i]) == 0);
+    }
+    CHECK(dict_size(d) == N);
+    int ok = 1;
+    for (int i = 0; i < N; i++) {
+        char probe[LEN + 1] = {0};
+        memcpy(probe + LEN - sizeof i, &i, sizeof i);
+        probe[LEN] = 'x';
+        ok &= dict_find(d, probe) == &items[i];
+    }
+    CHECK(ok);
+    char absent[LEN] = {0};
+    absent[1] = 1;
+    CHECK(dict_find(d, absent) == NULL);
+    for (int i = 0; i < N; i += 2)
+        CHECK(dict_remove(d, items[i].key) == &items[i]);
+    ok = dict_size(d) == N / 2;
+    for (int i = 0; i < N; i++)
+        ok &= dict_find(d, items[i].key) == (i % 2 ? &items[i] : NULL);
+    CHECK(ok);
+    dict_free(d);
+    free(items);
+}
+
 static void test_grow_and_drain(size_t n)
 {
     item *items = make_items(n);
@@ -322,6 +358,7 @@ int main(void)
     test_basic();
     test_replace();
     test_key_shapes();
+    test_fixed_keys();
     churn(6, 20000);       /* capacity 8 at the 3/4 maximum load */
     churn(13, 50000);      /* capacity 16/32: long clusters, wrap-around */
     churn(100, 100000);
