@@ -675,11 +675,44 @@ static void test_rejected_input_changes_nothing(void)
     CHECK(append_turn(h, "a", &null_text, 2) == -1);
     CHECK(append_turn(h, "a", NULL, 2) == -1);
     CHECK(append_turn(h, NULL, &null_text, 2) == -1);
+    /* Turn ids are stored binary, so only a lowercase UUID is one. */
+    joined_turn short_id = {"turn-9", 1, 2, USER("x"), sizeof USER("x") - 1, 1};
+    CHECK(append_turn(h, "a", &short_id, 2) == -1);
+    joined_turn upper_id = {"0000000A-0000-4000-8000-00000000000A", 1, 2, USER("x"),
+                            sizeof USER("x") - 1, 1};
+    CHECK(append_turn(h, "a", &upper_id, 2) == -1);
+    char *err = NULL;
+    store_message m = {.message_id = "00000009-0000-4000-8000-000000000009", .role = "user",
+                       .json = USER("x"), .json_len = sizeof USER("x") - 1};
+    store_turn t = {.turn_id = "turn-9", .messages = &m, .nmessages = 1};
+    store_key key = key_of("a");
+    CHECK(B->append(h, &key, &t, 2, &err) == PARLEY_ERR_STORAGE);
+    CHECK(err && strstr(err, "turn id must be a UUID") != NULL);
+    free(err);
     char *after = dump_list(h, 2);
     CHECK_STR(after, before);
     CHECK(stats_of(h).turns == 1);
     free(before);
     free(after);
+    close_store(h);
+}
+
+/* A turn id comes back exactly as given, and in capitals it names no turn
+ * (as in sqlite, which compares the text). */
+static void test_turn_id_round_trip(void)
+{
+    store *h = new_store(0, 10, 0);
+    joined_turn lower = {"0000000a-00bc-4000-8000-0000000000ef", 1, 2, USER("x"),
+                         sizeof USER("x") - 1, 1};
+    CHECK(append_turn(h, "a", &lower, 2) == 0);
+    char *out = NULL;
+    CHECK(get_turn(h, "0000000a-00bc-4000-8000-0000000000ef", 2, &out) == 0);
+    CHECK(out && strstr(out, "\"turn_id\":\"0000000a-00bc-4000-8000-0000000000ef\""));
+    free(out);
+    out = (char *)"sentinel";
+    CHECK(get_turn(h, "0000000A-00BC-4000-8000-0000000000EF", 2, &out) == -1 && !out);
+    out = (char *)"sentinel";
+    CHECK(get_turn(h, "not-a-uuid", 2, &out) == -1 && !out);
     close_store(h);
 }
 
@@ -1158,6 +1191,7 @@ int main(void)
     test_render_does_not_change_dumps();
     test_stats();
     test_rejected_input_changes_nothing();
+    test_turn_id_round_trip();
     test_limit_edges();
     test_duplicate_turn_id();
     test_commit_is_all_or_nothing_under_oom();
