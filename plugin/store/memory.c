@@ -80,32 +80,38 @@ static int role_code(const char *role)
     return -1;
 }
 
-static int hex_value(char c)
+/* A hex digit's value + 1 (0: not a digit); capitals also carry 0x20. */
+static const uint8_t HEX_PLUS_1[256] = {
+    ['0'] = 1, ['1'] = 2, ['2'] = 3, ['3'] = 4, ['4'] = 5,
+    ['5'] = 6, ['6'] = 7, ['7'] = 8, ['8'] = 9, ['9'] = 10,
+    ['a'] = 11, ['b'] = 12, ['c'] = 13, ['d'] = 14, ['e'] = 15, ['f'] = 16,
+    ['A'] = 0x20 | 11, ['B'] = 0x20 | 12, ['C'] = 0x20 | 13,
+    ['D'] = 0x20 | 14, ['E'] = 0x20 | 15, ['F'] = 0x20 | 16,
+};
+
+/* "xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx" to 16 bytes; -1 if it is not that
+ * shape, or (lowercase_only) if it has a capital hex digit.  Table-driven:
+ * every append parses its ids. */
+static int uuid_parse_as(const char *text, uint8_t out[16], int lowercase_only)
 {
-    return c >= '0' && c <= '9' ? c - '0'
-         : c >= 'a' && c <= 'f' ? c - 'a' + 10
-         : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+    static const uint8_t at[16] = {0, 2, 4, 6, 9, 11, 14, 16, 19, 21, 24, 26, 28, 30, 32, 34};
+    if (!text || strnlen(text, STORE_ID_LEN + 1) != STORE_ID_LEN || text[8] != '-' ||
+        text[13] != '-' || text[18] != '-' || text[23] != '-')
+        return -1;
+    unsigned missing = 0, capitals = 0;
+    for (size_t n = 0; n < 16; n++) {
+        unsigned hi = HEX_PLUS_1[(unsigned char)text[at[n]]];
+        unsigned lo = HEX_PLUS_1[(unsigned char)text[at[n] + 1]];
+        missing |= !(hi & 0x1f) | !(lo & 0x1f);
+        capitals |= (hi | lo) & 0x20;
+        out[n] = (uint8_t)(((hi & 0x1f) - 1) << 4 | ((lo & 0x1f) - 1));
+    }
+    return missing || (lowercase_only && capitals) ? -1 : 0;
 }
 
-/* "xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx" to 16 bytes; -1 if it is not that shape. */
 static int uuid_parse(const char *text, uint8_t out[16])
 {
-    if (!text || strlen(text) != STORE_ID_LEN)
-        return -1;
-    size_t n = 0;
-    for (size_t i = 0; i < STORE_ID_LEN; i++) {
-        if (i == 8 || i == 13 || i == 18 || i == 23) {
-            if (text[i] != '-')
-                return -1;
-            continue;
-        }
-        int hi = hex_value(text[i]), lo = hex_value(text[i + 1]);
-        if (hi < 0 || lo < 0)
-            return -1;
-        out[n++] = (uint8_t)(hi << 4 | lo);
-        i++;
-    }
-    return 0;
+    return uuid_parse_as(text, out, 0);
 }
 
 static void uuid_format(const uint8_t id[16], char out[STORE_ID_LEN + 1])
@@ -121,16 +127,12 @@ static void uuid_format(const uint8_t id[16], char out[STORE_ID_LEN + 1])
     out[o] = '\0';
 }
 
-/* A turn id as stored: 16 bytes, only from its canonical text (lowercase),
- * so that formatting it back gives the same bytes; -1 for any other text
- * (such a turn id can be neither stored nor found). */
+/* A turn id as stored: 16 bytes, only from its canonical text (lowercase,
+ * as uuid_format writes it back), so that it round-trips byte for byte; -1
+ * for any other text (such a turn id can be neither stored nor found). */
 static int turn_id_parse(const char *text, uint8_t out[16])
 {
-    char back[STORE_ID_LEN + 1];
-    if (uuid_parse(text, out) != 0)
-        return -1;
-    uuid_format(out, back);
-    return memcmp(back, text, STORE_ID_LEN) == 0 ? 0 : -1;
+    return uuid_parse_as(text, out, 1);
 }
 
 /* The identity the host gave one message (version 4): where its
