@@ -184,6 +184,12 @@ static int openai_encode(pbuf *out, const parley_options *o, const provider_requ
                          char **err)
 {
     pbuf_reset(out);
+    /* One allocation instead of a doubling per size step: room for the parts
+     * known up front (the system prompt escaped at worst, as pbuf_json_string
+     * reserves) and a margin for this turn's messages and the options. */
+    size_t system_len = r->system ? strlen(r->system) : 0;
+    pbuf_reserve(out, strlen(o->model) + 6 * system_len + r->history_text_len +
+                          strlen(r->tools_json) + 4096);
     pbuf_puts(out, "{\"model\":");
     pbuf_json_string(out, o->model, strlen(o->model));
     pbuf_puts(out, ",\"messages\":[");
