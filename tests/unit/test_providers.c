@@ -98,6 +98,26 @@ static void check_request(const char *name, json_t *conv)
         json_t *got2 = json_loads(body2.data ? body2.data : "", 0, NULL);
         CHECK(got2 && want && json_equal(got2, want));
         json_decref(got2);
+        /* This turn's messages as stored text too: the very same bytes. */
+        pbuf turn_text = PBUF_INIT, body3 = PBUF_INIT;
+        json_array_foreach(json_object_get(conv, "messages"), i, m) {
+            char *one = json_dumps(m, JSON_COMPACT | JSON_PRESERVE_ORDER);
+            pbuf_puts(&turn_text, one);
+            pbuf_putc(&turn_text, ',');
+            free(one);
+        }
+        provider_request rm = rt;
+        rm.messages = NULL;
+        rm.messages_text = turn_text.data;
+        rm.messages_text_len = turn_text.len;
+        CHECK(p->encode(&body3, &o, &rm, &err) == 0);
+        int same = body3.len == body2.len && memcmp(body3.data, body2.data, body2.len) == 0;
+        CHECK(same);
+        if (!same)
+            fprintf(stderr, "  %s request from messages text differs:\n  %s\n  %s\n", name,
+                    body2.data, body3.data);
+        pbuf_free(&turn_text);
+        pbuf_free(&body3);
         /* Not messages: a clear error, no crash. */
         rt.history_text = "{\"role\":\"user\",\"content\":\"x\"},[1]";
         rt.history_text_len = strlen(rt.history_text);
