@@ -565,13 +565,16 @@ static int render_request(turn *t, char **err)
 {
     const provider *prov = t->cfg->prov;
     const char *stored = t->history.data ? t->history.data : "";
+    const char *turn_text = t->messages.data ? t->messages.data : "";
     if (!prov->reads_history_text && !t->history_msgs &&
         !(t->history_msgs = provider_parse_messages(stored, t->history.len, err)))
         return -1;
-    json_t *messages = provider_parse_messages(t->messages.data, t->messages.len, err);
+    json_t *messages = prov->reads_history_text
+                           ? NULL
+                           : provider_parse_messages(t->messages.data, t->messages.len, err);
     char *system = system_prompt(t);
     int rc = -1;
-    if (messages && system) {
+    if ((messages || prov->reads_history_text) && system) {
         const char *prompt = t->opts.prompt;
         provider_request r = {
             .system = system,
@@ -580,6 +583,8 @@ static int render_request(turn *t, char **err)
             .history_text = prov->reads_history_text ? stored : NULL,
             .history_text_len = t->history.len,
             .messages = messages,
+            .messages_text = prov->reads_history_text ? turn_text : NULL,
+            .messages_text_len = t->messages.len,
             .tools_json = toolset_json(t->tools),
             .tool_choice_none = t->tool_rounds >= t->cfg->opts.max_tool_iterations,
         };

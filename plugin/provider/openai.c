@@ -146,7 +146,10 @@ static const char *scan_message(const char *p, const char *end, int *as_is)
     return NULL;
 }
 
-static int render_history_text(pbuf *out, const char *p, size_t len, int *first, char **err)
+/* Stored messages ("m,m,") into out: as they are when they hold only wire keys,
+   else through render_message.  current_turn: as render_message's. */
+static int render_messages_text(pbuf *out, const char *p, size_t len, int *first,
+                                int current_turn, char **err)
 {
     const char *end = p + len;
     while (p < end) {
@@ -172,7 +175,7 @@ static int render_history_text(pbuf *out, const char *p, size_t len, int *first,
                 *err = pstr_printf("stored history holds a message that is not JSON");
                 return -1;
             }
-            render_message(out, m, 0);
+            render_message(out, m, current_turn);
             json_decref(m);
         }
         p = next;
@@ -184,6 +187,12 @@ static int openai_encode(pbuf *out, const parley_options *o, const provider_requ
                          char **err)
 {
     pbuf_reset(out);
+    /* One allocation instead of a doubling per size step: room for the parts
+     * known up front (the system prompt escaped at worst, as pbuf_json_string
+     * reserves) and a margin for this turn's messages and the options. */
+    size_t system_len = r->system ? strlen(r->system) : 0;
+    pbuf_reserve(out, strlen(o->model) + 6 * system_len + r->history_text_len +
+                          strlen(r->tools_json) + 4096);
     pbuf_puts(out, "{\"model\":");
     pbuf_json_string(out, o->model, strlen(o->model));
     pbuf_puts(out, ",\"messages\":[");
@@ -195,7 +204,7 @@ static int openai_encode(pbuf *out, const parley_options *o, const provider_requ
         first = 0;
     }
     if (r->history_text &&
-        render_history_text(out, r->history_text, r->history_text_len, &first, err) != 0)
+        render_messages_text(out, r->history_text, r->history_text_len, &first, 0, err) != 0)
         return -1;
     const json_t *lists[] = {r->history_text ? NULL : r->history, r->messages};
     for (size_t l = 0; l < 2; l++) {
@@ -208,6 +217,9 @@ static int openai_encode(pbuf *out, const parley_options *o, const provider_requ
             render_message(out, m, l == 1);
         }
     }
+    if (r->messages_text &&
+        render_messages_text(out, r->messages_text, r->messages_text_len, &first, 1, err) != 0)
+        return -1;
     pbuf_putc(out, ']');
     if (strcmp(r->tools_json, "[]") != 0) {
         pbuf_puts(out, ",\"tools\":");

@@ -165,8 +165,25 @@ const json_t *msg_provider_data(const json_t *msg, const char *name, const char 
     return json_is_null(v) ? NULL : v;
 }
 
+/* 1 when jansson would write s exactly as pbuf_json_string does: no control
+ * byte that jansson spells "\\u00XX" (upper case, pbuf_json_string lower case). */
+static int escapes_alike(const char *s, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if (c < 0x20 && c != '\n' && c != '\r' && c != '\t' && c != '\b' && c != '\f')
+            return 0;
+    }
+    return 1;
+}
+
 void pbuf_json(pbuf *b, const json_t *v)
 {
+    /* A string (most message contents): escaped straight into b, no copy. */
+    if (json_is_string(v) && escapes_alike(json_string_value(v), json_string_length(v))) {
+        pbuf_json_string(b, json_string_value(v), json_string_length(v));
+        return;
+    }
     char *s = json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY | JSON_PRESERVE_ORDER);
     if (!s) {
         b->oom = 1;

@@ -36,7 +36,11 @@ typedef struct provider_request {
     const char *history_text; /* or the same as stored text ("m,m,"), for a codec with
                                  reads_history_text; NULL otherwise */
     size_t history_text_len;
-    const json_t *messages;   /* array: this turn's messages so far (user message first) */
+    const json_t *messages;   /* array: this turn's messages so far (user message first);
+                                 NULL when messages_text is given instead */
+    const char *messages_text; /* or the same as text ("m,m,"), for a codec with
+                                  reads_history_text; NULL otherwise */
+    size_t messages_text_len;
     const char *tools_json;   /* tools in OpenAI form (toolset_json); "[]" for none */
     int tool_choice_none;     /* the last round: the model must answer in text */
 } provider_request;
@@ -51,8 +55,9 @@ typedef struct provider {
     long long default_max_tokens; /* max_tokens when the options give none; 0 = not sent */
     int images_by_url;            /* the API takes an image as an http(s) URL (else only as
                                      base64 data: the turn refuses URL images) */
-    int reads_history_text;       /* encode takes history_text: no parse per request (the
-                                     stored form is already close to this wire format) */
+    int reads_history_text;       /* encode takes history_text and messages_text: no parse
+                                     per request (the stored form is already close to this
+                                     wire format) */
 
     /* Append the provider's own headers (auth, version) to *list; -1 on OOM. */
     int (*headers)(const parley_options *o, struct curl_slist **list);

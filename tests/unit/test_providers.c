@@ -48,6 +48,19 @@ static json_t *load_json(const char *path)
 
 /* ---- requests ---- */
 
+/* A list of messages as the turn stores them: "m,m," */
+static void put_stored_text(pbuf *out, const json_t *list)
+{
+    size_t i;
+    json_t *m;
+    json_array_foreach(list, i, m) {
+        char *one = json_dumps(m, JSON_COMPACT | JSON_PRESERVE_ORDER);
+        pbuf_puts(out, one);
+        pbuf_putc(out, ',');
+        free(one);
+    }
+}
+
 static void check_request(const char *name, json_t *conv)
 {
     char *opts_text = json_dumps(json_object_get(conv, "options"), JSON_COMPACT);
@@ -82,14 +95,7 @@ static void check_request(const char *name, json_t *conv)
         fprintf(stderr, "  %s request differs from %s:\n  %s\n", name, path, body.data);
     if (p && p->reads_history_text) { /* the stored text gives the same body */
         pbuf text = PBUF_INIT, body2 = PBUF_INIT;
-        size_t i;
-        json_t *m;
-        json_array_foreach(json_object_get(conv, "history"), i, m) {
-            char *one = json_dumps(m, JSON_COMPACT | JSON_PRESERVE_ORDER);
-            pbuf_puts(&text, one);
-            pbuf_putc(&text, ',');
-            free(one);
-        }
+        put_stored_text(&text, json_object_get(conv, "history"));
         provider_request rt = r;
         rt.history = NULL;
         rt.history_text = text.data;
@@ -98,6 +104,21 @@ static void check_request(const char *name, json_t *conv)
         json_t *got2 = json_loads(body2.data ? body2.data : "", 0, NULL);
         CHECK(got2 && want && json_equal(got2, want));
         json_decref(got2);
+        /* This turn's messages as stored text too: the very same bytes. */
+        pbuf turn_text = PBUF_INIT, body3 = PBUF_INIT;
+        put_stored_text(&turn_text, json_object_get(conv, "messages"));
+        provider_request rm = rt;
+        rm.messages = NULL;
+        rm.messages_text = turn_text.data;
+        rm.messages_text_len = turn_text.len;
+        CHECK(p->encode(&body3, &o, &rm, &err) == 0);
+        int same = body3.len == body2.len && memcmp(body3.data, body2.data, body2.len) == 0;
+        CHECK(same);
+        if (!same)
+            fprintf(stderr, "  %s request from messages text differs:\n  %s\n  %s\n", name,
+                    body2.data, body3.data);
+        pbuf_free(&turn_text);
+        pbuf_free(&body3);
         /* Not messages: a clear error, no crash. */
         rt.history_text = "{\"role\":\"user\",\"content\":\"x\"},[1]";
         rt.history_text_len = strlen(rt.history_text);
