@@ -83,7 +83,7 @@ typedef struct store_message {
 
 /* One whole turn being appended (borrowed for the call). */
 typedef struct store_turn {
-    const char *turn_id;         /* STORE_ID_LEN chars: a UUID in lowercase (the memory store keeps it binary) */
+    const char *turn_id;         /* STORE_ID_LEN chars: a lowercase UUID (memory keeps 16 bytes) */
     uint64_t started_ms;         /* wall clock */
     uint64_t finished_ms;
     const store_message *messages;
