@@ -188,11 +188,13 @@ static int openai_encode(pbuf *out, const parley_options *o, const provider_requ
 {
     pbuf_reset(out);
     /* One allocation instead of a doubling per size step: room for the parts
-     * known up front (the system prompt escaped at worst, as pbuf_json_string
-     * reserves) and a margin for this turn's messages and the options. */
+     * known up front (the stored text goes in verbatim; the system prompt
+     * with a little escaping) and a small margin for the options.  Tight,
+     * because the body stays allocated while its request is in flight: at
+     * 10,000 in flight every KiB of slack is 10 MiB. */
     size_t system_len = r->system ? strlen(r->system) : 0;
-    pbuf_reserve(out, strlen(o->model) + 6 * system_len + r->history_text_len +
-                          strlen(r->tools_json) + 4096);
+    pbuf_reserve(out, strlen(o->model) + system_len + system_len / 16 + r->history_text_len +
+                          r->messages_text_len + strlen(r->tools_json) + 512);
     pbuf_puts(out, "{\"model\":");
     pbuf_json_string(out, o->model, strlen(o->model));
     pbuf_puts(out, ",\"messages\":[");
