@@ -647,7 +647,8 @@ class FailedToolTurn(ToolTestCase):
                  {"text": "after", "conversation_id": "h"},
                  {"op": "history", "conversation_id": "h"}],
                 options(fake, turn_timeout_ms=int(700 * SLOW), tool_timeout_ms=int(5000 * SLOW)),
-                tools=[tool("turn_on", TURN_ON_RESULT, delay_ms=int(2000 * SLOW))], extra_args=DEBUG)
+                tools=[tool("turn_on", TURN_ON_RESULT, delay_ms=int(2000 * SLOW))],
+                extra_args=DEBUG)
             reqs = fake.chat_requests()
         self.assertTurnOk(run.by_seq(1))
         failed = self.assertTurnError(run.by_seq(3), "timeout")
