@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include "../unit/check.h"
+#include "../unit/read_file.h"
 #include "fault_vfs.h"
 #include "redis_server.h"
 #include "store/store.h"
@@ -1512,21 +1513,6 @@ static void test_v4(const backend_case *bc)
 }
 
 /* ---- durable backends ---- */
-
-static char *read_file(const char *path, size_t *len)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return NULL;
-    pbuf b = PBUF_INIT;
-    char chunk[65536];
-    size_t n;
-    while ((n = fread(chunk, 1, sizeof chunk, f)) > 0)
-        pbuf_append(&b, chunk, n);
-    fclose(f);
-    *len = b.len;
-    return pbuf_take(&b);
-}
 
 static void write_file(const char *path, const void *data, size_t len)
 {

@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "../unit/check.h"
+#include "../unit/read_file.h"
 #include "fault_vfs.h"
 #include "store/store.h"
 
@@ -46,21 +47,6 @@ static store *open_ok(const char *path, size_t keep_turns, uint64_t idle_ms)
     free(err);
     CHECK(s != NULL);
     return s;
-}
-
-static char *read_file(const char *path, size_t *len)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return NULL;
-    pbuf b = PBUF_INIT;
-    char chunk[65536];
-    size_t n;
-    while ((n = fread(chunk, 1, sizeof chunk, f)) > 0)
-        pbuf_append(&b, chunk, n);
-    fclose(f);
-    *len = b.len;
-    return pbuf_take(&b);
 }
 
 static int64_t pragma_int(const char *path, const char *sql)

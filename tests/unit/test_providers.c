@@ -15,27 +15,12 @@
 #include "options.h"
 #include "provider/provider.h"
 #include "provider/think.h"
+#include "read_file.h"
 #include "toolset.h"
 
 #define CORPUS PARLEY_SOURCE_DIR "/tests/corpus/"
 
 static const char *const NAMES[] = {"openai", "anthropic", "ollama"};
-
-static char *slurp(const char *path, size_t *len)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return NULL;
-    pbuf b = PBUF_INIT;
-    char chunk[4096];
-    size_t n;
-    while ((n = fread(chunk, 1, sizeof chunk, f)) > 0)
-        pbuf_append(&b, chunk, n);
-    fclose(f);
-    if (len)
-        *len = b.len;
-    return pbuf_take(&b);
-}
 
 static json_t *load_json(const char *path)
 {
@@ -270,7 +255,7 @@ static void check_replies(const char *name)
     const provider *p = provider_find(name);
     size_t len = 0;
     snprintf(path, sizeof path, CORPUS "%s/reply.json", name);
-    char *body = slurp(path, &len);
+    char *body = read_file(path, &len);
     CHECK(body != NULL);
     llm_reply r;
     char *err = NULL;
@@ -284,7 +269,7 @@ static void check_replies(const char *name)
     free(body);
 
     snprintf(path, sizeof path, CORPUS "%s/stream.txt", name);
-    char *stream = slurp(path, &len);
+    char *stream = read_file(path, &len);
     CHECK(stream != NULL);
     const size_t steps[] = {0, 1, 7, 64};
     for (size_t i = 0; stream && i < sizeof steps / sizeof steps[0]; i++)
