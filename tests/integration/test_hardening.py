@@ -128,17 +128,15 @@ REPLY = {"id": "chatcmpl-tls", "object": "chat.completion", "created": 0, "model
                       "finish_reason": "stop"}]}
 
 
-class TLSServer:
-    """HTTPS on loopback with a self-signed certificate; counts TCP connections."""
+class LoopbackServer:
+    """A server on a loopback port for the replies the fake LLM cannot give,
+    one connection at a time; a subclass answers each in handle(conn)."""
 
-    def __init__(self, cert, key):
-        self.ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-        self.ctx.load_cert_chain(cert, key)
+    def __init__(self):
         self.sock = socket.socket()
         self.sock.bind(("127.0.0.1", 0))
         self.sock.listen(16)
         self.port = self.sock.getsockname()[1]
-        self.connections = 0
         self.stop = False
         self.thread = threading.Thread(target=self.serve, daemon=True)
         self.thread.start()
@@ -152,28 +150,41 @@ class TLSServer:
                 continue
             except OSError:
                 return
-            self.connections += 1
-            try:
-                with self.ctx.wrap_socket(conn, server_side=True) as s:
-                    s.settimeout(10)
-                    data = b""
-                    while b"\r\n\r\n" not in data:
-                        data += s.recv(65536)
-                    head, body = data.split(b"\r\n\r\n", 1)
-                    length = [int(l.split(b":")[1]) for l in head.split(b"\r\n")
-                              if l.lower().startswith(b"content-length:")][0]
-                    while len(body) < length:
-                        body += s.recv(65536)
-                    out = json.dumps(REPLY).encode()
-                    s.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
-                              b"Connection: close\r\nContent-Length: %d\r\n\r\n" % len(out) + out)
-            except (OSError, ssl.SSLError, IndexError, ValueError):
-                conn.close()
+            self.handle(conn)
 
     def close(self):
         self.stop = True
         self.thread.join()
         self.sock.close()
+
+
+class TLSServer(LoopbackServer):
+    """HTTPS on loopback with a self-signed certificate; counts TCP connections."""
+
+    def __init__(self, cert, key):
+        self.ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        self.ctx.load_cert_chain(cert, key)
+        self.connections = 0
+        super().__init__()
+
+    def handle(self, conn):
+        self.connections += 1
+        try:
+            with self.ctx.wrap_socket(conn, server_side=True) as s:
+                s.settimeout(10)
+                data = b""
+                while b"\r\n\r\n" not in data:
+                    data += s.recv(65536)
+                head, body = data.split(b"\r\n\r\n", 1)
+                length = [int(l.split(b":")[1]) for l in head.split(b"\r\n")
+                          if l.lower().startswith(b"content-length:")][0]
+                while len(body) < length:
+                    body += s.recv(65536)
+                out = json.dumps(REPLY).encode()
+                s.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                          b"Connection: close\r\nContent-Length: %d\r\n\r\n" % len(out) + out)
+        except (OSError, ssl.SSLError, IndexError, ValueError):
+            conn.close()
 
 
 class TransportClasses(ParleyTestCase):
@@ -216,46 +227,27 @@ class PlainServerOverTLS(ParleyTestCase):
         self.assertIn("plain http", msg)
 
 
-class CutErrorServer:
+class CutErrorServer(LoopbackServer):
     """Answers every request with a 401 whose body is cut short: headers promise
     more than is sent, then the connection closes (as some gateways do)."""
 
     def __init__(self):
-        self.sock = socket.socket()
-        self.sock.bind(("127.0.0.1", 0))
-        self.sock.listen(16)
-        self.port = self.sock.getsockname()[1]
         self.requests = 0
-        self.stop = False
-        self.thread = threading.Thread(target=self.serve, daemon=True)
-        self.thread.start()
+        super().__init__()
 
-    def serve(self):
-        self.sock.settimeout(0.2)
-        while not self.stop:
-            try:
-                conn, _ = self.sock.accept()
-            except socket.timeout:
-                continue
-            except OSError:
-                return
-            with conn:
-                conn.settimeout(10)
-                data = b""
-                while b"\r\n\r\n" not in data:
-                    chunk = conn.recv(65536)
-                    if not chunk:
-                        break
-                    data += chunk
-                self.requests += 1
-                conn.sendall(b"HTTP/1.1 401 Unauthorized\r\nContent-Type: text/event-stream\r\n"
-                             b"Content-Length: 1000\r\n\r\n"
-                             b'data: {"error":{"message":"Incorrect API key provided."}}\n\n')
-
-    def close(self):
-        self.stop = True
-        self.thread.join()
-        self.sock.close()
+    def handle(self, conn):
+        with conn:
+            conn.settimeout(10)
+            data = b""
+            while b"\r\n\r\n" not in data:
+                chunk = conn.recv(65536)
+                if not chunk:
+                    break
+                data += chunk
+            self.requests += 1
+            conn.sendall(b"HTTP/1.1 401 Unauthorized\r\nContent-Type: text/event-stream\r\n"
+                         b"Content-Length: 1000\r\n\r\n"
+                         b'data: {"error":{"message":"Incorrect API key provided."}}\n\n')
 
 
 class CutErrorBody(ParleyTestCase):
