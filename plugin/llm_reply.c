@@ -15,6 +15,7 @@
 #include <strings.h>
 
 #include "buf.h"
+#include "json_scan.h"
 #include "provider/codec.h"
 #include "sse.h"
 
@@ -543,7 +544,7 @@ static int decode_root(const json_t *root, llm_reply *out, char **err)
     return decode_message(message, out, err);
 }
 
-int llm_reply_decode(const char *body, size_t len, llm_reply *out, char **err)
+int llm_reply_decode_jansson(const char *body, size_t len, llm_reply *out, char **err)
 {
     memset(out, 0, sizeof *out);
     if (err)
@@ -557,6 +558,321 @@ int llm_reply_decode(const char *body, size_t len, llm_reply *out, char **err)
     if (rc != 0)
         llm_reply_free(out);
     return rc;
+}
+
+/* ------------------------------------------------------------------ */
+/* A whole response: the fast path                                     */
+/* ------------------------------------------------------------------ */
+
+/*
+ * One strict pass of json_scan over the usual shape, without building a
+ * tree: the members decode_root reads are noted as spans of the body, every
+ * other member is skipped (and still validated), and the reply's strings
+ * are copied out at the end -- one allocation each.
+ *
+ * Whenever the body is not one this path reads exactly as decode_root does,
+ * it answers "not mine" and llm_reply_decode runs the jansson decoder
+ * instead, which stays the authority and the only author of error
+ * messages.  So: anything that would fail to decode (an "error" member, a
+ * member of the wrong type, no choices, a call without a name, ...), text
+ * parts, arguments sent as an object, a repeated or escaped key among those
+ * read, more than FAST_MAX_CALLS calls, and whatever json_scan bails on.
+ */
+
+#define FAST_MAX_CALLS 16
+
+typedef struct fast_call {
+    jscan_str id, name, arguments;
+    int has_id, has_name, has_arguments; /* present and not null */
+    int has_function;
+} fast_call;
+
+typedef struct fast_reply {
+    jscan_str content, finish_reason;
+    jscan_str reasoning[2]; /* by REASONING_FIELDS */
+    int has_content, has_finish_reason, has_reasoning[2], has_message;
+    fast_call calls[FAST_MAX_CALLS];
+    size_t ncalls;
+    llm_usage usage;
+} fast_reply;
+
+typedef struct fast_key {
+    const char *name;
+    size_t len;
+} fast_key;
+
+#define FAST_KEY(s) {s, sizeof(s) - 1}
+
+/* Reads the member value of keys[which]: 0, or -1 (not mine). */
+typedef int (*fast_member_fn)(jscan *s, size_t which, void *ctx);
+
+/* An object whose `keys` go to on_member, each at most once; other members
+   are skipped. */
+static int fast_object(jscan *s, const fast_key *keys, size_t nkeys, fast_member_fn on_member,
+                       void *ctx)
+{
+    if (jscan_object_open(s) != 0)
+        return -1;
+    unsigned seen = 0;
+    jscan_str key;
+    int rc;
+    while ((rc = jscan_object_next(s, &key)) == 1) {
+        if (key.escaped)
+            return -1; /* it might spell one of ours */
+        size_t which = 0;
+        while (which < nkeys && !jscan_str_is(&key, keys[which].name, keys[which].len))
+            which++;
+        if (which == nkeys) {
+            if (jscan_skip(s) != 0)
+                return -1;
+            continue;
+        }
+        if (seen & (1u << which))
+            return -1; /* jansson keeps the last one: let it */
+        seen |= 1u << which;
+        if (on_member(s, which, ctx) != 0)
+            return -1;
+    }
+    return rc;
+}
+
+/* A string member that decode_root treats null as absent and refuses as
+   anything else. */
+static int fast_optional_string(jscan *s, jscan_str *out, int *has)
+{
+    jscan_type t = jscan_peek(s);
+    if (t == JSCAN_NULL)
+        return jscan_skip(s);
+    if (t != JSCAN_STRING)
+        return -1;
+    *has = 1;
+    return jscan_string(s, out);
+}
+
+/* usage_count: a positive integer, else 0 (never an error). */
+static int fast_usage_count(jscan *s, long long *out)
+{
+    jscan_num n;
+    if (jscan_peek(s) != JSCAN_NUMBER)
+        return jscan_skip(s);
+    if (jscan_number(s, &n) != 0)
+        return -1;
+    *out = n.is_integer && n.integer > 0 ? n.integer : 0;
+    return 0;
+}
+
+static int fast_count_member(jscan *s, size_t which, void *ctx)
+{
+    (void)which;
+    return fast_usage_count(s, ctx);
+}
+
+/* {"cached_tokens": n} or {"reasoning_tokens": n}; anything but an object counts 0. */
+static int fast_usage_details(jscan *s, const fast_key *key, long long *out)
+{
+    if (jscan_peek(s) != JSCAN_OBJECT)
+        return jscan_skip(s);
+    return fast_object(s, key, 1, fast_count_member, out);
+}
+
+static const fast_key FAST_USAGE_KEYS[] = {
+    FAST_KEY("prompt_tokens"), FAST_KEY("completion_tokens"),
+    FAST_KEY("prompt_tokens_details"), FAST_KEY("completion_tokens_details")};
+static const fast_key FAST_CACHED_KEY = FAST_KEY("cached_tokens");
+static const fast_key FAST_REASONING_KEY = FAST_KEY("reasoning_tokens");
+
+static int fast_usage_member(jscan *s, size_t which, void *ctx)
+{
+    llm_usage *u = ctx;
+    switch (which) {
+    case 0: return fast_usage_count(s, &u->prompt);
+    case 1: return fast_usage_count(s, &u->completion);
+    case 2: return fast_usage_details(s, &FAST_CACHED_KEY, &u->cache_read);
+    default: return fast_usage_details(s, &FAST_REASONING_KEY, &u->reasoning);
+    }
+}
+
+static const fast_key FAST_FUNCTION_KEYS[] = {FAST_KEY("name"), FAST_KEY("arguments")};
+
+static int fast_function_member(jscan *s, size_t which, void *ctx)
+{
+    fast_call *c = ctx;
+    if (which == 0)
+        return fast_optional_string(s, &c->name, &c->has_name);
+    return fast_optional_string(s, &c->arguments, &c->has_arguments);
+}
+
+static const fast_key FAST_CALL_KEYS[] = {FAST_KEY("id"), FAST_KEY("function")};
+
+static int fast_call_member(jscan *s, size_t which, void *ctx)
+{
+    fast_call *c = ctx;
+    if (which == 0)
+        return fast_optional_string(s, &c->id, &c->has_id);
+    if (jscan_peek(s) != JSCAN_OBJECT)
+        return -1;
+    c->has_function = 1;
+    return fast_object(s, FAST_FUNCTION_KEYS, 2, fast_function_member, c);
+}
+
+static int fast_tool_calls(jscan *s, fast_reply *f)
+{
+    if (jscan_array_open(s) != 0)
+        return -1;
+    int rc;
+    while ((rc = jscan_array_next(s)) == 1) {
+        if (f->ncalls == FAST_MAX_CALLS || jscan_peek(s) != JSCAN_OBJECT)
+            return -1;
+        fast_call *c = &f->calls[f->ncalls++];
+        if (fast_object(s, FAST_CALL_KEYS, 2, fast_call_member, c) != 0 || !c->has_function ||
+            !c->has_name)
+            return -1;
+    }
+    return rc;
+}
+
+static const fast_key FAST_MESSAGE_KEYS[] = {
+    FAST_KEY("content"), FAST_KEY("reasoning_content"), FAST_KEY("reasoning"),
+    FAST_KEY("tool_calls")};
+
+static int fast_message_member(jscan *s, size_t which, void *ctx)
+{
+    fast_reply *f = ctx;
+    switch (which) {
+    case 0: return fast_optional_string(s, &f->content, &f->has_content);
+    case 1: return fast_optional_string(s, &f->reasoning[0], &f->has_reasoning[0]);
+    case 2: return fast_optional_string(s, &f->reasoning[1], &f->has_reasoning[1]);
+    default:
+        if (jscan_peek(s) == JSCAN_NULL)
+            return jscan_skip(s);
+        return fast_tool_calls(s, f);
+    }
+}
+
+static const fast_key FAST_CHOICE_KEYS[] = {FAST_KEY("message"), FAST_KEY("finish_reason")};
+
+static int fast_choice_member(jscan *s, size_t which, void *ctx)
+{
+    fast_reply *f = ctx;
+    if (which == 1)
+        return fast_optional_string(s, &f->finish_reason, &f->has_finish_reason);
+    if (jscan_peek(s) != JSCAN_OBJECT)
+        return -1;
+    f->has_message = 1;
+    return fast_object(s, FAST_MESSAGE_KEYS, 4, fast_message_member, f);
+}
+
+/* choices[0] is read, the others only validated. */
+static int fast_choices(jscan *s, fast_reply *f)
+{
+    if (jscan_array_open(s) != 0 || jscan_array_next(s) != 1 || jscan_peek(s) != JSCAN_OBJECT ||
+        fast_object(s, FAST_CHOICE_KEYS, 2, fast_choice_member, f) != 0 || !f->has_message)
+        return -1;
+    int rc;
+    while ((rc = jscan_array_next(s)) == 1)
+        if (jscan_skip(s) != 0)
+            return -1;
+    return rc;
+}
+
+static const fast_key FAST_ROOT_KEYS[] = {FAST_KEY("choices"), FAST_KEY("usage"),
+                                          FAST_KEY("error")};
+
+static int fast_root_member(jscan *s, size_t which, void *ctx)
+{
+    fast_reply *f = ctx;
+    switch (which) {
+    case 0: return fast_choices(s, f);
+    case 1:
+        if (jscan_peek(s) != JSCAN_OBJECT)
+            return jscan_skip(s); /* read_usage ignores a usage that is no object */
+        return fast_object(s, FAST_USAGE_KEYS, 4, fast_usage_member, &f->usage);
+    default: return -1; /* an error member, even null: decode_root's call */
+    }
+}
+
+/* The body's shape, read into *f: 0, or -1 (not mine). */
+static int fast_scan(const char *body, size_t len, fast_reply *f)
+{
+    jscan s;
+    jscan_init(&s, body, len);
+    if (jscan_peek(&s) != JSCAN_OBJECT ||
+        fast_object(&s, FAST_ROOT_KEYS, 3, fast_root_member, f) != 0 || jscan_end(&s) != 0)
+        return -1;
+    return f->has_message ? 0 : -1; /* no choices: decode_root's error */
+}
+
+static int fast_dup(char **dst, const jscan_str *str)
+{
+    *dst = jscan_str_dup(str);
+    return *dst ? 0 : -1;
+}
+
+/* The llm_reply decode_message and fill_call make of the same members. */
+static int fast_build(const fast_reply *f, llm_reply *out)
+{
+    for (size_t i = 0; i < sizeof REASONING_FIELDS / sizeof REASONING_FIELDS[0]; i++) {
+        if (!f->has_reasoning[i] || f->reasoning[i].len == 0)
+            continue;
+        if (fast_dup(&out->reasoning, &f->reasoning[i]) != 0 ||
+            note_reasoning_field(out, REASONING_FIELDS[i], NULL) != 0)
+            return -1;
+        break;
+    }
+    if (f->ncalls) {
+        if (!(out->calls = calloc(f->ncalls, sizeof *out->calls)))
+            return -1;
+        out->ncalls = f->ncalls;
+    }
+    for (size_t i = 0; i < f->ncalls; i++) {
+        const fast_call *c = &f->calls[i];
+        llm_tool_call *dst = &out->calls[i];
+        if (c->has_id && c->id.len > 0 ? fast_dup(&dst->id, &c->id) != 0
+                                       : asprintf(&dst->id, "call_%zu", i) < 0)
+            return -1;
+        if (fast_dup(&dst->name, &c->name) != 0)
+            return -1;
+        dst->arguments = c->has_arguments && c->arguments.len > 0 ? jscan_str_dup(&c->arguments)
+                                                                  : strdup("{}");
+        if (!dst->arguments)
+            return -1;
+    }
+    if (f->has_content && f->content.len > 0) {
+        if (fast_dup(&out->content, &f->content) != 0)
+            return -1;
+    } else if (f->ncalls == 0 && !(out->content = strdup(""))) {
+        return -1;
+    }
+    if (f->has_finish_reason && fast_dup(&out->finish_reason, &f->finish_reason) != 0)
+        return -1;
+    out->usage = f->usage;
+    return 0;
+}
+
+int llm_reply_decode_fast(const char *body, size_t len, llm_reply *out)
+{
+    memset(out, 0, sizeof *out);
+    if (!body)
+        return 0;
+    fast_reply f;
+    memset(&f, 0, sizeof f);
+    if (fast_scan(body, len, &f) != 0)
+        return 0;
+    if (fast_build(&f, out) != 0) { /* out of memory: the jansson path reports it */
+        llm_reply_free(out);
+        return 0;
+    }
+    return 1;
+}
+
+int llm_reply_decode(const char *body, size_t len, llm_reply *out, char **err)
+{
+    if (llm_reply_decode_fast(body, len, out)) {
+        if (err)
+            *err = NULL;
+        return 0;
+    }
+    return llm_reply_decode_jansson(body, len, out, err);
 }
 
 /* ------------------------------------------------------------------ */

@@ -58,6 +58,17 @@ void llm_reply_free(llm_reply *r); /* frees the members; r itself may be on the 
 int llm_reply_decode(const char *body, size_t len, llm_reply *out, char **err);
 
 /*
+ * The two decoders behind llm_reply_decode, exposed for the differential
+ * tests (tests/unit/test_llm_reply_fast.c, tests/fuzz/fuzz_reply_decode.c);
+ * callers use llm_reply_decode.  The fast one reads the usual shape in one
+ * pass without a JSON tree: it returns 1 having filled *out, or 0 ("not
+ * mine", *out empty) for anything it does not read exactly as the jansson
+ * one does -- which then decides, and words every error.
+ */
+int llm_reply_decode_fast(const char *body, size_t len, llm_reply *out);
+int llm_reply_decode_jansson(const char *body, size_t len, llm_reply *out, char **err);
+
+/*
  * The server's own error text from an error body (OpenAI {"error":{"message":..}},
  * Ollama {"error":"..."}, or a short plain-text body), malloc'd, or NULL when
  * there is nothing readable.  At most ~500 bytes; control characters removed.

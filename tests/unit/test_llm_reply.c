@@ -6,6 +6,7 @@
 #include "buf.h"
 #include "check.h"
 #include "llm_reply.h"
+#include "reply_diff.h"
 
 /* ---- helpers ---- */
 
@@ -38,8 +39,11 @@ static int replies_equal(const llm_reply *a, const llm_reply *b)
     return 1;
 }
 
+/* Every body decoded here is also decoded with the fast path and without
+   it: both must agree (reply_diff.h). */
 static int decode(const char *body, llm_reply *r, char **err)
 {
+    reply_diff(body, strlen(body), REPLY_DIFF_ANY);
     return llm_reply_decode(body, strlen(body), r, err);
 }
 
