@@ -38,6 +38,15 @@ static inline int fuzz_replies_equal(const llm_reply *a, const llm_reply *b)
     return 1;
 }
 
+/* Every field alike, reasoning, provider data, usage and ids_minted included. */
+static inline int fuzz_replies_identical(const llm_reply *a, const llm_reply *b)
+{
+    return fuzz_replies_equal(a, b) && fuzz_str_equal(a->reasoning, b->reasoning) &&
+           fuzz_str_equal(a->provider_data, b->provider_data) &&
+           memcmp(&a->usage, &b->usage, sizeof a->usage) == 0 &&
+           a->ids_minted == b->ids_minted && (a->calls == NULL) == (b->calls == NULL);
+}
+
 /* What the header promises about a decoded reply. */
 static inline void fuzz_check_reply(const llm_reply *r)
 {

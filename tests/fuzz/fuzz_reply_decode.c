@@ -3,7 +3,9 @@
  *
  * Beyond "no crash, no leak": a decoded reply keeps the header's promises,
  * messages are clean text, and -- the property the history relies on -- the
- * same message sent as one SSE chunk decodes to the identical reply.
+ * same message sent as one SSE chunk decodes to the identical reply -- and
+ * the fast path (llm_reply_decode_fast) never disagrees with the jansson
+ * decoder it stands in front of.
  */
 #include <jansson.h>
 #include <stdint.h>
@@ -58,11 +60,35 @@ static void check_streamed_alike(const uint8_t *data, size_t size, const llm_rep
     free(sse);
 }
 
+/* The fast path against jansson alone (the authority): the same success or
+   failure, the same reply field by field, the same error text. */
+static void check_fast_path_agrees(const uint8_t *data, size_t size, int rc, const llm_reply *reply,
+                                   const char *err)
+{
+    llm_reply authority, fast;
+    char *authority_err = NULL;
+    int authority_rc = llm_reply_decode_jansson((const char *)data, size, &authority, &authority_err);
+    FUZZ_CHECK(rc == authority_rc);
+    FUZZ_CHECK(fuzz_str_equal(err, authority_err));
+    FUZZ_CHECK(fuzz_replies_identical(reply, &authority));
+    if (llm_reply_decode_fast((const char *)data, size, &fast)) {
+        FUZZ_CHECK(authority_rc == 0);
+        FUZZ_CHECK(fuzz_replies_identical(&fast, &authority));
+    } else {
+        FUZZ_CHECK(!fast.content && !fast.calls && !fast.finish_reason && !fast.reasoning);
+    }
+    llm_reply_free(&fast);
+    llm_reply_free(&authority);
+    free(authority_err);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     llm_reply reply;
     char *err = NULL;
-    if (llm_reply_decode((const char *)data, size, &reply, &err) == 0) {
+    int rc = llm_reply_decode((const char *)data, size, &reply, &err);
+    check_fast_path_agrees(data, size, rc, &reply, err);
+    if (rc == 0) {
         FUZZ_CHECK(err == NULL);
         fuzz_check_reply(&reply);
         check_streamed_alike(data, size, &reply);
