@@ -412,3 +412,12 @@ char *jscan_str_dup(const jscan_str *str)
     text[str->len] = '\0';
     return text;
 }
+
+void jscan_str_append(pbuf *b, const jscan_str *str)
+{
+    if (pbuf_reserve(b, str->len) != 0)
+        return;
+    jscan_str_decode(str, b->data + b->len);
+    b->len += str->len;
+    b->data[b->len] = '\0';
+}

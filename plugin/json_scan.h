@@ -22,6 +22,8 @@
 
 #include <stddef.h>
 
+#include "buf.h"
+
 #define JSCAN_MAX_DEPTH 64 /* objects and arrays open at once */
 
 typedef enum jscan_type {
@@ -86,5 +88,7 @@ int jscan_str_is(const jscan_str *str, const char *lit, size_t lit_len);
 void jscan_str_decode(const jscan_str *str, char *dst);
 /* The unescaped text, malloc'd and NUL-terminated; NULL when out of memory. */
 char *jscan_str_dup(const jscan_str *str);
+/* Append the unescaped text to b (sticky oom, as pbuf_append). */
+void jscan_str_append(pbuf *b, const jscan_str *str);
 
 #endif

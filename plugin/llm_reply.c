@@ -904,6 +904,8 @@ struct llm_stream {
     int done;           /* [DONE] seen: the rest of the body is ignored */
     int finished;       /* llm_stream_finish was called */
     int failed;         /* an error was returned: the stream is dead */
+    int jansson_only;   /* llm_stream_disable_fast_path: every chunk goes to jansson */
+    size_t fast_chunks; /* chunks the fast path applied (for the tests) */
     char *error;        /* that error, to repeat to later calls */
 };
 
@@ -1076,6 +1078,140 @@ static int apply_chunk(llm_stream *s, const json_t *chunk, char **err)
     return take_finish_reason(choice, &s->finish_reason, "stream chunk's choices[0]", err);
 }
 
+/*
+ * The fast path for one chunk, on the same terms as the whole reply's: the
+ * chunk is scanned whole first, with no effect on the stream, and only a
+ * chunk read exactly as apply_chunk reads it is then applied -- in
+ * apply_chunk's order (usage, reasoning, content, finish_reason), with the
+ * same callbacks.  Tool call deltas, text parts, an "error" member and
+ * anything else go to the jansson path, untouched.
+ */
+
+#define FAST_CHUNK_NOT_MINE 1
+
+typedef struct fast_chunk_fields {
+    jscan_str content, finish_reason;
+    jscan_str reasoning[2]; /* by REASONING_FIELDS */
+    int has_content, has_finish_reason, has_reasoning[2], has_usage;
+    llm_usage usage;
+} fast_chunk_fields;
+
+static const fast_key FAST_DELTA_KEYS[] = {
+    FAST_KEY("content"), FAST_KEY("reasoning_content"), FAST_KEY("reasoning"),
+    FAST_KEY("tool_calls")};
+
+static int fast_delta_member(jscan *s, size_t which, void *ctx)
+{
+    fast_chunk_fields *f = ctx;
+    switch (which) {
+    case 0: return fast_optional_string(s, &f->content, &f->has_content);
+    case 1: return fast_optional_string(s, &f->reasoning[0], &f->has_reasoning[0]);
+    case 2: return fast_optional_string(s, &f->reasoning[1], &f->has_reasoning[1]);
+    default: return jscan_peek(s) == JSCAN_NULL ? jscan_skip(s) : -1; /* calls: jansson's */
+    }
+}
+
+static const fast_key FAST_CHUNK_CHOICE_KEYS[] = {FAST_KEY("delta"), FAST_KEY("finish_reason")};
+
+static int fast_chunk_choice_member(jscan *s, size_t which, void *ctx)
+{
+    fast_chunk_fields *f = ctx;
+    if (which == 1)
+        return fast_optional_string(s, &f->finish_reason, &f->has_finish_reason);
+    if (jscan_peek(s) == JSCAN_NULL)
+        return jscan_skip(s);
+    if (jscan_peek(s) != JSCAN_OBJECT)
+        return -1;
+    return fast_object(s, FAST_DELTA_KEYS, 4, fast_delta_member, f);
+}
+
+/* choices: null or [] carry nothing; of more, choices[0] is read. */
+static int fast_chunk_choices(jscan *s, fast_chunk_fields *f)
+{
+    if (jscan_peek(s) == JSCAN_NULL)
+        return jscan_skip(s);
+    if (jscan_array_open(s) != 0)
+        return -1;
+    int rc = jscan_array_next(s);
+    if (rc != 1)
+        return rc;
+    if (jscan_peek(s) != JSCAN_OBJECT ||
+        fast_object(s, FAST_CHUNK_CHOICE_KEYS, 2, fast_chunk_choice_member, f) != 0)
+        return -1;
+    while ((rc = jscan_array_next(s)) == 1)
+        if (jscan_skip(s) != 0)
+            return -1;
+    return rc;
+}
+
+static int fast_chunk_root_member(jscan *s, size_t which, void *ctx)
+{
+    fast_chunk_fields *f = ctx;
+    switch (which) {
+    case 0: return fast_chunk_choices(s, f);
+    case 1:
+        if (jscan_peek(s) != JSCAN_OBJECT)
+            return jscan_skip(s);
+        f->has_usage = 1;
+        return fast_object(s, FAST_USAGE_KEYS, 4, fast_usage_member, &f->usage);
+    default: return -1;
+    }
+}
+
+/* Apply a scanned chunk: 0, or -1 with *err set (out of memory). */
+static int fast_chunk_apply(llm_stream *s, const fast_chunk_fields *f, char **err)
+{
+    if (f->has_usage) { /* read_usage sets these four, 0 for what is absent */
+        s->usage.prompt = f->usage.prompt;
+        s->usage.completion = f->usage.completion;
+        s->usage.cache_read = f->usage.cache_read;
+        s->usage.reasoning = f->usage.reasoning;
+    }
+    for (size_t i = 0; i < sizeof REASONING_FIELDS / sizeof REASONING_FIELDS[0]; i++) {
+        if (!f->has_reasoning[i] || f->reasoning[i].len == 0)
+            continue;
+        size_t before = s->reasoning.len;
+        jscan_str_append(&s->reasoning, &f->reasoning[i]);
+        if (s->reasoning.oom)
+            return fail_oom(err);
+        if (!s->reasoning_field)
+            s->reasoning_field = REASONING_FIELDS[i];
+        if (s->on_reasoning)
+            s->on_reasoning(s->ud, s->reasoning.data + before, f->reasoning[i].len);
+        break;
+    }
+    if (f->has_content && f->content.len > 0) {
+        size_t before = s->content.len;
+        jscan_str_append(&s->content, &f->content);
+        if (s->content.oom)
+            return fail_oom(err);
+        if (s->on_text)
+            s->on_text(s->ud, s->content.data + before, f->content.len);
+    }
+    if (f->has_finish_reason) {
+        char *copy = jscan_str_dup(&f->finish_reason);
+        if (!copy)
+            return fail_oom(err);
+        free(s->finish_reason);
+        s->finish_reason = copy;
+    }
+    return 0;
+}
+
+/* One event's data: 0 or -1 as apply_chunk, or FAST_CHUNK_NOT_MINE. */
+static int fast_chunk(llm_stream *s, const char *data, size_t len, char **err)
+{
+    fast_chunk_fields f;
+    memset(&f, 0, sizeof f);
+    jscan scan;
+    jscan_init(&scan, data, len);
+    if (jscan_peek(&scan) != JSCAN_OBJECT ||
+        fast_object(&scan, FAST_ROOT_KEYS, 3, fast_chunk_root_member, &f) != 0 ||
+        jscan_end(&scan) != 0)
+        return FAST_CHUNK_NOT_MINE;
+    return fast_chunk_apply(s, &f, err);
+}
+
 static int is_space(char c) { return c == ' ' || c == '\t' || c == '\r' || c == '\n'; }
 
 /* Is the event's data, whitespace trimmed, exactly `word`? */
@@ -1099,6 +1235,13 @@ static int on_event(void *ud, const char *data, size_t len, char **err)
     }
     if (data_is(data, len, ""))
         return 0; /* an empty "data:" keep-alive */
+    if (!s->jansson_only) {
+        int rc = fast_chunk(s, data, len, err);
+        if (rc != FAST_CHUNK_NOT_MINE) {
+            s->fast_chunks++;
+            return rc;
+        }
+    }
     json_error_t jerr;
     json_t *chunk = json_loadb(data, len, JSON_DECODE_ANY, &jerr);
     if (!chunk)
@@ -1245,6 +1388,10 @@ int llm_stream_finish(llm_stream *s, llm_reply *out, char **err)
         return die(s, msg, err);
     return 0;
 }
+
+void llm_stream_disable_fast_path(llm_stream *s) { s->jansson_only = 1; }
+
+size_t llm_stream_fast_chunks(const llm_stream *s) { return s->fast_chunks; }
 
 void llm_stream_free(llm_stream *s)
 {

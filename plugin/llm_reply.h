@@ -122,4 +122,11 @@ int llm_stream_finish(llm_stream *s, llm_reply *out, char **err);
 
 void llm_stream_free(llm_stream *s);
 
+/* For the differential tests: every chunk of this stream is decoded by the
+   jansson path alone (by default a fast path like llm_reply_decode_fast's
+   takes the plain text chunks, with the same rules). */
+void llm_stream_disable_fast_path(llm_stream *s);
+/* How many chunks the fast path applied so far. */
+size_t llm_stream_fast_chunks(const llm_stream *s);
+
 #endif

@@ -81,9 +81,11 @@ typedef struct stream_result {
     pbuf text;     /* what on_text saw */
 } stream_result;
 
-/* Feed `data` in pieces of `piece` bytes (0 = all at once), then finish. */
+/* Feed `data` in pieces of `piece` bytes (0 = all at once), then finish.
+   The same stream without the chunk fast path must agree (reply_diff.h). */
 static stream_result run_stream_pieces(const char *data, size_t len, size_t piece)
 {
+    stream_diff(data, len, piece);
     stream_result res = {0, {0}, NULL, PBUF_INIT};
     llm_stream *s = llm_stream_new(collect_text, &res.text);
     size_t step = piece ? piece : (len ? len : 1);
@@ -100,6 +102,7 @@ static stream_result run_stream_pieces(const char *data, size_t len, size_t piec
 /* Feed data[0..cut) then data[cut..len), then finish. */
 static stream_result run_stream_cut(const char *data, size_t len, size_t cut)
 {
+    stream_diff(data, len, cut);
     stream_result res = {0, {0}, NULL, PBUF_INIT};
     llm_stream *s = llm_stream_new(collect_text, &res.text);
     res.rc = llm_stream_feed(s, data, cut, &res.err);

@@ -4,7 +4,8 @@
  * every truncation and many one-byte mutations of the usual replies must
  * decode identically both ways (reply_diff.h).  Where the fast path must
  * take a body (the usual shapes) or must leave it to jansson (what it does
- * not read exactly alike), that is checked too.
+ * not read exactly alike), that is checked too.  Streams likewise: each one
+ * with and without the chunk fast path, callbacks included.
  */
 #include <dirent.h>
 #include <stdio.h>
@@ -463,6 +464,129 @@ static void test_mutations(void)
     CHECK(fast_taken > 0);
 }
 
+/* ---- streams: each chunk with and without the fast path ---- */
+
+#define CHUNK_HEAD "data: {\"id\":\"chatcmpl-1\",\"object\":\"chat.completion.chunk\",\"created\":1," \
+                   "\"model\":\"m\",\"system_fingerprint\":\"fp\",\"choices\":[{\"index\":0,"
+
+static const char USUAL_STREAM[] =
+    CHUNK_HEAD "\"delta\":{\"role\":\"assistant\",\"content\":\"\",\"reasoning_content\":\"Hmm \"},"
+               "\"logprobs\":null,\"finish_reason\":null}]}\n\n"
+    CHUNK_HEAD "\"delta\":{\"reasoning_content\":\"\\u00e9t\\u00e9.\"},\"finish_reason\":null}]}\n\n"
+    CHUNK_HEAD "\"delta\":{\"content\":\"The light\"},\"finish_reason\":null}]}\n\n"
+    CHUNK_HEAD "\"delta\":{\"content\":\" is \\\"on\\\" \\ud83d\\ude00\\n\"},\"finish_reason\":null}]}\n\n"
+    CHUNK_HEAD "\"delta\":{},\"finish_reason\":\"stop\"}]}\n\n"
+    "data: {\"id\":\"chatcmpl-1\",\"choices\":[],\"usage\":{\"prompt_tokens\":9,\"completion_tokens\":4,"
+    "\"prompt_tokens_details\":{\"cached_tokens\":8},\"completion_tokens_details\":"
+    "{\"reasoning_tokens\":2}}}\n\n"
+    "data: [DONE]\n\n";
+
+static void diff_stream(const char *body, size_t min_fast)
+{
+    size_t len = strlen(body);
+    size_t taken = stream_diff(body, len, 0);
+    CHECK(taken >= min_fast);
+    if (taken < min_fast)
+        fprintf(stderr, "  the fast path took %zu chunks, expected %zu or more\n", taken, min_fast);
+    stream_diff(body, len, 1);
+    stream_diff(body, len, 7);
+}
+
+/* One chunk as its own stream (then [DONE]). */
+static void diff_chunk(const char *chunk_json, size_t min_fast)
+{
+    char *body = pstr_printf("data: %s\n\ndata: [DONE]\n\n", chunk_json);
+    diff_stream(body, min_fast);
+    free(body);
+}
+
+static void test_streams(void)
+{
+    diff_stream(USUAL_STREAM, 6);
+
+    size_t len = 0;
+    char *golden = read_file(PARLEY_SOURCE_DIR "/tests/corpus/openai/stream.txt", &len);
+    CHECK(golden != NULL);
+    if (golden) {
+        CHECK(stream_diff(golden, len, 0) == 6); /* all but the three tool call deltas */
+        stream_diff(golden, len, 1);
+        free(golden);
+    }
+    /* the fuzzer's seeds (their first bytes are piece sizes: fuzz_sse_stream.c) */
+    const char *dir = PARLEY_SOURCE_DIR "/tests/fuzz/corpus/fuzz_sse_stream";
+    DIR *d = opendir(dir);
+    CHECK(d != NULL);
+    for (struct dirent *e; d && (e = readdir(d)) != NULL;) {
+        if (e->d_name[0] == '.')
+            continue;
+        char *path = pstr_printf("%s/%s", dir, e->d_name);
+        char *data = read_file(path, &len);
+        size_t skip = data && len ? (size_t)(data[0] & 7) + 2 : 0;
+        if (data && len >= skip) {
+            stream_diff(data + skip, len - skip, 0);
+            stream_diff(data + skip, len - skip, 3);
+        }
+        free(data);
+        free(path);
+    }
+    if (d)
+        closedir(d);
+
+    /* chunks the fast path takes */
+    diff_chunk("{\"choices\":[{\"delta\":{\"content\":\"x\"}}]}", 1);
+    diff_chunk("{\"choices\":[{\"delta\":{\"content\":null,\"tool_calls\":null},"
+               "\"finish_reason\":\"stop\"}]}",
+               1);
+    diff_chunk("{\"choices\":[{\"delta\":null,\"finish_reason\":\"length\"}]}", 1);
+    diff_chunk("{\"choices\":[{\"delta\":{\"reasoning\":\"r\",\"content\":\"c\"},"
+               "\"finish_reason\":\"stop\"},{\"delta\":{\"content\":\"second\"}}]}",
+               1);
+    diff_chunk("{\"choices\":[{\"delta\":{\"reasoning_content\":\"\",\"reasoning\":\"r\"}}]}", 1);
+    diff_chunk("{\"choices\":[],\"usage\":{\"prompt_tokens\":3,\"completion_tokens\":1e3}}", 1);
+    diff_chunk("{\"usage\":{\"prompt_tokens\":3},\"choices\":null}", 1);
+    diff_chunk("{\"usage\":5,\"choices\":[{\"finish_reason\":\"stop\"}]}", 1);
+    diff_chunk("{\"id\":\"x\"}", 1);
+    diff_chunk(" {\"choices\":[{\"delta\":{\"content\":\"\\u0041\\/\"},\"finish_reason\":\"\"}]} ", 1);
+    /* and those it leaves to jansson, which decides */
+    static const char *const left[] = {
+        "{\"choices\":[{\"delta\":{\"tool_calls\":[{\"index\":0,\"id\":\"c\",\"function\":"
+        "{\"name\":\"f\",\"arguments\":\"{}\"}}]},\"finish_reason\":\"tool_calls\"}]}",
+        "{\"choices\":[{\"delta\":{\"content\":[{\"type\":\"text\",\"text\":\"x\"}]}}]}",
+        "{\"error\":{\"message\":\"overloaded\"}}", "{\"error\":null,\"choices\":[]}",
+        "{\"choices\":[{\"delta\":{\"content\":\"a\",\"content\":\"b\"}}]}",
+        "{\"choices\":[{\"delta\":{\"content\":5}}]}",
+        "{\"choices\":[{\"delta\":{\"content\":\"x\"},\"finish_reason\":1}]}",
+        "{\"choices\":[{\"delta\":{\"content\":\"x\"}}],\"usage\":{\"prompt_tokens\":1e999}}",
+        "{\"choices\":[{\"delta\":{\"content\":\"a\\u0000\"}}]}",
+        "{\"choices\":[{\"delta\":{\"content\":\"\\ud800\"}}]}",
+        "{\"choices\":[{\"delta\":{\"content\":\"\xc3\"}}]}",
+        "{\"choices\":[{\"delta\":{\"content\":\"x\"}}]} x", "{\"choices\":{}}",
+        "{\"choices\":[1]}", "{\"choices\":[{\"delta\":5}]}", "[]", "\"x\"", "nul"};
+    for (size_t i = 0; i < sizeof left / sizeof *left; i++)
+        diff_chunk(left[i], 0);
+
+    /* every deletion and some substitutions in the usual stream */
+    static const char replacements[] = {'"', '\\', '}', ',', ' ', '\n', '\x80', '0'};
+    len = strlen(USUAL_STREAM);
+    char *m = malloc(len + 1);
+    size_t taken = 0;
+    for (size_t at = 0; at < len; at++) {
+        memcpy(m, USUAL_STREAM, at);
+        memcpy(m + at, USUAL_STREAM + at + 1, len - at - 1);
+        taken += stream_diff(m, len - 1, 0);
+        memcpy(m, USUAL_STREAM, len);
+        for (size_t r = 0; r < sizeof replacements; r++) {
+            if (USUAL_STREAM[at] == replacements[r])
+                continue;
+            m[at] = replacements[r];
+            taken += stream_diff(m, len, 0);
+        }
+        m[at] = USUAL_STREAM[at];
+    }
+    free(m);
+    CHECK(taken > 0);
+}
+
 int main(void)
 {
     test_usual();
@@ -475,5 +599,6 @@ int main(void)
     test_syntax();
     test_depth();
     test_mutations();
+    test_streams();
     return check_report();
 }
