@@ -371,11 +371,6 @@ int jscan_end(jscan *s)
     return s->p == s->end && s->depth == 0 ? 0 : -1;
 }
 
-int jscan_str_is(const jscan_str *str, const char *lit, size_t lit_len)
-{
-    return !str->escaped && str->raw_len == lit_len && memcmp(str->raw, lit, lit_len) == 0;
-}
-
 void jscan_str_decode(const jscan_str *str, char *dst)
 {
     const char *p = str->raw, *end = str->raw + str->raw_len;

@@ -21,6 +21,7 @@
 #define PARLEY_JSON_SCAN_H
 
 #include <stddef.h>
+#include <string.h>
 
 #include "buf.h"
 
@@ -81,7 +82,11 @@ int jscan_skip(jscan *s);
 int jscan_end(jscan *s);
 
 /* 1 when the string is exactly `lit` (a string without escapes only). */
-int jscan_str_is(const jscan_str *str, const char *lit, size_t lit_len);
+static inline int jscan_str_is(const jscan_str *str, const char *lit, size_t lit_len)
+{
+    return !str->escaped && str->raw_len == lit_len && (lit_len == 0 || str->raw[0] == lit[0]) &&
+           memcmp(str->raw, lit, lit_len) == 0;
+}
 #define JSCAN_STR_IS(str, lit) jscan_str_is((str), (lit), sizeof(lit) - 1)
 
 /* Write the unescaped text, str->len bytes, to dst (no NUL added). */
