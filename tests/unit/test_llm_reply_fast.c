@@ -549,8 +549,8 @@ static void test_streams(void)
     diff_chunk(" {\"choices\":[{\"delta\":{\"content\":\"\\u0041\\/\"},\"finish_reason\":\"\"}]} ", 1);
     /* and those it leaves to jansson, which decides */
     static const char *const left[] = {
-        "{\"choices\":[{\"delta\":{\"tool_calls\":[{\"index\":0,\"id\":\"c\",\"function\":"
-        "{\"name\":\"f\",\"arguments\":\"{}\"}}]},\"finish_reason\":\"tool_calls\"}]}",
+        ("{\"choices\":[{\"delta\":{\"tool_calls\":[{\"index\":0,\"id\":\"c\",\"function\":"
+         "{\"name\":\"f\",\"arguments\":\"{}\"}}]},\"finish_reason\":\"tool_calls\"}]}"),
         "{\"choices\":[{\"delta\":{\"content\":[{\"type\":\"text\",\"text\":\"x\"}]}}]}",
         "{\"error\":{\"message\":\"overloaded\"}}", "{\"error\":null,\"choices\":[]}",
         "{\"choices\":[{\"delta\":{\"content\":\"a\",\"content\":\"b\"}}]}",
