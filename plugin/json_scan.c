@@ -94,7 +94,6 @@ int jscan_object_next(jscan *s, jscan_str *key)
     int rc = next_item(s, '}');
     if (rc != 1)
         return rc;
-    skip_ws(s);
     if (jscan_string(s, key) != 0)
         return -1;
     skip_ws(s);
@@ -206,6 +205,7 @@ static int word_is_plain(const char *p)
 
 int jscan_string(jscan *s, jscan_str *out)
 {
+    skip_ws(s);
     const char *p = s->p, *end = s->end;
     if (p >= end || *p != '"')
         return -1;
@@ -262,6 +262,7 @@ int jscan_string(jscan *s, jscan_str *out)
 
 int jscan_number(jscan *s, jscan_num *out)
 {
+    skip_ws(s);
     const char *p = s->p, *end = s->end;
     int negative = p < end && *p == '-';
     if (negative)

@@ -15,7 +15,8 @@
  * Usage: read a value's type with jscan_peek, then consume it whole with
  * the matching call (jscan_string, jscan_number, jscan_object_open then
  * jscan_object_next until it returns 0, ...) or with jscan_skip, which still
- * validates it.  Finish with jscan_end.
+ * validates it.  Finish with jscan_end.  Every call skips the whitespace
+ * before what it reads.
  */
 #ifndef PARLEY_JSON_SCAN_H
 #define PARLEY_JSON_SCAN_H
