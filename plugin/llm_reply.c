@@ -943,6 +943,14 @@ static size_t implicit_slot(const llm_stream *s, const char *id, const char *nam
     return new_id || new_name ? s->nslots : s->last_slot;
 }
 
+/* A call delta's slot must be one of the first MAX_STREAM_CALLS; make it exist. */
+static int open_slot(llm_stream *s, size_t slot, char **err)
+{
+    if (slot >= MAX_STREAM_CALLS)
+        return fail(err, "stream has more than %d tool calls", MAX_STREAM_CALLS);
+    return grow_slots(s, slot + 1) == 0 ? 0 : fail_oom(err);
+}
+
 static int call_slot(llm_stream *s, const json_t *index, const char *id, const char *name,
                      size_t *slot, char **err)
 {
@@ -957,9 +965,7 @@ static int call_slot(llm_stream *s, const json_t *index, const char *id, const c
                         (long long)i, MAX_STREAM_CALLS - 1);
         *slot = (size_t)i;
     }
-    if (*slot >= MAX_STREAM_CALLS)
-        return fail(err, "stream has more than %d tool calls", MAX_STREAM_CALLS);
-    return grow_slots(s, *slot + 1) == 0 ? 0 : fail_oom(err);
+    return open_slot(s, *slot, err);
 }
 
 /* Set-once strings: a later value only replaces a missing or empty one. */
@@ -972,6 +978,18 @@ static int keep_first(char **dst, const char *value, char **err)
         return fail_oom(err);
     free(*dst);
     *dst = copy;
+    return 0;
+}
+
+/* A delta went to `slot`: it is used, the last one, and its id and name are kept. */
+static int note_call(llm_stream *s, size_t slot, const char *id, const char *name, char **err)
+{
+    stream_call *c = &s->calls[slot];
+    c->used = 1;
+    s->last_slot = slot;
+    s->has_last_slot = 1;
+    if (keep_first(&c->id, id && *id ? id : NULL, err) != 0 || keep_first(&c->name, name, err) != 0)
+        return -1;
     return 0;
 }
 
@@ -989,17 +1007,12 @@ static int merge_tool_call(llm_stream *s, const json_t *delta, char **err)
          optional_string(function, "name", "stream chunk's tool call function", &name, err) != 0))
         return -1;
     size_t slot = 0;
-    if (call_slot(s, member(delta, "index"), id, name, &slot, err) != 0)
-        return -1;
-    stream_call *c = &s->calls[slot];
-    c->used = 1;
-    s->last_slot = slot;
-    s->has_last_slot = 1;
-    if (keep_first(&c->id, id && *id ? id : NULL, err) != 0 || keep_first(&c->name, name, err) != 0)
+    if (call_slot(s, member(delta, "index"), id, name, &slot, err) != 0 ||
+        note_call(s, slot, id, name, err) != 0)
         return -1;
     if (!function)
         return 0;
-    return append_arguments(&c->arguments, member(function, "arguments"),
+    return append_arguments(&s->calls[slot].arguments, member(function, "arguments"),
                             "stream chunk's tool call", err);
 }
 
@@ -1082,19 +1095,89 @@ static int apply_chunk(llm_stream *s, const json_t *chunk, char **err)
  * The fast path for one chunk, on the same terms as the whole reply's: the
  * chunk is scanned whole first, with no effect on the stream, and only a
  * chunk read exactly as apply_chunk reads it is then applied -- in
- * apply_chunk's order (usage, reasoning, content, finish_reason), with the
- * same callbacks.  Tool call deltas, text parts, an "error" member and
- * anything else go to the jansson path, untouched.
+ * apply_chunk's order (usage, reasoning, content, tool calls, finish_reason),
+ * with the same callbacks and the same slot rules for tool call deltas.
+ * Text parts, arguments sent as an object, an index out of range, an
+ * "error" member and anything else go to the jansson path, untouched.
  */
 
 #define FAST_CHUNK_NOT_MINE 1
+#define FAST_CHUNK_MAX_CALLS 16 /* tool call deltas in one chunk */
+
+typedef struct fast_call_delta {
+    fast_call call; /* has_function: a function object (null is none) */
+    int has_index;
+    size_t index;   /* 0 .. MAX_STREAM_CALLS - 1 */
+} fast_call_delta;
 
 typedef struct fast_chunk_fields {
     jscan_str content, finish_reason;
     jscan_str reasoning[2]; /* by REASONING_FIELDS */
     int has_content, has_finish_reason, has_reasoning[2], has_usage;
     llm_usage usage;
+    fast_call_delta calls[FAST_CHUNK_MAX_CALLS];
+    size_t ncalls;
 } fast_chunk_fields;
+
+static const fast_key FAST_CALL_DELTA_KEYS[] = {FAST_KEY("index"), FAST_KEY("id"),
+                                                FAST_KEY("function")};
+
+static int fast_call_delta_member(jscan *s, size_t which, void *ctx)
+{
+    fast_call_delta *d = ctx;
+    jscan_num n;
+    if (which == 1)
+        return fast_optional_string(s, &d->call.id, &d->call.has_id);
+    if (jscan_peek(s) == JSCAN_NULL) /* no index, no function */
+        return jscan_skip(s);
+    if (which == 2) {
+        if (jscan_peek(s) != JSCAN_OBJECT)
+            return -1;
+        d->call.has_function = 1;
+        return fast_object(s, FAST_FUNCTION_KEYS, 2, fast_function_member, &d->call);
+    }
+    if (jscan_peek(s) != JSCAN_NUMBER || jscan_number(s, &n) != 0 || !n.is_integer ||
+        n.integer < 0 || n.integer >= MAX_STREAM_CALLS)
+        return -1; /* call_slot's errors: jansson words them */
+    d->has_index = 1;
+    d->index = (size_t)n.integer;
+    return 0;
+}
+
+static int fast_call_deltas(jscan *s, fast_chunk_fields *f)
+{
+    if (jscan_array_open(s) != 0)
+        return -1;
+    int rc;
+    while ((rc = jscan_array_next(s)) == 1) {
+        if (f->ncalls == FAST_CHUNK_MAX_CALLS || jscan_peek(s) != JSCAN_OBJECT)
+            return -1;
+        fast_call_delta *d = &f->calls[f->ncalls++];
+        if (fast_object(s, FAST_CALL_DELTA_KEYS, 3, fast_call_delta_member, d) != 0)
+            return -1;
+    }
+    return rc;
+}
+
+/* merge_tool_call for a scanned delta: 0, or -1 with *err set. */
+static int fast_merge_call(llm_stream *s, const fast_call_delta *d, char **err)
+{
+    char *id = d->call.has_id ? jscan_str_dup(&d->call.id) : NULL;
+    char *name = d->call.has_name ? jscan_str_dup(&d->call.name) : NULL;
+    size_t slot = 0;
+    int rc = (d->call.has_id && !id) || (d->call.has_name && !name) ? fail_oom(err) : 0;
+    if (rc == 0) {
+        slot = d->has_index ? d->index : implicit_slot(s, id, name);
+        rc = open_slot(s, slot, err) != 0 || note_call(s, slot, id, name, err) != 0 ? -1 : 0;
+    }
+    free(id);
+    free(name);
+    if (rc != 0 || !d->call.has_function || !d->call.has_arguments)
+        return rc;
+    pbuf *arguments = &s->calls[slot].arguments;
+    jscan_str_append(arguments, &d->call.arguments);
+    return arguments->oom ? fail_oom(err) : 0;
+}
 
 static const fast_key FAST_DELTA_KEYS[] = {
     FAST_KEY("content"), FAST_KEY("reasoning_content"), FAST_KEY("reasoning"),
@@ -1107,7 +1190,7 @@ static int fast_delta_member(jscan *s, size_t which, void *ctx)
     case 0: return fast_optional_string(s, &f->content, &f->has_content);
     case 1: return fast_optional_string(s, &f->reasoning[0], &f->has_reasoning[0]);
     case 2: return fast_optional_string(s, &f->reasoning[1], &f->has_reasoning[1]);
-    default: return jscan_peek(s) == JSCAN_NULL ? jscan_skip(s) : -1; /* calls: jansson's */
+    default: return jscan_peek(s) == JSCAN_NULL ? jscan_skip(s) : fast_call_deltas(s, f);
     }
 }
 
@@ -1188,6 +1271,9 @@ static int fast_chunk_apply(llm_stream *s, const fast_chunk_fields *f, char **er
         if (s->on_text)
             s->on_text(s->ud, s->content.data + before, f->content.len);
     }
+    for (size_t i = 0; i < f->ncalls; i++)
+        if (fast_merge_call(s, &f->calls[i], err) != 0)
+            return -1;
     if (f->has_finish_reason) {
         char *copy = jscan_str_dup(&f->finish_reason);
         if (!copy)

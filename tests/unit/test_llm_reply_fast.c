@@ -471,6 +471,9 @@ static const char USUAL_STREAM[] =
     CHUNK_HEAD "\"delta\":{\"reasoning_content\":\"\\u00e9t\\u00e9.\"},\"finish_reason\":null}]}\n\n"
     CHUNK_HEAD "\"delta\":{\"content\":\"The light\"},\"finish_reason\":null}]}\n\n"
     CHUNK_HEAD "\"delta\":{\"content\":\" is \\\"on\\\" \\ud83d\\ude00\\n\"},\"finish_reason\":null}]}\n\n"
+    CHUNK_HEAD "\"delta\":{\"tool_calls\":[{\"index\":0,\"id\":\"call_1\",\"type\":\"function\","
+               "\"function\":{\"name\":\"get\",\"arguments\":\"{\\\"a\\\":\"}}]},\"finish_reason\":null}]}\n\n"
+    CHUNK_HEAD "\"delta\":{\"tool_calls\":[{\"index\":0,\"function\":{\"arguments\":\"1}\"}}]}}]}\n\n"
     CHUNK_HEAD "\"delta\":{},\"finish_reason\":\"stop\"}]}\n\n"
     "data: {\"id\":\"chatcmpl-1\",\"choices\":[],\"usage\":{\"prompt_tokens\":9,\"completion_tokens\":4,"
     "\"prompt_tokens_details\":{\"cached_tokens\":8},\"completion_tokens_details\":"
@@ -498,13 +501,13 @@ static void diff_chunk(const char *chunk_json, size_t min_fast)
 
 static void test_streams(void)
 {
-    diff_stream(USUAL_STREAM, 6);
+    diff_stream(USUAL_STREAM, 8);
 
     size_t len = 0;
     char *golden = read_file(PARLEY_SOURCE_DIR "/tests/corpus/openai/stream.txt", &len);
     CHECK(golden != NULL);
     if (golden) {
-        CHECK(stream_diff(golden, len, 0) == 6); /* all but the three tool call deltas */
+        CHECK(stream_diff(golden, len, 0) == 9); /* every chunk */
         stream_diff(golden, len, 1);
         free(golden);
     }
@@ -544,9 +547,26 @@ static void test_streams(void)
     diff_chunk("{\"id\":\"x\"}", 1);
     diff_chunk(" {\"choices\":[{\"delta\":{\"content\":\"\\u0041\\/\"},\"finish_reason\":\"\"}]} ", 1);
     /* and those it leaves to jansson, which decides */
+    diff_chunk("{\"choices\":[{\"delta\":{\"tool_calls\":[{\"index\":0,\"id\":\"c\",\"function\":"
+               "{\"name\":\"f\",\"arguments\":\"{}\"}}]},\"finish_reason\":\"tool_calls\"}]}",
+               1);
+    diff_chunk("{\"choices\":[{\"delta\":{\"tool_calls\":[]}}]}", 1);
+    diff_chunk("{\"choices\":[{\"delta\":{\"tool_calls\":[{\"index\":null,\"id\":null,"
+               "\"function\":null},{\"type\":\"function\",\"function\":{\"name\":null,"
+               "\"arguments\":null}},{\"index\":127,\"function\":{\"arguments\":\"\"}}]}}]}",
+               1);
     static const char *const left[] = {
-        ("{\"choices\":[{\"delta\":{\"tool_calls\":[{\"index\":0,\"id\":\"c\",\"function\":"
-         "{\"name\":\"f\",\"arguments\":\"{}\"}}]},\"finish_reason\":\"tool_calls\"}]}"),
+        "{\"choices\":[{\"delta\":{\"tool_calls\":[{\"index\":128}]}}]}",
+        "{\"choices\":[{\"delta\":{\"tool_calls\":[{\"index\":-1}]}}]}",
+        "{\"choices\":[{\"delta\":{\"tool_calls\":[{\"index\":1.0}]}}]}",
+        "{\"choices\":[{\"delta\":{\"tool_calls\":[{\"index\":\"0\"}]}}]}",
+        "{\"choices\":[{\"delta\":{\"tool_calls\":[{\"index\":0,\"index\":1}]}}]}",
+        "{\"choices\":[{\"delta\":{\"tool_calls\":[{\"id\":5}]}}]}",
+        "{\"choices\":[{\"delta\":{\"tool_calls\":[{\"function\":[]}]}}]}",
+        "{\"choices\":[{\"delta\":{\"tool_calls\":[{\"function\":{\"name\":1}}]}}]}",
+        "{\"choices\":[{\"delta\":{\"tool_calls\":[{\"function\":{\"arguments\":{\"a\":1}}}]}}]}",
+        "{\"choices\":[{\"delta\":{\"tool_calls\":[5]}}]}",
+        "{\"choices\":[{\"delta\":{\"tool_calls\":{}}}]}",
         "{\"choices\":[{\"delta\":{\"content\":[{\"type\":\"text\",\"text\":\"x\"}]}}]}",
         "{\"error\":{\"message\":\"overloaded\"}}", "{\"error\":null,\"choices\":[]}",
         "{\"choices\":[{\"delta\":{\"content\":\"a\",\"content\":\"b\"}}]}",
@@ -560,6 +580,28 @@ static void test_streams(void)
         "{\"choices\":[1]}", "{\"choices\":[{\"delta\":5}]}", "[]", "\"x\"", "nul"};
     for (size_t i = 0; i < sizeof left / sizeof *left; i++)
         diff_chunk(left[i], 0);
+
+    /* tool call deltas without indexes: continued, named by id, new ones; then past 128 calls */
+    pbuf b = PBUF_INIT;
+    static const char *const deltas[] = {
+        "{\"id\":\"a\",\"function\":{\"name\":\"f\",\"arguments\":\"{\\\"x\\\"\"}}",
+        "{\"function\":{\"arguments\":\":1}\"}}", "{\"id\":\"b\",\"function\":{\"name\":\"g\"}}",
+        "{\"id\":\"a\",\"function\":{\"arguments\":\" \"}}", "{\"function\":{\"name\":\"h\"}}",
+        "{\"function\":{\"name\":\"\",\"arguments\":\"{}\"}}", "{\"id\":\"\"}"};
+    for (size_t i = 0; i < sizeof deltas / sizeof *deltas; i++)
+        pbuf_printf(&b, "data: {\"choices\":[{\"delta\":{\"tool_calls\":[%s]}}]}\n\n", deltas[i]);
+    pbuf_puts(&b, "data: {\"choices\":[{\"delta\":{},\"finish_reason\":\"tool_calls\"}]}\n\n"
+                  "data: [DONE]\n\n");
+    CHECK(stream_diff(b.data, b.len, 0) == sizeof deltas / sizeof *deltas + 1);
+    stream_diff(b.data, b.len, 5);
+    pbuf_reset(&b);
+    for (int i = 0; i < 130; i++)
+        pbuf_printf(&b, "data: {\"choices\":[{\"delta\":{\"tool_calls\":[{\"id\":\"c%d\","
+                        "\"function\":{\"name\":\"f\"}}]}}]}\n\n",
+                    i);
+    pbuf_puts(&b, "data: [DONE]\n\n");
+    CHECK(stream_diff(b.data, b.len, 0) == 129); /* the 129th fails, as with jansson */
+    pbuf_free(&b);
 
     /* every deletion and some substitutions in the usual stream */
     static const char replacements[] = {'"', '\\', '}', ',', ' ', '\n', '\x80', '0'};
