@@ -124,7 +124,7 @@ void llm_stream_free(llm_stream *s);
 
 /* For the differential tests: every chunk of this stream is decoded by the
    jansson path alone (by default a fast path like llm_reply_decode_fast's
-   takes the plain text chunks, with the same rules). */
+   takes each chunk it reads exactly alike, on the same terms). */
 void llm_stream_disable_fast_path(llm_stream *s);
 /* How many chunks the fast path applied so far. */
 size_t llm_stream_fast_chunks(const llm_stream *s);
