@@ -84,14 +84,22 @@ static void render_message(pbuf *b, const json_t *m, int current_turn)
     pbuf_putc(b, '}');
 }
 
-/* p at a string's opening quote: the closing quote, or NULL. */
+/* p at a string's opening quote: the closing quote, or NULL.  Stored text is
+ * mostly string content, so jump from quote to quote with memchr (this scan
+ * ran at ~8 instructions a byte, byte by byte); a quote is the closing one
+ * when an even number of backslashes precedes it. */
 static const char *string_end(const char *p, const char *end)
 {
-    for (p++; p < end; p++) {
-        if (*p == '\\')
-            p++;
-        else if (*p == '"')
-            return p;
+    const char *start = p + 1;
+    for (const char *q = start; q < end; q++) {
+        q = memchr(q, '"', (size_t)(end - q));
+        if (!q)
+            return NULL;
+        const char *b = q;
+        while (b > start && b[-1] == '\\')
+            b--;
+        if ((q - b) % 2 == 0)
+            return q;
     }
     return NULL;
 }
