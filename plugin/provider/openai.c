@@ -104,13 +104,16 @@ static const char *string_end(const char *p, const char *end)
     return NULL;
 }
 
+/* A Chat Completions message key: role, content, tool_calls, tool_call_id. */
 static int wire_key(const char *k, size_t n)
 {
-    static const char *const keys[] = {"role", "content", "tool_calls", "tool_call_id"};
-    for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++)
-        if (strlen(keys[i]) == n && memcmp(keys[i], k, n) == 0)
-            return 1;
-    return 0;
+    switch (n) { /* by length first: this runs for every key of every stored message */
+    case 4: return memcmp(k, "role", 4) == 0;
+    case 7: return memcmp(k, "content", 7) == 0;
+    case 10: return memcmp(k, "tool_calls", 10) == 0;
+    case 12: return memcmp(k, "tool_call_id", 12) == 0;
+    default: return 0;
+    }
 }
 
 /*
