@@ -2,6 +2,7 @@
 #include "llm_http.h"
 
 #include <errno.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -35,6 +36,12 @@ static size_t on_body(char *data, size_t size, size_t nmemb, void *ud)
             return 0;
         }
         return n;
+    }
+    if (!c->body.cap) { /* the first piece: room for the whole answer when its length is known */
+        curl_off_t length = -1;
+        curl_easy_getinfo(c->easy, CURLINFO_CONTENT_LENGTH_DOWNLOAD_T, &length);
+        if (length > (curl_off_t)n && (size_t)length <= c->max_bytes)
+            pbuf_reserve(&c->body, (size_t)length);
     }
     pbuf_append(&c->body, data, n);
     return c->body.oom ? 0 : n;
@@ -99,6 +106,12 @@ static size_t on_header(char *data, size_t size, size_t nmemb, void *ud)
     return n;
 }
 
+uint64_t http_config_generation(void)
+{
+    static _Atomic uint64_t last;
+    return atomic_fetch_add(&last, 1) + 1;
+}
+
 char *http_display_url(const char *url)
 {
     CURLU *h = curl_url();
@@ -121,13 +134,11 @@ char *http_display_url(const char *url)
 /* How many freed calls keep their easy handle for the next request, at most:
  * enough for the transfers one loop iteration ends, not the whole cap. */
 #define SPARE_CALLS_MAX 256
-/* A spare call keeps its body buffer unless it grew past this (a big answer). */
-#define SPARE_BODY_MAX (64 * 1024)
 /* libcurl's receive buffer per transfer: one page instead of its default
  * 16 KiB.  Answers come in small pieces (SSE events, a few KB of JSON), a
  * bigger one just takes more reads, and at 10,000 transfers in flight the
  * default costs about 6 KiB of RSS each (docs/performance.md). */
-#define RECEIVE_BUFFER_BYTES 4096L
+#define RECEIVE_BUFFER_BYTES 1024L
 
 static uint64_t socket_tag(const http_shard *sh, curl_socket_t s)
 {
@@ -339,7 +350,8 @@ static void pool_start_waiting(http_pool *p)
     }
 }
 
-/* A call to configure: a spare one (its easy handle reset), or a new one. */
+/* A call for a new request: a spare one (its easy handle still set up for
+ * the config it last ran with), or a new one. */
 static http_call *call_new(http_pool *pool)
 {
     http_call *c = pool->spare;
@@ -347,11 +359,10 @@ static http_call *call_new(http_pool *pool)
         pool->spare = c->wait_next;
         pool->nspare--;
         CURL *easy = c->easy;
-        pbuf body = c->body;
-        pbuf_reset(&body);
+        uint64_t configured = c->configured;
         memset(c, 0, sizeof *c);
         c->easy = easy;
-        c->body = body;
+        c->configured = configured;
         return c;
     }
     if (!(c = calloc(1, sizeof *c)))
@@ -363,38 +374,35 @@ static http_call *call_new(http_pool *pool)
     return c;
 }
 
-/* Keep the call and its easy handle for the next request, or free them. */
+/* Keep the call and its easy handle (as configured) for the next request,
+ * or free them.  Its answer buffer goes either way: a spare call would carry
+ * it through its next request's whole wait. */
 static void call_recycle(http_pool *p, http_call *c)
 {
-    if (p->nspare >= SPARE_CALLS_MAX || p->nspare >= p->max_active || c->body.cap > SPARE_BODY_MAX) {
+    pbuf_free(&c->body);
+    if (p->nspare >= SPARE_CALLS_MAX || p->nspare >= p->max_active) {
         curl_easy_cleanup(c->easy);
-        pbuf_free(&c->body);
         free(c);
         return;
     }
-    curl_easy_reset(c->easy); /* back to defaults; the multi handles keep the connections */
     c->wait_next = p->spare;
     p->spare = c;
     p->nspare++;
 }
 
-http_call *http_call_start(http_pool *pool, const http_config *cfg, const char *body, size_t len,
-                           void *owner, http_sink_fn sink)
+/*
+ * Everything but the body: set once per easy handle and config, since each
+ * setopt of a URL or protocol list parses and copies it again.  The pointers
+ * to the call itself stay right because a call keeps its easy handle for
+ * life (call_new, call_recycle).
+ */
+static void call_configure(http_call *c, const http_config *cfg)
 {
-    http_call *c = call_new(pool);
-    if (!c)
-        return NULL;
-    c->pool = pool;
-    c->owner = owner;
-    c->sink = sink;
-    c->max_bytes = cfg->max_response_bytes;
-    c->retry_after_ms = -1;
-    c->display_url = cfg->display_url ? cfg->display_url : "the LLM server";
     CURL *e = c->easy;
+    if (c->configured)
+        curl_easy_reset(e); /* another config: nothing of the old one may stay */
     curl_easy_setopt(e, CURLOPT_URL, cfg->url);
     curl_easy_setopt(e, CURLOPT_POST, 1L);
-    curl_easy_setopt(e, CURLOPT_POSTFIELDS, body);
-    curl_easy_setopt(e, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)len);
     curl_easy_setopt(e, CURLOPT_HTTPHEADER, cfg->headers);
     curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, on_body);
     curl_easy_setopt(e, CURLOPT_WRITEDATA, c);
@@ -412,6 +420,26 @@ http_call *http_call_start(http_pool *pool, const http_config *cfg, const char *
     /* Expect: 100-continue would cost a round trip on every large body. */
     curl_easy_setopt(e, CURLOPT_EXPECT_100_TIMEOUT_MS, 0L);
     curl_easy_setopt(e, CURLOPT_BUFFERSIZE, RECEIVE_BUFFER_BYTES);
+    c->configured = cfg->generation;
+}
+
+http_call *http_call_start(http_pool *pool, const http_config *cfg, const char *body, size_t len,
+                           void *owner, http_sink_fn sink)
+{
+    http_call *c = call_new(pool);
+    if (!c)
+        return NULL;
+    c->pool = pool;
+    c->owner = owner;
+    c->sink = sink;
+    c->max_bytes = cfg->max_response_bytes;
+    c->retry_after_ms = -1;
+    c->display_url = cfg->display_url ? cfg->display_url : "the LLM server";
+    if (c->configured != cfg->generation || !cfg->generation)
+        call_configure(c, cfg);
+    /* What changes from request to request: only the body. */
+    curl_easy_setopt(c->easy, CURLOPT_POSTFIELDS, body);
+    curl_easy_setopt(c->easy, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)len);
     if (pool->active < pool->max_active && !pool->wait_head) {
         if (call_add(c) != 0) {
             call_recycle(pool, c);
