@@ -291,6 +291,7 @@ http_done *http_pool_take_done(http_pool *p, size_t *n_out)
                 p->done = d;
                 p->done_cap = cap;
             }
+            c->finished_ok = msg->data.result == CURLE_OK;
             p->done[n].call = c;
             p->done[n].result = msg->data.result;
             n++;
@@ -385,9 +386,26 @@ static void call_recycle(http_pool *p, http_call *c)
         free(c);
         return;
     }
+    /* libcurl counts the times it resent a request on a closed kept-alive
+     * connection (giving up after 5) per easy handle, and only a reset
+     * zeroes that count: after a resend, or a transfer that did not end
+     * cleanly (it may have resent before failing), start afresh. */
+    if (c->sends != 1 || !c->finished_ok) {
+        curl_easy_reset(c->easy);
+        c->configured = 0;
+    }
     c->wait_next = p->spare;
     p->spare = c;
     p->nspare++;
+}
+
+/* CURLOPT_PREREQFUNCTION: the request is about to go out (again, on a resend). */
+static int on_prereq(void *ud, char *remote_ip, char *local_ip, int remote_port, int local_port)
+{
+    (void)remote_ip, (void)local_ip, (void)remote_port, (void)local_port;
+    http_call *c = ud;
+    c->sends++;
+    return CURL_PREREQFUNC_OK;
 }
 
 /*
@@ -408,6 +426,8 @@ static void call_configure(http_call *c, const http_config *cfg)
     curl_easy_setopt(e, CURLOPT_WRITEDATA, c);
     curl_easy_setopt(e, CURLOPT_HEADERFUNCTION, on_header);
     curl_easy_setopt(e, CURLOPT_HEADERDATA, c);
+    curl_easy_setopt(e, CURLOPT_PREREQFUNCTION, on_prereq);
+    curl_easy_setopt(e, CURLOPT_PREREQDATA, c);
     curl_easy_setopt(e, CURLOPT_PRIVATE, c);
     curl_easy_setopt(e, CURLOPT_ERRORBUFFER, c->error);
     curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);

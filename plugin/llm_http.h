@@ -133,6 +133,9 @@ struct http_call {
     size_t header_bytes;     /* response header bytes seen (the response began) */
     int headers_done;        /* a final (non-1xx) header block ended */
     const char *display_url;
+    int sends;               /* times libcurl sent this request (it resends on a kept-alive
+                                connection found closed) */
+    int finished_ok;         /* its transfer ended with CURLE_OK (http_pool_take_done) */
     uint64_t configured;     /* the http_config generation `easy` is set up for, 0: none */
     char error[CURL_ERROR_SIZE];
 };

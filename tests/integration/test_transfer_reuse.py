@@ -44,8 +44,9 @@ def read_request(conn):
 
 class DroppingServer:
     """Keeps connections alive, but closes the connection that carries the
-    request number `drop` (0-based) without answering it: libcurl must send
-    that request again on a new connection.  Records every body received."""
+    request number `drop` (0-based; "second": every request that is the second
+    on its connection) without answering it: libcurl must send that request
+    again on a new connection.  Records every body received."""
 
     def __init__(self, drop):
         self.drop = drop
@@ -74,6 +75,7 @@ class DroppingServer:
                 self.serve_connection(conn)
 
     def serve_connection(self, conn):
+        on_this = 0
         while True:
             try:
                 body = read_request(conn)
@@ -82,7 +84,8 @@ class DroppingServer:
             if body is None:
                 return
             self.bodies.append(body)
-            if len(self.bodies) - 1 == self.drop:
+            on_this += 1
+            if (len(self.bodies) - 1 == self.drop) or (self.drop == "second" and on_this == 2):
                 return  # closed under a kept-alive request: no answer at all
             conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
                          b"Content-Length: %d\r\n\r\n" % len(REPLY) + REPLY)
@@ -112,6 +115,25 @@ class ResendOnReusedConnection(ParleyTestCase):
             sent = json.loads(server.bodies[2])
             self.assertEqual(sent["messages"][-1]["content"], "second, on the kept-alive connection")
             self.assertEqual(server.connections, 2)
+        finally:
+            server.close()
+
+    def test_every_turn_resent_on_one_kept_handle(self):
+        # libcurl gives up after 5 resends of one transfer; a kept easy handle
+        # must start each request with a fresh count, as a reset one does.
+        server = DroppingServer(drop="second")
+        try:
+            opts = options(None, base_url="http://127.0.0.1:%d/v1" % server.port, max_retries=0)
+            lines = []
+            for i in range(8):
+                lines += [{"text": "turn %d" % i}, {"op": "wait"}]
+            run = self.run_ok(lines, opts)
+            for i in range(8):
+                self.assertTurnOk(run.by_seq(2 * i + 1))
+            # Turn 0 on a new connection; each later one dropped once, then sent again.
+            self.assertEqual(len(server.bodies), 1 + 7 * 2)
+            for i in range(1, 8):
+                self.assertEqual(server.bodies[2 * i - 1], server.bodies[2 * i])
         finally:
             server.close()
 
