@@ -499,7 +499,6 @@ void turn_on_history(turn *t, parley_status status, const char *message)
         drop_oldest_turn(&t->history, (size_t)t->opts->max_history_turns))
         atomic_fetch_add(&t->counters->truncations, 1);
     add_reply_context(t);
-    pbuf_fit(&t->history); /* kept to the turn's end (tool rounds render it again) */
     record_user_message(t);
     turn_request(t);
 }
