@@ -8,11 +8,10 @@ changed by update_options (base_url, api_key) reach the next request although
 its easy handle was set up for the old ones.
 """
 import json
-import socket
-import threading
 import unittest
 
 from harness import SLOW, FakeLLM, ParleyTestCase, options
+from test_hardening import LoopbackServer  # the accept loop; its tests stay in their module
 
 REPLY = json.dumps({"id": "chatcmpl-reuse", "object": "chat.completion", "created": 0,
                     "model": "fake-model",
@@ -42,7 +41,7 @@ def read_request(conn):
     return body
 
 
-class DroppingServer:
+class DroppingServer(LoopbackServer):
     """Keeps connections alive, but closes the connection that carries the
     request number `drop` (0-based; "second": every request that is the second
     on its connection) without answering it: libcurl must send that request
@@ -52,48 +51,26 @@ class DroppingServer:
         self.drop = drop
         self.bodies = []
         self.connections = 0
-        self.sock = socket.socket()
-        self.sock.bind(("127.0.0.1", 0))
-        self.sock.listen(16)
-        self.port = self.sock.getsockname()[1]
-        self.stop = False
-        self.thread = threading.Thread(target=self.serve, daemon=True)
-        self.thread.start()
+        super().__init__()
 
-    def serve(self):
-        self.sock.settimeout(0.2)
-        while not self.stop:
-            try:
-                conn, _ = self.sock.accept()
-            except socket.timeout:
-                continue
-            except OSError:
-                return
-            self.connections += 1
-            with conn:
-                conn.settimeout(10 * SLOW)
-                self.serve_connection(conn)
-
-    def serve_connection(self, conn):
+    def handle(self, conn):
+        self.connections += 1
         on_this = 0
-        while True:
-            try:
-                body = read_request(conn)
-            except OSError:
-                return
-            if body is None:
-                return
-            self.bodies.append(body)
-            on_this += 1
-            if (len(self.bodies) - 1 == self.drop) or (self.drop == "second" and on_this == 2):
-                return  # closed under a kept-alive request: no answer at all
-            conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
-                         b"Content-Length: %d\r\n\r\n" % len(REPLY) + REPLY)
-
-    def close(self):
-        self.stop = True
-        self.thread.join()
-        self.sock.close()
+        with conn:
+            conn.settimeout(10 * SLOW)
+            while True:
+                try:
+                    body = read_request(conn)
+                except OSError:
+                    return
+                if body is None:
+                    return
+                self.bodies.append(body)
+                on_this += 1
+                if len(self.bodies) - 1 == self.drop or (self.drop == "second" and on_this == 2):
+                    return  # closed under a kept-alive request: no answer at all
+                conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                             b"Content-Length: %d\r\n\r\n" % len(REPLY) + REPLY)
 
 
 class ResendOnReusedConnection(ParleyTestCase):
