@@ -58,6 +58,7 @@
 #include <parley/plugin.h>
 #include <poll.h>
 #include <pthread.h>
+#include <semaphore.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -589,26 +590,36 @@ static void conc_text(char *out, size_t n, int i, int k)
     snprintf(out, n, "Conversation %07d turn %02d: what is the temperature in the bedroom", i, k);
 }
 
-/* One turn at a time: the host thread waits for each done callback. */
+/* One turn at a time: the host thread waits for each done callback, on a
+ * semaphore (one futex call on each side when the host sleeps; a mutex and
+ * condition variable cost a third: glibc leaves the mutex marked contended
+ * after a condition wait, so the host's unlock makes a futex call too). */
 struct waiter {
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    int done;
+    sem_t done;
     parley_status status;
     char error[200];
 };
 
+static void waiter_init(struct waiter *w)
+{
+    memset(w, 0, sizeof *w);
+    sem_init(&w->done, 0, 0);
+}
+
+static void waiter_wait(struct waiter *w)
+{
+    while (sem_wait(&w->done) != 0 && errno == EINTR)
+        ;
+}
+
 static void seq_done(void *user_data, const parley_result *res)
 {
     struct waiter *w = user_data;
-    pthread_mutex_lock(&w->mu);
     w->status = res->status;
     if (res->status != PARLEY_OK)
         snprintf(w->error, sizeof w->error, "%s: %s", "turn failed",
                  res->error_message ? res->error_message : "?");
-    w->done = 1;
-    pthread_cond_signal(&w->cv);
-    pthread_mutex_unlock(&w->mu);
+    sem_post(&w->done); /* publishes status and error to the waiter */
 }
 
 /* Runs turn i of the sequential conversation; 0 on success. */
@@ -618,17 +629,13 @@ static int seq_turn(const parley_plugin *p, parley_agent *a, struct waiter *w, i
     char text[128];
     seq_text(text, sizeof text, i);
     parley_input in = {.struct_size = sizeof in, .text = text, .conversation_id = SEQ_CONVERSATION};
-    w->done = 0;
     char *err = NULL;
     if (p->async_process(a, &in, seq_done, w, NULL, &err) != PARLEY_OK) {
         set_error(r, "async_process: %s", err ? err : "?");
         p->free_string(err);
         return -1;
     }
-    pthread_mutex_lock(&w->mu);
-    while (!w->done)
-        pthread_cond_wait(&w->cv, &w->mu);
-    pthread_mutex_unlock(&w->mu);
+    waiter_wait(w);
     if (w->status != PARLEY_OK) {
         set_error(r, "%s", w->error);
         return -1;
@@ -645,7 +652,8 @@ static void phase_seq_parley(struct result *r)
     parley_agent *a = p ? make_agent(p, r, 16, 16, 16) : NULL;
     if (!a)
         return;
-    struct waiter w = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, PARLEY_OK, ""};
+    struct waiter w;
+    waiter_init(&w);
     int n = cfg.seq_turns, warm = seq_warmup_turns();
     double *lat = calloc((size_t)n, sizeof *lat);
     if (!lat) {
@@ -808,7 +816,8 @@ static void phase_conc_parley(struct result *r)
     touch(conc.lat, (size_t)n * (size_t)k * sizeof *conc.lat);
 
     /* Warm-up: one turn on a conversation of its own (libcurl, jansson, the worker). */
-    struct waiter w = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, PARLEY_OK, ""};
+    struct waiter w;
+    waiter_init(&w);
     if (seq_turn(conc.p, conc.a, &w, 0, r) != 0)
         return;
 
@@ -1209,7 +1218,8 @@ static void phase_capture(struct result *r)
     parley_agent *a = p ? make_agent(p, r, 16, 16, 16) : NULL;
     if (!a)
         return;
-    struct waiter w = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, PARLEY_OK, ""};
+    struct waiter w;
+    waiter_init(&w);
     /* The sequential turns, up to the first measured one. */
     for (int i = 0; i <= seq_warmup_turns(); i++)
         if (seq_turn(p, a, &w, i, r) != 0)
@@ -1221,15 +1231,11 @@ static void phase_capture(struct result *r)
         char text[128];
         conc_text(text, sizeof text, 0, j);
         parley_input in = {.struct_size = sizeof in, .text = text, .conversation_id = id};
-        w.done = 0;
         if (p->async_process(a, &in, seq_done, &w, NULL, NULL) != PARLEY_OK) {
             set_error(r, "capture: async_process refused a turn");
             return;
         }
-        pthread_mutex_lock(&w.mu);
-        while (!w.done)
-            pthread_cond_wait(&w.cv, &w.mu);
-        pthread_mutex_unlock(&w.mu);
+        waiter_wait(&w);
         if (w.status != PARLEY_OK) {
             set_error(r, "capture: %s", w.error);
             return;

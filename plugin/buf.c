@@ -66,31 +66,55 @@ void pbuf_printf(pbuf *b, const char *fmt, ...)
     b->len += (size_t)n;
 }
 
+/* How many bytes escaping adds to each byte: 1 for \" \\ \n \r \t \b \f,
+ * 5 for the other control characters (\u00XX), 0 for everything else. */
+static const unsigned char json_escape_extra[256] = {
+    5, 5, 5, 5, 5, 5, 5, 5, 1, 1, 1, 5, 1, 1, 5, 5, /* \b \t \n \f \r: 1 */
+    5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5,
+    0, 0, 1, ['\\'] = 1,                              /* '"' and '\\' */
+};
+
 void pbuf_json_string(pbuf *b, const char *s, size_t n)
 {
     static const char hex[] = "0123456789abcdef";
-    /* Worst case every byte becomes \u00XX: reserve once, then write directly. */
-    if (pbuf_reserve(b, n * 6 + 2) != 0)
+    const unsigned char *u = (const unsigned char *)s;
+    /* Measure first, then reserve exactly: a worst-case reservation (6 bytes
+     * a byte) grew request bodies, which stay allocated while in flight. */
+    size_t extra = 0;
+    for (size_t i = 0; i < n; i++)
+        extra += json_escape_extra[u[i]];
+    if (pbuf_reserve(b, n + extra + 2) != 0)
         return;
     char *o = b->data + b->len;
     *o++ = '"';
-    for (size_t i = 0; i < n; i++) {
-        unsigned char c = (unsigned char)s[i];
-        switch (c) {
-        case '"': *o++ = '\\'; *o++ = '"'; break;
-        case '\\': *o++ = '\\'; *o++ = '\\'; break;
-        case '\n': *o++ = '\\'; *o++ = 'n'; break;
-        case '\r': *o++ = '\\'; *o++ = 'r'; break;
-        case '\t': *o++ = '\\'; *o++ = 't'; break;
-        case '\b': *o++ = '\\'; *o++ = 'b'; break;
-        case '\f': *o++ = '\\'; *o++ = 'f'; break;
-        default:
-            if (c < 0x20) {
-                *o++ = '\\'; *o++ = 'u'; *o++ = '0'; *o++ = '0';
+    if (extra == 0) { /* the usual case: nothing to escape */
+        memcpy(o, s, n);
+        o += n;
+    } else {
+        size_t i = 0;
+        while (i < n) {
+            size_t run = i;
+            while (run < n && !json_escape_extra[u[run]])
+                run++;
+            memcpy(o, s + i, run - i);
+            o += run - i;
+            if (run == n)
+                break;
+            unsigned char c = u[run];
+            *o++ = '\\';
+            switch (c) {
+            case '"': *o++ = '"'; break;
+            case '\\': *o++ = '\\'; break;
+            case '\n': *o++ = 'n'; break;
+            case '\r': *o++ = 'r'; break;
+            case '\t': *o++ = 't'; break;
+            case '\b': *o++ = 'b'; break;
+            case '\f': *o++ = 'f'; break;
+            default:
+                *o++ = 'u'; *o++ = '0'; *o++ = '0';
                 *o++ = hex[c >> 4]; *o++ = hex[c & 15];
-            } else {
-                *o++ = (char)c;
             }
+            i = run + 1;
         }
     }
     *o++ = '"';

@@ -46,14 +46,30 @@ inbox *inbox_new(void)
     return box;
 }
 
-/* Wake the worker; the caller holds the lock. */
-static void wake_locked(inbox *box)
+/* Claim the wakeup (the caller holds the lock): 1 when the caller must write
+ * it, 0 when one is already pending since the last take. */
+static int wake_claim_locked(inbox *box)
 {
     if (box->woken)
-        return;
+        return 0;
+    box->woken = 1;
+    return 1;
+}
+
+static void wake_write(inbox *box)
+{
     uint64_t one = 1;
-    if (write(box->wake_fd, &one, sizeof one) == (ssize_t)sizeof one)
-        box->woken = 1;
+    if (write(box->wake_fd, &one, sizeof one) < 0) {
+        /* EAGAIN cannot happen (the count never nears its maximum) */
+    }
+}
+
+/* Wake the worker from under the lock: for callers whose box may be freed
+ * once they unlock (a tool result or a store thread's note racing destroy). */
+static void wake_locked(inbox *box)
+{
+    if (wake_claim_locked(box))
+        wake_write(box);
 }
 
 void inbox_unref(inbox *box)
@@ -75,6 +91,7 @@ void inbox_unref(inbox *box)
 parley_status inbox_submit(inbox *box, turn *t)
 {
     parley_status st = PARLEY_OK;
+    int wake = 0;
     pthread_mutex_lock(&box->mu);
     if (!box->alive || box->stop) {
         st = PARLEY_ERR_CANCELLED;
@@ -87,9 +104,14 @@ parley_status inbox_submit(inbox *box, turn *t)
         else
             box->submitted_head = t;
         box->submitted_tail = t;
-        wake_locked(box);
+        wake = wake_claim_locked(box);
     }
     pthread_mutex_unlock(&box->mu);
+    /* Written after unlocking, so the worker it wakes does not find the lock
+     * still held (a futex wait and wake per turn).  The box cannot go away
+     * meanwhile: the host's agent holds it, and destroy overlaps no call. */
+    if (wake)
+        wake_write(box);
     return st;
 }
 
@@ -199,14 +221,6 @@ static inbox_note *reverse_notes(inbox_note *n)
 }
 
 int inbox_wake_fd(const inbox *box) { return box->wake_fd; }
-
-void inbox_clear_wake(inbox *box)
-{
-    uint64_t n; /* one read takes the whole count back to 0 */
-    if (read(box->wake_fd, &n, sizeof n) < 0) {
-        /* EAGAIN: nothing was written since the last read */
-    }
-}
 
 /* Move everything posted into `out`; the caller holds the lock. */
 static void take_locked(inbox *box, inbox_batch *out)

@@ -72,9 +72,11 @@ int inbox_post(inbox *box, inbox_note *note);
 void inbox_stop(inbox *box);
 
 /* ---- the worker ---- */
-/* Readable when something was posted: poll it, then inbox_clear_wake, then inbox_take. */
+/* Signalled when something was posted.  Watch it edge-triggered (EPOLLIN |
+ * EPOLLET), then inbox_take: each wakeup is a write, so a new edge, and it is
+ * never read back (a read per wakeup was a system call per turn).  Its count
+ * grows by one per wakeup at most once per inbox_take: it cannot fill. */
 int inbox_wake_fd(const inbox *box);
-void inbox_clear_wake(inbox *box);
 void inbox_take(inbox *box, inbox_batch *out);
 turn *inbox_find_live(inbox *box, parley_request_id id);
 void inbox_forget(inbox *box, turn *t);   /* no longer live */

@@ -8,7 +8,9 @@
 #include <string.h>
 #include <strings.h>
 #include <sys/epoll.h>
+#include <sys/socket.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "clock.h"
 
@@ -134,43 +136,123 @@ char *http_display_url(const char *url)
 /* How many freed calls keep their easy handle for the next request, at most:
  * enough for the transfers one loop iteration ends, not the whole cap. */
 #define SPARE_CALLS_MAX 256
-/* libcurl's receive buffer per transfer: one page instead of its default
- * 16 KiB.  Answers come in small pieces (SSE events, a few KB of JSON), a
- * bigger one just takes more reads, and at 10,000 transfers in flight the
- * default costs about 6 KiB of RSS each (docs/performance.md). */
+/* libcurl's receive buffer per transfer, which it holds for the whole wait:
+ * its minimum, 1 KiB, instead of its default 16 KiB.  Answers come in small
+ * pieces (SSE events, a few KB of JSON); a bigger one that arrives at once
+ * just takes more reads (docs/performance.md, "Memory per in-flight turn"). */
 #define RECEIVE_BUFFER_BYTES 1024L
 
-static uint64_t socket_tag(const http_shard *sh, curl_socket_t s)
+/* The slot of descriptor s, the table grown to hold it; NULL when out of memory. */
+static http_fd *fd_slot(http_pool *p, curl_socket_t s)
 {
-    return ((uint64_t)sh->index << 32) | (uint32_t)s;
+    if (s < 0)
+        return NULL;
+    size_t i = (size_t)s;
+    if (i >= p->nfds) {
+        size_t n = p->nfds ? p->nfds : 64;
+        while (n <= i)
+            n *= 2;
+        http_fd *grown = realloc(p->fds, n * sizeof *grown);
+        if (!grown)
+            return NULL;
+        memset(grown + p->nfds, 0, (n - p->nfds) * sizeof *grown);
+        p->fds = grown;
+        p->nfds = n;
+    }
+    return &p->fds[i];
+}
+
+static void fd_unregister(http_pool *p, curl_socket_t s, http_fd *f)
+{
+    if (f->registered)
+        epoll_ctl(p->epoll_fd, EPOLL_CTL_DEL, s, NULL); /* may be closed already: nothing to undo */
+    f->registered = 0;
+    f->wanted = 0;
 }
 
 /* CURLMOPT_SOCKETFUNCTION: keep the worker's epoll set in step with what curl waits for. */
 static int on_socket(CURL *easy, curl_socket_t s, int what, void *userp, void *socketp)
 {
     (void)easy;
+    (void)socketp;
     http_shard *sh = userp;
-    int ep = sh->pool->epoll_fd;
+    http_pool *p = sh->pool;
+    http_fd *f = fd_slot(p, s);
     if (what == CURL_POLL_REMOVE) {
-        epoll_ctl(ep, EPOLL_CTL_DEL, s, NULL); /* may be closed already: nothing to undo */
+        if (!f)
+            return 0;
+        /* An idle connection stays registered for input only: it wakes the
+         * worker only if the server closes it.  Anything else leaves now:
+         * output (always ready), and sockets whose close the pool does not
+         * see (the resolver's), whose number may be reused. */
+        if (f->registered && f->opened && f->events == EPOLLIN)
+            f->wanted = 0;
+        else
+            fd_unregister(p, s, f);
         return 0;
     }
+    if (!f)
+        return -1; /* out of memory: curl fails the transfer */
+    uint8_t events = (uint8_t)((what & CURL_POLL_IN ? EPOLLIN : 0u) | (what & CURL_POLL_OUT ? EPOLLOUT : 0u));
+    f->wanted = 1;
+    f->shard = sh->index;
+    if (f->registered && f->events == events)
+        return 0; /* a kept-alive connection, registered as it idled: nothing to do */
     struct epoll_event ev;
     memset(&ev, 0, sizeof ev);
-    ev.events = (what & CURL_POLL_IN ? EPOLLIN : 0u) | (what & CURL_POLL_OUT ? EPOLLOUT : 0u);
-    ev.data.u64 = socket_tag(sh, s);
-    /* socketp marks a socket already in the set; a descriptor number that was
-     * closed and reused elsewhere may disagree, hence the fallbacks. */
-    int op = socketp ? EPOLL_CTL_MOD : EPOLL_CTL_ADD;
-    if (epoll_ctl(ep, op, s, &ev) != 0) {
-        if (errno == ENOENT)
-            epoll_ctl(ep, EPOLL_CTL_ADD, s, &ev);
-        else if (errno == EEXIST)
-            epoll_ctl(ep, EPOLL_CTL_MOD, s, &ev);
+    ev.events = events;
+    int op = f->registered ? EPOLL_CTL_MOD : EPOLL_CTL_ADD;
+    if (op == EPOLL_CTL_ADD)
+        f->gen++;
+    ev.data.u64 = ((uint64_t)f->gen << 32) | (uint32_t)s;
+    if (epoll_ctl(p->epoll_fd, op, s, &ev) != 0) {
+        /* Closed and reused behind the table's back (a socket the pool did not open). */
+        if (errno == ENOENT) {
+            f->gen++;
+            ev.data.u64 = ((uint64_t)f->gen << 32) | (uint32_t)s;
+            op = EPOLL_CTL_ADD;
+        } else if (errno == EEXIST) {
+            op = EPOLL_CTL_MOD;
+        } else {
+            return -1;
+        }
+        if (epoll_ctl(p->epoll_fd, op, s, &ev) != 0)
+            return -1;
     }
-    if (!socketp)
-        curl_multi_assign(sh->multi, s, sh);
+    f->registered = 1;
+    f->events = events;
     return 0;
+}
+
+/* CURLOPT_OPENSOCKETFUNCTION: mark the connection sockets, whose close the pool sees. */
+static curl_socket_t on_open_socket(void *clientp, curlsocktype purpose, struct curl_sockaddr *a)
+{
+    (void)purpose;
+    curl_socket_t s = socket(a->family, a->socktype, a->protocol);
+    http_fd *f = s >= 0 ? fd_slot(clientp, s) : NULL;
+    if (s >= 0 && !f) {
+        close(s);
+        return CURL_SOCKET_BAD;
+    }
+    if (f) {
+        if (f->registered) /* a number reused after a close the pool did not see */
+            epoll_ctl(((http_pool *)clientp)->epoll_fd, EPOLL_CTL_DEL, s, NULL);
+        f->registered = f->wanted = 0;
+        f->opened = 1;
+    }
+    return s;
+}
+
+/* CURLOPT_CLOSESOCKETFUNCTION: out of the epoll set first, then closed. */
+static int on_close_socket(void *clientp, curl_socket_t s)
+{
+    http_pool *p = clientp;
+    http_fd *f = (size_t)s < p->nfds ? &p->fds[s] : NULL;
+    if (f) {
+        fd_unregister(p, s, f);
+        f->opened = 0;
+    }
+    return close(s);
 }
 
 /* CURLMOPT_TIMERFUNCTION: remember when; the worker's loop runs it (never from here). */
@@ -233,17 +315,27 @@ void http_pool_cleanup(http_pool *p)
     free(p->done);
     p->done = NULL;
     p->done_cap = 0;
+    free(p->fds); /* after the multi handles: closing their connections reads it */
+    p->fds = NULL;
+    p->nfds = 0;
 }
 
 void http_pool_on_socket(http_pool *p, uint64_t tag, uint32_t events)
 {
-    uint32_t index = (uint32_t)(tag >> 32);
-    if (index >= p->nshards)
+    curl_socket_t s = (curl_socket_t)(uint32_t)tag;
+    if ((size_t)s >= p->nfds)
         return;
+    http_fd *f = &p->fds[s];
+    if (!f->registered || f->gen != (uint32_t)(tag >> 32))
+        return; /* an event of a socket closed since, in the same batch */
+    if (!f->wanted) { /* an idle connection woke: the server closed it; curl finds out on reuse */
+        fd_unregister(p, s, f);
+        return;
+    }
     int flags = (events & EPOLLIN ? CURL_CSELECT_IN : 0) | (events & EPOLLOUT ? CURL_CSELECT_OUT : 0) |
                 (events & (EPOLLERR | EPOLLHUP) ? CURL_CSELECT_ERR : 0);
     int running;
-    curl_multi_socket_action(p->shards[index].multi, (curl_socket_t)(uint32_t)tag, flags, &running);
+    curl_multi_socket_action(p->shards[f->shard].multi, s, flags, &running);
 }
 
 void http_pool_run_timers(http_pool *p)
@@ -440,6 +532,10 @@ static void call_configure(http_call *c, const http_config *cfg)
     /* Expect: 100-continue would cost a round trip on every large body. */
     curl_easy_setopt(e, CURLOPT_EXPECT_100_TIMEOUT_MS, 0L);
     curl_easy_setopt(e, CURLOPT_BUFFERSIZE, RECEIVE_BUFFER_BYTES);
+    curl_easy_setopt(e, CURLOPT_OPENSOCKETFUNCTION, on_open_socket);
+    curl_easy_setopt(e, CURLOPT_OPENSOCKETDATA, c->pool);
+    curl_easy_setopt(e, CURLOPT_CLOSESOCKETFUNCTION, on_close_socket);
+    curl_easy_setopt(e, CURLOPT_CLOSESOCKETDATA, c->pool);
     c->configured = cfg->generation;
 }
 

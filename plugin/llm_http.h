@@ -68,6 +68,23 @@ typedef struct http_shard {
     uint64_t timer_due_ms;   /* when curl wants CURL_SOCKET_TIMEOUT; UINT64_MAX: never */
 } http_shard;
 
+/*
+ * What the pool knows of one descriptor number (pool->fds is indexed by it).
+ * A connection socket that libcurl opened through the pool stays in the
+ * epoll set while its connection idles in libcurl's cache: a request on a
+ * kept-alive connection then costs no epoll_ctl at all (it cost two: an add
+ * and a delete).  It leaves the set just before libcurl closes it, or when it
+ * wakes the worker while idle (the server closed it, or sent unasked).
+ */
+typedef struct http_fd {
+    uint32_t gen;          /* bumped on every add: tags its events, so stale ones are dropped */
+    uint32_t shard;        /* the shard whose transfer waits on it, while `wanted` */
+    uint8_t opened;        /* opened by libcurl through the pool (its close is seen) */
+    uint8_t registered;    /* in the epoll set, for `events` */
+    uint8_t wanted;        /* a transfer waits on it (else it idles in the cache) */
+    uint8_t events;        /* EPOLLIN / EPOLLOUT it is registered for */
+} http_fd;
+
 /* What http_pool_take_done hands back: a finished transfer and its code. */
 typedef struct http_done {
     http_call *call;
@@ -87,6 +104,8 @@ typedef struct http_pool {
     size_t nspare;
     http_done *done;         /* finished transfers, read before any is acted on */
     size_t done_cap;
+    http_fd *fds;            /* by descriptor number, nfds of them */
+    size_t nfds;
 } http_pool;
 
 /* The tag of an epoll event that is not a curl socket's (the worker's own). */

@@ -322,9 +322,7 @@ static void wait_for_events(worker *w, int wait_ms)
     struct epoll_event evs[EPOLL_BATCH];
     int n = epoll_wait(w->epoll_fd, evs, EPOLL_BATCH, wait_ms);
     for (int i = 0; i < n; i++) {
-        if (evs[i].data.u64 == HTTP_POOL_NOT_MINE)
-            inbox_clear_wake(w->box); /* before inbox_take (next): no post is lost */
-        else
+        if (evs[i].data.u64 != HTTP_POOL_NOT_MINE) /* else the inbox: inbox_take comes next */
             http_pool_on_socket(&w->pool, evs[i].data.u64, evs[i].events);
     }
 }
@@ -456,7 +454,7 @@ worker *worker_start(const worker_setup *setup, char **err)
         worker_free(w);
         return NULL;
     }
-    struct epoll_event wake = {.events = EPOLLIN, .data.u64 = HTTP_POOL_NOT_MINE};
+    struct epoll_event wake = {.events = EPOLLIN | EPOLLET, .data.u64 = HTTP_POOL_NOT_MINE};
     if (http_pool_init(&w->pool, setup->max_connections, w->epoll_fd) != 0 ||
         !(w->lanes = dict_new(lane_key)) ||
         epoll_ctl(w->epoll_fd, EPOLL_CTL_ADD, inbox_wake_fd(w->box), &wake) != 0) {

@@ -84,25 +84,36 @@ static void render_message(pbuf *b, const json_t *m, int current_turn)
     pbuf_putc(b, '}');
 }
 
-/* p at a string's opening quote: the closing quote, or NULL. */
+/* p at a string's opening quote: the closing quote, or NULL.  Stored text is
+ * mostly string content, so jump from quote to quote with memchr (this scan
+ * ran at ~8 instructions a byte, byte by byte); a quote is the closing one
+ * when an even number of backslashes precedes it. */
 static const char *string_end(const char *p, const char *end)
 {
-    for (p++; p < end; p++) {
-        if (*p == '\\')
-            p++;
-        else if (*p == '"')
-            return p;
+    const char *start = p + 1;
+    for (const char *q = start; q < end; q++) {
+        q = memchr(q, '"', (size_t)(end - q));
+        if (!q)
+            return NULL;
+        const char *b = q;
+        while (b > start && b[-1] == '\\')
+            b--;
+        if ((q - b) % 2 == 0)
+            return q;
     }
     return NULL;
 }
 
+/* A Chat Completions message key: role, content, tool_calls, tool_call_id. */
 static int wire_key(const char *k, size_t n)
 {
-    static const char *const keys[] = {"role", "content", "tool_calls", "tool_call_id"};
-    for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++)
-        if (strlen(keys[i]) == n && memcmp(keys[i], k, n) == 0)
-            return 1;
-    return 0;
+    switch (n) { /* by length first: this runs for every key of every stored message */
+    case 4: return memcmp(k, "role", 4) == 0;
+    case 7: return memcmp(k, "content", 7) == 0;
+    case 10: return memcmp(k, "tool_calls", 10) == 0;
+    case 12: return memcmp(k, "tool_call_id", 12) == 0;
+    default: return 0;
+    }
 }
 
 /*

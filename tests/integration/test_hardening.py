@@ -267,6 +267,65 @@ class CutErrorBody(ParleyTestCase):
             server.close()
 
 
+class IdleCloseServer(LoopbackServer):
+    """Answers one request per connection with a keep-alive reply, then closes
+    the connection while the client holds it idle (as servers with a short
+    keep-alive timeout do)."""
+
+    def __init__(self):
+        self.connections = 0
+        super().__init__()
+
+    def handle(self, conn):
+        self.connections += 1
+        with conn:
+            conn.settimeout(10)
+            data = b""
+            while b"\r\n\r\n" not in data:
+                chunk = conn.recv(65536)
+                if not chunk:
+                    return
+                data += chunk
+            head, body = data.split(b"\r\n\r\n", 1)
+            length = [int(l.split(b":")[1]) for l in head.split(b"\r\n")
+                      if l.lower().startswith(b"content-length:")][0]
+            while len(body) < length:
+                body += conn.recv(65536)
+            reply = dict(REPLY, choices=[dict(REPLY["choices"][0], message={
+                "role": "assistant", "content": "reply %d" % self.connections})])
+            out = json.dumps(reply).encode()
+            conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                         b"Content-Length: %d\r\n\r\n" % len(out) + out)
+            time.sleep(0.05)  # the client now holds the connection idle
+
+
+class IdleConnectionClosed(ParleyTestCase):
+    """Issue 17: a kept-alive connection stays in the worker's epoll set while it
+    idles; the server closing it then must neither break the next turn nor make
+    the worker spin on the closed socket's events."""
+
+    def test_server_closes_idle_connections_between_turns(self):
+        server = IdleCloseServer()
+        try:
+            lines = []
+            for i in range(4):
+                lines += [{"text": "turn %d" % i, "conversation_id": "c"}, {"op": "wait"},
+                          {"op": "sleep", "ms": 500}]
+            before = resource.getrusage(resource.RUSAGE_CHILDREN)
+            run = self.run_ok(lines, options(
+                None, base_url="http://127.0.0.1:%d/v1" % server.port, max_retries=0))
+            after = resource.getrusage(resource.RUSAGE_CHILDREN)
+            for i in range(4):
+                self.assertEqual(self.assertTurnOk(run.by_seq(1 + 3 * i))["response"],
+                                 "reply %d" % (i + 1))
+            self.assertEqual(server.connections, 4, "each turn found its connection closed")
+            if SLOW == 1:  # sanitizers and valgrind cost seconds of CPU by themselves
+                cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+                self.assertLess(cpu, 1.0, "the shim spent %.2f s of CPU over 2 s idle" % cpu)
+        finally:
+            server.close()
+
+
 class StatusAndHeaders(ParleyTestCase):
     """Defect 3 (statuses, header overflow) and issue 16: same status whatever the mode."""
 

@@ -1,0 +1,105 @@
+/* test_buf.c -- pbuf_json_string against a trivially correct reference
+ * (one byte at a time) and against jansson reading it back. */
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "buf.h"
+#include "check.h"
+
+static void reference(pbuf *b, const unsigned char *s, size_t n)
+{
+    pbuf_putc(b, '"');
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = s[i];
+        if (c == '"')
+            pbuf_puts(b, "\\\"");
+        else if (c == '\\')
+            pbuf_puts(b, "\\\\");
+        else if (c == '\n')
+            pbuf_puts(b, "\\n");
+        else if (c == '\r')
+            pbuf_puts(b, "\\r");
+        else if (c == '\t')
+            pbuf_puts(b, "\\t");
+        else if (c == '\b')
+            pbuf_puts(b, "\\b");
+        else if (c == '\f')
+            pbuf_puts(b, "\\f");
+        else if (c < 0x20)
+            pbuf_printf(b, "\\u%04x", c);
+        else
+            pbuf_putc(b, (char)c);
+    }
+    pbuf_putc(b, '"');
+}
+
+static unsigned long long rng = 0x9e3779b97f4a7c15ull;
+static unsigned next(void)
+{
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
+    return (unsigned)(rng >> 32);
+}
+
+static void check_one(const unsigned char *s, size_t n, const char *prefix)
+{
+    pbuf got = PBUF_INIT, want = PBUF_INIT;
+    pbuf_puts(&got, prefix); /* appends after what is there */
+    pbuf_puts(&want, prefix);
+    pbuf_json_string(&got, (const char *)s, n);
+    reference(&want, s, n);
+    int same = got.len == want.len && memcmp(got.data, want.data, got.len) == 0;
+    CHECK(same);
+    CHECK(got.data[got.len] == '\0');
+    static int shown;
+    if (!same && shown++ < 3)
+        fprintf(stderr, "  %zu bytes: got %s\n  want %s\n", n, got.data, want.data);
+    /* Valid UTF-8 in, the same string back out of a JSON reader. */
+    int ascii = 1;
+    for (size_t i = 0; i < n; i++)
+        ascii &= s[i] != 0 && s[i] < 0x80;
+    if (ascii) {
+        json_t *back = json_loadb(got.data + strlen(prefix), got.len - strlen(prefix),
+                                  JSON_DECODE_ANY, NULL);
+        CHECK(back && json_string_length(back) == n && memcmp(json_string_value(back), s, n) == 0);
+        json_decref(back);
+    }
+    pbuf_free(&got);
+    pbuf_free(&want);
+}
+
+int main(void)
+{
+    const char *fixed[] = {"", "plain", "\"", "\\", "a\"b\\c", "\n\r\t\b\f\v", "\x01\x1f ",
+                           "ends with escape\n", "\x7f del is not escaped", "caf\xc3\xa9"};
+    for (size_t i = 0; i < sizeof fixed / sizeof fixed[0]; i++) {
+        check_one((const unsigned char *)fixed[i], strlen(fixed[i]), "");
+        check_one((const unsigned char *)fixed[i], strlen(fixed[i]), "{\"k\":");
+    }
+    unsigned char nul[] = {'a', 0, 'b'};
+    check_one(nul, sizeof nul, "");
+    /* Random strings: mostly plain, some dense with characters to escape. */
+    unsigned char s[600];
+    for (int round = 0; round < 20000; round++) {
+        size_t n = next() % sizeof s;
+        unsigned density = next() % 4; /* 0: none escaped ... 3: any byte */
+        for (size_t i = 0; i < n; i++) {
+            unsigned r = next();
+            if (density == 0)
+                s[i] = (unsigned char)(0x20 + r % 95) == '"' ? 'q' : (unsigned char)(0x20 + r % 95);
+            else if (density == 3 || r % 8 == 0)
+                s[i] = (unsigned char)(r >> 8);
+            else
+                s[i] = (unsigned char)('a' + r % 26);
+        }
+        if (density == 0)
+            for (size_t i = 0; i < n; i++)
+                if (s[i] == '\\')
+                    s[i] = 'b';
+        check_one(s, n, round % 2 ? "x" : "");
+    }
+    return check_report();
+}
