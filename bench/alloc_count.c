@@ -46,16 +46,18 @@ EXPORT void parley_bench_alloc_read(long *allocs, long *frees, long *bytes);
 
 static atomic_int counting;
 static atomic_long n_allocs, n_frees, n_bytes;
-static int track_live = -1; /* -1: not read yet */
+static atomic_int track_live = -1; /* -1: not read yet */
 static atomic_long live_bytes, live_at_open, live_peak;
 
 static int live_on(void)
 {
-    if (track_live < 0) {
+    int on = atomic_load_explicit(&track_live, memory_order_relaxed);
+    if (on < 0) { /* getenv allocates nothing: safe inside malloc */
         const char *v = getenv("PARLEY_BENCH_ALLOC_LIVE");
-        track_live = v && *v == '1';
+        on = v && *v == '1';
+        atomic_store_explicit(&track_live, on, memory_order_relaxed);
     }
-    return track_live;
+    return on;
 }
 
 /* p was just allocated (or reallocated from a block of old_usable bytes). */
