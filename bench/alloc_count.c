@@ -13,6 +13,13 @@
  * memalign, valloc and pvalloc call (one allocation each; realloc counts
  * whether it moves or not), and the bytes each asked for.  free is counted
  * apart.  Every thread counts, with relaxed atomics.
+ *
+ * Live bytes: with PARLEY_BENCH_ALLOC_LIVE=1 in the environment it also
+ * keeps the bytes live in glibc's chunks (malloc_usable_size, whoever
+ * allocated them, counted from process start) and their peak while counting
+ * is on, and prints them to stderr when the window closes: what a measured
+ * window held at most, beside the RSS the bench reports (which adds
+ * fragmentation and the allocator's own overhead).
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE /* strcasestr, memalign */
@@ -21,6 +28,7 @@
 #include <malloc.h>
 #include <stdatomic.h>
 #include <stddef.h>
+#include <stdio.h>
 #include <stdlib.h>
 
 void *__libc_malloc(size_t size);
@@ -38,6 +46,35 @@ EXPORT void parley_bench_alloc_read(long *allocs, long *frees, long *bytes);
 
 static atomic_int counting;
 static atomic_long n_allocs, n_frees, n_bytes;
+static atomic_int track_live = -1; /* -1: not read yet */
+static atomic_long live_bytes, live_at_open, live_peak;
+
+static int live_on(void)
+{
+    int on = atomic_load_explicit(&track_live, memory_order_relaxed);
+    if (on < 0) { /* getenv allocates nothing: safe inside malloc */
+        const char *v = getenv("PARLEY_BENCH_ALLOC_LIVE");
+        on = v && *v == '1';
+        atomic_store_explicit(&track_live, on, memory_order_relaxed);
+    }
+    return on;
+}
+
+/* p was just allocated (or reallocated from a block of old_usable bytes). */
+static inline void live_add(void *p, size_t old_usable)
+{
+    if (!live_on())
+        return;
+    long delta = (long)(p ? malloc_usable_size(p) : 0) - (long)old_usable;
+    long now = atomic_fetch_add_explicit(&live_bytes, delta, memory_order_relaxed) + delta;
+    if (!atomic_load_explicit(&counting, memory_order_relaxed))
+        return;
+    long peak = atomic_load_explicit(&live_peak, memory_order_relaxed);
+    while (now > peak && !atomic_compare_exchange_weak(&live_peak, &peak, now)) {
+    }
+}
+
+static inline size_t usable(void *p) { return p && live_on() ? malloc_usable_size(p) : 0; }
 
 static inline void count(size_t bytes)
 {
@@ -56,8 +93,15 @@ EXPORT void parley_bench_alloc_counting(int on)
         atomic_store(&n_allocs, 0);
         atomic_store(&n_frees, 0);
         atomic_store(&n_bytes, 0);
+        atomic_store(&live_at_open, atomic_load(&live_bytes));
+        atomic_store(&live_peak, atomic_load(&live_bytes));
     }
     atomic_store(&counting, on);
+    if (!on && live_on() && atomic_load(&live_peak)) /* the window closed */
+        fprintf(stderr, "alloc_count: live heap at window open %ld B, peak in window %ld B "
+                        "(+%ld B), at close %ld B\n",
+                atomic_load(&live_at_open), atomic_load(&live_peak),
+                atomic_load(&live_peak) - atomic_load(&live_at_open), atomic_load(&live_bytes));
 }
 
 EXPORT void parley_bench_alloc_read(long *allocs, long *frees, long *bytes)
@@ -72,38 +116,52 @@ EXPORT void parley_bench_alloc_read(long *allocs, long *frees, long *bytes)
 EXPORT void *malloc(size_t size)
 {
     count(size);
-    return __libc_malloc(size);
+    void *p = __libc_malloc(size);
+    live_add(p, 0);
+    return p;
 }
 
 EXPORT void *calloc(size_t n, size_t size)
 {
     count(n * size);
-    return __libc_calloc(n, size);
+    void *p = __libc_calloc(n, size);
+    live_add(p, 0);
+    return p;
 }
 
 EXPORT void *realloc(void *p, size_t size)
 {
     count(size);
-    return __libc_realloc(p, size);
+    size_t old = usable(p);
+    void *q = __libc_realloc(p, size);
+    if (q || size == 0)
+        live_add(q, old);
+    return q;
 }
 
 EXPORT void free(void *p)
 {
     if (p && atomic_load_explicit(&counting, memory_order_relaxed))
         atomic_fetch_add_explicit(&n_frees, 1, memory_order_relaxed);
+    if (p && live_on())
+        atomic_fetch_sub_explicit(&live_bytes, (long)malloc_usable_size(p), memory_order_relaxed);
     __libc_free(p);
 }
 
 EXPORT void *memalign(size_t alignment, size_t size)
 {
     count(size);
-    return __libc_memalign(alignment, size);
+    void *p = __libc_memalign(alignment, size);
+    live_add(p, 0);
+    return p;
 }
 
 EXPORT void *aligned_alloc(size_t alignment, size_t size)
 {
     count(size);
-    return __libc_memalign(alignment, size);
+    void *p = __libc_memalign(alignment, size);
+    live_add(p, 0);
+    return p;
 }
 
 EXPORT int posix_memalign(void **out, size_t alignment, size_t size)
@@ -112,6 +170,7 @@ EXPORT int posix_memalign(void **out, size_t alignment, size_t size)
         return EINVAL;
     count(size);
     void *p = __libc_memalign(alignment, size);
+    live_add(p, 0);
     if (!p && size)
         return ENOMEM;
     *out = p;
@@ -121,11 +180,15 @@ EXPORT int posix_memalign(void **out, size_t alignment, size_t size)
 EXPORT void *valloc(size_t size)
 {
     count(size);
-    return __libc_valloc(size);
+    void *p = __libc_valloc(size);
+    live_add(p, 0);
+    return p;
 }
 
 EXPORT void *pvalloc(size_t size)
 {
     count(size);
-    return __libc_pvalloc(size);
+    void *p = __libc_pvalloc(size);
+    live_add(p, 0);
+    return p;
 }

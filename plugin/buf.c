@@ -129,6 +129,17 @@ void pbuf_reset(pbuf *b)
         b->data[0] = '\0';
 }
 
+void pbuf_fit(pbuf *b)
+{
+    if (!b->data || b->oom || b->len + 1 >= b->cap)
+        return;
+    char *p = realloc(b->data, b->len + 1);
+    if (p) {
+        b->data = p;
+        b->cap = b->len + 1;
+    }
+}
+
 char *pbuf_take(pbuf *b)
 {
     if (b->oom) {

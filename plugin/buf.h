@@ -30,6 +30,8 @@ void pbuf_json_string(pbuf *b, const char *s, size_t n);
 /* Make room for `extra` more bytes; returns 0, or -1 (and sets oom). */
 int pbuf_reserve(pbuf *b, size_t extra);
 void pbuf_reset(pbuf *b);  /* len = 0, keep the memory */
+/* Give back the room past the data (the contents stay; a failure keeps the room). */
+void pbuf_fit(pbuf *b);
 /* Hand the data to the caller (never NULL unless oom; "" when empty); the buffer is reset. */
 char *pbuf_take(pbuf *b);
 void pbuf_free(pbuf *b);

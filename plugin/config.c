@@ -41,6 +41,7 @@ static int setup_http(agent_config *c)
         .request_timeout_ms = o->stream ? 0 : (long)o->request_timeout_ms,
         .verify_tls = o->verify_tls,
         .max_response_bytes = (size_t)o->max_response_bytes,
+        .generation = http_config_generation(),
     };
     return 0;
 }

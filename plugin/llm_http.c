@@ -2,6 +2,7 @@
 #include "llm_http.h"
 
 #include <errno.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -37,6 +38,12 @@ static size_t on_body(char *data, size_t size, size_t nmemb, void *ud)
             return 0;
         }
         return n;
+    }
+    if (!c->body.cap) { /* the first piece: room for the whole answer when its length is known */
+        curl_off_t length = -1;
+        curl_easy_getinfo(c->easy, CURLINFO_CONTENT_LENGTH_DOWNLOAD_T, &length);
+        if (length > (curl_off_t)n && (size_t)length <= c->max_bytes)
+            pbuf_reserve(&c->body, (size_t)length);
     }
     pbuf_append(&c->body, data, n);
     return c->body.oom ? 0 : n;
@@ -101,6 +108,12 @@ static size_t on_header(char *data, size_t size, size_t nmemb, void *ud)
     return n;
 }
 
+uint64_t http_config_generation(void)
+{
+    static _Atomic uint64_t last;
+    return atomic_fetch_add(&last, 1) + 1;
+}
+
 char *http_display_url(const char *url)
 {
     CURLU *h = curl_url();
@@ -123,13 +136,11 @@ char *http_display_url(const char *url)
 /* How many freed calls keep their easy handle for the next request, at most:
  * enough for the transfers one loop iteration ends, not the whole cap. */
 #define SPARE_CALLS_MAX 256
-/* A spare call keeps its body buffer unless it grew past this (a big answer). */
-#define SPARE_BODY_MAX (64 * 1024)
-/* libcurl's receive buffer per transfer: one page instead of its default
- * 16 KiB.  Answers come in small pieces (SSE events, a few KB of JSON), a
- * bigger one just takes more reads, and at 10,000 transfers in flight the
- * default costs about 6 KiB of RSS each (docs/performance.md). */
-#define RECEIVE_BUFFER_BYTES 4096L
+/* libcurl's receive buffer per transfer, which it holds for the whole wait:
+ * its minimum, 1 KiB, instead of its default 16 KiB.  Answers come in small
+ * pieces (SSE events, a few KB of JSON); a bigger one that arrives at once
+ * just takes more reads (docs/performance.md, "Memory per in-flight turn"). */
+#define RECEIVE_BUFFER_BYTES 1024L
 
 /* The slot of descriptor s, the table grown to hold it; NULL when out of memory. */
 static http_fd *fd_slot(http_pool *p, curl_socket_t s)
@@ -372,6 +383,7 @@ http_done *http_pool_take_done(http_pool *p, size_t *n_out)
                 p->done = d;
                 p->done_cap = cap;
             }
+            c->finished_ok = msg->data.result == CURLE_OK;
             p->done[n].call = c;
             p->done[n].result = msg->data.result;
             n++;
@@ -431,7 +443,8 @@ static void pool_start_waiting(http_pool *p)
     }
 }
 
-/* A call to configure: a spare one (its easy handle reset), or a new one. */
+/* A call for a new request: a spare one (its easy handle still set up for
+ * the config it last ran with), or a new one. */
 static http_call *call_new(http_pool *pool)
 {
     http_call *c = pool->spare;
@@ -439,11 +452,10 @@ static http_call *call_new(http_pool *pool)
         pool->spare = c->wait_next;
         pool->nspare--;
         CURL *easy = c->easy;
-        pbuf body = c->body;
-        pbuf_reset(&body);
+        uint64_t configured = c->configured;
         memset(c, 0, sizeof *c);
         c->easy = easy;
-        c->body = body;
+        c->configured = configured;
         return c;
     }
     if (!(c = calloc(1, sizeof *c)))
@@ -455,19 +467,76 @@ static http_call *call_new(http_pool *pool)
     return c;
 }
 
-/* Keep the call and its easy handle for the next request, or free them. */
+/* Keep the call and its easy handle (as configured) for the next request,
+ * or free them.  Its answer buffer goes either way: a spare call would carry
+ * it through its next request's whole wait. */
 static void call_recycle(http_pool *p, http_call *c)
 {
-    if (p->nspare >= SPARE_CALLS_MAX || p->nspare >= p->max_active || c->body.cap > SPARE_BODY_MAX) {
+    pbuf_free(&c->body);
+    if (p->nspare >= SPARE_CALLS_MAX || p->nspare >= p->max_active) {
         curl_easy_cleanup(c->easy);
-        pbuf_free(&c->body);
         free(c);
         return;
     }
-    curl_easy_reset(c->easy); /* back to defaults; the multi handles keep the connections */
+    /* libcurl counts the times it resent a request on a closed kept-alive
+     * connection (giving up after 5) per easy handle, and only a reset
+     * zeroes that count: after a resend, or a transfer that did not end
+     * cleanly (it may have resent before failing), start afresh. */
+    if (c->sends != 1 || !c->finished_ok) {
+        curl_easy_reset(c->easy);
+        c->configured = 0;
+    }
     c->wait_next = p->spare;
     p->spare = c;
     p->nspare++;
+}
+
+/* CURLOPT_PREREQFUNCTION: the request is about to go out (again, on a resend). */
+static int on_prereq(void *ud, char *remote_ip, char *local_ip, int remote_port, int local_port)
+{
+    (void)remote_ip, (void)local_ip, (void)remote_port, (void)local_port;
+    http_call *c = ud;
+    c->sends++;
+    return CURL_PREREQFUNC_OK;
+}
+
+/*
+ * Everything but the body: set once per easy handle and config, since each
+ * setopt of a URL or protocol list parses and copies it again.  The pointers
+ * to the call itself stay right because a call keeps its easy handle for
+ * life (call_new, call_recycle).
+ */
+static void call_configure(http_call *c, const http_config *cfg)
+{
+    CURL *e = c->easy;
+    if (c->configured)
+        curl_easy_reset(e); /* another config: nothing of the old one may stay */
+    curl_easy_setopt(e, CURLOPT_URL, cfg->url);
+    curl_easy_setopt(e, CURLOPT_POST, 1L);
+    curl_easy_setopt(e, CURLOPT_HTTPHEADER, cfg->headers);
+    curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, on_body);
+    curl_easy_setopt(e, CURLOPT_WRITEDATA, c);
+    curl_easy_setopt(e, CURLOPT_HEADERFUNCTION, on_header);
+    curl_easy_setopt(e, CURLOPT_HEADERDATA, c);
+    curl_easy_setopt(e, CURLOPT_PREREQFUNCTION, on_prereq);
+    curl_easy_setopt(e, CURLOPT_PREREQDATA, c);
+    curl_easy_setopt(e, CURLOPT_PRIVATE, c);
+    curl_easy_setopt(e, CURLOPT_ERRORBUFFER, c->error);
+    curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, cfg->connect_timeout_ms);
+    curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, cfg->request_timeout_ms);
+    curl_easy_setopt(e, CURLOPT_SSL_VERIFYPEER, cfg->verify_tls ? 1L : 0L);
+    curl_easy_setopt(e, CURLOPT_SSL_VERIFYHOST, cfg->verify_tls ? 2L : 0L);
+    curl_easy_setopt(e, CURLOPT_TCP_KEEPALIVE, 1L);
+    curl_easy_setopt(e, CURLOPT_PROTOCOLS_STR, "http,https");
+    /* Expect: 100-continue would cost a round trip on every large body. */
+    curl_easy_setopt(e, CURLOPT_EXPECT_100_TIMEOUT_MS, 0L);
+    curl_easy_setopt(e, CURLOPT_BUFFERSIZE, RECEIVE_BUFFER_BYTES);
+    curl_easy_setopt(e, CURLOPT_OPENSOCKETFUNCTION, on_open_socket);
+    curl_easy_setopt(e, CURLOPT_OPENSOCKETDATA, c->pool);
+    curl_easy_setopt(e, CURLOPT_CLOSESOCKETFUNCTION, on_close_socket);
+    curl_easy_setopt(e, CURLOPT_CLOSESOCKETDATA, c->pool);
+    c->configured = cfg->generation;
 }
 
 http_call *http_call_start(http_pool *pool, const http_config *cfg, const char *body, size_t len,
@@ -482,32 +551,11 @@ http_call *http_call_start(http_pool *pool, const http_config *cfg, const char *
     c->max_bytes = cfg->max_response_bytes;
     c->retry_after_ms = -1;
     c->display_url = cfg->display_url ? cfg->display_url : "the LLM server";
-    CURL *e = c->easy;
-    curl_easy_setopt(e, CURLOPT_URL, cfg->url);
-    curl_easy_setopt(e, CURLOPT_POST, 1L);
-    curl_easy_setopt(e, CURLOPT_POSTFIELDS, body);
-    curl_easy_setopt(e, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)len);
-    curl_easy_setopt(e, CURLOPT_HTTPHEADER, cfg->headers);
-    curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, on_body);
-    curl_easy_setopt(e, CURLOPT_WRITEDATA, c);
-    curl_easy_setopt(e, CURLOPT_HEADERFUNCTION, on_header);
-    curl_easy_setopt(e, CURLOPT_HEADERDATA, c);
-    curl_easy_setopt(e, CURLOPT_PRIVATE, c);
-    curl_easy_setopt(e, CURLOPT_ERRORBUFFER, c->error);
-    curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
-    curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, cfg->connect_timeout_ms);
-    curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, cfg->request_timeout_ms);
-    curl_easy_setopt(e, CURLOPT_SSL_VERIFYPEER, cfg->verify_tls ? 1L : 0L);
-    curl_easy_setopt(e, CURLOPT_SSL_VERIFYHOST, cfg->verify_tls ? 2L : 0L);
-    curl_easy_setopt(e, CURLOPT_TCP_KEEPALIVE, 1L);
-    curl_easy_setopt(e, CURLOPT_PROTOCOLS_STR, "http,https");
-    /* Expect: 100-continue would cost a round trip on every large body. */
-    curl_easy_setopt(e, CURLOPT_EXPECT_100_TIMEOUT_MS, 0L);
-    curl_easy_setopt(e, CURLOPT_BUFFERSIZE, RECEIVE_BUFFER_BYTES);
-    curl_easy_setopt(e, CURLOPT_OPENSOCKETFUNCTION, on_open_socket);
-    curl_easy_setopt(e, CURLOPT_OPENSOCKETDATA, pool);
-    curl_easy_setopt(e, CURLOPT_CLOSESOCKETFUNCTION, on_close_socket);
-    curl_easy_setopt(e, CURLOPT_CLOSESOCKETDATA, pool);
+    if (c->configured != cfg->generation || !cfg->generation)
+        call_configure(c, cfg);
+    /* What changes from request to request: only the body. */
+    curl_easy_setopt(c->easy, CURLOPT_POSTFIELDS, body);
+    curl_easy_setopt(c->easy, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)len);
     if (pool->active < pool->max_active && !pool->wait_head) {
         if (call_add(c) != 0) {
             call_recycle(pool, c);

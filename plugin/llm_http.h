@@ -36,7 +36,13 @@ typedef struct http_config {
     long request_timeout_ms;
     int verify_tls;
     size_t max_response_bytes;
+    uint64_t generation;           /* http_config_generation(): a spare easy handle configured
+                                      for this number is configured for this config */
 } http_config;
+
+/* A number no other http_config has had in this process (never 0): a freed
+ * config's address may come back for another, its generation does not. */
+uint64_t http_config_generation(void);
 
 /*
  * Receives the body of a 2xx answer; returns 0 for more, HTTP_SINK_COMPLETE
@@ -146,6 +152,10 @@ struct http_call {
     size_t header_bytes;     /* response header bytes seen (the response began) */
     int headers_done;        /* a final (non-1xx) header block ended */
     const char *display_url;
+    int sends;               /* times libcurl sent this request (it resends on a kept-alive
+                                connection found closed) */
+    int finished_ok;         /* its transfer ended with CURLE_OK (http_pool_take_done) */
+    uint64_t configured;     /* the http_config generation `easy` is set up for, 0: none */
     char error[CURL_ERROR_SIZE];
 };
 

@@ -57,8 +57,21 @@ void turn_free(turn *t)
     free(t->answer);
     provider_stream_free(t->stream);
     free_calls(t);
+    free(t->persona_opts);
     config_unref(t->cfg);
     free(t);
+}
+
+int turn_apply_persona(turn *t)
+{
+    t->opts = &t->cfg->opts;
+    if (!t->persona_def)
+        return 0;
+    if (!t->persona_opts && !(t->persona_opts = malloc(sizeof *t->persona_opts)))
+        return -1;
+    persona_apply(t->persona_def, &t->cfg->opts, t->persona_opts);
+    t->opts = t->persona_opts;
+    return 0;
 }
 
 /* ======================================================================
@@ -69,7 +82,8 @@ void turn_free(turn *t)
 static void record_message(turn *t, const char *role, const pbuf *msg)
 {
     if (t->nmessages == t->message_index_cap) {
-        size_t cap = t->message_index_cap ? t->message_index_cap * 2 : 4;
+        /* 2 first: a turn without tools has two messages (it is kept during the wait) */
+        size_t cap = t->message_index_cap ? t->message_index_cap * 2 : 2;
         turn_message *more = realloc(t->message_index, cap * sizeof *more);
         if (!more) {
             t->messages.oom = 1;
@@ -367,12 +381,12 @@ static void turn_load_history(turn *t)
 {
     const turn_env *env = t->env;
     store_key key = key_of(t);
-    size_t last = (size_t)t->opts.max_history_turns;
+    size_t last = (size_t)t->opts->max_history_turns;
     if (t->counters && last)
         last++;
     if (t->append)
         last = 1; /* an append only takes the lease: read as little as the store allows */
-    size_t window = (size_t)t->opts.max_history_turns; /* what is sent: reply_to's window */
+    size_t window = (size_t)t->opts->max_history_turns; /* what is sent: reply_to's window */
     if (env->jobs) { /* WAIT loading: the store's read thread loads */
         store_job *job = store_job_new(STORE_JOB_LOAD, &key);
         if (job) {
@@ -481,8 +495,8 @@ void turn_on_history(turn *t, parley_status status, const char *message)
         append_commit(t);
         return;
     }
-    if (t->counters && t->opts.max_history_turns &&
-        drop_oldest_turn(&t->history, (size_t)t->opts.max_history_turns))
+    if (t->counters && t->opts->max_history_turns &&
+        drop_oldest_turn(&t->history, (size_t)t->opts->max_history_turns))
         atomic_fetch_add(&t->counters->truncations, 1);
     add_reply_context(t);
     record_user_message(t);
@@ -552,7 +566,7 @@ static int stream_sink(void *owner, const char *data, size_t len)
  */
 static char *system_prompt(const turn *t)
 {
-    const char *prompt = t->opts.prompt, *extra = t->extra_system_prompt;
+    const char *prompt = t->opts->prompt, *extra = t->extra_system_prompt;
     const char *note = t->reply.outcome == REPLY_INCLUDED ? REPLY_CONTEXT_NOTE : NULL;
     int has_prompt = prompt && *prompt, has_extra = extra && *extra;
     return pstr_printf("%s%s%s%s%s", has_prompt ? prompt : "",
@@ -575,7 +589,7 @@ static int render_request(turn *t, char **err)
     char *system = system_prompt(t);
     int rc = -1;
     if ((messages || prov->reads_history_text) && system) {
-        const char *prompt = t->opts.prompt;
+        const char *prompt = t->opts->prompt;
         provider_request r = {
             .system = system,
             .system_fixed_len = prompt ? strlen(prompt) : 0,
@@ -588,7 +602,7 @@ static int render_request(turn *t, char **err)
             .tools_json = toolset_json(t->tools),
             .tool_choice_none = t->tool_rounds >= t->cfg->opts.max_tool_iterations,
         };
-        rc = prov->encode(&t->body, &t->opts, &r, err); /* the persona's model, sampling */
+        rc = prov->encode(&t->body, t->opts, &r, err); /* the persona's model, sampling */
     } else if (!*err) {
         *err = pstr_printf("out of memory");
     }
@@ -612,6 +626,9 @@ static void turn_request(turn *t)
         free(err);
         return;
     }
+    /* The body stays allocated for the whole wait (libcurl may send it again
+     * on a fresh connection): keep only its bytes, not the render's margin. */
+    pbuf_fit(&t->body);
     if (t->cfg->opts.debug_log_bodies)
         host_log(t->env->host, PARLEY_LOG_DEBUG, "turn %s request: %s", t->turn_id, t->body.data);
     provider_stream_free(t->stream);

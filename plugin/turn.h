@@ -115,8 +115,10 @@ struct turn {
     char *persona_name;       /* the input's persona, NULL for none */
     const persona_spec *persona_def; /* its settings, in cfg; NULL: the agent's own */
     persona_counters *counters; /* the persona's metrics; NULL without a persona (or OOM) */
-    parley_options opts;      /* what its requests use: cfg->opts with the persona's overrides
-                                 (a shallow copy: strings borrowed from cfg) */
+    const parley_options *opts; /* what its requests use: &cfg->opts, or persona_opts */
+    parley_options *persona_opts; /* with a persona: cfg->opts with its overrides (a shallow
+                                 copy: strings borrowed from cfg), else NULL; out of line,
+                                 since most turns have no persona (turn_apply_persona) */
     image_list images;        /* the input's images, checked */
     pbuf stored_user;         /* the user message as stored, when it differs from the sent one
                                  (images as placeholders); empty: the same */
@@ -179,6 +181,9 @@ struct turn {
 };
 
 void turn_free(turn *t);
+
+/* Set t->opts from t->cfg and t->persona_def: 0, or -1 out of memory. */
+int turn_apply_persona(turn *t);
 
 /* Worker-thread events. */
 void turn_begin(turn *t);

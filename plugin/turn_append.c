@@ -99,7 +99,8 @@ static int build(turn *t, agent_config *cfg, const selector *sel, char **err)
         if (!(t->persona_name = strdup(persona)))
             return -2;
     }
-    persona_apply(t->persona_def, &cfg->opts, &t->opts);
+    if (turn_apply_persona(t) != 0)
+        return -2;
     t->persona = t->persona_name ? t->persona_name : "";
     if (!(t->conversation_id = strdup(sel->key.conversation_id)))
         return -2;

@@ -171,7 +171,10 @@ static int resolve_persona(turn *t, const agent_config *cfg, const parley_input 
             return -2;
         }
     }
-    persona_apply(t->persona_def, &cfg->opts, &t->opts);
+    if (turn_apply_persona(t) != 0) {
+        *err = pstr_printf("out of memory");
+        return -2;
+    }
     return 0;
 }
 
