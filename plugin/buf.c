@@ -5,6 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "json_word.h"
+
 int pbuf_reserve(pbuf *b, size_t extra)
 {
     if (b->oom)
@@ -80,9 +82,16 @@ void pbuf_json_string(pbuf *b, const char *s, size_t n)
     const unsigned char *u = (const unsigned char *)s;
     /* Measure first, then reserve exactly: a worst-case reservation (6 bytes
      * a byte) grew request bodies, which stay allocated while in flight. */
-    size_t extra = 0;
-    for (size_t i = 0; i < n; i++)
-        extra += json_escape_extra[u[i]];
+    size_t extra = 0, i = 0;
+    for (;;) {
+        while (n - i >= 8 && !json_word_special(json_word_load(s + i)))
+            i += 8; /* plain text, 8 bytes at a time */
+        if (i == n)
+            break;
+        size_t stop = n - i >= 8 ? i + 8 : n;
+        for (; i < stop; i++)
+            extra += json_escape_extra[u[i]];
+    }
     if (pbuf_reserve(b, n + extra + 2) != 0)
         return;
     char *o = b->data + b->len;
@@ -91,9 +100,11 @@ void pbuf_json_string(pbuf *b, const char *s, size_t n)
         memcpy(o, s, n);
         o += n;
     } else {
-        size_t i = 0;
+        i = 0;
         while (i < n) {
             size_t run = i;
+            while (n - run >= 8 && !json_word_special(json_word_load(s + run)))
+                run += 8;
             while (run < n && !json_escape_extra[u[run]])
                 run++;
             memcpy(o, s + i, run - i);

@@ -9,6 +9,7 @@
  * trailing commas; nothing after the root value but whitespace.
  */
 #include "json_scan.h"
+#include "json_word.h"
 
 #include <stdint.h>
 #include <stdlib.h>
@@ -188,21 +189,6 @@ static char simple_escape(char c)
     }
 }
 
-/* 1 when none of the 8 bytes at p ends a plain run: no byte below 0x20 or
-   above 0x7F, no '"', no '\\'.  The usual SWAR tests: (x - 0x01..) & ~x
-   has some high bit set if and only if some byte of x is 0 (and with 0x20..,
-   below 0x20) when no byte of x is above 0x7F -- and those stop it anyway. */
-static int word_is_plain(const char *p)
-{
-    const uint64_t ones = 0x0101010101010101u, highs = 0x8080808080808080u;
-    uint64_t w;
-    memcpy(&w, p, sizeof w);
-    uint64_t quote = w ^ (ones * '"'), backslash = w ^ (ones * '\\');
-    uint64_t stop = ((w - ones * 0x20) & ~w) | ((quote - ones) & ~quote) |
-                    ((backslash - ones) & ~backslash) | w;
-    return (stop & highs) == 0;
-}
-
 int jscan_string(jscan *s, jscan_str *out)
 {
     skip_ws(s);
@@ -215,7 +201,7 @@ int jscan_string(jscan *s, jscan_str *out)
     size_t len = 0;
     for (;;) {
         const char *run = p; /* plain ASCII, the common case: 8 bytes at a time */
-        while (end - p >= 8 && word_is_plain(p))
+        while (end - p >= 8 && !json_word_not_ascii_plain(json_word_load(p)))
             p += 8;
         while (p < end && (unsigned char)*p >= 0x20 && (unsigned char)*p < 0x80 && *p != '"' &&
                *p != '\\')

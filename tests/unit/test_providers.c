@@ -126,14 +126,22 @@ static void check_request(const char *name, json_t *conv)
  * real end, and give the same body as decoding every message with jansson. */
 static void check_stored_text_escapes(void)
 {
-    static const char *const contents[] = {
+    static const char *const tails[] = {
         "a\\\\", "\\\"", "x\\\\\\\"y", "\\\\\\\\", "}{][,\\\"", "q\\\\\\\\\\\"\\\\", "",
     };
+    /* Each tail alone (a short string) and after 20 to 40 bytes (where the
+     * scan switches from byte by byte to memchr). */
+    char contents[7 * 22][64];
+    size_t ncontents = 0;
+    for (size_t t = 0; t < sizeof tails / sizeof tails[0]; t++)
+        for (size_t pad = 0; pad <= 40; pad += pad < 20 ? 20 : 1)
+            snprintf(contents[ncontents++], sizeof contents[0], "%.*s%s", (int)pad,
+                     "xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx", tails[t]);
     parley_options o;
     char *err = NULL;
     CHECK(options_parse("{\"provider\":\"openai\",\"model\":\"m\"}", &o, &err) == 0);
     const provider *p = provider_find("openai");
-    for (size_t i = 0; i < sizeof contents / sizeof contents[0]; i++) {
+    for (size_t i = 0; i < ncontents; i++) {
         for (int extra_key = 0; extra_key < 2; extra_key++) {
             /* extra_key: a stored-only key, so the message is re-rendered, not copied */
             char text[256];
