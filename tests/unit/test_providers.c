@@ -129,8 +129,7 @@ static void check_stored_text_escapes(void)
     static const char *const tails[] = {
         "a\\\\", "\\\"", "x\\\\\\\"y", "\\\\\\\\", "}{][,\\\"", "q\\\\\\\\\\\"\\\\", "",
     };
-    /* Each tail alone (a short string) and after 20 to 40 bytes (where the
-     * scan switches from byte by byte to memchr). */
+    /* Each tail alone, and after 20 to 40 plain bytes. */
     char contents[7 * 22][64];
     size_t ncontents = 0;
     for (size_t t = 0; t < sizeof tails / sizeof tails[0]; t++)
