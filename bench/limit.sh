@@ -16,7 +16,8 @@
 # the same run, each in a process of its own (CPU: getrusage of that process).
 #
 # Environment:
-#   SEQ_RUNS=5 CONC_RUNS=3   repetitions (the table gives medians)
+#   SEQ_RUNS=9 CONC_RUNS=3   repetitions (the table gives medians; scenario 1 is short
+#                            and its server cost moves with CPU placement: nine runs)
 #   COUNT_ALLOCS=0           skip the counting pass
 #   PARLEY_BENCH_ARGS        extra parley-bench options (they come last, so they win),
 #                            e.g. "--conc-conversations 2000"
@@ -24,7 +25,7 @@ set -eu
 
 src=$(cd "$(dirname "$0")/.." && pwd)
 build=${1:-$src/build-bench}
-seq_runs=${SEQ_RUNS:-5}
+seq_runs=${SEQ_RUNS:-9}
 conc_runs=${CONC_RUNS:-3}
 phase_timeout=300 # a loaded machine: Parley's 30,000 turns took a minute at load 13
 

@@ -58,6 +58,7 @@
 #include <parley/plugin.h>
 #include <poll.h>
 #include <pthread.h>
+#include <sched.h>
 #include <semaphore.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -115,6 +116,7 @@ static struct config {
     int fsync_delay_ms;         /* SQLite phases: every fsync takes this long (a slow disk) */
     int limit;                  /* also run the raw epoll client (scenarios 1 and 2) */
     int count_allocs;           /* the counting pass: allocations per turn (LD_PRELOAD) */
+    int pin_cpus;               /* fake server on the last CPU, every client on CPU 0 */
     int verbose;
 } cfg = {
     .plugin = PARLEY_BENCH_PLUGIN,
@@ -132,6 +134,21 @@ static struct config {
     .history_sync = "normal",
     .limit = 1,
 };
+
+/* --pin-cpus: one process on one CPU, so that where the scheduler puts the
+ * fake server (its cost per request doubles on some placements) no longer
+ * moves the sequential ratios.  Only with 2 CPUs or more. */
+static void pin_to_cpu(int cpu)
+{
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    CPU_SET(cpu, &set);
+    if (sched_setaffinity(0, sizeof set, &set) != 0)
+        fprintf(stderr, "parley-bench: cannot pin to CPU %d: %s\n", cpu, strerror(errno));
+}
+
+static int pinning(void) { return cfg.pin_cpus && sysconf(_SC_NPROCESSORS_ONLN) >= 2; }
+
 
 /* Five Home-Assistant-like tools, declared in the agent's options. */
 static const char TOOLS_JSON[] =
@@ -341,6 +358,8 @@ static void server_start(struct server *s, const char *tag, int latency_ms, int 
     if (pid == 0) {
         prctl(PR_SET_PDEATHSIG, SIGKILL); /* never outlive the bench */
         unsetenv("LD_PRELOAD"); /* the counting pass counts the bench, not the server */
+        if (pinning())
+            pin_to_cpu((int)sysconf(_SC_NPROCESSORS_ONLN) - 1);
         int devnull = open("/dev/null", O_WRONLY);
         if (devnull >= 0)
             dup2(devnull, STDOUT_FILENO); /* it prints "listening on N" */
@@ -482,6 +501,8 @@ static struct result run_phase(phase_fn fn)
         close(fds[0]);
         prctl(PR_SET_PDEATHSIG, SIGKILL);
         raise_nofile();
+        if (pinning())
+            pin_to_cpu(0);
         fn(&r);
         ssize_t w = write(fds[1], &r, sizeof r);
         _exit(w == (ssize_t)sizeof r ? 0 : 1);
@@ -1766,6 +1787,8 @@ static void usage(FILE *out)
             "  --phase-timeout-s N             kill a phase after N s (120)\n"
             "  --summary-file PATH             also write the medians as key=value lines\n"
             "  --no-limit                      scenarios 1 and 2 without the raw epoll client\n"
+            "  --pin-cpus                      the fake server on the last CPU, each client on CPU 0\n"
+            "                                  (steadier sequential ratios; see docs/performance.md)\n"
             "  --count-allocs                  the counting pass: re-run under LD_PRELOAD=%s\n"
             "                                  and count heap allocations per turn in every\n"
             "                                  measured window (its timings are not the benchmark's)\n"
@@ -1803,6 +1826,10 @@ int main(int argc, char **argv)
         }
         if (strcmp(a, "--count-allocs") == 0) {
             cfg.count_allocs = 1;
+            continue;
+        }
+        if (strcmp(a, "--pin-cpus") == 0) {
+            cfg.pin_cpus = 1;
             continue;
         }
         if (!v) {
