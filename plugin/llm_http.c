@@ -191,8 +191,12 @@ static int on_socket(CURL *easy, curl_socket_t s, int what, void *userp, void *s
             fd_unregister(p, s, f);
         return 0;
     }
+    /* Never return -1 below: libcurl then marks the whole multi handle dead
+     * and fails every transfer of the shard, not just this one.  A socket
+     * that cannot be watched leaves only its own transfer waiting for its
+     * timeouts (or for its next change of events, which tries again). */
     if (!f)
-        return -1; /* out of memory: curl fails the transfer */
+        return 0; /* out of memory: the descriptor table could not grow */
     uint8_t events = (uint8_t)((what & CURL_POLL_IN ? EPOLLIN : 0u) | (what & CURL_POLL_OUT ? EPOLLOUT : 0u));
     f->wanted = 1;
     f->shard = sh->index;
@@ -214,10 +218,13 @@ static int on_socket(CURL *easy, curl_socket_t s, int what, void *userp, void *s
         } else if (errno == EEXIST) {
             op = EPOLL_CTL_MOD;
         } else {
-            return -1;
+            fd_unregister(p, s, f);
+            return 0;
         }
-        if (epoll_ctl(p->epoll_fd, op, s, &ev) != 0)
-            return -1;
+        if (epoll_ctl(p->epoll_fd, op, s, &ev) != 0) {
+            fd_unregister(p, s, f);
+            return 0;
+        }
     }
     f->registered = 1;
     f->events = events;

@@ -326,6 +326,27 @@ class IdleConnectionClosed(ParleyTestCase):
             server.close()
 
 
+class UnwatchableSocket(ParleyTestCase):
+    """A socket the worker cannot add to its epoll set (epoll_ctl failing, as
+    the kernel may with ENOMEM) costs at most its own transfer: telling libcurl
+    so from the socket callback would fail every transfer of the multi handle."""
+
+    def test_one_failed_epoll_add_spares_the_other_turn(self):
+        fault = os.path.join(BUILD, "tests", "epoll_fault.so")
+        with FakeLLM("--latency-ms", "300") as fake:  # both transfers in flight at once
+            env = {"LD_PRELOAD": fault, "PARLEY_FAULT_EPOLL_ADD": "2",
+                   # the sanitizer runtime need not come first: this library intercepts nothing of it
+                   "ASAN_OPTIONS": os.environ.get("ASAN_OPTIONS", "") + ":verify_asan_link_order=0"}
+            run = self.run_ok([{"text": "one", "conversation_id": "a"},
+                               {"text": "two", "conversation_id": "b"}],
+                              options(fake, request_timeout_ms=int(5000 * SLOW)), concurrency=2,
+                              env=env)
+            self.assertTurnOk(run.by_seq(1))
+            two = run.by_seq(2)  # its socket was added again on its next events, or it timed out
+            if two.get("error"):
+                self.assertNotIn("callback", two["error"]["message"])
+
+
 class StatusAndHeaders(ParleyTestCase):
     """Defect 3 (statuses, header overflow) and issue 16: same status whatever the mode."""
 
