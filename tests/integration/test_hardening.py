@@ -128,6 +128,28 @@ REPLY = {"id": "chatcmpl-tls", "object": "chat.completion", "created": 0, "model
                       "finish_reason": "stop"}]}
 
 
+def read_request(conn):
+    """One HTTP/1.1 request (headers and Content-Length body), or None at EOF."""
+    data = b""
+    while b"\r\n\r\n" not in data:
+        chunk = conn.recv(65536)
+        if not chunk:
+            return None
+        data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    length = 0
+    for line in head.split(b"\r\n")[1:]:
+        name, _, value = line.partition(b":")
+        if name.strip().lower() == b"content-length":
+            length = int(value.strip())
+    while len(body) < length:
+        chunk = conn.recv(65536)
+        if not chunk:
+            return None
+        body += chunk
+    return body
+
+
 class LoopbackServer:
     """A server on a loopback port for the replies the fake LLM cannot give,
     one connection at a time; a subclass answers each in handle(conn)."""
@@ -172,14 +194,8 @@ class TLSServer(LoopbackServer):
         try:
             with self.ctx.wrap_socket(conn, server_side=True) as s:
                 s.settimeout(10)
-                data = b""
-                while b"\r\n\r\n" not in data:
-                    data += s.recv(65536)
-                head, body = data.split(b"\r\n\r\n", 1)
-                length = [int(l.split(b":")[1]) for l in head.split(b"\r\n")
-                          if l.lower().startswith(b"content-length:")][0]
-                while len(body) < length:
-                    body += s.recv(65536)
+                if read_request(s) is None:
+                    return
                 out = json.dumps(REPLY).encode()
                 s.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
                           b"Connection: close\r\nContent-Length: %d\r\n\r\n" % len(out) + out)
@@ -238,12 +254,7 @@ class CutErrorServer(LoopbackServer):
     def handle(self, conn):
         with conn:
             conn.settimeout(10)
-            data = b""
-            while b"\r\n\r\n" not in data:
-                chunk = conn.recv(65536)
-                if not chunk:
-                    break
-                data += chunk
+            read_request(conn)
             self.requests += 1
             conn.sendall(b"HTTP/1.1 401 Unauthorized\r\nContent-Type: text/event-stream\r\n"
                          b"Content-Length: 1000\r\n\r\n"
@@ -280,17 +291,8 @@ class IdleCloseServer(LoopbackServer):
         self.connections += 1
         with conn:
             conn.settimeout(10)
-            data = b""
-            while b"\r\n\r\n" not in data:
-                chunk = conn.recv(65536)
-                if not chunk:
-                    return
-                data += chunk
-            head, body = data.split(b"\r\n\r\n", 1)
-            length = [int(l.split(b":")[1]) for l in head.split(b"\r\n")
-                      if l.lower().startswith(b"content-length:")][0]
-            while len(body) < length:
-                body += conn.recv(65536)
+            if read_request(conn) is None:
+                return
             reply = dict(REPLY, choices=[dict(REPLY["choices"][0], message={
                 "role": "assistant", "content": "reply %d" % self.connections})])
             out = json.dumps(reply).encode()

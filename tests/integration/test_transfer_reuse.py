@@ -11,34 +11,12 @@ import json
 import unittest
 
 from harness import SLOW, FakeLLM, ParleyTestCase, options
-from test_hardening import LoopbackServer  # the accept loop; its tests stay in their module
+from test_hardening import LoopbackServer, read_request  # its tests stay in their module
 
 REPLY = json.dumps({"id": "chatcmpl-reuse", "object": "chat.completion", "created": 0,
                     "model": "fake-model",
                     "choices": [{"index": 0, "message": {"role": "assistant", "content": "again"},
                                  "finish_reason": "stop"}]}).encode()
-
-
-def read_request(conn):
-    """One HTTP/1.1 request (headers and Content-Length body), or None at EOF."""
-    data = b""
-    while b"\r\n\r\n" not in data:
-        chunk = conn.recv(65536)
-        if not chunk:
-            return None
-        data += chunk
-    head, _, body = data.partition(b"\r\n\r\n")
-    length = 0
-    for line in head.split(b"\r\n")[1:]:
-        name, _, value = line.partition(b":")
-        if name.strip().lower() == b"content-length":
-            length = int(value.strip())
-    while len(body) < length:
-        chunk = conn.recv(65536)
-        if not chunk:
-            return None
-        body += chunk
-    return body
 
 
 class DroppingServer(LoopbackServer):
