@@ -235,7 +235,8 @@ static int on_socket(CURL *easy, curl_socket_t s, int what, void *userp, void *s
 static curl_socket_t on_open_socket(void *clientp, curlsocktype purpose, struct curl_sockaddr *a)
 {
     (void)purpose;
-    curl_socket_t s = socket(a->family, a->socktype, a->protocol);
+    /* Close-on-exec: a host that forks and runs a program does not hand it the LLM connections. */
+    curl_socket_t s = socket(a->family, a->socktype | SOCK_CLOEXEC, a->protocol);
     http_fd *f = s >= 0 ? fd_slot(clientp, s) : NULL;
     if (s >= 0 && !f) {
         close(s);

@@ -20,8 +20,8 @@ import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import (BUILD, PLUGIN, SHIM, SLOW, FakeLLM, ParleyTestCase,  # noqa: E402
-                     options, run_shim)
+from harness import (BUILD, PLUGIN, SHIM, SLOW, FakeLLM, InteractiveShim,  # noqa: E402
+                     ParleyTestCase, options, run_shim)
 
 KEY = "sk-Q7x"  # short, like the keys some proxies use: jansson would quote it whole
 
@@ -347,6 +347,40 @@ class UnwatchableSocket(ParleyTestCase):
             two = run.by_seq(2)  # its socket was added again on its next events, or it timed out
             if two.get("error"):
                 self.assertNotIn("callback", two["error"]["message"])
+
+
+def sockets_to_port(pid, port):
+    """The descriptors of process pid that are TCP connections to 127.0.0.1:port."""
+    inodes = set()
+    with open("/proc/%d/net/tcp" % pid) as f:
+        for line in list(f)[1:]:
+            fields = line.split()
+            if int(fields[2].split(":")[1], 16) == port:
+                inodes.add(fields[9])
+    fds = []
+    for fd in os.listdir("/proc/%d/fd" % pid):
+        try:
+            target = os.readlink("/proc/%d/fd/%s" % (pid, fd))
+        except OSError:
+            continue
+        if target.startswith("socket:[") and target[8:-1] in inodes:
+            fds.append(fd)
+    return fds
+
+
+class CloseOnExec(ParleyTestCase):
+    """A host that forks and runs a program must not hand it the LLM connections:
+    the sockets Parley's pool opens are close-on-exec."""
+
+    def test_llm_connections_are_close_on_exec(self):
+        with FakeLLM() as fake, InteractiveShim(options(fake)) as sh:
+            self.assertTurnOk(sh.turn({"text": "hi"}))  # its connection now idles, kept alive
+            fds = sockets_to_port(sh.proc.pid, fake.port)
+            self.assertTrue(fds, "no connection to the fake server found")
+            for fd in fds:
+                with open("/proc/%d/fdinfo/%s" % (sh.proc.pid, fd)) as f:
+                    flags = int([l for l in f if l.startswith("flags:")][0].split()[1], 8)
+                self.assertTrue(flags & os.O_CLOEXEC, "descriptor %s lacks O_CLOEXEC" % fd)
 
 
 class StatusAndHeaders(ParleyTestCase):
