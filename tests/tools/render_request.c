@@ -14,20 +14,7 @@
 #include "options.h"
 #include "provider/provider.h"
 #include "toolset.h"
-
-static char *slurp(const char *path)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return NULL;
-    pbuf b = PBUF_INIT;
-    char chunk[4096];
-    size_t n;
-    while ((n = fread(chunk, 1, sizeof chunk, f)) > 0)
-        pbuf_append(&b, chunk, n);
-    fclose(f);
-    return b.oom ? NULL : pbuf_take(&b);
-}
+#include "../unit/read_file.h" /* the tests' whole-file reader */
 
 int main(int argc, char **argv)
 {
@@ -35,7 +22,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "usage: parley-render OPTIONS.json MESSAGES.json\n");
         return 2;
     }
-    char *opts_text = slurp(argv[1]), *msgs_text = slurp(argv[2]), *err = NULL;
+    char *opts_text = read_file(argv[1], NULL), *msgs_text = read_file(argv[2], NULL), *err = NULL;
     parley_options o;
     int rc = 1;
     json_t *all = msgs_text ? json_loads(msgs_text, 0, NULL) : NULL;
