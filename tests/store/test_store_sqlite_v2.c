@@ -293,29 +293,39 @@ static void test_upgrade_from_v1(int with_id_index)
     free(path);
 }
 
+/* Opening path is refused, with an error naming the file and saying `why`
+ * (and `also`, unless NULL), and leaves the file byte-identical. */
+static void check_refused_unchanged(const char *path, const char *why, const char *also)
+{
+    size_t len_before = 0, len_after = 0;
+    char *before = read_file(path, &len_before);
+    char *err = NULL;
+    store *s = open_path(path, 0, 0, &err);
+    CHECK(s == NULL);
+    if (s)
+        B->close(s);
+    CHECK(err && strstr(err, path) && strstr(err, why) && (!also || strstr(err, also)));
+    if (err && !strstr(err, why))
+        fprintf(stderr, "refusal of %s: %s\n", path, err);
+    free(err);
+    char *after = read_file(path, &len_after);
+    CHECK(before && after && len_before == len_after && memcmp(before, after, len_before) == 0);
+    free(before);
+    free(after);
+}
+
 /* A failed upgrade (the disk full when it writes) refuses the file, says
  * why, and leaves it byte-identical; once writes work it upgrades. */
 static void test_failed_upgrade_changes_nothing(void)
 {
     char *path = fresh_path();
     make_v1_file(path, 0);
-    size_t len_before = 0, len_after = 0;
-    char *before = read_file(path, &len_before);
     FAULT_VFS_SET(fail_writes, SQLITE_FULL);
-    char *err = NULL;
-    store *s = open_path(path, 0, 0, &err);
+    check_refused_unchanged(path, "cannot upgrade it from schema version 1 to 2",
+                            "the file is unchanged");
     FAULT_VFS_SET(fail_writes, 0);
-    CHECK(s == NULL);
-    if (s)
-        B->close(s);
-    CHECK(err && strstr(err, path) && strstr(err, "cannot upgrade it from schema version 1 to 2") &&
-          strstr(err, "the file is unchanged"));
-    free(err);
-    char *after = read_file(path, &len_after);
-    CHECK(before && after && len_before == len_after && memcmp(before, after, len_before) == 0);
     CHECK(pragma_int(path, "PRAGMA user_version") == 1);
-    free(after);
-    s = open_ok(path, 0, 0);
+    store *s = open_ok(path, 0, 0);
     if (s) {
         size_t n = 0;
         free(load(s, "telegram", "kitchen", 0, &n));
@@ -323,7 +333,6 @@ static void test_failed_upgrade_changes_nothing(void)
         B->close(s);
     }
     CHECK(pragma_int(path, "PRAGMA user_version") == 2);
-    free(before);
     free(path);
 }
 
@@ -336,19 +345,7 @@ static void test_v2_without_its_columns_refused(void)
     CHECK(sqlite3_open(path, &db) == SQLITE_OK);
     CHECK(sqlite3_exec(db, "PRAGMA user_version = 2;", NULL, NULL, NULL) == SQLITE_OK);
     sqlite3_close(db);
-    size_t len_before = 0, len_after = 0;
-    char *before = read_file(path, &len_before);
-    char *err = NULL;
-    store *s = open_path(path, 0, 0, &err);
-    CHECK(s == NULL);
-    if (s)
-        B->close(s);
-    CHECK(err && strstr(err, path) && strstr(err, "corrupt (columns missing from schema version 2)"));
-    free(err);
-    char *after = read_file(path, &len_after);
-    CHECK(before && after && len_before == len_after && memcmp(before, after, len_before) == 0);
-    free(before);
-    free(after);
+    check_refused_unchanged(path, "corrupt (columns missing from schema version 2)", NULL);
     free(path);
 }
 
@@ -360,21 +357,7 @@ static int read_only_checks(const char *dir)
     char *path = pstr_printf("%s/v1-read-only.db", dir);
     make_v1_file(path, 1);
     CHECK(chmod(path, 0400) == 0);
-    size_t len_before = 0, len_after = 0;
-    char *before = read_file(path, &len_before);
-    char *err = NULL;
-    store *s = open_path(path, 0, 0, &err);
-    CHECK(s == NULL);
-    if (s)
-        B->close(s);
-    CHECK(err && strstr(err, path) && strstr(err, "cannot upgrade it from schema version 1 to 2"));
-    if (err && !strstr(err, "cannot upgrade"))
-        fprintf(stderr, "read-only v1 refusal: %s\n", err);
-    free(err);
-    char *after = read_file(path, &len_after);
-    CHECK(before && after && len_before == len_after && memcmp(before, after, len_before) == 0);
-    free(before);
-    free(after);
+    check_refused_unchanged(path, "cannot upgrade it from schema version 1 to 2", NULL);
     free(path);
     return check_failed - failed_before;
 }
