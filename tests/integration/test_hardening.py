@@ -438,22 +438,29 @@ class StatusAndHeaders(ParleyTestCase):
 class ConnectionCap(ParleyTestCase):
     """Defect 4: excess turns wait for a connection instead of failing."""
 
-    def test_2000_turns_under_ulimit_256(self):
+    def run_under_nofile(self, nofile, opts, lines, concurrency, timeout):
+        """parley-host with its descriptor limit at `nofile`; it must exit 0.
+        Returns its output lines."""
         def low_limit():
-            resource.setrlimit(resource.RLIMIT_NOFILE, (256, 256))
-        lines = [{"text": "turn %d" % i} for i in range(2000)]
-        with tempfile.TemporaryDirectory() as d, FakeLLM("--latency-ms", "20") as fake:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (nofile, nofile))
+        with tempfile.TemporaryDirectory() as d:
             opt_path = os.path.join(d, "options.json")
             with open(opt_path, "w") as f:
-                json.dump(options(fake, turn_timeout_ms=int(300000 * SLOW),
-                                  request_timeout_ms=int(60000 * SLOW)), f)
+                json.dump(opts, f)
             res = subprocess.run([SHIM, "--plugin", PLUGIN, "--options", opt_path, "--jsonl",
-                                  "--concurrency", "2000"],
+                                  "--concurrency", str(concurrency)],
                                  input="".join(json.dumps(l) + "\n" for l in lines),
-                                 capture_output=True, text=True, timeout=280 * SLOW,
+                                 capture_output=True, text=True, timeout=timeout * SLOW,
                                  preexec_fn=low_limit)
         self.assertEqual(res.returncode, 0, res.stderr[-2000:])
-        out = [json.loads(l) for l in res.stdout.splitlines() if l.strip()]
+        return [json.loads(l) for l in res.stdout.splitlines() if l.strip()]
+
+    def test_2000_turns_under_ulimit_256(self):
+        lines = [{"text": "turn %d" % i} for i in range(2000)]
+        with FakeLLM("--latency-ms", "20") as fake:
+            out = self.run_under_nofile(256, options(fake, turn_timeout_ms=int(300000 * SLOW),
+                                                     request_timeout_ms=int(60000 * SLOW)),
+                                        lines, 2000, 280)
         errors = [l["error"] for l in out if l.get("error")]
         self.assertEqual(errors[:3], [])
         self.assertEqual(len(out), 2000)
@@ -463,22 +470,13 @@ class ConnectionCap(ParleyTestCase):
         # each at most, llm_http.h): their caps must add up to 300 exactly.
         # 400 turns at once under a descriptor limit with room for 300
         # sockets but not 400: every turn succeeds only if the cap holds.
-        def low_limit():
-            resource.setrlimit(resource.RLIMIT_NOFILE, (340, 340))
         lines = [{"text": "turn %d" % i} for i in range(400)]
-        with tempfile.TemporaryDirectory() as d, FakeLLM("--latency-ms", str(int(200 * SLOW))) as fake:
-            opt_path = os.path.join(d, "options.json")
-            with open(opt_path, "w") as f:
-                json.dump(options(fake, max_connections=300, turn_timeout_ms=int(120000 * SLOW),
-                                  request_timeout_ms=int(60000 * SLOW)), f)
-            res = subprocess.run([SHIM, "--plugin", PLUGIN, "--options", opt_path, "--jsonl",
-                                  "--concurrency", "400"],
-                                 input="".join(json.dumps(l) + "\n" for l in lines),
-                                 capture_output=True, text=True, timeout=120 * SLOW,
-                                 preexec_fn=low_limit)
+        with FakeLLM("--latency-ms", str(int(200 * SLOW))) as fake:
+            out = self.run_under_nofile(340, options(fake, max_connections=300,
+                                                     turn_timeout_ms=int(120000 * SLOW),
+                                                     request_timeout_ms=int(60000 * SLOW)),
+                                        lines, 400, 120)
             served = len(fake.chat_requests())
-        self.assertEqual(res.returncode, 0, res.stderr[-2000:])
-        out = [json.loads(l) for l in res.stdout.splitlines() if l.strip()]
         self.assertEqual([l["error"] for l in out if l.get("error")][:3], [])
         self.assertEqual(len(out), 400)
         self.assertEqual(served, 400)
