@@ -162,6 +162,12 @@ static http_fd *fd_slot(http_pool *p, curl_socket_t s)
     return &p->fds[i];
 }
 
+/* What an epoll event of s carries: its generation (bumped on every add) and s. */
+static uint64_t fd_tag(const http_fd *f, curl_socket_t s)
+{
+    return ((uint64_t)f->gen << 32) | (uint32_t)s;
+}
+
 static void fd_unregister(http_pool *p, curl_socket_t s, http_fd *f)
 {
     if (f->registered)
@@ -208,12 +214,12 @@ static int on_socket(CURL *easy, curl_socket_t s, int what, void *userp, void *s
     int op = f->registered ? EPOLL_CTL_MOD : EPOLL_CTL_ADD;
     if (op == EPOLL_CTL_ADD)
         f->gen++;
-    ev.data.u64 = ((uint64_t)f->gen << 32) | (uint32_t)s;
+    ev.data.u64 = fd_tag(f, s);
     if (epoll_ctl(p->epoll_fd, op, s, &ev) != 0) {
         /* Closed and reused behind the table's back (a socket the pool did not open). */
         if (errno == ENOENT) {
             f->gen++;
-            ev.data.u64 = ((uint64_t)f->gen << 32) | (uint32_t)s;
+            ev.data.u64 = fd_tag(f, s);
             op = EPOLL_CTL_ADD;
         } else if (errno == EEXIST) {
             op = EPOLL_CTL_MOD;
@@ -243,9 +249,7 @@ static curl_socket_t on_open_socket(void *clientp, curlsocktype purpose, struct 
         return CURL_SOCKET_BAD;
     }
     if (f) {
-        if (f->registered) /* a number reused after a close the pool did not see */
-            epoll_ctl(((http_pool *)clientp)->epoll_fd, EPOLL_CTL_DEL, s, NULL);
-        f->registered = f->wanted = 0;
+        fd_unregister(clientp, s, f); /* a number reused after a close the pool did not see */
         f->opened = 1;
     }
     return s;
@@ -334,7 +338,7 @@ void http_pool_on_socket(http_pool *p, uint64_t tag, uint32_t events)
     if ((size_t)s >= p->nfds)
         return;
     http_fd *f = &p->fds[s];
-    if (!f->registered || f->gen != (uint32_t)(tag >> 32))
+    if (!f->registered || fd_tag(f, s) != tag)
         return; /* an event of a socket closed since, in the same batch */
     if (!f->wanted) { /* an idle connection woke: the server closed it; curl finds out on reuse */
         fd_unregister(p, s, f);
