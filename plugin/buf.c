@@ -76,57 +76,50 @@ static const unsigned char json_escape_extra[256] = {
     0, 0, 1, ['\\'] = 1,                              /* '"' and '\\' */
 };
 
+/* The index of the first byte at or after i that a JSON string must escape,
+ * or n: plain text is skipped 8 bytes at a time. */
+static size_t plain_run_end(const char *s, size_t i, size_t n)
+{
+    while (n - i >= 8 && !json_word_special(json_word_load(s + i)))
+        i += 8;
+    while (i < n && !json_escape_extra[(unsigned char)s[i]])
+        i++;
+    return i;
+}
+
 void pbuf_json_string(pbuf *b, const char *s, size_t n)
 {
     static const char hex[] = "0123456789abcdef";
-    const unsigned char *u = (const unsigned char *)s;
     /* Measure first, then reserve exactly: a worst-case reservation (6 bytes
      * a byte) grew request bodies, which stay allocated while in flight. */
-    size_t extra = 0, i = 0;
-    for (;;) {
-        while (n - i >= 8 && !json_word_special(json_word_load(s + i)))
-            i += 8; /* plain text, 8 bytes at a time */
-        if (i == n)
-            break;
-        size_t stop = n - i >= 8 ? i + 8 : n;
-        for (; i < stop; i++)
-            extra += json_escape_extra[u[i]];
-    }
+    size_t extra = 0;
+    for (size_t i = plain_run_end(s, 0, n); i < n; i = plain_run_end(s, i + 1, n))
+        extra += json_escape_extra[(unsigned char)s[i]];
     if (pbuf_reserve(b, n + extra + 2) != 0)
         return;
     char *o = b->data + b->len;
     *o++ = '"';
-    if (extra == 0) { /* the usual case: nothing to escape */
-        memcpy(o, s, n);
-        o += n;
-    } else {
-        i = 0;
-        while (i < n) {
-            size_t run = i;
-            while (n - run >= 8 && !json_word_special(json_word_load(s + run)))
-                run += 8;
-            while (run < n && !json_escape_extra[u[run]])
-                run++;
-            memcpy(o, s + i, run - i);
-            o += run - i;
-            if (run == n)
-                break;
-            unsigned char c = u[run];
-            *o++ = '\\';
-            switch (c) {
-            case '"': *o++ = '"'; break;
-            case '\\': *o++ = '\\'; break;
-            case '\n': *o++ = 'n'; break;
-            case '\r': *o++ = 'r'; break;
-            case '\t': *o++ = 't'; break;
-            case '\b': *o++ = 'b'; break;
-            case '\f': *o++ = 'f'; break;
-            default:
-                *o++ = 'u'; *o++ = '0'; *o++ = '0';
-                *o++ = hex[c >> 4]; *o++ = hex[c & 15];
-            }
-            i = run + 1;
+    for (size_t i = 0; i < n;) {
+        size_t run = extra ? plain_run_end(s, i, n) : n; /* nothing to escape: one copy */
+        memcpy(o, s + i, run - i);
+        o += run - i;
+        if (run == n)
+            break;
+        unsigned char c = (unsigned char)s[run];
+        *o++ = '\\';
+        switch (c) {
+        case '"': *o++ = '"'; break;
+        case '\\': *o++ = '\\'; break;
+        case '\n': *o++ = 'n'; break;
+        case '\r': *o++ = 'r'; break;
+        case '\t': *o++ = 't'; break;
+        case '\b': *o++ = 'b'; break;
+        case '\f': *o++ = 'f'; break;
+        default:
+            *o++ = 'u'; *o++ = '0'; *o++ = '0';
+            *o++ = hex[c >> 4]; *o++ = hex[c & 15];
         }
+        i = run + 1;
     }
     *o++ = '"';
     b->len = (size_t)(o - b->data);
