@@ -251,6 +251,16 @@ static double self_cpu_s(void)
            (double)(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6;
 }
 
+/* The kernel's share of self_cpu_s(), and the context switches of every thread:
+ * what a hand-off between threads costs shows here, not in instruction counts. */
+static void self_sys_and_switches(double *sys_s, long *switches)
+{
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    *sys_s = (double)ru.ru_stime.tv_sec + (double)ru.ru_stime.tv_usec / 1e6;
+    *switches = ru.ru_nvcsw + ru.ru_nivcsw;
+}
+
 /* user + system CPU seconds of another process, from /proc/PID/stat (10 ms ticks). */
 static double proc_cpu_s(pid_t pid)
 {
@@ -420,6 +430,8 @@ struct result {
     double wall_s;
     double p50_ms, p99_ms;
     double cpu_s;         /* this process, during the measured window */
+    double sys_s;         /* the kernel's part of cpu_s */
+    long switches;        /* context switches of this process's threads in the window */
     double server_cpu_s;  /* the fake server, during the measured window */
     long rss_base_kib;    /* VmRSS when the measured window opened */
     long rss_end_kib;     /* VmRSS when it closed */
@@ -442,7 +454,8 @@ static struct phase_ctx {
 
 /* The measured window of a phase: CPU, wall time and memory from open to close. */
 struct window {
-    double server_cpu0, cpu0, t0;
+    double server_cpu0, cpu0, t0, sys0;
+    long switches0;
 };
 
 /* The counting pass's interposer (bench/alloc_count.c), when LD_PRELOAD holds it. */
@@ -452,7 +465,8 @@ static void (*alloc_read)(long *allocs, long *frees, long *bytes);
 static struct window window_open(struct result *r)
 {
     r->rss_base_kib = status_kib("VmRSS");
-    struct window w = {proc_cpu_s(ctx.server_pid), self_cpu_s(), now_s()};
+    struct window w = {proc_cpu_s(ctx.server_pid), self_cpu_s(), now_s(), 0, 0};
+    self_sys_and_switches(&w.sys0, &w.switches0);
     if (alloc_counting)
         alloc_counting(1); /* last: what window_open itself allocates is not counted */
     return w;
@@ -467,6 +481,9 @@ static void window_close(const struct window *w, struct result *r)
     }
     r->wall_s = now_s() - w->t0;
     r->cpu_s = self_cpu_s() - w->cpu0;
+    self_sys_and_switches(&r->sys_s, &r->switches);
+    r->sys_s -= w->sys0;
+    r->switches -= w->switches0;
     r->server_cpu_s = proc_cpu_s(ctx.server_pid) - w->server_cpu0;
     r->rss_end_kib = status_kib("VmRSS");
     r->hwm_kib = status_kib("VmHWM");
@@ -1376,6 +1393,9 @@ static void print_result(const char *scenario, int rep, int reps, const char *wh
            r->p50_ms, r->p99_ms, r->turns ? r->cpu_s / (double)r->turns * 1e6 : 0,
            r->turns ? r->server_cpu_s / (double)r->turns * 1e6 : 0, (double)r->hwm_kib / 1024,
            r->rss_end_kib - r->rss_base_kib, r->peak_in_flight, r->failures);
+    if (r->turns)
+        printf("  (sys %.1f us, %.2f switches)/turn", r->sys_s / (double)r->turns * 1e6,
+               (double)r->switches / (double)r->turns);
     if (r->retries > 0)
         printf("  retries %ld", r->retries);
     if (r->counted && r->turns)
