@@ -19,7 +19,8 @@
  * allocated them, counted from process start) and their peak while counting
  * is on, and prints them to stderr when the window closes: what a measured
  * window held at most, beside the RSS the bench reports (which adds
- * fragmentation and the allocator's own overhead).
+ * fragmentation and the allocator's own overhead).  parley_bench_alloc_live
+ * reads them at any moment (the bench's timeline of scenario 2).
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE /* strcasestr, memalign */
@@ -43,6 +44,7 @@ void *__libc_pvalloc(size_t size);
 
 EXPORT void parley_bench_alloc_counting(int on);
 EXPORT void parley_bench_alloc_read(long *allocs, long *frees, long *bytes);
+EXPORT long parley_bench_alloc_live(void);
 
 static atomic_int counting;
 static atomic_long n_allocs, n_frees, n_bytes;
@@ -110,6 +112,9 @@ EXPORT void parley_bench_alloc_read(long *allocs, long *frees, long *bytes)
     *frees = atomic_load(&n_frees);
     *bytes = atomic_load(&n_bytes);
 }
+
+/* The bytes live in glibc's chunks now (0 without PARLEY_BENCH_ALLOC_LIVE=1). */
+EXPORT long parley_bench_alloc_live(void) { return atomic_load(&live_bytes); }
 
 /* ---- the allocator, forwarded ----------------------------------------------- */
 

@@ -797,10 +797,33 @@ static void conc_done(void *user_data, const parley_result *res)
     conc_count_done(1);
 }
 
+/* PARLEY_BENCH_TIMELINE=1: every 0.2 s of scenario 2's Parley phase, VmRSS
+ * beside the live heap (with the counting pass and PARLEY_BENCH_ALLOC_LIVE=1)
+ * and the turns done, on stderr: where the RSS peak forms, and how much of
+ * it is not live data (docs/performance.md, "Memory per in-flight turn,
+ * session 5"). */
+static void conc_timeline(double t0, long rss)
+{
+    static double next;
+    static long (*live_bytes)(void);
+    double now = now_s();
+    if (now < next)
+        return;
+    if (next == 0)
+        live_bytes = (long (*)(void))dlsym(RTLD_DEFAULT, "parley_bench_alloc_live");
+    next = now + 0.2;
+    fprintf(stderr, "timeline: %6.2f s  VmRSS %7ld KiB  live heap %7ld KiB  done %6ld  in flight %6ld\n",
+            now - t0, rss, live_bytes ? live_bytes() / 1024 : -1L, atomic_load(&conc.completed),
+            (long)atomic_load(&conc.in_flight));
+}
+
 /* Wait until every turn completed, sampling VmRSS; 0, or -1 on timeout. */
 static int conc_wait(double deadline, long *rss_peak)
 {
     int rc = 0;
+    const char *tl = getenv("PARLEY_BENCH_TIMELINE");
+    int timeline = tl && *tl == '1';
+    double t0 = now_s();
     pthread_mutex_lock(&conc.mu);
     while (!conc.finished) {
         struct timespec ts;
@@ -815,6 +838,8 @@ static int conc_wait(double deadline, long *rss_peak)
         long rss = status_kib("VmRSS");
         if (rss > *rss_peak)
             *rss_peak = rss;
+        if (timeline)
+            conc_timeline(t0, rss);
         pthread_mutex_lock(&conc.mu);
         if (!conc.finished && now_s() > deadline) {
             rc = -1;
