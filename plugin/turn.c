@@ -81,6 +81,10 @@ int turn_apply_persona(turn *t)
 /* Append one message, and index it for the store (a failure is sticky oom). */
 static void record_message(turn *t, const char *role, const pbuf *msg)
 {
+    if (msg->oom) { /* never a cut message in the history */
+        t->messages.oom = 1;
+        return;
+    }
     if (t->nmessages == t->message_index_cap) {
         /* 2 first: a turn without tools has two messages (it is kept during the wait) */
         size_t cap = t->message_index_cap ? t->message_index_cap * 2 : 2;
@@ -288,23 +292,27 @@ static void record_tool_results(turn *t)
 
 static void record_answer(turn *t, const llm_reply *reply, const char *content)
 {
+    static const char head[] = "{\"role\":\"assistant\",\"content\":";
     pbuf m = PBUF_INIT;
-    pbuf_puts(&m, "{\"role\":\"assistant\",\"content\":");
+    pbuf_puts(&m, head);
     put_str(&m, content);
+    size_t content_end = m.len; /* the content as a JSON string ends here */
     record_reasoning(t, &m, reply);
     pbuf_putc(&m, '}');
     record_message(t, "assistant", &m);
-    pbuf_free(&m);
 
     free(t->answer);
     t->answer = strdup(content);
 
-    pbuf s = PBUF_INIT;
-    pbuf_puts(&s, "{\"type\":\"answer\",\"content\":");
-    put_str(&s, content);
-    pbuf_putc(&s, '}');
-    record_step(t, &s);
-    pbuf_free(&s);
+    /* The step holds the same JSON string: escape the content once. */
+    pbuf_puts(&t->steps, t->steps.len ? ",{\"type\":\"answer\",\"content\":"
+                                      : "[{\"type\":\"answer\",\"content\":");
+    if (m.oom)
+        t->steps.oom = 1;
+    else
+        pbuf_append(&t->steps, m.data + sizeof head - 1, content_end - (sizeof head - 1));
+    pbuf_putc(&t->steps, '}');
+    pbuf_free(&m);
 }
 
 /* ======================================================================
@@ -566,12 +574,26 @@ static int stream_sink(void *owner, const char *data, size_t len)
  */
 static char *system_prompt(const turn *t)
 {
-    const char *prompt = t->opts->prompt, *extra = t->extra_system_prompt;
     const char *note = t->reply.outcome == REPLY_INCLUDED ? REPLY_CONTEXT_NOTE : NULL;
-    int has_prompt = prompt && *prompt, has_extra = extra && *extra;
-    return pstr_printf("%s%s%s%s%s", has_prompt ? prompt : "",
-                       has_prompt && has_extra ? "\n\n" : "", has_extra ? extra : "",
-                       note && (has_prompt || has_extra) ? "\n\n" : "", note ? note : "");
+    const char *parts[] = {t->opts->prompt, t->extra_system_prompt, note};
+    size_t lens[3], total = 0;
+    for (size_t i = 0; i < 3; i++) /* the non-empty parts, "\n\n" between them */
+        total += (lens[i] = parts[i] ? strlen(parts[i]) : 0) + 2;
+    char *out = malloc(total + 1), *o = out;
+    if (!out)
+        return NULL;
+    for (size_t i = 0; i < 3; i++) {
+        if (!lens[i])
+            continue;
+        if (o != out) {
+            memcpy(o, "\n\n", 2);
+            o += 2;
+        }
+        memcpy(o, parts[i], lens[i]);
+        o += lens[i];
+    }
+    *o = '\0';
+    return out;
 }
 
 /* The provider codec renders the neutral messages into t->body. */
@@ -1208,16 +1230,38 @@ void turn_end(turn *t, parley_status status, const char *message)
     t->env->ended(t->env->worker, t); /* reports (turn_report), then frees t */
 }
 
+/* key, then v in decimal (as %lld): usage_json is written per turn, without printf. */
+static char *put_count(char *o, const char *key, long long v)
+{
+    size_t n = strlen(key);
+    memcpy(o, key, n);
+    o += n;
+    unsigned long long u = v < 0 ? 0ULL - (unsigned long long)v : (unsigned long long)v;
+    char digits[20];
+    size_t d = 0;
+    do {
+        digits[d++] = (char)('0' + u % 10);
+        u /= 10;
+    } while (u);
+    if (v < 0)
+        *o++ = '-';
+    while (d)
+        *o++ = digits[--d];
+    return o;
+}
+
 void turn_report(turn *t)
 {
     parley_status status = t->end_status;
     const char *answer = t->answer;
-    char usage[256];
-    snprintf(usage, sizeof usage,
-             "{\"prompt_tokens\":%lld,\"completion_tokens\":%lld,\"cache_read_tokens\":%lld,"
-             "\"cache_creation_tokens\":%lld,\"reasoning_tokens\":%lld,\"requests\":%d}",
-             t->usage.prompt, t->usage.completion, t->usage.cache_read, t->usage.cache_creation,
-             t->usage.reasoning, t->replies);
+    char usage[320], *u = usage;
+    u = put_count(u, "{\"prompt_tokens\":", t->usage.prompt);
+    u = put_count(u, ",\"completion_tokens\":", t->usage.completion);
+    u = put_count(u, ",\"cache_read_tokens\":", t->usage.cache_read);
+    u = put_count(u, ",\"cache_creation_tokens\":", t->usage.cache_creation);
+    u = put_count(u, ",\"reasoning_tokens\":", t->usage.reasoning);
+    u = put_count(u, ",\"requests\":", t->replies);
+    memcpy(u, "}", 2);
     parley_result r = {
         .struct_size = sizeof r,
         .request_id = t->id,
