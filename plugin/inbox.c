@@ -1,7 +1,6 @@
 /* inbox.c -- see inbox.h. */
 #include "inbox.h"
 
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
@@ -25,14 +24,15 @@ struct inbox {
     dict *live;             /* request id (text) -> turn, from submit until forget */
 };
 
-static const char *live_key(const void *e) { return ((const turn *)e)->id_key; }
+/* Live turns are keyed by the bytes of their request id: no text per turn. */
+static const char *live_key(const void *e) { return (const char *)&((const turn *)e)->id; }
 
 inbox *inbox_new(void)
 {
     inbox *box = calloc(1, sizeof *box);
     if (!box)
         return NULL;
-    box->live = dict_new(live_key);
+    box->live = dict_new_fixed(live_key, sizeof(parley_request_id));
     box->wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
     if (!box->live || box->wake_fd < 0 || pthread_mutex_init(&box->mu, NULL) != 0) {
         dict_free(box->live);
@@ -115,18 +115,11 @@ parley_status inbox_submit(inbox *box, turn *t)
     return st;
 }
 
-static void id_text(parley_request_id id, char key[24])
-{
-    snprintf(key, 24, "%llu", (unsigned long long)id);
-}
-
 parley_status inbox_cancel(inbox *box, parley_request_id id)
 {
-    char key[24];
-    id_text(id, key);
     parley_status st = PARLEY_OK;
     pthread_mutex_lock(&box->mu);
-    if (!dict_find(box->live, key)) {
+    if (!dict_find(box->live, (const char *)&id)) {
         st = PARLEY_ERR_NOT_FOUND;
     } else {
         if (box->ncancels == box->cancels_cap) {
@@ -251,10 +244,8 @@ void inbox_take(inbox *box, inbox_batch *out)
 
 turn *inbox_find_live(inbox *box, parley_request_id id)
 {
-    char key[24];
-    id_text(id, key);
     pthread_mutex_lock(&box->mu);
-    turn *t = dict_find(box->live, key);
+    turn *t = dict_find(box->live, (const char *)&id);
     pthread_mutex_unlock(&box->mu);
     return t;
 }
@@ -262,7 +253,7 @@ turn *inbox_find_live(inbox *box, parley_request_id id)
 void inbox_forget(inbox *box, turn *t)
 {
     pthread_mutex_lock(&box->mu);
-    dict_remove(box->live, t->id_key);
+    dict_remove(box->live, (const char *)&t->id);
     pthread_mutex_unlock(&box->mu);
 }
 
