@@ -161,23 +161,25 @@ static const char *scan_message(const char *p, const char *end, int *as_is)
 
 /*
  * p at a message's '{': the byte after its '}' when the message has exactly
- * the shape Parley records for text turns, {"role":"...","content":"..."}
- * (no spaces, no escapes in the role), else NULL.  Such a message holds only
- * wire keys, so the general scan's key check is already done: this costs one
- * memchr over the content instead of a walk over every string.
+ * the shape Parley records for text turns of users and the assistant,
+ * {"role":"user"|"assistant","content":"..."}, else NULL.  Such a message
+ * holds only wire keys, so the general scan's key check is already done:
+ * this costs two compares and one memchr over the content (plus one per
+ * escaped quote in it) instead of a walk over every string.
  */
 static const char *plain_message_end(const char *p, const char *end)
 {
-    static const char open[] = "{\"role\":\"", mid[] = "\",\"content\":\"";
-    size_t n = sizeof open - 1, m = sizeof mid - 1;
-    if ((size_t)(end - p) < n + m + 2 || memcmp(p, open, n) != 0)
+    static const char user[] = "{\"role\":\"user\",\"content\":\"";
+    static const char assistant[] = "{\"role\":\"assistant\",\"content\":\"";
+    size_t n = (size_t)(end - p);
+    const char *open_quote;
+    if (n > sizeof user && memcmp(p, user, sizeof user - 1) == 0)
+        open_quote = p + sizeof user - 2;
+    else if (n > sizeof assistant && memcmp(p, assistant, sizeof assistant - 1) == 0)
+        open_quote = p + sizeof assistant - 2;
+    else
         return NULL;
-    const char *q = p + n;
-    while (q < end && *q != '"' && *q != '\\')
-        q++;
-    if (end - q < (ptrdiff_t)m + 2 || memcmp(q, mid, m) != 0)
-        return NULL;
-    const char *close = string_end(q + m - 1, end);
+    const char *close = string_end(open_quote, end);
     return close && close + 1 < end && close[1] == '}' ? close + 2 : NULL;
 }
 
