@@ -13,8 +13,10 @@ struct inbox {
     int refs;               /* the agent + one per tool-call handle not yet completed */
     int alive;              /* 0 once closed: submissions and completions refused */
     int stop;               /* destroy() asked the worker to stop */
+    int stop_taken;         /* ... and the worker has taken that */
     int wake_fd;            /* eventfd: the worker polls it */
-    int woken;              /* wake_fd written since the last take: no need again */
+    int woken;              /* no wakeup needed: written since the worker's inbox_sleep, or
+                               the worker has not slept since its last take */
     turn *submitted_head;   /* accepted turns not yet taken by the worker */
     turn *submitted_tail;
     parley_tool_call *completed; /* newest first */
@@ -47,7 +49,7 @@ inbox *inbox_new(void)
 }
 
 /* Claim the wakeup (the caller holds the lock): 1 when the caller must write
- * it, 0 when one is already pending since the last take. */
+ * it, 0 when one is already pending or the worker will take before it waits. */
 static int wake_claim_locked(inbox *box)
 {
     if (box->woken)
@@ -215,10 +217,21 @@ static inbox_note *reverse_notes(inbox_note *n)
 
 int inbox_wake_fd(const inbox *box) { return box->wake_fd; }
 
+int inbox_sleep(inbox *box)
+{
+    pthread_mutex_lock(&box->mu);
+    int posted = box->submitted_head || box->completed || box->notes || box->ncancels ||
+                 (box->stop && !box->stop_taken);
+    if (!posted)
+        box->woken = 0; /* from now on a post must wake the worker */
+    pthread_mutex_unlock(&box->mu);
+    return !posted;
+}
+
 /* Move everything posted into `out`; the caller holds the lock. */
 static void take_locked(inbox *box, inbox_batch *out)
 {
-    box->woken = 0; /* anything posted from now on wakes the worker again */
+    box->woken = 1; /* the worker takes again before it waits: see inbox_sleep */
     out->submitted = box->submitted_head;
     box->submitted_head = box->submitted_tail = NULL;
     out->completed = box->completed;
@@ -230,6 +243,7 @@ static void take_locked(inbox *box, inbox_batch *out)
     box->cancels = NULL;
     box->ncancels = box->cancels_cap = 0;
     out->stop = box->stop;
+    box->stop_taken = box->stop;
 }
 
 void inbox_take(inbox *box, inbox_batch *out)

@@ -197,8 +197,8 @@ static void check_stored_text_runs(void)
         "{\"role\":\"user\",\"content\":\"}{,\\\"role\\\":\"}",
         "{\"role\": \"user\", \"content\": \"spaced\"}",
         "{\"content\":\"key order\",\"role\":\"user\"}",
-        "{\"role\":\"assistant\",\"content\":null,\"tool_calls\":[{\"id\":\"c1\",\"type\":"
-        "\"function\",\"function\":{\"name\":\"f\",\"arguments\":\"{}\"}}]}",
+        ("{\"role\":\"assistant\",\"content\":null,\"tool_calls\":[{\"id\":\"c1\",\"type\":"
+         "\"function\",\"function\":{\"name\":\"f\",\"arguments\":\"{}\"}}]}"),
         "{\"role\":\"tool\",\"tool_call_id\":\"c1\",\"content\":\"r\",\"name\":\"f\"}",
         "{\"role\":\"user\",\"content\":\"x\",\"message_id\":\"m1\"}",
         "{\"role\":\"us\\\"er\",\"content\":\"escaped role\"}",
