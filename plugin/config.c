@@ -34,6 +34,7 @@ static int setup_http(agent_config *c)
         return -1;
     c->http = (http_config){
         .url = c->url,
+        .parsed_url = http_parse_url(c->url),
         .display_url = c->display_url,
         .headers = c->headers,
         .connect_timeout_ms = (long)o->connect_timeout_ms,
@@ -49,6 +50,7 @@ static int setup_http(agent_config *c)
 static void config_free(agent_config *c)
 {
     curl_slist_free_all(c->headers);
+    curl_url_cleanup(c->http.parsed_url);
     free(c->url);
     free(c->display_url);
     toolset_free(c->tools);

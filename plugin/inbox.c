@@ -1,7 +1,6 @@
 /* inbox.c -- see inbox.h. */
 #include "inbox.h"
 
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
@@ -14,8 +13,10 @@ struct inbox {
     int refs;               /* the agent + one per tool-call handle not yet completed */
     int alive;              /* 0 once closed: submissions and completions refused */
     int stop;               /* destroy() asked the worker to stop */
+    int stop_taken;         /* ... and the worker has taken that */
     int wake_fd;            /* eventfd: the worker polls it */
-    int woken;              /* wake_fd written since the last take: no need again */
+    int woken;              /* no wakeup needed: written since the worker's inbox_sleep, or
+                               the worker has not slept since its last take */
     turn *submitted_head;   /* accepted turns not yet taken by the worker */
     turn *submitted_tail;
     parley_tool_call *completed; /* newest first */
@@ -25,14 +26,15 @@ struct inbox {
     dict *live;             /* request id (text) -> turn, from submit until forget */
 };
 
-static const char *live_key(const void *e) { return ((const turn *)e)->id_key; }
+/* Live turns are keyed by the bytes of their request id: no text per turn. */
+static const char *live_key(const void *e) { return (const char *)&((const turn *)e)->id; }
 
 inbox *inbox_new(void)
 {
     inbox *box = calloc(1, sizeof *box);
     if (!box)
         return NULL;
-    box->live = dict_new(live_key);
+    box->live = dict_new_fixed(live_key, sizeof(parley_request_id));
     box->wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
     if (!box->live || box->wake_fd < 0 || pthread_mutex_init(&box->mu, NULL) != 0) {
         dict_free(box->live);
@@ -47,7 +49,7 @@ inbox *inbox_new(void)
 }
 
 /* Claim the wakeup (the caller holds the lock): 1 when the caller must write
- * it, 0 when one is already pending since the last take. */
+ * it, 0 when one is already pending or the worker will take before it waits. */
 static int wake_claim_locked(inbox *box)
 {
     if (box->woken)
@@ -115,18 +117,11 @@ parley_status inbox_submit(inbox *box, turn *t)
     return st;
 }
 
-static void id_text(parley_request_id id, char key[24])
-{
-    snprintf(key, 24, "%llu", (unsigned long long)id);
-}
-
 parley_status inbox_cancel(inbox *box, parley_request_id id)
 {
-    char key[24];
-    id_text(id, key);
     parley_status st = PARLEY_OK;
     pthread_mutex_lock(&box->mu);
-    if (!dict_find(box->live, key)) {
+    if (!dict_find(box->live, (const char *)&id)) {
         st = PARLEY_ERR_NOT_FOUND;
     } else {
         if (box->ncancels == box->cancels_cap) {
@@ -222,10 +217,21 @@ static inbox_note *reverse_notes(inbox_note *n)
 
 int inbox_wake_fd(const inbox *box) { return box->wake_fd; }
 
+int inbox_sleep(inbox *box)
+{
+    pthread_mutex_lock(&box->mu);
+    int posted = box->submitted_head || box->completed || box->notes || box->ncancels ||
+                 (box->stop && !box->stop_taken);
+    if (!posted)
+        box->woken = 0; /* from now on a post must wake the worker */
+    pthread_mutex_unlock(&box->mu);
+    return !posted;
+}
+
 /* Move everything posted into `out`; the caller holds the lock. */
 static void take_locked(inbox *box, inbox_batch *out)
 {
-    box->woken = 0; /* anything posted from now on wakes the worker again */
+    box->woken = 1; /* the worker takes again before it waits: see inbox_sleep */
     out->submitted = box->submitted_head;
     box->submitted_head = box->submitted_tail = NULL;
     out->completed = box->completed;
@@ -237,6 +243,7 @@ static void take_locked(inbox *box, inbox_batch *out)
     box->cancels = NULL;
     box->ncancels = box->cancels_cap = 0;
     out->stop = box->stop;
+    box->stop_taken = box->stop;
 }
 
 void inbox_take(inbox *box, inbox_batch *out)
@@ -251,10 +258,8 @@ void inbox_take(inbox *box, inbox_batch *out)
 
 turn *inbox_find_live(inbox *box, parley_request_id id)
 {
-    char key[24];
-    id_text(id, key);
     pthread_mutex_lock(&box->mu);
-    turn *t = dict_find(box->live, key);
+    turn *t = dict_find(box->live, (const char *)&id);
     pthread_mutex_unlock(&box->mu);
     return t;
 }
@@ -262,7 +267,7 @@ turn *inbox_find_live(inbox *box, parley_request_id id)
 void inbox_forget(inbox *box, turn *t)
 {
     pthread_mutex_lock(&box->mu);
-    dict_remove(box->live, t->id_key);
+    dict_remove(box->live, (const char *)&t->id);
     pthread_mutex_unlock(&box->mu);
 }
 

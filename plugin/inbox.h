@@ -6,8 +6,9 @@
  *                 inbox_complete_tool_call (a result)        -- mutex + wakeup
  *   worker:       inbox_take (everything posted since last time)
  *
- * The wakeup is an eventfd the worker polls (inbox_wake_fd), written at most
- * once between two inbox_take calls however much is posted.
+ * The wakeup is an eventfd the worker polls (inbox_wake_fd), written only
+ * while the worker waits or is about to (inbox_sleep), at most once per wait
+ * however much is posted: a worker still busy takes what came before it waits.
  *
  * The inbox is reference-counted apart from the agent because tool-call
  * handles may outlive the agent (the host must complete each one, even after
@@ -78,6 +79,11 @@ void inbox_stop(inbox *box);
  * grows by one per wakeup at most once per inbox_take: it cannot fill. */
 int inbox_wake_fd(const inbox *box);
 void inbox_take(inbox *box, inbox_batch *out);
+/* The worker is about to wait for events: 1 when nothing was posted since its
+ * last inbox_take (what comes now writes the wakeup), 0 when something was
+ * (then it takes that instead of waiting).  Until it says so, posts write no
+ * wakeup: a busy worker takes them before it waits anyway. */
+int inbox_sleep(inbox *box);
 turn *inbox_find_live(inbox *box, parley_request_id id);
 void inbox_forget(inbox *box, turn *t);   /* no longer live */
 

@@ -108,6 +108,17 @@ static size_t on_header(char *data, size_t size, size_t nmemb, void *ud)
     return n;
 }
 
+CURLU *http_parse_url(const char *url)
+{
+    CURLU *u = curl_url();
+    /* The flags libcurl 7.88 itself parses CURLOPT_URL with (url.c). */
+    if (u && curl_url_set(u, CURLUPART_URL, url, CURLU_GUESS_SCHEME | CURLU_NON_SUPPORT_SCHEME)) {
+        curl_url_cleanup(u);
+        u = NULL;
+    }
+    return u;
+}
+
 uint64_t http_config_generation(void)
 {
     static _Atomic uint64_t last;
@@ -523,7 +534,10 @@ static void call_configure(http_call *c, const http_config *cfg)
     CURL *e = c->easy;
     if (c->configured)
         curl_easy_reset(e); /* another config: nothing of the old one may stay */
-    curl_easy_setopt(e, CURLOPT_URL, cfg->url);
+    if (cfg->parsed_url) /* no parse per transfer: libcurl duplicates the parsed handle */
+        curl_easy_setopt(e, CURLOPT_CURLU, cfg->parsed_url);
+    else
+        curl_easy_setopt(e, CURLOPT_URL, cfg->url);
     curl_easy_setopt(e, CURLOPT_POST, 1L);
     curl_easy_setopt(e, CURLOPT_HTTPHEADER, cfg->headers);
     curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, on_body);

@@ -30,6 +30,8 @@
 
 typedef struct http_config {
     const char *url;               /* <base_url> + the provider's path */
+    CURLU *parsed_url;             /* url parsed once (CURLOPT_CURLU; used on the worker thread
+                                      only), or NULL: libcurl parses url per transfer */
     const char *display_url;       /* the same without credentials, query or fragment: for messages */
     struct curl_slist *headers;    /* Content-Type, Accept, the provider's own */
     long connect_timeout_ms;
@@ -43,6 +45,12 @@ typedef struct http_config {
 /* A number no other http_config has had in this process (never 0): a freed
  * config's address may come back for another, its generation does not. */
 uint64_t http_config_generation(void);
+
+/* url parsed as libcurl parses CURLOPT_URL on every transfer, for
+ * http_config.parsed_url; NULL when it cannot be (then libcurl parses it per
+ * transfer and reports what is wrong with it, as before).  curl_url_cleanup()
+ * frees it. */
+CURLU *http_parse_url(const char *url);
 
 /*
  * Receives the body of a 2xx answer; returns 0 for more, HTTP_SINK_COMPLETE

@@ -78,9 +78,24 @@ int turn_apply_persona(turn *t)
  * Recording: the turn's messages (committed at the end) and its steps
  * ====================================================================== */
 
-/* Append one message, and index it for the store (a failure is sticky oom). */
-static void record_message(turn *t, const char *role, const pbuf *msg)
+/*
+ * Messages are written in place at the end of t->messages (no copy per
+ * message): message_open() gives where this one starts, the caller appends
+ * one JSON object, message_close() indexes it for the store.  A failure is
+ * sticky oom, and a message cut by it is never stored (messages.oom fails
+ * the turn).
+ */
+static size_t message_open(turn *t)
 {
+    if (t->messages.len)
+        pbuf_putc(&t->messages, ',');
+    return t->messages.len;
+}
+
+static void message_close(turn *t, const char *role, size_t start)
+{
+    if (t->messages.oom)
+        return;
     if (t->nmessages == t->message_index_cap) {
         /* 2 first: a turn without tools has two messages (it is kept during the wait) */
         size_t cap = t->message_index_cap ? t->message_index_cap * 2 : 2;
@@ -97,13 +112,10 @@ static void record_message(turn *t, const char *role, const pbuf *msg)
         t->messages.oom = 1; /* no randomness: treated as a failure to record */
         return;
     }
-    if (t->messages.len)
-        pbuf_putc(&t->messages, ',');
-    m->offset = t->messages.len;
-    m->len = msg->len;
+    m->offset = start;
+    m->len = t->messages.len - start;
     m->role = role;
     m->created_ms = clock_wall_ms();
-    pbuf_append(&t->messages, msg->data, msg->len);
     t->nmessages++;
 }
 
@@ -123,20 +135,21 @@ static void put_str(pbuf *b, const char *s) { pbuf_json_string(b, s, strlen(s));
  */
 static void record_user_message(turn *t)
 {
-    pbuf m = PBUF_INIT;
-    pbuf_puts(&m, "{\"role\":\"user\",\"content\":");
+    size_t start = message_open(t);
+    pbuf *m = &t->messages;
+    pbuf_puts(m, "{\"role\":\"user\",\"content\":");
     if (!t->images.n) {
-        put_str(&m, t->text);
+        put_str(m, t->text);
     } else {
-        pbuf_puts(&m, "[{\"type\":\"text\",\"text\":");
-        put_str(&m, t->text);
-        pbuf_putc(&m, '}');
+        pbuf_puts(m, "[{\"type\":\"text\",\"text\":");
+        put_str(m, t->text);
+        pbuf_putc(m, '}');
         for (size_t i = 0; i < t->images.n; i++) {
-            pbuf_puts(&m, ",{\"type\":\"image_url\",\"image_url\":{\"url\":");
-            put_str(&m, t->images.items[i].url);
-            pbuf_puts(&m, "}}");
+            pbuf_puts(m, ",{\"type\":\"image_url\",\"image_url\":{\"url\":");
+            put_str(m, t->images.items[i].url);
+            pbuf_puts(m, "}}");
         }
-        pbuf_putc(&m, ']');
+        pbuf_putc(m, ']');
         if (strcmp(t->cfg->opts.history_images, "placeholder") == 0) {
             pbuf text = PBUF_INIT;
             pbuf_puts(&text, t->text);
@@ -154,11 +167,8 @@ static void record_user_message(turn *t)
                 t->messages.oom = 1;
         }
     }
-    pbuf_putc(&m, '}');
-    if (m.oom)
-        t->messages.oom = 1;
-    record_message(t, "user", &m);
-    pbuf_free(&m);
+    pbuf_putc(m, '}');
+    message_close(t, "user", start);
 }
 
 /* JSON text as-is if it is valid JSON, else as a JSON string. */
@@ -220,23 +230,24 @@ static void record_reasoning(turn *t, pbuf *m, const llm_reply *reply)
 static void record_tool_calls(turn *t, const llm_reply *reply)
 {
     const char *content = reply->content;
-    pbuf m = PBUF_INIT;
-    pbuf_puts(&m, "{\"role\":\"assistant\",\"content\":");
+    size_t start = message_open(t);
+    pbuf *m = &t->messages;
+    pbuf_puts(m, "{\"role\":\"assistant\",\"content\":");
     if (content && *content)
-        put_str(&m, content);
+        put_str(m, content);
     else
-        pbuf_puts(&m, "null");
-    record_reasoning(t, &m, reply);
-    pbuf_puts(&m, ",\"tool_calls\":[");
+        pbuf_puts(m, "null");
+    record_reasoning(t, m, reply);
+    pbuf_puts(m, ",\"tool_calls\":[");
     for (size_t i = 0; i < t->ncalls; i++) {
         const turn_call *c = &t->calls[i];
-        pbuf_puts(&m, i ? ",{\"id\":" : "{\"id\":");
-        put_str(&m, c->id);
-        pbuf_puts(&m, ",\"type\":\"function\",\"function\":{\"name\":");
-        put_str(&m, c->name);
-        pbuf_puts(&m, ",\"arguments\":");
-        put_stored_arguments(&m, c->arguments);
-        pbuf_puts(&m, "}}");
+        pbuf_puts(m, i ? ",{\"id\":" : "{\"id\":");
+        put_str(m, c->id);
+        pbuf_puts(m, ",\"type\":\"function\",\"function\":{\"name\":");
+        put_str(m, c->name);
+        pbuf_puts(m, ",\"arguments\":");
+        put_stored_arguments(m, c->arguments);
+        pbuf_puts(m, "}}");
 
         pbuf s = PBUF_INIT;
         pbuf_puts(&s, "{\"type\":\"tool_call\",\"call_id\":");
@@ -249,9 +260,8 @@ static void record_tool_calls(turn *t, const llm_reply *reply)
         record_step(t, &s);
         pbuf_free(&s);
     }
-    pbuf_puts(&m, "]}");
-    record_message(t, "assistant", &m);
-    pbuf_free(&m);
+    pbuf_puts(m, "]}");
+    message_close(t, "assistant", start);
 }
 
 /* Tool messages keep the Chat Completions keys and add the tool's name and
@@ -260,18 +270,18 @@ static void record_tool_results(turn *t)
 {
     for (size_t i = 0; i < t->ncalls; i++) {
         const turn_call *c = &t->calls[i];
-        pbuf m = PBUF_INIT;
-        pbuf_puts(&m, "{\"role\":\"tool\",\"tool_call_id\":");
-        put_str(&m, c->id);
-        pbuf_puts(&m, ",\"content\":");
-        put_str(&m, c->content);
-        pbuf_puts(&m, ",\"name\":");
-        put_str(&m, c->name);
+        size_t start = message_open(t);
+        pbuf *m = &t->messages;
+        pbuf_puts(m, "{\"role\":\"tool\",\"tool_call_id\":");
+        put_str(m, c->id);
+        pbuf_puts(m, ",\"content\":");
+        put_str(m, c->content);
+        pbuf_puts(m, ",\"name\":");
+        put_str(m, c->name);
         if (c->is_error)
-            pbuf_puts(&m, ",\"is_error\":true");
-        pbuf_putc(&m, '}');
-        record_message(t, "tool", &m);
-        pbuf_free(&m);
+            pbuf_puts(m, ",\"is_error\":true");
+        pbuf_putc(m, '}');
+        message_close(t, "tool", start);
 
         pbuf s = PBUF_INIT;
         pbuf_puts(&s, "{\"type\":\"tool_result\",\"call_id\":");
@@ -288,23 +298,28 @@ static void record_tool_results(turn *t)
 
 static void record_answer(turn *t, const llm_reply *reply, const char *content)
 {
-    pbuf m = PBUF_INIT;
-    pbuf_puts(&m, "{\"role\":\"assistant\",\"content\":");
-    put_str(&m, content);
-    record_reasoning(t, &m, reply);
-    pbuf_putc(&m, '}');
-    record_message(t, "assistant", &m);
-    pbuf_free(&m);
+    static const char head[] = "{\"role\":\"assistant\",\"content\":";
+    size_t start = message_open(t);
+    pbuf *m = &t->messages;
+    pbuf_puts(m, head);
+    size_t content_at = m->len;
+    put_str(m, content);
+    size_t content_end = m->len; /* the content as a JSON string: [content_at, content_end) */
+    record_reasoning(t, m, reply);
+    pbuf_putc(m, '}');
+    message_close(t, "assistant", start);
 
     free(t->answer);
     t->answer = strdup(content);
 
-    pbuf s = PBUF_INIT;
-    pbuf_puts(&s, "{\"type\":\"answer\",\"content\":");
-    put_str(&s, content);
-    pbuf_putc(&s, '}');
-    record_step(t, &s);
-    pbuf_free(&s);
+    /* The step holds the same JSON string: escape the content once. */
+    pbuf_puts(&t->steps, t->steps.len ? ",{\"type\":\"answer\",\"content\":"
+                                      : "[{\"type\":\"answer\",\"content\":");
+    if (m->oom)
+        t->steps.oom = 1;
+    else
+        pbuf_append(&t->steps, m->data + content_at, content_end - content_at);
+    pbuf_putc(&t->steps, '}');
 }
 
 /* ======================================================================
@@ -566,12 +581,26 @@ static int stream_sink(void *owner, const char *data, size_t len)
  */
 static char *system_prompt(const turn *t)
 {
-    const char *prompt = t->opts->prompt, *extra = t->extra_system_prompt;
     const char *note = t->reply.outcome == REPLY_INCLUDED ? REPLY_CONTEXT_NOTE : NULL;
-    int has_prompt = prompt && *prompt, has_extra = extra && *extra;
-    return pstr_printf("%s%s%s%s%s", has_prompt ? prompt : "",
-                       has_prompt && has_extra ? "\n\n" : "", has_extra ? extra : "",
-                       note && (has_prompt || has_extra) ? "\n\n" : "", note ? note : "");
+    const char *parts[] = {t->opts->prompt, t->extra_system_prompt, note};
+    size_t lens[3], total = 0;
+    for (size_t i = 0; i < 3; i++) /* the non-empty parts, "\n\n" between them */
+        total += (lens[i] = parts[i] ? strlen(parts[i]) : 0) + 2;
+    char *out = malloc(total + 1), *o = out;
+    if (!out)
+        return NULL;
+    for (size_t i = 0; i < 3; i++) {
+        if (!lens[i])
+            continue;
+        if (o != out) {
+            memcpy(o, "\n\n", 2);
+            o += 2;
+        }
+        memcpy(o, parts[i], lens[i]);
+        o += lens[i];
+    }
+    *o = '\0';
+    return out;
 }
 
 /* The provider codec renders the neutral messages into t->body. */
@@ -1208,16 +1237,38 @@ void turn_end(turn *t, parley_status status, const char *message)
     t->env->ended(t->env->worker, t); /* reports (turn_report), then frees t */
 }
 
+/* key, then v in decimal (as %lld): usage_json is written per turn, without printf. */
+static char *put_count(char *o, const char *key, long long v)
+{
+    size_t n = strlen(key);
+    memcpy(o, key, n);
+    o += n;
+    unsigned long long u = v < 0 ? 0ULL - (unsigned long long)v : (unsigned long long)v;
+    char digits[20];
+    size_t d = 0;
+    do {
+        digits[d++] = (char)('0' + u % 10);
+        u /= 10;
+    } while (u);
+    if (v < 0)
+        *o++ = '-';
+    while (d)
+        *o++ = digits[--d];
+    return o;
+}
+
 void turn_report(turn *t)
 {
     parley_status status = t->end_status;
     const char *answer = t->answer;
-    char usage[256];
-    snprintf(usage, sizeof usage,
-             "{\"prompt_tokens\":%lld,\"completion_tokens\":%lld,\"cache_read_tokens\":%lld,"
-             "\"cache_creation_tokens\":%lld,\"reasoning_tokens\":%lld,\"requests\":%d}",
-             t->usage.prompt, t->usage.completion, t->usage.cache_read, t->usage.cache_creation,
-             t->usage.reasoning, t->replies);
+    char usage[320], *u = usage;
+    u = put_count(u, "{\"prompt_tokens\":", t->usage.prompt);
+    u = put_count(u, ",\"completion_tokens\":", t->usage.completion);
+    u = put_count(u, ",\"cache_read_tokens\":", t->usage.cache_read);
+    u = put_count(u, ",\"cache_creation_tokens\":", t->usage.cache_creation);
+    u = put_count(u, ",\"reasoning_tokens\":", t->usage.reasoning);
+    u = put_count(u, ",\"requests\":", t->replies);
+    memcpy(u, "}", 2);
     parley_result r = {
         .struct_size = sizeof r,
         .request_id = t->id,

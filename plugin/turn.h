@@ -106,7 +106,6 @@ struct turn {
                                  to the commit */
     agent_config *cfg;        /* the agent's snapshot at acceptance (a reference) */
     parley_request_id id;
-    char id_key[24];          /* id as text: key in the inbox's live turns */
     char turn_id[UUID_STR_LEN];
     char *conversation_id;    /* NULL: stateless */
     const char *persona;      /* with the id, the history key (store.h): persona_name or "" */

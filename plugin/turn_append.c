@@ -162,7 +162,6 @@ turn *turn_append_accept(agent_config *cfg, parley_request_id id, const char *me
     }
     t->accepted_mono_ms = clock_mono_ms(); /* turn_timeout_ms counts from here, as for a turn */
     t->id = id;
-    snprintf(t->id_key, sizeof t->id_key, "%llu", (unsigned long long)t->id);
     *status = PARLEY_OK;
     return t;
 }

@@ -298,7 +298,6 @@ turn *turn_input_accept(agent_config *cfg, parley_request_id id, const parley_in
     }
     t->accepted_mono_ms = clock_mono_ms(); /* turn_timeout_ms counts from here */
     t->id = id;
-    snprintf(t->id_key, sizeof t->id_key, "%llu", (unsigned long long)t->id);
     *status = PARLEY_OK;
     return t;
 fail:

@@ -1,6 +1,10 @@
 /* utf8.c -- see utf8.h. */
 #include "utf8.h"
 
+#include <stdint.h>
+
+#include "json_word.h"
+
 size_t utf8_seq_len(const char *str, size_t n)
 {
     const unsigned char *s = (const unsigned char *)str;
@@ -39,6 +43,15 @@ size_t utf8_seq_len(const char *str, size_t n)
 int utf8_valid(const char *s, size_t n)
 {
     for (size_t i = 0; i < n;) {
+        /* ASCII without NUL, the common case: 8 bytes at a time */
+        while (n - i >= 8) {
+            uint64_t w = json_word_load(s + i);
+            if ((w | ((w - JSON_WORD_ONES) & ~w)) & JSON_WORD_HIGHS)
+                break; /* a byte above 0x7F, or a 0 */
+            i += 8;
+        }
+        if (i == n)
+            break;
         size_t len = utf8_seq_len(s + i, n - i);
         if (len == 0)
             return 0;

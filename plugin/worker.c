@@ -380,7 +380,7 @@ static void cancel_everything(worker *w)
         turn_cancel(t, "the agent was destroyed");
     }
     while (w->all_head) { /* appends in flight: wait for their outcome */
-        wait_for_events(w, 100);
+        wait_for_events(w, inbox_sleep(w->box) ? 100 : 0);
         inbox_take(w->box, &b);
         free(b.cancels);
         on_tool_results(b.completed);
@@ -413,8 +413,8 @@ static void *worker_main(void *arg)
             wait = EXPIRY_SWEEP_MS;
         if (curl_wait >= 0 && curl_wait < wait)
             wait = curl_wait;
-        if (w->ready_head)
-            wait = 0;
+        if (w->ready_head || (wait > 0 && !inbox_sleep(w->box)))
+            wait = 0; /* work is waiting: look, do not sleep */
         wait_for_events(w, (int)wait);
     }
     cancel_everything(w);

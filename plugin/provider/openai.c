@@ -14,6 +14,7 @@
  * are parsed and re-rendered.  Rendering stays a memcpy per message, as in
  * 0.1, instead of a JSON parse of the whole history per request.
  */
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -158,28 +159,68 @@ static const char *scan_message(const char *p, const char *end, int *as_is)
     return NULL;
 }
 
+/*
+ * p at a message's '{': the byte after its '}' when the message has exactly
+ * the shape Parley records for text turns of users and the assistant,
+ * {"role":"user"|"assistant","content":"..."}, else NULL.  Such a message
+ * holds only wire keys, so the general scan's key check is already done:
+ * this costs two compares and one memchr over the content (plus one per
+ * escaped quote in it) instead of a walk over every string.
+ */
+static const char *plain_message_end(const char *p, const char *end)
+{
+    static const char user[] = "{\"role\":\"user\",\"content\":\"";
+    static const char assistant[] = "{\"role\":\"assistant\",\"content\":\"";
+    size_t n = (size_t)(end - p);
+    const char *open_quote;
+    if (n > sizeof user && memcmp(p, user, sizeof user - 1) == 0)
+        open_quote = p + sizeof user - 2;
+    else if (n > sizeof assistant && memcmp(p, assistant, sizeof assistant - 1) == 0)
+        open_quote = p + sizeof assistant - 2;
+    else
+        return NULL;
+    const char *close = string_end(open_quote, end);
+    return close && close + 1 < end && close[1] == '}' ? close + 2 : NULL;
+}
+
 /* Stored messages ("m,m,") into out: as they are when they hold only wire keys,
-   else through render_message.  current_turn: as render_message's. */
+   else through render_message.  current_turn: as render_message's.  A run of
+   messages copied as they are, with the stored ',' between them (the wire's
+   separator too), is one append. */
 static int render_messages_text(pbuf *out, const char *p, size_t len, int *first,
                                 int current_turn, char **err)
 {
     const char *end = p + len;
-    while (p < end) {
+    const char *run = NULL, *run_end = NULL; /* as-is messages not copied yet */
+    for (;;) {
+        const char *gap = p;
         while (p < end && (*p == ',' || *p == ' ' || *p == '\n'))
             p++;
-        if (p == end)
-            break;
-        int as_is;
-        const char *next = scan_message(p, end, &as_is);
-        if (!next) {
+        int as_is = 0;
+        const char *next = p < end ? plain_message_end(p, end) : NULL;
+        if (next)
+            as_is = 1;
+        else if (p < end && !(next = scan_message(p, end, &as_is))) {
             *err = pstr_printf("stored history is not a list of JSON objects");
             return -1;
         }
-        if (!*first)
-            pbuf_putc(out, ',');
-        *first = 0;
+        if (as_is && run && gap == run_end && p == gap + 1 && *gap == ',') {
+            run_end = next; /* extends the run */
+            p = next;
+            continue;
+        }
+        if (run) {
+            if (!*first)
+                pbuf_putc(out, ',');
+            *first = 0;
+            pbuf_append(out, run, (size_t)(run_end - run));
+            run = NULL;
+        }
+        if (p == end)
+            return 0;
         if (as_is) {
-            pbuf_append(out, p, (size_t)(next - p));
+            run = p;
+            run_end = next;
         } else {
             json_t *m = json_loadb(p, (size_t)(next - p), 0, NULL);
             if (!json_is_object(m)) {
@@ -187,12 +228,14 @@ static int render_messages_text(pbuf *out, const char *p, size_t len, int *first
                 *err = pstr_printf("stored history holds a message that is not JSON");
                 return -1;
             }
+            if (!*first)
+                pbuf_putc(out, ',');
+            *first = 0;
             render_message(out, m, current_turn);
             json_decref(m);
         }
         p = next;
     }
-    return 0;
 }
 
 static int openai_encode(pbuf *out, const parley_options *o, const provider_request *r,

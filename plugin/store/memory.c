@@ -470,12 +470,16 @@ static parley_status memory_load(store *s, const store_key *key, size_t last_tur
             bytes += (size_t)t->length + 1;
         if (pbuf_reserve(out, bytes) != 0) {
             st = PARLEY_ERR_NO_MEMORY;
-        } else {
+        } else { /* reserved: copy straight in (this runs for every turn) */
+            char *o = out->data + out->len;
             for (const stored_turn *t = first; t; t = t->newer) {
-                pbuf_append(out, text_of(t), t->length);
-                pbuf_putc(out, ',');
+                memcpy(o, text_of(t), t->length);
+                o += t->length;
+                *o++ = ',';
                 count += t->nmessages;
             }
+            *o = '\0';
+            out->len = (size_t)(o - out->data);
             *nmessages = count;
         }
     }

@@ -1,11 +1,13 @@
 /* test_buf.c -- pbuf_json_string against a trivially correct reference
- * (one byte at a time) and against jansson reading it back. */
+ * (one byte at a time) and against jansson reading it back; utf8_valid, which
+ * skips ASCII 8 bytes at a time too, against the byte-at-a-time walk. */
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "buf.h"
+#include "utf8.h"
 #include "check.h"
 
 static void reference(pbuf *b, const unsigned char *s, size_t n)
@@ -71,8 +73,43 @@ static void check_one(const unsigned char *s, size_t n, const char *prefix)
     pbuf_free(&want);
 }
 
+static int utf8_valid_reference(const char *s, size_t n)
+{
+    for (size_t i = 0; i < n;) {
+        size_t len = utf8_seq_len(s + i, n - i);
+        if (len == 0)
+            return 0;
+        i += len;
+    }
+    return 1;
+}
+
+/* Mostly ASCII with a bad or multi-byte sequence (or a NUL) somewhere: the
+ * word loop must stop for it wherever it falls in or across a word. */
+static void check_utf8_valid(void)
+{
+    static const char *const odd[] = {"\xc3\xa9", "\xe2\x82\xac", "\xf0\x9f\x98\x80", "\xc3",
+                                      "\xe2\x82", "\xff", "\x80", "\xed\xa0\x80", ""};
+    char s[64];
+    for (int round = 0; round < 20000; round++) {
+        size_t n = next() % 40, at = n ? next() % (n + 1) : 0;
+        for (size_t i = 0; i < n; i++)
+            s[i] = (char)('a' + next() % 26);
+        const char *ins = odd[next() % (sizeof odd / sizeof odd[0])];
+        size_t k = strlen(ins);
+        int nul = next() % 8 == 0;
+        if (nul)
+            k = 1, ins = "";
+        memmove(s + at + k, s + at, n - at);
+        memcpy(s + at, nul ? "\0" : ins, k);
+        CHECK(utf8_valid(s, n + k) == utf8_valid_reference(s, n + k));
+        CHECK(utf8_valid(s, at) == 1);
+    }
+}
+
 int main(void)
 {
+    check_utf8_valid();
     const char *fixed[] = {"", "plain", "\"", "\\", "a\"b\\c", "\n\r\t\b\f\v", "\x01\x1f ",
                            "ends with escape\n", "\x7f del is not escaped", "caf\xc3\xa9"};
     for (size_t i = 0; i < sizeof fixed / sizeof fixed[0]; i++) {

@@ -182,6 +182,88 @@ static void check_stored_text_escapes(void)
     options_free(&o);
 }
 
+/* Stored text in every mixture the renderer meets: Parley's plain text
+ * messages (copied by the one-memchr fast path, in runs of one append),
+ * wire-only messages of other shapes (the general scan), messages with a
+ * stored-only key (re-rendered) and separators other than one ','.  Each
+ * body must equal the one rendered from the same messages as JSON, and the
+ * separators must not change a byte of it. */
+static void check_stored_text_runs(void)
+{
+    static const char *const pool[] = {
+        "{\"role\":\"user\",\"content\":\"hello\"}",
+        "{\"role\":\"assistant\",\"content\":\"it is \\\"on\\\" \\\\\"}",
+        "{\"role\":\"assistant\",\"content\":\"\"}",
+        "{\"role\":\"user\",\"content\":\"}{,\\\"role\\\":\"}",
+        "{\"role\": \"user\", \"content\": \"spaced\"}",
+        "{\"content\":\"key order\",\"role\":\"user\"}",
+        ("{\"role\":\"assistant\",\"content\":null,\"tool_calls\":[{\"id\":\"c1\",\"type\":"
+         "\"function\",\"function\":{\"name\":\"f\",\"arguments\":\"{}\"}}]}"),
+        "{\"role\":\"tool\",\"tool_call_id\":\"c1\",\"content\":\"r\",\"name\":\"f\"}",
+        "{\"role\":\"user\",\"content\":\"x\",\"message_id\":\"m1\"}",
+        "{\"role\":\"us\\\"er\",\"content\":\"escaped role\"}",
+        "{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":\"parts\"}]}",
+        "{\"role\":\"assistant\",\"content\":\"plain\"} ",
+    };
+    static const char *const seps[] = {",", ",", ",", ", ", ",\n", ",,", " ,"};
+    size_t npool = sizeof pool / sizeof pool[0], nseps = sizeof seps / sizeof seps[0];
+    parley_options o;
+    char *err = NULL;
+    CHECK(options_parse("{\"provider\":\"openai\",\"model\":\"m\"}", &o, &err) == 0);
+    const provider *p = provider_find("openai");
+    unsigned seed = 17;
+    for (int round = 0; round < 3000; round++) {
+        size_t n = 1 + (size_t)(round % 9), pick[9];
+        pbuf list = PBUF_INIT, plain = PBUF_INIT, mixed = PBUF_INIT;
+        pbuf_putc(&list, '[');
+        for (size_t i = 0; i < n; i++) {
+            seed = seed * 1103515245u + 12345u;
+            pick[i] = (seed >> 8) % npool;
+            pbuf_puts(&list, i ? "," : "");
+            pbuf_puts(&list, pool[pick[i]]);
+            pbuf_puts(&plain, pool[pick[i]]);
+            pbuf_putc(&plain, ',');
+            pbuf_puts(&mixed, pool[pick[i]]);
+            pbuf_puts(&mixed, seps[(seed >> 20) % nseps]);
+        }
+        pbuf_putc(&list, ']');
+        json_t *msgs = json_loads(list.data, 0, NULL), *none = json_array();
+        CHECK(msgs != NULL);
+        provider_request from_json = {.history = msgs, .messages = none, .tools_json = "[]"};
+        provider_request from_plain = {.history_text = plain.data, .history_text_len = plain.len,
+                                       .messages = none, .tools_json = "[]"};
+        provider_request from_mixed = from_plain;
+        from_mixed.history_text = mixed.data;
+        from_mixed.history_text_len = mixed.len;
+        pbuf a = PBUF_INIT, b = PBUF_INIT, c = PBUF_INIT;
+        CHECK(p->encode(&a, &o, &from_json, &err) == 0);
+        CHECK(p->encode(&b, &o, &from_plain, &err) == 0);
+        CHECK(p->encode(&c, &o, &from_mixed, &err) == 0);
+        json_t *ja = json_loads(a.data ? a.data : "", 0, NULL);
+        json_t *jb = json_loads(b.data ? b.data : "", 0, NULL);
+        int same = ja && jb && json_equal(ja, jb) && b.len == c.len &&
+                   memcmp(b.data, c.data, b.len) == 0;
+        CHECK(same);
+        if (!same)
+            fprintf(stderr, "  stored text\n  %s\n  %s\n  gives\n  %s\n  %s\n  not\n  %s\n",
+                    plain.data, mixed.data, b.data, c.data, a.data);
+        json_decref(ja);
+        json_decref(jb);
+        json_decref(msgs);
+        json_decref(none);
+        pbuf_free(&a);
+        pbuf_free(&b);
+        pbuf_free(&c);
+        pbuf_free(&list);
+        pbuf_free(&plain);
+        pbuf_free(&mixed);
+        if (!same)
+            break;
+    }
+    options_free(&o);
+    free(err);
+}
+
 /* The request rules the golden files stand for, asserted directly too. */
 static void check_request_rules(void)
 {
@@ -467,6 +549,7 @@ int main(void)
     json_decref(conv);
     check_request_rules();
     check_stored_text_escapes();
+    check_stored_text_runs();
     check_errors();
     check_think_tags();
     return check_report();
