@@ -117,6 +117,7 @@ static struct config {
     int limit;                  /* also run the raw epoll client (scenarios 1 and 2) */
     int count_allocs;           /* the counting pass: allocations per turn (LD_PRELOAD) */
     int pin_cpus;               /* fake server on the last CPU, every client on CPU 0 */
+    int seq_chain;              /* scenario 1's Parley host submits from the done callback */
     int verbose;
 } cfg = {
     .plugin = PARLEY_BENCH_PLUGIN,
@@ -684,6 +685,60 @@ static int seq_turn(const parley_plugin *p, parley_agent *a, struct waiter *w, i
 /* Warm-up turns: enough to fill the history, plus a few more. */
 static int seq_warmup_turns(void) { return cfg.seq_history + 10; }
 
+/* --seq-chain: the host submits turn k+1 from turn k's done callback (on
+ * Parley's worker), as an asynchronous host may; no host thread sleeps and
+ * wakes per turn.  Callbacks of one agent never run at once, so no lock. */
+struct seq_chain {
+    const parley_plugin *p;
+    parley_agent *a;
+    int next, end;     /* the turn to submit next; one past the last */
+    double submitted;  /* when the turn in flight was submitted */
+    double *lat;       /* per measured turn */
+    int measured;
+    struct result *r;
+    sem_t done;        /* posted after the last turn */
+};
+
+static void seq_chain_done(void *user_data, const parley_result *res);
+
+/* Submit the next turn of the chain, or post `done` after the last. */
+static void seq_chain_submit(struct seq_chain *c)
+{
+    if (c->next == c->end) {
+        sem_post(&c->done);
+        return;
+    }
+    char text[128];
+    seq_text(text, sizeof text, c->next++);
+    parley_input in = {.struct_size = sizeof in, .text = text, .conversation_id = SEQ_CONVERSATION};
+    c->submitted = now_s();
+    if (c->p->async_process(c->a, &in, seq_chain_done, c, NULL, NULL) != PARLEY_OK) {
+        c->r->failures += c->end - c->next + 1; /* refused: the rest never runs */
+        sem_post(&c->done);
+    }
+}
+
+static void seq_chain_done(void *user_data, const parley_result *res)
+{
+    struct seq_chain *c = user_data;
+    c->lat[c->measured++] = now_s() - c->submitted;
+    if (res->status != PARLEY_OK)
+        c->r->failures++;
+    seq_chain_submit(c);
+}
+
+/* Turns first..first+n-1 chained from the done callbacks; their latencies in lat. */
+static void seq_run_chained(const parley_plugin *p, parley_agent *a, int first, int n,
+                            double *lat, struct result *r)
+{
+    struct seq_chain c = {p, a, first, first + n, 0, lat, 0, r, {{0}}};
+    sem_init(&c.done, 0, 0);
+    seq_chain_submit(&c);
+    while (sem_wait(&c.done) != 0 && errno == EINTR)
+        ;
+    sem_destroy(&c.done);
+}
+
 static void phase_seq_parley(struct result *r)
 {
     const parley_plugin *p = load_plugin(r);
@@ -704,11 +759,15 @@ static void phase_seq_parley(struct result *r)
             r->failures++;
 
     struct window win = window_open(r);
-    for (int i = 0; i < n; i++) {
-        double s = now_s();
-        if (seq_turn(p, a, &w, warm + i, r) != 0)
-            r->failures++;
-        lat[i] = now_s() - s;
+    if (cfg.seq_chain) {
+        seq_run_chained(p, a, warm, n, lat, r);
+    } else {
+        for (int i = 0; i < n; i++) {
+            double s = now_s();
+            if (seq_turn(p, a, &w, warm + i, r) != 0)
+                r->failures++;
+            lat[i] = now_s() - s;
+        }
     }
     window_close(&win, r);
     r->turns = n;
@@ -1834,6 +1893,9 @@ static void usage(FILE *out)
             "  --no-limit                      scenarios 1 and 2 without the raw epoll client\n"
             "  --pin-cpus                      the fake server on the last CPU, each client on CPU 0\n"
             "                                  (steadier sequential ratios; see docs/performance.md)\n"
+            "  --seq-chain                     scenario 1: Parley's host submits each next turn from\n"
+            "                                  the done callback instead of a thread waiting for it\n"
+            "                                  (what the hand-off between threads costs)\n"
             "  --count-allocs                  the counting pass: re-run under LD_PRELOAD=%s\n"
             "                                  and count heap allocations per turn in every\n"
             "                                  measured window (its timings are not the benchmark's)\n"
@@ -1875,6 +1937,10 @@ int main(int argc, char **argv)
         }
         if (strcmp(a, "--pin-cpus") == 0) {
             cfg.pin_cpus = 1;
+            continue;
+        }
+        if (strcmp(a, "--seq-chain") == 0) {
+            cfg.seq_chain = 1;
             continue;
         }
         if (!v) {
