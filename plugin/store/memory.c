@@ -490,13 +490,22 @@ static parley_status memory_load(store *s, const store_key *key, size_t last_tur
 
 /* ---- append ---- */
 
-/* NULL when the turn can be stored, else why not. */
-static const char *turn_problem(const store_turn *in)
+/* Ids parsed by turn_problem for stored_turn_new, so each is parsed once:
+ * the turn's and its first messages' (a turn of more messages parses the
+ * rest again). */
+#define PARSED_MESSAGE_IDS 8
+typedef struct parsed_ids {
+    uint8_t turn[16];
+    uint8_t message[PARSED_MESSAGE_IDS][16];
+} parsed_ids;
+
+/* NULL when the turn can be stored, else why not; ids: what it parsed. */
+static const char *turn_problem(const store_turn *in, parsed_ids *ids)
 {
     uint8_t id[16];
     if (!in || !in->turn_id || !in->messages || in->nmessages == 0 || in->nmessages > UINT32_MAX)
         return "a turn needs a turn id and messages";
-    if (turn_id_parse(in->turn_id, id) != 0)
+    if (turn_id_parse(in->turn_id, ids->turn) != 0)
         return "a turn id must be a UUID in lowercase";
     size_t total = 0;
     for (size_t i = 0; i < in->nmessages; i++) {
@@ -505,7 +514,7 @@ static const char *turn_problem(const store_turn *in)
             return "a message needs its JSON";
         if (role_code(msg->role) < 0)
             return "a message's role must be user, assistant, tool or system";
-        if (uuid_parse(msg->message_id, id) != 0)
+        if (uuid_parse(msg->message_id, i < PARSED_MESSAGE_IDS ? ids->message[i] : id) != 0)
             return "a message id must be a UUID";
         if (msg->interface_message_id &&
             strlen(msg->interface_message_id) > STORE_MAX_INTERFACE_MESSAGE_ID)
@@ -599,8 +608,9 @@ static turn_identity *identity_from_input(const store_turn *in, const stored_tur
     return ti;
 }
 
-/* One allocation: header, message index, joined text.  `in` passed turn_problem. */
-static stored_turn *stored_turn_new(const store_turn *in)
+/* One allocation: header, message index, joined text.  `in` passed turn_problem,
+ * which parsed `ids`. */
+static stored_turn *stored_turn_new(const store_turn *in, const parsed_ids *ids)
 {
     size_t text = 0;
     for (size_t i = 0; i < in->nmessages; i++)
@@ -615,7 +625,7 @@ static stored_turn *stored_turn_new(const store_turn *in)
     t->finished_ms = in->finished_ms;
     t->nmessages = (uint32_t)in->nmessages;
     t->length = (uint32_t)text;
-    turn_id_parse(in->turn_id, t->turn_id);
+    memcpy(t->turn_id, ids->turn, sizeof t->turn_id);
     char *p = (char *)(t->messages + t->nmessages);
     for (size_t i = 0; i < in->nmessages; i++) {
         const store_message *src = &in->messages[i];
@@ -626,7 +636,10 @@ static stored_turn *stored_turn_new(const store_turn *in)
         dst->length = (uint32_t)src->json_len;
         dst->created_after_ms = after < CREATED_AFTER_MAX ? (uint32_t)after : CREATED_AFTER_MAX;
         dst->role = (uint32_t)role_code(src->role) & 3u;
-        uuid_parse(src->message_id, dst->message_id);
+        if (i < PARSED_MESSAGE_IDS)
+            memcpy(dst->message_id, ids->message[i], sizeof dst->message_id);
+        else
+            uuid_parse(src->message_id, dst->message_id);
         memcpy(p, src->json, src->json_len);
         p += src->json_len;
     }
@@ -743,10 +756,11 @@ static parley_status memory_append(store *s, const store_key *key, const store_t
                                    uint64_t now_ms, char **err)
 {
     memory_store *m = (memory_store *)s;
+    parsed_ids ids;
     const char *problem = !key || !key->conversation_id ? "a turn needs a conversation id"
                           : strlen(key->conversation_id) > STORE_MAX_CONVERSATION_ID
                               ? "a conversation id is at most 256 bytes"
-                              : turn_problem(turn);
+                              : turn_problem(turn, &ids);
     if (problem) {
         if (err)
             *err = pstr_printf("memory store: %s", problem);
@@ -755,7 +769,7 @@ static parley_status memory_append(store *s, const store_key *key, const store_t
     char *owned;
     const char *k = key_text(key, &owned);
     /* Outside the lock: the copies may be large. */
-    stored_turn *t = k ? stored_turn_new(turn) : NULL;
+    stored_turn *t = k ? stored_turn_new(turn, &ids) : NULL;
     int oom = 0;
     turn_identity *ti = t ? identity_from_input(turn, t, &oom) : NULL;
     if (!t || oom) {

@@ -1174,6 +1174,39 @@ static void test_key_qualifiers(void)
     close_store(h);
 }
 
+/* Message ids come back as given, in turns of every size: the first ids of a
+ * turn are parsed once while it is checked, the rest again when stored. */
+static void test_message_ids_of_long_turns(void)
+{
+    store *h = new_store(0, 10, 0);
+    for (size_t n = 1; n <= 12; n += 11) { /* 1 and 12 messages */
+        store_message msgs[12];
+        char ids[12][37];
+        for (size_t i = 0; i < n; i++) {
+            snprintf(ids[i], sizeof ids[i], "%08zx-1111-4222-8333-%012zx", n, i);
+            msgs[i] = (store_message){.message_id = ids[i], .role = i % 2 ? "assistant" : "user",
+                                      .created_ms = 1, .json = "{\"content\":\"x\"}",
+                                      .json_len = 15};
+        }
+        char tid[37];
+        turn_id_for((unsigned)(700 + n), tid);
+        store_turn t = {tid, 1, 2, msgs, n};
+        store_key key = key_of("long");
+        char *err = NULL;
+        CHECK(B->append(h, &key, &t, 3, &err) == PARLEY_OK);
+        free(err);
+        for (size_t i = 0; i < n; i++) { /* each message found by its id, in its turn */
+            pbuf b = PBUF_INIT;
+            CHECK(B->get_message(h, ids[i], 3, &b, &err) == PARLEY_OK);
+            CHECK(b.data && strstr(b.data, tid) != NULL);
+            pbuf_free(&b);
+            free(err);
+            err = NULL;
+        }
+    }
+    close_store(h);
+}
+
 int main(void)
 {
     test_load_last_turns();
@@ -1197,6 +1230,7 @@ int main(void)
     test_commit_is_all_or_nothing_under_oom();
     test_identity_is_all_or_nothing_under_oom();
     test_concurrent_use();
+    test_message_ids_of_long_turns();
     close_store(NULL);
     return check_report();
 }
