@@ -76,7 +76,7 @@ void inbox_stop(inbox *box);
 /* Signalled when something was posted.  Watch it edge-triggered (EPOLLIN |
  * EPOLLET), then inbox_take: each wakeup is a write, so a new edge, and it is
  * never read back (a read per wakeup was a system call per turn).  Its count
- * grows by one per wakeup at most once per inbox_take: it cannot fill. */
+ * grows by one at most once per inbox_sleep that found nothing: it cannot fill. */
 int inbox_wake_fd(const inbox *box);
 void inbox_take(inbox *box, inbox_batch *out);
 /* The worker is about to wait for events: 1 when nothing was posted since its

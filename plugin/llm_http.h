@@ -30,8 +30,10 @@
 
 typedef struct http_config {
     const char *url;               /* <base_url> + the provider's path */
-    CURLU *parsed_url;             /* url parsed once (CURLOPT_CURLU; used on the worker thread
-                                      only), or NULL: libcurl parses url per transfer */
+    CURLU *parsed_url;             /* url parsed once (CURLOPT_CURLU: libcurl reads it on the
+                                      worker, at each transfer's start and resend, while the
+                                      turn holds the snapshot), or NULL: libcurl parses url
+                                      per transfer */
     const char *display_url;       /* the same without credentials, query or fragment: for messages */
     struct curl_slist *headers;    /* Content-Type, Accept, the provider's own */
     long connect_timeout_ms;

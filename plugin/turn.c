@@ -315,8 +315,8 @@ static void record_answer(turn *t, const llm_reply *reply, const char *content)
     /* The step holds the same JSON string: escape the content once. */
     pbuf_puts(&t->steps, t->steps.len ? ",{\"type\":\"answer\",\"content\":"
                                       : "[{\"type\":\"answer\",\"content\":");
-    if (m->oom)
-        t->steps.oom = 1;
+    if (m->oom) /* the message is cut (the turn fails): the step still says what came */
+        put_str(&t->steps, content);
     else
         pbuf_append(&t->steps, m->data + content_at, content_end - content_at);
     pbuf_putc(&t->steps, '}');
