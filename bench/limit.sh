@@ -17,7 +17,9 @@
 #
 # Environment:
 #   SEQ_RUNS=9 CONC_RUNS=3   repetitions (the table gives medians; scenario 1 is short
-#                            and its server cost moves with CPU placement: nine runs)
+#                            and its server cost moves with CPU placement: nine runs;
+#                            scenario 1 runs SEQ_RUNS more times with --seq-chain, Parley's
+#                            host submitting from the done callback: no host/worker hand-off)
 #   COUNT_ALLOCS=0           skip the counting pass
 #   PARLEY_BENCH_ARGS        extra parley-bench options (they come last, so they win),
 #                            e.g. "--conc-conversations 2000"
@@ -52,6 +54,13 @@ run "$build/bench/parley-bench" --scenario seq,concurrent --seq-repeats "$seq_ru
     --conc-repeats "$conc_runs" --phase-timeout-s "$phase_timeout" --summary-file "$out/timing" \
     ${PARLEY_BENCH_ARGS:-} |
     tee "$out/timing.txt"
+echo
+echo "== scenario 1 again, Parley's host chaining from the done callback (--seq-chain, x $seq_runs):"
+echo "   Parley without the host/worker hand-off, against the same floor"
+# shellcheck disable=SC2086
+run "$build/bench/parley-bench" --scenario seq --seq-chain --no-limit --seq-repeats "$seq_runs" \
+    --phase-timeout-s "$phase_timeout" --summary-file "$out/chain" ${PARLEY_BENCH_ARGS:-} |
+    tee "$out/chain.txt"
 load_mid=$(load)
 if [ "${COUNT_ALLOCS:-1}" != 0 ]; then
     echo
@@ -95,6 +104,8 @@ row "1 sequential: client CPU per turn (µs)" timing seq.cpu_us
 row "1 sequential: heap allocations per turn" count seq.allocs_per_turn
 row "1 sequential: bytes allocated per turn" count seq.alloc_bytes_per_turn
 row "1 sequential: failures" timing seq.failures noratio
+row "1 sequential, host chains from the callback: mean turn time (ms)" chain seq.mean_ms
+row "1 sequential, host chains from the callback: client CPU per turn (µs)" chain seq.cpu_us
 row "2 $n in flight: turns/s" timing conc.turns_per_s
 row "2 $n in flight: wall time (s)" timing conc.wall_s
 row "2 $n in flight: client CPU per turn (µs)" timing conc.cpu_us
