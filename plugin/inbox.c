@@ -23,7 +23,7 @@ struct inbox {
     inbox_note *notes;      /* newest first */
     uint64_t *cancels;      /* request ids whose cancel was asked */
     size_t ncancels, cancels_cap;
-    dict *live;             /* request id (text) -> turn, from submit until forget */
+    dict *live;             /* request id (its 8 bytes) -> turn, from submit until forget */
 };
 
 /* Live turns are keyed by the bytes of their request id: no text per turn. */

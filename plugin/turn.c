@@ -119,9 +119,12 @@ static void message_close(turn *t, const char *role, size_t start)
     t->nmessages++;
 }
 
+/* Where the next step starts: '[' before the first, ',' before the others. */
+static void step_open(turn *t) { pbuf_putc(&t->steps, t->steps.len ? ',' : '['); }
+
 static void record_step(turn *t, const pbuf *step)
 {
-    pbuf_putc(&t->steps, t->steps.len ? ',' : '[');
+    step_open(t);
     pbuf_append(&t->steps, step->data, step->len);
 }
 
@@ -298,10 +301,9 @@ static void record_tool_results(turn *t)
 
 static void record_answer(turn *t, const llm_reply *reply, const char *content)
 {
-    static const char head[] = "{\"role\":\"assistant\",\"content\":";
     size_t start = message_open(t);
     pbuf *m = &t->messages;
-    pbuf_puts(m, head);
+    pbuf_puts(m, "{\"role\":\"assistant\",\"content\":");
     size_t content_at = m->len;
     put_str(m, content);
     size_t content_end = m->len; /* the content as a JSON string: [content_at, content_end) */
@@ -313,8 +315,8 @@ static void record_answer(turn *t, const llm_reply *reply, const char *content)
     t->answer = strdup(content);
 
     /* The step holds the same JSON string: escape the content once. */
-    pbuf_puts(&t->steps, t->steps.len ? ",{\"type\":\"answer\",\"content\":"
-                                      : "[{\"type\":\"answer\",\"content\":");
+    step_open(t);
+    pbuf_puts(&t->steps, "{\"type\":\"answer\",\"content\":");
     if (m->oom) /* the message is cut (the turn fails): the step still says what came */
         put_str(&t->steps, content);
     else

@@ -183,6 +183,14 @@ static const char *plain_message_end(const char *p, const char *end)
     return close && close + 1 < end && close[1] == '}' ? close + 2 : NULL;
 }
 
+/* The ',' before a message of the "messages" array, unless it is the first. */
+static void put_message_separator(pbuf *out, int *first)
+{
+    if (!*first)
+        pbuf_putc(out, ',');
+    *first = 0;
+}
+
 /* Stored messages ("m,m,") into out: as they are when they hold only wire keys,
    else through render_message.  current_turn: as render_message's.  A run of
    messages copied as they are, with the stored ',' between them (the wire's
@@ -210,9 +218,7 @@ static int render_messages_text(pbuf *out, const char *p, size_t len, int *first
             continue;
         }
         if (run) {
-            if (!*first)
-                pbuf_putc(out, ',');
-            *first = 0;
+            put_message_separator(out, first);
             pbuf_append(out, run, (size_t)(run_end - run));
             run = NULL;
         }
@@ -228,9 +234,7 @@ static int render_messages_text(pbuf *out, const char *p, size_t len, int *first
                 *err = pstr_printf("stored history holds a message that is not JSON");
                 return -1;
             }
-            if (!*first)
-                pbuf_putc(out, ',');
-            *first = 0;
+            put_message_separator(out, first);
             render_message(out, m, current_turn);
             json_decref(m);
         }
@@ -268,9 +272,7 @@ static int openai_encode(pbuf *out, const parley_options *o, const provider_requ
         size_t i;
         const json_t *m;
         json_array_foreach(lists[l], i, m) {
-            if (!first)
-                pbuf_putc(out, ',');
-            first = 0;
+            put_message_separator(out, &first);
             render_message(out, m, l == 1);
         }
     }
