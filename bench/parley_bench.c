@@ -1923,24 +1923,20 @@ int main(int argc, char **argv)
             usage(stdout);
             return 0;
         }
-        if (strcmp(a, "--verbose") == 0) {
-            cfg.verbose = 1;
-            continue;
-        }
-        if (strcmp(a, "--no-limit") == 0) {
-            cfg.limit = 0;
-            continue;
-        }
-        if (strcmp(a, "--count-allocs") == 0) {
-            cfg.count_allocs = 1;
-            continue;
-        }
-        if (strcmp(a, "--pin-cpus") == 0) {
-            cfg.pin_cpus = 1;
-            continue;
-        }
-        if (strcmp(a, "--seq-chain") == 0) {
-            cfg.seq_chain = 1;
+        static const struct {
+            const char *name;
+            int *field;
+            int value;
+        } switches[] = {
+            {"--verbose", &cfg.verbose, 1},     {"--no-limit", &cfg.limit, 0},
+            {"--count-allocs", &cfg.count_allocs, 1}, {"--pin-cpus", &cfg.pin_cpus, 1},
+            {"--seq-chain", &cfg.seq_chain, 1},
+        };
+        size_t sw = 0;
+        while (sw < sizeof switches / sizeof switches[0] && strcmp(a, switches[sw].name) != 0)
+            sw++;
+        if (sw < sizeof switches / sizeof switches[0]) { /* an option without a value */
+            *switches[sw].field = switches[sw].value;
             continue;
         }
         if (!v) {
