@@ -17,10 +17,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "codec.h"
-#include "image.h"
-#include "provider.h"
-#include "sse.h"
+#include "provider/codec.h"
+#include "provider/image.h"
+#include "provider/provider.h"
+#include "provider/sse.h"
 
 #define MAX_SSE_SIZE (8u << 20)
 #define MAX_BLOCKS 256

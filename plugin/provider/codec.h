@@ -11,9 +11,9 @@
 #include <curl/curl.h>
 #include <jansson.h>
 
-#include "buf.h"
-#include "llm_reply.h"
-#include "options.h"
+#include "lib/buf.h"
+#include "provider/llm_reply.h"
+#include "config/options.h"
 
 const char *llm_json_type_name(const json_t *v);       /* "an object", "a string", ... */
 char *llm_clean_text(const char *text, size_t n);      /* server text made safe to show */

@@ -13,9 +13,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "codec.h"
-#include "image.h"
-#include "provider.h"
+#include "provider/codec.h"
+#include "provider/image.h"
+#include "provider/provider.h"
 
 #define MAX_LINE (8u << 20)
 

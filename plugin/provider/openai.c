@@ -18,8 +18,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "codec.h"
-#include "provider.h"
+#include "provider/codec.h"
+#include "provider/provider.h"
 
 static void put_key(pbuf *b, const char *key)
 {

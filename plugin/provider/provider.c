@@ -3,13 +3,13 @@
  * messages, retry policy, and the reasoning rules applied on top of every
  * decoder (think.h), so streamed and whole replies agree for all providers.
  */
-#include "provider.h"
+#include "provider/provider.h"
 
 #include <stdlib.h>
 #include <string.h>
 
-#include "codec.h"
-#include "think.h"
+#include "provider/codec.h"
+#include "provider/think.h"
 
 static const provider *const PROVIDERS[] = {&provider_openai, &provider_anthropic,
                                             &provider_ollama};

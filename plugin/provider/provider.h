@@ -22,9 +22,9 @@
 #include <jansson.h>
 #include <stddef.h>
 
-#include "buf.h"
-#include "llm_reply.h"
-#include "options.h"
+#include "lib/buf.h"
+#include "provider/llm_reply.h"
+#include "config/options.h"
 
 /* What one request is made of, in neutral form (all borrowed). */
 typedef struct provider_request {

@@ -1,5 +1,5 @@
 /* think.c -- see think.h. */
-#include "think.h"
+#include "provider/think.h"
 
 #include <string.h>
 

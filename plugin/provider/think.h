@@ -15,7 +15,7 @@
 
 #include <stddef.h>
 
-#include "buf.h"
+#include "lib/buf.h"
 
 typedef void (*think_out_fn)(void *ud, int is_reasoning, const char *text, size_t len);
 

@@ -40,9 +40,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../dict.h"
-#include "store.h"
-#include "store_json.h"
+#include "lib/dict.h"
+#include "store/store.h"
+#include "store/store_json.h"
 
 typedef struct conversation conversation;
 

@@ -31,11 +31,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../clock.h"
-#include "../uuid.h"
-#include "redis_scripts.h"
-#include "store.h"
-#include "store_json.h"
+#include "lib/clock.h"
+#include "lib/uuid.h"
+#include "store/redis_scripts.h"
+#include "store/store.h"
+#include "store/store_json.h"
 
 #define REDIS_CONNECT_TIMEOUT_MS 2000
 #define REDIS_COMMAND_TIMEOUT_MS 5000

@@ -46,7 +46,7 @@
  * a second agent (another process, or the same one: flock locks belong to
  * the open file description) fail with "in use by another agent".
  */
-#include "store.h"
+#include "store/store.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -59,7 +59,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "store_json.h"
+#include "store/store_json.h"
 
 #define SQLITE_STORE_APPLICATION_ID 0x50726c79 /* "Prly" */
 #define SQLITE_STORE_SCHEMA_VERSION 2

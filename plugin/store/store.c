@@ -1,5 +1,5 @@
 /* store.c -- choosing a backend from the history_store option (see store.h). */
-#include "store.h"
+#include "store/store.h"
 
 #include <string.h>
 

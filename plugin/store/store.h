@@ -48,8 +48,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "../buf.h"
-#include "../plugin_status.h"
+#include "lib/buf.h"
+#include "lib/plugin_status.h"
 
 #define STORE_BACKEND_VERSION 4
 

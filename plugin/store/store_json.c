@@ -2,7 +2,7 @@
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE /* memmem */
 #endif
-#include "store_json.h"
+#include "store/store_json.h"
 
 #include <inttypes.h>
 #include <string.h>

@@ -12,8 +12,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "../buf.h"
-#include "store.h"
+#include "lib/buf.h"
+#include "store/store.h"
 
 /* "2026-11-22T19:31:00.123Z", quoted. */
 void store_json_timestamp(pbuf *b, uint64_t ms);

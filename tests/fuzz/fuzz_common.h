@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "llm_reply.h"
+#include "provider/llm_reply.h"
 
 #define FUZZ_CHECK(cond)                                                          \
     do {                                                                          \

@@ -7,9 +7,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "options.h"
+#include "config/options.h"
 #include "store/store.h"
-#include "toolset.h"
+#include "config/toolset.h"
 
 /* options.c checks history_store's scheme with store_backend_for (store.c):
  * the parser needs the backends' scheme names only, not their code. */

@@ -13,7 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "buf.h"
+#include "lib/buf.h"
 #include "fuzz_common.h"
 #include "provider/provider.h"
 

@@ -13,9 +13,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "buf.h"
+#include "lib/buf.h"
 #include "fuzz_common.h"
-#include "llm_reply.h"
+#include "provider/llm_reply.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

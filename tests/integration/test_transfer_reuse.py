@@ -1,4 +1,4 @@
-"""A transfer's easy handle is kept for the next request (plugin/llm_http.c):
+"""A transfer's easy handle is kept for the next request (plugin/http/llm_http.c):
 configured once per options snapshot, with only the body set per request.
 
 Asserted from what the servers received: a request that libcurl must send

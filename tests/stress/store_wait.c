@@ -25,7 +25,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "agent_api.h"
+#include "api/agent_api.h"
 #include "store/store.h"
 
 static int passed, failed;

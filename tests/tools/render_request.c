@@ -11,9 +11,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "options.h"
+#include "config/options.h"
 #include "provider/provider.h"
-#include "toolset.h"
+#include "config/toolset.h"
 #include "../unit/read_file.h" /* the tests' whole-file reader */
 
 int main(int argc, char **argv)

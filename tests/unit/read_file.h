@@ -7,7 +7,7 @@
 
 #include <stdio.h>
 
-#include "buf.h"
+#include "lib/buf.h"
 
 /* The bytes of `path`, NUL-terminated (malloc'd), their count in *len (may
  * be NULL); NULL if it cannot be opened. */

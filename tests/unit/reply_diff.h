@@ -14,8 +14,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "buf.h"
-#include "llm_reply.h"
+#include "lib/buf.h"
+#include "provider/llm_reply.h"
 
 static inline int reply_diff_str_equal(const char *a, const char *b)
 {

@@ -6,8 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "buf.h"
-#include "utf8.h"
+#include "lib/buf.h"
+#include "lib/utf8.h"
 #include "check.h"
 
 static void reference(pbuf *b, const unsigned char *s, size_t n)

@@ -11,7 +11,7 @@
 #include <unistd.h>
 
 #include "check.h"
-#include "connection_check.h"
+#include "api/connection_check.h"
 
 /* A server that answers ONE request with `response` and keeps the request. */
 typedef struct {

@@ -5,7 +5,7 @@
 #include <string.h>
 
 #include "check.h"
-#include "dict.h"
+#include "lib/dict.h"
 
 typedef struct item {
     char key[48];

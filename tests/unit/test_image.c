@@ -4,7 +4,7 @@
 #include <string.h>
 
 #include "check.h"
-#include "image.h"
+#include "provider/image.h"
 
 /* Plain reference encoder, for building inputs. */
 static char *b64(const unsigned char *p, size_t n)

@@ -1,10 +1,10 @@
-/* test_json_scan.c -- the strict JSON cursor (plugin/json_scan.h) on its own. */
+/* test_json_scan.c -- the strict JSON cursor (plugin/lib/json_scan.h) on its own. */
 #include <stdlib.h>
 #include <string.h>
 
-#include "buf.h"
+#include "lib/buf.h"
 #include "check.h"
-#include "json_scan.h"
+#include "lib/json_scan.h"
 
 /* 0 when `text` is one valid value (skipped whole) and nothing else. */
 static int skims(const char *text)

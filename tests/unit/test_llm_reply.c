@@ -3,9 +3,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "buf.h"
+#include "lib/buf.h"
 #include "check.h"
-#include "llm_reply.h"
+#include "provider/llm_reply.h"
 #include "reply_diff.h"
 
 /* ---- helpers ---- */

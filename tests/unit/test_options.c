@@ -4,8 +4,8 @@
 #include <string.h>
 
 #include "check.h"
-#include "options.h"
-#include "toolset.h"
+#include "config/options.h"
+#include "config/toolset.h"
 
 /* Parse and expect failure with a message containing `needle`. */
 static void expect_error(const char *json, const char *needle)
@@ -175,7 +175,7 @@ static void test_schema_presentation(void)
         CHECK(title && *title);
         CHECK(group && (strcmp(group, "basic") == 0 || strcmp(group, "advanced") == 0));
         if (!title || !*title || !group)
-            fprintf(stderr, "  option '%s' has no title/group: add its row to plugin/options_ui.c\n",
+            fprintf(stderr, "  option '%s' has no title/group: add its row to plugin/config/options_ui.c\n",
                     name);
         const char *type = json_string_value(json_object_get(p, "type"));
         if (type && strcmp(type, "array") == 0)

@@ -6,7 +6,7 @@
 #include <string.h>
 
 #include "check.h"
-#include "persona.h"
+#include "config/persona.h"
 
 static int contains(const char *s, const char *part) { return s && strstr(s, part) != NULL; }
 

@@ -10,13 +10,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "buf.h"
+#include "lib/buf.h"
 #include "check.h"
-#include "options.h"
+#include "config/options.h"
 #include "provider/provider.h"
 #include "provider/think.h"
 #include "read_file.h"
-#include "toolset.h"
+#include "config/toolset.h"
 
 #define CORPUS PARLEY_SOURCE_DIR "/tests/corpus/"
 

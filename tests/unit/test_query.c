@@ -4,8 +4,8 @@
 #include <string.h>
 
 #include "check.h"
-#include "agent_api.h"
-#include "query.h"
+#include "api/agent_api.h"
+#include "api/query.h"
 
 /* The field named when `json` is refused, or "ok". */
 static const char *refused_field(const char *json)

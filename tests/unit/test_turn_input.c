@@ -5,8 +5,8 @@
 #include <string.h>
 
 #include "check.h"
-#include "config.h"
-#include "turn_input.h"
+#include "config/config.h"
+#include "turn/turn_input.h"
 
 static void done_cb(void *ud, const parley_result *r)
 {

@@ -1,0 +1,204 @@
+/* query.c -- see query.h. */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE /* timegm */
+#endif
+#include "api/query.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "lib/buf.h"
+
+static int digits(const char *s, int n, int *out)
+{
+    int v = 0;
+    for (int i = 0; i < n; i++) {
+        if (s[i] < '0' || s[i] > '9')
+            return -1;
+        v = v * 10 + (s[i] - '0');
+    }
+    *out = v;
+    return 0;
+}
+
+static int days_in_month(int year, int month)
+{
+    static const int days[] = {31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31};
+    int leap = (year % 4 == 0 && year % 100 != 0) || year % 400 == 0;
+    return month == 2 && leap ? 29 : days[month - 1];
+}
+
+int query_parse_time(const char *s, uint64_t *ms)
+{
+    int year, mon, day, hour, min, sec;
+    if (!s || strlen(s) < 20 || digits(s, 4, &year) || s[4] != '-' || digits(s + 5, 2, &mon) ||
+        s[7] != '-' || digits(s + 8, 2, &day) || (s[10] != 'T' && s[10] != 't' && s[10] != ' ') ||
+        digits(s + 11, 2, &hour) || s[13] != ':' || digits(s + 14, 2, &min) || s[16] != ':' ||
+        digits(s + 17, 2, &sec))
+        return -1;
+    if (year < 1970 || mon < 1 || mon > 12 || day < 1 || day > days_in_month(year, mon) ||
+        hour > 23 || min > 59 || sec > 60)
+        return -1;
+    const char *p = s + 19;
+    int frac_ms = 0;
+    if (*p == '.') {
+        int n = 0;
+        for (p++; *p >= '0' && *p <= '9'; p++, n++)
+            if (n < 3)
+                frac_ms = frac_ms * 10 + (*p - '0');
+        if (n == 0)
+            return -1;
+        for (; n < 3; n++)
+            frac_ms *= 10;
+    }
+    long offset_s = 0;
+    if (*p == 'Z' || *p == 'z') {
+        p++;
+    } else if (*p == '+' || *p == '-') {
+        int oh, om;
+        if (digits(p + 1, 2, &oh) || p[3] != ':' || digits(p + 4, 2, &om) || oh > 23 || om > 59)
+            return -1;
+        offset_s = (*p == '-' ? -1 : 1) * (long)(oh * 3600 + om * 60);
+        p += 6;
+    } else {
+        return -1;
+    }
+    if (*p)
+        return -1;
+    struct tm tm = {.tm_year = year - 1900, .tm_mon = mon - 1, .tm_mday = day,
+                    .tm_hour = hour, .tm_min = min, .tm_sec = sec};
+    time_t t = timegm(&tm);
+    if (t == (time_t)-1 || (long long)t - offset_s < 0)
+        return -1;
+    *ms = (uint64_t)((long long)t - offset_s) * 1000 + (uint64_t)frac_ms;
+    return 0;
+}
+
+/* FNV-1a over every filter and the order: what makes two queries the same one. */
+static uint64_t fingerprint(const store_query *q)
+{
+    uint64_t h = 1469598103934665603ull;
+    const char *strings[] = {q->conversation_id, q->persona, q->interface_type, q->role,
+                             q->search};
+    for (size_t i = 0; i < sizeof strings / sizeof strings[0]; i++) {
+        const char *s = strings[i] ? strings[i] : "";
+        h = (h ^ (strings[i] ? 1u : 2u)) * 1099511628211ull; /* NULL differs from "" */
+        for (; *s; s++)
+            h = (h ^ (unsigned char)*s) * 1099511628211ull;
+        h = (h ^ 0x1f) * 1099511628211ull;
+    }
+    uint64_t numbers[] = {q->since_ms, q->until_ms, (uint64_t)q->newest_first};
+    for (size_t i = 0; i < 3; i++)
+        for (int b = 0; b < 8; b++)
+            h = (h ^ ((numbers[i] >> (8 * b)) & 0xff)) * 1099511628211ull;
+    return h;
+}
+
+char *query_cursor(const store_query *q, uint64_t last)
+{
+    return pstr_printf("c1.%016" PRIx64 ".%" PRIx64, fingerprint(q), last);
+}
+
+/* The position a cursor continues from; -1 if it is no cursor of this query. */
+static int cursor_position(const store_query *q, const char *cursor, uint64_t *after)
+{
+    uint64_t fp, pos;
+    int used = 0;
+    if (sscanf(cursor, "c1.%16" SCNx64 ".%" SCNx64 "%n", &fp, &pos, &used) != 2 ||
+        (size_t)used != strlen(cursor) || pos == 0 || fp != fingerprint(q))
+        return -1;
+    *after = pos;
+    return 0;
+}
+
+static parley_status refuse(query_request *r, const char **field, char **err, const char *name,
+                            const char *why)
+{
+    *field = name;
+    *err = pstr_printf("%s: %s", name, why);
+    query_request_free(r);
+    return PARLEY_ERR_INVALID_INPUT;
+}
+
+/* A string member of at most max bytes (non-empty when nonempty): 0, or -1 (wrong). */
+static int string_member(json_t *v, size_t max, int nonempty, const char **out)
+{
+    if (!json_is_string(v) || json_string_length(v) > max ||
+        (nonempty && json_string_length(v) == 0) || strlen(json_string_value(v)) != json_string_length(v))
+        return -1;
+    *out = json_string_value(v);
+    return 0;
+}
+
+parley_status query_parse(const char *json, query_request *r, const char **field, char **err)
+{
+    memset(r, 0, sizeof *r);
+    r->q.until_ms = UINT64_MAX;
+    r->q.limit = QUERY_DEFAULT_LIMIT;
+    r->q.newest_first = 1;
+    json_error_t jerr;
+    r->root = json ? json_loads(json, JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL, &jerr) : json_object();
+    if (!json_is_object(r->root))
+        return refuse(r, field, err, "query", "must be a JSON object");
+    const char *key, *cursor = NULL;
+    json_t *v;
+    json_object_foreach(r->root, key, v) {
+        if (strcmp(key, "conversation_id") == 0) {
+            if (string_member(v, STORE_MAX_CONVERSATION_ID, 1, &r->q.conversation_id))
+                return refuse(r, field, err, "conversation_id", "must be a string of 1 to 256 bytes");
+        } else if (strcmp(key, "interface_type") == 0 || strcmp(key, "persona") == 0) {
+            const char **dst = key[0] == 'i' ? &r->q.interface_type : &r->q.persona;
+            if (string_member(v, STORE_MAX_CONVERSATION_ID, 0, dst))
+                return refuse(r, field, err, key[0] == 'i' ? "interface_type" : "persona",
+                              "must be a string of at most 256 bytes");
+        } else if (strcmp(key, "role") == 0) {
+            const char *role = json_string_value(v);
+            if (!role || (strcmp(role, "user") && strcmp(role, "assistant") &&
+                          strcmp(role, "tool") && strcmp(role, "system")))
+                return refuse(r, field, err, "role", "must be user, assistant, tool or system");
+            r->q.role = role;
+        } else if (strcmp(key, "since") == 0 || strcmp(key, "until") == 0) {
+            uint64_t *dst = key[0] == 's' ? &r->q.since_ms : &r->q.until_ms;
+            if (query_parse_time(json_string_value(v), dst) != 0)
+                return refuse(r, field, err, key[0] == 's' ? "since" : "until",
+                              "must be an RFC 3339 time, e.g. \"2026-11-22T19:31:00Z\"");
+        } else if (strcmp(key, "search") == 0) {
+            if (string_member(v, QUERY_MAX_SEARCH, 0, &r->q.search))
+                return refuse(r, field, err, "search", "must be a string of at most 1024 bytes");
+        } else if (strcmp(key, "limit") == 0) {
+            json_int_t n = json_is_integer(v) ? json_integer_value(v) : 0;
+            if (n < 1 || n > STORE_QUERY_MAX_LIMIT)
+                return refuse(r, field, err, "limit", "must be an integer from 1 to 10000");
+            r->q.limit = (size_t)n;
+        } else if (strcmp(key, "order") == 0) {
+            const char *order = json_string_value(v);
+            if (!order || (strcmp(order, "newest") && strcmp(order, "oldest")))
+                return refuse(r, field, err, "order", "must be \"newest\" or \"oldest\"");
+            r->q.newest_first = strcmp(order, "newest") == 0;
+        } else if (strcmp(key, "cursor") == 0) {
+            if (!json_is_null(v) && !(cursor = json_string_value(v)))
+                return refuse(r, field, err, "cursor", "must be a string from next_cursor");
+        } else {
+            *field = "query";
+            *err = pstr_printf("query: unknown key \"%s\" (expected conversation_id, "
+                               "interface_type, persona, role, since, until, search, limit, "
+                               "order, cursor)", key);
+            query_request_free(r);
+            return PARLEY_ERR_INVALID_INPUT;
+        }
+    }
+    if (r->q.since_ms > r->q.until_ms)
+        return refuse(r, field, err, "since", "is after until");
+    if (cursor && cursor_position(&r->q, cursor, &r->q.after) != 0)
+        return refuse(r, field, err, "cursor", "does not belong to this query (or is not a cursor)");
+    return PARLEY_OK;
+}
+
+void query_request_free(query_request *r)
+{
+    json_decref(r->root);
+    r->root = NULL;
+}

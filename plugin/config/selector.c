@@ -1,0 +1,95 @@
+/* selector.c -- see selector.h. */
+#include "config/selector.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "lib/buf.h"
+#include "lib/utf8.h"
+
+/* 1..max bytes of UTF-8 without NUL, and without control characters unless allowed
+ * (what a turn's input accepts: ids and key parts refuse them, an interface's
+ * message id is the interface's own text). */
+int selector_valid_string(const json_t *v, size_t max, int controls_ok)
+{
+    const char *s = json_string_value(v);
+    size_t n = s ? json_string_length(v) : 0;
+    if (!s || n == 0 || n > max || strlen(s) != n || !utf8_valid(s, n))
+        return 0;
+    for (size_t i = 0; !controls_ok && i < n; i++)
+        if ((unsigned char)s[i] < 0x20 || s[i] == 0x7f)
+            return 0;
+    return 1;
+}
+
+static parley_status refuse(selector *sel, const char *bad_key, char **err, char *message)
+{
+    *err = message;
+    sel->bad_key = bad_key;
+    selector_free(sel);
+    return PARLEY_ERR_INVALID_INPUT;
+}
+
+parley_status selector_parse(const char *json, int flags, selector *sel, char **err)
+{
+    memset(sel, 0, sizeof *sel);
+    sel->key.persona = "";
+    sel->key.interface_type = "";
+    json_error_t jerr;
+    sel->root = json ? json_loads(json, JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL, &jerr) : NULL;
+    if (!json_is_object(sel->root))
+        return refuse(sel, "selector", err,
+                      pstr_printf("selector: must be a JSON object with \"conversation_id\""));
+    const char *key;
+    json_t *v;
+    json_object_foreach(sel->root, key, v) {
+        if (strcmp(key, "conversation_id") == 0) {
+            if (!selector_valid_string(v, STORE_MAX_CONVERSATION_ID, 0))
+                return refuse(sel, "conversation_id", err,
+                              pstr_printf("conversation_id: must be 1 to %d bytes of UTF-8 "
+                                          "without control characters",
+                                          STORE_MAX_CONVERSATION_ID));
+            sel->key.conversation_id = json_string_value(v);
+        } else if (strcmp(key, "interface_type") == 0 || strcmp(key, "persona") == 0) {
+            int persona = key[0] == 'p';
+            const char *name = persona ? "persona" : "interface_type"; /* static, for bad_key */
+            if (json_is_string(v) && json_string_length(v) == 0)
+                continue; /* "" is "none", as absent */
+            if (!selector_valid_string(v, STORE_MAX_CONVERSATION_ID, 0))
+                return refuse(sel, name, err,
+                              pstr_printf("%s: must be a string of at most %d bytes of UTF-8 "
+                                          "without control characters",
+                                          name, STORE_MAX_CONVERSATION_ID));
+            if (persona && strcmp(json_string_value(v), "*") == 0) {
+                if (!(flags & SELECTOR_EVERY_PERSONA))
+                    return refuse(sel, name, err,
+                                  pstr_printf("persona: \"*\" (every persona) is only for "
+                                              "history_clear_by"));
+                sel->every_persona = 1;
+            }
+            *(persona ? &sel->key.persona : &sel->key.interface_type) = json_string_value(v);
+        } else if (strcmp(key, "interface_message_id") == 0 &&
+                   (flags & SELECTOR_INTERFACE_MESSAGE_ID)) {
+            if (!selector_valid_string(v, STORE_MAX_INTERFACE_MESSAGE_ID, 1))
+                return refuse(sel, "interface_message_id", err,
+                              pstr_printf("interface_message_id: must be 1 to %d bytes of "
+                                          "UTF-8", STORE_MAX_INTERFACE_MESSAGE_ID));
+            sel->interface_message_id = json_string_value(v);
+        } else if (!(flags & SELECTOR_OTHER_KEYS)) {
+            return refuse(sel, "selector", err,
+                          pstr_printf("selector: unknown key \"%s\" (expected conversation_id, "
+                                      "interface_type, persona%s)",
+                                      key, flags & SELECTOR_INTERFACE_MESSAGE_ID
+                                               ? ", interface_message_id" : ""));
+        }
+    }
+    if (!sel->key.conversation_id)
+        return refuse(sel, "conversation_id", err, pstr_printf("conversation_id: required"));
+    return PARLEY_OK;
+}
+
+void selector_free(selector *sel)
+{
+    json_decref(sel->root);
+    sel->root = NULL;
+}

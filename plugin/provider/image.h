@@ -1,0 +1,67 @@
+/*
+ * image.h -- the images a turn carries (input `images_json`): parsed and
+ * checked once on the host thread, before anything is sent or stored.
+ *
+ * An image is a `data:` URL (image/png, image/jpeg, image/webp or image/gif,
+ * base64) whose bytes must decode and start with the magic bytes of the MIME
+ * type it names, or an http(s) URL the model's server fetches itself.  Each
+ * refusal names the image ("images_json[1]: ...").
+ */
+#ifndef PARLEY_IMAGE_H
+#define PARLEY_IMAGE_H
+
+#include <stddef.h>
+
+#include "lib/buf.h"
+
+typedef struct image {
+    char *url;          /* as given (malloc'd) */
+    const char *mime;   /* static "image/png"...; NULL for an http(s) URL */
+    const char *base64; /* data URL: the payload, inside url; NULL for an http(s) URL */
+    size_t base64_len;
+    size_t bytes;       /* data URL: decoded size */
+} image;
+
+typedef struct image_list {
+    image *items;
+    size_t n;
+} image_list;
+
+typedef struct image_limits {
+    size_t max_bytes;   /* decoded bytes per image */
+    size_t max_images;  /* per turn */
+} image_limits;
+
+/*
+ * Parse `json` (an array of {"url": "..."}) into *out.  0; -1 with *err
+ * naming the image when the input is refused; -2 out of memory.
+ */
+int image_list_parse(const char *json, const image_limits *lim, image_list *out, char **err);
+void image_list_free(image_list *l);
+
+/* Check one URL as above (index only names it in *err). */
+int image_check_url(const char *url, size_t index, const image_limits *lim, image *out,
+                    char **err);
+
+/*
+ * Strict base64 (RFC 4648 standard alphabet, '=' padding required): the
+ * decoded length in *len, the first min(cap, len) bytes in head (may be
+ * NULL when cap is 0).  0, or -1 when `s` is not base64.
+ */
+int image_base64_decode(const char *s, size_t n, unsigned char *head, size_t cap, size_t *len);
+
+/*
+ * A data URL already checked (image_check_url) split for a codec: its MIME
+ * type (*mime, *mime_len bytes) and its base64 (*data, to the end).  0, or
+ * -1 when `url` is no base64 data URL (an http(s) URL).
+ */
+int image_data_url_split(const char *url, const char **mime, size_t *mime_len, const char **data);
+
+/* The MIME type the bytes' magic says (png, jpeg, webp, gif), or NULL. */
+const char *image_sniff_mime(const unsigned char *p, size_t n);
+
+/* What history keeps instead of the image: "[image: image/jpeg, 183 KB]" or
+ * "[image: https://...]". */
+void image_placeholder(pbuf *b, const image *im);
+
+#endif

@@ -1,0 +1,1521 @@
+/*
+ * llm_reply.c -- see llm_reply.h.
+ *
+ * Both decoders funnel into the same two finishing steps (fill_call and
+ * set_content), which is what makes a streamed reply identical to the same
+ * reply sent whole.
+ */
+#include "provider/llm_reply.h"
+
+#include <jansson.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "lib/buf.h"
+#include "lib/json_scan.h"
+#include "provider/codec.h"
+#include "provider/sse.h"
+
+#define MAX_ERROR_TEXT 500       /* llm_error_text's bound, in bytes */
+#define MAX_SSE_SIZE (8u << 20)  /* one SSE line, or one event's data */
+#define MAX_STREAM_CALLS 128     /* tool call indexes in a stream: 0..127 */
+
+/* ------------------------------------------------------------------ */
+/* Errors and small helpers                                            */
+/* ------------------------------------------------------------------ */
+
+static int fail(char **err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* Sets *err to the formatted message (NULL if even that allocation fails). */
+static int fail(char **err, const char *fmt, ...)
+{
+    if (!err)
+        return -1;
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(NULL, 0, fmt, ap);
+    va_end(ap);
+    *err = n >= 0 ? malloc((size_t)n + 1) : NULL;
+    if (*err) {
+        va_start(ap, fmt);
+        vsnprintf(*err, (size_t)n + 1, fmt, ap);
+        va_end(ap);
+    }
+    return -1;
+}
+
+static int fail_oom(char **err) { return fail(err, "out of memory"); }
+
+static const char *type_name(const json_t *v)
+{
+    switch (json_typeof(v)) {
+    case JSON_OBJECT: return "an object";
+    case JSON_ARRAY: return "an array";
+    case JSON_STRING: return "a string";
+    case JSON_INTEGER:
+    case JSON_REAL: return "a number";
+    case JSON_TRUE:
+    case JSON_FALSE: return "a boolean";
+    case JSON_NULL: return "null";
+    }
+    return "of an unknown type";
+}
+
+/* A member that is missing and one that is null mean the same to us. */
+static const json_t *member(const json_t *obj, const char *key)
+{
+    const json_t *v = json_object_get(obj, key);
+    return json_is_null(v) ? NULL : v;
+}
+
+/* *out = the string member `key`, or NULL when absent; other types are errors. */
+static int optional_string(const json_t *obj, const char *key, const char *what,
+                           const char **out, char **err)
+{
+    const json_t *v = member(obj, key);
+    *out = NULL;
+    if (!v)
+        return 0;
+    if (!json_is_string(v))
+        return fail(err, "%s %s is %s, not a string", what, key, type_name(v));
+    *out = json_string_value(v);
+    return 0;
+}
+
+/* Length of the valid UTF-8 character at s (no overlongs, no surrogates,
+   nothing above U+10FFFF), or 0 when s does not start one. */
+static size_t utf8_char_len(const unsigned char *s, size_t n)
+{
+    unsigned char lo = 0x80, hi = 0xBF; /* the range allowed for the second byte */
+    size_t len;
+    if (s[0] < 0x80)
+        return 1;
+    if (s[0] >= 0xC2 && s[0] <= 0xDF) {
+        len = 2;
+    } else if (s[0] >= 0xE0 && s[0] <= 0xEF) {
+        len = 3;
+        lo = s[0] == 0xE0 ? 0xA0 : 0x80;
+        hi = s[0] == 0xED ? 0x9F : 0xBF;
+    } else if (s[0] >= 0xF0 && s[0] <= 0xF4) {
+        len = 4;
+        lo = s[0] == 0xF0 ? 0x90 : 0x80;
+        hi = s[0] == 0xF4 ? 0x8F : 0xBF;
+    } else {
+        return 0;
+    }
+    if (n < len || s[1] < lo || s[1] > hi)
+        return 0;
+    for (size_t i = 2; i < len; i++)
+        if ((s[i] & 0xC0) != 0x80)
+            return 0;
+    return len;
+}
+
+/* C0, DEL and C1 controls: they would garble a log line or a UI. */
+static int is_control_char(const unsigned char *s, size_t len)
+{
+    if (len == 1)
+        return s[0] < 0x20 || s[0] == 0x7F;
+    return len == 2 && s[0] == 0xC2 && s[1] < 0xA0;
+}
+
+/*
+ * Server text made safe to show and to embed in JSON: valid UTF-8 only
+ * (invalid bytes dropped), control characters turned into spaces, runs of
+ * spaces collapsed, trimmed, at most `max` bytes cut on a character boundary
+ * ("..." then appended).  NULL when nothing is left (or out of memory).
+ */
+static char *clean_text(const char *text, size_t n, size_t max)
+{
+    const unsigned char *s = (const unsigned char *)text;
+    pbuf out = PBUF_INIT;
+    int space_pending = 0;
+    for (size_t i = 0; i < n;) {
+        size_t len = utf8_char_len(s + i, n - i);
+        if (len == 0) {
+            i++;
+            continue;
+        }
+        if (s[i] == ' ' || is_control_char(s + i, len)) {
+            space_pending = out.len > 0;
+        } else if (out.len + (size_t)space_pending + len > max) {
+            pbuf_puts(&out, "...");
+            break;
+        } else {
+            if (space_pending)
+                pbuf_putc(&out, ' ');
+            space_pending = 0;
+            pbuf_append(&out, s + i, len);
+        }
+        i += len;
+    }
+    if (out.len == 0) {
+        pbuf_free(&out);
+        return NULL;
+    }
+    return pbuf_take(&out);
+}
+
+static int fail_not_json(char **err, const char *what, const json_error_t *jerr)
+{
+    char *why = clean_text(jerr->text, strlen(jerr->text), MAX_ERROR_TEXT);
+    int rc = fail(err, "%s is not JSON: %s (at byte %d)", what, why ? why : "parse error",
+                  jerr->position);
+    free(why);
+    return rc;
+}
+
+/* ------------------------------------------------------------------ */
+/* The server's error text                                             */
+/* ------------------------------------------------------------------ */
+
+/* The message string of a JSON error body, or NULL. */
+static const json_t *json_error_message(const json_t *root)
+{
+    if (json_is_array(root)) /* Gemini's OpenAI endpoint wraps its errors in a list */
+        root = json_array_get(root, 0);
+    if (!json_is_object(root))
+        return NULL;
+    const json_t *error = member(root, "error");
+    if (json_is_string(error)) /* Ollama */
+        return error;
+    if (json_is_object(error)) { /* OpenAI, llama.cpp, vLLM */
+        const json_t *message = member(error, "message");
+        return json_is_string(message) ? message : NULL;
+    }
+    const json_t *message = member(root, "message"); /* older vLLM: {"object":"error",...} */
+    if (json_is_string(message))
+        return message;
+    const json_t *detail = member(root, "detail"); /* FastAPI-based servers */
+    return json_is_string(detail) ? detail : NULL;
+}
+
+static char *json_error_text(const json_t *root)
+{
+    if (json_is_string(root))
+        return clean_text(json_string_value(root), json_string_length(root), MAX_ERROR_TEXT);
+    const json_t *message = json_error_message(root);
+    if (!message)
+        return NULL;
+    return clean_text(json_string_value(message), json_string_length(message), MAX_ERROR_TEXT);
+}
+
+/* Where `needle` (lower case ASCII) first occurs in hay[0..n), ignoring case. */
+static const char *find_ci(const char *hay, size_t n, const char *needle)
+{
+    size_t m = strlen(needle);
+    for (size_t i = 0; i + m <= n; i++)
+        if (strncasecmp(hay + i, needle, m) == 0)
+            return hay + i;
+    return NULL;
+}
+
+static int looks_like_html(const char *body, size_t len)
+{
+    size_t i = 0;
+    while (i < len && (body[i] == ' ' || body[i] == '\t' || body[i] == '\r' || body[i] == '\n'))
+        i++;
+    return i < len && body[i] == '<';
+}
+
+/* The text of the first <tag ...>...</tag> (proxies' error pages put the
+   status in <title> and <h1>), or NULL. */
+static char *html_element_text(const char *body, size_t len, const char *open, const char *close)
+{
+    const char *end = body + len;
+    const char *start = find_ci(body, len, open);
+    if (!start)
+        return NULL;
+    const char *gt = memchr(start, '>', (size_t)(end - start));
+    if (!gt)
+        return NULL;
+    const char *text = gt + 1;
+    const char *stop = find_ci(text, (size_t)(end - text), close);
+    if (!stop)
+        return NULL;
+    return clean_text(text, (size_t)(stop - text), MAX_ERROR_TEXT);
+}
+
+char *llm_error_text(const char *body, size_t len)
+{
+    if (!body || len == 0)
+        return NULL;
+    json_t *root = json_loadb(body, len, JSON_DECODE_ANY, NULL);
+    if (root && (json_is_object(root) || json_is_array(root) || json_is_string(root))) {
+        char *text = json_error_text(root);
+        json_decref(root);
+        return text;
+    }
+    json_decref(root); /* a bare number or literal reads fine as plain text */
+    if (looks_like_html(body, len)) {
+        char *title = html_element_text(body, len, "<title", "</title");
+        return title ? title : html_element_text(body, len, "<h1", "</h1");
+    }
+    return clean_text(body, len, MAX_ERROR_TEXT);
+}
+
+/* An {"error": ...} member says the server failed, even with a 200 status. */
+static int is_error_body(const json_t *root) { return member(root, "error") != NULL; }
+
+static int fail_server_error(const json_t *root, char **err)
+{
+    char *text = json_error_text(root);
+    int rc = fail(err, "server returned an error: %s", text ? text : "(no message)");
+    free(text);
+    return rc;
+}
+
+/* ------------------------------------------------------------------ */
+/* Pieces both decoders share                                          */
+/* ------------------------------------------------------------------ */
+
+/* Append the text parts of an array content ([{"type":"text","text":..}]);
+   parts of other types (images, ...) carry no text for us. */
+static int append_text_parts(pbuf *text, const json_t *parts, const char *what, char **err)
+{
+    size_t i;
+    const json_t *part;
+    json_array_foreach(parts, i, part) {
+        if (!json_is_object(part))
+            return fail(err, "%s part %zu is %s, not an object", what, i, type_name(part));
+        const char *type, *part_text;
+        if (optional_string(part, "type", what, &type, err) != 0)
+            return -1;
+        if (type && strcmp(type, "text") != 0)
+            continue;
+        if (optional_string(part, "text", what, &part_text, err) != 0)
+            return -1;
+        if (!part_text)
+            return fail(err, "%s part %zu has no text", what, i);
+        pbuf_append(text, part_text, strlen(part_text));
+    }
+    return 0;
+}
+
+/* Append a message's (or a delta's) content: a string, null, or text parts. */
+static int append_content(pbuf *text, const json_t *content, const char *what, char **err)
+{
+    if (!content || json_is_null(content))
+        return 0;
+    if (json_is_string(content))
+        pbuf_append(text, json_string_value(content), json_string_length(content));
+    else if (json_is_array(content)) {
+        if (append_text_parts(text, content, what, err) != 0)
+            return -1;
+    } else
+        return fail(err, "%s is %s, expected a string", what, type_name(content));
+    return text->oom ? fail_oom(err) : 0;
+}
+
+/*
+ * Compact JSON text of an arguments object (Ollama sends objects).  Reals
+ * are printed with 15 digits when that reads back exactly, so 0.1 stays
+ * "0.1" rather than jansson's default "0.10000000000000001"; else with 17.
+ */
+static char *arguments_object_text(const json_t *obj)
+{
+    char *text = json_dumps(obj, JSON_COMPACT | JSON_REAL_PRECISION(15));
+    if (!text)
+        return NULL;
+    json_t *back = json_loads(text, 0, NULL);
+    int exact = back && json_equal(back, obj);
+    json_decref(back);
+    if (exact)
+        return text;
+    free(text);
+    return json_dumps(obj, JSON_COMPACT | JSON_REAL_PRECISION(17));
+}
+
+/* Append a call's arguments: a string (or a piece of one) as is, an object
+   serialised; absent adds nothing. */
+static int append_arguments(pbuf *args, const json_t *value, const char *what, char **err)
+{
+    if (!value || json_is_null(value))
+        return 0;
+    if (json_is_string(value)) {
+        pbuf_append(args, json_string_value(value), json_string_length(value));
+    } else if (json_is_object(value)) {
+        char *text = arguments_object_text(value);
+        if (!text)
+            return fail_oom(err);
+        pbuf_puts(args, text);
+        free(text);
+    } else {
+        return fail(err, "%s arguments is %s, expected a string or an object", what,
+                    type_name(value));
+    }
+    return args->oom ? fail_oom(err) : 0;
+}
+
+/* Fill one decoded call.  `pos` is its place in the reply: a missing or
+   empty id becomes "call_<pos>", missing or empty arguments "{}". */
+static int fill_call(llm_tool_call *c, size_t pos, const char *id, const char *name,
+                     const pbuf *args, char **err)
+{
+    if (id && *id)
+        c->id = strdup(id);
+    else if (asprintf(&c->id, "call_%zu", pos) < 0)
+        c->id = NULL;
+    c->name = strdup(name);
+    c->arguments = strdup(args->len ? args->data : "{}");
+    if (!c->id || !c->name || !c->arguments)
+        return fail_oom(err);
+    return 0;
+}
+
+/* Empty text is "no content" beside tool calls (NULL), and "" without them. */
+static int set_content(llm_reply *out, pbuf *text, char **err)
+{
+    if (text->oom)
+        return fail_oom(err);
+    if (text->len > 0)
+        out->content = pbuf_take(text);
+    else if (out->ncalls == 0)
+        out->content = strdup("");
+    else
+        return 0;
+    return out->content ? 0 : fail_oom(err);
+}
+
+/* Keep the choice's finish_reason when it has one (a later chunk's wins). */
+static int take_finish_reason(const json_t *choice, char **dst, const char *what, char **err)
+{
+    const char *reason;
+    if (optional_string(choice, "finish_reason", what, &reason, err) != 0)
+        return -1;
+    if (!reason)
+        return 0;
+    char *copy = strdup(reason);
+    if (!copy)
+        return fail_oom(err);
+    free(*dst);
+    *dst = copy;
+    return 0;
+}
+
+void llm_reply_free(llm_reply *r)
+{
+    if (!r)
+        return;
+    for (size_t i = 0; i < r->ncalls; i++) {
+        free(r->calls[i].id);
+        free(r->calls[i].name);
+        free(r->calls[i].arguments);
+    }
+    free(r->calls);
+    free(r->content);
+    free(r->finish_reason);
+    free(r->reasoning);
+    free(r->provider_data);
+    memset(r, 0, sizeof *r);
+}
+
+/* ------------------------------------------------------------------ */
+/* A whole (non-streamed) response                                     */
+/* ------------------------------------------------------------------ */
+
+static int decode_tool_call(const json_t *call, size_t i, llm_tool_call *dst, char **err)
+{
+    if (!json_is_object(call))
+        return fail(err, "response's tool call %zu is %s, not an object", i, type_name(call));
+    const json_t *function = member(call, "function");
+    if (!json_is_object(function))
+        return fail(err, "response's tool call %zu has no function object", i);
+    const char *id, *name;
+    if (optional_string(call, "id", "response's tool call", &id, err) != 0 ||
+        optional_string(function, "name", "response's tool call function", &name, err) != 0)
+        return -1;
+    if (!name)
+        return fail(err, "response's tool call %zu has no function name", i);
+    pbuf args = PBUF_INIT;
+    int rc = append_arguments(&args, member(function, "arguments"), "response's tool call", err);
+    if (rc == 0)
+        rc = fill_call(dst, i, id, name, &args, err);
+    pbuf_free(&args);
+    return rc;
+}
+
+static int decode_tool_calls(const json_t *calls, llm_reply *out, char **err)
+{
+    if (!calls)
+        return 0;
+    if (!json_is_array(calls))
+        return fail(err, "response's tool_calls is %s, not an array", type_name(calls));
+    size_t n = json_array_size(calls);
+    if (n == 0)
+        return 0;
+    out->calls = calloc(n, sizeof *out->calls);
+    if (!out->calls)
+        return fail_oom(err);
+    out->ncalls = n; /* all zeroed, so llm_reply_free can clean up a partial decode */
+    for (size_t i = 0; i < n; i++)
+        if (decode_tool_call(json_array_get(calls, i), i, &out->calls[i], err) != 0)
+            return -1;
+    return 0;
+}
+
+/* The OpenAI-compatible servers' two names for the reasoning text. */
+static const char *const REASONING_FIELDS[] = {"reasoning_content", "reasoning"};
+
+/* DeepSeek wants reasoning_content sent back with the tool calls it came with;
+   remember that the server used that field. */
+static int note_reasoning_field(llm_reply *out, const char *field, char **err)
+{
+    if (strcmp(field, "reasoning_content") != 0)
+        return 0;
+    out->provider_data = strdup("{\"openai\":{\"reasoning_field\":\"reasoning_content\"}}");
+    return out->provider_data ? 0 : fail_oom(err);
+}
+
+static int decode_reasoning(const json_t *message, llm_reply *out, char **err)
+{
+    for (size_t i = 0; i < sizeof REASONING_FIELDS / sizeof REASONING_FIELDS[0]; i++) {
+        const char *text;
+        if (optional_string(message, REASONING_FIELDS[i], "response's message", &text, err) != 0)
+            return -1;
+        if (!text || !*text)
+            continue;
+        if (!(out->reasoning = strdup(text)))
+            return fail_oom(err);
+        return note_reasoning_field(out, REASONING_FIELDS[i], err);
+    }
+    return 0;
+}
+
+static long long usage_count(const json_t *obj, const char *key)
+{
+    const json_t *v = json_object_get(obj, key);
+    return json_is_integer(v) && json_integer_value(v) > 0 ? (long long)json_integer_value(v) : 0;
+}
+
+/* usage of a response or of a stream chunk; anything malformed counts as absent. */
+static void read_usage(const json_t *usage, llm_usage *u)
+{
+    if (!json_is_object(usage))
+        return;
+    u->prompt = usage_count(usage, "prompt_tokens");
+    u->completion = usage_count(usage, "completion_tokens");
+    u->cache_read = usage_count(json_object_get(usage, "prompt_tokens_details"), "cached_tokens");
+    u->reasoning =
+        usage_count(json_object_get(usage, "completion_tokens_details"), "reasoning_tokens");
+}
+
+static int decode_message(const json_t *message, llm_reply *out, char **err)
+{
+    pbuf text = PBUF_INIT;
+    int rc = decode_reasoning(message, out, err);
+    if (rc == 0)
+        rc = append_content(&text, member(message, "content"), "response's message content", err);
+    if (rc == 0)
+        rc = decode_tool_calls(member(message, "tool_calls"), out, err);
+    if (rc == 0)
+        rc = set_content(out, &text, err);
+    pbuf_free(&text);
+    return rc;
+}
+
+static int decode_root(const json_t *root, llm_reply *out, char **err)
+{
+    if (!json_is_object(root))
+        return fail(err, "response is not a JSON object (it is %s)", type_name(root));
+    if (is_error_body(root))
+        return fail_server_error(root, err);
+    const json_t *choices = member(root, "choices");
+    if (!choices)
+        return fail(err, "response has no choices");
+    if (!json_is_array(choices))
+        return fail(err, "response's choices is %s, not an array", type_name(choices));
+    if (json_array_size(choices) == 0)
+        return fail(err, "response has no choices (empty array)");
+    const json_t *choice = json_array_get(choices, 0);
+    if (!json_is_object(choice))
+        return fail(err, "response's choices[0] is %s, not an object", type_name(choice));
+    const json_t *message = member(choice, "message");
+    if (!message)
+        return fail(err, "response's choices[0] has no message");
+    if (!json_is_object(message))
+        return fail(err, "response's choices[0] message is %s, not an object", type_name(message));
+    if (take_finish_reason(choice, &out->finish_reason, "response's choices[0]", err) != 0)
+        return -1;
+    read_usage(member(root, "usage"), &out->usage);
+    return decode_message(message, out, err);
+}
+
+int llm_reply_decode_jansson(const char *body, size_t len, llm_reply *out, char **err)
+{
+    memset(out, 0, sizeof *out);
+    if (err)
+        *err = NULL;
+    json_error_t jerr;
+    json_t *root = json_loadb(body ? body : "", body ? len : 0, JSON_DECODE_ANY, &jerr);
+    if (!root)
+        return fail_not_json(err, "response", &jerr);
+    int rc = decode_root(root, out, err);
+    json_decref(root);
+    if (rc != 0)
+        llm_reply_free(out);
+    return rc;
+}
+
+/* ------------------------------------------------------------------ */
+/* A whole response: the fast path                                     */
+/* ------------------------------------------------------------------ */
+
+/*
+ * One strict pass of json_scan over the usual shape, without building a
+ * tree: the members decode_root reads are noted as spans of the body, every
+ * other member is skipped (and still validated), and the reply's strings
+ * are copied out at the end -- one allocation each.
+ *
+ * Whenever the body is not one this path reads exactly as decode_root does,
+ * it answers "not mine" and llm_reply_decode runs the jansson decoder
+ * instead, which stays the authority and the only author of error
+ * messages.  So: anything that would fail to decode (an "error" member, a
+ * member of the wrong type, no choices, a call without a name, ...), text
+ * parts, arguments sent as an object, a repeated or escaped key among those
+ * read, more than FAST_MAX_CALLS calls, and whatever json_scan bails on.
+ */
+
+#define FAST_MAX_CALLS 16
+
+typedef struct fast_call {
+    jscan_str id, name, arguments;
+    int has_id, has_name, has_arguments; /* present and not null */
+    int has_function;
+} fast_call;
+
+typedef struct fast_reply {
+    jscan_str content, finish_reason;
+    jscan_str reasoning[2]; /* by REASONING_FIELDS */
+    int has_content, has_finish_reason, has_reasoning[2], has_message;
+    fast_call calls[FAST_MAX_CALLS];
+    size_t ncalls;
+    llm_usage usage;
+} fast_reply;
+
+typedef struct fast_key {
+    const char *name;
+    size_t len;
+} fast_key;
+
+#define FAST_KEY(s) {s, sizeof(s) - 1}
+
+/* Reads the member value of keys[which]: 0, or -1 (not mine). */
+typedef int (*fast_member_fn)(jscan *s, size_t which, void *ctx);
+
+/* An object whose `keys` go to on_member, each at most once; other members
+   are skipped. */
+static int fast_object(jscan *s, const fast_key *keys, size_t nkeys, fast_member_fn on_member,
+                       void *ctx)
+{
+    if (jscan_object_open(s) != 0)
+        return -1;
+    unsigned seen = 0;
+    jscan_str key;
+    int rc;
+    while ((rc = jscan_object_next(s, &key)) == 1) {
+        if (key.escaped)
+            return -1; /* it might spell one of ours */
+        size_t which = 0;
+        while (which < nkeys && !jscan_str_is(&key, keys[which].name, keys[which].len))
+            which++;
+        if (which == nkeys) {
+            if (jscan_skip(s) != 0)
+                return -1;
+            continue;
+        }
+        if (seen & (1u << which))
+            return -1; /* jansson keeps the last one: let it */
+        seen |= 1u << which;
+        if (on_member(s, which, ctx) != 0)
+            return -1;
+    }
+    return rc;
+}
+
+/* A string member that decode_root treats null as absent and refuses as
+   anything else. */
+static int fast_optional_string(jscan *s, jscan_str *out, int *has)
+{
+    jscan_type t = jscan_peek(s);
+    if (t == JSCAN_NULL)
+        return jscan_skip(s);
+    if (t != JSCAN_STRING)
+        return -1;
+    *has = 1;
+    return jscan_string(s, out);
+}
+
+/* usage_count: a positive integer, else 0 (never an error). */
+static int fast_usage_count(jscan *s, long long *out)
+{
+    jscan_num n;
+    if (jscan_peek(s) != JSCAN_NUMBER)
+        return jscan_skip(s);
+    if (jscan_number(s, &n) != 0)
+        return -1;
+    *out = n.is_integer && n.integer > 0 ? n.integer : 0;
+    return 0;
+}
+
+static int fast_count_member(jscan *s, size_t which, void *ctx)
+{
+    (void)which;
+    return fast_usage_count(s, ctx);
+}
+
+/* {"cached_tokens": n} or {"reasoning_tokens": n}; anything but an object counts 0. */
+static int fast_usage_details(jscan *s, const fast_key *key, long long *out)
+{
+    if (jscan_peek(s) != JSCAN_OBJECT)
+        return jscan_skip(s);
+    return fast_object(s, key, 1, fast_count_member, out);
+}
+
+static const fast_key FAST_USAGE_KEYS[] = {
+    FAST_KEY("prompt_tokens"), FAST_KEY("completion_tokens"),
+    FAST_KEY("prompt_tokens_details"), FAST_KEY("completion_tokens_details")};
+static const fast_key FAST_CACHED_KEY = FAST_KEY("cached_tokens");
+static const fast_key FAST_REASONING_KEY = FAST_KEY("reasoning_tokens");
+
+static int fast_usage_member(jscan *s, size_t which, void *ctx)
+{
+    llm_usage *u = ctx;
+    switch (which) {
+    case 0: return fast_usage_count(s, &u->prompt);
+    case 1: return fast_usage_count(s, &u->completion);
+    case 2: return fast_usage_details(s, &FAST_CACHED_KEY, &u->cache_read);
+    default: return fast_usage_details(s, &FAST_REASONING_KEY, &u->reasoning);
+    }
+}
+
+static const fast_key FAST_FUNCTION_KEYS[] = {FAST_KEY("name"), FAST_KEY("arguments")};
+
+static int fast_function_member(jscan *s, size_t which, void *ctx)
+{
+    fast_call *c = ctx;
+    if (which == 0)
+        return fast_optional_string(s, &c->name, &c->has_name);
+    return fast_optional_string(s, &c->arguments, &c->has_arguments);
+}
+
+static const fast_key FAST_CALL_KEYS[] = {FAST_KEY("id"), FAST_KEY("function")};
+
+static int fast_call_member(jscan *s, size_t which, void *ctx)
+{
+    fast_call *c = ctx;
+    if (which == 0)
+        return fast_optional_string(s, &c->id, &c->has_id);
+    if (jscan_peek(s) != JSCAN_OBJECT)
+        return -1;
+    c->has_function = 1;
+    return fast_object(s, FAST_FUNCTION_KEYS, 2, fast_function_member, c);
+}
+
+static int fast_tool_calls(jscan *s, fast_reply *f)
+{
+    if (jscan_array_open(s) != 0)
+        return -1;
+    int rc;
+    while ((rc = jscan_array_next(s)) == 1) {
+        if (f->ncalls == FAST_MAX_CALLS || jscan_peek(s) != JSCAN_OBJECT)
+            return -1;
+        fast_call *c = &f->calls[f->ncalls++];
+        if (fast_object(s, FAST_CALL_KEYS, 2, fast_call_member, c) != 0 || !c->has_function ||
+            !c->has_name)
+            return -1;
+    }
+    return rc;
+}
+
+static const fast_key FAST_MESSAGE_KEYS[] = {
+    FAST_KEY("content"), FAST_KEY("reasoning_content"), FAST_KEY("reasoning"),
+    FAST_KEY("tool_calls")};
+
+static int fast_message_member(jscan *s, size_t which, void *ctx)
+{
+    fast_reply *f = ctx;
+    switch (which) {
+    case 0: return fast_optional_string(s, &f->content, &f->has_content);
+    case 1: return fast_optional_string(s, &f->reasoning[0], &f->has_reasoning[0]);
+    case 2: return fast_optional_string(s, &f->reasoning[1], &f->has_reasoning[1]);
+    default:
+        if (jscan_peek(s) == JSCAN_NULL)
+            return jscan_skip(s);
+        return fast_tool_calls(s, f);
+    }
+}
+
+static const fast_key FAST_CHOICE_KEYS[] = {FAST_KEY("message"), FAST_KEY("finish_reason")};
+
+static int fast_choice_member(jscan *s, size_t which, void *ctx)
+{
+    fast_reply *f = ctx;
+    if (which == 1)
+        return fast_optional_string(s, &f->finish_reason, &f->has_finish_reason);
+    if (jscan_peek(s) != JSCAN_OBJECT)
+        return -1;
+    f->has_message = 1;
+    return fast_object(s, FAST_MESSAGE_KEYS, 4, fast_message_member, f);
+}
+
+/* choices[0] is read, the others only validated. */
+static int fast_choices(jscan *s, fast_reply *f)
+{
+    if (jscan_array_open(s) != 0 || jscan_array_next(s) != 1 || jscan_peek(s) != JSCAN_OBJECT ||
+        fast_object(s, FAST_CHOICE_KEYS, 2, fast_choice_member, f) != 0 || !f->has_message)
+        return -1;
+    int rc;
+    while ((rc = jscan_array_next(s)) == 1)
+        if (jscan_skip(s) != 0)
+            return -1;
+    return rc;
+}
+
+static const fast_key FAST_ROOT_KEYS[] = {FAST_KEY("choices"), FAST_KEY("usage"),
+                                          FAST_KEY("error")};
+
+static int fast_root_member(jscan *s, size_t which, void *ctx)
+{
+    fast_reply *f = ctx;
+    switch (which) {
+    case 0: return fast_choices(s, f);
+    case 1:
+        if (jscan_peek(s) != JSCAN_OBJECT)
+            return jscan_skip(s); /* read_usage ignores a usage that is no object */
+        return fast_object(s, FAST_USAGE_KEYS, 4, fast_usage_member, &f->usage);
+    default: return -1; /* an error member, even null: decode_root's call */
+    }
+}
+
+/* The body's shape, read into *f: 0, or -1 (not mine). */
+static int fast_scan(const char *body, size_t len, fast_reply *f)
+{
+    jscan s;
+    jscan_init(&s, body, len);
+    if (jscan_peek(&s) != JSCAN_OBJECT ||
+        fast_object(&s, FAST_ROOT_KEYS, 3, fast_root_member, f) != 0 || jscan_end(&s) != 0)
+        return -1;
+    return f->has_message ? 0 : -1; /* no choices: decode_root's error */
+}
+
+static int fast_dup(char **dst, const jscan_str *str)
+{
+    *dst = jscan_str_dup(str);
+    return *dst ? 0 : -1;
+}
+
+/* The llm_reply decode_message and fill_call make of the same members. */
+static int fast_build(const fast_reply *f, llm_reply *out)
+{
+    for (size_t i = 0; i < sizeof REASONING_FIELDS / sizeof REASONING_FIELDS[0]; i++) {
+        if (!f->has_reasoning[i] || f->reasoning[i].len == 0)
+            continue;
+        if (fast_dup(&out->reasoning, &f->reasoning[i]) != 0 ||
+            note_reasoning_field(out, REASONING_FIELDS[i], NULL) != 0)
+            return -1;
+        break;
+    }
+    if (f->ncalls) {
+        if (!(out->calls = calloc(f->ncalls, sizeof *out->calls)))
+            return -1;
+        out->ncalls = f->ncalls;
+    }
+    for (size_t i = 0; i < f->ncalls; i++) {
+        const fast_call *c = &f->calls[i];
+        llm_tool_call *dst = &out->calls[i];
+        if (c->has_id && c->id.len > 0 ? fast_dup(&dst->id, &c->id) != 0
+                                       : asprintf(&dst->id, "call_%zu", i) < 0)
+            return -1;
+        if (fast_dup(&dst->name, &c->name) != 0)
+            return -1;
+        dst->arguments = c->has_arguments && c->arguments.len > 0 ? jscan_str_dup(&c->arguments)
+                                                                  : strdup("{}");
+        if (!dst->arguments)
+            return -1;
+    }
+    if (f->has_content && f->content.len > 0) {
+        if (fast_dup(&out->content, &f->content) != 0)
+            return -1;
+    } else if (f->ncalls == 0 && !(out->content = strdup(""))) {
+        return -1;
+    }
+    if (f->has_finish_reason && fast_dup(&out->finish_reason, &f->finish_reason) != 0)
+        return -1;
+    out->usage = f->usage;
+    return 0;
+}
+
+int llm_reply_decode_fast(const char *body, size_t len, llm_reply *out)
+{
+    memset(out, 0, sizeof *out);
+    if (!body)
+        return 0;
+    fast_reply f;
+    memset(&f, 0, sizeof f);
+    if (fast_scan(body, len, &f) != 0)
+        return 0;
+    if (fast_build(&f, out) != 0) { /* out of memory: the jansson path reports it */
+        llm_reply_free(out);
+        return 0;
+    }
+    return 1;
+}
+
+int llm_reply_decode(const char *body, size_t len, llm_reply *out, char **err)
+{
+    if (llm_reply_decode_fast(body, len, out)) {
+        if (err)
+            *err = NULL;
+        return 0;
+    }
+    return llm_reply_decode_jansson(body, len, out, err);
+}
+
+/* ------------------------------------------------------------------ */
+/* A streamed response                                                 */
+/* ------------------------------------------------------------------ */
+
+typedef struct stream_call {
+    char *id;       /* the first non-empty id given */
+    char *name;     /* the first name given (a non-empty one replaces an empty one) */
+    pbuf arguments; /* every piece, concatenated */
+    int used;       /* some delta named this slot; gaps between indexes are skipped */
+} stream_call;
+
+struct llm_stream {
+    sse_parser sse;
+    llm_text_fn on_text;
+    llm_text_fn on_reasoning;
+    void *ud;
+    pbuf content;
+    pbuf reasoning;
+    const char *reasoning_field; /* the field the reasoning came in, once seen */
+    llm_usage usage;
+    stream_call *calls; /* slots by tool call index */
+    size_t nslots;
+    size_t last_slot;   /* the slot the last tool call delta went to ... */
+    int has_last_slot;  /* ... if there was one */
+    char *finish_reason;
+    size_t events;      /* data events seen, to word the "ended early" error */
+    int done;           /* [DONE] seen: the rest of the body is ignored */
+    int finished;       /* llm_stream_finish was called */
+    int failed;         /* an error was returned: the stream is dead */
+    int jansson_only;   /* llm_stream_disable_fast_path: every chunk goes to jansson */
+    size_t fast_chunks; /* chunks the fast path applied (for the tests) */
+    char *error;        /* that error, to repeat to later calls */
+};
+
+static int grow_slots(llm_stream *s, size_t n)
+{
+    if (n <= s->nslots)
+        return 0;
+    stream_call *calls = realloc(s->calls, n * sizeof *calls);
+    if (!calls)
+        return -1;
+    memset(calls + s->nslots, 0, (n - s->nslots) * sizeof *calls);
+    s->calls = calls;
+    s->nslots = n;
+    return 0;
+}
+
+/*
+ * The slot of a delta without an index.  Servers that omit it (Ollama before
+ * 0.5, Gemini, ...) send each call whole, or continue the last call: a delta
+ * continues the last call unless it contradicts it -- a known id names its
+ * call, and a new id or a second name opens a new call.
+ */
+static size_t implicit_slot(const llm_stream *s, const char *id, const char *name)
+{
+    int has_id = id && *id, has_name = name && *name;
+    if (has_id)
+        for (size_t i = 0; i < s->nslots; i++)
+            if (s->calls[i].id && strcmp(s->calls[i].id, id) == 0)
+                return i;
+    if (!s->has_last_slot)
+        return s->nslots;
+    const stream_call *last = &s->calls[s->last_slot];
+    int new_id = has_id && last->id;
+    int new_name = has_name && last->name && *last->name;
+    return new_id || new_name ? s->nslots : s->last_slot;
+}
+
+/* A call delta's slot must be one of the first MAX_STREAM_CALLS; make it exist. */
+static int open_slot(llm_stream *s, size_t slot, char **err)
+{
+    if (slot >= MAX_STREAM_CALLS)
+        return fail(err, "stream has more than %d tool calls", MAX_STREAM_CALLS);
+    return grow_slots(s, slot + 1) == 0 ? 0 : fail_oom(err);
+}
+
+static int call_slot(llm_stream *s, const json_t *index, const char *id, const char *name,
+                     size_t *slot, char **err)
+{
+    if (!index) {
+        *slot = implicit_slot(s, id, name);
+    } else if (!json_is_integer(index)) {
+        return fail(err, "stream chunk's tool call index is %s, not an integer", type_name(index));
+    } else {
+        json_int_t i = json_integer_value(index);
+        if (i < 0 || i >= MAX_STREAM_CALLS)
+            return fail(err, "stream chunk's tool call index %lld is out of range (0..%d)",
+                        (long long)i, MAX_STREAM_CALLS - 1);
+        *slot = (size_t)i;
+    }
+    return open_slot(s, *slot, err);
+}
+
+/* Set-once strings: a later value only replaces a missing or empty one. */
+static int keep_first(char **dst, const char *value, char **err)
+{
+    if (!value || (*dst && (**dst || !*value)))
+        return 0;
+    char *copy = strdup(value);
+    if (!copy)
+        return fail_oom(err);
+    free(*dst);
+    *dst = copy;
+    return 0;
+}
+
+/* A delta went to `slot`: it is used, the last one, and its id and name are kept. */
+static int note_call(llm_stream *s, size_t slot, const char *id, const char *name, char **err)
+{
+    stream_call *c = &s->calls[slot];
+    c->used = 1;
+    s->last_slot = slot;
+    s->has_last_slot = 1;
+    if (keep_first(&c->id, id && *id ? id : NULL, err) != 0 || keep_first(&c->name, name, err) != 0)
+        return -1;
+    return 0;
+}
+
+static int merge_tool_call(llm_stream *s, const json_t *delta, char **err)
+{
+    if (!json_is_object(delta))
+        return fail(err, "stream chunk's tool call is %s, not an object", type_name(delta));
+    const json_t *function = member(delta, "function");
+    if (function && !json_is_object(function))
+        return fail(err, "stream chunk's tool call function is %s, not an object",
+                    type_name(function));
+    const char *id, *name = NULL;
+    if (optional_string(delta, "id", "stream chunk's tool call", &id, err) != 0 ||
+        (function &&
+         optional_string(function, "name", "stream chunk's tool call function", &name, err) != 0))
+        return -1;
+    size_t slot = 0;
+    if (call_slot(s, member(delta, "index"), id, name, &slot, err) != 0 ||
+        note_call(s, slot, id, name, err) != 0)
+        return -1;
+    if (!function)
+        return 0;
+    return append_arguments(&s->calls[slot].arguments, member(function, "arguments"),
+                            "stream chunk's tool call", err);
+}
+
+static int merge_tool_calls(llm_stream *s, const json_t *calls, char **err)
+{
+    if (!calls)
+        return 0;
+    if (!json_is_array(calls))
+        return fail(err, "stream chunk's tool_calls is %s, not an array", type_name(calls));
+    size_t i;
+    const json_t *call;
+    json_array_foreach(calls, i, call) {
+        if (merge_tool_call(s, call, err) != 0)
+            return -1;
+    }
+    return 0;
+}
+
+static int apply_reasoning_delta(llm_stream *s, const json_t *delta, char **err)
+{
+    for (size_t i = 0; i < sizeof REASONING_FIELDS / sizeof REASONING_FIELDS[0]; i++) {
+        const char *text;
+        if (optional_string(delta, REASONING_FIELDS[i], "stream chunk's delta", &text, err) != 0)
+            return -1;
+        if (!text || !*text)
+            continue;
+        size_t n = strlen(text);
+        pbuf_append(&s->reasoning, text, n);
+        if (s->reasoning.oom)
+            return fail_oom(err);
+        if (!s->reasoning_field)
+            s->reasoning_field = REASONING_FIELDS[i];
+        if (s->on_reasoning)
+            s->on_reasoning(s->ud, text, n);
+        return 0;
+    }
+    return 0;
+}
+
+static int apply_delta(llm_stream *s, const json_t *delta, char **err)
+{
+    if (apply_reasoning_delta(s, delta, err) != 0)
+        return -1;
+    size_t before = s->content.len;
+    if (append_content(&s->content, member(delta, "content"), "stream chunk's delta content",
+                       err) != 0)
+        return -1;
+    if (s->content.len > before && s->on_text)
+        s->on_text(s->ud, s->content.data + before, s->content.len - before);
+    return merge_tool_calls(s, member(delta, "tool_calls"), err);
+}
+
+static int apply_chunk(llm_stream *s, const json_t *chunk, char **err)
+{
+    if (!json_is_object(chunk))
+        return fail(err, "stream chunk is not a JSON object (it is %s)", type_name(chunk));
+    if (is_error_body(chunk))
+        return fail_server_error(chunk, err);
+    if (json_is_object(member(chunk, "usage")))
+        read_usage(member(chunk, "usage"), &s->usage); /* the last chunk, or its own one */
+    const json_t *choices = member(chunk, "choices");
+    if (!choices)
+        return 0; /* e.g. a usage-only chunk */
+    if (!json_is_array(choices))
+        return fail(err, "stream chunk's choices is %s, not an array", type_name(choices));
+    if (json_array_size(choices) == 0)
+        return 0; /* the final usage chunk of stream_options.include_usage */
+    const json_t *choice = json_array_get(choices, 0);
+    if (!json_is_object(choice))
+        return fail(err, "stream chunk's choices[0] is %s, not an object", type_name(choice));
+    const json_t *delta = member(choice, "delta");
+    if (delta && !json_is_object(delta))
+        return fail(err, "stream chunk's delta is %s, not an object", type_name(delta));
+    if (delta && apply_delta(s, delta, err) != 0)
+        return -1;
+    return take_finish_reason(choice, &s->finish_reason, "stream chunk's choices[0]", err);
+}
+
+/*
+ * The fast path for one chunk, on the same terms as the whole reply's: the
+ * chunk is scanned whole first, with no effect on the stream, and only a
+ * chunk read exactly as apply_chunk reads it is then applied -- in
+ * apply_chunk's order (usage, reasoning, content, tool calls, finish_reason),
+ * with the same callbacks and the same slot rules for tool call deltas.
+ * Text parts, arguments sent as an object, an index out of range, an
+ * "error" member and anything else go to the jansson path, untouched.
+ */
+
+#define FAST_CHUNK_NOT_MINE 1
+#define FAST_CHUNK_MAX_CALLS 16 /* tool call deltas in one chunk */
+
+typedef struct fast_call_delta {
+    fast_call call; /* has_function: a function object (null is none) */
+    int has_index;
+    size_t index;   /* 0 .. MAX_STREAM_CALLS - 1 */
+} fast_call_delta;
+
+typedef struct fast_chunk_fields {
+    jscan_str content, finish_reason;
+    jscan_str reasoning[2]; /* by REASONING_FIELDS */
+    int has_content, has_finish_reason, has_reasoning[2], has_usage;
+    llm_usage usage;
+    fast_call_delta calls[FAST_CHUNK_MAX_CALLS];
+    size_t ncalls;
+} fast_chunk_fields;
+
+static const fast_key FAST_CALL_DELTA_KEYS[] = {FAST_KEY("index"), FAST_KEY("id"),
+                                                FAST_KEY("function")};
+
+static int fast_call_delta_member(jscan *s, size_t which, void *ctx)
+{
+    fast_call_delta *d = ctx;
+    jscan_num n;
+    if (which == 1)
+        return fast_optional_string(s, &d->call.id, &d->call.has_id);
+    if (jscan_peek(s) == JSCAN_NULL) /* no index, no function */
+        return jscan_skip(s);
+    if (which == 2) {
+        if (jscan_peek(s) != JSCAN_OBJECT)
+            return -1;
+        d->call.has_function = 1;
+        return fast_object(s, FAST_FUNCTION_KEYS, 2, fast_function_member, &d->call);
+    }
+    if (jscan_peek(s) != JSCAN_NUMBER || jscan_number(s, &n) != 0 || !n.is_integer ||
+        n.integer < 0 || n.integer >= MAX_STREAM_CALLS)
+        return -1; /* call_slot's errors: jansson words them */
+    d->has_index = 1;
+    d->index = (size_t)n.integer;
+    return 0;
+}
+
+static int fast_call_deltas(jscan *s, fast_chunk_fields *f)
+{
+    if (jscan_array_open(s) != 0)
+        return -1;
+    int rc;
+    while ((rc = jscan_array_next(s)) == 1) {
+        if (f->ncalls == FAST_CHUNK_MAX_CALLS || jscan_peek(s) != JSCAN_OBJECT)
+            return -1;
+        fast_call_delta *d = &f->calls[f->ncalls++];
+        if (fast_object(s, FAST_CALL_DELTA_KEYS, 3, fast_call_delta_member, d) != 0)
+            return -1;
+    }
+    return rc;
+}
+
+/* merge_tool_call for a scanned delta: 0, or -1 with *err set. */
+static int fast_merge_call(llm_stream *s, const fast_call_delta *d, char **err)
+{
+    char *id = d->call.has_id ? jscan_str_dup(&d->call.id) : NULL;
+    char *name = d->call.has_name ? jscan_str_dup(&d->call.name) : NULL;
+    size_t slot = 0;
+    int rc = (d->call.has_id && !id) || (d->call.has_name && !name) ? fail_oom(err) : 0;
+    if (rc == 0) {
+        slot = d->has_index ? d->index : implicit_slot(s, id, name);
+        rc = open_slot(s, slot, err) != 0 || note_call(s, slot, id, name, err) != 0 ? -1 : 0;
+    }
+    free(id);
+    free(name);
+    if (rc != 0 || !d->call.has_function || !d->call.has_arguments)
+        return rc;
+    pbuf *arguments = &s->calls[slot].arguments;
+    jscan_str_append(arguments, &d->call.arguments);
+    return arguments->oom ? fail_oom(err) : 0;
+}
+
+static const fast_key FAST_DELTA_KEYS[] = {
+    FAST_KEY("content"), FAST_KEY("reasoning_content"), FAST_KEY("reasoning"),
+    FAST_KEY("tool_calls")};
+
+static int fast_delta_member(jscan *s, size_t which, void *ctx)
+{
+    fast_chunk_fields *f = ctx;
+    switch (which) {
+    case 0: return fast_optional_string(s, &f->content, &f->has_content);
+    case 1: return fast_optional_string(s, &f->reasoning[0], &f->has_reasoning[0]);
+    case 2: return fast_optional_string(s, &f->reasoning[1], &f->has_reasoning[1]);
+    default: return jscan_peek(s) == JSCAN_NULL ? jscan_skip(s) : fast_call_deltas(s, f);
+    }
+}
+
+static const fast_key FAST_CHUNK_CHOICE_KEYS[] = {FAST_KEY("delta"), FAST_KEY("finish_reason")};
+
+static int fast_chunk_choice_member(jscan *s, size_t which, void *ctx)
+{
+    fast_chunk_fields *f = ctx;
+    if (which == 1)
+        return fast_optional_string(s, &f->finish_reason, &f->has_finish_reason);
+    if (jscan_peek(s) == JSCAN_NULL)
+        return jscan_skip(s);
+    if (jscan_peek(s) != JSCAN_OBJECT)
+        return -1;
+    return fast_object(s, FAST_DELTA_KEYS, 4, fast_delta_member, f);
+}
+
+/* choices: null or [] carry nothing; of more, choices[0] is read. */
+static int fast_chunk_choices(jscan *s, fast_chunk_fields *f)
+{
+    if (jscan_peek(s) == JSCAN_NULL)
+        return jscan_skip(s);
+    if (jscan_array_open(s) != 0)
+        return -1;
+    int rc = jscan_array_next(s);
+    if (rc != 1)
+        return rc;
+    if (jscan_peek(s) != JSCAN_OBJECT ||
+        fast_object(s, FAST_CHUNK_CHOICE_KEYS, 2, fast_chunk_choice_member, f) != 0)
+        return -1;
+    while ((rc = jscan_array_next(s)) == 1)
+        if (jscan_skip(s) != 0)
+            return -1;
+    return rc;
+}
+
+static int fast_chunk_root_member(jscan *s, size_t which, void *ctx)
+{
+    fast_chunk_fields *f = ctx;
+    switch (which) {
+    case 0: return fast_chunk_choices(s, f);
+    case 1:
+        if (jscan_peek(s) != JSCAN_OBJECT)
+            return jscan_skip(s);
+        f->has_usage = 1;
+        return fast_object(s, FAST_USAGE_KEYS, 4, fast_usage_member, &f->usage);
+    default: return -1;
+    }
+}
+
+/* Apply a scanned chunk: 0, or -1 with *err set (out of memory). */
+static int fast_chunk_apply(llm_stream *s, const fast_chunk_fields *f, char **err)
+{
+    if (f->has_usage) { /* read_usage sets these four, 0 for what is absent */
+        s->usage.prompt = f->usage.prompt;
+        s->usage.completion = f->usage.completion;
+        s->usage.cache_read = f->usage.cache_read;
+        s->usage.reasoning = f->usage.reasoning;
+    }
+    for (size_t i = 0; i < sizeof REASONING_FIELDS / sizeof REASONING_FIELDS[0]; i++) {
+        if (!f->has_reasoning[i] || f->reasoning[i].len == 0)
+            continue;
+        size_t before = s->reasoning.len;
+        jscan_str_append(&s->reasoning, &f->reasoning[i]);
+        if (s->reasoning.oom)
+            return fail_oom(err);
+        if (!s->reasoning_field)
+            s->reasoning_field = REASONING_FIELDS[i];
+        if (s->on_reasoning)
+            s->on_reasoning(s->ud, s->reasoning.data + before, f->reasoning[i].len);
+        break;
+    }
+    if (f->has_content && f->content.len > 0) {
+        size_t before = s->content.len;
+        jscan_str_append(&s->content, &f->content);
+        if (s->content.oom)
+            return fail_oom(err);
+        if (s->on_text)
+            s->on_text(s->ud, s->content.data + before, f->content.len);
+    }
+    for (size_t i = 0; i < f->ncalls; i++)
+        if (fast_merge_call(s, &f->calls[i], err) != 0)
+            return -1;
+    if (f->has_finish_reason) {
+        char *copy = jscan_str_dup(&f->finish_reason);
+        if (!copy)
+            return fail_oom(err);
+        free(s->finish_reason);
+        s->finish_reason = copy;
+    }
+    return 0;
+}
+
+/* One event's data: 0 or -1 as apply_chunk, or FAST_CHUNK_NOT_MINE. */
+static int fast_chunk(llm_stream *s, const char *data, size_t len, char **err)
+{
+    fast_chunk_fields f;
+    memset(&f, 0, sizeof f);
+    jscan scan;
+    jscan_init(&scan, data, len);
+    if (jscan_peek(&scan) != JSCAN_OBJECT ||
+        fast_object(&scan, FAST_ROOT_KEYS, 3, fast_chunk_root_member, &f) != 0 ||
+        jscan_end(&scan) != 0)
+        return FAST_CHUNK_NOT_MINE;
+    return fast_chunk_apply(s, &f, err);
+}
+
+static int is_space(char c) { return c == ' ' || c == '\t' || c == '\r' || c == '\n'; }
+
+/* Is the event's data, whitespace trimmed, exactly `word`? */
+static int data_is(const char *data, size_t len, const char *word)
+{
+    while (len > 0 && is_space(data[0]))
+        data++, len--;
+    while (len > 0 && is_space(data[len - 1]))
+        len--;
+    return len == strlen(word) && memcmp(data, word, len) == 0;
+}
+
+/* sse_event_fn: one event's data.  Returns 1 (stop) at [DONE]. */
+static int on_event(void *ud, const char *data, size_t len, char **err)
+{
+    llm_stream *s = ud;
+    s->events++;
+    if (data_is(data, len, "[DONE]")) {
+        s->done = 1;
+        return 1;
+    }
+    if (data_is(data, len, ""))
+        return 0; /* an empty "data:" keep-alive */
+    if (!s->jansson_only) {
+        int rc = fast_chunk(s, data, len, err);
+        if (rc != FAST_CHUNK_NOT_MINE) {
+            s->fast_chunks++;
+            return rc;
+        }
+    }
+    json_error_t jerr;
+    json_t *chunk = json_loadb(data, len, JSON_DECODE_ANY, &jerr);
+    if (!chunk)
+        return fail_not_json(err, "stream chunk", &jerr);
+    int rc = apply_chunk(s, chunk, err);
+    json_decref(chunk);
+    return rc;
+}
+
+llm_stream *llm_stream_new_sink(const llm_sink *sink)
+{
+    llm_stream *s = calloc(1, sizeof *s);
+    if (!s)
+        return NULL;
+    sse_init(&s->sse, MAX_SSE_SIZE, on_event, s);
+    s->on_text = sink->text;
+    s->on_reasoning = sink->reasoning;
+    s->ud = sink->ud;
+    return s;
+}
+
+llm_stream *llm_stream_new(llm_text_fn on_text, void *ud)
+{
+    llm_sink sink = {.text = on_text, .ud = ud};
+    return llm_stream_new_sink(&sink);
+}
+
+/* Kill the stream with `msg` (owned; NULL meaning out of memory) and hand a
+   copy to the caller. */
+static int die(llm_stream *s, char *msg, char **err)
+{
+    s->failed = 1;
+    s->error = msg ? msg : strdup("out of memory");
+    if (err)
+        *err = s->error ? strdup(s->error) : NULL;
+    return -1;
+}
+
+static int repeat_error(const llm_stream *s, char **err)
+{
+    return fail(err, "%s", s->error ? s->error : "out of memory");
+}
+
+int llm_stream_feed(llm_stream *s, const char *data, size_t len, char **err)
+{
+    if (err)
+        *err = NULL;
+    if (s->failed)
+        return repeat_error(s, err);
+    if (s->finished)
+        return fail(err, "stream fed after it finished");
+    if (s->done || len == 0)
+        return 0;
+    char *msg = NULL;
+    if (sse_feed(&s->sse, data, len, &msg) < 0)
+        return die(s, msg, err);
+    return 0;
+}
+
+int llm_stream_done(const llm_stream *s) { return s->done; }
+
+/* The body ended: was the stream complete? */
+static int check_complete(llm_stream *s, char **err)
+{
+    if (s->done)
+        return 0;
+    if (sse_has_partial_line(&s->sse))
+        return fail(err, "stream ended mid-line, before [DONE]");
+    if (sse_flush(&s->sse, err) < 0) /* the last event's blank line may be missing */
+        return -1;
+    if (s->done || s->finish_reason)
+        return 0;
+    if (s->events == 0)
+        return fail(err, "stream ended before [DONE], without any data event");
+    return fail(err, "stream ended before [DONE] and without a finish_reason");
+}
+
+static size_t used_slots(const llm_stream *s)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < s->nslots; i++)
+        n += s->calls[i].used ? 1 : 0;
+    return n;
+}
+
+static int build_calls(llm_stream *s, llm_reply *out, char **err)
+{
+    size_t n = used_slots(s);
+    if (n == 0)
+        return 0;
+    out->calls = calloc(n, sizeof *out->calls);
+    if (!out->calls)
+        return fail_oom(err);
+    out->ncalls = n;
+    size_t pos = 0;
+    for (size_t i = 0; i < s->nslots; i++) {
+        const stream_call *c = &s->calls[i];
+        if (!c->used)
+            continue;
+        if (!c->name)
+            return fail(err, "stream tool call %zu has no function name", i);
+        if (c->arguments.oom)
+            return fail_oom(err);
+        if (fill_call(&out->calls[pos], pos, c->id, c->name, &c->arguments, err) != 0)
+            return -1;
+        pos++;
+    }
+    return 0;
+}
+
+static int build_reply(llm_stream *s, llm_reply *out, char **err)
+{
+    if (build_calls(s, out, err) != 0 || set_content(out, &s->content, err) != 0) {
+        llm_reply_free(out);
+        return -1;
+    }
+    out->finish_reason = s->finish_reason;
+    s->finish_reason = NULL;
+    out->usage = s->usage;
+    if (s->reasoning.len) {
+        int rc = (out->reasoning = pbuf_take(&s->reasoning)) ? 0 : fail_oom(err);
+        if (rc == 0 && s->reasoning_field)
+            rc = note_reasoning_field(out, s->reasoning_field, err);
+        if (rc != 0) {
+            llm_reply_free(out);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+int llm_stream_finish(llm_stream *s, llm_reply *out, char **err)
+{
+    memset(out, 0, sizeof *out);
+    if (err)
+        *err = NULL;
+    if (s->failed)
+        return repeat_error(s, err);
+    if (s->finished)
+        return fail(err, "stream already finished");
+    s->finished = 1;
+    char *msg = NULL;
+    if (check_complete(s, &msg) != 0 || build_reply(s, out, &msg) != 0)
+        return die(s, msg, err);
+    return 0;
+}
+
+void llm_stream_disable_fast_path(llm_stream *s) { s->jansson_only = 1; }
+
+size_t llm_stream_fast_chunks(const llm_stream *s) { return s->fast_chunks; }
+
+void llm_stream_free(llm_stream *s)
+{
+    if (!s)
+        return;
+    sse_free(&s->sse);
+    pbuf_free(&s->content);
+    pbuf_free(&s->reasoning);
+    for (size_t i = 0; i < s->nslots; i++) {
+        free(s->calls[i].id);
+        free(s->calls[i].name);
+        pbuf_free(&s->calls[i].arguments);
+    }
+    free(s->calls);
+    free(s->finish_reason);
+    free(s->error);
+    free(s);
+}
+
+/* ------------------------------------------------------------------ */
+/* Shared with the other providers' decoders (provider/codec.h)        */
+/* ------------------------------------------------------------------ */
+
+const char *llm_json_type_name(const json_t *v) { return v ? type_name(v) : "missing"; }
+
+char *llm_clean_text(const char *text, size_t n) { return clean_text(text, n, MAX_ERROR_TEXT); }
+
+char *llm_arguments_text(const json_t *obj) { return arguments_object_text(obj); }
+
+int llm_fill_call(llm_tool_call *c, size_t pos, const char *id, const char *name,
+                  const char *arguments, char **err)
+{
+    pbuf args = PBUF_INIT;
+    if (arguments)
+        pbuf_puts(&args, arguments);
+    int rc = args.oom ? fail_oom(err) : fill_call(c, pos, id, name, &args, err);
+    pbuf_free(&args);
+    return rc;
+}
+
+int llm_set_content(llm_reply *out, pbuf *text, char **err) { return set_content(out, text, err); }

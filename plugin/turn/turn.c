@@ -1,0 +1,1307 @@
+/* turn.c -- one turn's data path; see turn.h for the map. */
+#include "turn/turn.h"
+
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+
+#include "lib/clock.h"
+#include "lib/host_log.h"
+#include "engine/store_jobs.h"
+#include "engine/tool_handle.h"
+#include "lib/utf8.h"
+
+static void free_calls(turn *t)
+{
+    for (size_t i = 0; i < t->ncalls; i++) {
+        free(t->calls[i].id);
+        free(t->calls[i].name);
+        free(t->calls[i].arguments);
+        free(t->calls[i].content);
+    }
+    free(t->calls);
+    t->calls = NULL;
+    t->ncalls = t->calls_pending = 0;
+}
+
+void turn_free(turn *t)
+{
+    if (!t)
+        return;
+    free(t->text);
+    free(t->extra_system_prompt);
+    free(t->context_json);
+    free(t->language);
+    free(t->device_id);
+    free(t->satellite_id);
+    free(t->agent_id);
+    free(t->metadata);
+    free(t->interface_message_id);
+    reply_context_free(&t->reply);
+    free(t->conversation_id);
+    free(t->persona_name);
+    image_list_free(&t->images);
+    pbuf_free(&t->stored_user);
+    free(t->own_interface_type);
+    toolset_free(t->own_tools);
+    pbuf_free(&t->history);
+    json_decref(t->history_msgs);
+    free(t->stop_reason);
+    pbuf_free(&t->messages);
+    free(t->message_index);
+    pbuf_free(&t->steps);
+    pbuf_free(&t->body);
+    free(t->stream_error);
+    free(t->answer);
+    provider_stream_free(t->stream);
+    free_calls(t);
+    free(t->persona_opts);
+    config_unref(t->cfg);
+    free(t);
+}
+
+int turn_apply_persona(turn *t)
+{
+    t->opts = &t->cfg->opts;
+    if (!t->persona_def)
+        return 0;
+    if (!t->persona_opts && !(t->persona_opts = malloc(sizeof *t->persona_opts)))
+        return -1;
+    persona_apply(t->persona_def, &t->cfg->opts, t->persona_opts);
+    t->opts = t->persona_opts;
+    return 0;
+}
+
+/* ======================================================================
+ * Recording: the turn's messages (committed at the end) and its steps
+ * ====================================================================== */
+
+/*
+ * Messages are written in place at the end of t->messages (no copy per
+ * message): message_open() gives where this one starts, the caller appends
+ * one JSON object, message_close() indexes it for the store.  A failure is
+ * sticky oom, and a message cut by it is never stored (messages.oom fails
+ * the turn).
+ */
+static size_t message_open(turn *t)
+{
+    if (t->messages.len)
+        pbuf_putc(&t->messages, ',');
+    return t->messages.len;
+}
+
+static void message_close(turn *t, const char *role, size_t start)
+{
+    if (t->messages.oom)
+        return;
+    if (t->nmessages == t->message_index_cap) {
+        /* 2 first: a turn without tools has two messages (it is kept during the wait) */
+        size_t cap = t->message_index_cap ? t->message_index_cap * 2 : 2;
+        turn_message *more = realloc(t->message_index, cap * sizeof *more);
+        if (!more) {
+            t->messages.oom = 1;
+            return;
+        }
+        t->message_index = more;
+        t->message_index_cap = cap;
+    }
+    turn_message *m = &t->message_index[t->nmessages];
+    if (uuid4(m->id) != 0) {
+        t->messages.oom = 1; /* no randomness: treated as a failure to record */
+        return;
+    }
+    m->offset = start;
+    m->len = t->messages.len - start;
+    m->role = role;
+    m->created_ms = clock_wall_ms();
+    t->nmessages++;
+}
+
+/* Where the next step starts: '[' before the first, ',' before the others. */
+static void step_open(turn *t) { pbuf_putc(&t->steps, t->steps.len ? ',' : '['); }
+
+static void record_step(turn *t, const pbuf *step)
+{
+    step_open(t);
+    pbuf_append(&t->steps, step->data, step->len);
+}
+
+static void put_str(pbuf *b, const char *s) { pbuf_json_string(b, s, strlen(s)); }
+
+/*
+ * The user message.  With images its content is Chat Completions content
+ * parts (the neutral record's form, docs/history.md): the text, then one
+ * image_url part per image.  History keeps that too with history_images
+ * "keep"; with "placeholder" it keeps the text plus one line per image.
+ */
+static void record_user_message(turn *t)
+{
+    size_t start = message_open(t);
+    pbuf *m = &t->messages;
+    pbuf_puts(m, "{\"role\":\"user\",\"content\":");
+    if (!t->images.n) {
+        put_str(m, t->text);
+    } else {
+        pbuf_puts(m, "[{\"type\":\"text\",\"text\":");
+        put_str(m, t->text);
+        pbuf_putc(m, '}');
+        for (size_t i = 0; i < t->images.n; i++) {
+            pbuf_puts(m, ",{\"type\":\"image_url\",\"image_url\":{\"url\":");
+            put_str(m, t->images.items[i].url);
+            pbuf_puts(m, "}}");
+        }
+        pbuf_putc(m, ']');
+        if (strcmp(t->cfg->opts.history_images, "placeholder") == 0) {
+            pbuf text = PBUF_INIT;
+            pbuf_puts(&text, t->text);
+            for (size_t i = 0; i < t->images.n; i++) {
+                pbuf_putc(&text, '\n');
+                image_placeholder(&text, &t->images.items[i]);
+            }
+            pbuf_puts(&t->stored_user, "{\"role\":\"user\",\"content\":");
+            pbuf_json_string(&t->stored_user, text.data ? text.data : "", text.len);
+            pbuf_putc(&t->stored_user, '}');
+            if (text.oom)
+                t->messages.oom = 1;
+            pbuf_free(&text);
+            if (t->stored_user.oom)
+                t->messages.oom = 1;
+        }
+    }
+    pbuf_putc(m, '}');
+    message_close(t, "user", start);
+}
+
+/* JSON text as-is if it is valid JSON, else as a JSON string. */
+static void put_json_or_string(pbuf *b, const char *text)
+{
+    json_t *v = json_loads(text, JSON_DECODE_ANY, NULL);
+    char *compact = v ? json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY | JSON_PRESERVE_ORDER) : NULL;
+    if (compact)
+        pbuf_puts(b, compact);
+    else
+        put_str(b, text);
+    free(compact);
+    json_decref(v);
+}
+
+/*
+ * Arguments as they may be stored and sent back: servers reject a history
+ * whose tool-call arguments are not JSON (every later request of the
+ * conversation would fail), so invalid text is wrapped in a JSON object.
+ */
+static void put_stored_arguments(pbuf *b, const char *arguments)
+{
+    json_t *v = json_loads(arguments, JSON_DECODE_ANY, NULL);
+    json_decref(v);
+    if (v) {
+        put_str(b, arguments);
+        return;
+    }
+    pbuf wrapped = PBUF_INIT;
+    pbuf_puts(&wrapped, "{\"invalid_json\":");
+    put_str(&wrapped, arguments);
+    pbuf_putc(&wrapped, '}');
+    if (wrapped.oom)
+        b->oom = 1;
+    else
+        put_str(b, wrapped.data);
+    pbuf_free(&wrapped);
+}
+
+/* The reasoning that came with a reply: a step, and keys of its stored message. */
+static void record_reasoning(turn *t, pbuf *m, const llm_reply *reply)
+{
+    if (reply->reasoning && *reply->reasoning) {
+        pbuf_puts(m, ",\"reasoning\":");
+        put_str(m, reply->reasoning);
+        pbuf s = PBUF_INIT;
+        pbuf_puts(&s, "{\"type\":\"reasoning\",\"content\":");
+        put_str(&s, reply->reasoning);
+        pbuf_putc(&s, '}');
+        record_step(t, &s);
+        pbuf_free(&s);
+    }
+    if (reply->provider_data) {
+        pbuf_puts(m, ",\"provider_data\":");
+        pbuf_puts(m, reply->provider_data);
+    }
+}
+
+static void record_tool_calls(turn *t, const llm_reply *reply)
+{
+    const char *content = reply->content;
+    size_t start = message_open(t);
+    pbuf *m = &t->messages;
+    pbuf_puts(m, "{\"role\":\"assistant\",\"content\":");
+    if (content && *content)
+        put_str(m, content);
+    else
+        pbuf_puts(m, "null");
+    record_reasoning(t, m, reply);
+    pbuf_puts(m, ",\"tool_calls\":[");
+    for (size_t i = 0; i < t->ncalls; i++) {
+        const turn_call *c = &t->calls[i];
+        pbuf_puts(m, i ? ",{\"id\":" : "{\"id\":");
+        put_str(m, c->id);
+        pbuf_puts(m, ",\"type\":\"function\",\"function\":{\"name\":");
+        put_str(m, c->name);
+        pbuf_puts(m, ",\"arguments\":");
+        put_stored_arguments(m, c->arguments);
+        pbuf_puts(m, "}}");
+
+        pbuf s = PBUF_INIT;
+        pbuf_puts(&s, "{\"type\":\"tool_call\",\"call_id\":");
+        put_str(&s, c->id);
+        pbuf_puts(&s, ",\"name\":");
+        put_str(&s, c->name);
+        pbuf_puts(&s, ",\"arguments\":");
+        put_json_or_string(&s, c->arguments);
+        pbuf_putc(&s, '}');
+        record_step(t, &s);
+        pbuf_free(&s);
+    }
+    pbuf_puts(m, "]}");
+    message_close(t, "assistant", start);
+}
+
+/* Tool messages keep the Chat Completions keys and add the tool's name and
+   is_error: Ollama sends results back by name, Anthropic marks failures. */
+static void record_tool_results(turn *t)
+{
+    for (size_t i = 0; i < t->ncalls; i++) {
+        const turn_call *c = &t->calls[i];
+        size_t start = message_open(t);
+        pbuf *m = &t->messages;
+        pbuf_puts(m, "{\"role\":\"tool\",\"tool_call_id\":");
+        put_str(m, c->id);
+        pbuf_puts(m, ",\"content\":");
+        put_str(m, c->content);
+        pbuf_puts(m, ",\"name\":");
+        put_str(m, c->name);
+        if (c->is_error)
+            pbuf_puts(m, ",\"is_error\":true");
+        pbuf_putc(m, '}');
+        message_close(t, "tool", start);
+
+        pbuf s = PBUF_INIT;
+        pbuf_puts(&s, "{\"type\":\"tool_result\",\"call_id\":");
+        put_str(&s, c->id);
+        pbuf_puts(&s, ",\"name\":");
+        put_str(&s, c->name);
+        pbuf_puts(&s, ",\"content\":");
+        put_str(&s, c->content);
+        pbuf_printf(&s, ",\"is_error\":%s}", c->is_error ? "true" : "false");
+        record_step(t, &s);
+        pbuf_free(&s);
+    }
+}
+
+static void record_answer(turn *t, const llm_reply *reply, const char *content)
+{
+    size_t start = message_open(t);
+    pbuf *m = &t->messages;
+    pbuf_puts(m, "{\"role\":\"assistant\",\"content\":");
+    size_t content_at = m->len;
+    put_str(m, content);
+    size_t content_end = m->len; /* the content as a JSON string: [content_at, content_end) */
+    record_reasoning(t, m, reply);
+    pbuf_putc(m, '}');
+    message_close(t, "assistant", start);
+
+    free(t->answer);
+    t->answer = strdup(content);
+
+    /* The step holds the same JSON string: escape the content once. */
+    step_open(t);
+    pbuf_puts(&t->steps, "{\"type\":\"answer\",\"content\":");
+    if (m->oom) /* the message is cut (the turn fails): the step still says what came */
+        put_str(&t->steps, content);
+    else
+        pbuf_append(&t->steps, m->data + content_at, content_end - content_at);
+    pbuf_putc(&t->steps, '}');
+}
+
+/* ======================================================================
+ * 1. Begin: the last turns of the conversation, from the store
+ * ====================================================================== */
+
+static void turn_request(turn *t);
+static void turn_commit(turn *t);
+
+static store_key key_of(const turn *t)
+{
+    return (store_key){t->conversation_id, t->persona, t->interface_type};
+}
+
+/* Hand a job to the store threads and wait for it (0), or -1 (the turn ended). */
+static int wait_for_store(turn *t, store_job *job)
+{
+    if (job) {
+        job->owner = t;
+        t->job = job;
+    }
+    if (!job || store_jobs_submit(t->env->jobs, job) != 0) {
+        t->job = NULL;
+        store_job_free(job);
+        turn_end(t, PARLEY_ERR_NO_MEMORY, "out of memory");
+        return -1;
+    }
+    return 0;
+}
+
+static void turn_load_history(turn *t);
+
+/* append_message's turn: one message, stored as it is, without the model. */
+static void append_commit(turn *t)
+{
+    t->message_index[0].created_ms = clock_wall_ms();
+    turn_commit(t);
+}
+
+void turn_begin(turn *t)
+{
+    const turn_env *env = t->env;
+    t->started_wall_ms = clock_wall_ms();
+    if (t->persona_name && env->persona_metrics &&
+        (t->counters = persona_metrics_for(env->persona_metrics, t->persona_name)) && !t->append)
+        atomic_fetch_add(&t->counters->turns, 1);
+    if (t->append) { /* append_message: its lane reached it; store it, no model */
+        const store_backend *b = env->store->backend;
+        if (env->jobs && b->version >= 2 && b->lease_acquire) {
+            turn_load_history(t); /* a shared store: take the lease first (turn_on_history) */
+            return;
+        }
+        append_commit(t);
+        return;
+    }
+    if (!t->conversation_id) {
+        turn_on_history(t, PARLEY_OK, NULL);
+        return;
+    }
+    turn_load_history(t);
+}
+
+/*
+ * The last max_history_turns turns: what this turn sends (a persona counts
+ * the turns its limit leaves out, so one more is read and dropped again in
+ * turn_on_history).  With a store
+ * several processes share (store.h v2), the read thread first takes the
+ * conversation's lease; while another process holds it the job comes back
+ * PARLEY_ERR_BUSY and the turn waits on its wait timer and tries again
+ * (20, 40, 80, then every 160 ms, never past the holder's remaining lease);
+ * turn_timeout_ms bounds the wait.
+ */
+static void turn_load_history(turn *t)
+{
+    const turn_env *env = t->env;
+    store_key key = key_of(t);
+    size_t last = (size_t)t->opts->max_history_turns;
+    if (t->counters && last)
+        last++;
+    if (t->append)
+        last = 1; /* an append only takes the lease: read as little as the store allows */
+    size_t window = (size_t)t->opts->max_history_turns; /* what is sent: reply_to's window */
+    if (env->jobs) { /* WAIT loading: the store's read thread loads */
+        store_job *job = store_job_new(STORE_JOB_LOAD, &key);
+        if (job) {
+            job->last_turns = last;
+            job->window_turns = window;
+            if (reply_context_copy_target(&job->reply, &t->reply) != 0) {
+                store_job_free(job);
+                job = NULL;
+            }
+        }
+        wait_for_store(t, job);
+        return;
+    }
+    size_t n = 0;
+    char *err = NULL;
+    uint64_t now = clock_wall_ms();
+    parley_status st = env->store->backend->load(env->store, &key, last, now, &t->history, &n,
+                                                 &err);
+    if (st == PARLEY_OK && reply_context_wanted(&t->reply))
+        st = reply_context_load(env->store, &key, window, now, &t->reply, &err);
+    t->nhistory = n;
+    turn_on_history(t, st, err);
+    free(err);
+}
+
+/*
+ * Where each top-level message of stored text ("m,m,") starts, counting those
+ * that open a turn: a turn's first message is its user message, which Parley
+ * always writes as {"role":"user",...}.  When the text holds more than
+ * `keep` turns, drop the oldest and return 1.
+ */
+static int drop_oldest_turn(pbuf *history, size_t keep)
+{
+    static const char USER[] = "{\"role\":\"user\"";
+    size_t turns = 0, second = 0;
+    int depth = 0, in_string = 0;
+    for (size_t i = 0; i < history->len; i++) {
+        char c = history->data[i];
+        if (in_string) {
+            if (c == '\\')
+                i++;
+            else if (c == '"')
+                in_string = 0;
+        } else if (c == '"') {
+            in_string = 1;
+        } else if (c == '{' || c == '[') {
+            if (depth++ == 0 && c == '{' && history->len - i >= sizeof USER - 1 &&
+                memcmp(history->data + i, USER, sizeof USER - 1) == 0 && ++turns == 2)
+                second = i;
+        } else if (c == '}' || c == ']') {
+            depth--;
+        }
+    }
+    if (turns <= keep || !second)
+        return 0;
+    memmove(history->data, history->data + second, history->len - second + 1);
+    history->len -= second;
+    return 1;
+}
+
+/*
+ * The turn reply_to names, when it is older than the history sent: its
+ * messages go after the history, just before the new user message (whole
+ * turns, so roles still alternate and every tool call keeps its results);
+ * the system prompt says what they are (system_prompt).  Sent, not stored.
+ */
+static void add_reply_context(turn *t)
+{
+    reply_context *r = &t->reply;
+    if (r->unsupported && !*t->env->reply_unsupported_logged) {
+        *t->env->reply_unsupported_logged = 1;
+        host_log(t->env->host, PARLEY_LOG_WARN,
+                 "history_store %s cannot look up the turn reply_to names: turns run without "
+                 "reply context (reply_context \"not_found\")", t->env->store->backend->scheme);
+    }
+    if (r->outcome != REPLY_INCLUDED)
+        return;
+    pbuf_append(&t->history, r->messages.data, r->messages.len);
+    t->nhistory += r->nmessages;
+    json_decref(t->history_msgs); /* parsed again with them, if the codec parses */
+    t->history_msgs = NULL;
+}
+
+void turn_on_history(turn *t, parley_status status, const char *message)
+{
+    t->job = NULL;
+    if (status == PARLEY_ERR_BUSY) { /* another host runs a turn on this conversation */
+        uint64_t delay = 20u << (t->lease_waits < 3 ? t->lease_waits : 3);
+        t->lease_waits++;
+        if (t->lease_retry_ms && t->lease_retry_ms < delay)
+            delay = t->lease_retry_ms;
+        t->lease_retry_ms = 0;
+        t->lease_waiting = 1;
+        if (timer_arm(t->env->timers, &t->wait, clock_mono_ms() + delay) != 0)
+            turn_end(t, PARLEY_ERR_NO_MEMORY, "out of memory");
+        return;
+    }
+    if (status != PARLEY_OK) {
+        char *m = pstr_printf("could not load the conversation's history: %s",
+                              message ? message : status_name(status));
+        turn_end(t, status, m ? m : status_name(status));
+        free(m);
+        return;
+    }
+    if (t->append) { /* the lease is ours: other hosts' turns on this conversation wait */
+        append_commit(t);
+        return;
+    }
+    if (t->counters && t->opts->max_history_turns &&
+        drop_oldest_turn(&t->history, (size_t)t->opts->max_history_turns))
+        atomic_fetch_add(&t->counters->truncations, 1);
+    add_reply_context(t);
+    record_user_message(t);
+    turn_request(t);
+}
+
+/* ======================================================================
+ * 2. Request: render the body, start the HTTP call
+ * ====================================================================== */
+
+static void on_stream_text(void *ud, const char *text, size_t len)
+{
+    turn *t = ud;
+    if (t->on_delta && len)
+        t->on_delta(t->user_data, t->id, text, len);
+}
+
+static void on_stream_reasoning(void *ud, const char *text, size_t len)
+{
+    turn *t = ud;
+    if (t->on_reasoning && len)
+        t->on_reasoning(t->user_data, t->id, text, len);
+}
+
+/*
+ * A streamed answer has no total time limit (it may speak for minutes); it
+ * must start within request_timeout_ms, then keep coming: each piece pushes
+ * the idle deadline back by stream_idle_timeout_ms.  The turn's own deadline
+ * still bounds it all.
+ */
+static int arm_stream_timer(turn *t, int first_byte)
+{
+    int64_t ms = first_byte ? t->cfg->opts.request_timeout_ms : t->cfg->opts.stream_idle_timeout_ms;
+    return timer_arm(t->env->timers, &t->wait, clock_mono_ms() + (uint64_t)ms);
+}
+
+/*
+ * After [DONE] the answer is whole.  The body's end normally follows at once
+ * (and then the connection can be reused); a server that holds the
+ * connection open, or keeps sending keep-alive comments, gets this long
+ * before the turn ends without it.  Nothing after [DONE] re-arms a timer.
+ */
+#define STREAM_END_GRACE_MS 50
+
+static int stream_sink(void *owner, const char *data, size_t len)
+{
+    turn *t = owner;
+    char *err = NULL;
+    if (provider_stream_feed(t->stream, data, len, &err) != 0) {
+        free(t->stream_error);
+        t->stream_error = err;
+        return -1;
+    }
+    int done = provider_stream_done(t->stream);
+    if (done ? timer_arm(t->env->timers, &t->wait, clock_mono_ms() + STREAM_END_GRACE_MS)
+             : arm_stream_timer(t, 0)) {
+        free(t->stream_error);
+        t->stream_error = strdup("out of memory");
+        return -1;
+    }
+    return done ? HTTP_SINK_COMPLETE : 0;
+}
+
+/*
+ * The system prompt of every request: the persona's or the agent's, then
+ * this turn's extra one, then the note on a replied-to turn sent again.
+ */
+static char *system_prompt(const turn *t)
+{
+    const char *note = t->reply.outcome == REPLY_INCLUDED ? REPLY_CONTEXT_NOTE : NULL;
+    const char *parts[] = {t->opts->prompt, t->extra_system_prompt, note};
+    size_t lens[3], total = 0;
+    for (size_t i = 0; i < 3; i++) /* the non-empty parts, "\n\n" between them */
+        total += (lens[i] = parts[i] ? strlen(parts[i]) : 0) + 2;
+    char *out = malloc(total + 1), *o = out;
+    if (!out)
+        return NULL;
+    for (size_t i = 0; i < 3; i++) {
+        if (!lens[i])
+            continue;
+        if (o != out) {
+            memcpy(o, "\n\n", 2);
+            o += 2;
+        }
+        memcpy(o, parts[i], lens[i]);
+        o += lens[i];
+    }
+    *o = '\0';
+    return out;
+}
+
+/* The provider codec renders the neutral messages into t->body. */
+static int render_request(turn *t, char **err)
+{
+    const provider *prov = t->cfg->prov;
+    const char *stored = t->history.data ? t->history.data : "";
+    const char *turn_text = t->messages.data ? t->messages.data : "";
+    if (!prov->reads_history_text && !t->history_msgs &&
+        !(t->history_msgs = provider_parse_messages(stored, t->history.len, err)))
+        return -1;
+    json_t *messages = prov->reads_history_text
+                           ? NULL
+                           : provider_parse_messages(t->messages.data, t->messages.len, err);
+    char *system = system_prompt(t);
+    int rc = -1;
+    if ((messages || prov->reads_history_text) && system) {
+        const char *prompt = t->opts->prompt;
+        provider_request r = {
+            .system = system,
+            .system_fixed_len = prompt ? strlen(prompt) : 0,
+            .history = t->history_msgs,
+            .history_text = prov->reads_history_text ? stored : NULL,
+            .history_text_len = t->history.len,
+            .messages = messages,
+            .messages_text = prov->reads_history_text ? turn_text : NULL,
+            .messages_text_len = t->messages.len,
+            .tools_json = toolset_json(t->tools),
+            .tool_choice_none = t->tool_rounds >= t->cfg->opts.max_tool_iterations,
+        };
+        rc = prov->encode(&t->body, t->opts, &r, err); /* the persona's model, sampling */
+    } else if (!*err) {
+        *err = pstr_printf("out of memory");
+    }
+    json_decref(messages);
+    free(system);
+    return rc;
+}
+
+static void turn_request(turn *t)
+{
+    char *err = NULL;
+    if (t->messages.oom || t->steps.oom || t->history.oom) {
+        turn_end(t, PARLEY_ERR_NO_MEMORY, "out of memory building the request");
+        return;
+    }
+    if (render_request(t, &err) != 0) {
+        /* Only a store holding something that is not a message gets here. */
+        char *m = pstr_printf("cannot build the request: %s", err ? err : "out of memory");
+        turn_end(t, PARLEY_ERR_INTERNAL, m ? m : "cannot build the request");
+        free(m);
+        free(err);
+        return;
+    }
+    /* The body stays allocated for the whole wait (libcurl may send it again
+     * on a fresh connection): keep only its bytes, not the render's margin. */
+    pbuf_fit(&t->body);
+    if (t->cfg->opts.debug_log_bodies)
+        host_log(t->env->host, PARLEY_LOG_DEBUG, "turn %s request: %s", t->turn_id, t->body.data);
+    provider_stream_free(t->stream);
+    t->stream = NULL;
+    llm_sink sink = {on_stream_text, on_stream_reasoning, t};
+    if (t->cfg->opts.stream &&
+        !(t->stream = provider_stream_new(t->cfg->prov, t->cfg->opts.strip_think_tags, &sink))) {
+        turn_end(t, PARLEY_ERR_NO_MEMORY, "out of memory");
+        return;
+    }
+    t->http = http_call_start(t->env->pool, &t->cfg->http, t->body.data, t->body.len, t,
+                              t->stream ? stream_sink : NULL);
+    if (!t->http) {
+        turn_end(t, PARLEY_ERR_INTERNAL, "could not start the HTTP request");
+        return;
+    }
+    if (t->stream && arm_stream_timer(t, 1) != 0) {
+        turn_end(t, PARLEY_ERR_NO_MEMORY, "out of memory");
+        return;
+    }
+    atomic_fetch_add(&t->env->metrics->llm_requests, 1);
+}
+
+/* ======================================================================
+ * 3. The reply: retry, fail, run tools, or answer
+ * ====================================================================== */
+
+static void turn_dispatch_tools(turn *t, llm_reply *reply);
+
+/* Exponential backoff with jitter, or the server's Retry-After; capped. */
+static uint64_t retry_delay_ms(const turn *t, int64_t retry_after_ms)
+{
+    const parley_options *o = &t->cfg->opts;
+    uint64_t cap = (uint64_t)o->retry_max_delay_ms;
+    if (retry_after_ms >= 0)
+        return (uint64_t)retry_after_ms < cap ? (uint64_t)retry_after_ms : cap;
+    uint64_t d = (uint64_t)o->retry_backoff_ms << (t->attempt < 16 ? t->attempt : 16);
+    if (d > cap)
+        d = cap;
+    unsigned r = 0;
+    if (getrandom(&r, sizeof r, GRND_NONBLOCK) != sizeof r)
+        r = (unsigned)clock_mono_ms();
+    return d / 2 + (d / 2 ? r % (d / 2 + 1) : 0); /* "equal jitter": [d/2, d] */
+}
+
+/* 1 when a retry was scheduled. */
+static int maybe_retry(turn *t, parley_status st, const char *msg, int64_t retry_after_ms)
+{
+    if (t->attempt >= t->cfg->opts.max_retries)
+        return 0;
+    uint64_t delay = retry_delay_ms(t, retry_after_ms);
+    uint64_t at = clock_mono_ms() + delay;
+    if (timer_armed(&t->deadline) && at >= t->deadline.when_ms)
+        return 0; /* would pass the turn's deadline: fail now instead */
+    if (timer_arm(t->env->timers, &t->wait, at) != 0)
+        return 0;
+    t->attempt++;
+    atomic_fetch_add(&t->env->metrics->llm_retries, 1);
+    host_log(t->env->host, PARLEY_LOG_WARN, "turn %s: %s (%s); retry %d of %lld in %llu ms", t->turn_id,
+              status_name(st), msg ? msg : "", t->attempt, (long long)t->cfg->opts.max_retries,
+              (unsigned long long)delay);
+    return 1;
+}
+
+static int decode_reply(turn *t, llm_reply *reply, char **err)
+{
+    if (t->stream)
+        return provider_stream_finish(t->stream, reply, err);
+    const pbuf *b = &t->http->body;
+    return provider_decode(t->cfg->prov, t->cfg->opts.strip_think_tags, b->data ? b->data : "",
+                           b->len, reply, err);
+}
+
+/* An HTTP error status: the codec reads the server's words and says whether to retry. */
+static void explain_http_error(turn *t, char **msg, int *retryable)
+{
+    const provider *p = t->cfg->prov;
+    const pbuf *b = &t->http->body;
+    const char *body = b->data ? b->data : "";
+    long status = http_call_status(t->http);
+    char *text = p->error_text(body, b->len);
+    char *m = pstr_printf("%s%s%s%s%s%s", *msg ? *msg : "LLM server error", text ? ": " : "",
+                          text ? text : "", status == 404 ? " (check base_url: " : "",
+                          status == 404 ? p->not_found_hint : "",
+                          status == 404 ? "; and check the model name)" : "");
+    if (m) {
+        free(*msg);
+        *msg = m;
+    }
+    free(text);
+    *retryable = p->retryable(status, body, b->len);
+}
+
+/* Tokens and the stop reason of one decoded reply, into the turn and the metrics. */
+static void account_reply(turn *t, const llm_reply *reply)
+{
+    agent_counters *m = t->env->metrics;
+    const llm_usage *u = &reply->usage;
+    t->usage.prompt += u->prompt;
+    t->usage.completion += u->completion;
+    t->usage.cache_read += u->cache_read;
+    t->usage.cache_creation += u->cache_creation;
+    t->usage.reasoning += u->reasoning;
+    t->replies++;
+    atomic_fetch_add(&m->tokens_prompt, (uint64_t)u->prompt);
+    atomic_fetch_add(&m->tokens_completion, (uint64_t)u->completion);
+    atomic_fetch_add(&m->tokens_cache_read, (uint64_t)u->cache_read);
+    atomic_fetch_add(&m->tokens_cache_creation, (uint64_t)u->cache_creation);
+    atomic_fetch_add(&m->tokens_reasoning, (uint64_t)u->reasoning);
+    free(t->stop_reason);
+    t->stop_reason = reply->finish_reason ? strdup(reply->finish_reason) : NULL;
+}
+
+void turn_on_http_done(turn *t, CURLcode code)
+{
+    char *msg = NULL;
+    int retryable = 0;
+    parley_status st = http_call_outcome(t->http, code, &msg, &retryable);
+    if (st == PARLEY_ERR_HTTP_STATUS || st == PARLEY_ERR_RATE_LIMITED)
+        explain_http_error(t, &msg, &retryable);
+    if (st == PARLEY_ERR_BAD_RESPONSE && !msg && t->stream_error)
+        msg = pstr_printf("bad streamed response: %s", t->stream_error);
+    int64_t retry_after = t->http->retry_after_ms;
+    timer_disarm(t->env->timers, &t->wait); /* the stream idle timer, if any */
+    if (st != PARLEY_OK) {
+        http_call_free(t->http);
+        t->http = NULL;
+        if (!(retryable && maybe_retry(t, st, msg, retry_after)))
+            turn_end(t, st, msg ? msg : status_name(st));
+        free(msg);
+        return;
+    }
+    if (t->cfg->opts.debug_log_bodies && !t->stream)
+        host_log(t->env->host, PARLEY_LOG_DEBUG, "turn %s response: %s", t->turn_id,
+                  t->http->body.data ? t->http->body.data : "");
+    llm_reply reply;
+    memset(&reply, 0, sizeof reply);
+    char *err = NULL;
+    int rc = decode_reply(t, &reply, &err);
+    http_call_free(t->http);
+    t->http = NULL;
+    t->attempt = 0;
+    if (rc != 0) {
+        char *m = pstr_printf("bad response from the LLM server: %s", err ? err : "undecodable");
+        turn_end(t, PARLEY_ERR_BAD_RESPONSE, m);
+        free(m);
+        free(err);
+        llm_reply_free(&reply);
+        return;
+    }
+    account_reply(t, &reply);
+    if (reply.finish_reason && strcmp(reply.finish_reason, "length") == 0)
+        host_log(t->env->host, PARLEY_LOG_WARN, "turn %s: the model hit max_tokens; the answer may be cut short",
+                  t->turn_id);
+    if (reply.ncalls == 0) {
+        record_answer(t, &reply, reply.content ? reply.content : "");
+        llm_reply_free(&reply);
+        turn_commit(t);
+        return;
+    }
+    if (t->tool_rounds >= t->cfg->opts.max_tool_iterations) {
+        /* We said tool_choice "none" and the model still wants tools. */
+        if (reply.content && *reply.content) {
+            record_answer(t, &reply, reply.content);
+            turn_commit(t);
+        } else {
+            char *m = pstr_printf("the model kept calling tools after %d rounds and tool_choice \"none\"",
+                          t->tool_rounds);
+            turn_end(t, PARLEY_ERR_TOOL_LOOP, m);
+            free(m);
+        }
+        llm_reply_free(&reply);
+        return;
+    }
+    turn_dispatch_tools(t, &reply);
+    llm_reply_free(&reply);
+}
+
+/* ======================================================================
+ * 4. Tools: validate each call, hand the good ones to the host
+ * ====================================================================== */
+
+static char *error_content(const char *kind, const char *text)
+{
+    json_t *o = json_pack("{s:s,s:s}", "error", kind, "error_text", text);
+    char *s = o ? json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
+    json_decref(o);
+    return s;
+}
+
+static void after_tools(turn *t);
+
+/* Why a call cannot go to the host, or NULL when it can. */
+static char *call_problem(const turn *t, const turn_call *c)
+{
+    if (!toolset_has(t->tools, c->name))
+        return error_content("unknown_tool", "No tool with this name is available");
+    json_error_t jerr;
+    json_t *args = json_loads(c->arguments, 0, &jerr);
+    int is_object = json_is_object(args);
+    json_decref(args);
+    if (!is_object) {
+        char *text = pstr_printf("Arguments are not a JSON object%s%s", args ? "" : ": ", args ? "" : jerr.text);
+        char *s = error_content("invalid_arguments", text ? text : "invalid arguments");
+        free(text);
+        return s;
+    }
+    if (!t->env->host->tool_call)
+        return error_content("no_executor", "The host does not execute tools");
+    return NULL;
+}
+
+/*
+ * Calls the server gave no ids (Ollama) are named by where they stand in the
+ * conversation: unique in it (Anthropic needs that after a provider switch)
+ * and the same whether the answer was streamed or not.
+ */
+static void mint_call_ids(turn *t)
+{
+    size_t at = t->nhistory + t->nmessages;
+    for (size_t i = 0; i < t->ncalls; i++) {
+        char *id = pstr_printf("call_%zu_%zu", at, i);
+        if (!id)
+            continue; /* keep the decoder's "call_<i>" */
+        free(t->calls[i].id);
+        t->calls[i].id = id;
+    }
+}
+
+static void turn_dispatch_tools(turn *t, llm_reply *reply)
+{
+    free_calls(t);
+    t->calls = calloc(reply->ncalls, sizeof *t->calls);
+    if (!t->calls) {
+        turn_end(t, PARLEY_ERR_NO_MEMORY, "out of memory");
+        return;
+    }
+    t->ncalls = reply->ncalls;
+    for (size_t i = 0; i < reply->ncalls; i++) {
+        /* Take the strings over from the reply instead of copying them. */
+        t->calls[i].id = reply->calls[i].id;
+        t->calls[i].name = reply->calls[i].name;
+        t->calls[i].arguments = reply->calls[i].arguments;
+        reply->calls[i].id = reply->calls[i].name = reply->calls[i].arguments = NULL;
+    }
+    if (reply->ids_minted)
+        mint_call_ids(t);
+    record_tool_calls(t, reply);
+    t->tool_rounds++;
+
+    /* Count every call pending first: the host may complete one inside its callback. */
+    t->calls_pending = t->ncalls;
+    for (size_t i = 0; i < t->ncalls; i++) {
+        turn_call *c = &t->calls[i];
+        atomic_fetch_add(&t->env->metrics->tool_calls, 1);
+        char *problem = call_problem(t, c);
+        if (problem) {
+            c->content = problem;
+            c->is_error = 1;
+            t->calls_pending--;
+            atomic_fetch_add(&t->env->metrics->tool_errors, 1);
+            continue;
+        }
+        parley_tool_call *h = inbox_handle_new(t->env->box, t, i);
+        parley_tool_call *given = h ? tool_handle_register(h) : NULL;
+        if (!given) {
+            if (h)
+                inbox_handle_free(h);
+            turn_end(t, PARLEY_ERR_NO_MEMORY, "out of memory");
+            return;
+        }
+        c->handle = h;
+        parley_tool_call_info info = {
+            .struct_size = sizeof info,
+            .request_id = t->id,
+            .conversation_id = t->conversation_id,
+            .turn_id = t->turn_id,
+            .call_id = c->id,
+            .tool_name = c->name,
+            .arguments_json = c->arguments,
+            .user_data = t->user_data,
+            .language = t->language,
+            .device_id = t->device_id,
+            .satellite_id = t->satellite_id,
+            .agent_id = t->agent_id,
+            .context_json = t->context_json,
+        };
+        /* The host cannot end the turn from here: cancel and results go through the inbox. */
+        t->env->host->tool_call(t->env->host->host_data, given, &info);
+    }
+    if (t->calls_pending == 0) {
+        after_tools(t);
+        return;
+    }
+    if (timer_arm(t->env->timers, &t->wait, clock_mono_ms() + (uint64_t)t->cfg->opts.tool_timeout_ms) != 0)
+        turn_end(t, PARLEY_ERR_NO_MEMORY, "out of memory");
+}
+
+/* The tool message content for what the host gave back. */
+static char *result_content(const turn *t, const char *result, int is_error, int *is_error_out)
+{
+    size_t max = (size_t)t->cfg->opts.max_tool_result_bytes;
+    const char *text = result ? result : "";
+    size_t n = strlen(text);
+    *is_error_out = 1;
+    if (n > max) {
+        char *m = pstr_printf("The tool result of %zu bytes exceeds max_tool_result_bytes (%zu)", n, max);
+        char *s = error_content("result_too_large", m ? m : "result too large");
+        free(m);
+        return s;
+    }
+    if (!utf8_valid(text, n))
+        return error_content("invalid_result", "The tool result is not valid UTF-8");
+    if (is_error) {
+        /* A JSON string means the text inside; other JSON stays JSON, under
+         * "details" (never JSON inside a string), with its message, if it has
+         * one, as the error_text; anything else is the text itself. */
+        json_t *v = json_loads(text, JSON_DECODE_ANY, NULL);
+        if (!v || json_is_string(v)) {
+            char *s = error_content("tool_error", v ? json_string_value(v)
+                                                  : *text ? text : "The tool failed");
+            json_decref(v);
+            return s;
+        }
+        const char *said = json_string_value(json_object_get(v, "message"));
+        if (!said)
+            said = json_string_value(json_object_get(v, "error"));
+        json_t *o = json_pack("{s:s,s:s,s:O}", "error", "tool_error", "error_text",
+                              said ? said : "The tool failed (see details)", "details", v);
+        char *s = o ? json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
+        json_decref(o);
+        json_decref(v);
+        return s;
+    }
+    *is_error_out = 0;
+    json_t *v = json_loads(text, JSON_DECODE_ANY, NULL);
+    char *s = v ? json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY | JSON_PRESERVE_ORDER) : strdup(text);
+    json_decref(v);
+    return s;
+}
+
+/* Drop the turn's claim on a handle: a later completion is then discarded. */
+static void detach_handle(turn_call *c)
+{
+    if (!c->handle)
+        return;
+    inbox_handle_detach(c->handle);
+    c->handle = NULL;
+}
+
+void turn_on_tool_result(turn *t, parley_tool_call *h)
+{
+    turn_call *c = &t->calls[h->index];
+    c->handle = NULL;
+    c->content = result_content(t, h->result, h->is_error, &c->is_error);
+    if (c->is_error)
+        atomic_fetch_add(&t->env->metrics->tool_errors, 1);
+    if (!c->content) {
+        turn_end(t, PARLEY_ERR_NO_MEMORY, "out of memory");
+        return;
+    }
+    if (--t->calls_pending == 0) {
+        timer_disarm(t->env->timers, &t->wait);
+        after_tools(t);
+    }
+}
+
+/* Every call of the round has a result: record them, ask the model again. */
+static void after_tools(turn *t)
+{
+    record_tool_results(t);
+    free_calls(t);
+    turn_request(t);
+}
+
+/* The host did not answer some calls in time: they fail, the turn goes on. */
+static void tool_timeout(turn *t)
+{
+    for (size_t i = 0; i < t->ncalls; i++) {
+        turn_call *c = &t->calls[i];
+        if (c->content)
+            continue;
+        detach_handle(c);
+        char *m = pstr_printf("The host did not answer within %lld ms", (long long)t->cfg->opts.tool_timeout_ms);
+        c->content = error_content("timeout", m ? m : "timeout");
+        c->is_error = 1;
+        free(m);
+        atomic_fetch_add(&t->env->metrics->tool_timeouts, 1);
+        if (!c->content) {
+            turn_end(t, PARLEY_ERR_NO_MEMORY, "out of memory");
+            return;
+        }
+    }
+    t->calls_pending = 0;
+    after_tools(t);
+}
+
+/* ======================================================================
+ * 5. Timers
+ * ====================================================================== */
+
+void turn_on_timer(turn *t, ptimer *which)
+{
+    if (which == &t->deadline) {
+        char *m = pstr_printf("the turn took longer than turn_timeout_ms (%lld ms)",
+                      (long long)t->cfg->opts.turn_timeout_ms);
+        turn_end(t, PARLEY_ERR_TIMEOUT, m ? m : "turn timeout");
+        free(m);
+    } else if (t->http && t->http->complete) {
+        turn_on_http_done(t, CURLE_OK); /* [DONE] came, the body's end did not: done anyway */
+    } else if (t->http) {
+        const parley_options *o = &t->cfg->opts;
+        /* No first byte yet: the request's time counts from when it got a connection. */
+        uint64_t due = t->http->started_ms + (uint64_t)o->request_timeout_ms;
+        if (!t->http->received && (!t->http->started || clock_mono_ms() < due)) {
+            if (timer_arm(t->env->timers, &t->wait,
+                          t->http->started ? due : clock_mono_ms() + (uint64_t)o->request_timeout_ms))
+                turn_end(t, PARLEY_ERR_NO_MEMORY, "out of memory");
+            return;
+        }
+        char *m = t->http->received
+                      ? pstr_printf("the streamed answer stalled: no data for "
+                                    "stream_idle_timeout_ms (%lld ms)", (long long)o->stream_idle_timeout_ms)
+                      : pstr_printf("no answer from the LLM server within request_timeout_ms (%lld ms)",
+                                    (long long)o->request_timeout_ms);
+        turn_end(t, PARLEY_ERR_TIMEOUT, m ? m : "stream timeout");
+        free(m);
+    } else if (t->calls_pending) {
+        tool_timeout(t);
+    } else if (t->lease_waiting) {
+        t->lease_waiting = 0;
+        turn_load_history(t); /* the conversation's lease was busy: try again */
+    } else {
+        turn_request(t); /* the backoff before a retry is over */
+    }
+}
+
+/* ======================================================================
+ * 6. Commit: the whole turn into the store, then end
+ * ====================================================================== */
+
+/* Home Assistant's rule: a reply ending in a question keeps the mic open. */
+static int ends_in_question(const char *s)
+{
+    size_t n = strlen(s);
+    while (n > 0 && (s[n - 1] == ' ' || s[n - 1] == '\n' || s[n - 1] == '\t' || s[n - 1] == '\r'))
+        n--;
+    if (n == 0)
+        return 0;
+    if (s[n - 1] == '?' || s[n - 1] == ';')
+        return 1;
+    return n >= 3 && memcmp(s + n - 3, "\xEF\xBC\x9F", 3) == 0; /* fullwidth '?' */
+}
+
+/* The store's view of this turn's messages (malloc'd array; JSON borrowed from t->messages). */
+static store_message *store_messages(const turn *t)
+{
+    store_message *msgs = calloc(t->nmessages, sizeof *msgs);
+    for (size_t i = 0; msgs && i < t->nmessages; i++) {
+        const turn_message *m = &t->message_index[i];
+        msgs[i] = (store_message){.message_id = m->id, .role = m->role, .created_ms = m->created_ms,
+                                  .json = t->messages.data + m->offset, .json_len = m->len};
+    }
+    if (msgs) { /* what the host said of the user's message (append_message: of its one) */
+        msgs[0].interface_message_id = t->interface_message_id;
+        msgs[0].metadata = t->metadata;
+        msgs[0].metadata_len = t->metadata ? strlen(t->metadata) : 0;
+    }
+    if (msgs && t->stored_user.len) { /* the user message with its images as placeholders */
+        msgs[0].json = t->stored_user.data;
+        msgs[0].json_len = t->stored_user.len;
+    }
+    return msgs;
+}
+
+/*
+ * The answer is in: append the whole turn to its conversation, then end.
+ * The turn is reported ok only once the store has it; a store failure ends
+ * it with that failure, the conversation unchanged.  From here on only the
+ * append's outcome ends the turn (no timer runs, cancel waits for it).
+ */
+static void turn_commit(turn *t)
+{
+    const turn_env *env = t->env;
+    if (!t->answer || t->messages.oom) {
+        turn_end(t, PARLEY_ERR_NO_MEMORY, "out of memory recording the turn");
+        return;
+    }
+    if (!t->conversation_id) {
+        turn_end(t, PARLEY_OK, NULL);
+        return;
+    }
+    store_message *msgs = store_messages(t);
+    if (!msgs) {
+        turn_end(t, PARLEY_ERR_NO_MEMORY, "out of memory committing the turn");
+        return;
+    }
+    timer_disarm(env->timers, &t->deadline);
+    timer_disarm(env->timers, &t->wait);
+    uint64_t now = clock_wall_ms();
+    store_turn in = {.turn_id = t->turn_id, .started_ms = t->started_wall_ms, .finished_ms = now,
+                     .messages = msgs, .nmessages = t->nmessages};
+    store_key key = key_of(t);
+    if (env->jobs) { /* WAIT committing: the store's write thread appends */
+        store_job *job = store_job_new(STORE_JOB_APPEND, &key);
+        if (job)
+            job->turn = in; /* takes msgs */
+        else
+            free(msgs);
+        if (wait_for_store(t, job) == 0)
+            t->committing = 1;
+        return;
+    }
+    char *err = NULL;
+    parley_status st = env->store->backend->append(env->store, &key, &in, now, &err);
+    free(msgs);
+    turn_on_committed(t, st, err);
+    free(err);
+}
+
+void turn_on_committed(turn *t, parley_status status, const char *message)
+{
+    t->job = NULL;
+    t->committing = 0;
+    if (status == PARLEY_OK && t->counters) {
+        atomic_fetch_add(&t->counters->turns_stored, 1);
+        atomic_fetch_add(&t->counters->messages_stored, t->nmessages);
+    }
+    if (status == PARLEY_OK) {
+        t->lease_held = 0; /* the append gave it back (store.h v2) */
+        turn_end(t, PARLEY_OK, NULL);
+        return;
+    }
+    char *m = pstr_printf("could not store the turn: %s", message ? message : status_name(status));
+    turn_end(t, status, m ? m : status_name(status));
+    free(m);
+}
+
+/* ======================================================================
+ * 7. End: stop everything, let the worker report and release the turn
+ * ====================================================================== */
+
+void turn_cancel(turn *t, const char *message)
+{
+    if (t->committing)
+        return; /* the append may already be on disk: its outcome ends the turn */
+    turn_end(t, PARLEY_ERR_CANCELLED, message);
+}
+
+void turn_end(turn *t, parley_status status, const char *message)
+{
+    if (t->ended)
+        return;
+    t->ended = 1;
+    /* Stop everything still running for this turn. */
+    http_call_free(t->http);
+    t->http = NULL;
+    timer_disarm(t->env->timers, &t->deadline);
+    timer_disarm(t->env->timers, &t->wait);
+    for (size_t i = 0; i < t->ncalls; i++)
+        detach_handle(&t->calls[i]);
+    if (t->lease_held && t->env->jobs) { /* ended before a commit gave the lease back */
+        store_key key = key_of(t);
+        store_job *release = store_job_new(STORE_JOB_RELEASE_LEASE, &key);
+        if (release && store_jobs_submit(t->env->jobs, release) != 0)
+            store_job_free(release); /* stopping: the store's close lets it expire */
+        t->lease_held = 0;
+    }
+    if (t->job) { /* a load in flight: its result will go nowhere */
+        t->job->owner = NULL;
+        t->job = NULL;
+    }
+    if (t->steps.len)
+        pbuf_putc(&t->steps, ']');
+    t->end_status = status;
+    t->end_message = status == PARLEY_OK ? NULL : (message ? message : status_name(status));
+    t->env->ended(t->env->worker, t); /* reports (turn_report), then frees t */
+}
+
+/* key, then v in decimal (as %lld): usage_json is written per turn, without printf. */
+static char *put_count(char *o, const char *key, long long v)
+{
+    size_t n = strlen(key);
+    memcpy(o, key, n);
+    o += n;
+    unsigned long long u = v < 0 ? 0ULL - (unsigned long long)v : (unsigned long long)v;
+    char digits[20];
+    size_t d = 0;
+    do {
+        digits[d++] = (char)('0' + u % 10);
+        u /= 10;
+    } while (u);
+    if (v < 0)
+        *o++ = '-';
+    while (d)
+        *o++ = digits[--d];
+    return o;
+}
+
+void turn_report(turn *t)
+{
+    parley_status status = t->end_status;
+    const char *answer = t->answer;
+    char usage[320], *u = usage;
+    u = put_count(u, "{\"prompt_tokens\":", t->usage.prompt);
+    u = put_count(u, ",\"completion_tokens\":", t->usage.completion);
+    u = put_count(u, ",\"cache_read_tokens\":", t->usage.cache_read);
+    u = put_count(u, ",\"cache_creation_tokens\":", t->usage.cache_creation);
+    u = put_count(u, ",\"reasoning_tokens\":", t->usage.reasoning);
+    u = put_count(u, ",\"requests\":", t->replies);
+    memcpy(u, "}", 2);
+    parley_result r = {
+        .struct_size = sizeof r,
+        .request_id = t->id,
+        .status = status,
+        .error_message = t->end_message,
+        .conversation_id = t->conversation_id,
+        .turn_id = t->turn_id,
+        .response = status == PARLEY_OK ? answer : NULL,
+        .steps_json = t->steps.len && !t->steps.oom ? t->steps.data : "[]",
+        .continue_conversation = status == PARLEY_OK && ends_in_question(answer),
+        .usage_json = usage,
+        .stop_reason = t->stop_reason,
+        .reply_context = reply_outcome_name(t->reply.outcome),
+    };
+    if (status == PARLEY_OK && t->conversation_id && t->nmessages) { /* stored: it has ids */
+        r.user_message_id = t->message_index[0].id;
+        r.answer_message_id = t->message_index[t->nmessages - 1].id;
+    }
+    if (t->append) /* append_message: one message, the "answer"; no user message */
+        r.user_message_id = NULL;
+    agent_counters *m = t->env->metrics;
+    if (status == PARLEY_OK && t->stop_reason && strcmp(t->stop_reason, "length") == 0)
+        atomic_fetch_add(&m->answers_cut_short, 1);
+    if (status == PARLEY_OK)
+        atomic_fetch_add(&m->turns_ok, 1);
+    else if (status == PARLEY_ERR_CANCELLED)
+        atomic_fetch_add(&m->turns_cancelled, 1);
+    else
+        atomic_fetch_add(&m->turns_failed, 1);
+    if (status != PARLEY_OK && status != PARLEY_ERR_CANCELLED)
+        host_log(t->env->host, PARLEY_LOG_INFO, "turn %s failed: %s: %s", t->turn_id,
+                 status_name(status), r.error_message);
+    t->done(t->user_data, &r);
+}

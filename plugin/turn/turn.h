@@ -1,0 +1,203 @@
+/*
+ * turn.h -- one conversation turn, from accepted input to committed history.
+ *
+ * The data path, top to bottom (host thread first, then the worker; the
+ * worker is the only caller of the turn_* events below):
+ *
+ *   turn_input_accept (host thread, turn_input.c) validate + copy the input,
+ *                     resolve its history key, take a reference to the
+ *                     agent's config snapshot; inbox_submit hands it over
+ *   (worker arrival)  the turn deadline runs from acceptance; the turn waits
+ *                     for its conversation's earlier turns (lanes)
+ *   turn_begin        load the last max_history_turns
+ *                     turns of its conversation from the store (and, in the
+ *                     same store call, the turn reply_to names: reply_context.h)
+ *                     -- WAIT "loading" when the store blocks (store_jobs.h)
+ *   turn_on_history   add a replied-to turn older than the window after the
+ *                     history, record the user message, then
+ *   turn_request      render the request, start the HTTP call
+ *   turn_on_http_done decode the reply (or retry / fail)
+ *     -> tool calls: dispatch to the host -> turn_on_tool_result
+ *        -> all results in: back to turn_request (tool_choice "none" once
+ *           max_tool_iterations rounds are spent)
+ *     -> text: commit: append the whole turn to the store
+ *              -- WAIT "committing" when the store blocks
+ *   turn_on_committed the store has it: end OK (or the store's error)
+ *   turn_end          stop everything, tell the worker (env->ended), which
+ *                     forgets the turn, calls turn_report (the host's done
+ *                     callback, exactly once) and frees it
+ *
+ * Any failure ends in turn_end(error) before the commit: nothing is stored,
+ * so history is exactly as it was.  A turn reported ok is in the store.
+ *
+ * Waiting on the store: the job owns copies of what it reads and writes
+ * except the committed messages, which it borrows from the turn; so a turn
+ * is never freed while its append is in flight.  A cancel, the turn
+ * deadline or destroy() while LOADING ends the turn at once (the job comes
+ * back to nobody and is dropped).  While COMMITTING they wait for the
+ * append's outcome, and the turn reports what is true: ok if the store took
+ * it, the store's error if not -- never "cancelled" for a stored turn.
+ *
+ * The turn sees the agent through a narrow context (turn_env: timers, the
+ * HTTP pool, the store, the host, metrics) and its own config
+ * snapshot (options, tools, HTTP settings), never the agent itself.
+ */
+#ifndef PARLEY_TURN_H
+#define PARLEY_TURN_H
+
+#include <curl/curl.h>
+#include <parley/plugin.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "lib/buf.h"
+#include "config/config.h"
+#include "engine/counters.h"
+#include "provider/image.h"
+#include "engine/inbox.h"
+#include "http/llm_http.h"
+#include "provider/llm_reply.h"
+#include "provider/provider.h"
+#include "turn/reply_context.h"
+#include "store/store.h"
+#include "engine/timer_heap.h"
+#include "lib/uuid.h"
+
+typedef struct lane lane;
+typedef struct store_jobs store_jobs;
+typedef struct store_job store_job;
+
+/* What every turn of an agent shares; owned by the worker, used on its thread. */
+typedef struct turn_env {
+    http_pool *pool;           /* the worker's transfers (llm_http.h) */
+    timer_heap *timers;
+    store *store;
+    store_jobs *jobs;          /* the store threads; NULL: the store is called inline */
+    inbox *box;                /* tool-call handles */
+    const parley_host *host;   /* tool_call and log callbacks */
+    agent_counters *metrics;
+    persona_metrics *persona_metrics; /* per-persona counters (persona.h) */
+    void (*ended)(void *worker, turn *t); /* the turn ended: report it and free it */
+    void *worker;
+    int *reply_unsupported_logged; /* the "store cannot resolve reply_to" warning was
+                                      logged (once per agent; worker thread only) */
+} turn_env;
+
+/* One tool call of the current round. */
+typedef struct turn_call {
+    char *id, *name, *arguments;
+    parley_tool_call *handle; /* while the host holds it */
+    char *content;            /* the tool message content, once known */
+    int is_error;
+} turn_call;
+
+/* Where one message of this turn lies in `messages`, and what the store indexes. */
+typedef struct turn_message {
+    size_t offset, len;
+    const char *role;         /* static: "user", "assistant", "tool", "system" */
+    uint64_t created_ms;
+    char id[UUID_STR_LEN];
+} turn_message;
+
+struct turn {
+    const turn_env *env;      /* set when the worker takes the turn */
+    int append;               /* append_message's turn (turn_append.h): no model; its one
+                                 message (metadata, interface_message_id below) goes straight
+                                 to the commit */
+    agent_config *cfg;        /* the agent's snapshot at acceptance (a reference) */
+    parley_request_id id;
+    char turn_id[UUID_STR_LEN];
+    char *conversation_id;    /* NULL: stateless */
+    const char *persona;      /* with the id, the history key (store.h): persona_name or "" */
+    const char *interface_type; /* the input carries them: "" or own_interface_type */
+    char *own_interface_type;
+    char *persona_name;       /* the input's persona, NULL for none */
+    const persona_spec *persona_def; /* its settings, in cfg; NULL: the agent's own */
+    persona_counters *counters; /* the persona's metrics; NULL without a persona (or OOM) */
+    const parley_options *opts; /* what its requests use: &cfg->opts, or persona_opts */
+    parley_options *persona_opts; /* with a persona: cfg->opts with its overrides (a shallow
+                                 copy: strings borrowed from cfg), else NULL; out of line,
+                                 since most turns have no persona (turn_apply_persona) */
+    image_list images;        /* the input's images, checked */
+    pbuf stored_user;         /* the user message as stored, when it differs from the sent one
+                                 (images as placeholders); empty: the same */
+
+    /* the input, copied */
+    char *text, *extra_system_prompt, *context_json;
+    char *language, *device_id, *satellite_id, *agent_id;
+    char *metadata;           /* the input's metadata_json, compact; kept with the user message */
+    char *interface_message_id; /* kept with the user message */
+    reply_context reply;      /* the turn reply_to names, and what the load found of it */
+    toolset *own_tools;       /* config tools + the input's tools, when it had any */
+    const toolset *tools;     /* what this turn offers the model */
+    parley_done_fn done;
+    parley_delta_fn on_delta;
+    parley_delta_fn on_reasoning;
+    void *user_data;
+
+    /* progress */
+    uint64_t accepted_mono_ms;  /* when async_process took it: the deadline's start */
+    uint64_t started_wall_ms;
+    pbuf history;             /* the last turns of the conversation, loaded at turn_begin */
+    size_t nhistory;          /* how many messages that is */
+    json_t *history_msgs;     /* the same, parsed once for a codec that needs it parsed */
+    pbuf messages;            /* this turn's messages, comma-joined: what gets committed */
+    turn_message *message_index; /* one per message of `messages` */
+    size_t nmessages, message_index_cap;
+    pbuf steps;               /* the steps JSON array being built */
+    pbuf body;                /* the current request body */
+    char *answer;             /* the final answer, once the model gave it */
+    int tool_rounds;
+    int attempt;              /* retries of the current request */
+    http_call *http;
+    provider_stream *stream;
+    char *stream_error;
+    llm_usage usage;          /* summed over the turn's requests */
+    int replies;              /* replies decoded */
+    char *stop_reason;        /* the last reply's finish_reason */
+    turn_call *calls;
+    size_t ncalls, calls_pending;
+    store_job *job;           /* the store job in flight, NULL when none */
+    int committing;           /* the append is in flight: only its outcome ends the turn */
+    int ended;
+    parley_status end_status; /* set by turn_end, for turn_report */
+    const char *end_message;  /* borrowed: valid only while turn_end runs */
+
+    ptimer deadline;          /* turn_timeout_ms after acceptance (armed by the worker on arrival) */
+    ptimer wait;              /* retry backoff, tool timeout, stream idle timeout, or lease wait */
+    int lease_held;           /* a shared store's lease on the conversation (store.h v2) */
+    int lease_waiting;        /* `wait` runs until the lease is tried again */
+    int lease_waits;          /* times the lease was busy: the wait grows with it */
+    uint64_t lease_retry_ms;  /* from a LOAD job that found the lease busy: the holder's time left */
+
+    /* worker bookkeeping */
+    lane *lane;
+    turn *lane_next;          /* next in its conversation's queue */
+    turn *ready_next;         /* next in the worker's list of turns to begin */
+    int in_ready;             /* on that list */
+    turn *all_prev, *all_next;
+    turn *inbox_next;
+};
+
+void turn_free(turn *t);
+
+/* Set t->opts from t->cfg and t->persona_def: 0, or -1 out of memory. */
+int turn_apply_persona(turn *t);
+
+/* Worker-thread events. */
+void turn_begin(turn *t);
+/* The conversation's history is in t->history (status PARLEY_OK), or could not be read. */
+void turn_on_history(turn *t, parley_status status, const char *message);
+void turn_on_http_done(turn *t, CURLcode code);
+void turn_on_tool_result(turn *t, parley_tool_call *h);
+void turn_on_timer(turn *t, ptimer *which);
+/* The store took the turn (PARLEY_OK), or refused it (nothing stored). */
+void turn_on_committed(turn *t, parley_status status, const char *message);
+/* Cancel (host or destroy): ends the turn unless its append is in flight. */
+void turn_cancel(turn *t, const char *message);
+void turn_end(turn *t, parley_status status, const char *message);
+
+/* Called by the worker from env->ended: the host's done callback, once. */
+void turn_report(turn *t);
+
+#endif

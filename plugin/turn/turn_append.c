@@ -1,0 +1,167 @@
+/*
+ * turn_append.c -- the host-thread half of append_message: validate the
+ * message, then build the turn that carries it (see turn_append.h).  The
+ * worker half is a few lines of turn.c: turn_begin goes straight to the
+ * commit (store_messages gives the store the message's identity, as for a
+ * user message), and turn_report names no user message.
+ */
+#include "turn/turn_append.h"
+
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "lib/clock.h"
+#include "config/selector.h"
+
+/* -1 with *err = the message (malloc'd): the input is refused. */
+static int refuse(char **err, char *message)
+{
+    *err = message;
+    return -1;
+}
+
+/* The keys selector_parse does not read: role, content, metadata.  0, -1 (refused), -2 (OOM). */
+static int check_message_keys(json_t *root, size_t max_bytes, const char **role,
+                              const char **content, char **metadata, char **err)
+{
+    static const char *const known[] = {"conversation_id", "interface_type", "persona",
+                                        "interface_message_id", "role", "content", "metadata"};
+    const char *key;
+    json_t *v;
+    json_object_foreach(root, key, v) {
+        size_t i = 0;
+        while (i < sizeof known / sizeof known[0] && strcmp(known[i], key) != 0)
+            i++;
+        if (i == sizeof known / sizeof known[0])
+            return refuse(err, pstr_printf("message_json: unknown key \"%s\" (expected "
+                                           "conversation_id, content, role, interface_type, "
+                                           "persona, interface_message_id, metadata)", key));
+    }
+    json_t *r = json_object_get(root, "role");
+    *role = r ? json_string_value(r) : "assistant";
+    if (!*role || (strcmp(*role, "assistant") != 0 && strcmp(*role, "system") != 0))
+        return refuse(err, pstr_printf("message_json 'role': must be \"assistant\" (the default) "
+                                       "or \"system\""));
+    json_t *c = json_object_get(root, "content");
+    *content = json_string_value(c);
+    if (!*content || !**content || strlen(*content) != json_string_length(c))
+        return refuse(err, pstr_printf("message_json 'content': required, a non-empty string"));
+    if (json_string_length(c) > max_bytes)
+        return refuse(err, pstr_printf("message_json 'content': %zu bytes, more than "
+                                       "max_input_bytes (%zu)", json_string_length(c), max_bytes));
+    json_t *m = json_object_get(root, "metadata");
+    if (!m)
+        return 0;
+    if (!json_is_object(m))
+        return refuse(err, pstr_printf("message_json 'metadata': must be a JSON object"));
+    if (!(*metadata = json_dumps(m, JSON_COMPACT | JSON_PRESERVE_ORDER)))
+        return -2;
+    if (strlen(*metadata) > max_bytes)
+        return refuse(err, pstr_printf("message_json 'metadata': %zu bytes, more than "
+                                       "max_input_bytes (%zu)", strlen(*metadata), max_bytes));
+    return 0;
+}
+
+/* The turn's one message, recorded as a model turn records its messages (turn.h). */
+static int record_the_message(turn *t, const char *role, const char *content)
+{
+    pbuf_puts(&t->messages, "{\"role\":");
+    pbuf_json_string(&t->messages, role, strlen(role));
+    pbuf_puts(&t->messages, ",\"content\":");
+    pbuf_json_string(&t->messages, content, strlen(content));
+    pbuf_putc(&t->messages, '}');
+    t->message_index = calloc(1, sizeof *t->message_index);
+    if (t->messages.oom || !t->message_index || !(t->answer = strdup(content)))
+        return -2;
+    turn_message *m = &t->message_index[0];
+    m->offset = 0;
+    m->len = t->messages.len;
+    m->role = strcmp(role, "system") == 0 ? "system" : "assistant"; /* static, as turn.h wants */
+    t->message_index_cap = t->nmessages = 1;
+    return uuid4(m->id) == 0 ? 0 : -1;
+}
+
+/* Everything the turn keeps: 0, -1 (refused, *err), -2 (OOM). */
+static int build(turn *t, agent_config *cfg, const selector *sel, char **err)
+{
+    const char *role = NULL, *content = NULL;
+    int rc = check_message_keys(sel->root, (size_t)cfg->opts.max_input_bytes, &role, &content,
+                                &t->metadata, err);
+    if (rc != 0)
+        return rc;
+    const char *persona = sel->key.persona;
+    if (*persona) {
+        if (persona_check_name(&cfg->personas, persona, 0, "message_json 'persona'", err) != 0)
+            return -1;
+        t->persona_def = persona_find(&cfg->personas, persona);
+        if (!(t->persona_name = strdup(persona)))
+            return -2;
+    }
+    if (turn_apply_persona(t) != 0)
+        return -2;
+    t->persona = t->persona_name ? t->persona_name : "";
+    if (!(t->conversation_id = strdup(sel->key.conversation_id)))
+        return -2;
+    t->interface_type = "";
+    if (*sel->key.interface_type) {
+        if (!(t->own_interface_type = strdup(sel->key.interface_type)))
+            return -2;
+        t->interface_type = t->own_interface_type;
+    }
+    if (sel->interface_message_id &&
+        !(t->interface_message_id = strdup(sel->interface_message_id)))
+        return -2;
+    rc = record_the_message(t, role, content);
+    if (rc == 0 && uuid4(t->turn_id) != 0)
+        rc = -1;
+    if (rc == -1)
+        *err = pstr_printf("no randomness available for a message id");
+    return rc;
+}
+
+turn *turn_append_accept(agent_config *cfg, parley_request_id id, const char *message_json,
+                         parley_done_fn done, void *user_data, parley_status *status, char **err)
+{
+    *err = NULL;
+    *status = PARLEY_ERR_INVALID_INPUT;
+    if (!done) {
+        *err = pstr_printf("done callback is required");
+        return NULL;
+    }
+    selector sel;
+    char *serr = NULL;
+    if (selector_parse(message_json, SELECTOR_INTERFACE_MESSAGE_ID | SELECTOR_OTHER_KEYS, &sel,
+                       &serr) != PARLEY_OK) {
+        *err = pstr_printf("message_json: %s", serr ? serr : "invalid");
+        free(serr);
+        return NULL;
+    }
+    turn *t = calloc(1, sizeof *t);
+    if (!t) {
+        selector_free(&sel);
+        *status = PARLEY_ERR_NO_MEMORY;
+        *err = pstr_printf("out of memory");
+        return NULL;
+    }
+    t->append = 1;
+    t->cfg = config_ref(cfg);
+    t->done = done;
+    t->user_data = user_data;
+    t->deadline = (ptimer)PTIMER_INIT(t);
+    t->wait = (ptimer)PTIMER_INIT(t);
+    int rc = build(t, cfg, &sel, err);
+    selector_free(&sel);
+    if (rc != 0) {
+        *status = rc == -2 ? PARLEY_ERR_NO_MEMORY : PARLEY_ERR_INVALID_INPUT;
+        if (rc == -2 && !*err)
+            *err = pstr_printf("out of memory");
+        turn_free(t);
+        return NULL;
+    }
+    t->accepted_mono_ms = clock_mono_ms(); /* turn_timeout_ms counts from here, as for a turn */
+    t->id = id;
+    *status = PARLEY_OK;
+    return t;
+}

@@ -1,0 +1,306 @@
+/*
+ * turn_input.c -- the first step of a turn, on the host thread inside
+ * async_process: validate the input, copy what the turn keeps, and resolve
+ * which conversation (history key) it belongs to.  Nothing here touches the
+ * worker, the store or the network.
+ */
+#include "turn/turn_input.h"
+
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "lib/clock.h"
+#include "lib/utf8.h"
+
+/* A conversation id or an interface type: 1..256 bytes of UTF-8, no control characters. */
+static int valid_key_part(const char *id)
+{
+    size_t n = strlen(id);
+    if (n == 0 || n > STORE_MAX_CONVERSATION_ID || !utf8_valid(id, n))
+        return 0;
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)id[i];
+        if (c < 0x20 || c == 0x7f)
+            return 0;
+    }
+    return 1;
+}
+
+/* Copy an optional text field, checking it is UTF-8 and not too long. */
+static int copy_field(const char *name, const char *src, size_t max, char **dst, char **err)
+{
+    *dst = NULL;
+    if (!src)
+        return 0;
+    size_t n = strlen(src);
+    if (n > max) {
+        *err = pstr_printf("input '%s': %zu bytes, more than max_input_bytes (%zu)", name, n, max);
+        return -1;
+    }
+    if (!utf8_valid(src, n)) {
+        *err = pstr_printf("input '%s': not valid UTF-8", name);
+        return -1;
+    }
+    if (!(*dst = strdup(src))) {
+        *err = pstr_printf("out of memory");
+        return -2;
+    }
+    return 0;
+}
+
+/* A JSON object given as text, compacted (what the store keeps verbatim). */
+static int compact_object(const char *name, const char *text, char **out, char **err)
+{
+    json_error_t jerr;
+    json_t *v = json_loads(text, JSON_REJECT_DUPLICATES, &jerr);
+    if (!json_is_object(v)) {
+        *err = pstr_printf("input '%s': must be a JSON object%s%s", name, v ? "" : ": ",
+                           v ? "" : jerr.text);
+        json_decref(v);
+        return -1;
+    }
+    *out = json_dumps(v, JSON_COMPACT | JSON_PRESERVE_ORDER);
+    json_decref(v);
+    if (!*out) {
+        *err = pstr_printf("out of memory");
+        return -2;
+    }
+    return 0;
+}
+
+/* What identifies the user's message (metadata, the interface's id) and what it replies to. */
+static int copy_identity(turn *t, size_t max, const parley_input *in, char **err)
+{
+    if (in->metadata_json) {
+        char *given = NULL;
+        int rc = copy_field("metadata_json", in->metadata_json, max, &given, err);
+        if (rc == 0)
+            rc = compact_object("metadata_json", given, &t->metadata, err);
+        free(given);
+        if (rc != 0)
+            return rc;
+    }
+    if (in->interface_message_id) {
+        size_t n = strlen(in->interface_message_id);
+        if (n == 0 || n > STORE_MAX_INTERFACE_MESSAGE_ID ||
+            !utf8_valid(in->interface_message_id, n)) {
+            *err = pstr_printf("input 'interface_message_id': must be 1 to %d bytes of UTF-8",
+                               STORE_MAX_INTERFACE_MESSAGE_ID);
+            return -1;
+        }
+        if (!(t->interface_message_id = strdup(in->interface_message_id))) {
+            *err = pstr_printf("out of memory");
+            return -2;
+        }
+    }
+    if (in->reply_to_json) {
+        size_t n = strlen(in->reply_to_json);
+        if (n > max) {
+            *err = pstr_printf("input 'reply_to_json': %zu bytes, more than max_input_bytes (%zu)",
+                               n, max);
+            return -1;
+        }
+        return reply_context_parse(in->reply_to_json, &t->reply, err);
+    }
+    return 0;
+}
+
+static int copy_input(turn *t, const agent_config *cfg, const parley_input *in, char **err)
+{
+    size_t max = (size_t)cfg->opts.max_input_bytes;
+    if (!in->text || !*in->text) {
+        *err = pstr_printf("input 'text': required, and must not be empty");
+        return -1;
+    }
+    const struct { const char *name, *src; char **dst; } fields[] = {
+        {"text", in->text, &t->text},
+        {"language", in->language, &t->language},
+        {"device_id", in->device_id, &t->device_id},
+        {"satellite_id", in->satellite_id, &t->satellite_id},
+        {"agent_id", in->agent_id, &t->agent_id},
+        {"extra_system_prompt", in->extra_system_prompt, &t->extra_system_prompt},
+        {"context_json", in->context_json, &t->context_json},
+    };
+    for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++) {
+        int rc = copy_field(fields[i].name, fields[i].src, max, fields[i].dst, err);
+        if (rc != 0)
+            return rc;
+    }
+    if (t->context_json) {
+        json_error_t jerr;
+        json_t *ctx = json_loads(t->context_json, 0, &jerr);
+        int ok = json_is_object(ctx);
+        json_decref(ctx);
+        if (!ok) {
+            *err = pstr_printf("input 'context_json': must be a JSON object%s%s", ctx ? "" : ": ",
+                       ctx ? "" : jerr.text);
+            return -1;
+        }
+    }
+    int rc = copy_identity(t, max, in, err);
+    if (rc != 0)
+        return rc;
+    const toolset *base = t->persona_def && t->persona_def->tools ? t->persona_def->tools
+                                                                  : cfg->tools;
+    t->tools = base;
+    if (in->tools_json) {
+        char *terr = NULL;
+        t->own_tools = toolset_parse(in->tools_json, base, &terr);
+        if (!t->own_tools) {
+            int oom = !terr || strcmp(terr, "out of memory") == 0;
+            *err = pstr_printf("input 'tools_json': %s", terr ? terr : "out of memory");
+            free(terr);
+            return oom ? -2 : -1;
+        }
+        t->tools = t->own_tools;
+    }
+    return 0;
+}
+
+/* The persona the input names (one of the `personas` option's), or none. */
+static int resolve_persona(turn *t, const agent_config *cfg, const parley_input *in, char **err)
+{
+    if (in->persona && *in->persona) {
+        if (persona_check_name(&cfg->personas, in->persona, 0, "input 'persona'", err) != 0)
+            return -1;
+        t->persona_def = persona_find(&cfg->personas, in->persona);
+        if (!(t->persona_name = strdup(in->persona))) {
+            *err = pstr_printf("out of memory");
+            return -2;
+        }
+    }
+    if (turn_apply_persona(t) != 0) {
+        *err = pstr_printf("out of memory");
+        return -2;
+    }
+    return 0;
+}
+
+/* The input's images, checked before anything is sent or stored. */
+static int accept_images(turn *t, const agent_config *cfg, const parley_input *in, char **err)
+{
+    if (!in->images_json)
+        return 0;
+    image_limits lim = {(size_t)cfg->opts.max_image_bytes, (size_t)cfg->opts.max_images_per_turn};
+    /* Bound the text before parsing it: every image at its largest, as base64, plus room. */
+    size_t most = lim.max_images * (lim.max_bytes / 3 * 4 + 4 + 4096) + 64;
+    size_t len = strlen(in->images_json);
+    if (len > most) {
+        *err = pstr_printf("input 'images_json': %zu bytes, more than max_images_per_turn images "
+                           "of max_image_bytes could need (%zu)", len, most);
+        return -1;
+    }
+    int rc = image_list_parse(in->images_json, &lim, &t->images, err);
+    for (size_t i = 0; rc == 0 && i < t->images.n; i++) {
+        if (!t->images.items[i].base64 && !cfg->prov->images_by_url) {
+            *err = pstr_printf("input 'images_json': image %zu: provider %s cannot be sent an "
+                               "image by URL (only as base64 data); give it as a data: URL",
+                               i + 1, cfg->prov->name);
+            rc = -1;
+        }
+    }
+    return rc;
+}
+
+/*
+ * The conversation this turn belongs to: given, minted, or none (stateless).
+ * Its history key is the id qualified by persona and interface (store.h);
+ * both are "" until the input carries them.
+ */
+static int resolve_conversation(turn *t, const agent_config *cfg, const parley_input *in,
+                                char **err)
+{
+    if (in->conversation_id) {
+        if (!valid_key_part(in->conversation_id)) {
+            *err = pstr_printf("input 'conversation_id': must be 1 to %d bytes of UTF-8 without control "
+                       "characters", STORE_MAX_CONVERSATION_ID);
+            return -1;
+        }
+        t->conversation_id = strdup(in->conversation_id);
+    } else if (cfg->opts.auto_create_conversation_id) {
+        char id[UUID_STR_LEN];
+        if (uuid4(id) != 0) {
+            *err = pstr_printf("no randomness available for a conversation id");
+            return -1;
+        }
+        t->conversation_id = strdup(id);
+    } else if (reply_context_wanted(&t->reply)) {
+        *err = pstr_printf("input 'reply_to_json': a turn without a conversation (no "
+                           "conversation_id) has no earlier turn to reply to");
+        return -1;
+    } else {
+        return 0; /* stateless */
+    }
+    t->persona = t->persona_name ? t->persona_name : "";
+    t->interface_type = "";
+    if (!t->conversation_id) {
+        *err = pstr_printf("out of memory");
+        return -2;
+    }
+    if (in->interface_type && *in->interface_type) { /* "" is "no interface" */
+        if (!valid_key_part(in->interface_type)) {
+            *err = pstr_printf("input 'interface_type': must be 1 to %d bytes of UTF-8 without "
+                               "control characters", STORE_MAX_CONVERSATION_ID);
+            return -1;
+        }
+        if (!(t->own_interface_type = strdup(in->interface_type))) {
+            *err = pstr_printf("out of memory");
+            return -2;
+        }
+        t->interface_type = t->own_interface_type;
+    }
+    return 0;
+}
+
+turn *turn_input_accept(agent_config *cfg, parley_request_id id, const parley_input *in,
+                        parley_done_fn done, void *user_data, parley_status *status, char **err)
+{
+    *err = NULL;
+    *status = PARLEY_ERR_INVALID_INPUT;
+    if (!in || in->struct_size < offsetof(parley_input, text) + sizeof in->text || !done) {
+        *err = pstr_printf(!done ? "done callback is required" : "input is missing or too small");
+        return NULL;
+    }
+    /* Read only the fields the host's struct has (it may be older than ours). */
+    parley_input copy;
+    memset(&copy, 0, sizeof copy);
+    memcpy(&copy, in, in->struct_size < sizeof copy ? in->struct_size : sizeof copy);
+
+    turn *t = calloc(1, sizeof *t);
+    if (!t) {
+        *status = PARLEY_ERR_NO_MEMORY;
+        *err = pstr_printf("out of memory");
+        return NULL;
+    }
+    t->cfg = config_ref(cfg);
+    t->done = done;
+    t->user_data = user_data;
+    t->on_delta = copy.on_delta;
+    t->on_reasoning = copy.on_reasoning;
+    t->deadline = (ptimer)PTIMER_INIT(t);
+    t->wait = (ptimer)PTIMER_INIT(t);
+    int rc = resolve_persona(t, cfg, &copy, err);
+    if (rc == 0)
+        rc = copy_input(t, cfg, &copy, err);
+    if (rc == 0)
+        rc = accept_images(t, cfg, &copy, err);
+    if (rc == 0)
+        rc = resolve_conversation(t, cfg, &copy, err);
+    if (rc != 0) {
+        *status = rc == -2 ? PARLEY_ERR_NO_MEMORY : PARLEY_ERR_INVALID_INPUT;
+        goto fail;
+    }
+    if (uuid4(t->turn_id) != 0) {
+        *err = pstr_printf("no randomness available for a turn id");
+        goto fail;
+    }
+    t->accepted_mono_ms = clock_mono_ms(); /* turn_timeout_ms counts from here */
+    t->id = id;
+    *status = PARLEY_OK;
+    return t;
+fail:
+    turn_free(t);
+    return NULL;
+}
