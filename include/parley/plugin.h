@@ -482,8 +482,8 @@ typedef struct parley_plugin {
     /**
      * Add a message to a conversation without calling the model (an
      * announcement: "the washing machine has finished").  message_json =
-     * {"conversation_id", "content", "role"?: "assistant" (default) or
-     * "system", "interface_type"?, "persona"?, "interface_message_id"?,
+     * {"conversation_id", "content", "role"?: "assistant" (default), "user"
+     * or "system", "interface_type"?, "persona"?, "interface_message_id"?,
      * "metadata"?: {...}}.  Like async_process: it waits behind the turns
      * already accepted on that conversation (never lands inside one), is
      * stored as a turn of one message, and the model sees it in later turns.

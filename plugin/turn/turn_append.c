@@ -41,9 +41,11 @@ static int check_message_keys(json_t *root, size_t max_bytes, const char **role,
     }
     json_t *r = json_object_get(root, "role");
     *role = r ? json_string_value(r) : "assistant";
-    if (!*role || (strcmp(*role, "assistant") != 0 && strcmp(*role, "system") != 0))
-        return refuse(err, pstr_printf("message_json 'role': must be \"assistant\" (the default) "
-                                       "or \"system\""));
+    if (!*role || (strcmp(*role, "assistant") != 0 && strcmp(*role, "system") != 0 &&
+                   strcmp(*role, "user") != 0))
+        return refuse(err, pstr_printf("message_json 'role': must be \"assistant\" (the default), "
+                                       "\"user\" or \"system\" (a tool message belongs to a "
+                                       "turn)"));
     json_t *c = json_object_get(root, "content");
     *content = json_string_value(c);
     if (!*content || !**content || strlen(*content) != json_string_length(c))
@@ -78,7 +80,9 @@ static int record_the_message(turn *t, const char *role, const char *content)
     turn_message *m = &t->message_index[0];
     m->offset = 0;
     m->len = t->messages.len;
-    m->role = strcmp(role, "system") == 0 ? "system" : "assistant"; /* static, as turn.h wants */
+    m->role = strcmp(role, "system") == 0 ? "system"   /* static, as turn.h wants */
+              : strcmp(role, "user") == 0 ? "user"
+                                          : "assistant";
     t->message_index_cap = t->nmessages = 1;
     return uuid4(m->id) == 0 ? 0 : -1;
 }

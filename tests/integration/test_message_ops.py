@@ -96,6 +96,53 @@ class MessageOpsCase(ParleyTestCase):
                           assistant(fake_reply("start the washing machine", 2, 1)),
                           assistant(WASHING), user("thanks")])
 
+    def test_user_appends_are_ordered_like_turns_and_reach_every_provider(self):
+        """role "user": what a person said, recorded without an answer (a group chat
+        before the assistant is addressed, a command handled locally).  Appended while
+        a turn is in flight it lands after that turn; later turns send it to the model
+        in its place (Anthropic: merged with the next user message, as roles alternate)."""
+        fake = self.fake("--latency-ms", str(int(300 * SLOW)))
+        for provider in ("openai", "anthropic", "ollama"):
+            with self.subTest(provider=provider):
+                base = fake.base_url if provider == "openai" else "http://127.0.0.1:%d" % fake.port
+                cid = "u-" + provider
+                lines = [{"text": "hello", "conversation_id": cid},
+                         {"op": "append", "conversation_id": cid, "role": "user",
+                          "content": "Mum: dinner at 7"},
+                         {"text": "what did mum say?", "conversation_id": cid},
+                         {"op": "history", "conversation_id": cid},
+                         {"op": "query", "conversation_id": cid, "role": "user",
+                          "order": "oldest"}]
+                before = len(fake.requests())
+                run = self.run_ok(lines, self.opts(fake, provider=provider, base_url=base),
+                                  concurrency=4)
+                first, appended, second = run.by_seq(1), run.by_seq(2), run.by_seq(3)
+                self.assertTurnOk(first)
+                self.assertTurnOk(second)
+                self.assertIsNone(appended["error"], appended)
+                self.assertEqual(appended["usage"]["requests"], 0, "no model call")
+                history = run.by_seq(4)["result"]
+                self.assertEqual(self.turn_ids(history),
+                                 [first["turn_id"], appended["turn_id"], second["turn_id"]])
+                self.assertEqual(history["turns"][1]["messages"], [user("Mum: dinner at 7")])
+                queried = run.by_seq(5)["result"]["messages"]
+                self.assertEqual([m["message"]["content"] for m in queried],
+                                 ["hello", "Mum: dinner at 7", "what did mum say?"])
+                self.assertEqual(queried[1]["message_id"], appended["answer_message_id"])
+                reqs = [r for r in fake.requests()[before:] if r.get("path") == PATHS[provider]]
+                self.assertEqual(len(reqs), 2)
+                sent = reqs[1]["body"]["messages"]
+                if provider == "anthropic":
+                    self.assertEqual([m["role"] for m in sent], ["user", "assistant", "user"])
+                    self.assertEqual(sent[2]["content"],
+                                     [{"type": "text", "text": "Mum: dinner at 7"},
+                                      {"type": "text", "text": "what did mum say?"}])
+                else:
+                    tail = [{"role": m["role"], "content": m["content"]} for m in sent[-3:]]
+                    self.assertEqual(tail, [assistant(fake_reply("hello", 2, 1)),
+                                            user("Mum: dinner at 7"),
+                                            user("what did mum say?")])
+
     def test_append_queued_behind_a_turn_can_be_cancelled(self):
         self.fake("--latency-ms", str(int(600 * SLOW)))
         lines = [{"text": "slow one", "conversation_id": "c"},
@@ -118,7 +165,7 @@ class MessageOpsCase(ParleyTestCase):
                 ({"conversation_id": "c", "content": ""}, "content"),
                 ({"conversation_id": "c", "content": 5}, "content"),
                 ({"conversation_id": "c", "content": "y" * 65}, "content"),
-                ({"conversation_id": "c", "content": "x", "role": "user"}, "role"),
+                ({"conversation_id": "c", "content": "x", "role": "bot"}, "role"),
                 ({"conversation_id": "c", "content": "x", "role": "tool"}, "role"),
                 ({"conversation_id": "c", "content": "x", "metadata": [1]}, "metadata"),
                 ({"conversation_id": "c", "content": "x", "metadata": "{}"}, "metadata"),

@@ -551,7 +551,8 @@ class Agent:
         announcement); returns its Result (response = content, turn_id,
         answer_message_id = the stored message's id) once it is stored.  It
         waits behind the turns already started on that conversation, and later
-        turns send it to the model.  role: "assistant" or "system" (a note).
+        turns send it to the model.  role: "assistant", "user" (what a person
+        said, recorded without an answer) or "system" (a note).
         fields: interface_type, persona, interface_message_id (str), metadata
         (a dict).  Bad input raises parley.InvalidInput naming the key, and
         nothing is stored.  Cancelling the awaiting task cancels it while it
