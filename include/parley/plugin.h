@@ -190,7 +190,8 @@ typedef void (*parley_delta_fn)(void *user_data, parley_request_id request_id, c
  */
 typedef struct parley_input {
     uint32_t struct_size;
-    const char *text;                /* what the user said; required, non-empty */
+    const char *text;                /* what the user said; required, non-empty
+                                        but for "" with images_json (no caption) */
     const char *conversation_id;     /* NULL: a new id (auto_create_conversation_id) or a
                                         stateless turn; else continue/start that conversation */
     const char *language;            /* e.g. "en" */

@@ -144,11 +144,15 @@ static void record_user_message(turn *t)
     if (!t->images.n) {
         put_str(m, t->text);
     } else {
-        pbuf_puts(m, "[{\"type\":\"text\",\"text\":");
-        put_str(m, t->text);
-        pbuf_putc(m, '}');
+        pbuf_putc(m, '[');
+        if (*t->text) { /* a photo without a caption has no text part */
+            pbuf_puts(m, "{\"type\":\"text\",\"text\":");
+            put_str(m, t->text);
+            pbuf_puts(m, "},");
+        }
         for (size_t i = 0; i < t->images.n; i++) {
-            pbuf_puts(m, ",{\"type\":\"image_url\",\"image_url\":{\"url\":");
+            pbuf_puts(m, i ? ",{" : "{");
+            pbuf_puts(m, "\"type\":\"image_url\",\"image_url\":{\"url\":");
             put_str(m, t->images.items[i].url);
             pbuf_puts(m, "}}");
         }
@@ -157,7 +161,8 @@ static void record_user_message(turn *t)
             pbuf text = PBUF_INIT;
             pbuf_puts(&text, t->text);
             for (size_t i = 0; i < t->images.n; i++) {
-                pbuf_putc(&text, '\n');
+                if (text.len)
+                    pbuf_putc(&text, '\n');
                 image_placeholder(&text, &t->images.items[i]);
             }
             pbuf_puts(&t->stored_user, "{\"role\":\"user\",\"content\":");

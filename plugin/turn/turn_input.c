@@ -110,8 +110,9 @@ static int copy_identity(turn *t, size_t max, const parley_input *in, char **err
 static int copy_input(turn *t, const agent_config *cfg, const parley_input *in, char **err)
 {
     size_t max = (size_t)cfg->opts.max_input_bytes;
-    if (!in->text || !*in->text) {
-        *err = pstr_printf("input 'text': required, and must not be empty");
+    if (!in->text || (!*in->text && !in->images_json)) { /* images_json: a photo, no caption */
+        *err = pstr_printf("input 'text': required, and must not be empty (it may be \"\" "
+                           "only when images_json shows images)");
         return -1;
     }
     const struct { const char *name, *src; char **dst; } fields[] = {
@@ -286,6 +287,10 @@ turn *turn_input_accept(agent_config *cfg, parley_request_id id, const parley_in
         rc = copy_input(t, cfg, &copy, err);
     if (rc == 0)
         rc = accept_images(t, cfg, &copy, err);
+    if (rc == 0 && !*t->text && !t->images.n) {
+        *err = pstr_printf("input 'text': must not be empty when images_json shows no image");
+        rc = -1;
+    }
     if (rc == 0)
         rc = resolve_conversation(t, cfg, &copy, err);
     if (rc != 0) {
