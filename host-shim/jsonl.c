@@ -275,6 +275,7 @@ static void handle_turn(unsigned long seq, const struct jsonl_turn *req,
         .on_reasoning = on_reasoning,
         .persona = req->persona,
         .images_json = images,
+        .timestamp = req->timestamp,
     };
     submit_tracked(seq, NULL, &in, NULL, concurrency);
     free(images); /* async_process copied what it keeps */

@@ -66,6 +66,7 @@ static const struct str_field {
     {"persona", offsetof(struct jsonl_turn, persona)},
     {"interface_type", offsetof(struct jsonl_turn, interface_type)},
     {"interface_message_id", offsetof(struct jsonl_turn, interface_message_id)},
+    {"timestamp", offsetof(struct jsonl_turn, timestamp)},
 };
 #define NSTR (sizeof str_fields / sizeof str_fields[0])
 

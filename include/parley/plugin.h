@@ -233,6 +233,11 @@ typedef struct parley_input {
     const char *images_json;         /* NULL, or a JSON array of images shown with this turn:
                                         [{"url": "data:image/png;base64,..."} or
                                          {"url": "https://..."}] (docs/abi.md) */
+    /* host timestamps (docs/history.md), appended after the fields above */
+    const char *timestamp;           /* NULL, or when the user said it, RFC 3339
+                                        ("2026-11-22T19:31:00Z", "...00.250+01:00"): the
+                                        turn's messages are stored with this time instead of
+                                        Parley's clock (history_query's since/until read it) */
 } parley_input;
 
 /** The outcome of one turn.  Valid only during the done callback. */
@@ -485,7 +490,7 @@ typedef struct parley_plugin {
      * announcement: "the washing machine has finished").  message_json =
      * {"conversation_id", "content", "role"?: "assistant" (default), "user"
      * or "system", "interface_type"?, "persona"?, "interface_message_id"?,
-     * "metadata"?: {...}}.  Like async_process: it waits behind the turns
+     * "metadata"?: {...}, "timestamp"?: RFC 3339, stored as its created_at}.  Like async_process: it waits behind the turns
      * already accepted on that conversation (never lands inside one), is
      * stored as a turn of one message, and the model sees it in later turns.
      * `done` is called exactly once, on the worker thread, with

@@ -8,6 +8,7 @@
 #include <sys/random.h>
 
 #include "lib/clock.h"
+#include "lib/rfc3339.h"
 #include "lib/host_log.h"
 #include "engine/store_jobs.h"
 #include "engine/tool_handle.h"
@@ -115,7 +116,7 @@ static void message_close(turn *t, const char *role, size_t start)
     m->offset = start;
     m->len = t->messages.len - start;
     m->role = role;
-    m->created_ms = clock_wall_ms();
+    m->created_ms = turn_clock_ms(t);
     t->nmessages++;
 }
 
@@ -359,10 +360,33 @@ static int wait_for_store(turn *t, store_job *job)
 
 static void turn_load_history(turn *t);
 
+uint64_t turn_clock_ms(const turn *t)
+{
+    uint64_t now = clock_wall_ms();
+    if (!t->host_time_ms)
+        return now;
+    if (!t->nmessages || t->append) /* the user's message (or the appended one): as given */
+        return t->host_time_ms;
+    return t->host_time_ms + (now > t->started_wall_ms ? now - t->started_wall_ms : 0);
+}
+
+int turn_set_host_time(turn *t, const char *text, const char *field, char **err)
+{
+    if (!text)
+        return 0;
+    if (rfc3339_parse(text, &t->host_time_ms) != 0 || t->host_time_ms == 0) {
+        t->host_time_ms = 0;
+        *err = pstr_printf("%s: must be an RFC 3339 time after 1970, e.g. "
+                           "\"2026-11-22T19:31:00Z\" or \"2026-11-22T20:31:00.250+01:00\"", field);
+        return -1;
+    }
+    return 0;
+}
+
 /* append_message's turn: one message, stored as it is, without the model. */
 static void append_commit(turn *t)
 {
-    t->message_index[0].created_ms = clock_wall_ms();
+    t->message_index[0].created_ms = turn_clock_ms(t);
     turn_commit(t);
 }
 
@@ -1165,7 +1189,9 @@ static void turn_commit(turn *t)
     timer_disarm(env->timers, &t->deadline);
     timer_disarm(env->timers, &t->wait);
     uint64_t now = clock_wall_ms();
-    store_turn in = {.turn_id = t->turn_id, .started_ms = t->started_wall_ms, .finished_ms = now,
+    store_turn in = {.turn_id = t->turn_id,
+                     .started_ms = t->host_time_ms ? t->host_time_ms : t->started_wall_ms,
+                     .finished_ms = turn_clock_ms(t),
                      .messages = msgs, .nmessages = t->nmessages};
     store_key key = key_of(t);
     if (env->jobs) { /* WAIT committing: the store's write thread appends */

@@ -138,6 +138,8 @@ struct turn {
     /* progress */
     uint64_t accepted_mono_ms;  /* when async_process took it: the deadline's start */
     uint64_t started_wall_ms;
+    uint64_t host_time_ms;    /* the input's timestamp (0: none): the turn's messages are
+                                 stored on the host's clock (turn_clock_ms) */
     pbuf history;             /* the last turns of the conversation, loaded at turn_begin */
     size_t nhistory;          /* how many messages that is */
     json_t *history_msgs;     /* the same, parsed once for a codec that needs it parsed */
@@ -180,6 +182,15 @@ struct turn {
 };
 
 void turn_free(turn *t);
+
+/* Now, on the clock the turn's messages are stored with: when the input gave a timestamp,
+ * that time for its first message (the user's, or the appended one) and that time plus the
+ * time since the turn began for the rest; else the wall clock. */
+uint64_t turn_clock_ms(const turn *t);
+
+/* The host's timestamp `text` (NULL: none) as t->host_time_ms: 0, or -1 with *err naming
+ * `field` when it is not an RFC 3339 time after 1970. */
+int turn_set_host_time(turn *t, const char *text, const char *field, char **err);
 
 /* Set t->opts from t->cfg and t->persona_def: 0, or -1 out of memory. */
 int turn_apply_persona(turn *t);

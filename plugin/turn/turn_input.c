@@ -141,6 +141,8 @@ static int copy_input(turn *t, const agent_config *cfg, const parley_input *in, 
         }
     }
     int rc = copy_identity(t, max, in, err);
+    if (rc == 0)
+        rc = turn_set_host_time(t, in->timestamp, "input 'timestamp'", err);
     if (rc != 0)
         return rc;
     const toolset *base = t->persona_def && t->persona_def->tools ? t->persona_def->tools

@@ -143,6 +143,57 @@ class MessageOpsCase(ParleyTestCase):
                                             user("Mum: dinner at 7"),
                                             user("what did mum say?")])
 
+    def test_host_timestamps_are_created_at_and_since_until_read_them(self):
+        """A simulator on simulated time, a bridge importing earlier messages: the host's
+        RFC 3339 time (any offset) is the stored created_at, and since/until select on it."""
+        self.fake()
+        lines = [{"op": "append", "conversation_id": "t", "role": "user",
+                  "content": "sent last year", "timestamp": "2025-03-01T08:00:00+02:00"},
+                 {"text": "simulated morning", "conversation_id": "t",
+                  "timestamp": "2025-06-01T09:30:00.250Z"},
+                 {"text": "now", "conversation_id": "t"},
+                 {"op": "query", "conversation_id": "t", "order": "oldest",
+                  "until": "2025-12-31T00:00:00Z"},
+                 {"op": "query", "conversation_id": "t", "order": "oldest",
+                  "since": "2025-05-01T00:00:00Z", "until": "2025-07-01T00:00:00Z"},
+                 {"op": "history", "conversation_id": "t"}]
+        run = self.run_ok(lines, self.opts())
+        self.assertIsNone(run.by_seq(1)["error"], run.by_seq(1))
+        self.assertTurnOk(run.by_seq(2))
+        self.assertTurnOk(run.by_seq(3))
+        old = run.by_seq(4)["result"]["messages"]
+        self.assertEqual([m["message"]["content"] for m in old],
+                         ["sent last year", "simulated morning",
+                          fake_reply("simulated morning", 3, 2)])
+        self.assertEqual(old[0]["created_at"][:19], "2025-03-01T06:00:00")
+        self.assertEqual(old[1]["created_at"][:23], "2025-06-01T09:30:00.250")
+        self.assertTrue(old[2]["created_at"].startswith("2025-06-01T09:30:"), old[2])
+        june = run.by_seq(5)["result"]["messages"]
+        self.assertEqual([m["message_id"] for m in june], [m["message_id"] for m in old[1:]])
+        turns = run.by_seq(6)["result"]["turns"]
+        self.assertEqual(turns[1]["started_at"][:23], "2025-06-01T09:30:00.250")
+        self.assertTrue(turns[2]["started_at"] > "2026", turns[2])
+
+    def test_bad_timestamps_are_refused_by_name_and_change_nothing(self):
+        self.fake()
+        bad = ["yesterday", "2025-13-01T00:00:00Z", "2025-06-01T09:30:00", "1969-12-31T23:59:59Z",
+               "2025-06-01", ""]
+        lines = [{"text": "hello", "conversation_id": "b"},
+                 {"op": "history", "conversation_id": "b"}]
+        for ts in bad:
+            lines.append({"text": "x", "conversation_id": "b", "timestamp": ts})
+            lines.append({"op": "append", "conversation_id": "b", "content": "x",
+                          "timestamp": ts})
+        lines.append({"op": "append", "conversation_id": "b", "content": "x", "timestamp": 5})
+        lines.append({"op": "history", "conversation_id": "b"})
+        run = self.run_ok(lines, self.opts())
+        for seq in range(3, 3 + 2 * len(bad) + 1):
+            line = run.by_seq(seq)
+            self.assertEqual(line["error"]["code"], "invalid_input", line)
+            self.assertIn("'timestamp'", line["error"]["message"], line)
+        self.assertEqual(run.raw_result(2), run.raw_result(len(lines)), "history unchanged")
+        self.assertEqual(len(self.llm.chat_requests()), 1)
+
     def test_append_queued_behind_a_turn_can_be_cancelled(self):
         self.fake("--latency-ms", str(int(600 * SLOW)))
         lines = [{"text": "slow one", "conversation_id": "c"},

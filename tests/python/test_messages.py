@@ -1,5 +1,6 @@
 """The binding's message functions: query() and message() against the real
 parley.so, and the interface_type input field (docs/history.md)."""
+import datetime
 import unittest
 
 from support import AgentCase, harness, parley
@@ -86,6 +87,27 @@ class MessagesTest(AgentCase):
                                                      "w-11")
             with self.assertRaises(parley.InvalidInput):
                 await agent.set_interface_message_id(after.turn_id, "")
+
+    async def test_host_timestamps(self):
+        tz = datetime.timezone(datetime.timedelta(hours=2))
+        async with self.agent() as agent:
+            said = await agent.append_message(
+                "s", "imported", role="user",
+                timestamp=datetime.datetime(2025, 3, 1, 8, 0, tzinfo=tz))
+            turn = await agent.process("simulated", "s", timestamp="2025-06-01T09:30:00Z")
+            got = await agent.message(said.answer_message_id)
+            self.assertTrue(got["created_at"].startswith("2025-03-01T06:00:00"), got)
+            found = await agent.query(conversation_id="s", until="2025-04-01T00:00:00Z")
+            self.assertEqual([m["message_id"] for m in found["messages"]],
+                             [said.answer_message_id])
+            found = await agent.query(conversation_id="s", since="2025-06-01T09:30:00Z",
+                                      until="2025-06-01T10:00:00Z", order="oldest")
+            self.assertEqual([m["message_id"] for m in found["messages"]],
+                             [turn.user_message_id, turn.answer_message_id])
+            with self.assertRaisesRegex(parley.InvalidInput, "timestamp"):
+                await agent.process("x", "s", timestamp=datetime.datetime(2025, 1, 1))
+            with self.assertRaisesRegex(parley.InvalidInput, "timestamp"):
+                await agent.append_message("s", "x", timestamp="soon")
 
 
 if __name__ == "__main__":

@@ -74,6 +74,8 @@ class Input(Structure):
         # personas and images
         ("persona", c_char_p),
         ("images_json", c_char_p),
+        # host timestamps
+        ("timestamp", c_char_p),
     ]
 
 

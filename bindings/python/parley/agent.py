@@ -17,6 +17,7 @@ import atexit
 import contextlib
 import ctypes
 import dataclasses
+import datetime
 import inspect
 import itertools
 import json
@@ -35,10 +36,18 @@ _PY_LEVEL = {0: logging.ERROR, 1: logging.WARNING, 2: logging.INFO, 3: logging.D
 
 # Input fields process()/stream() accept as keywords, as in HA's ConversationInput.
 _TEXT_FIELDS = ("language", "device_id", "satellite_id", "agent_id", "extra_system_prompt",
-                "interface_type", "interface_message_id", "persona")
+                "interface_type", "interface_message_id", "persona", "timestamp")
 # Input fields given as a dict (or its JSON text): keyword -> parley_input field.
 _JSON_FIELDS = {"context": "context_json", "images": "images_json",
                 "metadata": "metadata_json", "reply_to": "reply_to_json"}
+
+
+
+def _rfc3339(value):
+    """A timestamp= as the plugin reads it: a datetime with its offset, or RFC 3339 text
+    as given (a naive datetime has no offset: the plugin refuses it by name)."""
+    return value.isoformat() if isinstance(value, datetime.datetime) else value
+
 
 # Set while this thread runs one of our plugin callbacks (a plugin worker).
 _in_callback = threading.local()
@@ -465,6 +474,8 @@ class Agent:
             raise TypeError("unknown input field(s) %s; known: %s, %s, tools"
                             % (", ".join(sorted(unknown)), ", ".join(_TEXT_FIELDS),
                                ", ".join(_JSON_FIELDS)))
+        if "timestamp" in fields:
+            fields["timestamp"] = _rfc3339(fields["timestamp"])
         inp = _abi.Input(struct_size=ctypes.sizeof(_abi.Input), text=_c_str("text", text))
         if conversation_id is not None:
             inp.conversation_id = _c_str("conversation_id", conversation_id)
@@ -533,6 +544,8 @@ class Agent:
         {"interface_message_id": ...}: the earlier turn this message answers,
         see Result.reply_context); images (a list of {"url":
         "data:image/...;base64,..." or "https://..."}, or its JSON text);
+        timestamp (RFC 3339 text or an aware datetime: when the user said it,
+        stored as the messages' created_at instead of Parley's clock);
         tools ({name: callable}, for this turn only).
         Cancelling the awaiting task cancels the turn in the plugin."""
         turn = self._start(text, conversation_id, fields, streaming=False)
@@ -554,10 +567,12 @@ class Agent:
         turns send it to the model.  role: "assistant", "user" (what a person
         said, recorded without an answer) or "system" (a note).
         fields: interface_type, persona, interface_message_id (str), metadata
-        (a dict).  Bad input raises parley.InvalidInput naming the key, and
+        (a dict), timestamp (RFC 3339 text or an aware datetime: its created_at).  Bad input raises parley.InvalidInput naming the key, and
         nothing is stored.  Cancelling the awaiting task cancels it while it
         waits."""
         message = dict(fields, conversation_id=conversation_id, content=content, role=role)
+        if "timestamp" in message:
+            message["timestamp"] = _rfc3339(message["timestamp"])
         turn = self._start_append({k: v for k, v in message.items() if v is not None})
         try:
             return await turn.future
