@@ -144,6 +144,10 @@ typedef struct parley_tool_call_info {
     const char *satellite_id;
     const char *agent_id;
     const char *context_json;
+    /* -- Appended after ABI 1.0: read only within struct_size. -- */
+    const char *interface_type; /* where the turn came from ("telegram"), NULL for none: a
+                                   tool that answers on the same channel knows which */
+    const char *persona;        /* the persona the turn speaks as, NULL for the agent's own */
 } parley_tool_call_info;
 
 /**

@@ -975,6 +975,8 @@ static void turn_dispatch_tools(turn *t, llm_reply *reply)
             .satellite_id = t->satellite_id,
             .agent_id = t->agent_id,
             .context_json = t->context_json,
+            .interface_type = t->interface_type && *t->interface_type ? t->interface_type : NULL,
+            .persona = t->persona_name,
         };
         /* The host cannot end the turn from here: cancel and results go through the inbox. */
         t->env->host->tool_call(t->env->host->host_data, given, &info);

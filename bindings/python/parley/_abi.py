@@ -40,6 +40,9 @@ class ToolCallInfo(Structure):
         ("satellite_id", c_char_p),
         ("agent_id", c_char_p),
         ("context_json", c_char_p),
+        # appended after ABI 1.0 (fields_within reads only what the plugin's struct_size holds)
+        ("interface_type", c_char_p),
+        ("persona", c_char_p),
     ]
 
 

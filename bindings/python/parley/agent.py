@@ -275,7 +275,9 @@ class _Core:
                           device_id=_text(info.get("device_id")),
                           satellite_id=_text(info.get("satellite_id")),
                           agent_id=_text(info.get("agent_id")),
-                          context=json.loads(ctx) if ctx else None)
+                          context=json.loads(ctx) if ctx else None,
+                          interface_type=_text(info.get("interface_type")),
+                          persona=_text(info.get("persona")))
         except ValueError as e:
             call.complete(("parley binding: bad tool call: %s" % e).encode(), 1)
             return
