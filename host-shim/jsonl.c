@@ -311,8 +311,21 @@ static int barrier(void) {
     return shim_interrupted() ? -1 : 0;
 }
 
+/* Why the history function this thread just called failed, in the plugin's words
+ * (parley_plugin.last_error; malloc'd), or NULL from a plugin without it. */
+static char *plugin_words(void) {
+    const parley_plugin *pl = g_shim.pl;
+    if (!SHIM_HAS_FIELD(pl, parley_plugin, last_error) || !pl->last_error)
+        return NULL;
+    char *words = pl->last_error();
+    char *copy = words ? strdup(words) : NULL;
+    plugin_free(words);
+    return copy;
+}
+
 /* The answer of a history function: parsed JSON (out is consumed), or the
- * error.  `what`/`id` name the object for a not_found message. */
+ * error in the plugin's words (else: `what`/`id` name the object for a
+ * not_found message). */
 static void op_answer(unsigned long seq, const char *op, parley_status st, char *out,
                       const char *what, const char *id) {
     if (st == PARLEY_OK) {
@@ -321,9 +334,10 @@ static void op_answer(unsigned long seq, const char *op, parley_status st, char 
         return;
     }
     plugin_free(out);
-    char *msg = NULL;
-    int n = st == PARLEY_ERR_NOT_FOUND && what ? asprintf(&msg, "no %s '%s'", what, id)
-                                               : asprintf(&msg, "%s: %s", op, status_str(st));
+    char *msg = plugin_words();
+    int n = msg ? 0
+            : st == PARLEY_ERR_NOT_FOUND && what ? asprintf(&msg, "no %s '%s'", what, id)
+                                                 : asprintf(&msg, "%s: %s", op, status_str(st));
     op_reply(seq, op, NULL, jerror(st, n < 0 ? NULL : msg));
     free(msg);
 }
@@ -465,8 +479,9 @@ static void handle_op(unsigned long seq, const struct jsonl_op *op) {
                   "set_interface_message_id"))
             break;
         st = pl->set_interface_message_id(ag, id, op->value);
-        char *msg = NULL;
-        int n = st == PARLEY_ERR_NOT_FOUND
+        char *msg = st == PARLEY_OK ? NULL : plugin_words();
+        int n = msg                        ? 0
+                : st == PARLEY_ERR_NOT_FOUND
                     ? asprintf(&msg, "no stored turn '%s'", id)
                     : st == PARLEY_ERR_INVALID_INPUT
                           ? asprintf(&msg, "interface_message_id: must be 1 to 256 bytes of "

@@ -506,6 +506,19 @@ typedef struct parley_plugin {
     parley_status (*append_message)(parley_agent *agent, const char *message_json,
                                     parley_done_fn done, void *user_data,
                                     parley_request_id *request_id, char **error);
+
+    /**
+     * Why the history function just called on this thread failed, in words a
+     * person can act on ("no conversation \"42\" under persona \"chef\"",
+     * "selector 'persona': unknown persona \"pirate\" (personas: \"chef\")", the
+     * store's own error).  Covers history_get, turn_get, history_clear,
+     * history_query, message_get, history_get_by, history_clear_by,
+     * conversations_list_by, message_find and set_interface_message_id:
+     * each forgets the thread's previous message when called and leaves
+     * one when it fails.  NULL when there is none.  Free with free_string.
+     * Call it on the thread that made the failing call, right after it.
+     */
+    char *(*last_error)(void);
 } parley_plugin;
 
 /**

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "api/agent_api.h"
+#include "api/last_error.h"
 #include "lib/buf.h"
 #include "lib/clock.h"
 #include "lib/host_log.h"
@@ -335,6 +336,8 @@ static store_key key_for(const char *conversation_id)
  * the ABI's read functions return a status only). */
 static parley_status read_result(parley_status st, pbuf *b, char *err, char **out)
 {
+    if (st != PARLEY_OK && err)
+        last_error_set("%s", err); /* the store's words, for last_error */
     free(err);
     if (st == PARLEY_OK && !(*out = pbuf_take(b)))
         st = PARLEY_ERR_NO_MEMORY;
@@ -342,8 +345,21 @@ static parley_status read_result(parley_status st, pbuf *b, char *err, char **ou
     return st;
 }
 
+/* last_error for a conversation that is not there, naming its whole key. */
+static parley_status no_conversation(parley_status st, const store_key *k)
+{
+    if (st != PARLEY_ERR_NOT_FOUND)
+        return st;
+    last_error_set("no conversation \"%s\"%s%s%s%s%s%s", k->conversation_id,
+                   *k->persona ? " under persona \"" : "", k->persona, *k->persona ? "\"" : "",
+                   *k->interface_type ? " on interface \"" : "", k->interface_type,
+                   *k->interface_type ? "\"" : "");
+    return st;
+}
+
 parley_status agent_history_get(parley_agent *a, const char *id, char **out)
 {
+    last_error_clear();
     if (!a || !id || !out)
         return PARLEY_ERR_INVALID_INPUT;
     *out = NULL;
@@ -351,18 +367,22 @@ parley_status agent_history_get(parley_agent *a, const char *id, char **out)
     pbuf b = PBUF_INIT;
     char *err = NULL;
     parley_status st = a->store->backend->get_conversation(a->store, &key, clock_wall_ms(), &b, &err);
-    return read_result(st, &b, err, out);
+    return no_conversation(read_result(st, &b, err, out), &key);
 }
 
 parley_status agent_turn_get(parley_agent *a, const char *turn_id, char **out)
 {
+    last_error_clear();
     if (!a || !turn_id || !out)
         return PARLEY_ERR_INVALID_INPUT;
     *out = NULL;
     pbuf b = PBUF_INIT;
     char *err = NULL;
     parley_status st = a->store->backend->get_turn(a->store, turn_id, clock_wall_ms(), &b, &err);
-    return read_result(st, &b, err, out);
+    st = read_result(st, &b, err, out);
+    if (st == PARLEY_ERR_NOT_FOUND)
+        last_error_set("no turn \"%s\" is stored", turn_id);
+    return st;
 }
 
 parley_status agent_conversations_list(parley_agent *a, char **out)
@@ -378,21 +398,25 @@ parley_status agent_conversations_list(parley_agent *a, char **out)
 
 parley_status agent_history_clear(parley_agent *a, const char *id)
 {
+    last_error_clear();
     if (!a)
         return PARLEY_ERR_INVALID_INPUT;
     store_key key = key_for(id);
     char *err = NULL;
     parley_status st = a->store->backend->forget(a->store, id ? &key : NULL, &err);
-    if (err)
+    if (err) {
         host_log(&a->host, PARLEY_LOG_WARN, "history_clear: %s", err);
+        last_error_set("%s", err);
+    }
     free(err);
-    return st;
+    return id ? no_conversation(st, &key) : st;
 }
 
 /* {"error":{"status":..,"field":..,"message":..}}: how a read function whose only
  * channel is out_json names what was wrong. */
 static char *status_error_json(parley_status st, const char *field, const char *message)
 {
+    last_error_set("%s", message);
     pbuf b = PBUF_INIT;
     pbuf_puts(&b, "{\"error\":{\"status\":");
     pbuf_json_string(&b, status_name(st), strlen(status_name(st)));
@@ -413,6 +437,7 @@ static char *input_error_json(const char *field, const char *message)
 
 parley_status agent_history_query(parley_agent *a, const char *query_json, char **out)
 {
+    last_error_clear();
     if (!a || !out)
         return PARLEY_ERR_INVALID_INPUT;
     *out = NULL;
@@ -460,16 +485,22 @@ parley_status agent_history_query(parley_agent *a, const char *query_json, char 
 
 parley_status agent_message_get(parley_agent *a, const char *message_id, char **out)
 {
+    last_error_clear();
     if (!a || !message_id || !out)
         return PARLEY_ERR_INVALID_INPUT;
     *out = NULL;
-    if (!a->store->backend->get_message)
-        return PARLEY_ERR_STORAGE; /* a backend without per-message reads */
+    if (!a->store->backend->get_message) { /* a backend without per-message reads */
+        last_error_set("reading a message by id is not supported by this store");
+        return PARLEY_ERR_STORAGE;
+    }
     pbuf b = PBUF_INIT;
     char *err = NULL;
     parley_status st =
         a->store->backend->get_message(a->store, message_id, clock_wall_ms(), &b, &err);
-    return read_result(st, &b, err, out);
+    st = read_result(st, &b, err, out);
+    if (st == PARLEY_ERR_NOT_FOUND)
+        last_error_set("no message \"%s\" is stored", message_id);
+    return st;
 }
 
 /* A selector's persona must be one of the current options' personas ("" = none;
@@ -494,6 +525,7 @@ static void count_clear(parley_agent *a, const char *persona)
 
 parley_status agent_history_get_by(parley_agent *a, const char *selector_json, char **out)
 {
+    last_error_clear();
     if (!a || !out)
         return PARLEY_ERR_INVALID_INPUT;
     *out = NULL;
@@ -513,12 +545,14 @@ parley_status agent_history_get_by(parley_agent *a, const char *selector_json, c
     pbuf b = PBUF_INIT;
     parley_status st =
         a->store->backend->get_conversation(a->store, &sel.key, clock_wall_ms(), &b, &err);
+    st = no_conversation(read_result(st, &b, err, out), &sel.key);
     selector_free(&sel);
-    return read_result(st, &b, err, out);
+    return st;
 }
 
 parley_status agent_message_find(parley_agent *a, const char *selector_json, char **out)
 {
+    last_error_clear();
     if (!a || !out)
         return PARLEY_ERR_INVALID_INPUT;
     *out = NULL;
@@ -558,6 +592,7 @@ parley_status agent_message_find(parley_agent *a, const char *selector_json, cha
 parley_status agent_set_interface_message_id(parley_agent *a, const char *turn_id,
                                              const char *interface_message_id)
 {
+    last_error_clear();
     if (!a || !turn_id)
         return PARLEY_ERR_INVALID_INPUT;
     json_t *id = interface_message_id ? json_string(interface_message_id) : NULL;
@@ -566,10 +601,14 @@ parley_status agent_set_interface_message_id(parley_agent *a, const char *turn_i
     if (!valid) { /* no out channel: the host's log says why */
         host_log(&a->host, PARLEY_LOG_WARN, "set_interface_message_id: interface_message_id must "
                  "be 1 to %d bytes of UTF-8", STORE_MAX_INTERFACE_MESSAGE_ID);
+        last_error_set("interface_message_id: must be 1 to %d bytes of UTF-8",
+                       STORE_MAX_INTERFACE_MESSAGE_ID);
         return PARLEY_ERR_INVALID_INPUT;
     }
-    if (strlen(turn_id) != STORE_ID_LEN)
-        return PARLEY_ERR_NOT_FOUND; /* not a turn id Parley gave: no such turn */
+    if (strlen(turn_id) != STORE_ID_LEN) { /* not a turn id Parley gave: no such turn */
+        last_error_set("no turn \"%s\" is stored", turn_id);
+        return PARLEY_ERR_NOT_FOUND;
+    }
     if (!a->store->backend->set_interface_message_id) {
         host_log(&a->host, PARLEY_LOG_WARN, "set_interface_message_id: not supported by this "
                  "store");
@@ -581,6 +620,10 @@ parley_status agent_set_interface_message_id(parley_agent *a, const char *turn_i
     if (st != PARLEY_OK && st != PARLEY_ERR_NOT_FOUND)
         host_log(&a->host, PARLEY_LOG_WARN, "set_interface_message_id: %s",
                  err ? err : status_name(st));
+    if (st == PARLEY_ERR_NOT_FOUND)
+        last_error_set("no turn \"%s\" is stored", turn_id);
+    else if (st != PARLEY_OK)
+        last_error_set("%s", err ? err : status_name(st));
     free(err);
     return st;
 }
@@ -678,6 +721,7 @@ static json_t *personas_listed(parley_agent *a, const store_key *key, parley_sta
 
 parley_status agent_conversations_list_by(parley_agent *a, const char *filter_json, char **out)
 {
+    last_error_clear();
     if (!a || !out)
         return PARLEY_ERR_INVALID_INPUT;
     *out = NULL;
@@ -742,17 +786,20 @@ parley_status agent_conversations_list_by(parley_agent *a, const char *filter_js
 
 parley_status agent_history_clear_by(parley_agent *a, const char *selector_json)
 {
+    last_error_clear();
     if (!a)
         return PARLEY_ERR_INVALID_INPUT;
     selector sel;
     char *err = NULL;
     if (selector_parse(selector_json, SELECTOR_EVERY_PERSONA, &sel, &err) != PARLEY_OK) {
         host_log(&a->host, PARLEY_LOG_WARN, "history_clear_by: %s", err ? err : "invalid");
+        last_error_set("%s", err ? err : "invalid selector");
         free(err);
         return PARLEY_ERR_INVALID_INPUT;
     }
     if (check_selector_persona(a, &sel, &err) != 0) {
         host_log(&a->host, PARLEY_LOG_WARN, "history_clear_by: %s", err ? err : "invalid");
+        last_error_set("%s", err ? err : "invalid selector");
         free(err);
         selector_free(&sel);
         return PARLEY_ERR_INVALID_INPUT;
@@ -788,9 +835,14 @@ parley_status agent_history_clear_by(parley_agent *a, const char *selector_json)
         }
         json_decref(personas);
     }
-    if (err)
+    if (err) {
         host_log(&a->host, PARLEY_LOG_WARN, "history_clear_by: %s", err);
+        last_error_set("%s", err);
+    }
     free(err);
+    if (st == PARLEY_ERR_NOT_FOUND && sel.every_persona)
+        sel.key.persona = ""; /* named without the "*" */
+    st = no_conversation(st, &sel.key);
     selector_free(&sel);
     return st;
 }

@@ -4,6 +4,7 @@
 
 #include "api/agent_api.h"
 #include "api/connection_check.h"
+#include "api/last_error.h"
 #include "config/options.h"
 #include "lib/plugin_status.h"
 
@@ -38,6 +39,7 @@ static const parley_plugin PLUGIN = {
     .message_find = agent_message_find,
     .set_interface_message_id = agent_set_interface_message_id,
     .append_message = agent_append_message,
+    .last_error = last_error_copy,
 };
 
 PARLEY_EXPORT const parley_plugin *parley_plugin_entry(uint32_t host_abi_version)

@@ -194,6 +194,36 @@ class MessageOpsCase(ParleyTestCase):
         self.assertEqual(run.raw_result(2), run.raw_result(len(lines)), "history unchanged")
         self.assertEqual(len(self.llm.chat_requests()), 1)
 
+    def test_refused_ops_carry_the_plugins_words(self):
+        """A refused op's line says why (parley_plugin.last_error), not just the code; a
+        conversation not found is named with its persona."""
+        self.fake()
+        nobody = "00000000-0000-4000-8000-000000000000"
+        lines = [{"text": "hi", "conversation_id": "c", "persona": "chef"},
+                 {"op": "clear", "conversation_id": "c", "persona": "pirate"},
+                 {"op": "history", "conversation_id": "nobody", "persona": "chef"},
+                 {"op": "clear", "conversation_id": "nobody", "persona": "chef"},
+                 {"op": "clear", "conversation_id": "nobody", "persona": "*"},
+                 {"op": "turn", "turn_id": nobody},
+                 {"op": "message", "message_id": nobody},
+                 {"op": "set_interface_message_id", "turn_id": nobody,
+                  "interface_message_id": "x"},
+                 {"op": "history", "conversation_id": "c", "persona": "chef"}]
+        run = self.run_ok(lines, self.opts(personas={"chef": {"prompt": "You are a chef."}}))
+        self.assertTurnOk(run.by_seq(1))
+        expected = {2: ("invalid_input", 'unknown persona "pirate"'),
+                    3: ("not_found", 'no conversation "nobody" under persona "chef"'),
+                    4: ("not_found", 'no conversation "nobody" under persona "chef"'),
+                    5: ("not_found", 'no conversation "nobody"'),
+                    6: ("not_found", 'no turn "%s" is stored' % nobody),
+                    7: ("not_found", 'no message "%s" is stored' % nobody),
+                    8: ("not_found", 'no turn "%s" is stored' % nobody)}
+        for seq, (code, words) in expected.items():
+            line = run.by_seq(seq)
+            self.assertEqual(line["error"]["code"], code, line)
+            self.assertIn(words, line["error"]["message"], line)
+        self.assertEqual(len(run.by_seq(9)["result"]["turns"]), 1, "nothing was cleared")
+
     def test_append_queued_behind_a_turn_can_be_cancelled(self):
         self.fake("--latency-ms", str(int(600 * SLOW)))
         lines = [{"text": "slow one", "conversation_id": "c"},

@@ -109,6 +109,26 @@ class MessagesTest(AgentCase):
             with self.assertRaisesRegex(parley.InvalidInput, "timestamp"):
                 await agent.append_message("s", "x", timestamp="soon")
 
+    async def test_errors_carry_the_plugins_message(self):
+        async with self.agent(personas={"chef": {"prompt": "You are a chef."}}) as agent:
+            await agent.process("hi", "c", persona="chef")
+            with self.assertRaisesRegex(parley.NotFound, 'no conversation "42"$'):
+                await agent.history("42")
+            with self.assertRaisesRegex(parley.NotFound,
+                                        'no conversation "42" under persona "chef"'):
+                await agent.history_by("42", persona="chef")
+            with self.assertRaisesRegex(parley.NotFound,
+                                        'no conversation "42" under persona "chef"'):
+                await agent.clear_history_by("42", persona="chef")
+            with self.assertRaisesRegex(parley.InvalidInput, 'unknown persona "pirate"') as cm:
+                await agent.clear_history_by("c", persona="pirate")
+            self.assertEqual(cm.exception.status, "invalid_input")
+            with self.assertRaisesRegex(parley.NotFound, "no turn"):
+                await agent.turn("00000000-0000-4000-8000-000000000000")
+            with self.assertRaisesRegex(parley.NotFound, 'no conversation "gone"'):
+                await agent.clear_history("gone")
+            self.assertEqual(len((await agent.history_by("c", persona="chef"))["turns"]), 1)
+
 
 if __name__ == "__main__":
     unittest.main()

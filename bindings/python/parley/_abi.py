@@ -166,6 +166,7 @@ PLUGIN_FUNCTIONS = [
     ("set_interface_message_id", CFUNCTYPE(c_int, _P, c_char_p, c_char_p)),
     ("append_message", CFUNCTYPE(c_int, _P, c_char_p, DONE_FN, c_void_p, POINTER(c_uint64),
                                  _PP)),
+    ("last_error", CFUNCTYPE(_P)),
     # Further appended functions go here, in header order.
 ]
 

@@ -615,8 +615,9 @@ class Agent:
                 status = fn(handle, *args, ctypes.byref(out)) if returns_json \
                     else fn(handle, *args)
             text = self._plugin.take_string(out.value) if returns_json else None
-            if status != _abi.OK:
-                raise self._plugin.error(status, _named_problem(text) or "%s(%s)" % (
+            if status != _abi.OK:  # the plugin's words, read on this thread right after
+                words = _named_problem(text) or self._plugin.last_error()
+                raise self._plugin.error(status, words or "%s(%s)" % (
                     name, ", ".join(repr(a.decode()) for a in args if a is not None)))
             return json.loads(text) if text is not None else None
 
