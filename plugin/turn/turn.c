@@ -556,6 +556,7 @@ void turn_on_history(turn *t, parley_status status, const char *message)
 static void on_stream_text(void *ud, const char *text, size_t len)
 {
     turn *t = ud;
+    t->streamed |= len > 0;
     if (t->on_delta && len)
         t->on_delta(t->user_data, t->id, text, len);
 }
@@ -563,6 +564,7 @@ static void on_stream_text(void *ud, const char *text, size_t len)
 static void on_stream_reasoning(void *ud, const char *text, size_t len)
 {
     turn *t = ud;
+    t->streamed |= len > 0;
     if (t->on_reasoning && len)
         t->on_reasoning(t->user_data, t->id, text, len);
 }
@@ -693,6 +695,7 @@ static void turn_request(turn *t)
         host_log(t->env->host, PARLEY_LOG_DEBUG, "turn %s request: %s", t->turn_id, t->body.data);
     provider_stream_free(t->stream);
     t->stream = NULL;
+    t->streamed = 0;
     llm_sink sink = {on_stream_text, on_stream_reasoning, t};
     if (t->cfg->opts.stream &&
         !(t->stream = provider_stream_new(t->cfg->prov, t->cfg->opts.strip_think_tags, &sink))) {
@@ -809,8 +812,14 @@ void turn_on_http_done(turn *t, CURLcode code)
     parley_status st = http_call_outcome(t->http, code, &msg, &retryable);
     if (st == PARLEY_ERR_HTTP_STATUS || st == PARLEY_ERR_RATE_LIMITED)
         explain_http_error(t, &msg, &retryable);
-    if (st == PARLEY_ERR_BAD_RESPONSE && !msg && t->stream_error)
-        msg = pstr_printf("bad streamed response: %s", t->stream_error);
+    if (st == PARLEY_ERR_BAD_RESPONSE && !msg && t->stream_error) {
+        st = llm_server_error_status(t->stream_error, &retryable); /* an error event? */
+        retryable &= !t->streamed; /* the host has part of this answer: never twice */
+        msg = st == PARLEY_ERR_BAD_RESPONSE
+                  ? pstr_printf("bad streamed response: %s", t->stream_error)
+                  : pstr_printf("LLM server error (an error event in the stream): %s",
+                                t->stream_error + strlen(LLM_SERVER_ERROR));
+    }
     int64_t retry_after = t->http->retry_after_ms;
     timer_disarm(t->env->timers, &t->wait); /* the stream idle timer, if any */
     if (st != PARLEY_OK) {
@@ -830,15 +839,22 @@ void turn_on_http_done(turn *t, CURLcode code)
     int rc = decode_reply(t, &reply, &err);
     http_call_free(t->http);
     t->http = NULL;
-    t->attempt = 0;
-    if (rc != 0) {
-        char *m = pstr_printf("bad response from the LLM server: %s", err ? err : "undecodable");
-        turn_end(t, PARLEY_ERR_BAD_RESPONSE, m);
+    if (rc != 0) { /* an error object with a 200 says what went wrong: classify it */
+        int again = 0;
+        parley_status est = llm_server_error_status(err, &again);
+        char *m = est == PARLEY_ERR_BAD_RESPONSE
+                      ? pstr_printf("bad response from the LLM server: %s",
+                                    err ? err : "undecodable")
+                      : pstr_printf("LLM server error (in a 200 answer): %s",
+                                    err + strlen(LLM_SERVER_ERROR));
+        if (!(again && maybe_retry(t, est, m, -1)))
+            turn_end(t, est, m);
         free(m);
         free(err);
         llm_reply_free(&reply);
         return;
     }
+    t->attempt = 0;
     account_reply(t, &reply);
     if (reply.finish_reason && strcmp(reply.finish_reason, "length") == 0)
         host_log(t->env->host, PARLEY_LOG_WARN, "turn %s: the model hit max_tokens; the answer may be cut short",

@@ -154,6 +154,7 @@ struct turn {
     http_call *http;
     provider_stream *stream;
     char *stream_error;
+    int streamed;             /* this request's stream gave the host text: it is not retried */
     llm_usage usage;          /* summed over the turn's requests */
     int replies;              /* replies decoded */
     char *stop_reason;        /* the last reply's finish_reason */
