@@ -211,8 +211,8 @@ static const char *op_arg_problem(const struct op_def *def, json_t *arg) {
     }
 }
 
-/* history and clear also take "persona": the conversation under that persona
- * (history_get_by / history_clear_by; clear: "*" = under every persona). */
+/* history and clear also take "persona" and "interface_type": the conversation under
+ * that key (history_get_by / history_clear_by; clear: persona "*" = under every persona). */
 static int takes_persona(const struct op_def *def) {
     return def->kind == JSONL_OP_HISTORY || def->kind == JSONL_OP_CLEAR;
 }
@@ -225,11 +225,15 @@ static struct problem op_problem(json_t *obj, const char *name, const struct op_
     const char *key;
     json_t *v;
     json_object_foreach(obj, key, v) {
-        if (takes_persona(def) && strcmp(key, "persona") == 0) {
+        if (takes_persona(def) &&
+            (strcmp(key, "persona") == 0 || strcmp(key, "interface_type") == 0)) {
             if (!json_is_string(v))
-                return (struct problem){"\"%s\" must be a string", "persona"};
+                return (struct problem){"\"%s\" must be a string", key};
             if (!json_is_string(json_object_get(obj, def->arg)))
-                return (struct problem){"\"persona\" needs a \"%s\"", def->arg};
+                return (struct problem){strcmp(key, "persona") == 0
+                                            ? "\"persona\" needs a \"%s\""
+                                            : "\"interface_type\" needs a \"%s\"",
+                                        def->arg};
             continue;
         }
         if (def->kind == JSONL_OP_SET_INTERFACE_MESSAGE_ID &&
@@ -267,7 +271,9 @@ static int parse_op(json_t *obj, json_t *jop, struct jsonl_line *l) {
     if (def->kind == JSONL_OP_SET_INTERFACE_MESSAGE_ID &&
         dup_opt(json_string_value(json_object_get(obj, "interface_message_id")), &l->op.value) < 0)
         return -1;
-    if (takes_persona(def) && json_object_get(obj, "persona")) { /* a selector */
+    if (takes_persona(def) &&
+        (json_object_get(obj, "persona") || json_object_get(obj, "interface_type"))) {
+        /* a selector */
         json_object_del(obj, "op");
         if (!(l->op.json = json_dumps(obj, SHIM_JSON_COMPACT)))
             return -1;

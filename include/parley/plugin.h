@@ -371,7 +371,8 @@ typedef struct parley_plugin {
     parley_status (*history_get)(parley_agent *agent, const char *conversation_id,
                                  char **out_json);
 
-    /** {"conversation_id", "turn": {...}} for a turn_id, or NOT_FOUND. */
+    /** {"conversation_id", "turn": {...}, "persona", "interface_type", "messages": [the
+     *  turn's messages in history_query's form]} for a turn_id, or NOT_FOUND. */
     parley_status (*turn_get)(parley_agent *agent, const char *turn_id, char **out_json);
 
     /** {"conversations":[{"conversation_id","created_at","last_used_at","turns"}...]} */
@@ -431,7 +432,7 @@ typedef struct parley_plugin {
      * persona, role, since, until (RFC 3339), search (ASCII-case-insensitive
      * text in a message's content), limit (1..10000, default 100), order
      * ("newest" default, or "oldest"), cursor (a next_cursor of the same
-     * query).  PARLEY_OK: *out_json = {"messages":[message...],
+     * query), turn_id, interface_message_id.  PARLEY_OK: *out_json = {"messages":[message...],
      * "next_cursor":"..."|null}, where message = {"message_id",
      * "conversation_id","interface_type","persona","turn_id","role",
      * "created_at","message":{...}}.

@@ -370,6 +370,53 @@ parley_status agent_history_get(parley_agent *a, const char *id, char **out)
     return no_conversation(read_result(st, &b, err, out), &key);
 }
 
+/*
+ * What a store's turn record does not say, added to turn_get's answer *out: the
+ * conversation's "persona" and "interface_type", and the turn's "messages" in
+ * history_query's form (message_id, created_at, interface ids, metadata).  From a query
+ * by turn_id; a store without queries leaves the answer as it was.
+ */
+static parley_status describe_turn(parley_agent *a, const char *turn_id, char **out)
+{
+    if (!a->store->backend->query)
+        return PARLEY_OK;
+    store_query q = {.turn_id = turn_id, .until_ms = UINT64_MAX, .limit = STORE_QUERY_MAX_LIMIT};
+    pbuf b = PBUF_INIT;
+    size_t count = 0;
+    uint64_t last = 0;
+    int more = 0;
+    char *err = NULL;
+    pbuf_putc(&b, '[');
+    parley_status st =
+        a->store->backend->query(a->store, &q, clock_wall_ms(), &b, &count, &last, &more, &err);
+    pbuf_putc(&b, ']');
+    json_t *msgs = st == PARLEY_OK && !b.oom ? json_loadb(b.data, b.len, 0, NULL) : NULL;
+    json_t *root = msgs ? json_loads(*out, 0, NULL) : NULL;
+    pbuf_free(&b);
+    if (st != PARLEY_OK) {
+        last_error_set("%s", err ? err : status_name(st));
+        free(err);
+        return st;
+    }
+    free(err);
+    json_t *first = json_array_get(msgs, 0);
+    const char *persona = json_string_value(json_object_get(first, "persona"));
+    const char *iface = json_string_value(json_object_get(first, "interface_type"));
+    char *text = NULL;
+    if (json_is_object(root) &&
+        json_object_set_new(root, "persona", json_string(persona ? persona : "")) == 0 &&
+        json_object_set_new(root, "interface_type", json_string(iface ? iface : "")) == 0 &&
+        json_object_set(root, "messages", msgs) == 0)
+        text = json_dumps(root, JSON_COMPACT | JSON_PRESERVE_ORDER);
+    json_decref(root);
+    json_decref(msgs);
+    if (!text)
+        return PARLEY_ERR_NO_MEMORY;
+    free(*out);
+    *out = text;
+    return PARLEY_OK;
+}
+
 parley_status agent_turn_get(parley_agent *a, const char *turn_id, char **out)
 {
     last_error_clear();
@@ -382,6 +429,10 @@ parley_status agent_turn_get(parley_agent *a, const char *turn_id, char **out)
     st = read_result(st, &b, err, out);
     if (st == PARLEY_ERR_NOT_FOUND)
         last_error_set("no turn \"%s\" is stored", turn_id);
+    if (st == PARLEY_OK && (st = describe_turn(a, turn_id, out)) != PARLEY_OK) {
+        free(*out);
+        *out = NULL;
+    }
     return st;
 }
 

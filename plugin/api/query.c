@@ -20,7 +20,7 @@ static uint64_t fingerprint(const store_query *q)
 {
     uint64_t h = 1469598103934665603ull;
     const char *strings[] = {q->conversation_id, q->persona, q->interface_type, q->role,
-                             q->search};
+                             q->search, q->turn_id, q->interface_message_id};
     for (size_t i = 0; i < sizeof strings / sizeof strings[0]; i++) {
         const char *s = strings[i] ? strings[i] : "";
         h = (h ^ (strings[i] ? 1u : 2u)) * 1099511628211ull; /* NULL differs from "" */
@@ -103,6 +103,13 @@ parley_status query_parse(const char *json, query_request *r, const char **field
             if (query_parse_time(json_string_value(v), dst) != 0)
                 return refuse(r, field, err, key[0] == 's' ? "since" : "until",
                               "must be an RFC 3339 time, e.g. \"2026-11-22T19:31:00Z\"");
+        } else if (strcmp(key, "turn_id") == 0 || strcmp(key, "interface_message_id") == 0) {
+            int turn = key[0] == 't';
+            if (string_member(v, turn ? STORE_ID_LEN : STORE_MAX_INTERFACE_MESSAGE_ID, 1,
+                              turn ? &r->q.turn_id : &r->q.interface_message_id))
+                return refuse(r, field, err, turn ? "turn_id" : "interface_message_id",
+                              turn ? "must be a turn id (a UUID string)"
+                                   : "must be a string of 1 to 256 bytes");
         } else if (strcmp(key, "search") == 0) {
             if (string_member(v, QUERY_MAX_SEARCH, 0, &r->q.search))
                 return refuse(r, field, err, "search", "must be a string of at most 1024 bytes");
@@ -123,7 +130,7 @@ parley_status query_parse(const char *json, query_request *r, const char **field
             *field = "query";
             *err = pstr_printf("query: unknown key \"%s\" (expected conversation_id, "
                                "interface_type, persona, role, since, until, search, limit, "
-                               "order, cursor)", key);
+                               "order, cursor, turn_id, interface_message_id)", key);
             query_request_free(r);
             return PARLEY_ERR_INVALID_INPUT;
         }

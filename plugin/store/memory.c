@@ -1052,6 +1052,12 @@ static int query_turn(query_run *r, const stored_turn *t)
         if (q->search && *q->search &&
             !store_json_content_matches(json, t->messages[i].length, q->search))
             continue;
+        if (q->interface_message_id) {
+            identity_parts who = identity_at(t, ti, i);
+            if (who.interface_id_len != strlen(q->interface_message_id) ||
+                memcmp(who.interface_id, q->interface_message_id, who.interface_id_len) != 0)
+                continue;
+        }
         if (r->count == q->limit) {
             r->more = 1;
             return 1;
@@ -1070,6 +1076,12 @@ static void query_walk(query_run *r)
 {
     const store_query *q = r->q;
     memory_store *m = r->m;
+    if (q->turn_id) { /* one turn: found by its id, not by walking them all */
+        const stored_turn *t = turn_named(m, q->turn_id);
+        if (t)
+            query_turn(r, t);
+        return;
+    }
     if (q->conversation_id && q->persona && q->interface_type) {
         store_key key = {q->conversation_id, q->persona, q->interface_type};
         char *owned;

@@ -1081,6 +1081,12 @@ static int message_fields(const redisReply *m, const char *f[11], size_t len[11]
     return 0;
 }
 
+/* Does a message's field equal the query's filter (NULL: any)? */
+static int field_is(const char *field, size_t len, const char *want)
+{
+    return !want || (strlen(want) == len && memcmp(field, want, len) == 0);
+}
+
 static int write_message(pbuf *out, const redisReply *m)
 {
     const char *f[11];
@@ -1179,7 +1185,9 @@ static parley_status redis_query(store *base, const store_query *query, uint64_t
             const char *f[11];
             size_t len[11];
             malformed = message_fields(r->element[i], f, len) != 0;
-            if (malformed || (search && !store_json_content_matches(f[5], len[5], search)))
+            if (malformed || (search && !store_json_content_matches(f[5], len[5], search)) ||
+                !field_is(f[2], len[2], q->turn_id) ||
+                !field_is(f[6], len[6], q->interface_message_id))
                 continue;
             if (*count == q->limit) {
                 *more = 1;

@@ -1570,7 +1570,7 @@ static int put_first_message(sqlite3_stmt *st, pbuf *out, int *found)
 static char *query_sql(const store_query *q)
 {
     return sqlite3_mprintf(MESSAGE_COLUMNS " WHERE" LIVE_CONVERSATION
-                           " AND m.created_ms BETWEEN ?3 AND ?4%s%s%s%s%s%s"
+                           " AND m.created_ms BETWEEN ?3 AND ?4%s%s%s%s%s%s%s%s"
                            " ORDER BY m.id %s LIMIT ?11",
                            q->conversation_id ? " AND c.conversation_id = ?5" : "",
                            q->persona ? " AND c.persona = ?6" : "",
@@ -1578,6 +1578,8 @@ static char *query_sql(const store_query *q)
                            q->role ? " AND m.role = ?8" : "",
                            !q->after ? "" : q->newest_first ? " AND m.id < ?9" : " AND m.id > ?9",
                            q->search && *q->search ? " AND parley_content_matches(m.json, ?10)" : "",
+                           q->turn_id ? " AND t.turn_id = ?12" : "",
+                           q->interface_message_id ? " AND m.interface_message_id = ?13" : "",
                            q->newest_first ? "DESC" : "ASC");
 }
 
@@ -1610,6 +1612,10 @@ static parley_status sqlite_query(store *base, const store_query *q, uint64_t no
         if (q->search)
             bind_text(st, 10, q->search);
         sqlite3_bind_int64(st, 11, (int64_t)q->limit + 1); /* one more: is there a next page? */
+        if (q->turn_id)
+            bind_text(st, 12, q->turn_id);
+        if (q->interface_message_id)
+            bind_text(st, 13, q->interface_message_id);
         while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
             if (*count == q->limit) {
                 *more = 1;

@@ -150,6 +150,9 @@ typedef struct store_query {
     int newest_first;            /* order: 1 newest first, 0 oldest first */
     uint64_t after;              /* a position returned earlier: continue strictly beyond
                                     it in this order; 0: from the start */
+    const char *turn_id;         /* NULL: any turn; else only that turn's messages */
+    const char *interface_message_id; /* NULL: any; else only messages carrying that
+                                    interface id */
 } store_query;
 
 typedef struct store_backend {

@@ -224,6 +224,53 @@ class MessageOpsCase(ParleyTestCase):
             self.assertIn(words, line["error"]["message"], line)
         self.assertEqual(len(run.by_seq(9)["result"]["turns"]), 1, "nothing was cleared")
 
+    def test_history_ops_take_the_whole_key(self):
+        """history/clear take interface_type (and persona); turn says which interface and
+        persona its turn belongs to and gives its messages with ids and times; query
+        filters by turn_id and interface_message_id."""
+        self.fake()
+        lines = [{"text": "hi", "conversation_id": "42", "interface_type": "telegram",
+                  "persona": "chef", "interface_message_id": "tg-1"},
+                 {"text": "hello", "conversation_id": "42", "interface_type": "web"},
+                 {"op": "history", "conversation_id": "42", "interface_type": "telegram",
+                  "persona": "chef"},
+                 {"op": "history", "conversation_id": "42", "interface_type": "web"},
+                 {"op": "turn", "turn_id": None},  # filled in below
+                 {"op": "query", "turn_id": None, "order": "oldest"},
+                 {"op": "query", "interface_message_id": "tg-1"},
+                 {"op": "query", "turn_id": 7},
+                 {"op": "clear", "conversation_id": "42", "interface_type": "web"},
+                 {"op": "history", "conversation_id": "42", "interface_type": "web"},
+                 {"op": "history", "conversation_id": "42", "interface_type": 5},
+                 {"op": "turn", "turn_id": "x", "interface_type": "web"}]
+        with InteractiveShim(self.opts(personas={"chef": {"prompt": "You are a chef."}})) as sh:
+            tg = self.assertTurnOk(sh.turn(lines[0]))
+            web = self.assertTurnOk(sh.turn(lines[1]))
+            lines[4]["turn_id"] = lines[5]["turn_id"] = tg["turn_id"]
+            out = [sh.op(l["op"], **{k: v for k, v in l.items() if k != "op"})
+                   for l in lines[2:]]
+        h_tg, h_web, turn, by_turn, by_iid, bad_turn, cleared, gone, bad_key, turn_key = out
+        self.assertEqual([t["turn_id"] for t in h_tg["result"]["turns"]], [tg["turn_id"]])
+        self.assertEqual([t["turn_id"] for t in h_web["result"]["turns"]], [web["turn_id"]])
+        t = turn["result"]
+        self.assertEqual((t["conversation_id"], t["persona"], t["interface_type"]),
+                         ("42", "chef", "telegram"))
+        self.assertEqual([m["message_id"] for m in t["messages"]],
+                         [tg["user_message_id"], tg["answer_message_id"]])
+        self.assertEqual(t["messages"][0]["interface_message_id"], "tg-1")
+        self.assertTrue(all(m["created_at"] for m in t["messages"]))
+        self.assertEqual(by_turn["result"]["messages"], t["messages"])
+        self.assertEqual([m["message_id"] for m in by_iid["result"]["messages"]],
+                         [tg["user_message_id"]])
+        self.assertEqual(bad_turn["error"]["code"], "invalid_input")
+        self.assertIn("turn_id", bad_turn["error"]["message"])
+        self.assertIsNone(cleared["error"], cleared)
+        self.assertEqual(gone["error"]["code"], "not_found")
+        self.assertIn('on interface "web"', gone["error"]["message"])
+        self.assertEqual(bad_key["error"]["code"], "invalid_input")
+        self.assertIn("interface_type", bad_key["error"]["message"])
+        self.assertEqual(turn_key["error"]["code"], "invalid_input")
+
     def test_append_queued_behind_a_turn_can_be_cancelled(self):
         self.fake("--latency-ms", str(int(600 * SLOW)))
         lines = [{"text": "slow one", "conversation_id": "c"},
