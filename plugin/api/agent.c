@@ -357,6 +357,29 @@ static parley_status no_conversation(parley_status st, const store_key *k)
     return st;
 }
 
+/*
+ * A conversation's answer *out with "messages_kept": how many messages its kept turns
+ * hold now, next to "message_count", how many were ever added (trimming by
+ * history_keep_turns drops the former, never the latter).
+ */
+static parley_status count_kept(parley_status st, char **out)
+{
+    if (st != PARLEY_OK)
+        return st;
+    json_t *root = json_loads(*out, 0, NULL); /* read only: the answer keeps its bytes */
+    json_t *turns = json_object_get(root, "turns");
+    size_t kept = 0, i;
+    json_t *t;
+    json_array_foreach(turns, i, t)
+        kept += json_array_size(json_object_get(t, "messages"));
+    int ok = json_is_array(turns) && (*out)[0] == '{';
+    json_decref(root);
+    char *text = ok ? pstr_printf("{\"messages_kept\":%zu,%s", kept, *out + 1) : NULL;
+    free(*out);
+    *out = text;
+    return text ? PARLEY_OK : PARLEY_ERR_NO_MEMORY;
+}
+
 parley_status agent_history_get(parley_agent *a, const char *id, char **out)
 {
     last_error_clear();
@@ -367,7 +390,7 @@ parley_status agent_history_get(parley_agent *a, const char *id, char **out)
     pbuf b = PBUF_INIT;
     char *err = NULL;
     parley_status st = a->store->backend->get_conversation(a->store, &key, clock_wall_ms(), &b, &err);
-    return no_conversation(read_result(st, &b, err, out), &key);
+    return count_kept(no_conversation(read_result(st, &b, err, out), &key), out);
 }
 
 /*
@@ -596,7 +619,7 @@ parley_status agent_history_get_by(parley_agent *a, const char *selector_json, c
     pbuf b = PBUF_INIT;
     parley_status st =
         a->store->backend->get_conversation(a->store, &sel.key, clock_wall_ms(), &b, &err);
-    st = no_conversation(read_result(st, &b, err, out), &sel.key);
+    st = count_kept(no_conversation(read_result(st, &b, err, out), &sel.key), out);
     selector_free(&sel);
     return st;
 }

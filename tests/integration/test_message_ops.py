@@ -489,6 +489,8 @@ class MessageOpsCase(ParleyTestCase):
         run = self.run_ok(lines, self.opts(history_keep_turns=2))
         history = run.by_seq(5)["result"]
         self.assertEqual(len(history["turns"]), 2, "kept: the last two")
+        self.assertEqual(history["messages_kept"], 3, "the note's turn and the last one")
+        self.assertEqual(history["message_count"], 7, "ever added")
         listed = [c for c in run.by_seq(6)["result"]["conversations"]
                   if c["conversation_id"] == "c"]
         self.assertEqual(len(listed), 1)
