@@ -298,7 +298,8 @@ static void handle_append(unsigned long seq, const char *message_json,
 /* Barrier ops first wait for every submitted turn (docs/shim.md). */
 static int is_barrier(enum jsonl_op_kind kind) {
     /* update_options is no barrier: turns in flight finish under their options. */
-    return kind != JSONL_OP_CANCEL && kind != JSONL_OP_SLEEP && kind != JSONL_OP_UPDATE_OPTIONS;
+    return kind != JSONL_OP_CANCEL && kind != JSONL_OP_SLEEP && kind != JSONL_OP_UPDATE_OPTIONS &&
+           kind != JSONL_OP_PERSONA_PUT && kind != JSONL_OP_PERSONA_REMOVE;
 }
 
 /* Wait until every submitted turn has completed and its line is written.
@@ -504,6 +505,21 @@ static void handle_op(unsigned long seq, const struct jsonl_op *op) {
         st = live_options_apply(json_loads(op->json, 0, NULL), &msg);
         op_reply(seq, name, NULL, st == PARLEY_OK ? NULL : jerror(st, msg));
         free(msg);
+        break;
+    }
+    case JSONL_OP_PERSONA_PUT:
+    case JSONL_OP_PERSONA_REMOVE: { /* like update_options: turns in flight keep theirs */
+        int put = op->kind == JSONL_OP_PERSONA_PUT;
+        if (lacks(seq, name, SHIM_HAS_FIELD(pl, parley_plugin, persona_remove)
+                                 ? (put ? (const void *)pl->persona_put
+                                        : (const void *)pl->persona_remove)
+                                 : NULL,
+                  name))
+            break;
+        char *msg = NULL;
+        st = put ? pl->persona_put(ag, id, op->json, &msg) : pl->persona_remove(ag, id, &msg);
+        op_reply(seq, name, NULL, st == PARLEY_OK ? NULL : jerror(st, msg ? msg : status_str(st)));
+        plugin_free(msg);
         break;
     }
     case JSONL_OP_SLEEP: /* stop reading for a while; turns keep running */

@@ -172,6 +172,8 @@ static const struct op_def {
     {"find", JSONL_OP_FIND, "*"},
     {"set_interface_message_id", JSONL_OP_SET_INTERFACE_MESSAGE_ID, "turn_id"},
     {"append", JSONL_OP_APPEND, "*"},
+    {"persona_put", JSONL_OP_PERSONA_PUT, "name"},
+    {"persona_remove", JSONL_OP_PERSONA_REMOVE, "name"},
 };
 
 static const struct op_def *find_op(const char *name) {
@@ -188,6 +190,8 @@ static const char *op_arg_problem(const struct op_def *def, json_t *arg) {
     case JSONL_OP_TURN:
     case JSONL_OP_MESSAGE:
     case JSONL_OP_SET_INTERFACE_MESSAGE_ID:
+    case JSONL_OP_PERSONA_PUT:
+    case JSONL_OP_PERSONA_REMOVE:
         return json_is_string(arg) ? NULL : "\"%s\" must be a string";
     case JSONL_OP_CLEAR:
         return !arg || json_is_string(arg) || json_is_null(arg) ? NULL
@@ -239,12 +243,16 @@ static struct problem op_problem(json_t *obj, const char *name, const struct op_
         if (def->kind == JSONL_OP_SET_INTERFACE_MESSAGE_ID &&
             strcmp(key, "interface_message_id") == 0)
             continue; /* its second key, checked below */
+        if (def->kind == JSONL_OP_PERSONA_PUT && strcmp(key, "persona") == 0)
+            continue; /* its second key, checked below */
         if (strcmp(key, "op") != 0 && (!def->arg || strcmp(key, def->arg) != 0))
             return (struct problem){"unknown key \"%s\"", key};
     }
     if (def->kind == JSONL_OP_SET_INTERFACE_MESSAGE_ID &&
         !json_is_string(json_object_get(obj, "interface_message_id")))
         return (struct problem){"\"%s\" must be a string", "interface_message_id"};
+    if (def->kind == JSONL_OP_PERSONA_PUT && !json_is_object(json_object_get(obj, "persona")))
+        return (struct problem){"\"%s\" must be an object (the persona's settings)", "persona"};
     json_t *arg = def->arg ? json_object_get(obj, def->arg) : NULL;
     return (struct problem){op_arg_problem(def, arg), def->arg};
 }
@@ -270,6 +278,9 @@ static int parse_op(json_t *obj, json_t *jop, struct jsonl_line *l) {
     json_t *arg = def->arg ? json_object_get(obj, def->arg) : NULL;
     if (def->kind == JSONL_OP_SET_INTERFACE_MESSAGE_ID &&
         dup_opt(json_string_value(json_object_get(obj, "interface_message_id")), &l->op.value) < 0)
+        return -1;
+    if (def->kind == JSONL_OP_PERSONA_PUT &&
+        !(l->op.json = json_dumps(json_object_get(obj, "persona"), SHIM_JSON_COMPACT)))
         return -1;
     if (takes_persona(def) &&
         (json_object_get(obj, "persona") || json_object_get(obj, "interface_type"))) {

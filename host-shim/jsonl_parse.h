@@ -31,6 +31,8 @@ enum jsonl_op_kind {
     JSONL_OP_FIND,
     JSONL_OP_SET_INTERFACE_MESSAGE_ID,
     JSONL_OP_APPEND,
+    JSONL_OP_PERSONA_PUT,    /* id: the name; json: the persona's settings */
+    JSONL_OP_PERSONA_REMOVE, /* id: the name */
 };
 
 /* Longest "ms" a sleep op accepts: one day. */

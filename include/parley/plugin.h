@@ -520,6 +520,29 @@ typedef struct parley_plugin {
      * Call it on the thread that made the failing call, right after it.
      */
     char *(*last_error)(void);
+
+    /**
+     * Add one persona to a live agent, or replace the one of that name, without
+     * sending the whole options again: persona_json is its settings as in the
+     * `personas` option ({"prompt": "You are a chef.", "temperature": 0.9}).
+     * Validated as create() validates `personas`: on any error nothing changes,
+     * PARLEY_ERR_INVALID_INPUT and *error (if not NULL; free with free_string)
+     * names the field ("name: ...", "persona_json: ...unknown key...").
+     * Every history is kept (a replaced persona keeps its conversations); turns
+     * in flight finish under the persona they started with; turns accepted
+     * after this returns use the new one.  Any thread, also from a callback.
+     */
+    parley_status (*persona_put)(parley_agent *agent, const char *name,
+                                 const char *persona_json, char **error);
+
+    /**
+     * Remove one persona from a live agent: later turns naming it are
+     * INVALID_INPUT.  Its conversations stay in the store (persona_put of the
+     * same name brings them back; history_clear_by with persona "*" reaches
+     * them).  NOT_FOUND when there is no such persona; INVALID_INPUT for an
+     * empty name.  *error as for persona_put.
+     */
+    parley_status (*persona_remove)(parley_agent *agent, const char *name, char **error);
 } parley_plugin;
 
 /**

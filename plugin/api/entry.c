@@ -5,6 +5,7 @@
 #include "api/agent_api.h"
 #include "api/connection_check.h"
 #include "api/last_error.h"
+#include "api/personas_live.h"
 #include "config/options.h"
 #include "lib/plugin_status.h"
 
@@ -40,6 +41,8 @@ static const parley_plugin PLUGIN = {
     .set_interface_message_id = agent_set_interface_message_id,
     .append_message = agent_append_message,
     .last_error = last_error_copy,
+    .persona_put = agent_persona_put,
+    .persona_remove = agent_persona_remove,
 };
 
 PARLEY_EXPORT const parley_plugin *parley_plugin_entry(uint32_t host_abi_version)

@@ -271,6 +271,47 @@ class MessageOpsCase(ParleyTestCase):
         self.assertIn("interface_type", bad_key["error"]["message"])
         self.assertEqual(turn_key["error"]["code"], "invalid_input")
 
+    def test_personas_added_replaced_and_removed_at_run_time_keep_every_history(self):
+        self.fake()
+        chef, chef2, pirate = "You are a chef.", "You are a French chef.", "You are a pirate."
+        lines = [{"text": "soup?", "conversation_id": "k", "persona": "chef"},
+                 {"op": "persona_put", "name": "pirate", "persona": {"prompt": pirate}},
+                 {"text": "ahoy", "conversation_id": "k", "persona": "pirate"},
+                 {"op": "persona_put", "name": "chef", "persona": {"prompt": chef2}},
+                 {"text": "bread?", "conversation_id": "k", "persona": "chef"},
+                 {"op": "persona_remove", "name": "pirate"},
+                 {"text": "still there?", "conversation_id": "k", "persona": "pirate"},
+                 {"op": "persona_put", "name": "chef", "persona": {"prompt": "x", "colour": "red"}},
+                 {"op": "persona_put", "name": "", "persona": {"prompt": "x"}},
+                 {"op": "persona_put", "name": "chef", "persona": "not an object"},
+                 {"op": "persona_remove", "name": "nobody"},
+                 {"op": "persona_put", "name": "pirate", "persona": {"prompt": pirate}},
+                 {"op": "history", "conversation_id": "k", "persona": "pirate"},
+                 {"op": "history", "conversation_id": "k", "persona": "chef"},
+                 {"text": "more?", "conversation_id": "k", "persona": "chef"}]
+        run = self.run_ok(lines, self.opts(personas={"chef": {"prompt": chef}}))
+        for seq in (1, 3, 5):
+            self.assertTurnOk(run.by_seq(seq))
+        for seq in (2, 4, 6, 12):
+            self.assertIsNone(run.by_seq(seq)["error"], run.by_seq(seq))
+        self.assertTurnError(run.by_seq(7), "invalid_input")
+        self.assertIn('unknown persona "pirate"', run.by_seq(7)["error"]["message"])
+        refused = {8: ("invalid_input", "colour"), 9: ("invalid_input", "name"),
+                   10: ("invalid_input", "persona"), 11: ("not_found", 'no persona "nobody"')}
+        for seq, (code, words) in refused.items():
+            self.assertEqual(run.by_seq(seq)["error"]["code"], code, run.by_seq(seq))
+            self.assertIn(words, run.by_seq(seq)["error"]["message"], run.by_seq(seq))
+        reqs = self.llm.chat_requests()
+        self.assertEqual(len(reqs), 4)
+        self.assertEqual(messages(reqs[1])[0], {"role": "system", "content": pirate})
+        # the replaced chef speaks with its new prompt and keeps its conversation
+        self.assertEqual(messages(reqs[2])[0], {"role": "system", "content": chef2})
+        self.assertEqual(messages(reqs[2])[1], user("soup?"))
+        # the refusals changed nothing: the French chef stayed
+        self.assertEqual(messages(reqs[3])[0], {"role": "system", "content": chef2})
+        self.assertEqual(len(run.by_seq(13)["result"]["turns"]), 1, "pirate's history came back")
+        self.assertEqual(len(run.by_seq(14)["result"]["turns"]), 2)
+
     def test_append_queued_behind_a_turn_can_be_cancelled(self):
         self.fake("--latency-ms", str(int(600 * SLOW)))
         lines = [{"text": "slow one", "conversation_id": "c"},

@@ -129,6 +129,27 @@ class MessagesTest(AgentCase):
                 await agent.clear_history("gone")
             self.assertEqual(len((await agent.history_by("c", persona="chef"))["turns"]), 1)
 
+    async def test_personas_at_run_time(self):
+        async with self.agent(personas={"chef": {"prompt": "You are a chef."}}) as agent:
+            await agent.process("soup?", "v", persona="chef")
+            await agent.put_persona("pirate", {"prompt": "You are a pirate."})
+            await agent.process("ahoy", "v", persona="pirate")
+            self.assertEqual(harness.messages(self.fake.chat_requests()[-1])[0]["content"],
+                             "You are a pirate.")
+            with self.assertRaisesRegex(parley.InvalidInput, "colour"):
+                await agent.put_persona("chef", {"prompt": "x", "colour": "red"})
+            await agent.remove_persona("pirate")
+            with self.assertRaisesRegex(parley.InvalidInput, "pirate"):
+                await agent.process("still there?", "v", persona="pirate")
+            with self.assertRaisesRegex(parley.NotFound, "nobody"):
+                await agent.remove_persona("nobody")
+            await agent.put_persona("pirate", {"prompt": "You are a pirate."})
+            self.assertEqual(len((await agent.history_by("v", persona="pirate"))["turns"]), 1)
+            await agent.process("more?", "v", persona="chef")
+            self.assertEqual(harness.messages(self.fake.chat_requests()[-1])[:2],
+                             [{"role": "system", "content": "You are a chef."},
+                              {"role": "user", "content": "soup?"}])
+
 
 if __name__ == "__main__":
     unittest.main()

@@ -167,6 +167,8 @@ PLUGIN_FUNCTIONS = [
     ("append_message", CFUNCTYPE(c_int, _P, c_char_p, DONE_FN, c_void_p, POINTER(c_uint64),
                                  _PP)),
     ("last_error", CFUNCTYPE(_P)),
+    ("persona_put", CFUNCTYPE(c_int, _P, c_char_p, c_char_p, _PP)),
+    ("persona_remove", CFUNCTYPE(c_int, _P, c_char_p, _PP)),
     # Further appended functions go here, in header order.
 ]
 

@@ -671,6 +671,35 @@ class Agent:
 
         await core.loop.run_in_executor(None, run)
 
+    async def _options_call(self, name, *args):
+        """A function taking (agent, ..., char **error): raises its error, else None."""
+        fn = self._plugin.require(name)
+        core = self._core
+
+        def run():
+            err = ctypes.c_void_p()
+            with core.using() as handle:
+                status = fn(handle, *args, ctypes.byref(err))
+            message = self._plugin.take_string(err.value)
+            if status != _abi.OK:
+                raise self._plugin.error(status, message or "%s() failed" % name)
+
+        await core.loop.run_in_executor(None, run)
+
+    async def put_persona(self, name, settings):
+        """Add a persona to the live agent, or replace the one called `name`:
+        settings as in the `personas` option ({"prompt": ..., ...}).  Every
+        history is kept; turns already started finish as they began.  A bad
+        name or setting raises parley.InvalidInput naming it, changing nothing."""
+        await self._options_call("persona_put", _c_str("name", name),
+                                 json.dumps(settings).encode())
+
+    async def remove_persona(self, name):
+        """Remove a persona from the live agent (later turns naming it raise
+        parley.InvalidInput); its conversations stay stored and come back with
+        put_persona.  parley.NotFound when there is no such persona."""
+        await self._options_call("persona_remove", _c_str("name", name))
+
     async def metrics(self):
         """Counters and gauges (turns, errors, retries, in_flight, ...)."""
         return await self._call("metrics")
