@@ -543,6 +543,16 @@ typedef struct parley_plugin {
      * empty name.  *error as for persona_put.
      */
     parley_status (*persona_remove)(parley_agent *agent, const char *name, char **error);
+
+    /**
+     * The metrics in the Prometheus text exposition format (0.0.4), for a
+     * scraper (the shim serves it at /metrics): parley_* counters, monotonic
+     * for the agent's life, and gauges of what is true now, labelled by
+     * persona, interface_type, reason, outcome (never a conversation id);
+     * docs/abi.md lists them.  *out_text is freed with free_string.  Any
+     * thread.  The JSON `metrics` stays as it is.
+     */
+    parley_status (*metrics_prometheus)(parley_agent *agent, char **out_text);
 } parley_plugin;
 
 /**

@@ -477,7 +477,15 @@ parley_status agent_history_clear(parley_agent *a, const char *id)
         return PARLEY_ERR_INVALID_INPUT;
     store_key key = key_for(id);
     char *err = NULL;
+    store_stats before; /* clear-all: how many conversations it forgets (metrics) */
+    memset(&before, 0, sizeof before);
+    if (!id && a->store->backend->stats(a->store, &before, &err) != PARLEY_OK) {
+        free(err);
+        err = NULL;
+    }
     parley_status st = a->store->backend->forget(a->store, id ? &key : NULL, &err);
+    if (st == PARLEY_OK)
+        atomic_fetch_add(&a->persona_metrics.series.host_clears, id ? 1 : before.conversations);
     if (err) {
         host_log(&a->host, PARLEY_LOG_WARN, "history_clear: %s", err);
         last_error_set("%s", err);
@@ -595,6 +603,7 @@ static void count_clear(parley_agent *a, const char *persona)
     persona_counters *c = *persona ? persona_metrics_for(&a->persona_metrics, persona) : NULL;
     if (c)
         atomic_fetch_add(&c->clears, 1);
+    atomic_fetch_add(&a->persona_metrics.series.host_clears, 1);
 }
 
 parley_status agent_history_get_by(parley_agent *a, const char *selector_json, char **out)

@@ -6,6 +6,7 @@
 #include "api/connection_check.h"
 #include "api/last_error.h"
 #include "api/personas_live.h"
+#include "api/prometheus.h"
 #include "config/options.h"
 #include "lib/plugin_status.h"
 
@@ -43,6 +44,7 @@ static const parley_plugin PLUGIN = {
     .last_error = last_error_copy,
     .persona_put = agent_persona_put,
     .persona_remove = agent_persona_remove,
+    .metrics_prometheus = agent_metrics_prometheus,
 };
 
 PARLEY_EXPORT const parley_plugin *parley_plugin_entry(uint32_t host_abi_version)

@@ -397,6 +397,12 @@ void turn_begin(turn *t)
     if (t->persona_name && env->persona_metrics &&
         (t->counters = persona_metrics_for(env->persona_metrics, t->persona_name)) && !t->append)
         atomic_fetch_add(&t->counters->turns, 1);
+    if (env->persona_metrics) { /* the labelled series (series.h) */
+        t->series = series_for(&env->persona_metrics->series, t->persona, t->interface_type);
+        if (!t->append)
+            series_turn_begins(&env->persona_metrics->series, t->conversation_id,
+                               t->interface_type, t->persona);
+    }
     if (t->append) { /* append_message: its lane reached it; store it, no model */
         const store_backend *b = env->store->backend;
         if (env->jobs && b->version >= 2 && b->lease_acquire) {
@@ -428,8 +434,8 @@ static void turn_load_history(turn *t)
     const turn_env *env = t->env;
     store_key key = key_of(t);
     size_t last = (size_t)t->opts->max_history_turns;
-    if (t->counters && last)
-        last++;
+    if (last && (t->counters || t->cfg->opts.history_keep_turns > t->opts->max_history_turns))
+        last++; /* one more than is sent: whether the window cuts the history (metrics) */
     if (t->append)
         last = 1; /* an append only takes the lease: read as little as the store allows */
     size_t window = (size_t)t->opts->max_history_turns; /* what is sent: reply_to's window */
@@ -541,9 +547,13 @@ void turn_on_history(turn *t, parley_status status, const char *message)
         append_commit(t);
         return;
     }
-    if (t->counters && t->opts->max_history_turns &&
-        drop_oldest_turn(&t->history, (size_t)t->opts->max_history_turns))
-        atomic_fetch_add(&t->counters->truncations, 1);
+    if (t->opts->max_history_turns &&
+        drop_oldest_turn(&t->history, (size_t)t->opts->max_history_turns)) {
+        if (t->counters)
+            atomic_fetch_add(&t->counters->truncations, 1);
+        if (t->series)
+            atomic_fetch_add(&t->series->history_cut, 1);
+    }
     add_reply_context(t);
     record_user_message(t);
     turn_request(t);
@@ -1237,6 +1247,10 @@ void turn_on_committed(turn *t, parley_status status, const char *message)
         atomic_fetch_add(&t->counters->turns_stored, 1);
         atomic_fetch_add(&t->counters->messages_stored, t->nmessages);
     }
+    if (status == PARLEY_OK && t->series) {
+        atomic_fetch_add(&t->series->turns_stored, 1);
+        atomic_fetch_add(&t->series->messages_stored, t->nmessages);
+    }
     if (status == PARLEY_OK) {
         t->lease_held = 0; /* the append gave it back (store.h v2) */
         turn_end(t, PARLEY_OK, NULL);
@@ -1349,6 +1363,13 @@ void turn_report(turn *t)
         atomic_fetch_add(&m->turns_cancelled, 1);
     else
         atomic_fetch_add(&m->turns_failed, 1);
+    if (!t->series && t->env->persona_metrics) /* ended before it began (cancelled queued) */
+        t->series = series_for(&t->env->persona_metrics->series, t->persona, t->interface_type);
+    if (t->series) /* (NULL: no memory) */
+        atomic_fetch_add(status == PARLEY_OK                ? &t->series->turns_ok
+                         : status == PARLEY_ERR_CANCELLED ? &t->series->turns_cancelled
+                                                          : &t->series->turns_failed,
+                         1);
     if (status != PARLEY_OK && status != PARLEY_ERR_CANCELLED)
         host_log(t->env->host, PARLEY_LOG_INFO, "turn %s failed: %s: %s", t->turn_id,
                  status_name(status), r.error_message);

@@ -114,6 +114,7 @@ struct turn {
     char *persona_name;       /* the input's persona, NULL for none */
     const persona_spec *persona_def; /* its settings, in cfg; NULL: the agent's own */
     persona_counters *counters; /* the persona's metrics; NULL without a persona (or OOM) */
+    series_counters *series;  /* its (persona, interface_type) metrics, from turn_begin */
     const parley_options *opts; /* what its requests use: &cfg->opts, or persona_opts */
     parley_options *persona_opts; /* with a persona: cfg->opts with its overrides (a shallow
                                  copy: strings borrowed from cfg), else NULL; out of line,
