@@ -452,8 +452,10 @@ void tools_on_call(void *host_data, parley_tool_call *call, const parley_tool_ca
                             ? info->interface_type : NULL;
     const char *persona = SHIM_HAS_FIELD(info, parley_tool_call_info, persona) ? info->persona
                                                                                 : NULL;
-    diag(PARLEY_LOG_DEBUG, "tool call %s %s (interface %s, persona %s)", name ? name : "(null)",
-         args ? args : "(null)", iface ? iface : "none", persona ? persona : "none");
+    diag(PARLEY_LOG_DEBUG, "tool call %s %s", name ? name : "(null)", args ? args : "(null)");
+    if (iface || persona)
+        diag(PARLEY_LOG_DEBUG, "  from interface %s, persona %s", iface ? iface : "(none)",
+             persona ? persona : "(none)");
     interactive_tool_started(info);
     const struct tool *t = find_tool(name);
     if (!t) {
