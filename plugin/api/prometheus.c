@@ -159,6 +159,8 @@ static void store_families(pbuf *b, const store_stats *hs, uint64_t host_clears)
     one(b, "parley_conversations", "gauge", "Conversations the history store holds now.",
         hs->conversations);
     one(b, "parley_stored_turns", "gauge", "Turns the history store holds now.", hs->turns);
+    one(b, "parley_stored_messages", "gauge", "Messages the history store holds now.",
+        hs->messages);
     one(b, "parley_stored_message_bytes", "gauge", "Bytes of message JSON the history store "
         "holds now.", hs->message_bytes);
     family(b, "parley_conversations_cleared_total", "counter", "Conversations forgotten, by "

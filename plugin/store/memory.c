@@ -187,6 +187,7 @@ typedef struct memory_store {
     stored_turn *store_newest;
     uint64_t next_seq;          /* a message's position: 1, 2, ... in append order */
     size_t nturns;
+    size_t nmessages;           /* of those turns */
     size_t message_bytes;
     size_t evicted;
     size_t expired;
@@ -301,6 +302,7 @@ static void drop_oldest_turn(memory_store *m, conversation *c)
         c->newest = NULL;
     c->nturns--;
     m->nturns--;
+    m->nmessages -= t->nmessages;
     m->message_bytes -= t->length;
     dict_remove(m->by_turn_id, (const char *)t->turn_id);
     if (t->has_identity)
@@ -371,6 +373,7 @@ static void free_all_entries(memory_store *m)
     m->lru_head = m->lru_tail = NULL;
     m->store_oldest = m->store_newest = NULL;
     m->nturns = 0;
+    m->nmessages = 0;
     m->message_bytes = 0;
 }
 
@@ -679,6 +682,7 @@ static void link_turn(memory_store *m, conversation *c, stored_turn *t)
     c->newest = t;
     c->nturns++;
     m->nturns++;
+    m->nmessages += t->nmessages;
     m->message_bytes += t->length;
 }
 
@@ -934,6 +938,7 @@ static parley_status memory_stats(store *s, store_stats *out, char **err)
     pthread_mutex_lock(&m->lock);
     out->conversations = dict_size(m->by_key);
     out->turns = m->nturns;
+    out->messages = m->nmessages;
     out->message_bytes = m->message_bytes;
     out->evicted = m->evicted;
     out->expired = m->expired;

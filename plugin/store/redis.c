@@ -1049,12 +1049,13 @@ static parley_status redis_stats(store *base, store_stats *out, char **err)
     args_init(&a, s, 0);
     redisReply *r;
     parley_status st = run_script(s, SCRIPT_STATS, &a, 1, &r, err);
-    if (st == PARLEY_OK && !is_array(r, 3))
+    if (st == PARLEY_OK && !is_array(r, 4))
         st = bad_reply(s, r, err);
     if (st == PARLEY_OK) {
         out->conversations = (size_t)reply_int(r->element[0]);
         out->turns = (size_t)reply_int(r->element[1]);
         out->message_bytes = (size_t)reply_int(r->element[2]);
+        out->messages = (size_t)reply_int(r->element[3]);
         freeReplyObject(r);
     }
     out->evicted = atomic_load(&s->evicted);

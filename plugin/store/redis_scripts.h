@@ -363,8 +363,8 @@
 
 
 
-/* -> {conversations, turns, message bytes} (read only: like the memory store,
- *    it counts conversations idle but not yet forgotten) */
+/* -> {conversations, turns, message bytes, messages} (read only: like the memory store,
+ *    it counts conversations idle but not yet forgotten; messages: P msg's entries) */
 #define REDIS_LUA_STATS                                                                        \
     "local nc, nt, nb = 0, 0, 0\n"                                                             \
     "for _, cid in ipairs(redis.call('ZRANGE', LRU, 0, -1)) do\n"                              \
@@ -375,7 +375,7 @@
     "    nb = nb + tonumber(c[2])\n"                                                           \
     "  end\n"                                                                                  \
     "end\n"                                                                                    \
-    "return {nc, nt, nb}\n"
+    "return {nc, nt, nb, redis.call('HLEN', P .. 'msg')}\n"
 
 /* Leases: ARGV[4] = CID, 5 = token, 6 = lease ms.
  * acquire -> {1} taken, or {0, ms left on the holder's lease} */

@@ -1997,6 +1997,13 @@ static parley_status sqlite_stats(store *base, store_stats *out, char **err)
     out->evicted = s->evicted;
     out->expired = s->expired;
     pthread_mutex_unlock(&s->w.lock);
+    int64_t messages = 0; /* not kept as a total: counted (what a scrape pays, not a turn) */
+    pthread_mutex_lock(&s->r.lock);
+    if (read_begin(&s->r) == SQLITE_OK &&
+        query_int(s->r.db, "SELECT count(*) FROM messages", &messages) == SQLITE_OK)
+        out->messages = (size_t)messages;
+    read_end(&s->r);
+    pthread_mutex_unlock(&s->r.lock);
     return PARLEY_OK;
 }
 

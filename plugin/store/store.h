@@ -131,6 +131,7 @@ typedef struct store_stats {
     size_t message_bytes;        /* bytes of stored message JSON */
     size_t evicted;              /* conversations forgotten by max_conversations, since open */
     size_t expired;              /* conversations forgotten by the idle timeout, since open */
+    size_t messages;             /* messages of the stored turns, now */
 } store_stats;
 
 /* Version 3: a query over stored messages (borrowed for the call).  Every

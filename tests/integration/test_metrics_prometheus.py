@@ -115,12 +115,14 @@ class PrometheusCase(ParleyTestCase):
                                                                          "to": "chef"}), 1)
         self.assertEqual(value(first, "parley_conversations"), 3)
         self.assertEqual(value(first, "parley_stored_turns"), 5)
+        self.assertEqual(value(first, "parley_stored_messages"), 10)
         self.assertGreater(value(first, "parley_stored_message_bytes"), 0)
         self.assertEqual(value(first, "parley_llm_requests_total"), 5)
         self.assertEqual(value(first, "parley_turns_in_flight"), 0)
         # gauges now, counters never down
         self.assertEqual(value(after, "parley_conversations"), 0)
         self.assertEqual(value(after, "parley_stored_turns"), 0)
+        self.assertEqual(value(after, "parley_stored_messages"), 0)
         self.assertEqual(value(after, "parley_stored_message_bytes"), 0)
         self.assertEqual(value(after, "parley_conversations_cleared_total", reason="host"), 3)
         for key, v in first.items():
