@@ -150,6 +150,15 @@ class MessagesTest(AgentCase):
                              [{"role": "system", "content": "You are a chef."},
                               {"role": "user", "content": "soup?"}])
 
+    async def test_metrics_prometheus(self):
+        async with self.agent(personas={"chef": {"prompt": "You are a chef."}}) as agent:
+            await agent.process("soup?", "m", persona="chef", interface_type="web")
+            text = await agent.metrics_prometheus()
+        self.assertIn("# TYPE parley_turns_total counter\n", text)
+        self.assertIn('parley_turns_total{persona="chef",interface_type="web",outcome="ok"} 1\n',
+                      text)
+        self.assertIn("parley_stored_messages 2\n", text)
+
 
 if __name__ == "__main__":
     unittest.main()

@@ -169,6 +169,7 @@ PLUGIN_FUNCTIONS = [
     ("last_error", CFUNCTYPE(_P)),
     ("persona_put", CFUNCTYPE(c_int, _P, c_char_p, c_char_p, _PP)),
     ("persona_remove", CFUNCTYPE(c_int, _P, c_char_p, _PP)),
+    ("metrics_prometheus", CFUNCTYPE(c_int, _P, _PP)),
     # Further appended functions go here, in header order.
 ]
 

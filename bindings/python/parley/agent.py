@@ -704,6 +704,24 @@ class Agent:
         """Counters and gauges (turns, errors, retries, in_flight, ...)."""
         return await self._call("metrics")
 
+    async def metrics_prometheus(self):
+        """The metrics in the Prometheus text exposition format (str), to serve at a
+        /metrics endpoint: parley_* counters and gauges, labelled by persona,
+        interface_type, reason (docs/abi.md, "Prometheus metrics")."""
+        fn = self._plugin.require("metrics_prometheus")
+        core = self._core
+
+        def run():
+            out = ctypes.c_void_p()
+            with core.using() as handle:
+                status = fn(handle, ctypes.byref(out))
+            text = self._plugin.take_string(out.value)
+            if status != _abi.OK:
+                raise self._plugin.error(status, "metrics_prometheus() failed")
+            return text
+
+        return await core.loop.run_in_executor(None, run)
+
     async def query(self, **filters):
         """history_query: {"messages": [...], "next_cursor": str or None}.
 
