@@ -184,7 +184,9 @@ static parley_status submit_turn(parley_agent *a, turn *t, parley_status st, cha
     }
     parley_request_id id = t->id;
     /* Once submitted, the turn belongs to the worker and may be gone at any moment. */
-    st = inbox_submit(a->box, t);
+    t->submitted.id = id;
+    t->submitted.owner = t;
+    st = inbox_submit(a->box, &t->submitted);
     if (st != PARLEY_OK) {
         err = dup_error(st == PARLEY_ERR_CANCELLED ? "the agent is being destroyed" : NULL);
         atomic_fetch_sub(&a->metrics.in_flight, 1);

@@ -151,7 +151,7 @@ static void schedule(worker *w, turn *t)
 /* The turn is about to call back: it is no longer live (cancel finds it no more). */
 static void forget(worker *w, turn *t)
 {
-    inbox_forget(w->box, t);
+    inbox_forget(w->box, &t->submitted);
     atomic_fetch_sub(&w->metrics->in_flight, 1);
 }
 
@@ -264,8 +264,8 @@ static int drain_inbox(worker *w)
     inbox_batch b;
     inbox_take(w->box, &b);
     while (b.submitted) {
-        turn *t = b.submitted;
-        b.submitted = t->inbox_next;
+        turn *t = b.submitted->owner;
+        b.submitted = b.submitted->next;
         schedule(w, t);
     }
     on_tool_results(b.completed);
@@ -367,8 +367,8 @@ static void cancel_everything(worker *w)
         t->in_ready = 0;
     w->ready_head = w->ready_tail = NULL; /* all of them are on the all list too */
     while (b.submitted) {
-        turn *t = b.submitted;
-        b.submitted = t->inbox_next;
+        turn *t = b.submitted->owner;
+        b.submitted = b.submitted->next;
         t->env = &w->env;
         all_link(w, t);
     }

@@ -51,14 +51,14 @@
 #include <stdint.h>
 
 #include "lib/buf.h"
-#include "config/config.h"
+#include "engine/config.h"
 #include "engine/counters.h"
 #include "provider/image.h"
 #include "engine/inbox.h"
 #include "http/llm_http.h"
 #include "provider/llm_reply.h"
 #include "provider/provider.h"
-#include "turn/reply_context.h"
+#include "engine/reply_context.h"
 #include "store/store.h"
 #include "engine/timer_heap.h"
 #include "lib/uuid.h"
@@ -176,7 +176,7 @@ struct turn {
     turn *ready_next;         /* next in the worker's list of turns to begin */
     int in_ready;             /* on that list */
     turn *all_prev, *all_next;
-    turn *inbox_next;
+    inbox_entry submitted;   /* how the inbox holds it (inbox.h) */
 };
 
 void turn_free(turn *t);

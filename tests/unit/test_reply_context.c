@@ -6,7 +6,7 @@
 #include <string.h>
 
 #include "check.h"
-#include "turn/reply_context.h"
+#include "engine/reply_context.h"
 
 static const char *const TURN_IDS[] = {
     "11111111-1111-4111-8111-111111111111", "22222222-2222-4222-8222-222222222222",

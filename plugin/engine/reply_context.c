@@ -1,5 +1,5 @@
 /* reply_context.c -- see reply_context.h. */
-#include "turn/reply_context.h"
+#include "engine/reply_context.h"
 
 #include <ctype.h>
 #include <jansson.h>
