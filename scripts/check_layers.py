@@ -1,12 +1,14 @@
 #!/usr/bin/env python3
-"""The plugin's include rule (plugin/README.md), checked.
+"""The plugin's include rule and its store door (plugin/README.md), checked.
 
 plugin/ is one folder per layer.  A file may include headers of its own folder
 and of the folders below it in LAYERS, never of a folder above: dependencies
 run one way.  Every quoted include is written from the plugin root
 ("lib/buf.h"), or is the public header "parley/plugin.h".  The layer order is
 read from plugin/CMakeLists.txt (PARLEY_LAYERS), so the build and this check
-cannot disagree.  Exit 0 when every include keeps the rule; else one line per
+cannot disagree.  Outside plugin/store/, no file calls a backend's table
+directly (`s->backend->load(...)`): every store call goes through the door,
+the store_*() functions of store/store.h.  Exit 0 when every include keeps the rule; else one line per
 offending include and exit 1.
 """
 import os
@@ -15,6 +17,8 @@ import sys
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "plugin")
 INCLUDE = re.compile(r'\s*#\s*include\s+"([^"]+)"')
+# A call or test of a backend's table: outside store/, only the door (store.h) may.
+BACKEND_CALL = re.compile(r"->backend->|\bstore_\w+_backend\.\w+\s*\(")
 
 
 def layers(root):
@@ -42,6 +46,9 @@ def problems(root, order):
                 continue
             with open(os.path.join(path, name), encoding="utf-8") as f:
                 for lineno, line in enumerate(f, 1):
+                    if entry != "store" and BACKEND_CALL.search(line):
+                        out.append(f"plugin/{entry}/{name}:{lineno}: reaches into a store "
+                                   "backend's table: call the door (store_*() in store/store.h)")
                     m = INCLUDE.match(line)
                     if not m:
                         continue
@@ -70,12 +77,14 @@ def self_test():
         with open(os.path.join(tmp, "lib", "a.c"), "w") as f:
             f.write('#include "turn/t.h"\n#include "b.h"\n#include "../turn/t.h"\n')
         with open(os.path.join(tmp, "turn", "t.c"), "w") as f:
-            f.write('#include "lib/a.h"\n#include "parley/plugin.h"\n')
+            f.write('#include "lib/a.h"\n#include "parley/plugin.h"\n'
+                    "x = s->backend->load(s);\n")
         with open(os.path.join(tmp, "stray.c"), "w") as f:
             f.write("")
         got = problems(tmp, layers(tmp))
     want = ["plugin/lib/a.c:1: lib/ may not include", 'plugin/lib/a.c:2: "b.h"',
-            'plugin/lib/a.c:3: "../turn/t.h"', "plugin/stray.c"]
+            'plugin/lib/a.c:3: "../turn/t.h"', "plugin/stray.c",
+            "plugin/turn/t.c:3: reaches into a store backend's table"]
     missing = [w for w in want if not any(g.startswith(w) for g in got)]
     if missing or len(got) != len(want):
         print("check_layers self-test FAILED; got:", *got, sep="\n  ")

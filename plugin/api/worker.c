@@ -47,7 +47,6 @@ struct worker {
     agent_counters *metrics;
     persona_metrics *persona_metrics;
     turn_env env;            /* what every turn sees */
-    int reply_unsupported_logged; /* env.reply_unsupported_logged points here */
     pthread_t thread;
 };
 
@@ -345,7 +344,7 @@ static void sweep_history(worker *w)
         return;
     }
     char *err = NULL;
-    if (w->store->backend->expire(w->store, clock_wall_ms(), NULL, &err) != PARLEY_OK)
+    if (store_expire(w->store, clock_wall_ms(), NULL, &err) != PARLEY_OK)
         host_log(w->host, PARLEY_LOG_WARN, "history expiry: %s", err ? err : "failed");
     free(err);
 }
@@ -462,7 +461,7 @@ worker *worker_start(const worker_setup *setup, char **err)
         worker_free(w);
         return NULL;
     }
-    if (w->store->backend->blocking && !(w->jobs = store_jobs_start(w->store, w->box))) {
+    if (store_blocking(w->store) && !(w->jobs = store_jobs_start(w->store, w->box))) {
         *err = pstr_printf("could not start the store threads");
         worker_free(w);
         return NULL;
@@ -478,7 +477,6 @@ worker *worker_start(const worker_setup *setup, char **err)
         .persona_metrics = w->persona_metrics,
         .ended = on_turn_ended,
         .worker = w,
-        .reply_unsupported_logged = &w->reply_unsupported_logged,
     };
     if (pthread_create(&w->thread, NULL, worker_main, w) != 0) {
         *err = pstr_printf("could not start the worker thread");

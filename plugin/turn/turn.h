@@ -79,8 +79,6 @@ typedef struct turn_env {
     persona_metrics *persona_metrics; /* per-persona counters (persona.h) */
     void (*ended)(void *worker, turn *t); /* the turn ended: report it and free it */
     void *worker;
-    int *reply_unsupported_logged; /* the "store cannot resolve reply_to" warning was
-                                      logged (once per agent; worker thread only) */
 } turn_env;
 
 /* One tool call of the current round. */
