@@ -109,6 +109,10 @@ static int ollama_encode(pbuf *out, const parley_options *o, const provider_requ
     json_object_set_new(body, "messages", msgs);
     if (strcmp(r->tools_json, "[]") != 0 && !r->tool_choice_none)
         json_object_set_new(body, "tools", json_loads(r->tools_json, 0, NULL));
+    if (r->response_format) /* structured output: the schema, or "json" without one */
+        json_object_set_new(body, "format", r->response_format->schema
+                                                ? json_incref(r->response_format->schema)
+                                                : json_string("json"));
     json_object_set_new(body, "stream", json_boolean(o->stream));
     json_t *opts = json_object();
     if (o->temperature >= 0)
