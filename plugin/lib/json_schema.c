@@ -1,7 +1,6 @@
 /* json_schema.c -- see json_schema.h. */
 #include "lib/json_schema.h"
 
-#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -231,9 +230,10 @@ static const char *type_of(const json_t *v)
 
 static int is_type(const json_t *v, const char *t)
 {
-    if (strcmp(t, "integer") == 0)
-        return json_is_integer(v) ||
-               (json_is_real(v) && floor(json_real_value(v)) == json_real_value(v));
+    if (strcmp(t, "integer") == 0) { /* 2.0 is an integer to JSON Schema */
+        double d = json_is_real(v) ? json_real_value(v) : 0.5;
+        return json_is_integer(v) || (d > -9e15 && d < 9e15 && d == (double)(long long)d);
+    }
     if (strcmp(t, "number") == 0)
         return json_is_number(v);
     if (strcmp(t, "object") == 0)

@@ -813,6 +813,8 @@ static void log_cut_short(const turn *t, const llm_reply *reply)
 {
     long long max = t->opts->max_tokens > 0 ? t->opts->max_tokens
                                             : t->cfg->prov->default_max_tokens;
+    if (t->opts->max_tokens <= 0 && max > 0 && t->opts->thinking_budget_tokens > 0)
+        max = t->opts->thinking_budget_tokens + max; /* Anthropic's default with thinking */
     long long used = reply->usage.completion;
     const char *id = t->turn_id;
     if (reply->context_full || (max > 0 && used > 0 && used < max))
