@@ -208,6 +208,16 @@ class ToolChoice(ParleyTestCase):
             bad = run_bad_options(options(fake, tool_choice="no_such_tool"))
             self.assertIn("option 'tool_choice'", bad)
 
+    def test_a_persona_without_the_tool_refuses_its_turns(self):
+        tools = [{"name": "turn_on", "parameters": {"type": "object"}},
+                 {"name": "get_state", "parameters": {"type": "object"}}]
+        with FakeLLM() as fake:
+            opts = options(fake, tools=tools, tool_choice="turn_on",
+                           personas={"reader": {"prompt": "Only read.", "tools": ["get_state"]}})
+            run = self.run_ok([{"text": "hi", "persona": "reader"}], opts)
+        line = self.assertTurnError(run.by_seq(1), "invalid_input")
+        self.assertIn("option 'tool_choice' names the tool 'turn_on'", line["error"]["message"])
+
     def test_extra_body_names_the_option(self):
         with FakeLLM() as fake:
             bad = run_bad_options(options(fake, extra_body={"tool_choice": "auto"}))
