@@ -33,7 +33,6 @@ static const struct { const char *name, *types; } JSON_TYPES[] = {
 
 /* Options whose string must be one of a few words: the schema lists them ("enum"). */
 static const struct { const char *name, *words; } ENUMS[] = {
-    {"provider", "[\"openai\",\"anthropic\",\"ollama\"]"},
     {"max_tokens_field", "[\"max_tokens\",\"max_completion_tokens\"]"},
     {"history_images", "[\"placeholder\",\"keep\"]"},
 };
@@ -347,7 +346,6 @@ static int check_base_url(const char *u, char **err)
     return *err ? -1 : 0;
 }
 
-static const char *const PROVIDERS[] = {"openai", "anthropic", "ollama", NULL};
 static const char *const TOKEN_FIELDS[] = {"max_tokens", "max_completion_tokens", NULL};
 
 /* Keys Parley itself may put in a request body (any provider): extra_body cannot set them,
@@ -405,28 +403,17 @@ static int declared_tool(const char *tools_json, const char *name)
     return found;
 }
 
-/* tool_choice: a word, or a tool of the `tools` option; what each provider can do. */
+/* tool_choice: a word, or a tool of the `tools` option (what each API can force is its
+   codec's check_options). */
 static int check_tool_choice(const parley_options *o, char **err)
 {
     const char *c = o->tool_choice;
-    int word = strcmp(c, "auto") == 0 || strcmp(c, "none") == 0 || strcmp(c, "required") == 0;
-    int forced = !word || strcmp(c, "required") == 0;
-    if (!word && !declared_tool(o->tools_json, c)) {
-        *err = pstr_printf("option 'tool_choice': must be \"auto\", \"none\", \"required\" or "
-                           "the name of a tool of the option 'tools' (got \"%.64s\")", c);
-        return -1;
-    }
-    if (forced && strcmp(o->provider, "ollama") == 0) {
-        *err = pstr_printf("option 'tool_choice': provider ollama cannot force a tool call (its "
-                           "API has no tool_choice); use \"auto\" or \"none\"");
-        return -1;
-    }
-    if (forced && strcmp(o->provider, "anthropic") == 0 && o->thinking_budget_tokens > 0) {
-        *err = pstr_printf("option 'tool_choice': Anthropic's extended thinking "
-                           "(thinking_budget_tokens) allows only \"auto\" or \"none\"");
-        return -1;
-    }
-    return 0;
+    if (strcmp(c, "auto") == 0 || strcmp(c, "none") == 0 || strcmp(c, "required") == 0 ||
+        declared_tool(o->tools_json, c))
+        return 0;
+    *err = pstr_printf("option 'tool_choice': must be \"auto\", \"none\", \"required\" or the "
+                       "name of a tool of the option 'tools' (got \"%.64s\")", c);
+    return -1;
 }
 
 static int finish_provider_details(parley_options *o, char **err)
@@ -458,13 +445,6 @@ static int finish_provider_details(parley_options *o, char **err)
     }
     if (check_tool_choice(o, err) != 0)
         return -1;
-    if (o->thinking_budget_tokens > 0 && strcmp(o->provider, "anthropic") == 0 &&
-        (o->temperature >= 0 || o->top_p >= 0)) {
-        *err = pstr_printf("option '%s': Anthropic's extended thinking (thinking_budget_tokens) "
-                           "does not allow it; leave it null", o->temperature >= 0 ? "temperature"
-                                                                                 : "top_p");
-        return -1;
-    }
     if (o->thinking_budget_tokens > 0 && o->max_tokens > 0 &&
         o->thinking_budget_tokens >= o->max_tokens) {
         *err = pstr_printf("option 'thinking_budget_tokens': must be less than max_tokens (%lld)",
@@ -479,11 +459,6 @@ static int finish(parley_options *o, json_t *root, char **err)
 {
     if (!o->model || !*o->model) {
         *err = pstr_printf("option 'model': required (a non-empty string)");
-        return -1;
-    }
-    if (one_of(o->provider, PROVIDERS) < 0) {
-        *err = pstr_printf("option 'provider': must be \"openai\", \"anthropic\" or \"ollama\" "
-                           "(got \"%s\")", o->provider);
         return -1;
     }
     if (o->base_url && check_base_url(o->base_url, err) != 0)
