@@ -74,6 +74,8 @@ typedef struct parley_options {
     char *keep_alive;            /* Ollama: JSON text (a string or number); NULL = not sent */
     int64_t num_ctx;             /* Ollama: context window; 0 = not sent */
     char *think;                 /* Ollama: JSON text (true/false/"high"...); NULL = not sent */
+    /* tools, continued */
+    char *tool_choice;           /* "auto", "none", "required" or a tool's name */
 } parley_options;
 
 /*

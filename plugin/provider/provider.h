@@ -25,6 +25,7 @@
 #include "lib/buf.h"
 #include "provider/llm_reply.h"
 #include "config/options.h"
+#include "config/response_format.h"
 
 /* What one request is made of, in neutral form (all borrowed). */
 typedef struct provider_request {
@@ -43,6 +44,11 @@ typedef struct provider_request {
     size_t messages_text_len;
     const char *tools_json;   /* tools in OpenAI form (toolset_json); "[]" for none */
     int tool_choice_none;     /* the last round: the model must answer in text */
+    const char *tool_choice;  /* NULL: the model chooses; "required": it must call a tool;
+                                 else the name of the tool it must call (option
+                                 tool_choice, first request of a turn).  Not with
+                                 tool_choice_none, nor without tools */
+    const response_format *response_format; /* the answer as JSON of this form; NULL: text */
 } provider_request;
 
 typedef struct provider {
