@@ -8,6 +8,7 @@ committed before it, in order, and nothing of a turn still running.
 import json
 import os
 import signal
+import subprocess
 import threading
 import time
 import unittest
@@ -30,9 +31,10 @@ def requests_of(llm, conversation_marker):
 
 class RedisCase(ParleyTestCase):
     maxDiff = None
+    redis_debug = False
 
     def setUp(self):
-        self.redis = RedisServer(PASSWORD)
+        self.redis = RedisServer(PASSWORD, debug=self.redis_debug)
         self.addCleanup(self.redis.stop)
         self.llm = FakeLLM()
         self.addCleanup(self.llm.close)
@@ -281,6 +283,35 @@ class TestRedisFaults(RedisCase):
         self.assertIn("lease", line["error"]["message"])
         hist = a.op("history", conversation_id="c")
         self.assertEqual(hist["error"]["code"], "not_found")
+
+
+class TestRedisStall(RedisCase):
+    redis_debug = True
+
+    def test_a_lease_taken_after_its_turn_timed_out_is_given_back(self):
+        # Redis stalls past the command timeout (5 s) and its reconnection (5 s)
+        # while a turn asks for the lease: the turn times out, and the acquire
+        # still runs when Redis wakes.  That lease must not block the next turn
+        # for history_lease_ms.
+        a = self.host(turn_timeout_ms=int(2000 * SLOW), history_lease_ms=60000)
+        self.assertTurnOk(a.turn({"text": "before", "conversation_id": "s"}))
+        stall = subprocess.Popen(["redis-cli", "-p", str(self.redis.port), "DEBUG", "SLEEP", "14"],
+                                 env=dict(os.environ, REDISCLI_AUTH=PASSWORD),
+                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.addCleanup(stall.wait)
+        time.sleep(0.3)  # the stall has begun
+        self.assertTurnError(a.turn({"text": "stalled", "conversation_id": "s"}), "timeout")
+        stall.wait(timeout=30)
+        after = None
+        deadline = time.time() + 10 * SLOW
+        while time.time() < deadline:  # the store reconnects by itself
+            after = a.turn({"text": "after", "conversation_id": "s"})
+            if not after.get("error") or after["error"]["code"] != "storage":
+                break
+            time.sleep(0.1)
+        self.assertTurnOk(after)
+        self.assertEqual(user_texts(requests_of(self.llm, "after")[-1]), ["before", "after"])
+        self.assertEqual(self.redis.cli("EXISTS", "parley:lease:0:/0:/s").strip(), "0")
 
 
 if __name__ == "__main__":
