@@ -9,6 +9,7 @@
 
 #include "lib/clock.h"
 #include "lib/host_log.h"
+#include "lib/redact.h"
 #include "engine/store_jobs.h"
 #include "engine/tool_handle.h"
 #include "lib/utf8.h"
@@ -705,6 +706,15 @@ static uint64_t retry_delay_ms(const turn *t, int64_t retry_after_ms)
     return d / 2 + (d / 2 ? r % (d / 2 + 1) : 0); /* "equal jitter": [d/2, d] */
 }
 
+/* `text` (a server's words, perhaps) without the agent's secrets: a new
+ * string, or NULL (text NULL, or out of memory). */
+static char *without_secrets(const turn *t, const char *text)
+{
+    secret_span secrets[REDACT_MAX_SECRETS];
+    size_t n = redact_secrets(t->cfg->opts.api_key, t->cfg->opts.history_store, secrets);
+    return redact(text, secrets, n);
+}
+
 /* 1 when a retry was scheduled. */
 static int maybe_retry(turn *t, parley_status st, const char *msg, int64_t retry_after_ms)
 {
@@ -718,9 +728,11 @@ static int maybe_retry(turn *t, parley_status st, const char *msg, int64_t retry
         return 0;
     t->attempt++;
     atomic_fetch_add(&t->env->metrics->llm_retries, 1);
+    char *said = without_secrets(t, msg);
     host_log(t->env->host, PARLEY_LOG_WARN, "turn %s: %s (%s); retry %d of %lld in %llu ms", t->turn_id,
-              status_name(st), msg ? msg : "", t->attempt, (long long)t->cfg->opts.max_retries,
+              status_name(st), said ? said : "", t->attempt, (long long)t->cfg->opts.max_retries,
               (unsigned long long)delay);
+    free(said);
     return 1;
 }
 
@@ -792,9 +804,12 @@ void turn_on_http_done(turn *t, CURLcode code)
         free(msg);
         return;
     }
-    if (t->cfg->opts.debug_log_bodies && !t->stream)
+    if (t->cfg->opts.debug_log_bodies && !t->stream) {
+        char *body = without_secrets(t, t->http->body.data ? t->http->body.data : "");
         host_log(t->env->host, PARLEY_LOG_DEBUG, "turn %s response: %s", t->turn_id,
-                  t->http->body.data ? t->http->body.data : "");
+                  body ? body : "(out of memory)");
+        free(body);
+    }
     llm_reply reply;
     memset(&reply, 0, sizeof reply);
     char *err = NULL;
@@ -1271,11 +1286,13 @@ void turn_report(turn *t)
     u = put_count(u, ",\"reasoning_tokens\":", t->usage.reasoning);
     u = put_count(u, ",\"requests\":", t->replies);
     memcpy(u, "}", 2);
+    /* The server's words may quote the key back: never pass it on. */
+    char *error_message = without_secrets(t, t->end_message);
     parley_result r = {
         .struct_size = sizeof r,
         .request_id = t->id,
         .status = status,
-        .error_message = t->end_message,
+        .error_message = error_message || !t->end_message ? error_message : "out of memory",
         .conversation_id = t->conversation_id,
         .turn_id = t->turn_id,
         .response = status == PARLEY_OK ? answer : NULL,
@@ -1304,4 +1321,5 @@ void turn_report(turn *t)
         host_log(t->env->host, PARLEY_LOG_INFO, "turn %s failed: %s: %s", t->turn_id,
                  status_name(status), r.error_message);
     t->done(t->user_data, &r);
+    free(error_message);
 }
