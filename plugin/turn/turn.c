@@ -132,6 +132,45 @@ static void record_step(turn *t, const pbuf *step)
 static void put_str(pbuf *b, const char *s) { pbuf_json_string(b, s, strlen(s)); }
 
 /*
+ * The user message as stored, when it differs from the one sent: with
+ * history_images "placeholder", its text plus one line per image; with
+ * "keep", the parts sent, except that an image whose URL carries credentials
+ * or a token (image_url_has_secrets) becomes such a line too: history never
+ * holds them, and the bare URL would not fetch when sent again.
+ */
+static void record_stored_user(turn *t)
+{
+    int placeholder = strcmp(t->cfg->opts.history_images, "placeholder") == 0;
+    int differs = placeholder;
+    for (size_t i = 0; i < t->images.n; i++)
+        differs |= image_url_has_secrets(&t->images.items[i]);
+    if (!differs)
+        return;
+    pbuf text = PBUF_INIT, *s = &t->stored_user;
+    pbuf_puts(&text, t->text);
+    for (size_t i = 0; i < t->images.n; i++) {
+        if (placeholder || image_url_has_secrets(&t->images.items[i])) {
+            pbuf_putc(&text, '\n');
+            image_placeholder(&text, &t->images.items[i]);
+        }
+    }
+    pbuf_puts(s, placeholder ? "{\"role\":\"user\",\"content\":"
+                             : "{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":");
+    pbuf_json_string(s, text.data ? text.data : "", text.len);
+    for (size_t i = 0; !placeholder && i < t->images.n; i++) {
+        if (image_url_has_secrets(&t->images.items[i]))
+            continue;
+        pbuf_puts(s, "},{\"type\":\"image_url\",\"image_url\":{\"url\":");
+        put_str(s, t->images.items[i].url);
+        pbuf_putc(s, '}');
+    }
+    pbuf_puts(s, placeholder ? "}" : "}]}");
+    if (text.oom || s->oom)
+        t->messages.oom = 1;
+    pbuf_free(&text);
+}
+
+/*
  * The user message.  With images its content is Chat Completions content
  * parts (the neutral record's form, docs/history.md): the text, then one
  * image_url part per image.  History keeps that too with history_images
@@ -154,22 +193,7 @@ static void record_user_message(turn *t)
             pbuf_puts(m, "}}");
         }
         pbuf_putc(m, ']');
-        if (strcmp(t->cfg->opts.history_images, "placeholder") == 0) {
-            pbuf text = PBUF_INIT;
-            pbuf_puts(&text, t->text);
-            for (size_t i = 0; i < t->images.n; i++) {
-                pbuf_putc(&text, '\n');
-                image_placeholder(&text, &t->images.items[i]);
-            }
-            pbuf_puts(&t->stored_user, "{\"role\":\"user\",\"content\":");
-            pbuf_json_string(&t->stored_user, text.data ? text.data : "", text.len);
-            pbuf_putc(&t->stored_user, '}');
-            if (text.oom)
-                t->messages.oom = 1;
-            pbuf_free(&text);
-            if (t->stored_user.oom)
-                t->messages.oom = 1;
-        }
+        record_stored_user(t);
     }
     pbuf_putc(m, '}');
     message_close(t, "user", start);
