@@ -45,6 +45,9 @@
 #define REDIS_TTL_GRACE_MS 60000
 #define REDIS_MAX_ARGS 32
 #define REDIS_DEFAULT_LEASE_MS 10000
+/* Leases to give back kept at most (redis_store.doubtful): past this, during
+ * a long outage, one expires by itself instead (history_lease_ms). */
+#define REDIS_MAX_DOUBTFUL 1024
 
 enum {
     SCRIPT_LOAD,
@@ -132,6 +135,7 @@ typedef struct redis_store {
      * ended; the renewer gives each back (compare-and-delete on the token)
      * as soon as Redis answers, so no later turn waits for it. */
     held_lease *doubtful;
+    size_t ndoubtful;
     int stopping;
     int renewer_started;
     pthread_t renewer;
@@ -1387,10 +1391,19 @@ static void doubt(redis_store *s, held_lease *l)
 {
     l->zero_answers = 0;
     pthread_mutex_lock(&s->lease_lock);
-    l->next = s->doubtful;
-    s->doubtful = l;
-    pthread_cond_signal(&s->lease_wake);
+    int full = s->ndoubtful >= REDIS_MAX_DOUBTFUL;
+    if (!full) {
+        l->next = s->doubtful;
+        s->doubtful = l;
+        s->ndoubtful++;
+        pthread_cond_signal(&s->lease_wake);
+    }
     pthread_mutex_unlock(&s->lease_lock);
+    if (full) {
+        say(s, PARLEY_LOG_WARN, "%s: %s", "too many conversation leases to give back; one "
+            "expires by itself (history_lease_ms)");
+        free(l);
+    }
 }
 
 static parley_status redis_lease_acquire(store *base, const store_key *key, uint64_t *retry_ms,
@@ -1477,32 +1490,42 @@ static void redis_lease_release(store *base, const store_key *key)
  * held on entry and exit).  An entry goes once Redis deleted it, or once two
  * answers a pass apart said it is not held: the first answer may race the
  * stalled command (Redis wakes to both connections at once), the second comes
- * after Redis has read everything sent before it. */
+ * after Redis has read everything sent before it.  The pass stops at the
+ * first call that gets no answer, so a stalled Redis holds the renewer up
+ * for one command timeout, not one per entry. */
 static void release_doubtful(redis_store *s)
 {
     held_lease *todo = s->doubtful, *keep = NULL;
     s->doubtful = NULL;
     pthread_mutex_unlock(&s->lease_lock);
+    int answering = 1;
     while (todo) {
         held_lease *l = todo;
         todo = l->next;
-        script_args a;
-        args_init(&a, s, 0);
-        arg_str(&a, l->cid);
-        arg_str(&a, l->token);
-        arg_u64(&a, s->lease_ms);
-        redisReply *r;
         int done = 0;
-        if (run_on(s, &s->renew_conn, SCRIPT_LEASE_RELEASE, &a, 1, &r, NULL) == PARLEY_OK) {
-            long long deleted = reply_int(r);
-            freeReplyObject(r);
-            if (deleted == 1)
-                say(s, PARLEY_LOG_INFO, "%s: %s", "gave back a conversation lease taken while "
-                    "Redis did not answer (its turn had ended)");
-            done = deleted == 1 || ++l->zero_answers >= 2;
+        if (answering) {
+            script_args a;
+            args_init(&a, s, 0);
+            arg_str(&a, l->cid);
+            arg_str(&a, l->token);
+            arg_u64(&a, s->lease_ms);
+            redisReply *r;
+            answering = run_on(s, &s->renew_conn, SCRIPT_LEASE_RELEASE, &a, 0, &r, NULL) ==
+                        PARLEY_OK;
+            if (answering) {
+                long long deleted = reply_int(r);
+                freeReplyObject(r);
+                if (deleted == 1)
+                    say(s, PARLEY_LOG_INFO, "%s: %s", "gave back a conversation lease taken "
+                        "while Redis did not answer (its turn had ended)");
+                done = deleted == 1 || ++l->zero_answers >= 2;
+            }
         }
         if (done) {
             free(l);
+            pthread_mutex_lock(&s->lease_lock);
+            s->ndoubtful--;
+            pthread_mutex_unlock(&s->lease_lock);
         } else {
             l->next = keep;
             keep = l;
