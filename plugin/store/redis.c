@@ -1585,8 +1585,11 @@ static void *renewer_main(void *arg)
     uint64_t due = 0; /* monotonic ms of the next pass; 0 while nothing is held */
     pthread_mutex_lock(&s->lease_lock);
     while (!s->stopping) {
-        if (s->doubtful)
+        if (s->doubtful) {
             release_doubtful(s);
+            if (s->stopping)
+                break; /* close signalled while the lock was let go */
+        }
         if (!s->leases && !s->doubtful) {
             due = 0;
             pthread_cond_wait(&s->lease_wake, &s->lease_lock);
