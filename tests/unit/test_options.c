@@ -120,10 +120,15 @@ static void test_key_as_variable_name(void)
     expect_key_refused("sk-ant-api03-Xy12Zw34Vu56Ts78");
     expect_key_refused("gsk_a1B2c3D4e5F6g7H8i9J0k1L2m3N4");
     expect_key_refused("0123456789abcdef0123456789abcdef");
+    expect_key_refused("a0123456789abcdef0123456789abcde");
     /* an ordinary name, unset, is still named */
     unsetenv("my_openai_key_2");
     expect_error("{\"model\":\"m\",\"api_key_env\":\"my_openai_key_2\"}",
                  "environment variable 'my_openai_key_2' is not set");
+    unsetenv("home_assistant_openai_key_2");
+    expect_error("{\"model\":\"m\",\"api_key_env\":\"home_assistant_openai_key_2\"}",
+                 "'home_assistant_openai_key_2' is not set");
+    expect_error("{\"model\":\"m\",\"api_key_env\":\"\"}", "environment variable '' is not set");
     unsetenv("PARLEY_KITCHEN_ASSISTANT_OPENAI_API_KEY_2");
     expect_error("{\"model\":\"m\",\"api_key_env\":\"PARLEY_KITCHEN_ASSISTANT_OPENAI_API_KEY_2\"}",
                  "'PARLEY_KITCHEN_ASSISTANT_OPENAI_API_KEY_2' is not set");
