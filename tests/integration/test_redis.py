@@ -8,6 +8,7 @@ committed before it, in order, and nothing of a turn still running.
 import json
 import os
 import signal
+import socket
 import subprocess
 import threading
 import time
@@ -288,6 +289,15 @@ class TestRedisFaults(RedisCase):
 class TestRedisStall(RedisCase):
     redis_debug = True
 
+    def redis_answers(self):
+        """Whether Redis answers an AUTH within 200 ms (not while DEBUG SLEEP holds it)."""
+        try:
+            with socket.create_connection(("127.0.0.1", self.redis.port), timeout=0.2) as c:
+                c.sendall(b"AUTH %s\r\n" % PASSWORD.encode())
+                return c.recv(16).startswith(b"+OK")
+        except OSError:
+            return False
+
     def test_a_lease_taken_after_its_turn_timed_out_is_given_back(self):
         # Redis stalls past the command timeout (5 s) and its reconnection (5 s)
         # while a turn asks for the lease: the turn times out, and the acquire
@@ -299,7 +309,10 @@ class TestRedisStall(RedisCase):
                                  env=dict(os.environ, REDISCLI_AUTH=PASSWORD),
                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         self.addCleanup(stall.wait)
-        time.sleep(0.3)  # the stall has begun
+        deadline = time.time() + 10 * SLOW
+        while self.redis_answers():  # until the stall has begun
+            self.assertLess(time.time(), deadline, "DEBUG SLEEP did not stall Redis")
+            time.sleep(0.05)
         self.assertTurnError(a.turn({"text": "stalled", "conversation_id": "s"}), "timeout")
         stall.wait(timeout=30)
         after = None
