@@ -32,6 +32,7 @@
 #include <string.h>
 
 #include "lib/clock.h"
+#include "lib/redact.h"
 #include "lib/uuid.h"
 #include "store/redis_scripts.h"
 #include "store/store.h"
@@ -255,11 +256,19 @@ static parley_status parse_location(const char *loc, redis_address *a, char **er
 
 /* ---- errors and logging ---- */
 
+/* `text` (Redis's or hiredis's words, perhaps) without the password. */
+static void scrub(const redis_store *s, char **text)
+{
+    secret_span password = {s->addr.password, s->addr.password ? strlen(s->addr.password) : 0};
+    redact_owned(text, &password, 1);
+}
+
 static void say(redis_store *s, parley_log_level level, const char *fmt, const char *detail)
 {
     if (!s->log)
         return;
     char *line = pstr_printf(fmt, s->addr.name, detail);
+    scrub(s, &line);
     if (line)
         s->log(s->log_ud, level, line);
     free(line);
@@ -268,8 +277,10 @@ static void say(redis_store *s, parley_log_level level, const char *fmt, const c
 /* PARLEY_ERR_STORAGE with "<store name>: <what>: <detail>". */
 static parley_status fail(redis_store *s, char **err, const char *what, const char *detail)
 {
-    if (err)
+    if (err) {
         *err = pstr_printf("%s: %s%s%s", s->addr.name, what, detail ? ": " : "", detail ? detail : "");
+        scrub(s, err);
+    }
     return PARLEY_ERR_STORAGE;
 }
 

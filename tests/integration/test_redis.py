@@ -243,6 +243,29 @@ class TestRedisFaults(RedisCase):
         self.assertIn("authentication failed", run.stderr)
         self.assert_no_password(run.stderr)
 
+    def test_a_server_quoting_the_password_back_is_redacted(self):
+        # Not Redis: a server on the Redis port that echoes the password in its
+        # error (a proxy might).  The text reaches create()'s error redacted.
+        echo = socket.socket()
+        echo.bind(("127.0.0.1", 0))
+        echo.listen(1)
+        self.addCleanup(echo.close)
+
+        def answer():
+            conn, _ = echo.accept()
+            with conn:
+                conn.recv(4096)
+                conn.sendall(b"-ERR invalid password '%s' for this proxy\r\n" % PASSWORD.encode())
+                conn.recv(4096)
+
+        threading.Thread(target=answer, daemon=True).start()
+        url = "redis://:%s@127.0.0.1:%d" % (PASSWORD, echo.getsockname()[1])
+        run = run_shim([{"text": "hi"}], options(self.llm, history_store=url))
+        self.assertNotEqual(run.rc, 0)
+        self.assertIn("authentication failed: ERR invalid password '[redacted]' for this proxy",
+                      run.stderr)
+        self.assert_no_password(run.stderr, "\n".join(run.raw))
+
     def test_redis_restarted_mid_run(self):
         a = self.host()
         self.assertTurnOk(a.turn({"text": "before", "conversation_id": "c"}))
