@@ -33,7 +33,6 @@ static const struct { const char *name, *types; } JSON_TYPES[] = {
 
 /* Options whose string must be one of a few words: the schema lists them ("enum"). */
 static const struct { const char *name, *words; } ENUMS[] = {
-    {"provider", "[\"openai\",\"anthropic\",\"ollama\"]"},
     {"max_tokens_field", "[\"max_tokens\",\"max_completion_tokens\"]"},
     {"history_images", "[\"placeholder\",\"keep\"]"},
 };
@@ -342,7 +341,6 @@ static int check_base_url(const char *u, char **err)
     return *err ? -1 : 0;
 }
 
-static const char *const PROVIDERS[] = {"openai", "anthropic", "ollama", NULL};
 static const char *const TOKEN_FIELDS[] = {"max_tokens", "max_completion_tokens", NULL};
 
 /* Keys Parley itself may put in a request body (any provider): extra_body cannot set them,
@@ -387,13 +385,6 @@ static int finish_provider_details(parley_options *o, char **err)
         }
         json_decref(extra);
     }
-    if (o->thinking_budget_tokens > 0 && strcmp(o->provider, "anthropic") == 0 &&
-        (o->temperature >= 0 || o->top_p >= 0)) {
-        *err = pstr_printf("option '%s': Anthropic's extended thinking (thinking_budget_tokens) "
-                           "does not allow it; leave it null", o->temperature >= 0 ? "temperature"
-                                                                                 : "top_p");
-        return -1;
-    }
     if (o->thinking_budget_tokens > 0 && o->max_tokens > 0 &&
         o->thinking_budget_tokens >= o->max_tokens) {
         *err = pstr_printf("option 'thinking_budget_tokens': must be less than max_tokens (%lld)",
@@ -434,11 +425,6 @@ static int finish(parley_options *o, json_t *root, char **err)
 {
     if (!o->model || !*o->model) {
         *err = pstr_printf("option 'model': required (a non-empty string)");
-        return -1;
-    }
-    if (one_of(o->provider, PROVIDERS) < 0) {
-        *err = pstr_printf("option 'provider': must be \"openai\", \"anthropic\" or \"ollama\" "
-                           "(got \"%s\")", o->provider);
         return -1;
     }
     if (o->base_url && check_base_url(o->base_url, err) != 0)

@@ -16,7 +16,7 @@
 
 typedef struct parley_options {
     /* LLM endpoint */
-    char *provider;              /* "openai", "anthropic" or "ollama" (provider/provider.h) */
+    char *provider;              /* a codec of provider/provider.h's registry: checked there */
     char *base_url;              /* without trailing '/'; the provider's default when not given */
     char *model;
     char *api_key;               /* resolved from api_key or api_key_env; NULL = none */

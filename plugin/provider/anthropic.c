@@ -658,6 +658,18 @@ static void anthropic_stream_free(void *v)
     free(s);
 }
 
+/* Extended thinking refuses a set temperature or top_p (the Messages API answers 400). */
+static int anthropic_check_options(const parley_options *o, char **err)
+{
+    if (o->thinking_budget_tokens > 0 && (o->temperature >= 0 || o->top_p >= 0)) {
+        *err = pstr_printf("option '%s': Anthropic's extended thinking (thinking_budget_tokens) "
+                           "does not allow it; leave it null", o->temperature >= 0 ? "temperature"
+                                                                                 : "top_p");
+        return -1;
+    }
+    return 0;
+}
+
 const provider provider_anthropic = {
     .name = "anthropic",
     .images_by_url = 1,
@@ -677,4 +689,5 @@ const provider provider_anthropic = {
     .stream_done = anthropic_stream_done,
     .error_text = llm_error_text, /* {"type":"error","error":{"type","message"}} */
     .retryable = provider_retryable_default, /* 529 overloaded_error is a 5xx */
+    .check_options = anthropic_check_options,
 };
