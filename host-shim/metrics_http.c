@@ -131,7 +131,7 @@ static void serve(int fd)
     const parley_plugin *pl = g_shim.pl;
     char *text = NULL;
     parley_status st = PARLEY_ERR_INVALID_INPUT;
-    if (SHIM_HAS_FIELD(pl, parley_plugin, metrics_prometheus) && pl->metrics_prometheus)
+    if (PARLEY_HAS_FIELD(pl, parley_plugin, metrics_prometheus) && pl->metrics_prometheus)
         st = pl->metrics_prometheus(g_shim.agent, &text);
     if (st == PARLEY_OK)
         reply(fd, "200 OK", "text/plain; version=0.0.4; charset=utf-8", text ? text : "");

@@ -176,10 +176,16 @@ parley_status agent_metrics_prometheus(parley_agent *a, char **out)
     if (!a || !out)
         return PARLEY_ERR_INVALID_INPUT;
     *out = NULL;
+    if (store_blocking(a->store) && worker_is_current(a->worker)) { /* plugin.h: [blocking] */
+        host_log(&a->host, PARLEY_LOG_WARN, "metrics_prometheus may not be called from inside "
+                 "a callback of this agent while its history_store is %s: call it from another "
+                 "thread", store_scheme(a->store));
+        return PARLEY_ERR_INVALID_INPUT;
+    }
     store_stats hs;
     memset(&hs, 0, sizeof hs);
     char *err = NULL;
-    if (a->store->backend->stats(a->store, &hs, &err) != PARLEY_OK)
+    if (store_stats_get(a->store, &hs, &err) != PARLEY_OK)
         host_log(&a->host, PARLEY_LOG_WARN, "metrics: %s", err ? err : "store stats unavailable");
     free(err);
     pbuf b = PBUF_INIT;
