@@ -265,14 +265,19 @@ static int fail_server_error(const json_t *root, char **err)
     char *text = json_error_text(root);
     const json_t *e = json_is_array(root) ? member(json_array_get(root, 0), "error")
                                           : member(root, "error");
-    const json_t *type = json_is_object(e) ? member(e, "type") : NULL;
-    const json_t *code = json_is_object(e) ? member(e, "code") : NULL;
-    int rc = fail(err, LLM_SERVER_ERROR "%s%s%s%s%s%s", text ? text : "(no message)",
-                  json_is_string(type) ? " (type " : "",
-                  json_is_string(type) ? json_string_value(type) : "",
-                  json_is_string(type) && json_is_string(code) ? ", code " : "",
-                  json_is_string(code) ? json_string_value(code) : "",
-                  json_is_string(type) ? ")" : "");
+    const json_t *t = json_is_object(e) ? member(e, "type") : NULL;
+    const json_t *c = json_is_object(e) ? member(e, "code") : NULL;
+    /* the server's words, cleaned like the message (no control characters, bounded) */
+    char *type = json_is_string(t) ? clean_text(json_string_value(t), json_string_length(t), 64)
+                                   : NULL;
+    char *code = json_is_string(c) ? clean_text(json_string_value(c), json_string_length(c), 64)
+                                   : NULL;
+    int rc = fail(err, LLM_SERVER_ERROR "%s%s%s%s%s%s%s%s", text ? text : "(no message)",
+                  type || code ? " (" : "", type ? "type " : "", type ? type : "",
+                  type && code ? ", " : "", code ? "code " : "", code ? code : "",
+                  type || code ? ")" : "");
+    free(type);
+    free(code);
     free(text);
     return rc;
 }
