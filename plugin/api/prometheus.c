@@ -163,6 +163,9 @@ static void store_families(pbuf *b, const store_stats *hs, uint64_t host_clears)
         hs->messages);
     one(b, "parley_stored_message_bytes", "gauge", "Bytes of message JSON the history store "
         "holds now.", hs->message_bytes);
+    one(b, "parley_history_trimmed_turns_total", "counter", "Turns the history store dropped "
+        "to keep history_keep_turns per conversation (since it was opened): what later turns' "
+        "history no longer holds.", hs->trimmed);
     family(b, "parley_conversations_cleared_total", "counter", "Conversations forgotten, by "
            "reason: the host cleared them, idle past history_idle_timeout_s, or evicted past "
            "max_conversations.");

@@ -188,6 +188,7 @@ typedef struct memory_store {
     uint64_t next_seq;          /* a message's position: 1, 2, ... in append order */
     size_t nturns;
     size_t nmessages;           /* of those turns */
+    size_t trimmed;             /* turns dropped by keep_turns, since open */
     size_t message_bytes;
     size_t evicted;
     size_t expired;
@@ -701,8 +702,10 @@ static void count_lifetime(conversation *c, const stored_turn *t)
 
 static void trim_turns(memory_store *m, conversation *c)
 {
-    while (m->limits.keep_turns && c->nturns > m->limits.keep_turns)
+    while (m->limits.keep_turns && c->nturns > m->limits.keep_turns) {
         drop_oldest_turn(m, c);
+        m->trimmed++;
+    }
 }
 
 /*
@@ -939,6 +942,7 @@ static parley_status memory_stats(store *s, store_stats *out, char **err)
     out->conversations = dict_size(m->by_key);
     out->turns = m->nturns;
     out->messages = m->nmessages;
+    out->trimmed = m->trimmed;
     out->message_bytes = m->message_bytes;
     out->evicted = m->evicted;
     out->expired = m->expired;

@@ -124,6 +124,7 @@ typedef struct redis_store {
     pthread_mutex_t lock;       /* guards conn: one call at a time */
     redis_conn conn;
     atomic_size_t evicted;
+    atomic_size_t trimmed; /* turns the append script dropped by keep_turns, since open */
     atomic_size_t expired;
 
     /* Leases: the list, and the thread that renews them on its own connection. */
@@ -860,6 +861,8 @@ static parley_status redis_append(store *base, const store_key *key, const store
             long long evicted = reply_int(r->element[1]);
             atomic_fetch_add(&s->evicted, evicted > 0 ? (size_t)evicted : 0);
             count_expired(s, reply_int(r->element[2]));
+            long long trimmed = r->elements > 3 ? reply_int(r->element[3]) : 0;
+            atomic_fetch_add(&s->trimmed, trimmed > 0 ? (size_t)trimmed : 0);
             freeReplyObject(r);
         }
     }
@@ -1084,6 +1087,7 @@ static parley_status redis_stats(store *base, store_stats *out, char **err)
         freeReplyObject(r);
     }
     out->evicted = atomic_load(&s->evicted);
+    out->trimmed = atomic_load(&s->trimmed);
     out->expired = atomic_load(&s->expired);
     return st;
 }

@@ -252,7 +252,9 @@
     "           bit.bor(tonumber(redis.call('HGET', ck, 'roles')) or 0, tonumber(ARGV[19])))\n" \
     "redis.call('RPUSH', tk, tid)\n"                                                            \
     "redis.call('HINCRBY', ck, 'bytes', #ARGV[12])\n"                                           \
+    "local trimmed = 0\n"                                                                       \
     "while keep > 0 and redis.call('LLEN', tk) > keep do\n"                                     \
+    "  trimmed = trimmed + 1\n"                                                                 \
     "  local old = redis.call('LPOP', tk)\n"                                                    \
     "  redis.call('HINCRBY', ck, 'bytes', -redis.call('HSTRLEN', turnkey(old), 'msgs'))\n"      \
     "  drop_turn(old)\n"                                                                        \
@@ -274,7 +276,7 @@
     "  end\n"                                                                                   \
     "end\n"                                                                                     \
     "if ours then redis.call('DEL', lease) end\n"                                               \
-    "return {1, evicted, expired}\n"
+    "return {1, evicted, expired, trimmed}\n"
 
 
 /* ARGV[4] = CID.

@@ -272,6 +272,7 @@ typedef struct totals {
     int64_t conversations;
     int64_t turns;
     int64_t message_bytes;
+    int64_t trimmed; /* turns dropped by keep_turns since open: not stored in the file */
 } totals;
 
 /* One connection and its cached statements, used under its own mutex. */
@@ -1256,6 +1257,7 @@ static int trim_turns(sqlite_store *s, conv_row *row, totals *t)
             row->message_bytes -= bytes;
             t->turns--;
             t->message_bytes -= bytes;
+            t->trimmed++;
         }
     }
     return rc;
@@ -1927,7 +1929,7 @@ static parley_status sqlite_forget(store *base, const store_key *key, char **err
     if (rc == SQLITE_OK && !key) {
         rc = sqlite3_exec(s->w.db, "DELETE FROM messages; DELETE FROM turns;"
                                  " DELETE FROM conversations;", NULL, NULL, NULL);
-        t = (totals){0, 0, 0};
+        t = (totals){0, 0, 0, s->totals.trimmed}; /* trimmed: since open, not what is held */
     } else if (rc == SQLITE_OK) {
         conv_row row;
         rc = find_conversation(&s->w, key, &row);
@@ -1994,6 +1996,7 @@ static parley_status sqlite_stats(store *base, store_stats *out, char **err)
     out->conversations = (size_t)s->totals.conversations;
     out->turns = (size_t)s->totals.turns;
     out->message_bytes = (size_t)s->totals.message_bytes;
+    out->trimmed = (size_t)s->totals.trimmed;
     out->evicted = s->evicted;
     out->expired = s->expired;
     pthread_mutex_unlock(&s->w.lock);

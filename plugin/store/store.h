@@ -140,6 +140,8 @@ typedef struct store_stats {
     size_t evicted;              /* conversations forgotten by max_conversations, since open */
     size_t expired;              /* conversations forgotten by the idle timeout, since open */
     size_t messages;             /* messages of the stored turns, now */
+    size_t trimmed;              /* turns dropped to keep keep_turns per conversation, since
+                                    open (by this process, for a shared store) */
 } store_stats;
 
 /* Version 3: a query over stored messages (borrowed for the call).  Every

@@ -129,6 +129,21 @@ class PrometheusCase(ParleyTestCase):
             if key[0].endswith("_total"):
                 self.assertGreaterEqual(after.get(key, 0), v, key)
 
+    def test_turns_the_store_trims_are_counted(self):
+        """With history_keep_turns at its default (= max_history_turns) the window never cuts:
+        the store drops the older turns, and parley_history_trimmed_turns_total says so."""
+        port = free_port()
+        with FakeLLM() as fake:
+            opts = options(fake, history_store=self.store(), max_history_turns=2)
+            with InteractiveShim(opts, extra_args=("--metrics-listen", "127.0.0.1:%d" % port)) \
+                    as sh:
+                for text in ("one", "two", "three", "four"):
+                    self.assertTurnOk(sh.turn({"text": text, "conversation_id": "t"}))
+                _, samples = self.scrape(port)
+        self.assertEqual(value(samples, "parley_history_trimmed_turns_total"), 2)
+        self.assertEqual(value(samples, "parley_stored_turns"), 2)
+        self.assertEqual(value(samples, "parley_stored_messages"), 4)
+
     def test_listen_address_must_be_loopback(self):
         with FakeLLM() as fake:
             for spec in ("0.0.0.0:9464", "192.168.1.2:9464", "127.0.0.1:0", "127.0.0.1",
