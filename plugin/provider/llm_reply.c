@@ -15,6 +15,7 @@
 #include <strings.h>
 
 #include "lib/buf.h"
+#include "lib/dict.h"
 #include "lib/json_scan.h"
 #include "provider/codec.h"
 #include "provider/sse.h"
@@ -411,6 +412,63 @@ void llm_reply_free(llm_reply *r)
     free(r->reasoning);
     free(r->provider_data);
     memset(r, 0, sizeof *r);
+}
+
+/* ------------------------------------------------------------------ */
+/* Call ids unique within a turn                                       */
+/* ------------------------------------------------------------------ */
+
+static const char *id_key(const void *entry) { return entry; }
+
+static void free_id(void *entry, void *ud)
+{
+    (void)ud;
+    free(entry);
+}
+
+void llm_call_ids_free(dict *taken)
+{
+    if (!taken)
+        return;
+    dict_foreach(taken, free_id, NULL);
+    dict_free(taken);
+}
+
+/* "call_<at>_<i>", then "call_<at>_<i>_<k>" for k = 1, 2, ... until no call of
+   the turn has it: a model may well have used the first one itself. */
+static char *fresh_id(const dict *taken, size_t at, size_t i)
+{
+    for (unsigned long k = 0;; k++) {
+        char *id = NULL;
+        int n = k ? asprintf(&id, "call_%zu_%zu_%lu", at, i, k) : asprintf(&id, "call_%zu_%zu", at, i);
+        if (n < 0)
+            return NULL;
+        if (!dict_find(taken, id))
+            return id;
+        free(id);
+    }
+}
+
+int llm_reply_claim_ids(llm_reply *r, dict **taken, size_t at)
+{
+    if (!*taken && !(*taken = dict_new(id_key)))
+        return -1;
+    for (size_t i = 0; i < r->ncalls; i++) {
+        llm_tool_call *c = &r->calls[i];
+        if (r->ids_minted || !*c->id || dict_find(*taken, c->id)) {
+            char *id = fresh_id(*taken, at, i);
+            if (!id)
+                return -1;
+            free(c->id);
+            c->id = id;
+        }
+        char *copy = strdup(c->id);
+        if (!copy || dict_add(*taken, copy) != 0) {
+            free(copy);
+            return -1;
+        }
+    }
+    return 0;
 }
 
 /* ------------------------------------------------------------------ */

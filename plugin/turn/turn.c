@@ -52,6 +52,7 @@ void turn_free(turn *t)
     pbuf_free(&t->messages);
     free(t->message_index);
     pbuf_free(&t->steps);
+    llm_call_ids_free(t->call_ids);
     pbuf_free(&t->body);
     free(t->stream_error);
     free(t->answer);
@@ -872,23 +873,6 @@ static char *call_problem(const turn *t, const turn_call *c)
     return NULL;
 }
 
-/*
- * Calls the server gave no ids (Ollama) are named by where they stand in the
- * conversation: unique in it (Anthropic needs that after a provider switch)
- * and the same whether the answer was streamed or not.
- */
-static void mint_call_ids(turn *t)
-{
-    size_t at = t->nhistory + t->nmessages;
-    for (size_t i = 0; i < t->ncalls; i++) {
-        char *id = pstr_printf("call_%zu_%zu", at, i);
-        if (!id)
-            continue; /* keep the decoder's "call_<i>" */
-        free(t->calls[i].id);
-        t->calls[i].id = id;
-    }
-}
-
 static void turn_dispatch_tools(turn *t, llm_reply *reply)
 {
     free_calls(t);
@@ -898,6 +882,11 @@ static void turn_dispatch_tools(turn *t, llm_reply *reply)
         return;
     }
     t->ncalls = reply->ncalls;
+    /* Before anything is sent or stored: ids the calls of the turn do not share. */
+    if (llm_reply_claim_ids(reply, &t->call_ids, t->nhistory + t->nmessages) != 0) {
+        turn_end(t, PARLEY_ERR_NO_MEMORY, "out of memory");
+        return;
+    }
     for (size_t i = 0; i < reply->ncalls; i++) {
         /* Take the strings over from the reply instead of copying them. */
         t->calls[i].id = reply->calls[i].id;
@@ -905,8 +894,6 @@ static void turn_dispatch_tools(turn *t, llm_reply *reply)
         t->calls[i].arguments = reply->calls[i].arguments;
         reply->calls[i].id = reply->calls[i].name = reply->calls[i].arguments = NULL;
     }
-    if (reply->ids_minted)
-        mint_call_ids(t);
     record_tool_calls(t, reply);
     t->tool_rounds++;
 

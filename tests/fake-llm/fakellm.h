@@ -139,6 +139,7 @@ struct chat_reply {
     size_t ncalls;
     const char *finish_reason;
     char *reasoning; /* [[think:TEXT]]: the reasoning, in the dialect's own field; or NULL */
+    bool ids_given;  /* [[call-ids:...]] named the calls: Ollama sends the ids too */
 };
 
 /* validate.c: validates body and fills req; on failure fills err (a 400). */

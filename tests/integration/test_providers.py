@@ -174,6 +174,54 @@ class ToolTurns(ProviderCase):
             self.assertEqual(body["format"], "")
 
 
+class DuplicateCallIds(ProviderCase):
+    """A model that repeats a call id, or names one call and not the next (Parley filled the
+    empty id with "call_<position>", the same "call_1"): ids are made unique in the turn before
+    anything is sent or stored, so no later request is refused ("Duplicate tool call id")."""
+
+    CALLS = '[[tool:turn_on {"name":"kitchen"}]] [[tool:turn_off {"name":"hall"}]] '
+
+    def check(self, provider, stream, ids):
+        lines = [{"text": self.CALLS + "[[call-ids:%s]]" % ids, "conversation_id": "c"},
+                 {"text": "thanks", "conversation_id": "c"},
+                 {"op": "history", "conversation_id": "c"}]
+        run, reqs = self.tool_conversation(provider, stream, lines)
+        first = self.assertTurnOk(run.by_seq(1))
+        self.assertTurnOk(run.by_seq(2))
+        self.assertTrue(all(r["status"] == 200 for r in reqs), reqs)
+        msgs = self.history(run, 3)["turns"][0]["messages"]
+        call_ids = [c["id"] for c in msgs[1]["tool_calls"]]
+        self.assertEqual(len(set(call_ids)), 2, call_ids)
+        self.assertNotIn("", call_ids)
+        if provider != "ollama" or "" not in ids.split(","):
+            self.assertEqual(call_ids[0], "call_1", "the model's first id is kept")
+        else:  # an Ollama reply with a call unnamed: Parley names them all by position
+            self.assertEqual(call_ids, ["call_1_0", "call_1_1"])
+        self.assertEqual([m["tool_call_id"] for m in msgs[2:4]], call_ids)
+        self.assertEqual([s["call_id"] for s in first["steps"] if s["type"] == "tool_call"],
+                         call_ids)
+
+    def test_every_provider_streamed_or_not(self):
+        for provider in PROVIDERS:
+            for stream in (False, True):
+                for ids in ("call_1,call_1", "call_1,"):
+                    with self.subTest(provider=provider, stream=stream, ids=ids):
+                        self.check(provider, stream, ids)
+
+    def test_unique_across_the_rounds_of_a_turn(self):
+        """A model that names every call "call_1", round after round."""
+        lines = [{"text": "[[fault:endless_tools]] [[call-ids:call_1]]", "conversation_id": "c"},
+                 {"op": "history", "conversation_id": "c"}]
+        for provider in PROVIDERS:
+            with self.subTest(provider=provider):
+                run, _ = self.tool_conversation(provider, False, lines, max_tool_iterations=3)
+                self.assertTurnOk(run.by_seq(1))
+                msgs = self.history(run, 2)["turns"][0]["messages"]
+                ids = [c["id"] for m in msgs for c in m.get("tool_calls", [])]
+                self.assertEqual(len(ids), 3, msgs)
+                self.assertEqual(len(set(ids)), 3, ids)
+
+
 class Reasoning(ProviderCase):
     """Reasoning never reaches response or on_delta; it is a step, stored, and sent back
     with the tool calls of its turn in each provider's form."""

@@ -878,6 +878,78 @@ static void test_stream_size_limit(void)
     free(big);
 }
 
+/* ---- call ids unique within a turn ---- */
+
+#define CALL(id) "{\"id\":" id ",\"type\":\"function\",\"function\":{\"name\":\"f\",\"arguments\":\"{}\"}}"
+
+static void decode_calls(const char *id0, const char *id1, llm_reply *r)
+{
+    char body[512];
+    snprintf(body, sizeof body,
+             "{\"choices\":[{\"message\":{\"role\":\"assistant\",\"content\":null,\"tool_calls\":["
+             CALL("%s") "," CALL("%s") "]},\"finish_reason\":\"tool_calls\"}]}", id0, id1);
+    char *err = NULL;
+    CHECK(decode(body, r, &err) == 0 && r->ncalls == 2);
+    free(err);
+}
+
+static void test_claim_ids(void)
+{
+    /* "call_1" twice, and "call_1" beside none (decoded as "call_1": its position) */
+    static const char *pairs[][2] = {{"\"call_1\"", "\"call_1\""}, {"\"call_1\"", "\"\""},
+                                     {"\"call_1\"", "null"}};
+    for (size_t k = 0; k < sizeof pairs / sizeof pairs[0]; k++) {
+        llm_reply r;
+        decode_calls(pairs[k][0], pairs[k][1], &r);
+        CHECK_STR(r.calls[1].id, "call_1"); /* what the decoders make of it */
+        dict *taken = NULL;
+        CHECK(llm_reply_claim_ids(&r, &taken, 3) == 0);
+        CHECK_STR(r.calls[0].id, "call_1");
+        CHECK_STR(r.calls[1].id, "call_3_1");
+        llm_reply_free(&r);
+
+        /* The next round of the turn says "call_1" and "call_3_1" again; a minted id the
+           model already used gets a further suffix. */
+        decode_calls("\"call_3_1\"", "\"call_1\"", &r);
+        CHECK(llm_reply_claim_ids(&r, &taken, 5) == 0);
+        CHECK_STR(r.calls[0].id, "call_5_0");
+        CHECK_STR(r.calls[1].id, "call_5_1");
+        llm_reply_free(&r);
+        decode_calls("\"call_5_1\"", "\"call_5_1\"", &r);
+        CHECK(llm_reply_claim_ids(&r, &taken, 5) == 0);
+        CHECK_STR(r.calls[0].id, "call_5_0_1");
+        CHECK_STR(r.calls[1].id, "call_5_1_1");
+        llm_reply_free(&r);
+        llm_call_ids_free(taken);
+    }
+
+    /* Streamed: the same ids as the whole reply. */
+    stream_result res = run_stream(
+        "data: {\"choices\":[{\"delta\":{\"tool_calls\":[{\"index\":0,\"id\":\"call_1\",\"function\":"
+        "{\"name\":\"f\",\"arguments\":\"{}\"}},{\"index\":1,\"id\":\"\",\"function\":{\"name\":\"g\","
+        "\"arguments\":\"{}\"}}]}}]}\n\ndata: [DONE]\n\n");
+    CHECK(res.rc == 0 && res.reply.ncalls == 2);
+    dict *taken = NULL;
+    CHECK(llm_reply_claim_ids(&res.reply, &taken, 1) == 0);
+    if (res.reply.ncalls == 2) {
+        CHECK_STR(res.reply.calls[0].id, "call_1");
+        CHECK_STR(res.reply.calls[1].id, "call_1_1");
+    }
+    result_free(&res);
+    llm_call_ids_free(taken);
+
+    /* ids_minted (Ollama without ids): every call is named by its place. */
+    llm_reply r;
+    decode_calls("\"x\"", "\"y\"", &r);
+    r.ids_minted = 1;
+    taken = NULL;
+    CHECK(llm_reply_claim_ids(&r, &taken, 2) == 0);
+    CHECK_STR(r.calls[0].id, "call_2_0");
+    CHECK_STR(r.calls[1].id, "call_2_1");
+    llm_reply_free(&r);
+    llm_call_ids_free(taken);
+}
+
 int main(void)
 {
     test_decode_content();
@@ -897,5 +969,6 @@ int main(void)
     test_stream_endings();
     test_stream_bad_chunks();
     test_stream_size_limit();
+    test_claim_ids();
     return check_report();
 }
