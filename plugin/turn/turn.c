@@ -681,6 +681,7 @@ static void turn_request(turn *t)
         turn_end(t, PARLEY_ERR_NO_MEMORY, "out of memory");
         return;
     }
+    t->requests++;
     atomic_fetch_add(&t->env->metrics->llm_requests, 1);
 }
 
@@ -764,7 +765,6 @@ static void account_reply(turn *t, const llm_reply *reply)
     t->usage.cache_read += u->cache_read;
     t->usage.cache_creation += u->cache_creation;
     t->usage.reasoning += u->reasoning;
-    t->replies++;
     atomic_fetch_add(&m->tokens_prompt, (uint64_t)u->prompt);
     atomic_fetch_add(&m->tokens_completion, (uint64_t)u->completion);
     atomic_fetch_add(&m->tokens_cache_read, (uint64_t)u->cache_read);
@@ -1256,7 +1256,7 @@ void turn_report(turn *t)
     u = put_count(u, ",\"cache_read_tokens\":", t->usage.cache_read);
     u = put_count(u, ",\"cache_creation_tokens\":", t->usage.cache_creation);
     u = put_count(u, ",\"reasoning_tokens\":", t->usage.reasoning);
-    u = put_count(u, ",\"requests\":", t->replies);
+    u = put_count(u, ",\"requests\":", t->requests);
     memcpy(u, "}", 2);
     parley_result r = {
         .struct_size = sizeof r,

@@ -153,7 +153,7 @@ struct turn {
     provider_stream *stream;
     char *stream_error;
     llm_usage usage;          /* summed over the turn's requests */
-    int replies;              /* replies decoded */
+    int requests;             /* HTTP requests started, failed and retried ones too */
     char *stop_reason;        /* the last reply's finish_reason */
     turn_call *calls;
     size_t ncalls, calls_pending;
