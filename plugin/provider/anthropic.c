@@ -23,7 +23,7 @@
 #include "provider/sse.h"
 
 #define MAX_SSE_SIZE (8u << 20)
-#define MAX_BLOCKS 256
+#define MAX_BLOCKS (LLM_MAX_TOOL_CALLS + 256) /* tool calls, and text and thinking beside */
 
 static int anthropic_headers(const parley_options *o, struct curl_slist **list)
 {
@@ -311,6 +311,7 @@ typedef struct block {
 typedef struct builder {
     block *blocks;
     size_t n;
+    size_t ncalls;    /* tool_use blocks started */
     char *stop_reason;
     llm_usage usage;
 } builder;
@@ -352,6 +353,8 @@ static int block_start(builder *b, size_t index, const json_t *cb, char **err)
     block *k = &b->blocks[index];
     if (k->type)
         return (*err = pstr_printf("content block %zu started twice", index)), -1;
+    if (strcmp(type, "tool_use") == 0 && b->ncalls++ == LLM_MAX_TOOL_CALLS)
+        return llm_too_many_calls(err);
     if (!(k->type = strdup(type)))
         return codec_oom(err);
     if (strcmp(type, "tool_use") == 0) {

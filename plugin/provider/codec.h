@@ -21,6 +21,8 @@ char *llm_arguments_text(const json_t *obj);           /* an arguments object as
 /* Fill a call: empty id -> "call_<pos>", NULL/empty arguments -> "{}". */
 int llm_fill_call(llm_tool_call *c, size_t pos, const char *id, const char *name,
                   const char *arguments, char **err);
+/* *err = "the answer has more than LLM_MAX_TOOL_CALLS tool calls"; -1. */
+int llm_too_many_calls(char **err);
 /* Move text into out->content: "" without tool calls, NULL beside them when empty. */
 int llm_set_content(llm_reply *out, pbuf *text, char **err);
 

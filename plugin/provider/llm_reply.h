@@ -16,6 +16,14 @@
 
 #include "lib/dict.h"
 
+/*
+ * The most tool calls one answer may hold: the same streamed or not, on every
+ * provider.  More is PARLEY_ERR_BAD_RESPONSE, "the answer has more than 1024
+ * tool calls".  It bounds what a looping or hostile server makes Parley hold
+ * (a stream's calls are gathered as they come) and the host run in one round.
+ */
+#define LLM_MAX_TOOL_CALLS 1024
+
 typedef struct llm_tool_call {
     char *id;        /* the model's call id; "call_<position>" when the server gave none
                         (llm_reply_claim_ids makes them unique in the turn) */

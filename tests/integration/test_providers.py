@@ -222,6 +222,29 @@ class DuplicateCallIds(ProviderCase):
                 self.assertEqual(len(set(ids)), 3, ids)
 
 
+class ManyToolCalls(ProviderCase):
+    """One limit on the tool calls of one answer, the same streamed or not, on every provider:
+    129 work (a stream used to stop at 128), 1024 is the most, 1025 is a bad response."""
+
+    def turn(self, provider, stream, n):
+        lines = [{"text": "[[tool:no_such_tool {}]]" * n, "conversation_id": "c"}]
+        with FakeLLM() as fake:
+            run = self.run_ok(lines, provider_options(fake, provider, stream=stream),
+                              tools="demo")
+        return run.by_seq(1)
+
+    def test_same_both_ways(self):
+        for provider in PROVIDERS:
+            for stream in (False, True):
+                with self.subTest(provider=provider, stream=stream):
+                    res = self.assertTurnOk(self.turn(provider, stream, 129))
+                    self.assertEqual(sum(s["type"] == "tool_call" for s in res["steps"]), 129)
+                    res = self.turn(provider, stream, 1025)
+                    self.assertTurnError(res, "bad_response")
+                    self.assertIn("the answer has more than 1024 tool calls",
+                                  res["error"]["message"])
+
+
 class Reasoning(ProviderCase):
     """Reasoning never reaches response or on_delta; it is a step, stored, and sent back
     with the tool calls of its turn in each provider's form."""

@@ -597,11 +597,8 @@ static void test_stream_tool_call_indexes(void)
     }
     result_free(&res);
 
-    expect_stream_error("data: {\"choices\":[{\"delta\":{\"tool_calls\":[{\"index\":128,\"function\":"
-                        "{\"name\":\"f\"}}]}}]}\n\n",
-                        "index 128 is out of range");
     expect_stream_error("data: {\"choices\":[{\"delta\":{\"tool_calls\":[{\"index\":-1}]}}]}\n\n",
-                        "index -1 is out of range");
+                        "index -1 is negative");
     expect_stream_error("data: {\"choices\":[{\"delta\":{\"tool_calls\":[{\"index\":\"0\"}]}}]}\n\n",
                         "index is a string, not an integer");
     expect_stream_error("data: {\"choices\":[{\"delta\":{\"tool_calls\":[{\"index\":0,\"function\":"
@@ -686,12 +683,12 @@ static void test_stream_odd_tool_calls(void)
     }
     result_free(&res);
 
-    /* More index-less calls than a stream may hold. */
+    /* More index-less calls than an answer may hold. */
     pbuf many = PBUF_INIT;
-    for (int i = 0; i <= 128; i++)
+    for (int i = 0; i <= LLM_MAX_TOOL_CALLS; i++)
         pbuf_printf(&many, "data: {\"choices\":[{\"delta\":{\"tool_calls\":[{\"id\":\"c%d\","
                     "\"function\":{\"name\":\"f\"}}]}}]}\n\n", i);
-    expect_stream_error(many.data, "more than 128 tool calls");
+    expect_stream_error(many.data, "the answer has more than 1024 tool calls");
     pbuf_free(&many);
 
     expect_stream_error("data: {\"choices\":[{\"delta\":{\"tool_calls\":[7]}}]}\n\n",
@@ -878,6 +875,67 @@ static void test_stream_size_limit(void)
     free(big);
 }
 
+/* ---- one limit on tool calls, streamed or not ---- */
+
+static void whole_with_calls(pbuf *b, int n)
+{
+    pbuf_reset(b);
+    pbuf_puts(b, "{\"choices\":[{\"message\":{\"role\":\"assistant\",\"content\":null,\"tool_calls\":[");
+    for (int i = 0; i < n; i++)
+        pbuf_printf(b, "%s{\"id\":\"c%d\",\"type\":\"function\",\"function\":{\"name\":\"f\","
+                       "\"arguments\":\"{}\"}}", i ? "," : "", i);
+    pbuf_puts(b, "]},\"finish_reason\":\"tool_calls\"}]}");
+}
+
+static void stream_with_calls(pbuf *b, int n, int stride)
+{
+    pbuf_reset(b);
+    for (int i = 0; i < n; i++)
+        pbuf_printf(b, "data: {\"choices\":[{\"delta\":{\"tool_calls\":[{\"index\":%d,\"id\":\"c%d\","
+                       "\"function\":{\"name\":\"f\",\"arguments\":\"{}\"}}]}}]}\n\n", i * stride, i);
+    pbuf_puts(b, "data: [DONE]\n\n");
+}
+
+static void test_tool_call_limit(void)
+{
+    pbuf b = PBUF_INIT;
+    llm_reply r;
+    char *err = NULL;
+    /* 129 calls (a stream's old limit was 128) and the most an answer may hold: both ways */
+    static const int fine[] = {129, LLM_MAX_TOOL_CALLS};
+    for (size_t k = 0; k < 2; k++) {
+        whole_with_calls(&b, fine[k]);
+        CHECK(llm_reply_decode(b.data, b.len, &r, &err) == 0 && r.ncalls == (size_t)fine[k]);
+        llm_reply_free(&r);
+        stream_with_calls(&b, fine[k], 1);
+        stream_result res = run_stream(b.data);
+        CHECK(res.rc == 0 && res.reply.ncalls == (size_t)fine[k]);
+        result_free(&res);
+    }
+    /* one more: the same error both ways */
+    whole_with_calls(&b, LLM_MAX_TOOL_CALLS + 1);
+    CHECK(llm_reply_decode(b.data, b.len, &r, &err) == -1);
+    CHECK_STR(err, "the answer has more than 1024 tool calls");
+    free(err);
+    stream_with_calls(&b, LLM_MAX_TOOL_CALLS + 1, 1);
+    expect_stream_error(b.data, "the answer has more than 1024 tool calls");
+    /* sparse indexes take no room: index 128, 5000 and 2^53 + 1 are three calls, in order */
+    stream_result res = run_stream(
+        "data: {\"choices\":[{\"delta\":{\"tool_calls\":[{\"index\":5000,\"id\":\"b\",\"function\":"
+        "{\"name\":\"f\"}},{\"index\":9007199254740993,\"id\":\"c\",\"function\":{\"name\":\"f\"}},"
+        "{\"index\":128,\"id\":\"a\",\"function\":{\"name\":\"f\"}}]}}]}\n\n"
+        "data: {\"choices\":[{\"delta\":{\"tool_calls\":[{\"index\":5000,\"function\":"
+        "{\"arguments\":\"{}\"}}]}}]}\n\ndata: [DONE]\n\n");
+    CHECK(res.rc == 0 && res.reply.ncalls == 3);
+    if (res.reply.ncalls == 3) {
+        CHECK_STR(res.reply.calls[0].id, "a");
+        CHECK_STR(res.reply.calls[1].id, "b");
+        CHECK_STR(res.reply.calls[2].id, "c");
+    }
+    result_free(&res);
+    pbuf_free(&b);
+}
+
 /* ---- call ids unique within a turn ---- */
 
 #define CALL(id) "{\"id\":" id ",\"type\":\"function\",\"function\":{\"name\":\"f\",\"arguments\":\"{}\"}}"
@@ -970,5 +1028,6 @@ int main(void)
     test_stream_bad_chunks();
     test_stream_size_limit();
     test_claim_ids();
+    test_tool_call_limit();
     return check_report();
 }
