@@ -43,8 +43,10 @@ static toolset *tool_subset(const char *who, json_t *names, const toolset *agent
             goto done;
         }
         if (!toolset_has(agent_tools, n)) {
-            *err = pstr_printf("option 'personas': persona \"%s\": tool \"%.64s\" is not one of "
-                               "the agent's tools", who, n);
+            char *q = utf8_quotable(n, json_string_length(name), 64);
+            *err = pstr_printf("option 'personas': persona \"%s\": tool \"%s\" is not one of "
+                               "the agent's tools", who, q ? q : "?");
+            free(q);
             goto done;
         }
         size_t k;
@@ -133,9 +135,11 @@ static int parse_one(const char *name, json_t *obj, const toolset *agent_tools, 
         while (k < sizeof KEYS / sizeof KEYS[0] && strcmp(KEYS[k], key) != 0)
             k++;
         if (k == sizeof KEYS / sizeof KEYS[0]) {
-            *err = pstr_printf("option 'personas': persona \"%s\": unknown key \"%.64s\" "
+            char *q = utf8_quotable(key, strlen(key), 64);
+            *err = pstr_printf("option 'personas': persona \"%s\": unknown key \"%s\" "
                                "(known: prompt, model, temperature, top_p, max_tokens, tools, "
-                               "max_history_turns)", name, key);
+                               "max_history_turns)", name, q ? q : "?");
+            free(q);
             return -1;
         }
     }
@@ -226,9 +230,11 @@ int persona_check_name(const persona_set *s, const char *name, int all_ok, const
     if (!*name || persona_find(s, name) || (all_ok && strcmp(name, "*") == 0))
         return 0;
     char *names = persona_names(s);
-    *err = pstr_printf("%s: unknown persona \"%.64s\" (%s%s)", where, name,
+    char *q = utf8_quotable(name, strlen(name), 64); /* the host's bytes: maybe not UTF-8 */
+    *err = pstr_printf("%s: unknown persona \"%s\" (%s%s)", where, q ? q : "?",
                        s->n ? "personas: " : "the option 'personas' names none",
                        s->n && names ? names : "");
+    free(q);
     free(names);
     return -1;
 }

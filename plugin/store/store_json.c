@@ -84,7 +84,7 @@ parley_status store_json_damaged(const char *store_name, const char *conversatio
                                  size_t conversation_id_len, char **err)
 {
     if (err) {
-        char *id = utf8_quotable(conversation_id, conversation_id_len);
+        char *id = utf8_quotable(conversation_id, conversation_id_len, conversation_id_len);
         *err = pstr_printf("%s: conversation '%s' holds a damaged message (not a JSON object); "
                            "clear the conversation", store_name, id ? id : "?");
         free(id);

@@ -7,6 +7,7 @@
 
 #include "check.h"
 #include "config/persona.h"
+#include "lib/utf8.h"
 
 static int contains(const char *s, const char *part) { return s && strstr(s, part) != NULL; }
 
@@ -87,6 +88,40 @@ static void test_parse(void)
     toolset_free(agent);
 }
 
+/* Error text quoting a name is UTF-8 whatever the name: bytes that are not, and control
+   characters, as \xNN; a long name cut at a character's start, never inside one. */
+static void test_quoting(void)
+{
+    char *err = NULL;
+    toolset *agent = toolset_parse(TOOLS, NULL, &err);
+    persona_set s;
+    CHECK(persona_set_parse("{\"chef\": {\"prompt\": \"p\"}}", agent, &s, &err) == 0);
+    CHECK(persona_check_name(&s, "\xff\xfe" "chef\x01", 0, "input 'persona'", &err) == -1);
+    CHECK(err && utf8_valid(err, strlen(err)));
+    CHECK(contains(err, "input 'persona': unknown persona \"\\xFF\\xFEchef\\x01\""));
+    free(err);
+    char long_name[128] = "a";
+    for (int i = 0; i < 40; i++)
+        strcat(long_name, "\xc3\xa9"); /* é: 81 bytes, the 64th byte inside a character */
+    CHECK(persona_check_name(&s, long_name, 0, "x", &err) == -1);
+    CHECK(err && utf8_valid(err, strlen(err)));
+    char want[128];
+    snprintf(want, sizeof want, "unknown persona \"%.63s...\"", long_name);
+    CHECK(contains(err, want));
+    free(err);
+    persona_set_free(&s);
+    char json[256];
+    snprintf(json, sizeof json, "{\"a\": {\"prompt\": \"p\", \"tools\": [\"%s\"]}}", long_name);
+    CHECK(persona_set_parse(json, agent, &s, &err) == -1);
+    CHECK(err && utf8_valid(err, strlen(err)));
+    free(err);
+    snprintf(json, sizeof json, "{\"a\": {\"prompt\": \"p\", \"%s\": 1}}", long_name);
+    CHECK(persona_set_parse(json, agent, &s, &err) == -1);
+    CHECK(err && utf8_valid(err, strlen(err)));
+    free(err);
+    toolset_free(agent);
+}
+
 /* Worker threads bump counters of new and known personas while a host thread prints them. */
 static persona_metrics shared;
 static atomic_int stop_printing;
@@ -145,6 +180,7 @@ static void test_counters(void)
 
 int main(void)
 {
+    test_quoting();
     test_parse();
     test_counters();
     test_counters_threads();

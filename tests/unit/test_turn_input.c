@@ -193,6 +193,15 @@ int main(void)
     CHECK_STR(reply_outcome_name(REPLY_NOT_FOUND), "not_found");
 
     test_append_bad_utf8(cfg);
+    /* a persona given through the ABI that is not UTF-8 is never quoted raw */
+    parley_input bad_persona = {.struct_size = sizeof bad_persona, .text = "hello",
+                                .conversation_id = "c", .persona = "k\xc3\x28\xff"};
+    st = PARLEY_OK;
+    err = NULL;
+    t = turn_input_accept(cfg, 3, &bad_persona, done_cb, NULL, &st, &err);
+    CHECK(!t && st == PARLEY_ERR_INVALID_INPUT);
+    CHECK(err && utf8_valid(err, strlen(err)) && strstr(err, "\"k\\xC3(\\xFF\""));
+    free(err);
     config_unref(cfg);
     return check_report();
 }
