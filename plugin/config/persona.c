@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "lib/buf.h"
+#include "lib/unicode_name.h"
 #include "lib/utf8.h"
 
 static int valid_name(const char *s)
@@ -123,6 +124,13 @@ static int parse_one(const char *name, json_t *obj, const toolset *agent_tools, 
                            "without control characters", PERSONA_MAX_NAME);
         return -1;
     }
+    unsigned cp = 0;
+    const char *why = unicode_name_problem(name, strlen(name), &cp);
+    if (why) { /* names that print alike must be one persona: see unicode_name.h */
+        *err = pstr_printf("option 'personas': persona \"%s\": holds U+%04X, %s; write names in "
+                           "NFC without invisible characters", name, cp, why);
+        return -1;
+    }
     if (!json_is_object(obj)) {
         *err = pstr_printf("option 'personas': persona \"%s\": must be an object with a 'prompt'",
                            name);
@@ -231,9 +239,14 @@ int persona_check_name(const persona_set *s, const char *name, int all_ok, const
         return 0;
     char *names = persona_names(s);
     char *q = utf8_quotable(name, strlen(name), 64); /* the host's bytes: maybe not UTF-8 */
-    *err = pstr_printf("%s: unknown persona \"%s\" (%s%s)", where, q ? q : "?",
+    unsigned cp = 0;
+    const char *why = utf8_valid(name, strlen(name)) ? unicode_name_problem(name, strlen(name), &cp)
+                                                     : NULL;
+    char *hint = why ? pstr_printf("; it holds U+%04X, %s", cp, why) : NULL;
+    *err = pstr_printf("%s: unknown persona \"%s\" (%s%s%s)", where, q ? q : "?",
                        s->n ? "personas: " : "the option 'personas' names none",
-                       s->n && names ? names : "");
+                       s->n && names ? names : "", hint ? hint : "");
+    free(hint);
     free(q);
     free(names);
     return -1;
