@@ -536,12 +536,6 @@ static void skipped_damaged(redis_store *s, const char *conversation_id, size_t 
     free(why);
 }
 
-/* msgs holds `count` message objects (a trailing ',' allowed). */
-static int messages_ok(const char *msgs, size_t len, long long count)
-{
-    return count == 0 ? len == 0 : store_json_object_list(msgs, len) == count;
-}
-
 static void count_expired(redis_store *s, long long n)
 {
     if (n > 0)
@@ -680,8 +674,6 @@ static parley_status redis_load(store *base, const store_key *key, size_t last_t
         const char *msgs = is_array(r, 3) ? reply_str(r->element[2], &len) : NULL;
         if (!msgs) {
             st = bad_reply(s, r, err);
-        } else if (!messages_ok(msgs, len, reply_int(r->element[1]))) {
-            st = damaged(s, r, key->conversation_id, strlen(key->conversation_id), err);
         } else {
             count_expired(s, reply_int(r->element[0]));
             pbuf_append(out, msgs, len);
@@ -1390,8 +1382,6 @@ static parley_status redis_load_turn(store *base, const store_key *key, const ch
     const char *msgs = in == 0 && r->elements >= 5 ? reply_str(r->element[4], &len) : NULL;
     if (copy_id(r->element[1], found) != 0 || (in != 0 && in != 1) || (in == 0 && !msgs))
         return bad_reply(s, r, err);
-    if (in == 0 && !messages_ok(msgs, len, reply_int(r->element[3])))
-        return damaged(s, r, key->conversation_id, strlen(key->conversation_id), err);
     if (turn_id_out)
         memcpy(turn_id_out, found, strlen(found) + 1);
     *in_window = (int)in;

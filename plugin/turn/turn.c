@@ -11,6 +11,7 @@
 #include "lib/host_log.h"
 #include "engine/store_jobs.h"
 #include "engine/tool_handle.h"
+#include "store/store_json.h"
 #include "lib/utf8.h"
 
 static void free_calls(turn *t)
@@ -651,9 +652,16 @@ static void turn_request(turn *t)
         return;
     }
     if (render_request(t, &err) != 0) {
-        /* Only a store holding something that is not a message gets here. */
-        char *m = pstr_printf("cannot build the request: %s", err ? err : "out of memory");
-        turn_end(t, PARLEY_ERR_INTERNAL, m ? m : "cannot build the request");
+        /* Only a store holding something that is not a message gets here: checked now, on
+           the failure path (store_json_object_list), so every turn does not pay for it. */
+        char *m = NULL;
+        parley_status st = PARLEY_ERR_INTERNAL;
+        if (t->history.len && store_json_object_list(t->history.data, t->history.len) < 0 &&
+            t->conversation_id)
+            st = store_json_damaged("history", t->conversation_id, strlen(t->conversation_id), &m);
+        else
+            m = pstr_printf("cannot build the request: %s", err ? err : "out of memory");
+        turn_end(t, st, m ? m : "cannot build the request");
         free(m);
         free(err);
         return;
