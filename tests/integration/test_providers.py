@@ -12,6 +12,8 @@ the published references:
 """
 import json
 import os
+import shutil
+import sqlite3
 import subprocess
 import tempfile
 import unittest
@@ -220,6 +222,51 @@ class DuplicateCallIds(ProviderCase):
                 ids = [c["id"] for m in msgs for c in m.get("tool_calls", [])]
                 self.assertEqual(len(ids), 3, msgs)
                 self.assertEqual(len(set(ids)), 3, ids)
+
+
+class LegacyDuplicateIds(ProviderCase):
+    """A history an older Parley stored with one call id twice in an assistant message (and the
+    results answering both with it) is sent with the second call and its result renamed, so the
+    conversation goes on under every provider; the stored text stays as it was."""
+
+    def test_poisoned_history_goes_on(self):
+        with tempfile.TemporaryDirectory(prefix="parley-legacy-") as d, FakeLLM() as fake:
+            path = os.path.join(d, "history.db")
+            text = '[[tool:turn_on {"name":"kitchen"}]] [[tool:turn_off {"name":"hall"}]]'
+            run = self.run_ok([{"text": text, "conversation_id": "c"}],
+                              provider_options(fake, "openai", history_store="sqlite:" + path),
+                              tools="demo")
+            self.assertTurnOk(run.by_seq(1))
+            db = sqlite3.connect(path)
+            with db:  # what an older Parley stored for "call_1" and ""
+                for row, js in db.execute("SELECT id, json FROM messages ORDER BY id").fetchall():
+                    m = json.loads(js)
+                    for c in m.get("tool_calls", []):
+                        c["id"] = "call_1"
+                    if "tool_call_id" in m:
+                        m["tool_call_id"] = "call_1"
+                    db.execute("UPDATE messages SET json = ? WHERE id = ?",
+                               (json.dumps(m, separators=(",", ":")), row))
+            db.close()
+            for provider in PROVIDERS:
+                for stream in (False, True):
+                    with self.subTest(provider=provider, stream=stream):
+                        copy = os.path.join(d, "%s-%d.db" % (provider, stream))
+                        shutil.copyfile(path, copy)  # each from the same poisoned history
+                        run = self.run_ok([{"text": "and now? [[ask]]", "conversation_id": "c"},
+                                           {"op": "history", "conversation_id": "c"}],
+                                          provider_options(fake, provider, stream=stream,
+                                                           history_store="sqlite:" + copy),
+                                          tools="demo")
+                        self.assertTurnOk(run.by_seq(1))
+                        body = llm_requests(fake, provider)[-1]["body"]
+                        sent = json.dumps(body)
+                        if provider != "ollama":
+                            self.assertIn('"call_1_2"', sent)
+                        # the stored text is unchanged: the renames live in requests only
+                        first = self.history(run, 2)["turns"][0]["messages"]
+                        self.assertEqual([c["id"] for c in first[1]["tool_calls"]],
+                                         ["call_1", "call_1"])
 
 
 class ManyToolCalls(ProviderCase):
