@@ -161,7 +161,9 @@ static void scan_call_string(call_ids *ids, const char *s, size_t len, int *repe
 static const char *scan_message(const char *p, const char *end, int *as_is, int *repeats)
 {
     int depth = 0, expect_key = 0;
-    call_ids ids = {.n = 0};
+    call_ids ids; /* not zeroed whole: at[] and len[] are read only as far as n */
+    ids.n = 0;
+    ids.in_calls = ids.key = ids.want_id = 0;
     *as_is = 1;
     *repeats = 0;
     if (p >= end || *p != '{')
