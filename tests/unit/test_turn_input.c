@@ -5,8 +5,8 @@
 #include <string.h>
 
 #include "check.h"
-#include "config/config.h"
 #include "config/selector.h"
+#include "engine/config.h"
 #include "lib/utf8.h"
 #include "turn/turn_append.h"
 #include "turn/turn_input.h"
