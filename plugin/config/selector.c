@@ -71,7 +71,8 @@ static const char *key_of_bad_byte(const char *json)
     if (in_string && is_key)
         return "selector"; /* the bad byte is in a key: no name to give */
     for (size_t k = 0; k < sizeof KNOWN_KEYS / sizeof KNOWN_KEYS[0]; k++)
-        if (strlen(KNOWN_KEYS[k]) == key_len && memcmp(KNOWN_KEYS[k], json + key_start, key_len) == 0)
+        if (strlen(KNOWN_KEYS[k]) == key_len &&
+            memcmp(KNOWN_KEYS[k], json + key_start, key_len) == 0)
             return KNOWN_KEYS[k];
     return "selector";
 }

@@ -83,8 +83,8 @@ static int in(const range *r, size_t n, uint32_t cp)
 static int composes(uint32_t prev, uint32_t mark)
 {
     if (IN(ACCENTS, mark))
-        return IN(ACCENTED, prev) ||
-               (mark == 0x0338 && ((prev >= 0x3C && prev <= 0x3E) || (prev >= 0x2190 && prev <= 0x22FF)));
+        return IN(ACCENTED, prev) || (mark == 0x0338 && ((prev >= 0x3C && prev <= 0x3E) ||
+                                                         (prev >= 0x2190 && prev <= 0x22FF)));
     if (mark >= 0x1161 && mark <= 0x1175) /* a vowel after a leading consonant */
         return prev >= 0x1100 && prev <= 0x1112;
     if (mark >= 0x11A8 && mark <= 0x11C2) /* a final after a vowel, or a syllable without one */
@@ -106,7 +106,8 @@ static uint32_t decode(const unsigned char *s, size_t *len)
     if (s[0] < 0xE0)
         return *len = 2, (uint32_t)(s[0] & 0x1F) << 6 | (s[1] & 0x3F);
     if (s[0] < 0xF0)
-        return *len = 3, (uint32_t)(s[0] & 0x0F) << 12 | (uint32_t)(s[1] & 0x3F) << 6 | (s[2] & 0x3F);
+        return *len = 3,
+               (uint32_t)(s[0] & 0x0F) << 12 | (uint32_t)(s[1] & 0x3F) << 6 | (s[2] & 0x3F);
     return *len = 4, (uint32_t)(s[0] & 0x07) << 18 | (uint32_t)(s[1] & 0x3F) << 12 |
                          (uint32_t)(s[2] & 0x3F) << 6 | (s[3] & 0x3F);
 }

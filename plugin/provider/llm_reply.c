@@ -439,7 +439,8 @@ static char *fresh_id(const dict *taken, size_t at, size_t i)
 {
     for (unsigned long k = 0;; k++) {
         char *id = NULL;
-        int n = k ? asprintf(&id, "call_%zu_%zu_%lu", at, i, k) : asprintf(&id, "call_%zu_%zu", at, i);
+        int n = k ? asprintf(&id, "call_%zu_%zu_%lu", at, i, k)
+                  : asprintf(&id, "call_%zu_%zu", at, i);
         if (n < 0)
             return NULL;
         if (!dict_find(taken, id))
@@ -1250,7 +1251,9 @@ static int fast_merge_call(llm_stream *s, const fast_call_delta *d, char **err)
     int rc = (d->call.has_id && !id) || (d->call.has_name && !name) ? fail_oom(err) : 0;
     if (rc == 0) {
         size_t index = d->has_index ? d->index : implicit_index(s, id, name);
-        rc = open_slot(s, index, &slot, err) != 0 || note_call(s, slot, id, name, err) != 0 ? -1 : 0;
+        rc = open_slot(s, index, &slot, err) != 0 || note_call(s, slot, id, name, err) != 0
+                 ? -1
+                 : 0;
     }
     free(id);
     free(name);
