@@ -943,10 +943,13 @@ static int checkpoint(sqlite_store *s, sqlite3 *db, int mode, int *log_pages, in
     return rc;
 }
 
-/* Remember which file PATH-wal is now: the WAL SQLite opened and keeps open. */
+/* Remember which file PATH-wal is now: the WAL SQLite opened and keeps open
+ * (a read opens it: switching a new file to WAL mode does not). */
 static void remember_wal(sqlite_store *s)
 {
     struct stat st;
+    int64_t one = 0;
+    query_int(s->w.db, "SELECT count(*) FROM store_meta", &one);
     s->wal_known = s->wal_path && stat(s->wal_path, &st) == 0;
     if (s->wal_known) {
         s->wal_dev = st.st_dev;
@@ -1293,13 +1296,14 @@ static parley_status sqlite_open(const store_config *cfg, store **out, char **er
     if (st != PARLEY_OK) {
         /* A refused file is left as it was: without the -wal and -shm files
          * SQLite made for it (and keeps: no checkpoint on close), removed
-         * while PATH-lock is still held. */
+         * while PATH-lock is still held, nor a PATH-lock this open made. */
         disconnect(s);
         if (!had_wal)
             unlink(s->wal_path);
         if (!had_shm && shm_path)
             unlink(shm_path);
         free(shm_path);
+        forget_lock_file(s);
         free_store(s);
         return st;
     }
