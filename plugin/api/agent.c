@@ -331,10 +331,21 @@ static store_key key_for(const char *conversation_id)
     return (store_key){.conversation_id = conversation_id, .persona = "", .interface_type = ""};
 }
 
-/* Hand a store read to the host: its JSON in *out, or the status (the message is dropped:
- * the ABI's read functions return a status only). */
-static parley_status read_result(parley_status st, pbuf *b, char *err, char **out)
+static char *status_error_json(parley_status st, const char *field, const char *message);
+
+/* Hand a store read to the host: its JSON in *out, or the status.  A failure
+ * other than NOT_FOUND is logged as "what: the store's words" (SQLite's reason
+ * for a damaged file) and, unless *out already says something, handed back in
+ * *out as {"error":{"status","field":"history_store","message"}}. */
+static parley_status read_result(parley_agent *a, const char *what, parley_status st, pbuf *b,
+                                 char *err, char **out)
 {
+    if (st != PARLEY_OK && st != PARLEY_ERR_NOT_FOUND) {
+        const char *why = err ? err : status_name(st);
+        host_log(&a->host, PARLEY_LOG_WARN, "%s: %s", what, why);
+        if (!*out)
+            *out = status_error_json(st, "history_store", why);
+    }
     free(err);
     if (st == PARLEY_OK && !(*out = pbuf_take(b)))
         st = PARLEY_ERR_NO_MEMORY;
@@ -351,7 +362,7 @@ parley_status agent_history_get(parley_agent *a, const char *id, char **out)
     pbuf b = PBUF_INIT;
     char *err = NULL;
     parley_status st = a->store->backend->get_conversation(a->store, &key, clock_wall_ms(), &b, &err);
-    return read_result(st, &b, err, out);
+    return read_result(a, "history_get", st, &b, err, out);
 }
 
 parley_status agent_turn_get(parley_agent *a, const char *turn_id, char **out)
@@ -362,7 +373,7 @@ parley_status agent_turn_get(parley_agent *a, const char *turn_id, char **out)
     pbuf b = PBUF_INIT;
     char *err = NULL;
     parley_status st = a->store->backend->get_turn(a->store, turn_id, clock_wall_ms(), &b, &err);
-    return read_result(st, &b, err, out);
+    return read_result(a, "turn_get", st, &b, err, out);
 }
 
 parley_status agent_conversations_list(parley_agent *a, char **out)
@@ -373,7 +384,7 @@ parley_status agent_conversations_list(parley_agent *a, char **out)
     pbuf b = PBUF_INIT;
     char *err = NULL;
     parley_status st = a->store->backend->list(a->store, clock_wall_ms(), &b, &err);
-    return read_result(st, &b, err, out);
+    return read_result(a, "conversations_list", st, &b, err, out);
 }
 
 parley_status agent_history_clear(parley_agent *a, const char *id)
@@ -451,11 +462,9 @@ parley_status agent_history_query(parley_agent *a, const char *query_json, char 
         free(cursor);
         if (b.oom)
             st = PARLEY_ERR_NO_MEMORY;
-    } else if (err) {
-        host_log(&a->host, PARLEY_LOG_WARN, "history_query: %s", err);
     }
     query_request_free(&r);
-    return read_result(st, &b, err, out);
+    return read_result(a, "history_query", st, &b, err, out);
 }
 
 parley_status agent_message_get(parley_agent *a, const char *message_id, char **out)
@@ -469,7 +478,7 @@ parley_status agent_message_get(parley_agent *a, const char *message_id, char **
     char *err = NULL;
     parley_status st =
         a->store->backend->get_message(a->store, message_id, clock_wall_ms(), &b, &err);
-    return read_result(st, &b, err, out);
+    return read_result(a, "message_get", st, &b, err, out);
 }
 
 /* A selector's persona must be one of the current options' personas ("" = none;
@@ -514,7 +523,7 @@ parley_status agent_history_get_by(parley_agent *a, const char *selector_json, c
     parley_status st =
         a->store->backend->get_conversation(a->store, &sel.key, clock_wall_ms(), &b, &err);
     selector_free(&sel);
-    return read_result(st, &b, err, out);
+    return read_result(a, "history_get_by", st, &b, err, out);
 }
 
 parley_status agent_message_find(parley_agent *a, const char *selector_json, char **out)
@@ -543,11 +552,7 @@ parley_status agent_message_find(parley_agent *a, const char *selector_json, cha
         pbuf b = PBUF_INIT;
         st = a->store->backend->find_message(a->store, &sel.key, sel.interface_message_id,
                                              clock_wall_ms(), &b, &err);
-        if (st == PARLEY_ERR_STORAGE) { /* the store's words, as the header promises */
-            host_log(&a->host, PARLEY_LOG_WARN, "message_find: %s", err ? err : "store failed");
-            *out = status_error_json(st, "history_store", err ? err : "the store failed");
-        }
-        st = read_result(st, &b, err, out);
+        st = read_result(a, "message_find", st, &b, err, out); /* the store's words */
         err = NULL;
     }
     free(err);
@@ -603,6 +608,9 @@ static json_t *personas_of(parley_agent *a, const store_key *key, parley_status 
         *st = a->store->backend->query(a->store, &q, clock_wall_ms(), &b, &count, &q.after, &more,
                                        &err);
         pbuf_putc(&b, ']');
+        if (*st != PARLEY_OK)
+            host_log(&a->host, PARLEY_LOG_WARN, "history_clear_by: %s",
+                     err ? err : status_name(*st));
         free(err);
         json_t *msgs = *st == PARLEY_OK && !b.oom ? json_loadb(b.data, b.len, 0, NULL) : NULL;
         if (*st == PARLEY_OK && !msgs)
@@ -625,13 +633,18 @@ static json_t *personas_of(parley_agent *a, const store_key *key, parley_status 
 }
 
 /* The store's conversation list, parsed: {"conversations":[...]}.  NULL with *st on failure. */
-static json_t *listed_conversations(parley_agent *a, parley_status *st)
+static json_t *listed_conversations(parley_agent *a, parley_status *st, char **out)
 {
     pbuf b = PBUF_INIT;
     char *err = NULL;
     *st = a->store->backend->list(a->store, clock_wall_ms(), &b, &err);
-    if (err)
-        host_log(&a->host, PARLEY_LOG_WARN, "conversations list: %s", err);
+    if (*st != PARLEY_OK) { /* logged, and in *out (if given) the store's words */
+        pbuf_free(&b);
+        char *ignored = NULL;
+        read_result(a, "conversations_list", *st, &b, err, out ? out : &ignored);
+        free(ignored);
+        return NULL;
+    }
     free(err);
     json_t *root = *st == PARLEY_OK && !b.oom ? json_loadb(b.data, b.len, 0, NULL) : NULL;
     if (*st == PARLEY_OK && !json_is_object(root))
@@ -654,7 +667,7 @@ static int listed_field_is(json_t *conversation, const char *member, const char 
 /* personas_of for a store without queries: from its conversation list. */
 static json_t *personas_listed(parley_agent *a, const store_key *key, parley_status *st)
 {
-    json_t *root = listed_conversations(a, st);
+    json_t *root = listed_conversations(a, st, NULL);
     json_t *personas = root ? json_object() : NULL;
     size_t i;
     json_t *c;
@@ -717,7 +730,7 @@ parley_status agent_conversations_list_by(parley_agent *a, const char *filter_js
         }
     }
     parley_status st;
-    json_t *root = listed_conversations(a, &st);
+    json_t *root = listed_conversations(a, &st, out);
     json_t *all = json_object_get(root, "conversations");
     json_t *kept = json_array();
     size_t i;
