@@ -742,11 +742,13 @@ parley_status agent_conversations_list_by(parley_agent *a, const char *filter_js
             st = PARLEY_ERR_NO_MEMORY;
     }
     json_decref(filter);
-    if (root && (!kept || json_object_set_new(root, "conversations", kept) != 0))
+    if (!root || !kept) { /* (no root: the list failed, st says why) */
+        if (root)
+            st = PARLEY_ERR_NO_MEMORY;
+        json_decref(kept);
+    } else if (json_object_set_new(root, "conversations", kept) != 0) { /* it took kept */
         st = PARLEY_ERR_NO_MEMORY;
-    else
-        kept = NULL;
-    json_decref(kept);
+    }
     if (st == PARLEY_OK && !(*out = json_dumps(root, JSON_COMPACT | JSON_PRESERVE_ORDER)))
         st = PARLEY_ERR_NO_MEMORY;
     json_decref(root);
