@@ -8,6 +8,7 @@
  * one file (its PATH-lock deleted) keep the stored totals right; a refused
  * file keeps no -wal or -shm beside it.
  */
+#include <pthread.h>
 #include <signal.h>
 #include <sqlite3.h>
 #include <stdint.h>
@@ -26,14 +27,25 @@ static const store_backend *const B = &store_sqlite_backend;
 static char tmpdir[] = "/tmp/parley-sqlite-files-XXXXXX";
 static unsigned files;
 
-/* What the store said in the log, one line after another. */
+/* What the store said in the log, one line after another (from any of its threads). */
 static char logged[4096];
+static pthread_mutex_t log_lock = PTHREAD_MUTEX_INITIALIZER;
 
 static void log_to_buffer(void *ud, parley_log_level level, const char *message)
 {
     (void)ud;
+    pthread_mutex_lock(&log_lock);
     size_t used = strlen(logged);
     snprintf(logged + used, sizeof logged - used, "%d %s\n", (int)level, message);
+    pthread_mutex_unlock(&log_lock);
+}
+
+static int was_logged(const char *words)
+{
+    pthread_mutex_lock(&log_lock);
+    int yes = strstr(logged, words) != NULL;
+    pthread_mutex_unlock(&log_lock);
+    return yes;
 }
 
 static char *fresh_path(void)
@@ -209,7 +221,7 @@ static void wal_deleted_child(const char *path, unsigned n, int append_after)
     } else {
         usleep(2500 * 1000); /* the checkpointer looks every second */
     }
-    CHECK(strstr(logged, "were copied into the file") != NULL);
+    CHECK(was_logged("were copied into the file"));
     fflush(stderr);
     _exit(check_failed > 255 ? 255 : check_failed);
 }
@@ -262,7 +274,7 @@ static void test_damaged_wal_not_checkpointed(void)
     CHECK(put(s, "c", 31, &err) == PARLEY_ERR_STORAGE);
     CHECK(err && strstr(err, "damaged") && strstr(err, "writes are stopped"));
     free(err);
-    CHECK(strstr(logged, "damaged") != NULL);
+    CHECK(was_logged("damaged"));
     B->close(s);
     size_t after_len = 0;
     char *db_after = read_file(path, &after_len);
