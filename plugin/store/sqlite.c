@@ -309,6 +309,7 @@ typedef struct sqlite_store {
     dev_t wal_dev;               /* the WAL SQLite has open, as stat(2) saw it */
     ino_t wal_ino;
     int wal_known;               /* wal_dev/wal_ino are set */
+    int lock_lost_said;          /* the log said another agent holds a new PATH-lock */
     int stopped;                 /* atomic: a STOP_* reason; writes are refused from then on */
     pthread_mutex_t stop_lock;   /* guards stop_why */
     char stop_why[200];          /* SQLite's words for a corruption, or what happened */
@@ -1016,7 +1017,55 @@ static int on_wal_commit(void *ud, sqlite3 *db, const char *name, int pages)
     return SQLITE_OK;
 }
 
-/* How often the checkpointer looks at the WAL file (check_wal) when no commit wakes it. */
+/*
+ * PATH-lock deleted (or replaced) while the agent runs: nothing would stop a
+ * second agent from opening the file.  The checkpointer looks every second:
+ * a lock file nobody holds is made again and locked (the old one, unlinked,
+ * protects nothing); one another agent holds already means two agents write
+ * this file, which the log says once (their writes stay whole and the totals
+ * right: each write reads them inside its transaction).
+ */
+static void check_lock(sqlite_store *s)
+{
+    struct stat ours, named;
+    char *lock_path = pstr_printf("%s-lock", s->path);
+    if (!lock_path || s->lock_fd < 0 || fstat(s->lock_fd, &ours) != 0 ||
+        (stat(lock_path, &named) == 0 && named.st_dev == ours.st_dev &&
+         named.st_ino == ours.st_ino)) {
+        free(lock_path);
+        return;
+    }
+    int fd = open(lock_path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, 0600);
+    struct stat st;
+    if (fd >= 0 && fstat(fd, &st) == 0 && S_ISREG(st.st_mode) &&
+        flock(fd, LOCK_EX | LOCK_NB) == 0) {
+        close(s->lock_fd);
+        s->lock_fd = fd;
+        store_say(s, PARLEY_LOG_WARN,
+                  pstr_printf("sqlite store %s: its lock file %s was deleted while the agent "
+                              "ran; made again and locked",
+                              s->path, lock_path));
+    } else if (fd < 0) {
+        if (!s->lock_lost_said++)
+            store_say(s, PARLEY_LOG_WARN,
+                      pstr_printf("sqlite store %s: its lock file %s was deleted while the "
+                                  "agent ran and cannot be made again: %s",
+                                  s->path, lock_path, strerror(errno)));
+    } else {
+        close(fd);
+        if (!s->lock_lost_said++)
+            store_say(s, PARLEY_LOG_WARN,
+                      pstr_printf("sqlite store %s: its lock file %s was deleted while the "
+                                  "agent ran, and another agent has opened the file since: two "
+                                  "agents write one file (each turn stays whole and the totals "
+                                  "right, but each agent evicts by its own limits); destroy one "
+                                  "of them",
+                                  s->path, lock_path));
+    }
+    free(lock_path);
+}
+
+/* How often the checkpointer looks at the WAL and lock files when no commit wakes it. */
 #define WAL_CHECK_MS 1000
 
 static void *checkpoint_loop(void *arg)
@@ -1043,6 +1092,7 @@ static void *checkpoint_loop(void *arg)
         pthread_mutex_lock(&s->w.lock);
         check_wal(s);
         pthread_mutex_unlock(&s->w.lock);
+        check_lock(s);
         pthread_mutex_lock(&c->lock);
     }
     pthread_mutex_unlock(&c->lock);
@@ -1231,6 +1281,8 @@ static parley_status connect_checked(sqlite_store *s, const store_config *cfg, i
     if ((rc = open_reader(s)) != SQLITE_OK)
         return fail_sqlite(s, s->r.db, err, "cannot open it for reading", rc);
     remember_wal(s);
+    s->log = cfg->log; /* from now on what any call finds is said in the log (not at open: */
+    s->log_ud = cfg->log_ud; /* a refusal says it to the caller), before the thread starts */
     checkpointer_start(s);
     if (sqlite3_db_readonly(s->w.db, "main") == 1)
         say(cfg, PARLEY_LOG_WARN,
@@ -1308,8 +1360,6 @@ static parley_status sqlite_open(const store_config *cfg, store **out, char **er
         return st;
     }
     free(shm_path);
-    s->log = cfg->log; /* from now on damage found by any call is said in the log */
-    s->log_ud = cfg->log_ud;
     *out = &s->base;
     return PARLEY_OK;
 }

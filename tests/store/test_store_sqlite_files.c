@@ -293,6 +293,7 @@ static void test_damaged_wal_not_checkpointed(void)
 static void test_two_writers_keep_totals(void)
 {
     char *path = fresh_path();
+    logged[0] = '\0';
     store *a = open_ok(path);
     char *lock = pstr_printf("%s-lock", path);
     CHECK(unlink(lock) == 0);
@@ -305,6 +306,8 @@ static void test_two_writers_keep_totals(void)
     char *err = NULL;
     CHECK(B->stats(b, &st, &err) == PARLEY_OK);
     CHECK(st.conversations == 2 && st.turns == 60);
+    usleep(2500 * 1000); /* a's checkpointer finds b holding the new PATH-lock */
+    CHECK(was_logged("another agent has opened the file since"));
     B->close(a);
     B->close(b);
     CHECK(query_int(path, "SELECT conversations FROM store_meta") == 2);
@@ -315,6 +318,24 @@ static void test_two_writers_keep_totals(void)
     CHECK(st.conversations == 2 && st.turns == 60);
     CHECK(turns_of(s, "a") == 30 && turns_of(s, "b") == 30);
     B->close(s);
+    free(lock);
+    free(path);
+}
+
+/* PATH-lock deleted while nobody else has the file: made again within a
+ * second, so the next agent is refused again. */
+static void test_lock_file_made_again(void)
+{
+    char *path = fresh_path();
+    logged[0] = '\0';
+    store *a = open_ok(path);
+    char *lock = pstr_printf("%s-lock", path);
+    CHECK(unlink(lock) == 0);
+    usleep(2500 * 1000);
+    CHECK(exists(path, "-lock"));
+    CHECK(was_logged("was deleted while the agent ran; made again and locked"));
+    check_refused(path, (const char *const[]){"in use by another agent", NULL});
+    B->close(a);
     free(lock);
     free(path);
 }
@@ -359,6 +380,7 @@ int main(void)
     test_wal_deleted_then_crash(0);
     test_damaged_wal_not_checkpointed();
     test_two_writers_keep_totals();
+    test_lock_file_made_again();
     test_refusals_leave_nothing();
     char *cleanup = pstr_printf("rm -rf '%s'", tmpdir);
     if (system(cleanup) != 0)
