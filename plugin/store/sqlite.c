@@ -45,6 +45,14 @@
  * A side file PATH-lock, held with flock(2) while the store is open, makes
  * a second agent (another process, or the same one: flock locks belong to
  * the open file description) fail with "in use by another agent".
+ *
+ * Files changed under a running store (check_wal, check_lock: a stat(2)
+ * before each write and every second on the checkpointer's thread): a
+ * deleted WAL is copied into the file while it can still be read, then
+ * writes stop; a deleted PATH-lock is made again.  A corruption error on any
+ * connection stops writes and every checkpoint, the one at close included.
+ * Each write reads store_meta inside its transaction, so a second writer
+ * (PATH-lock deleted) cannot make the totals wrong.
  */
 #include "store/store.h"
 
@@ -319,7 +327,7 @@ typedef struct sqlite_store {
  * unlinked or replaced (whatever it holds dies with the process), or a
  * connection met a corruption error (copying the WAL into the file would
  * spread the damage: nothing is checkpointed from then on, not even at close). */
-enum { STOP_NONE, STOP_WAL_LOST, STOP_DAMAGED };
+enum { STOP_WAL_LOST = 1, STOP_DAMAGED = 2 };
 
 /* The rc begin() returns when writes are stopped: end_write() says why. */
 #define WRITES_STOPPED (-1)
