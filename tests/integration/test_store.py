@@ -168,6 +168,39 @@ class Refusals(StoreCase):
         self.assertEqual(first.returncode, 0)
 
 
+class WalDeleted(StoreCase):
+    def test_turns_survive_the_wal_deleted_then_kill_9(self):
+        # The WAL deleted under the running agent, then a crash: before, every turn (none had
+        # been checkpointed) was gone with the deleted file.
+        o = self.opts()
+        with tempfile.TemporaryDirectory() as d:
+            proc = subprocess.Popen(_shim_args(d, o, None, 1, ()), stdin=subprocess.PIPE,
+                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            try:
+                ok = []
+                for i in range(5):
+                    proc.stdin.write(json.dumps({"text": "turn %d" % i,
+                                                 "conversation_id": "w"}) + "\n")
+                    proc.stdin.flush()
+                    ok.append(json.loads(proc.stdout.readline())["turn_id"])
+                os.unlink(self.path + "-wal")
+                time.sleep(2.5)  # the agent looks every second
+                proc.stdin.write(json.dumps({"text": "after", "conversation_id": "w"}) + "\n")
+                proc.stdin.flush()
+                after = json.loads(proc.stdout.readline())
+            finally:
+                proc.kill()
+                proc.wait(timeout=30 * SLOW)
+                stderr = proc.stderr.read()
+                for f in (proc.stdin, proc.stdout, proc.stderr):
+                    f.close()
+        self.assertEqual(after["error"]["code"], "storage", after)
+        self.assertIn("deleted or replaced", after["error"]["message"])
+        self.assertIn("were copied into the file", stderr)
+        run = self.run_ok([{"op": "history", "conversation_id": "w"}], o)
+        self.assertEqual([t["turn_id"] for t in run.by_seq(1)["result"]["turns"]], ok)
+
+
 class Damaged(StoreCase):
     """A file damaged past its schema: every read op says SQLite's reason, in
     its answer and in the log, not just `storage`."""
