@@ -165,13 +165,21 @@ static void test_fifo_refused_at_once(void)
     CHECK(mkfifo(path, 0600) == 0);
     alarm(20); /* before the fix create() waited for a writer forever */
     check_refused(path, (const char *const[]){path, "not a regular file", "FIFO", NULL});
-    alarm(0);
     free(path);
+
+    /* A FIFO where its lock file goes. */
+    char *locked = fresh_path();
+    char *lock = pstr_printf("%s-lock", locked);
+    CHECK(mkfifo(lock, 0600) == 0);
+    check_refused(locked, (const char *const[]){lock, "is not a regular file: remove it", NULL});
+    free(lock);
+    free(locked);
 
     char *dir = fresh_path();
     CHECK(mkdir(dir, 0700) == 0);
     check_refused(dir, (const char *const[]){dir, "not a regular file", "a directory", NULL});
     free(dir);
+    alarm(0);
 }
 
 /* ---- item 9: a symbolic link is named as one, with the real path ---- */
