@@ -1172,10 +1172,90 @@ static void close_connection(sqlite_store *s, conn *c)
     c->db = NULL;
 }
 
+static uint32_t be32(const unsigned char *p)
+{
+    return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
+}
+
+static uint32_t le32(const unsigned char *p)
+{
+    return (uint32_t)p[3] << 24 | (uint32_t)p[2] << 16 | (uint32_t)p[1] << 8 | p[0];
+}
+
+/* SQLite's WAL checksum (wal.c, walChecksumBytes): over 32-bit words in the
+ * byte order the WAL's magic number names, s0 += w0 + s1, s1 += w1 + s0. */
+static void wal_checksum(int big_endian, const unsigned char *p, size_t n, uint32_t sum[2])
+{
+    for (size_t i = 0; i + 8 <= n; i += 8) {
+        const unsigned char *w = p + i;
+        uint32_t w0 = big_endian ? be32(w) : le32(w), w1 = big_endian ? be32(w + 4) : le32(w + 4);
+        sum[0] += w0 + sum[1];
+        sum[1] += w1 + sum[0];
+    }
+}
+
+static int read_full(int fd, unsigned char *p, size_t n)
+{
+    size_t got = 0;
+    while (got < n) {
+        ssize_t r = read(fd, p + got, n - got);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0)
+            break;
+        got += (size_t)r;
+    }
+    return got == n;
+}
+
+/*
+ * Does the WAL at `path` fail its own checksums?  SQLite checks them only
+ * when it rebuilds its index of the WAL (at the first open after the last
+ * close); a live WAL damaged after that is copied as it is by the checkpoint
+ * of the last close, into the database file.  So before that close: the WAL
+ * header's checksum, and the chain of checksums of the frames of its current
+ * generation (the salts of the header; an older generation's tail follows).
+ */
+static int wal_is_damaged(const char *path)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+    if (fd < 0)
+        return 0; /* nothing to copy, or nothing we can read */
+    unsigned char h[32], *frame = NULL;
+    int damaged = 0;
+    if (read_full(fd, h, sizeof h)) {
+        uint32_t magic = be32(h), page = be32(h + 8), sum[2] = {0, 0};
+        int big_endian = magic & 1;
+        wal_checksum(big_endian, h, 24, sum);
+        damaged = (magic & ~1u) != 0x377f0682 || page < 512 || page > 65536 ||
+                  (page & (page - 1)) || sum[0] != be32(h + 24) || sum[1] != be32(h + 28);
+        frame = damaged ? NULL : malloc(24 + (size_t)page);
+        for (int first = 1; frame && read_full(fd, frame, 24 + (size_t)page); first = 0) {
+            if (memcmp(frame + 8, h + 16, 8) != 0) { /* another generation: the end */
+                damaged = first; /* frame 0 is always written with the header */
+                break;
+            }
+            wal_checksum(big_endian, frame, 8, sum);
+            wal_checksum(big_endian, frame + 24, page, sum);
+            if (sum[0] != be32(frame + 16) || sum[1] != be32(frame + 20)) {
+                damaged = 1;
+                break;
+            }
+        }
+    }
+    free(frame);
+    close(fd);
+    return damaged;
+}
+
 static void disconnect(sqlite_store *s)
 {
     checkpointer_stop(s);
     close_connection(s, &s->r);
+    /* The last close copies the WAL into the file: never a damaged one. */
+    if (s->w.db && s->wal_known && !stopped(s, STOP_DAMAGED | STOP_WAL_LOST) &&
+        wal_is_damaged(s->wal_path))
+        note_damage(s, "its WAL fails its checksums");
     close_connection(s, &s->w); /* last: it checkpoints and removes the WAL */
 }
 

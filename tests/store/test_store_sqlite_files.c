@@ -296,6 +296,71 @@ static void test_damaged_wal_not_checkpointed(void)
     free(path);
 }
 
+/* A frame of the WAL damaged and nothing read since: the close, which would
+ * copy it into the file, finds the WAL's checksums wrong and does not. */
+static void test_damaged_wal_found_at_close(void)
+{
+    char *path = fresh_path();
+    logged[0] = '\0';
+    store *s = open_ok(path);
+    for (unsigned i = 1; i <= 30; i++)
+        put_ok(s, "c", i);
+    size_t db_len = 0;
+    char *db_before = read_file(path, &db_len);
+    char *wal = pstr_printf("%s-wal", path);
+    struct stat st;
+    CHECK(stat(wal, &st) == 0 && st.st_size > 32 + 3 * (24 + 4096));
+    FILE *f = fopen(wal, "r+b"); /* the page of the third frame, its header left alone */
+    CHECK(f && fseek(f, 32 + 2 * (24 + 4096) + 24 + 100, SEEK_SET) == 0 &&
+          fwrite("garbage!", 1, 8, f) == 8);
+    if (f)
+        fclose(f);
+    B->close(s);
+    CHECK(was_logged("damaged (its WAL fails its checksums)"));
+    size_t after_len = 0;
+    char *db_after = read_file(path, &after_len);
+    CHECK(db_before && db_after && after_len == db_len &&
+          memcmp(db_before, db_after, db_len) == 0); /* before the fix: the frame copied in */
+    free(db_before);
+    free(db_after);
+    free(wal);
+    free(path);
+}
+
+/* A clean close after the WAL went round several generations is not taken for damage. */
+static void test_clean_close_not_damage(void)
+{
+    char *path = fresh_path();
+    logged[0] = '\0';
+    store *s = open_ok(path);
+    char big[3001];
+    memset(big, 'x', sizeof big - 1);
+    big[sizeof big - 1] = '\0';
+    char *json = pstr_printf("{\"role\":\"user\",\"content\":\"%s\"}", big);
+    for (unsigned n = 1; n <= 3000; n++) {
+        char tid[37], mid[37];
+        snprintf(tid, sizeof tid, "%08x-0000-4000-8000-%012x", n, n);
+        snprintf(mid, sizeof mid, "%08x-1111-4000-8000-%012x", n, 0u);
+        store_message m = {mid, "user", n, json, strlen(json), NULL, NULL, 0};
+        store_turn turn = {tid, n, n, &m, 1};
+        store_key key = {n % 7 ? "a" : "b", "", ""};
+        char *err = NULL;
+        CHECK(B->append(s, &key, &turn, n, &err) == PARLEY_OK);
+        free(err);
+    }
+    B->close(s);
+    CHECK(!was_logged("damaged"));
+    CHECK(!exists(path, "-wal"));
+    s = open_ok(path);
+    store_stats st;
+    char *err = NULL;
+    CHECK(B->stats(s, &st, &err) == PARLEY_OK && st.turns == 3000);
+    CHECK(query_int(path, "SELECT count(*) FROM messages") == 3000);
+    B->close(s);
+    free(json);
+    free(path);
+}
+
 /* ---- item 11: two agents on one file (its PATH-lock deleted) ---- */
 
 static void test_two_writers_keep_totals(void)
@@ -387,6 +452,8 @@ int main(void)
     test_wal_deleted_then_crash(1);
     test_wal_deleted_then_crash(0);
     test_damaged_wal_not_checkpointed();
+    test_damaged_wal_found_at_close();
+    test_clean_close_not_damage();
     test_two_writers_keep_totals();
     test_lock_file_made_again();
     test_refusals_leave_nothing();
