@@ -1208,17 +1208,34 @@ static int read_full(int fd, unsigned char *p, size_t n)
     return got == n;
 }
 
+/* How many frames of the WAL are in use (mxFrame of the wal-index header at
+ * the start of PATH-shm, two equal copies in native byte order: SQLite's
+ * documented WAL-index format), or 0 when that cannot be read. */
+static uint32_t wal_frames_in_use(const char *shm_path)
+{
+    int fd = open(shm_path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+    unsigned char h[96];
+    uint32_t frames = 0;
+    if (fd >= 0 && read_full(fd, h, sizeof h) && memcmp(h, h + 48, 48) == 0 && h[12])
+        memcpy(&frames, h + 16, sizeof frames); /* isInit set; mxFrame */
+    if (fd >= 0)
+        close(fd);
+    return frames;
+}
+
 /*
  * Does the WAL at `path` fail its own checksums?  SQLite checks them only
  * when it rebuilds its index of the WAL (at the first open after the last
  * close); a live WAL damaged after that is copied as it is by the checkpoint
  * of the last close, into the database file.  So before that close: the WAL
- * header's checksum, and the chain of checksums of the frames of its current
- * generation (the salts of the header; an older generation's tail follows).
+ * header's checksum, and the chain of checksums of the frames in use (those
+ * the checkpoint copies: frames past them, a crash's torn write or an older
+ * generation's tail, are not read).
  */
-static int wal_is_damaged(const char *path)
+static int wal_is_damaged(const char *path, const char *shm_path)
 {
-    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+    uint32_t in_use = wal_frames_in_use(shm_path);
+    int fd = in_use ? open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK) : -1;
     if (fd < 0)
         return 0; /* nothing to copy, or nothing we can read */
     unsigned char h[32], *frame = NULL;
@@ -1230,17 +1247,14 @@ static int wal_is_damaged(const char *path)
         damaged = (magic & ~1u) != 0x377f0682 || page < 512 || page > 65536 ||
                   (page & (page - 1)) || sum[0] != be32(h + 24) || sum[1] != be32(h + 28);
         frame = damaged ? NULL : malloc(24 + (size_t)page);
-        for (int first = 1; frame && read_full(fd, frame, 24 + (size_t)page); first = 0) {
-            if (memcmp(frame + 8, h + 16, 8) != 0) { /* another generation: the end */
-                damaged = first; /* frame 0 is always written with the header */
+        for (uint32_t i = 0; frame && !damaged && i < in_use; i++) {
+            if (!read_full(fd, frame, 24 + (size_t)page) || memcmp(frame + 8, h + 16, 8) != 0) {
+                damaged = 1; /* cut short, or not of the header's generation (its salts) */
                 break;
             }
             wal_checksum(big_endian, frame, 8, sum);
             wal_checksum(big_endian, frame + 24, page, sum);
-            if (sum[0] != be32(frame + 16) || sum[1] != be32(frame + 20)) {
-                damaged = 1;
-                break;
-            }
+            damaged = sum[0] != be32(frame + 16) || sum[1] != be32(frame + 20);
         }
     }
     free(frame);
@@ -1253,9 +1267,11 @@ static void disconnect(sqlite_store *s)
     checkpointer_stop(s);
     close_connection(s, &s->r);
     /* The last close copies the WAL into the file: never a damaged one. */
-    if (s->w.db && s->wal_known && !stopped(s, STOP_DAMAGED | STOP_WAL_LOST) &&
-        wal_is_damaged(s->wal_path))
+    char *shm_path = pstr_printf("%s-shm", s->path);
+    if (s->w.db && s->wal_known && shm_path && !stopped(s, STOP_DAMAGED | STOP_WAL_LOST) &&
+        wal_is_damaged(s->wal_path, shm_path))
         note_damage(s, "its WAL fails its checksums");
+    free(shm_path);
     close_connection(s, &s->w); /* last: it checkpoints and removes the WAL */
 }
 
