@@ -322,7 +322,8 @@ static void show(parley_status st, char *out, const char *what, const char *id) 
     } else {
         /* a store failure comes with the store's words: {"error":{"message"}} */
         json_t *e = out ? json_loads(out, 0, NULL) : NULL;
-        const char *why = json_string_value(json_object_get(json_object_get(e, "error"), "message"));
+        json_t *error = json_object_get(e, "error");
+        const char *why = json_string_value(json_object_get(error, "message"));
         out_printf("parley! %s: %s failed%s%s\n", status_str(st), what, why ? ": " : "",
                    why ? why : "");
         json_decref(e);
