@@ -4,9 +4,11 @@
  * where the store should be is refused at once with a message that says what
  * it is; the WAL deleted under a running agent, then a crash (the child
  * process _exit()s without closing), loses no committed turn; a damaged WAL
- * stops writes and is never checkpointed into the file; two agents writing
- * one file (its PATH-lock deleted) keep the stored totals right; a refused
- * file keeps no -wal or -shm beside it.
+ * stops writes and is never checkpointed into the file (found by a read, or
+ * by its checksums at close; a crash's torn frame is not damage); two agents
+ * writing one file (its PATH-lock deleted) keep the stored totals right, and
+ * a deleted PATH-lock is made again; a refused file keeps no -wal, -shm or
+ * -lock beside it.
  */
 #include <pthread.h>
 #include <signal.h>
