@@ -50,10 +50,7 @@ static int was_logged(const char *words)
     return yes;
 }
 
-static char *fresh_path(void)
-{
-    return pstr_printf("%s/f%u.db", tmpdir, files++);
-}
+static char *fresh_path(void) { return pstr_printf("%s/f%u.db", tmpdir, files++); }
 
 static store *open_path(const char *path, char **err)
 {
@@ -83,9 +80,9 @@ static parley_status put(store *s, const char *conv, unsigned n, char **err)
         snprintf(json[i], sizeof json[i], "{\"role\":\"%s\",\"content\":\"t%u\"}",
                  i ? "assistant" : "user", n);
     }
-    store_message msgs[2] = {{mids[0], "user", 1000 + n, json[0], strlen(json[0]), NULL, NULL, 0},
-                             {mids[1], "assistant", 1000 + n, json[1], strlen(json[1]), NULL,
-                              NULL, 0}};
+    store_message msgs[2] = {
+        {mids[0], "user", 1000 + n, json[0], strlen(json[0]), NULL, NULL, 0},
+        {mids[1], "assistant", 1000 + n, json[1], strlen(json[1]), NULL, NULL, 0}};
     store_turn turn = {tid, 1000 + n, 1000 + n, msgs, 2};
     store_key key = {conv, "", ""};
     return B->append(s, &key, &turn, 1000 + n, err);
@@ -209,9 +206,9 @@ static void test_symlink_named(void)
     char *link = fresh_path();
     CHECK(symlink(real, link) == 0);
     char *resolved = realpath(real, NULL);
-    check_refused(link, (const char *const[]){link, "a symbolic link (to ",
-                                              resolved ? resolved : real,
-                                              "give the real path", NULL});
+    check_refused(link,
+                  (const char *const[]){link, "a symbolic link (to ", resolved ? resolved : real,
+                                        "give the real path", NULL});
     free(resolved);
     char *dangling = fresh_path();
     CHECK(symlink("/nonexistent/parley.db", dangling) == 0);
@@ -499,8 +496,9 @@ static void test_refusals_leave_nothing(void)
     char *hollow = fresh_path();
     sqlite3 *db = NULL;
     CHECK(sqlite3_open(hollow, &db) == SQLITE_OK);
-    CHECK(sqlite3_exec(db, "PRAGMA journal_mode = WAL; PRAGMA application_id = 1349676153;"
-                           " PRAGMA user_version = 2; CREATE TABLE other(x);",
+    CHECK(sqlite3_exec(db,
+                       "PRAGMA journal_mode = WAL; PRAGMA application_id = 1349676153;"
+                       " PRAGMA user_version = 2; CREATE TABLE other(x);",
                        NULL, NULL, NULL) == SQLITE_OK);
     sqlite3_close(db);
     check_refused(hollow, (const char *const[]){hollow, "tables missing", NULL});
