@@ -689,9 +689,9 @@ static char *not_a_file(const char *path, mode_t mode)
         free(real);
         return problem;
     }
-    const char *kind = S_ISDIR(mode)    ? "a directory"
-                       : S_ISFIFO(mode) ? "a FIFO (named pipe)"
-                       : S_ISSOCK(mode) ? "a socket"
+    const char *kind = S_ISDIR(mode)                    ? "a directory"
+                       : S_ISFIFO(mode)                 ? "a FIFO (named pipe)"
+                       : S_ISSOCK(mode)                 ? "a socket"
                        : S_ISCHR(mode) || S_ISBLK(mode) ? "a device"
                                                         : "something else";
     return pstr_printf("not a regular file (it is %s): give the path of a store file, or of "
@@ -787,10 +787,9 @@ static char *take_lock(sqlite_store *s)
     char *problem = NULL;
     struct stat st;
     if (fd < 0) {
-        problem = errno == ELOOP ? pstr_printf("its lock file %s is a symbolic link: remove it",
-                                               lock_path)
-                                 : pstr_printf("cannot open its lock file %s: %s", lock_path,
-                                               strerror(errno));
+        problem = errno == ELOOP
+                      ? pstr_printf("its lock file %s is a symbolic link: remove it", lock_path)
+                      : pstr_printf("cannot open its lock file %s: %s", lock_path, strerror(errno));
     } else if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
         problem = pstr_printf("its lock file %s is not a regular file: remove it", lock_path);
         close(fd);
@@ -981,7 +980,7 @@ static void check_wal(sqlite_store *s)
     if (!s->wal_known || stopped(s, STOP_WAL_LOST))
         return;
     if (stat(s->wal_path, &st) == 0 ? st.st_dev == s->wal_dev && st.st_ino == s->wal_ino
-                                     : errno != ENOENT)
+                                    : errno != ENOENT)
         return;
     stop_writes(s, STOP_WAL_LOST,
                 "its WAL (the -wal file) was deleted or replaced while the agent ran, so a "
@@ -1000,7 +999,7 @@ static void check_wal(sqlite_store *s)
                               "and the turns it held could not be copied into the file (%s): "
                               "they are lost when this agent ends. Writes are stopped",
                               s->path, s->wal_path,
-                              rc == SQLITE_OK ? "a reader held them back"
+                              rc == SQLITE_OK            ? "a reader held them back"
                               : stopped(s, STOP_DAMAGED) ? "the store is damaged"
                                                          : sqlite3_errmsg(s->w.db)));
 }
@@ -1385,7 +1384,7 @@ static parley_status connect_checked(sqlite_store *s, const store_config *cfg, i
     if ((rc = open_reader(s)) != SQLITE_OK)
         return fail_sqlite(s, s->r.db, err, "cannot open it for reading", rc);
     remember_wal(s);
-    s->log = cfg->log; /* from now on what any call finds is said in the log (not at open: */
+    s->log = cfg->log;       /* from now on what any call finds is said in the log (not at open: */
     s->log_ud = cfg->log_ud; /* a refusal says it to the caller), before the thread starts */
     checkpointer_start(s);
     if (sqlite3_db_readonly(s->w.db, "main") == 1)
