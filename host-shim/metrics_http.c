@@ -15,7 +15,7 @@
 
 #include "shim.h"
 
-#define REQUEST_MAX 8192
+#define REQUEST_MAX       8192
 #define CLIENT_TIMEOUT_MS 1000
 
 static int listen_fd = -1, stop_pipe[2] = {-1, -1};
@@ -43,8 +43,7 @@ static int parse(const char *spec, struct sockaddr_storage *ss, socklen_t *len, 
     struct sockaddr_in6 *v6 = (struct sockaddr_in6 *)ss;
     if (strcmp(host, "localhost") == 0)
         strcpy(host, "127.0.0.1");
-    if (inet_pton(AF_INET, host, &v4->sin_addr) == 1 &&
-        (ntohl(v4->sin_addr.s_addr) >> 24) == 127) {
+    if (inet_pton(AF_INET, host, &v4->sin_addr) == 1 && (ntohl(v4->sin_addr.s_addr) >> 24) == 127) {
         v4->sin_family = AF_INET;
         v4->sin_port = htons((uint16_t)port);
         *len = sizeof *v4;
@@ -56,8 +55,10 @@ static int parse(const char *spec, struct sockaddr_storage *ss, socklen_t *len, 
         *len = sizeof *v6;
         return 0;
     }
-    if (asprintf(err, "--metrics-listen: '%s' is not a loopback address (127.x.x.x, "
-                      "localhost or [::1]): the metrics are served to this machine only", host) < 0)
+    if (asprintf(err,
+                 "--metrics-listen: '%s' is not a loopback address (127.x.x.x, "
+                 "localhost or [::1]): the metrics are served to this machine only",
+                 host) < 0)
         *err = NULL;
     return -1;
 }
@@ -88,7 +89,8 @@ static void reply(int fd, const char *status, const char *type, const char *body
     char head[256];
     int n = snprintf(head, sizeof head,
                      "HTTP/1.1 %s\r\nContent-Type: %s\r\nContent-Length: %zu\r\n"
-                     "Connection: close\r\n\r\n", status, type, strlen(body));
+                     "Connection: close\r\n\r\n",
+                     status, type, strlen(body));
     send_all(fd, head, (size_t)n);
     send_all(fd, body, strlen(body));
 }

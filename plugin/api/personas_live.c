@@ -65,8 +65,7 @@ static int swap_if_current(parley_agent *a, agent_config *base, agent_config *ne
     return current;
 }
 
-static parley_status change_persona(parley_agent *a, const char *name, json_t *def,
-                                    char **error)
+static parley_status change_persona(parley_agent *a, const char *name, json_t *def, char **error)
 {
     for (int tries = 0; tries < SWAP_TRIES; tries++) {
         pthread_mutex_lock(&a->cfg_mu);
@@ -96,8 +95,7 @@ static parley_status change_persona(parley_agent *a, const char *name, json_t *d
         int swapped = swap_if_current(a, base, next);
         config_unref(base);
         if (swapped) {
-            host_log(&a->host, PARLEY_LOG_INFO, "persona \"%s\" %s", name,
-                     def ? "set" : "removed");
+            host_log(&a->host, PARLEY_LOG_INFO, "persona \"%s\" %s", name, def ? "set" : "removed");
             return PARLEY_OK;
         }
         config_unref(next);

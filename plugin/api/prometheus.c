@@ -106,27 +106,25 @@ static void turn_families(pbuf *b, series_metrics *s)
                    NULL);
     family(b, "parley_messages_stored_total", "counter",
            "Messages committed to the history store, by persona and interface_type.");
-    series_samples(b, s, "parley_messages_stored_total",
-                   offsetof(series_counters, messages_stored), NULL);
+    series_samples(b, s, "parley_messages_stored_total", offsetof(series_counters, messages_stored),
+                   NULL);
     family(b, "parley_history_cut_turns_total", "counter",
-           "Turns whose history sent was cut to max_history_turns, by persona and "
-           "interface_type.");
-    series_samples(b, s, "parley_history_cut_turns_total",
-                   offsetof(series_counters, history_cut), NULL);
+           "Turns whose history sent was cut to max_history_turns, by persona and interface_type.");
+    series_samples(b, s, "parley_history_cut_turns_total", offsetof(series_counters, history_cut),
+                   NULL);
     family(b, "parley_persona_switches_total", "counter",
-           "Turns under another persona than their conversation's previous turn, by from and "
-           "to.");
+           "Turns under another persona than their conversation's previous turn, by from and to.");
     series_each(s, NULL, put_switch, b);
 }
 
 static void agent_families(pbuf *b, const agent_counters *m)
 {
-    one(b, "parley_turns_accepted_total", "counter", "Turns accepted by async_process and "
-        "append_message.", atomic_load(&m->turns_accepted));
+    one(b, "parley_turns_accepted_total", "counter",
+        "Turns accepted by async_process and append_message.", atomic_load(&m->turns_accepted));
     one(b, "parley_turns_in_flight", "gauge", "Turns accepted and not yet ended.",
         (uint64_t)(atomic_load(&m->in_flight) > 0 ? atomic_load(&m->in_flight) : 0));
-    family(b, "parley_turns_rejected_total", "counter", "Turns refused before they started, "
-           "by reason.");
+    family(b, "parley_turns_rejected_total", "counter",
+           "Turns refused before they started, by reason.");
     sample1(b, "parley_turns_rejected_total", "reason", "busy", atomic_load(&m->rejected_busy));
     sample1(b, "parley_turns_rejected_total", "reason", "invalid_input",
             atomic_load(&m->rejected_invalid));
@@ -140,15 +138,12 @@ static void agent_families(pbuf *b, const agent_counters *m)
         atomic_load(&m->tool_calls));
     one(b, "parley_tool_errors_total", "counter", "Tool calls that ended in an error result.",
         atomic_load(&m->tool_errors));
-    one(b, "parley_tool_timeouts_total", "counter", "Tool calls the host did not complete in "
-        "tool_timeout_ms.", atomic_load(&m->tool_timeouts));
-    family(b, "parley_llm_tokens_total", "counter", "Tokens as the servers counted them, by "
-           "kind.");
+    one(b, "parley_tool_timeouts_total", "counter",
+        "Tool calls the host did not complete in tool_timeout_ms.", atomic_load(&m->tool_timeouts));
+    family(b, "parley_llm_tokens_total", "counter", "Tokens as the servers counted them, by kind.");
     sample1(b, "parley_llm_tokens_total", "kind", "prompt", atomic_load(&m->tokens_prompt));
-    sample1(b, "parley_llm_tokens_total", "kind", "completion",
-            atomic_load(&m->tokens_completion));
-    sample1(b, "parley_llm_tokens_total", "kind", "cache_read",
-            atomic_load(&m->tokens_cache_read));
+    sample1(b, "parley_llm_tokens_total", "kind", "completion", atomic_load(&m->tokens_completion));
+    sample1(b, "parley_llm_tokens_total", "kind", "cache_read", atomic_load(&m->tokens_cache_read));
     sample1(b, "parley_llm_tokens_total", "kind", "cache_creation",
             atomic_load(&m->tokens_cache_creation));
     sample1(b, "parley_llm_tokens_total", "kind", "reasoning", atomic_load(&m->tokens_reasoning));
@@ -161,14 +156,15 @@ static void store_families(pbuf *b, const store_stats *hs, uint64_t host_clears)
     one(b, "parley_stored_turns", "gauge", "Turns the history store holds now.", hs->turns);
     one(b, "parley_stored_messages", "gauge", "Messages the history store holds now.",
         hs->messages);
-    one(b, "parley_stored_message_bytes", "gauge", "Bytes of message JSON the history store "
-        "holds now.", hs->message_bytes);
-    one(b, "parley_history_trimmed_turns_total", "counter", "Turns the history store dropped "
-        "to keep history_keep_turns per conversation (since it was opened): what later turns' "
-        "history no longer holds.", hs->trimmed);
-    family(b, "parley_conversations_cleared_total", "counter", "Conversations forgotten, by "
-           "reason: the host cleared them, idle past history_idle_timeout_s, or evicted past "
-           "max_conversations.");
+    one(b, "parley_stored_message_bytes", "gauge",
+        "Bytes of message JSON the history store holds now.", hs->message_bytes);
+    one(b, "parley_history_trimmed_turns_total", "counter",
+        "Turns the history store dropped to keep history_keep_turns per conversation (since it was "
+        "opened): what later turns' history no longer holds.",
+        hs->trimmed);
+    family(b, "parley_conversations_cleared_total", "counter",
+           "Conversations forgotten, by reason: the host cleared them, idle past "
+           "history_idle_timeout_s, or evicted past max_conversations.");
     sample1(b, "parley_conversations_cleared_total", "reason", "host", host_clears);
     sample1(b, "parley_conversations_cleared_total", "reason", "idle_expiry", hs->expired);
     sample1(b, "parley_conversations_cleared_total", "reason", "eviction", hs->evicted);
@@ -180,9 +176,10 @@ parley_status agent_metrics_prometheus(parley_agent *a, char **out)
         return PARLEY_ERR_INVALID_INPUT;
     *out = NULL;
     if (store_blocking(a->store) && worker_is_current(a->worker)) { /* plugin.h: [blocking] */
-        host_log(&a->host, PARLEY_LOG_WARN, "metrics_prometheus may not be called from inside "
-                 "a callback of this agent while its history_store is %s: call it from another "
-                 "thread", store_scheme(a->store));
+        host_log(&a->host, PARLEY_LOG_WARN,
+                 "metrics_prometheus may not be called from inside a callback of this agent while "
+                 "its history_store is %s: call it from another thread",
+                 store_scheme(a->store));
         return PARLEY_ERR_INVALID_INPUT;
     }
     store_stats hs;

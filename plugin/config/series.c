@@ -61,7 +61,8 @@ series_counters *series_for(series_metrics *m, const char *persona, const char *
     interface_type = interface_type ? interface_type : "";
     pthread_mutex_lock(&m->lock);
     series_counters *c = m->head;
-    while (c && (strcmp(c->persona, persona) != 0 || strcmp(c->interface_type, interface_type) != 0))
+    while (c &&
+           (strcmp(c->persona, persona) != 0 || strcmp(c->interface_type, interface_type) != 0))
         c = c->next;
     if (!c && (c = calloc(1, sizeof *c)) != NULL) {
         c->persona = strdup(persona);
@@ -135,8 +136,8 @@ static void remember(series_metrics *m, const char *key, const char *persona)
     e->persona = p;
 }
 
-void series_turn_begins(series_metrics *m, const char *conversation_id,
-                        const char *interface_type, const char *persona)
+void series_turn_begins(series_metrics *m, const char *conversation_id, const char *interface_type,
+                        const char *persona)
 {
     if (!conversation_id)
         return; /* stateless: no conversation to switch in */

@@ -61,8 +61,8 @@ series_counters *series_for(series_metrics *m, const char *persona, const char *
 
 /* A turn of conversation_id on interface_type begins under persona: count a switch when
  * the conversation's previous turn was under another persona. */
-void series_turn_begins(series_metrics *m, const char *conversation_id,
-                        const char *interface_type, const char *persona);
+void series_turn_begins(series_metrics *m, const char *conversation_id, const char *interface_type,
+                        const char *persona);
 
 /* Call fn for each series / switch, under the lock (fn must not call back in). */
 void series_each(series_metrics *m, void (*fn)(const series_counters *c, void *ud),

@@ -63,8 +63,12 @@ int rfc3339_parse(const char *s, uint64_t *ms)
     }
     if (*p)
         return -1;
-    struct tm tm = {.tm_year = year - 1900, .tm_mon = mon - 1, .tm_mday = day,
-                    .tm_hour = hour, .tm_min = min, .tm_sec = sec};
+    struct tm tm = {.tm_year = year - 1900,
+                    .tm_mon = mon - 1,
+                    .tm_mday = day,
+                    .tm_hour = hour,
+                    .tm_min = min,
+                    .tm_sec = sec};
     time_t t = timegm(&tm);
     if (t == (time_t)-1 || (long long)t - offset_s < 0)
         return -1;
