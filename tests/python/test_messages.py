@@ -20,6 +20,12 @@ class MessagesTest(AgentCase):
             self.assertEqual((first["conversation_id"], first["interface_type"],
                               first["turn_id"]), ("c", "web", web.turn_id))
             self.assertEqual(await agent.message(first["message_id"]), first)
+            turn = await agent.turn(web.turn_id)  # says where the turn belongs, with ids
+            self.assertEqual((turn["interface_type"], turn["persona"]), ("web", ""))
+            self.assertEqual([m["message_id"] for m in turn["messages"]],
+                             [web.user_message_id, web.answer_message_id])
+            by_turn = await agent.query(turn_id=web.turn_id, order="oldest")
+            self.assertEqual(by_turn["messages"], turn["messages"])
             page = await agent.query(limit=1, search="HELLO", role="user")
             self.assertEqual(page["messages"][0]["message"]["content"], "hello from telegram")
             rest = await agent.query(limit=1, search="HELLO", role="user",
