@@ -511,6 +511,9 @@ parley_status agent_conversations_list(parley_agent *a, char **out)
     return read_result(a, "conversations_list", st, &b, err, out);
 }
 
+static json_t *listed_conversations(parley_agent *a, parley_status *st, char **out);
+static void count_clear(parley_agent *a, const char *persona);
+
 parley_status agent_history_clear(parley_agent *a, const char *id)
 {
     last_error_clear();
@@ -520,15 +523,19 @@ parley_status agent_history_clear(parley_agent *a, const char *id)
         return PARLEY_ERR_INVALID_INPUT;
     store_key key = key_for(id);
     char *err = NULL;
-    store_stats before; /* clear-all: how many conversations it forgets (metrics) */
-    memset(&before, 0, sizeof before);
-    if (!id && store_stats_get(a->store, &before, &err) != PARLEY_OK) {
-        free(err);
-        err = NULL;
-    }
+    parley_status lst; /* clear-all: whose conversations it forgets, for the metrics */
+    json_t *listed = id ? NULL : listed_conversations(a, &lst, NULL);
     parley_status st = store_forget(a->store, id ? &key : NULL, &err);
-    if (st == PARLEY_OK)
-        atomic_fetch_add(&a->persona_metrics.series.host_clears, id ? 1 : before.conversations);
+    if (st == PARLEY_OK && id)
+        count_clear(a, "");
+    json_t *forgotten = st == PARLEY_OK ? json_object_get(listed, "conversations") : NULL;
+    size_t i;
+    json_t *c;
+    json_array_foreach(forgotten, i, c) { /* a clear of each, as clearing them one by one */
+        const char *persona = json_string_value(json_object_get(c, "persona"));
+        count_clear(a, persona ? persona : "");
+    }
+    json_decref(listed);
     if (err) {
         host_log(&a->host, PARLEY_LOG_WARN, "history_clear: %s", err);
         last_error_set("%s", err);

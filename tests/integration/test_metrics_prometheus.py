@@ -94,6 +94,7 @@ class PrometheusCase(ParleyTestCase):
                 self.assertIsNone(sh.op("clear", conversation_id="w")["error"])
                 self.assertIsNone(sh.op("clear")["error"])  # the other two
                 _, after = self.scrape(port)
+                json_metrics = sh.op("metrics")["result"]
                 # anything else is not served
                 with self.assertRaises(urllib.error.HTTPError) as cm:
                     urllib.request.urlopen("http://127.0.0.1:%d/other" % port, timeout=10)
@@ -125,6 +126,8 @@ class PrometheusCase(ParleyTestCase):
         self.assertEqual(value(after, "parley_stored_messages"), 0)
         self.assertEqual(value(after, "parley_stored_message_bytes"), 0)
         self.assertEqual(value(after, "parley_conversations_cleared_total", reason="host"), 3)
+        self.assertEqual(json_metrics["personas"]["chef"]["clears"], 1,
+                         "a clear-all counts as a clear of each persona's conversation")
         for key, v in first.items():
             if key[0].endswith("_total"):
                 self.assertGreaterEqual(after.get(key, 0), v, key)
