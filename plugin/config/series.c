@@ -107,12 +107,13 @@ static void count_switch(series_metrics *m, const char *from, const char *to)
 static void remember(series_metrics *m, const char *key, const char *persona)
 {
     last_entry *e = dict_find(m->last_persona, key);
+    if (e && strcmp(e->persona, persona) == 0)
+        return; /* the same persona again: the common case, nothing to copy */
     char *p = strdup(persona);
     if (!p)
         return;
     if (e) {
-        if (strcmp(e->persona, persona) != 0)
-            count_switch(m, e->persona, persona);
+        count_switch(m, e->persona, persona);
         free(e->persona);
         e->persona = p;
         return;
