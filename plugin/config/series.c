@@ -103,7 +103,7 @@ static void count_switch(series_metrics *m, const char *from, const char *to)
         atomic_fetch_add(&s->count, 1);
 }
 
-/* Remember `persona` as the last of `key` (lock held): the entry's old persona, to compare. */
+/* Remember `persona` as the last of `key` (lock held), counting a switch when it differs. */
 static void remember(series_metrics *m, const char *key, const char *persona)
 {
     last_entry *e = dict_find(m->last_persona, key);
