@@ -11,7 +11,7 @@ import http.server
 import importlib
 import json
 import os
-import shutil
+import subprocess
 import sys
 import tempfile
 import threading
@@ -19,7 +19,7 @@ import unittest
 
 import ha
 from ha import chat, core, llm, schemas
-from support import BINDING, PLUGIN, SLOW, SOURCE, AgentCase, harness, tool_messages
+from support import PLUGIN, SLOW, SOURCE, AgentCase, harness, tool_messages
 
 EXAMPLE = os.path.join(SOURCE, "examples", "home_assistant", "custom_components",
                        "parley_conversation")
@@ -111,16 +111,20 @@ class HomeAssistantTest(AgentCase):
     def setUpClass(cls):
         ha.install()
         cls.tmp = tempfile.TemporaryDirectory(prefix="parley-ha-")
-        # The README's install: the folder, with the binding inside it.
-        target = os.path.join(cls.tmp.name, "custom_components", DOMAIN)
-        shutil.copytree(EXAMPLE, target)
-        shutil.copytree(os.path.join(BINDING, "parley"), os.path.join(target, "parley"),
-                        ignore=shutil.ignore_patterns("__pycache__"))
+        # The README's install: package.sh makes the one folder (the binding
+        # and parley.so inside it), copied into custom_components/.
+        subprocess.run([os.path.join(SOURCE, "examples", "home_assistant", "package.sh"),
+                        os.path.join(cls.tmp.name, "custom_components"), PLUGIN],
+                       check=True, capture_output=True)
         sys.path.insert(0, cls.tmp.name)
+        # The copy in the folder, whatever pkg-config knows on this machine.
+        os.environ["PARLEY_PLUGIN"] = os.path.join(cls.tmp.name, "custom_components", DOMAIN,
+                                                   "parley", "parley.so")
         cls.turns = importlib.import_module("custom_components.%s.turns" % DOMAIN)
 
     @classmethod
     def tearDownClass(cls):
+        del os.environ["PARLEY_PLUGIN"]
         sys.path.remove(cls.tmp.name)
         cls.tmp.cleanup()
 
@@ -152,8 +156,7 @@ class HomeAssistantTest(AgentCase):
         result = await flow.async_init(DOMAIN, context={"source": "user"})
         self.assertEqual(result["type"], "form")
         result = await flow.async_configure(result["flow_id"], {
-            "provider": provider, "base_url": base_url or self.fake.base_url,
-            "plugin_path": PLUGIN})
+            "provider": provider, "base_url": base_url or self.fake.base_url})
         self.assertEqual(result["type"], "create_entry", result.get("errors"))
         entry = result["result"]
         await self.hass.async_block_till_done()
@@ -210,8 +213,7 @@ class HomeAssistantTest(AgentCase):
 
     async def test_config_flow_makes_an_entry_with_an_agent_and_an_ai_task(self):
         entry = await self.add_entry()
-        self.assertEqual(dict(entry.data), {"provider": "openai", "base_url": self.fake.base_url,
-                                            "plugin_path": PLUGIN})
+        self.assertEqual(dict(entry.data), {"provider": "openai", "base_url": self.fake.base_url})
         agent, task = self.subentry(entry), self.subentry(entry, "ai_task_data")
         self.assertEqual(agent.data["model"], "fake-model")  # the server's model list
         self.assertEqual(agent.data["memory"], "device")

@@ -18,6 +18,7 @@ import asyncio
 import json
 import logging
 import re
+import sys
 
 from homeassistant.components import conversation
 from homeassistant.helpers import llm
@@ -187,6 +188,13 @@ class Turn:
                                                  call.call_id)
                 result = self.results[call.call_id] = tool_result(data, error)
                 if self.events is not None:
+                    # The plugin hands over every call of a reply before it
+                    # reads any result, but each hand-over needs the GIL: a
+                    # tool that ends at once could report before the next
+                    # call of its reply arrived.  Waiting one GIL switch
+                    # interval lets those calls in first, so that a call
+                    # after every result is the next reply's (deltas()).
+                    await asyncio.sleep(sys.getswitchinterval())
                     self.events.put_nowait(("result", call.call_id, ha_tool.name, result))
                 if error:
                     raise failure(data)
