@@ -444,6 +444,23 @@ class HomeAssistantTest(AgentCase):
         self.assertTrue(system.startswith(handle.prompt + "\n\nCurrent time is "))
         self.assertTrue(system.endswith("\nThe user is in the kitchen."))
 
+    async def test_prompt_split_without_an_api_and_control_follows_the_apis(self):
+        entry = await self.add_entry(stream=False, prompt="Be brief.")
+        await self.set_agent(entry, llm_hass_api=[])
+        self.assertFalse(self.entity().supported_features)  # no API: no CONTROL
+        await self.ask("hello", extra="Speak French.")
+        handle = next(iter(entry.runtime_data.agents.values()))
+        self.assertEqual(handle.prompt, "Be brief.")
+        system = system_text(self.fake.chat_requests()[-1])
+        self.assertRegex(system, r"^Be brief\.\n\nCurrent time is \d\d:\d\d:\d\d\. "
+                                 r"Today's date is \d{4}-\d\d-\d\d\.\n\nSpeak French\.$")
+        split = self.turns.split_prompt
+        self.assertEqual(split("A\nB", None, "B"), ("A", "B"))
+        self.assertEqual(split("A", None, None), ("A", ""))
+        await self.set_agent(entry, llm_hass_api=["assist"])
+        self.assertTrue(self.entity().supported_features
+                        & chat.ConversationEntityFeature.CONTROL)
+
     # -- memory --
 
     async def test_memory_of_the_satellite_outlives_ha_sessions_and_a_restart(self):

@@ -39,10 +39,12 @@ async def async_setup_entry(hass: HomeAssistant, entry: ConfigEntry, async_add_e
 
 class ParleyConversationEntity(conversation.ConversationEntity, ParleyEntity):
 
-    def __init__(self, entry: ConfigEntry, subentry) -> None:
-        super().__init__(entry, subentry)
-        if subentry.data.get(CONF_LLM_HASS_API):
-            self._attr_supported_features = conversation.ConversationEntityFeature.CONTROL
+    @property
+    def supported_features(self) -> conversation.ConversationEntityFeature:
+        """CONTROL while the agent may use an LLM API (a reconfigure changes it live)."""
+        if self.handle.data.get(CONF_LLM_HASS_API):
+            return conversation.ConversationEntityFeature.CONTROL
+        return conversation.ConversationEntityFeature(0)
 
     @property
     def supports_streaming(self) -> bool:
