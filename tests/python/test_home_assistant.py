@@ -61,7 +61,8 @@ class FakeAssist(llm.API):
                 api.calls.append(tool_input)
                 return {"time": datetime.time(14, 5), "date": datetime.date(2026, 11, 27)}
 
-        return llm.APIInstance(api=self, api_prompt=self.api_prompt, llm_context=llm_context,
+        prompt = self.api_prompt.replace("{device}", llm_context.device_id or "")
+        return llm.APIInstance(api=self, api_prompt=prompt, llm_context=llm_context,
                                tools=[TurnOn(), GetTime()],
                                custom_serializer=llm.selector_serializer)
 
@@ -94,9 +95,9 @@ class KeyRefuser:
 
 
 def user_input(text, conversation_id=None, satellite=SATELLITE, user_id="user-1",
-               agent_id="conversation.parley_conversation", extra=None):
+               agent_id="conversation.parley_conversation", extra=None, device="device-1"):
     return chat.ConversationInput(text=text, context=core.Context(user_id=user_id),
-                                  conversation_id=conversation_id, device_id="device-1",
+                                  conversation_id=conversation_id, device_id=device,
                                   satellite_id=satellite, language="en", agent_id=agent_id,
                                   extra_system_prompt=extra)
 
@@ -460,6 +461,22 @@ class HomeAssistantTest(AgentCase):
         await self.set_agent(entry, llm_hass_api=["assist"])
         self.assertTrue(self.entity().supported_features
                         & chat.ConversationEntityFeature.CONTROL)
+
+    async def test_concurrent_turns_each_run_under_their_own_prompt(self):
+        entry = await self.add_entry(stream=False)
+        self.api.api_prompt = "You are in the area of {device}."
+        asks = [self.ask("hi from dev-%d [[latency:%d]]" % (i, 150 if i % 2 else 10),
+                         satellite="assist_satellite.s%d" % i, device="dev-%d" % i)
+                for i in range(6)]
+        results = await asyncio.gather(*asks)
+        self.assertTrue(all(r.response.response_type == "action_done" for r in results))
+        for request in self.fake.chat_requests()[-6:]:
+            user = [m["content"] for m in harness.messages(request) if m["role"] == "user"][-1]
+            device = user.split()[2]
+            stable = system_text(request).split("\n\nCurrent time is ")[0]
+            self.assertTrue(stable.endswith("You are in the area of %s." % device), stable)
+        handle = next(iter(entry.runtime_data.agents.values()))
+        self.assertIn("You are in the area of dev-", handle.prompt)
 
     # -- memory --
 
