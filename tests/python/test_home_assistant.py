@@ -550,6 +550,9 @@ class HomeAssistantTest(AgentCase):
                                     ("assistant", "Turned on the lights"),
                                     ("assistant", "The washing machine is done."),
                                     ("user", "what happened? [[recall]]")])
+        # A failed turn in between adds nothing twice.
+        r = await self.ask("oops [[fault:400]]", conversation_id=cid)
+        self.assertEqual(r.response.error_code, "unknown")
         # Remembered: after HA forgot the session, the next request still has them.
         core.advance_clock(minutes=6)
         core.async_fire_time_changed(self.hass)

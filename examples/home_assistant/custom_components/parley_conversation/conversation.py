@@ -113,6 +113,8 @@ class ParleyConversationEntity(conversation.ConversationEntity, ParleyEntity):
                 await handle.agent.append_message(memory, text, role=role)
             except ParleyError as err:  # the turn still runs, without it
                 _LOGGER.warning("Could not add %s message to the memory: %s", role, err)
+        # Seen, also if the turn fails (HA then keeps its log without this turn).
+        handle.remember_synced(chat_log.conversation_id, len(chat_log.content) - 1)
 
     async def _streamed(self, handle, turn: Turn, text, memory, stable, fields):
         """Deltas into the chat log as they come (HA starts speaking early);

@@ -171,6 +171,7 @@ class Turn:
         self.chat_log = chat_log
         self.agent_id = agent_id
         self.results: dict[str, object] = {}
+        self.result = None  # the streamed turn's Result, once deltas() has it
         self.events: asyncio.Queue | None = asyncio.Queue() if streaming else None
 
     def tools(self) -> dict:
