@@ -602,8 +602,20 @@ class HomeAssistantTest(AgentCase):
                 self.assertIsInstance(result.data, dict)
                 self.assertIsInstance(result.data["name"], str)
                 self.assertIsInstance(result.data["on"], bool)
-                body = self.fake.chat_requests()[-1]["body"]
+                self.assertLessEqual(set(result.data), {"name", "on", "brightness"})
+                if "brightness" in result.data:  # optional: absent rather than null
+                    self.assertIsInstance(result.data["brightness"], int)
+                body = self.fake.requests()[-1]["body"]
                 self.assertIn("kitchen light", json.dumps(body))
+                # The schema in each provider's own form, strict as HA's OpenAI agent makes it.
+                schema = {"openai": lambda: body["response_format"]["json_schema"]["schema"],
+                          "ollama": lambda: body["format"],
+                          "anthropic": lambda: body["tools"][0]["input_schema"]}[provider]()
+                self.assertEqual(schema["required"], ["name", "on", "brightness"])
+                self.assertFalse(schema["additionalProperties"])
+                self.assertEqual(schema["properties"]["brightness"]["type"], ["integer", "null"])
+                log = hass.data["conversation_chat_logs"][result.conversation_id].content
+                self.assertEqual(json.loads(log[-1].content)["name"], result.data["name"])
                 for e in list(hass.config_entries.async_entries(DOMAIN)):
                     await hass.config_entries.async_unload(e.entry_id)
 
