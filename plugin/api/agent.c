@@ -344,11 +344,37 @@ static parley_status read_result(parley_status st, pbuf *b, char *err, char **ou
     return st;
 }
 
+/*
+ * plugin.h's [blocking: store I/O] functions, called from inside a callback of
+ * this agent (on its worker thread) while its store blocks (SQLite, Redis):
+ * refused, because the one worker runs every turn of the agent and a disk or
+ * network wait there would stall them all.  The memory store never blocks, so
+ * its reads stay allowed everywhere.  *out (when given) says so in
+ * {"error":{...}} form; the host's log says it too.
+ */
+static char *status_error_json(parley_status st, const char *field, const char *message);
+
+static int refused_in_callback(parley_agent *a, const char *fn, char **out)
+{
+    if (!store_blocking(a->store) || !worker_is_current(a->worker))
+        return 0;
+    char *why = pstr_printf("%s may not be called from inside a callback of this agent while "
+                            "its history_store is %s: it blocks on store I/O and would stall "
+                            "every turn; call it from another thread", fn, store_scheme(a->store));
+    host_log(&a->host, PARLEY_LOG_WARN, "%s", why ? why : fn);
+    if (out)
+        *out = why ? status_error_json(PARLEY_ERR_INVALID_INPUT, "thread", why) : NULL;
+    free(why);
+    return 1;
+}
+
 parley_status agent_history_get(parley_agent *a, const char *id, char **out)
 {
     if (!a || !id || !out)
         return PARLEY_ERR_INVALID_INPUT;
     *out = NULL;
+    if (refused_in_callback(a, "history_get", out))
+        return PARLEY_ERR_INVALID_INPUT;
     store_key key = key_for(id);
     pbuf b = PBUF_INIT;
     char *err = NULL;
@@ -361,6 +387,8 @@ parley_status agent_turn_get(parley_agent *a, const char *turn_id, char **out)
     if (!a || !turn_id || !out)
         return PARLEY_ERR_INVALID_INPUT;
     *out = NULL;
+    if (refused_in_callback(a, "turn_get", out))
+        return PARLEY_ERR_INVALID_INPUT;
     pbuf b = PBUF_INIT;
     char *err = NULL;
     parley_status st = store_get_turn(a->store, turn_id, clock_wall_ms(), &b, &err);
@@ -372,6 +400,8 @@ parley_status agent_conversations_list(parley_agent *a, char **out)
     if (!a || !out)
         return PARLEY_ERR_INVALID_INPUT;
     *out = NULL;
+    if (refused_in_callback(a, "conversations_list", out))
+        return PARLEY_ERR_INVALID_INPUT;
     pbuf b = PBUF_INIT;
     char *err = NULL;
     parley_status st = store_list(a->store, clock_wall_ms(), &b, &err);
@@ -381,6 +411,8 @@ parley_status agent_conversations_list(parley_agent *a, char **out)
 parley_status agent_history_clear(parley_agent *a, const char *id)
 {
     if (!a)
+        return PARLEY_ERR_INVALID_INPUT;
+    if (refused_in_callback(a, "history_clear", NULL))
         return PARLEY_ERR_INVALID_INPUT;
     store_key key = key_for(id);
     char *err = NULL;
@@ -418,6 +450,8 @@ parley_status agent_history_query(parley_agent *a, const char *query_json, char 
     if (!a || !out)
         return PARLEY_ERR_INVALID_INPUT;
     *out = NULL;
+    if (refused_in_callback(a, "history_query", out))
+        return PARLEY_ERR_INVALID_INPUT;
     query_request r;
     const char *field = NULL;
     char *err = NULL;
@@ -459,6 +493,8 @@ parley_status agent_message_get(parley_agent *a, const char *message_id, char **
     if (!a || !message_id || !out)
         return PARLEY_ERR_INVALID_INPUT;
     *out = NULL;
+    if (refused_in_callback(a, "message_get", out))
+        return PARLEY_ERR_INVALID_INPUT;
     pbuf b = PBUF_INIT;
     char *err = NULL;
     parley_status st =
@@ -491,6 +527,8 @@ parley_status agent_history_get_by(parley_agent *a, const char *selector_json, c
     if (!a || !out)
         return PARLEY_ERR_INVALID_INPUT;
     *out = NULL;
+    if (refused_in_callback(a, "history_get_by", out))
+        return PARLEY_ERR_INVALID_INPUT;
     selector sel;
     char *err = NULL;
     if (selector_parse(selector_json, 0, &sel, &err) != PARLEY_OK) {
@@ -516,6 +554,8 @@ parley_status agent_message_find(parley_agent *a, const char *selector_json, cha
     if (!a || !out)
         return PARLEY_ERR_INVALID_INPUT;
     *out = NULL;
+    if (refused_in_callback(a, "message_find", out))
+        return PARLEY_ERR_INVALID_INPUT;
     selector sel;
     char *err = NULL;
     if (selector_parse(selector_json, SELECTOR_INTERFACE_MESSAGE_ID, &sel, &err) != PARLEY_OK) {
@@ -548,6 +588,8 @@ parley_status agent_set_interface_message_id(parley_agent *a, const char *turn_i
                                              const char *interface_message_id)
 {
     if (!a || !turn_id)
+        return PARLEY_ERR_INVALID_INPUT;
+    if (refused_in_callback(a, "set_interface_message_id", NULL))
         return PARLEY_ERR_INVALID_INPUT;
     json_t *id = interface_message_id ? json_string(interface_message_id) : NULL;
     int valid = selector_valid_string(id, STORE_MAX_INTERFACE_MESSAGE_ID, 1);
@@ -640,6 +682,8 @@ parley_status agent_conversations_list_by(parley_agent *a, const char *filter_js
     if (!a || !out)
         return PARLEY_ERR_INVALID_INPUT;
     *out = NULL;
+    if (refused_in_callback(a, "conversations_list_by", out))
+        return PARLEY_ERR_INVALID_INPUT;
     const char *want_persona = NULL, *want_interface = NULL;
     json_t *filter = NULL;
     if (filter_json) {
@@ -702,6 +746,8 @@ parley_status agent_conversations_list_by(parley_agent *a, const char *filter_js
 parley_status agent_history_clear_by(parley_agent *a, const char *selector_json)
 {
     if (!a)
+        return PARLEY_ERR_INVALID_INPUT;
+    if (refused_in_callback(a, "history_clear_by", NULL))
         return PARLEY_ERR_INVALID_INPUT;
     selector sel;
     char *err = NULL;
@@ -774,6 +820,8 @@ static parley_status append_token_metrics(const agent_counters *m, char **out)
 parley_status agent_metrics(parley_agent *a, char **out)
 {
     if (!a || !out)
+        return PARLEY_ERR_INVALID_INPUT;
+    if (refused_in_callback(a, "metrics", out))
         return PARLEY_ERR_INVALID_INPUT;
     store_stats hs;
     memset(&hs, 0, sizeof hs);

@@ -393,9 +393,16 @@ static void cancel_everything(worker *w)
     on_store_jobs(w, b.notes);
 }
 
+/* The worker whose thread this is (NULL on every other thread): how a call
+ * from inside a host callback is told apart from one on the host's threads. */
+static __thread const worker *current_worker;
+
+int worker_is_current(const worker *w) { return w && current_worker == w; }
+
 static void *worker_main(void *arg)
 {
     worker *w = arg;
+    current_worker = w;
     for (;;) {
         if (drain_inbox(w))
             break;
