@@ -363,6 +363,11 @@ class HomeAssistantTest(AgentCase):
         self.assertEqual((result.result.error, result.result.data),
                          (True, {"error": "HomeAssistantError",
                                  "error_text": "no device named garage"}))
+        # Arguments the tool's schema refuses: HA's validation error, to the model too.
+        await self.ask("[[tool:HassTurnOn {}]]")
+        sent = json.loads(tool_messages(self.fake.chat_requests()[-1])[0]["content"])
+        self.assertEqual(sent["error_text"],
+                         "MultipleInvalid: required key not provided @ data['name']")
 
     async def test_older_home_assistant_dict_results_and_voluptuous_schemas(self):
         ha.legacy(True)
