@@ -365,7 +365,7 @@ class HomeAssistantTest(AgentCase):
                                  "error_text": "no device named garage"}))
         # Arguments the tool's schema refuses: HA's validation error, to the model too.
         await self.ask("[[tool:HassTurnOn {}]]")
-        sent = json.loads(tool_messages(self.fake.chat_requests()[-1])[0]["content"])
+        sent = json.loads(tool_messages(self.fake.chat_requests()[-1])[-1]["content"])
         self.assertEqual(sent["error_text"],
                          "MultipleInvalid: required key not provided @ data['name']")
 
