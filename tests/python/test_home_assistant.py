@@ -409,6 +409,32 @@ class HomeAssistantTest(AgentCase):
         self.assertGreater(stats[-1]["input_tokens"], 0)
         self.assertGreater(stats[-1]["output_tokens"], 0)
 
+    async def test_steps_of_a_finished_turn_group_by_model_reply(self):
+        log = chat.ChatLog(self.hass, "c1")
+        turn = self.turns.Turn(log, "conversation.p", streaming=False)
+        turn.results["a"] = llm.ToolResult(data={"ok": True})
+        steps = [{"type": "reasoning", "content": "two lights"},
+                 {"type": "tool_call", "call_id": "a", "name": "HassTurnOn",
+                  "arguments": {"name": "x"}},
+                 {"type": "tool_call", "call_id": "b", "name": "Nope", "arguments": "{bad"},
+                 {"type": "tool_result", "call_id": "a", "name": "HassTurnOn",
+                  "content": '{"ok":true}', "is_error": False},
+                 {"type": "tool_result", "call_id": "b", "name": "Nope",
+                  "content": '{"error":"unknown_tool","error_text":"no tool Nope"}',
+                  "is_error": True},
+                 {"type": "reasoning", "content": "done"},
+                 {"type": "answer", "content": "Both on."}]
+        turn.write_steps(steps, ["Let me look."])
+        c = log.content
+        self.assertEqual([x.role for x in c],
+                         ["system", "assistant", "tool_result", "tool_result", "assistant"])
+        self.assertEqual((c[1].content, c[1].thinking_content), ("Let me look.", "two lights"))
+        self.assertEqual([(t.id, t.tool_args, t.external) for t in c[1].tool_calls],
+                         [("a", {"name": "x"}, True), ("b", {"invalid_json": "{bad"}, True)])
+        self.assertIs(c[2].result, turn.results["a"])  # the ToolResult HA's tool returned
+        self.assertEqual((c[3].result.error, c[3].result.data["error"]), (True, "unknown_tool"))
+        self.assertEqual((c[4].content, c[4].thinking_content), ("Both on.", "done"))
+
     async def test_streaming_feeds_the_chat_log_one_message_per_reply(self):
         await self.add_entry(stream=True)
         self.assertTrue(self.entity().supports_streaming)
