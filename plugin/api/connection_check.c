@@ -176,7 +176,7 @@ parley_status connection_check(const char *options_json, char **out_json, char *
     if (out_json)
         *out_json = NULL;
     parley_options o;
-    if (options_parse(options_json, &o, error) != 0) {
+    if (provider_options_parse(options_json, &o, error) != 0) {
         free(ignored);
         return PARLEY_ERR_INVALID_OPTIONS;
     }

@@ -9,6 +9,7 @@
 
 #include "lib/clock.h"
 #include "lib/host_log.h"
+#include "lib/json_schema.h"
 #include "engine/store_jobs.h"
 #include "engine/tool_handle.h"
 #include "lib/utf8.h"
@@ -39,6 +40,8 @@ void turn_free(turn *t)
     free(t->agent_id);
     free(t->metadata);
     free(t->interface_message_id);
+    response_format_free(t->format);
+    free(t->structured);
     reply_context_free(&t->reply);
     free(t->conversation_id);
     free(t->persona_name);
@@ -570,6 +573,8 @@ static int stream_sink(void *owner, const char *data, size_t len)
     return done ? HTTP_SINK_COMPLETE : 0;
 }
 
+#define JSON_ANSWER_NOTE "Answer with one JSON object and nothing else."
+
 /*
  * The system prompt of every request: the persona's or the agent's, then
  * this turn's extra one, then the note on a replied-to turn sent again.
@@ -577,14 +582,18 @@ static int stream_sink(void *owner, const char *data, size_t len)
 static char *system_prompt(const turn *t)
 {
     const char *note = t->reply.outcome == REPLY_INCLUDED ? REPLY_CONTEXT_NOTE : NULL;
-    const char *parts[] = {t->opts->prompt, t->extra_system_prompt, note};
-    size_t lens[3], total = 0;
-    for (size_t i = 0; i < 3; i++) /* the non-empty parts, "\n\n" between them */
+    /* JSON mode without a schema: the model must be told (OpenAI refuses a request
+       whose messages never say "JSON"). */
+    const char *json_note = t->format && !t->format->schema ? JSON_ANSWER_NOTE : NULL;
+    const char *parts[] = {t->opts->prompt, t->extra_system_prompt, note, json_note};
+    enum { NPARTS = sizeof parts / sizeof parts[0] };
+    size_t lens[NPARTS], total = 0;
+    for (size_t i = 0; i < NPARTS; i++) /* the non-empty parts, "\n\n" between them */
         total += (lens[i] = parts[i] ? strlen(parts[i]) : 0) + 2;
     char *out = malloc(total + 1), *o = out;
     if (!out)
         return NULL;
-    for (size_t i = 0; i < 3; i++) {
+    for (size_t i = 0; i < NPARTS; i++) {
         if (!lens[i])
             continue;
         if (o != out) {
@@ -596,6 +605,23 @@ static char *system_prompt(const turn *t)
     }
     *o = '\0';
     return out;
+}
+
+/* No more tool calls: the last round (max_tool_iterations spent), or tool_choice "none". */
+static int tools_refused(const turn *t)
+{
+    return t->tool_rounds >= t->cfg->opts.max_tool_iterations ||
+           strcmp(t->opts->tool_choice, "none") == 0;
+}
+
+/* The tool_choice option on the turn's first request ("required" or a tool's name), or
+   NULL: forcing every round would loop until max_tool_iterations. */
+static const char *forced_tool_choice(const turn *t)
+{
+    const char *c = t->opts->tool_choice;
+    if (t->tool_rounds > 0 || !c || strcmp(c, "auto") == 0 || strcmp(c, "none") == 0)
+        return NULL;
+    return c;
 }
 
 /* The provider codec renders the neutral messages into t->body. */
@@ -624,7 +650,9 @@ static int render_request(turn *t, char **err)
             .messages_text = prov->reads_history_text ? turn_text : NULL,
             .messages_text_len = t->messages.len,
             .tools_json = toolset_json(t->tools),
-            .tool_choice_none = t->tool_rounds >= t->cfg->opts.max_tool_iterations,
+            .tool_choice_none = tools_refused(t),
+            .tool_choice = forced_tool_choice(t),
+            .response_format = t->format,
         };
         rc = prov->encode(&t->body, t->opts, &r, err); /* the persona's model, sampling */
     } else if (!*err) {
@@ -681,6 +709,7 @@ static void turn_request(turn *t)
  * ====================================================================== */
 
 static void turn_dispatch_tools(turn *t, llm_reply *reply);
+static void finish_answer(turn *t, const llm_reply *reply, const char *content);
 
 /* Exponential backoff with jitter, or the server's Retry-After; capped. */
 static uint64_t retry_delay_ms(const turn *t, int64_t retry_after_ms)
@@ -766,6 +795,144 @@ static void account_reply(turn *t, const llm_reply *reply)
     t->stop_reason = reply->finish_reason ? strdup(reply->finish_reason) : NULL;
 }
 
+/*
+ * "length": what cut the answer?  max_tokens when the reply used it all; when
+ * it stopped short of it (or none was set), the end of the model's context
+ * window (llama.cpp stops there with finish_reason "length", Anthropic says
+ * model_context_window_exceeded): a bigger max_tokens would not help there,
+ * a shorter history would.
+ */
+static void log_cut_short(const turn *t, const llm_reply *reply)
+{
+    long long max = t->opts->max_tokens > 0 ? t->opts->max_tokens
+                                            : t->cfg->prov->default_max_tokens;
+    if (t->opts->max_tokens <= 0 && max > 0 && t->opts->thinking_budget_tokens > 0)
+        max = t->opts->thinking_budget_tokens + max; /* Anthropic's default with thinking */
+    long long used = reply->usage.completion;
+    const char *id = t->turn_id;
+    if (reply->context_full || (max > 0 && used > 0 && used < max))
+        host_log(t->env->host, PARLEY_LOG_WARN, "turn %s: the end of the model's context window "
+                 "cut the answer short (prompt %lld + answer %lld tokens; max_tokens %lld not "
+                 "reached): shorten the history (max_history_turns) or give the model a larger "
+                 "context", id, reply->usage.prompt, used, max);
+    else if (max > 0)
+        host_log(t->env->host, PARLEY_LOG_WARN, "turn %s: the model hit max_tokens (%lld); the "
+                 "answer may be cut short", id, max);
+    else
+        host_log(t->env->host, PARLEY_LOG_WARN, "turn %s: the answer was cut short by a length "
+                 "limit with max_tokens unset: the end of the model's context window (prompt "
+                 "%lld + answer %lld tokens) or the server's own output limit", id,
+                 reply->usage.prompt, used);
+}
+
+/* Structured output through a forced tool (Anthropic): the call to the answer tool is the
+   answer, its input the JSON.  Other calls beside it are dropped: the turn is answered. */
+static void take_answer_call(const turn *t, llm_reply *reply)
+{
+    size_t i = 0;
+    while (t->format && i < reply->ncalls && strcmp(reply->calls[i].name, t->format->name) != 0)
+        i++;
+    if (!t->format || i == reply->ncalls)
+        return;
+    free(reply->content);
+    reply->content = reply->calls[i].arguments;
+    reply->calls[i].arguments = NULL;
+    for (size_t k = 0; k < reply->ncalls; k++) {
+        free(reply->calls[k].id);
+        free(reply->calls[k].name);
+        free(reply->calls[k].arguments);
+    }
+    free(reply->calls);
+    reply->calls = NULL;
+    reply->ncalls = 0;
+}
+
+static int blank(const char *s)
+{
+    return s[strspn(s, " \t\r\n")] == '\0';
+}
+
+/* Why the answer is empty, in words a host can act on. */
+static char *empty_answer_message(const turn *t, const llm_reply *reply)
+{
+    int cut = reply->finish_reason && strcmp(reply->finish_reason, "length") == 0;
+    int reasoned = reply->reasoning && *reply->reasoning;
+    if (cut && reasoned)
+        return pstr_printf("the model spent its whole answer budget reasoning and gave no answer "
+                           "(stop_reason \"length\", %lld tokens): raise max_tokens (%lld) or ask "
+                           "for less reasoning", reply->usage.completion,
+                           (long long)t->opts->max_tokens);
+    if (cut)
+        return pstr_printf("the model's answer was cut off before any text (stop_reason "
+                           "\"length\"): raise max_tokens or shorten the history");
+    if (reasoned)
+        return pstr_printf("the model reasoned, then stopped without an answer (empty text "
+                           "after its reasoning)");
+    return pstr_printf("the model gave an empty answer");
+}
+
+/* The JSON in an answer: the text itself, or inside a ``` fence some models add anyway. */
+static json_t *answer_json(const char *text, json_error_t *jerr)
+{
+    const char *p = text + strspn(text, " \t\r\n");
+    if (strncmp(p, "```", 3) != 0)
+        return json_loads(p, JSON_DECODE_ANY, jerr);
+    p = strchr(p, '\n');
+    const char *end = p ? strstr(p, "```") : NULL;
+    if (!end)
+        return json_loads(text, JSON_DECODE_ANY, jerr);
+    return json_loadb(p, (size_t)(end - p), JSON_DECODE_ANY, jerr);
+}
+
+/* The answer checked against the response format: compact JSON (malloc'd), or NULL
+   with *why. */
+static char *structured_answer(const turn *t, const llm_reply *reply, const char *content,
+                               char **why)
+{
+    const response_format *f = t->format;
+    const char *cut = reply->finish_reason && strcmp(reply->finish_reason, "length") == 0
+                          ? "; the answer was cut short (stop_reason \"length\"): raise max_tokens"
+                          : "";
+    json_error_t jerr;
+    json_t *v = answer_json(content, &jerr);
+    char *problem = NULL, *out = NULL;
+    if (!v)
+        *why = pstr_printf("the model's answer is not JSON (%s)%s", jerr.text, cut);
+    else if (!json_is_object(v))
+        *why = pstr_printf("the model's answer is JSON but not an object%s", cut);
+    else if (f->schema && json_schema_validate(f->schema, v, &problem) != 0)
+        *why = pstr_printf("the model's answer does not match the response format '%s': %s%s",
+                           f->name, problem ? problem : "out of memory", cut);
+    else if (!(out = json_dumps(v, JSON_COMPACT | JSON_PRESERVE_ORDER)))
+        *why = pstr_printf("out of memory");
+    free(problem);
+    json_decref(v);
+    return out;
+}
+
+/*
+ * The model answered: commit it -- unless it said nothing (a reasoning model
+ * that spent max_tokens thinking, or stopped right after </think>) or, with a
+ * response format, not the JSON asked for.  Those fail the turn
+ * (bad_response, saying why; the steps show what came), history unchanged.
+ */
+static void finish_answer(turn *t, const llm_reply *reply, const char *content)
+{
+    char *why = NULL, *json = NULL;
+    if (blank(content))
+        why = empty_answer_message(t, reply);
+    else if (t->format)
+        json = structured_answer(t, reply, content, &why);
+    record_answer(t, reply, json ? json : content);
+    if (why || (t->format && !json)) {
+        turn_end(t, PARLEY_ERR_BAD_RESPONSE, why ? why : "out of memory");
+        free(why);
+        return;
+    }
+    t->structured = json;
+    turn_commit(t);
+}
+
 void turn_on_http_done(turn *t, CURLcode code)
 {
     char *msg = NULL;
@@ -805,19 +972,17 @@ void turn_on_http_done(turn *t, CURLcode code)
     }
     account_reply(t, &reply);
     if (reply.finish_reason && strcmp(reply.finish_reason, "length") == 0)
-        host_log(t->env->host, PARLEY_LOG_WARN, "turn %s: the model hit max_tokens; the answer may be cut short",
-                  t->turn_id);
+        log_cut_short(t, &reply);
+    take_answer_call(t, &reply);
     if (reply.ncalls == 0) {
-        record_answer(t, &reply, reply.content ? reply.content : "");
+        finish_answer(t, &reply, reply.content ? reply.content : "");
         llm_reply_free(&reply);
-        turn_commit(t);
         return;
     }
-    if (t->tool_rounds >= t->cfg->opts.max_tool_iterations) {
+    if (tools_refused(t)) {
         /* We said tool_choice "none" and the model still wants tools. */
         if (reply.content && *reply.content) {
-            record_answer(t, &reply, reply.content);
-            turn_commit(t);
+            finish_answer(t, &reply, reply.content);
         } else {
             char *m = pstr_printf("the model kept calling tools after %d rounds and tool_choice \"none\"",
                           t->tool_rounds);
@@ -1277,6 +1442,7 @@ void turn_report(turn *t)
         .usage_json = usage,
         .stop_reason = t->stop_reason,
         .reply_context = reply_outcome_name(t->reply.outcome),
+        .structured_json = status == PARLEY_OK ? t->structured : NULL,
     };
     if (status == PARLEY_OK && t->conversation_id && t->nmessages) { /* stored: it has ids */
         r.user_message_id = t->message_index[0].id;

@@ -5,6 +5,7 @@
 
 #include "check.h"
 #include "config/options.h"
+#include "provider/provider.h"
 #include "config/toolset.h"
 
 /* Parse and expect failure with a message containing `needle`. */
@@ -12,7 +13,7 @@ static void expect_error(const char *json, const char *needle)
 {
     parley_options o;
     char *err = NULL;
-    int rc = options_parse(json, &o, &err);
+    int rc = provider_options_parse(json, &o, &err);
     CHECK(rc == -1);
     CHECK(err && strstr(err, needle));
     if (!err || !strstr(err, needle))
