@@ -448,6 +448,18 @@ class HomeAssistantTest(AgentCase):
         await self.set_agent(self.hass.config_entries.async_entries(DOMAIN)[0], stream=False)
         self.assertFalse(self.entity().supports_streaming)
 
+    async def test_streamed_reasoning_goes_to_each_replys_message(self):
+        await self.add_entry(stream=True)
+        r = await self.ask('[[think:which light]][[tool:HassTurnOn {"name":"kitchen"}]]')
+        log = self.chat_log(r.conversation_id).content
+        self.assertEqual([c.role for c in log],
+                         ["system", "user", "assistant", "tool_result", "assistant"])
+        self.assertEqual((log[2].thinking_content, log[2].tool_calls[0].tool_name),
+                         ("which light", "HassTurnOn"))
+        self.assertEqual(log[4].thinking_content, "which light")  # the marker holds for round 2
+        self.assertEqual(log[4].content, r.response.speech["plain"]["speech"])
+        self.assertNotIn("which light", log[4].content)
+
     async def test_streamed_question_keeps_the_microphone_open(self):
         await self.add_entry(stream=True)
         r = await self.ask("a streamed answer please [[ask]]")

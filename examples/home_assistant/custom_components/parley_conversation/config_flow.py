@@ -32,7 +32,7 @@ from .const import (CONF_API_KEY, CONF_BASE_URL, CONF_LLM_HASS_API, CONF_MAX_TOK
                     DEFAULT_CONVERSATION_NAME, DEFAULT_PROVIDER, DOMAIN, MEMORIES,
                     PROVIDERS, RECOMMENDED_OPTIONS, SUBENTRY_AI_TASK, SUBENTRY_CONVERSATION)
 from .parley import ParleyError, load_plugin
-from .runtime import check_connection, connection_options, error_key
+from .runtime import connection_options, error_key
 
 _LOGGER = logging.getLogger(__name__)
 
@@ -65,7 +65,7 @@ async def validate_connection(hass, data: dict) -> tuple[dict, dict, list]:
     try:
         plugin = await hass.async_add_executor_job(load_plugin, data.get(CONF_PLUGIN_PATH))
         checked = await hass.async_add_executor_job(
-            check_connection, plugin, dict(connection_options(data), model="-"))
+            plugin.check_connection, dict(connection_options(data), model="-"))
     except ParleyError as err:
         return {"base": error_key(err)}, {"error": str(err.message)}, []
     return {}, {}, list(checked.get("models") or [])

@@ -120,7 +120,7 @@ class ParleyConversationEntity(conversation.ConversationEntity, ParleyEntity):
         """Deltas into the chat log as they come (HA starts speaking early);
         returns the Result."""
         pump = await handle.begin(stable, lambda: turn.pump(
-            handle.agent.stream(text, memory, **fields)))
+            handle.agent.stream(text, memory, on_reasoning=turn.on_reasoning, **fields)))
         try:
             async for _content in turn.chat_log.async_add_delta_content_stream(
                     self.entity_id, turn.deltas()):

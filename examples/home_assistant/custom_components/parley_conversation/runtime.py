@@ -13,8 +13,6 @@ together with starting the turn it is for.
 from __future__ import annotations
 
 import asyncio
-import ctypes
-import json
 import os
 from dataclasses import dataclass, field
 
@@ -141,22 +139,6 @@ class ParleyData:
 
 def store_for(storage_dir: str, subentry_id: str) -> str:
     return "sqlite:" + os.path.join(storage_dir, subentry_id + ".sqlite")
-
-
-def check_connection(plugin, options: dict) -> dict:
-    """The plugin's connection check (blocking: run it in the executor):
-    {"ok": true, "url", "models": [...]} or a ParleyError carrying Parley's
-    sentence.  Uses the binding's check_connection when it has one."""
-    method = getattr(plugin, "check_connection", None)
-    if method is not None and not asyncio.iscoroutinefunction(method):
-        return method(options)
-    fn = plugin.require("check_connection")
-    out, err = ctypes.c_void_p(), ctypes.c_void_p()
-    status = fn(json.dumps(options).encode(), ctypes.byref(out), ctypes.byref(err))
-    text, message = plugin.take_string(out.value), plugin.take_string(err.value)
-    if status != 0:
-        raise plugin.error(status, message or "check_connection failed")
-    return json.loads(text or "{}")
 
 
 def error_key(err: ParleyError) -> str:

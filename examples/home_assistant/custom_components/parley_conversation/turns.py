@@ -172,6 +172,7 @@ class Turn:
         self.agent_id = agent_id
         self.results: dict[str, object] = {}
         self.result = None  # the streamed turn's Result, once deltas() has it
+        self.reasoned = False  # reasoning came as it streamed (on_reasoning)
         self.events: asyncio.Queue | None = asyncio.Queue() if streaming else None
 
     def tools(self) -> dict:
@@ -244,6 +245,10 @@ class Turn:
 
     # -- streamed: deltas as they come --
 
+    def on_reasoning(self, text: str) -> None:
+        """The binding's on_reasoning: reasoning in order with the text deltas."""
+        self.events.put_nowait(("reasoning", text))
+
     async def pump(self, stream) -> None:
         """Parley's stream (text deltas, then the Result) into the event queue."""
         try:
@@ -290,15 +295,20 @@ class Turn:
                 raise event[1]
             for delta in flush():
                 yield delta
-            if kind == "text":
-                if not message["open"]:
+            if kind in ("text", "reasoning"):
+                # A reply's reasoning comes before its text and its calls.
+                if not message["open"] or (kind == "reasoning" and message["has_calls"]):
                     yield {"role": "assistant"}
                     message.update(open=True, has_calls=False)
-                yield {"content": event[1]}
+                if kind == "reasoning":
+                    self.reasoned = True
+                    yield {"thinking_content": event[1]}
+                else:
+                    yield {"content": event[1]}
                 continue
             result = event[1]  # done
             self.result = result
-            reasoning = _answer_reasoning(result.steps)
+            reasoning = None if self.reasoned else _answer_reasoning(result.steps)
             if not message["open"] or message["has_calls"]:
                 yield {"role": "assistant", "content": result.response}
             if reasoning:
