@@ -2,8 +2,9 @@
 01bc0afafea1a7fce60ca97305d6e3e234bbbcf9, models.py at
 04bcd6a56baf45fa3478ffccbbee2a2e5ece7b3e, entity.py at
 2be4e07ea86d353ab3b8f238950f4f58bedf7ded, util.py's
-async_get_result_from_chat_log at 0b2d5364de09d65b1fb2095fc631a6c5d2becbe0
-read with ToolResultContent.result, trace.py) and
+async_get_result_from_chat_log as in the 2026 util.py (the one with
+async_move_agent_to_subentry), reading ToolResultContent.result as core code
+must once tool_result is deprecated, trace.py) and
 homeassistant/helpers/chat_session.py at
 16fefdc65e867796ec0f2fc7e265b4f9dbd86ab0.
 

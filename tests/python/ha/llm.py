@@ -1,6 +1,6 @@
 """Stand-ins for homeassistant/helpers/llm.py, helpers/intent.py (the
 IntentResponse the Assist tools return) and helpers/json.py, read from
-home-assistant/core dev: llm.py at 2b2cfbf251ee3700f602788015d997ce5134ada5
+home-assistant/core dev: llm.py at 004be187e720f879eace3c615f55204519f21859
 for LLMContext/ToolInput/Tool/APIInstance/API and the prompts; ToolResult
 as conversation/chat_log.py at 01bc0afafea1a7fce60ca97305d6e3e234bbbcf9 uses
 it (ToolResult(data=..., error=True), asdict(result)); json.py at
