@@ -454,6 +454,32 @@ static int finish_provider_details(parley_options *o, char **err)
     return 0;
 }
 
+/*
+ * Whether api_key_env's value is likely the key itself, put where the
+ * variable's name goes: anything that is not a variable name ([A-Za-z_]
+ * then [A-Za-z0-9_]: "sk-proj-...", "sk-ant-..."), or a long random-looking
+ * one: 24 characters or more with digits, and either no '_' (a hex key) or
+ * both cases ("gsk_..."), unlike names such as OPENAI_API_KEY or
+ * home_assistant_openai_key_2.  Such a value is never quoted back: it would
+ * put the key in a log.
+ */
+static int looks_like_key(const char *name)
+{
+    size_t n = strlen(name);
+    int lower = 0, upper = 0, digit = 0, underscore = 0;
+    for (size_t i = 0; i < n; i++) {
+        char c = name[i];
+        lower |= c >= 'a' && c <= 'z';
+        upper |= c >= 'A' && c <= 'Z';
+        digit |= c >= '0' && c <= '9';
+        underscore |= c == '_';
+        int alpha = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z');
+        if (!alpha && c != '_' && !(i > 0 && c >= '0' && c <= '9'))
+            return 1;
+    }
+    return n >= 24 && digit && (!underscore || (upper && lower));
+}
+
 /* Checks that involve more than one option, or the environment. */
 static int finish(parley_options *o, json_t *root, char **err)
 {
@@ -475,6 +501,12 @@ static int finish(parley_options *o, json_t *root, char **err)
         return -1;
     }
     if (o->api_key_env) {
+        if (looks_like_key(o->api_key_env)) {
+            *err = pstr_printf("option 'api_key_env': the value looks like an API key, not the name "
+                               "of an environment variable (it is not repeated here); put the key "
+                               "in an environment variable and give that variable's name");
+            return -1;
+        }
         const char *k = getenv(o->api_key_env);
         if (!k || !*k) {
             *err = pstr_printf("option 'api_key_env': environment variable '%s' is not set",

@@ -10,6 +10,7 @@
 #include "lib/clock.h"
 #include "lib/host_log.h"
 #include "lib/json_schema.h"
+#include "lib/redact.h"
 #include "engine/store_jobs.h"
 #include "engine/tool_handle.h"
 #include "lib/utf8.h"
@@ -134,6 +135,45 @@ static void record_step(turn *t, const pbuf *step)
 static void put_str(pbuf *b, const char *s) { pbuf_json_string(b, s, strlen(s)); }
 
 /*
+ * The user message as stored, when it differs from the one sent: with
+ * history_images "placeholder", its text plus one line per image; with
+ * "keep", the parts sent, except that an image whose URL carries credentials
+ * or a token (image_url_has_secrets) becomes such a line too: history never
+ * holds them, and the bare URL would not fetch when sent again.
+ */
+static void record_stored_user(turn *t)
+{
+    int placeholder = strcmp(t->cfg->opts.history_images, "placeholder") == 0;
+    int differs = placeholder;
+    for (size_t i = 0; i < t->images.n; i++)
+        differs |= image_url_has_secrets(&t->images.items[i]);
+    if (!differs)
+        return;
+    pbuf text = PBUF_INIT, *s = &t->stored_user;
+    pbuf_puts(&text, t->text);
+    for (size_t i = 0; i < t->images.n; i++) {
+        if (placeholder || image_url_has_secrets(&t->images.items[i])) {
+            pbuf_putc(&text, '\n');
+            image_placeholder(&text, &t->images.items[i]);
+        }
+    }
+    pbuf_puts(s, placeholder ? "{\"role\":\"user\",\"content\":"
+                             : "{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":");
+    pbuf_json_string(s, text.data ? text.data : "", text.len);
+    for (size_t i = 0; !placeholder && i < t->images.n; i++) {
+        if (image_url_has_secrets(&t->images.items[i]))
+            continue;
+        pbuf_puts(s, "},{\"type\":\"image_url\",\"image_url\":{\"url\":");
+        put_str(s, t->images.items[i].url);
+        pbuf_putc(s, '}');
+    }
+    pbuf_puts(s, placeholder ? "}" : "}]}");
+    if (text.oom || s->oom)
+        t->messages.oom = 1;
+    pbuf_free(&text);
+}
+
+/*
  * The user message.  With images its content is Chat Completions content
  * parts (the neutral record's form, docs/history.md): the text, then one
  * image_url part per image.  History keeps that too with history_images
@@ -156,22 +196,7 @@ static void record_user_message(turn *t)
             pbuf_puts(m, "}}");
         }
         pbuf_putc(m, ']');
-        if (strcmp(t->cfg->opts.history_images, "placeholder") == 0) {
-            pbuf text = PBUF_INIT;
-            pbuf_puts(&text, t->text);
-            for (size_t i = 0; i < t->images.n; i++) {
-                pbuf_putc(&text, '\n');
-                image_placeholder(&text, &t->images.items[i]);
-            }
-            pbuf_puts(&t->stored_user, "{\"role\":\"user\",\"content\":");
-            pbuf_json_string(&t->stored_user, text.data ? text.data : "", text.len);
-            pbuf_putc(&t->stored_user, '}');
-            if (text.oom)
-                t->messages.oom = 1;
-            pbuf_free(&text);
-            if (t->stored_user.oom)
-                t->messages.oom = 1;
-        }
+        record_stored_user(t);
     }
     pbuf_putc(m, '}');
     message_close(t, "user", start);
@@ -727,6 +752,15 @@ static uint64_t retry_delay_ms(const turn *t, int64_t retry_after_ms)
     return d / 2 + (d / 2 ? r % (d / 2 + 1) : 0); /* "equal jitter": [d/2, d] */
 }
 
+/* `text` (a server's words, perhaps) without the agent's secrets: a new
+ * string, or NULL (text NULL, or out of memory). */
+static char *without_secrets(const turn *t, const char *text)
+{
+    secret_span secrets[REDACT_MAX_SECRETS];
+    size_t n = redact_secrets(t->cfg->opts.api_key, t->cfg->opts.history_store, secrets);
+    return redact(text, secrets, n);
+}
+
 /* 1 when a retry was scheduled. */
 static int maybe_retry(turn *t, parley_status st, const char *msg, int64_t retry_after_ms)
 {
@@ -740,9 +774,11 @@ static int maybe_retry(turn *t, parley_status st, const char *msg, int64_t retry
         return 0;
     t->attempt++;
     atomic_fetch_add(&t->env->metrics->llm_retries, 1);
+    char *said = without_secrets(t, msg);
     host_log(t->env->host, PARLEY_LOG_WARN, "turn %s: %s (%s); retry %d of %lld in %llu ms", t->turn_id,
-              status_name(st), msg ? msg : "", t->attempt, (long long)t->cfg->opts.max_retries,
+              status_name(st), said ? said : "", t->attempt, (long long)t->cfg->opts.max_retries,
               (unsigned long long)delay);
+    free(said);
     return 1;
 }
 
@@ -952,9 +988,12 @@ void turn_on_http_done(turn *t, CURLcode code)
         free(msg);
         return;
     }
-    if (t->cfg->opts.debug_log_bodies && !t->stream)
+    if (t->cfg->opts.debug_log_bodies && !t->stream) {
+        char *body = without_secrets(t, t->http->body.data ? t->http->body.data : "");
         host_log(t->env->host, PARLEY_LOG_DEBUG, "turn %s response: %s", t->turn_id,
-                  t->http->body.data ? t->http->body.data : "");
+                  body ? body : "(out of memory)");
+        free(body);
+    }
     llm_reply reply;
     memset(&reply, 0, sizeof reply);
     char *err = NULL;
@@ -1429,11 +1468,13 @@ void turn_report(turn *t)
     u = put_count(u, ",\"reasoning_tokens\":", t->usage.reasoning);
     u = put_count(u, ",\"requests\":", t->replies);
     memcpy(u, "}", 2);
+    /* The server's words may quote the key back: never pass it on. */
+    char *error_message = without_secrets(t, t->end_message);
     parley_result r = {
         .struct_size = sizeof r,
         .request_id = t->id,
         .status = status,
-        .error_message = t->end_message,
+        .error_message = error_message || !t->end_message ? error_message : "out of memory",
         .conversation_id = t->conversation_id,
         .turn_id = t->turn_id,
         .response = status == PARLEY_OK ? answer : NULL,
@@ -1463,4 +1504,5 @@ void turn_report(turn *t)
         host_log(t->env->host, PARLEY_LOG_INFO, "turn %s failed: %s: %s", t->turn_id,
                  status_name(status), r.error_message);
     t->done(t->user_data, &r);
+    free(error_message);
 }

@@ -28,9 +28,16 @@ import weakref
 from . import _abi
 from .errors import Cancelled, InvalidInput, ParleyError
 from .plugin import Plugin, load_plugin
-from .tools import PendingCall, ToolCall, declared_name, tool_declaration, tool_result
+from .tools import PendingCall, ToolCall, declared_name, error_text, tool_declaration, tool_result
 
 _log = logging.getLogger("parley")
+
+
+def _retrieve_tool_failure(task):
+    """A tool task's own failure (the call is completed regardless): logged
+    here, so asyncio never reports "Task exception was never retrieved"."""
+    if not task.cancelled() and task.exception() is not None:
+        _log.error("parley tool task failed", exc_info=task.exception())
 _PY_LEVEL = {0: logging.ERROR, 1: logging.WARNING, 2: logging.INFO, 3: logging.DEBUG}
 
 # Input fields process()/stream() accept as keywords, as in HA's ConversationInput.
@@ -299,6 +306,7 @@ class _Core:
         if turn is not None:
             turn.calls.add(call)
         call.task = self.loop.create_task(self._run_tool(fn, tc, call, turn))
+        call.task.add_done_callback(_retrieve_tool_failure)
 
     async def _run_tool(self, fn, tc, call, turn):
         try:
@@ -308,15 +316,17 @@ class _Core:
             try:
                 result = tool_result(value)
             except (TypeError, ValueError) as e:
-                call.complete(("tool %r returned a value that is not JSON: %s"
-                               % (tc.name, e)).encode(), 1)
+                what = "text that is not UTF-8" if isinstance(e, UnicodeError) else \
+                    "a value that is not JSON"
+                call.complete(("tool %r returned %s: " % (tc.name, what)).encode()
+                              + error_text(e), 1)
             else:
                 call.complete(result, 0)
         except asyncio.CancelledError:
             call.complete(b"cancelled", 1)
             raise
         except Exception as e:  # noqa: BLE001 -- the model is told, as HA does
-            call.complete(("%s: %s" % (type(e).__name__, e)).encode(), 1)
+            call.complete(error_text(e), 1)
         finally:
             call.complete(b"the tool ended without a result", 1)  # no-op if completed
             if turn is not None:
