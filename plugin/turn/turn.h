@@ -154,10 +154,11 @@ struct turn {
     provider_stream *stream;
     char *stream_error;
     llm_usage usage;          /* summed over the turn's requests */
-    int replies;              /* replies decoded */
+    int requests;             /* HTTP requests started, failed and retried ones too */
     char *stop_reason;        /* the last reply's finish_reason */
     turn_call *calls;
     size_t ncalls, calls_pending;
+    dict *call_ids;           /* the ids of every call of the turn so far (llm_reply_claim_ids) */
     store_job *job;           /* the store job in flight, NULL when none */
     int committing;           /* the append is in flight: only its outcome ends the turn */
     int ended;
