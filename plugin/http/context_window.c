@@ -223,14 +223,21 @@ static int discover_ollama(const parley_options *o, context_window_info *out, ch
     return 0;
 }
 
-int context_window_discover(const parley_options *o, context_window_info *out, char **err)
+int context_window_discover(const parley_options *opts, context_window_info *out, char **err)
 {
     memset(out, 0, sizeof *out);
     *err = NULL;
+    const provider *p = provider_find(opts->provider ? opts->provider : "openai");
+    if (!p)
+        return 0;
+    parley_options o = *opts; /* borrowed members; base_url defaulted as the agent does */
+    if (!o.base_url)
+        o.base_url = (char *)p->default_base_url;
+    o.provider = (char *)p->name;
     pthread_once(&curl_once, init_curl);
-    if (strcmp(o->provider, "ollama") == 0)
-        return discover_ollama(o, out, err);
-    if (strcmp(o->provider, "openai") == 0)
-        return discover_openai(o, out, err);
+    if (strcmp(p->name, "ollama") == 0)
+        return discover_ollama(&o, out, err);
+    if (strcmp(p->name, "openai") == 0)
+        return discover_openai(&o, out, err);
     return 0; /* anthropic: the Messages API does not say a model's window */
 }
