@@ -71,13 +71,21 @@ static int openai_like(const json_t *err, const char *msg, llm_overflow *out)
     return 1;
 }
 
-/* Anthropic: "prompt is too long: N tokens > M maximum". */
+/* Anthropic: "prompt is too long: N tokens > M maximum", or with the answer's room counted,
+   "input length and `max_tokens` exceed context limit: N + X > M, decrease ...". */
 static int anthropic(const char *msg, llm_overflow *out)
 {
-    if (!msg || !strstr(msg, "prompt is too long"))
+    if (msg && strstr(msg, "prompt is too long")) {
+        out->n_prompt = number_after(msg, "prompt is too long:");
+        out->n_ctx = number_after(msg, "tokens >");
+        return 1;
+    }
+    const char *limit = msg ? strstr(msg, "exceed context limit:") : NULL;
+    if (!limit)
         return 0;
-    out->n_prompt = number_after(msg, "prompt is too long:");
-    out->n_ctx = number_after(msg, "tokens >");
+    out->n_prompt = number_after(limit, "context limit:");
+    const char *gt = strchr(limit, '>');
+    out->n_ctx = gt ? number_after(gt, ">") : 0;
     return 1;
 }
 

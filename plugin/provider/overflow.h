@@ -34,7 +34,9 @@ typedef struct llm_overflow {
  *               "'max_tokens' ... is too large" form, whose N is the input), under "error" or,
  *               in older releases, at the top level ({"object":"error","message":...})
  *   Anthropic  {"type":"error","error":{"type":"invalid_request_error",
- *               "message":"prompt is too long: N tokens > M maximum"}}
+ *               "message":"prompt is too long: N tokens > M maximum"}}, or, when max_tokens
+ *               does not fit beside the prompt, "input length and `max_tokens` exceed context
+ *               limit: N + X > M, decrease input length or `max_tokens` and try again"
  */
 int llm_overflow_parse(long status, const char *body, size_t len, llm_overflow *out);
 

@@ -301,7 +301,7 @@ class ParleyReads(ParleyTestCase):
     def overflow_turn(self, fake_args, provider="openai"):
         with FakeLLM(*fake_args) as fake:
             base = fake.base_url if provider == "openai" else "http://127.0.0.1:%d" % fake.port
-            opts = options(fake, provider=provider, base_url=base, max_tokens=10)
+            opts = options(fake, provider=provider, base_url=base, max_tokens=900)
             run = self.run_ok([{"text": "hello " * 200, "conversation_id": "c"},
                                {"op": "history", "conversation_id": "c"}], opts)
             return run
@@ -310,13 +310,15 @@ class ParleyReads(ParleyTestCase):
         cases = ((("--n-ctx", "200"), "openai"),
                  (("--n-ctx", "200", "--overflow-style", "openai"), "openai"),
                  (("--n-ctx", "200", "--overflow-style", "vllm"), "openai"),
-                 (("--n-ctx", "200"), "anthropic"))
+                 (("--n-ctx", "200"), "anthropic"),
+                 (("--n-ctx", "1040"), "anthropic"))  # fits, but max_tokens does not
         for args, provider in cases:
             with self.subTest(args=args, provider=provider):
                 run = self.overflow_turn(args, provider)
                 line = self.assertTurnError(run.by_seq(1), "context_overflow")
                 self.assertRegex(line["error"]["message"],
-                                 r"does not fit the model's context window \(\d+ tokens > 200\)")
+                                 r"does not fit the model's context window \(\d+ tokens > %s\)"
+                                 % args[1])
                 history = run.by_seq(2)
                 self.assertTrue((history.get("error") or {}).get("code") == "not_found" or
                                 history["result"]["turns"] == [], history)

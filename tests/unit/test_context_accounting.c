@@ -141,6 +141,10 @@ static void test_overflow(void)
     CHECK(overflow(400, "{\"type\":\"error\",\"error\":{\"type\":\"invalid_request_error\","
                         "\"message\":\"prompt is too long: 208310 tokens > 200000 maximum\"}}",
                    208310, 200000));
+    CHECK(overflow(400, "{\"type\":\"error\",\"error\":{\"type\":\"invalid_request_error\","
+                        "\"message\":\"input length and `max_tokens` exceed context limit: 197626 + "
+                        "8192 > 200000, decrease input length or `max_tokens` and try again\"}}",
+                   197626, 200000));
     /* not overflows */
     llm_overflow o;
     const char *bad = "{\"error\":{\"message\":\"Invalid 'messages'\",\"type\":\"invalid_request_error\"}}";
