@@ -555,11 +555,16 @@ static json_t *without_messages(const json_t *body, size_t drop)
 json_t *prompt_ollama_truncate(json_t *body, size_t n_ctx, size_t *dropped)
 {
     *dropped = 0;
-    size_t total = json_array_size(json_object_get(body, "messages"));
+    size_t droppable = 0, i;
+    json_t *m;
+    json_array_foreach(json_object_get(body, "messages"), i, m) {
+        const char *role = chat_role_of(m);
+        droppable += !(role && (strcmp(role, "system") == 0 || strcmp(role, "developer") == 0));
+    }
     json_t *cur = json_incref(body);
     /* server/prompt.go chatPrompt: drop the oldest messages until the prompt fits, always
        keeping the system messages and the latest message */
-    for (size_t drop = 0; n_ctx && drop + 1 < total; drop++) {
+    for (size_t drop = 0; n_ctx && drop + 1 < droppable; drop++) {
         struct rendered r = {0};
         prompt_render_chat(cur, &r);
         size_t n = r.ntok;

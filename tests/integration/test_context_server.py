@@ -271,6 +271,11 @@ class Overflow(unittest.TestCase):
             # the model saw fewer messages: the system prompt and the last message kept
             seen = int(r["message"]["content"].split("I have seen ")[1].split(" ")[0])
             self.assertLess(seen, len(msgs))
+            self.assertTrue(r["message"]["content"].startswith('You said: "and now?"'))
+            # however small the window, the system prompt and the last message stay
+            _, tiny = ollama(fake, msgs, options={"num_ctx": 5})
+            self.assertTrue(tiny["message"]["content"].startswith(
+                'You said: "and now?". I have seen 2 messages'), tiny)
             _, echo = ollama(fake, msgs[:-1] + [{"role": "user", "content": "[[echo-system]]"}],
                              options={"num_ctx": 300})
             self.assertEqual(echo["message"]["content"], SYSTEM)
