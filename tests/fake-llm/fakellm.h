@@ -266,6 +266,9 @@ void prompt_account(const struct rendered *r, struct prompt_stats *st);
 /* The answer was generated: a slot now also holds it. */
 void prompt_answered(const struct prompt_stats *st, const struct chat_reply *rep);
 void prompt_cleanup(void);
+/* llama.cpp: an answer that would run past the end of the context stops there (finish_reason
+ * "length", however large max_tokens was). */
+void prompt_context_end(const struct prompt_stats *st, struct chat_reply *rep);
 /* The window for this request: --n-ctx, or for Ollama the request's options.num_ctx. */
 size_t prompt_window(enum dialect d, const json_t *native);
 /* Ollama: body minus its oldest messages until it fits n_ctx (new reference). */

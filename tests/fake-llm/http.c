@@ -82,6 +82,8 @@ static void chat_reply_response(struct MHD_Connection *conn, const struct chat_r
 {
     struct chat_reply rep;
     chat_reply_build(req, seq, f->kind == FAULT_ENDLESS_TOOLS, &rep);
+    if (dialect == DIALECT_OPENAI && g_cfg.overflow_style == OVERFLOW_LLAMACPP)
+        prompt_context_end(&o->ps, &rep);
     prompt_answered(&o->ps, &rep);
     if (f->kind == FAULT_INVALID_UTF8) {
         /* A plain text reply whose content holds 0xC3 0x28 once encoded. */

@@ -517,6 +517,21 @@ void prompt_cleanup(void)
 
 /* ------------------------------------------------------------ the window */
 
+void prompt_context_end(const struct prompt_stats *st, struct chat_reply *rep)
+{
+    if (!st->valid || !st->window || rep->ncalls || !rep->content)
+        return;
+    size_t room = st->window > st->prompt_tokens ? st->window - st->prompt_tokens : 0;
+    size_t len = strlen(rep->content);
+    if (len / 4 + 1 <= room) /* completion_tokens is the answer's bytes/4 + 1 */
+        return;
+    size_t keep = room > 1 ? (room - 1) * 4 : 0;
+    while (keep > 0 && ((unsigned char)rep->content[keep] & 0xC0) == 0x80)
+        keep--; /* never split a UTF-8 sequence */
+    rep->content[keep] = '\0';
+    rep->finish_reason = "length";
+}
+
 size_t prompt_window(enum dialect d, const json_t *native)
 {
     size_t n = g_cfg.n_ctx;

@@ -244,6 +244,12 @@ class Overflow(unittest.TestCase):
                           body["error"]["message"])
         with FakeLLM("--n-ctx", "100") as fake:  # llama.cpp stops at the context's end instead
             self.assertEqual(chat(fake, msgs, max_tokens=95)[0], 200)
+            long = [{"role": "user", "content": "word " * 70}]  # the echo does not fit the rest
+            status, r = chat(fake, long, max_tokens=1000)
+            self.assertEqual(status, 200)
+            self.assertEqual(r["choices"][0]["finish_reason"], "length")
+            self.assertLessEqual(r["usage"]["prompt_tokens"] + r["usage"]["completion_tokens"],
+                                 100)
         with FakeLLM("--n-ctx", "100") as fake:
             status, body = anthropic(fake, {"messages": msgs, "max_tokens": 95})
             self.assertEqual(status, 400)
