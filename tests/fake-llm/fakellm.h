@@ -257,10 +257,7 @@ struct prompt_stats {
 
 void prompt_render_chat(const json_t *chat_body, struct rendered *r);
 void prompt_render_anthropic(const json_t *native, struct rendered *r);
-/* The answer as the next prompt will render it after "<|assistant|>\n" (malloc'd). */
-char *prompt_render_reply(const struct chat_reply *rep, size_t *len);
 void rendered_free(struct rendered *r);
-size_t prompt_count_tokens(const char *s, size_t n);
 /* Match r against the cache of --cache and make it the cache's latest prompt. */
 void prompt_account(const struct rendered *r, struct prompt_stats *st);
 /* The answer was generated: a slot now also holds it. */

@@ -71,16 +71,6 @@ static void tokenize(struct rendered *r)
     }
 }
 
-size_t prompt_count_tokens(const char *s, size_t n)
-{
-    struct rendered r = {0};
-    buf_append(&r.text, s, n);
-    tokenize(&r);
-    size_t t = r.ntok;
-    rendered_free(&r);
-    return t;
-}
-
 /* Tokens a and b share from the start (both tokenized). */
 static size_t token_lcp(const struct rendered *a, const struct rendered *b)
 {
@@ -276,7 +266,8 @@ void prompt_render_anthropic(const json_t *native, struct rendered *r)
     tokenize(r);
 }
 
-char *prompt_render_reply(const struct chat_reply *rep, size_t *len)
+/* The answer as the next prompt renders it after "<|assistant|>\n" (malloc'd). */
+static char *render_reply(const struct chat_reply *rep, size_t *len)
 {
     buf_t b = {0};
     if (rep->content && *rep->content) {
@@ -490,7 +481,7 @@ void prompt_answered(const struct prompt_stats *st, const struct chat_reply *rep
     if (!st->valid || st->slot < 0)
         return;
     size_t len;
-    char *text = prompt_render_reply(rep, &len);
+    char *text = render_reply(rep, &len);
     pthread_mutex_lock(&cache_mu);
     struct slot *s = &slots[st->slot];
     if (s->gen == st->gen) { /* the slot still holds this prompt: the answer follows it */
