@@ -48,7 +48,7 @@ static bool is_alnum(unsigned char c)
     return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z');
 }
 
-/* Token ends of s (appended to r->ends). */
+/* r->ends from r->text: where each token ends. */
 static void tokenize(struct rendered *r)
 {
     const unsigned char *s = (const unsigned char *)r->text.data;
