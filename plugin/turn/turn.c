@@ -791,6 +791,7 @@ static void account_reply(turn *t, const llm_reply *reply)
     atomic_fetch_add(&m->tokens_completion, (uint64_t)u->completion);
     atomic_fetch_add(&m->tokens_cache_read, (uint64_t)u->cache_read);
     atomic_fetch_add(&m->tokens_cache_creation, (uint64_t)u->cache_creation);
+    atomic_fetch_add(&m->tokens_prompt_evaluated, (uint64_t)u->evaluated);
     atomic_fetch_add(&m->tokens_reasoning, (uint64_t)u->reasoning);
     free(t->stop_reason);
     t->stop_reason = reply->finish_reason ? strdup(reply->finish_reason) : NULL;

@@ -344,9 +344,13 @@ class ParleyReads(ParleyTestCase):
             with self.subTest(provider=provider), FakeLLM() as fake:
                 base = fake.base_url if provider == "openai" else "http://127.0.0.1:%d" % fake.port
                 run = self.run_ok([{"text": "hello", "conversation_id": "c"},
-                                   {"text": "again", "conversation_id": "c"}],
+                                   {"text": "again", "conversation_id": "c"},
+                                   {"op": "metrics"}],
                                   options(fake, provider=provider, base_url=base))
                 u = self.assertTurnOk(run.by_seq(2))["usage"]
+                first = run.by_seq(1)["usage"]
+                self.assertEqual(run.by_seq(3)["result"]["tokens_prompt_evaluated"],
+                                 first["prompt_tokens_evaluated"] + u["prompt_tokens_evaluated"])
                 log = fake.requests()[-1]
                 self.assertEqual(u["prompt_tokens"], log["prompt_tokens"])
                 self.assertEqual(u["cache_read_tokens"], log["cached_tokens"])
