@@ -124,7 +124,7 @@ def conversation(turns, seed):
 
 def run(args, cache, policy):
     build = os.path.abspath(args.build)
-    fake_bin = os.path.join(build, "tests", "fake-llm", "parley-fake-llm")
+    fake_bin = args.fake or os.path.join(build, "tests", "fake-llm", "parley-fake-llm")
     # the old policy may run another build's plugin (0.1's, whose max_history_turns slides)
     # against the same fake server
     plugin_build = os.path.abspath(args.old_build or build) if policy == "old" else build
@@ -134,7 +134,8 @@ def run(args, cache, policy):
         log = os.path.join(d, "requests.jsonl")
         port_file = os.path.join(d, "port")
         fake = subprocess.Popen([fake_bin, "--port", "0", "--port-file", port_file, "--log", log,
-                                 "--quiet", "--cache", cache, "--n-ctx", str(args.n_ctx)],
+                                 "--quiet", "--cache", cache, "--n-ctx", str(args.n_ctx),
+                                 "--honor-max-tokens"],
                                 stdout=subprocess.DEVNULL)
         try:
             deadline = time.time() + 10
@@ -214,7 +215,14 @@ def measure(args, out, requests, policy):
         t["evaluated"] += r["evaluated_tokens"]
         t["breaks"] += broke
         new = tokens("<|assistant|>\n")
-        for msg in body.get("messages") or []:
+        parts = list(body.get("messages") or [])
+        if body.get("tools"):  # the tools and (Anthropic) the system blocks are prompt too
+            parts.insert(0, {"role": "tools", "content": json.dumps(body["tools"])})
+        if "system" in body:
+            system = body["system"]
+            parts.insert(0, {"role": "system", "content": system if isinstance(system, str)
+                             else [dict(b, type="text") for b in system]})
+        for msg in parts:
             sig = signature(msg)
             if sig not in seen:
                 seen.add(sig)
@@ -246,6 +254,7 @@ def main():
     ap.add_argument("--build", default=os.path.join(SRC, "build"))
     ap.add_argument("--old-build", help="the build whose plugin runs the old policy (a build of "
                     "0.1 / main before the context engine); default: --build")
+    ap.add_argument("--fake", help="the parley-fake-llm to run (default: --build's)")
     ap.add_argument("--turns", type=int, default=200)
     ap.add_argument("--seed", type=int, default=23)
     ap.add_argument("--n-ctx", type=int, default=16384)

@@ -266,6 +266,8 @@ void prompt_cleanup(void);
 /* llama.cpp: an answer that would run past the end of the context stops there (finish_reason
  * "length", however large max_tokens was). */
 void prompt_context_end(const struct prompt_stats *st, struct chat_reply *rep);
+/* A text answer longer than room tokens is cut to fit, with finish_reason "length". */
+void prompt_cut_answer(struct chat_reply *rep, size_t room);
 /* The window for this request: --n-ctx, or for Ollama the request's options.num_ctx. */
 size_t prompt_window(enum dialect d, const json_t *native);
 /* Ollama: body minus its oldest messages until it fits n_ctx (new reference). */
@@ -355,6 +357,7 @@ struct config {
     enum overflow_style overflow_style; /* --overflow-style (OpenAI-dialect overflow shape) */
     size_t cache_min;            /* --cache-min: anthropic mode's minimum cacheable prefix */
     uint64_t cache_ttl_ms;       /* --cache-ttl-ms: anthropic/openai cache lifetime */
+    bool honor_max_tokens;       /* --honor-max-tokens: cut text answers at max_tokens */
 };
 
 extern struct config g_cfg;

@@ -508,11 +508,10 @@ void prompt_cleanup(void)
 
 /* ------------------------------------------------------------ the window */
 
-void prompt_context_end(const struct prompt_stats *st, struct chat_reply *rep)
+void prompt_cut_answer(struct chat_reply *rep, size_t room)
 {
-    if (!st->valid || !st->window || rep->ncalls || !rep->content)
+    if (rep->ncalls || !rep->content)
         return;
-    size_t room = st->window > st->prompt_tokens ? st->window - st->prompt_tokens : 0;
     size_t len = strlen(rep->content);
     if (len / 4 + 1 <= room) /* completion_tokens is the answer's bytes/4 + 1 */
         return;
@@ -521,6 +520,12 @@ void prompt_context_end(const struct prompt_stats *st, struct chat_reply *rep)
         keep--; /* never split a UTF-8 sequence */
     rep->content[keep] = '\0';
     rep->finish_reason = "length";
+}
+
+void prompt_context_end(const struct prompt_stats *st, struct chat_reply *rep)
+{
+    if (st->valid && st->window)
+        prompt_cut_answer(rep, st->window > st->prompt_tokens ? st->window - st->prompt_tokens : 0);
 }
 
 size_t prompt_window(enum dialect d, const json_t *native)

@@ -256,6 +256,22 @@ class Overflow(unittest.TestCase):
             self.assertIn("input length and `max_tokens` exceed context limit",
                           body["error"]["message"])
 
+    def test_honor_max_tokens(self):
+        long = [{"role": "user", "content": "word " * 100}]
+        with FakeLLM("--honor-max-tokens") as fake:
+            _, r = chat(fake, long, max_tokens=10)
+            self.assertEqual(r["choices"][0]["finish_reason"], "length")
+            self.assertLessEqual(r["usage"]["completion_tokens"], 10)
+            _, a = anthropic(fake, {"messages": long, "max_tokens": 10})
+            self.assertEqual(a["stop_reason"], "max_tokens")
+            _, o = ollama(fake, long, options={"num_predict": 10})
+            self.assertEqual(o["done_reason"], "length")
+            _, whole = chat(fake, long, max_tokens=1000)
+            self.assertEqual(whole["choices"][0]["finish_reason"], "stop")
+        with FakeLLM() as fake:  # off by default: the echo stays whole
+            _, r = chat(fake, long, max_tokens=10)
+            self.assertEqual(r["choices"][0]["finish_reason"], "stop")
+
     def test_anthropic(self):
         with FakeLLM("--n-ctx", "100") as fake:
             status, body = anthropic(fake, {"messages": [{"role": "user", "content": "x " * 300}],
