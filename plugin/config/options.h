@@ -16,7 +16,7 @@
 
 typedef struct parley_options {
     /* LLM endpoint */
-    char *provider;              /* "openai", "anthropic" or "ollama" (provider/provider.h) */
+    char *provider;              /* a codec of provider/provider.h's registry: checked there */
     char *base_url;              /* without trailing '/'; the provider's default when not given */
     char *model;
     char *api_key;               /* resolved from api_key or api_key_env; NULL = none */
@@ -74,6 +74,8 @@ typedef struct parley_options {
     char *keep_alive;            /* Ollama: JSON text (a string or number); NULL = not sent */
     int64_t num_ctx;             /* Ollama: context window; 0 = not sent */
     char *think;                 /* Ollama: JSON text (true/false/"high"...); NULL = not sent */
+    /* tools, continued */
+    char *tool_choice;           /* "auto", "none", "required" or a tool's name */
 } parley_options;
 
 /*

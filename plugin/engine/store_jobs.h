@@ -22,7 +22,7 @@
 
 #include "lib/buf.h"
 #include "engine/inbox.h"
-#include "turn/reply_context.h"
+#include "engine/reply_context.h"
 #include "store/store.h"
 
 typedef struct turn turn;

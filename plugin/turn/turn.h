@@ -51,7 +51,7 @@
 #include <stdint.h>
 
 #include "lib/buf.h"
-#include "config/config.h"
+#include "engine/config.h"
 #include "engine/counters.h"
 #include "provider/image.h"
 #include "engine/inbox.h"
@@ -59,7 +59,8 @@
 #include "provider/llm_reply.h"
 #include "provider/overflow.h"
 #include "provider/provider.h"
-#include "turn/reply_context.h"
+#include "config/response_format.h"
+#include "engine/reply_context.h"
 #include "store/store.h"
 #include "engine/timer_heap.h"
 #include "lib/uuid.h"
@@ -80,8 +81,6 @@ typedef struct turn_env {
     persona_metrics *persona_metrics; /* per-persona counters (persona.h) */
     void (*ended)(void *worker, turn *t); /* the turn ended: report it and free it */
     void *worker;
-    int *reply_unsupported_logged; /* the "store cannot resolve reply_to" warning was
-                                      logged (once per agent; worker thread only) */
 } turn_env;
 
 /* One tool call of the current round. */
@@ -129,6 +128,8 @@ struct turn {
     char *metadata;           /* the input's metadata_json, compact; kept with the user message */
     char *interface_message_id; /* kept with the user message */
     reply_context reply;      /* the turn reply_to names, and what the load found of it */
+    response_format *format;  /* the input's response_format_json, or NULL: a text answer */
+    char *structured;         /* the answer checked against format->schema, compact JSON */
     toolset *own_tools;       /* config tools + the input's tools, when it had any */
     const toolset *tools;     /* what this turn offers the model */
     parley_done_fn done;
@@ -179,7 +180,7 @@ struct turn {
     turn *ready_next;         /* next in the worker's list of turns to begin */
     int in_ready;             /* on that list */
     turn *all_prev, *all_next;
-    turn *inbox_next;
+    inbox_entry submitted;   /* how the inbox holds it (inbox.h) */
 };
 
 void turn_free(turn *t);

@@ -79,6 +79,7 @@ enum fault_kind {
     FAULT_DONE_HOLD,     /* stream: after [DONE] keep the connection open; arg: ms between
                             keep-alive comments, 0 = send nothing */
     FAULT_HEADER_FLOOD,  /* arg: KiB of extra response headers (command line only) */
+    FAULT_SCHEMA_MISMATCH, /* structured output: an answer that breaks the schema */
 };
 
 enum { SHAPE_NO_CHOICES, SHAPE_EMPTY_CHOICES, SHAPE_NULL_MESSAGE };
@@ -129,6 +130,9 @@ struct chat_request {
     json_t *tools;             /* borrowed, NULL if not offered */
     enum tool_choice choice;
     const char *forced_tool;   /* CHOICE_FUNCTION */
+    bool response_json;        /* response_format json_object or json_schema */
+    const json_t *response_schema; /* json_schema's schema (borrowed), or NULL */
+    bool schema_mismatch;      /* the schema_mismatch fault applies */
 };
 
 struct tool_call {
@@ -141,6 +145,8 @@ struct chat_reply {
     size_t ncalls;
     const char *finish_reason;
     char *reasoning; /* [[think:TEXT]]: the reasoning, in the dialect's own field; or NULL */
+    long completion_tokens; /* reported instead of the computed count when > 0 */
+    bool context_full;      /* [[ctx-full]]: the context window, not max_tokens, cut it */
 };
 
 /* validate.c: validates body and fills req; on failure fills err (a 400). */
@@ -275,6 +281,12 @@ json_t *prompt_ollama_truncate(json_t *chat_body, size_t n_ctx, size_t *dropped)
 /* The overflow answer (HTTP 400 body) in the dialect's and --overflow-style's shape, or
  * NULL when n prompt tokens (and max_tokens of answer, < 0: none) fit ctx. */
 char *prompt_overflow_body(enum dialect d, size_t n, size_t ctx, long max_tokens, size_t *len);
+
+/* ------------------------------------------------------------ schema.c */
+
+/* The answer (compact JSON, malloc'd) a model constrained to `schema` gives; NULL schema:
+ * JSON mode, {"answer": user_text}.  broken: the schema_mismatch fault's answer. */
+char *schema_answer(const json_t *schema, const char *user_text, bool broken);
 
 /* ------------------------------------------------------------ sse.c */
 

@@ -276,6 +276,7 @@ static void handle_chat(struct MHD_Connection *conn, const struct request *r, js
         f.kind = FAULT_NONE; /* nothing to loop on: answer normally */
     if (f.kind != FAULT_NONE)
         snprintf(o->fault, sizeof o->fault, "%s", f.name);
+    req.schema_mismatch = f.kind == FAULT_SCHEMA_MISMATCH;
 
     size_t len;
     switch (f.kind) {
