@@ -305,10 +305,11 @@ static bool have_last;
 static struct anthropic_entry *aentries;
 static size_t naentries, aentries_cap;
 
-static void copy_rendered(struct rendered *dst, const struct rendered *src, size_t bytes)
+/* dst becomes a copy of src's text and tokens (not its blocks: caches need none). */
+static void copy_rendered(struct rendered *dst, const struct rendered *src)
 {
     buf_free(&dst->text);
-    buf_append(&dst->text, src->text.data, bytes);
+    buf_append(&dst->text, src->text.data, src->text.len);
     tokenize(dst);
 }
 
@@ -353,7 +354,7 @@ static void account_llamacpp(const struct rendered *r, struct prompt_stats *st)
     st->cached_tokens = lcp < r->ntok ? lcp : (r->ntok ? r->ntok - 1 : 0);
     st->slot = (int)i;
     st->extends = s->prompt_len ? is_prefix(&s->held, s->prompt_len, r) : -1;
-    copy_rendered(&s->held, r, r->text.len);
+    copy_rendered(&s->held, r);
     s->prompt_len = r->text.len;
     s->last_used = ++slot_clock;
     st->gen = ++s->gen;
@@ -449,7 +450,7 @@ static void account_openai(const struct rendered *r, struct prompt_stats *st)
     st->cached_tokens = best < OPENAI_MIN ? 0 : OPENAI_MIN + (best - OPENAI_MIN) / OPENAI_STEP * OPENAI_STEP;
     if (st->cached_tokens >= r->ntok)
         st->cached_tokens = r->ntok ? r->ntok - 1 : 0;
-    copy_rendered(&recent[oldest], r, r->text.len);
+    copy_rendered(&recent[oldest], r);
     recent_used[oldest] = now;
 }
 
@@ -469,7 +470,7 @@ void prompt_account(const struct rendered *r, struct prompt_stats *st)
             account_anthropic(r, st);
         else if (g_cfg.cache == CACHE_OPENAI)
             account_openai(r, st);
-        copy_rendered(&last_prompt, r, r->text.len);
+        copy_rendered(&last_prompt, r);
         have_last = true;
     }
     st->evaluated = st->prompt_tokens - st->cached_tokens;
