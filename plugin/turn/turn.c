@@ -13,6 +13,7 @@
 #include "lib/redact.h"
 #include "engine/store_jobs.h"
 #include "engine/tool_handle.h"
+#include "store/store_json.h"
 #include "lib/utf8.h"
 
 static void free_calls(turn *t)
@@ -56,6 +57,7 @@ void turn_free(turn *t)
     pbuf_free(&t->messages);
     free(t->message_index);
     pbuf_free(&t->steps);
+    llm_call_ids_free(t->call_ids);
     pbuf_free(&t->body);
     free(t->stream_error);
     free(t->answer);
@@ -696,9 +698,16 @@ static void turn_request(turn *t)
         return;
     }
     if (render_request(t, &err) != 0) {
-        /* Only a store holding something that is not a message gets here. */
-        char *m = pstr_printf("cannot build the request: %s", err ? err : "out of memory");
-        turn_end(t, PARLEY_ERR_INTERNAL, m ? m : "cannot build the request");
+        /* Only a store holding something that is not a message gets here: checked now, on
+           the failure path (store_json_object_list), so every turn does not pay for it. */
+        char *m = NULL;
+        parley_status st = PARLEY_ERR_INTERNAL;
+        if (t->history.len && store_json_object_list(t->history.data, t->history.len) < 0 &&
+            t->conversation_id)
+            st = store_json_damaged("history", t->conversation_id, strlen(t->conversation_id), &m);
+        else
+            m = pstr_printf("cannot build the request: %s", err ? err : "out of memory");
+        turn_end(t, st, m ? m : "cannot build the request");
         free(m);
         free(err);
         return;
@@ -726,6 +735,7 @@ static void turn_request(turn *t)
         turn_end(t, PARLEY_ERR_NO_MEMORY, "out of memory");
         return;
     }
+    t->requests++;
     atomic_fetch_add(&t->env->metrics->llm_requests, 1);
 }
 
@@ -844,7 +854,6 @@ static void account_reply(turn *t, const llm_reply *reply)
     t->usage.cache_read += u->cache_read;
     t->usage.cache_creation += u->cache_creation;
     t->usage.reasoning += u->reasoning;
-    t->replies++;
     atomic_fetch_add(&m->tokens_prompt, (uint64_t)u->prompt);
     atomic_fetch_add(&m->tokens_completion, (uint64_t)u->completion);
     atomic_fetch_add(&m->tokens_cache_read, (uint64_t)u->cache_read);
@@ -1096,23 +1105,6 @@ static char *call_problem(const turn *t, const turn_call *c)
     return NULL;
 }
 
-/*
- * Calls the server gave no ids (Ollama) are named by where they stand in the
- * conversation: unique in it (Anthropic needs that after a provider switch)
- * and the same whether the answer was streamed or not.
- */
-static void mint_call_ids(turn *t)
-{
-    size_t at = t->nhistory + t->nmessages;
-    for (size_t i = 0; i < t->ncalls; i++) {
-        char *id = pstr_printf("call_%zu_%zu", at, i);
-        if (!id)
-            continue; /* keep the decoder's "call_<i>" */
-        free(t->calls[i].id);
-        t->calls[i].id = id;
-    }
-}
-
 static void turn_dispatch_tools(turn *t, llm_reply *reply)
 {
     free_calls(t);
@@ -1122,6 +1114,11 @@ static void turn_dispatch_tools(turn *t, llm_reply *reply)
         return;
     }
     t->ncalls = reply->ncalls;
+    /* Before anything is sent or stored: ids the calls of the turn do not share. */
+    if (llm_reply_claim_ids(reply, &t->call_ids, t->nhistory + t->nmessages) != 0) {
+        turn_end(t, PARLEY_ERR_NO_MEMORY, "out of memory");
+        return;
+    }
     for (size_t i = 0; i < reply->ncalls; i++) {
         /* Take the strings over from the reply instead of copying them. */
         t->calls[i].id = reply->calls[i].id;
@@ -1129,8 +1126,6 @@ static void turn_dispatch_tools(turn *t, llm_reply *reply)
         t->calls[i].arguments = reply->calls[i].arguments;
         reply->calls[i].id = reply->calls[i].name = reply->calls[i].arguments = NULL;
     }
-    if (reply->ids_minted)
-        mint_call_ids(t);
     record_tool_calls(t, reply);
     t->tool_rounds++;
 
@@ -1494,7 +1489,7 @@ void turn_report(turn *t)
     u = put_count(u, ",\"cache_creation_tokens\":", t->usage.cache_creation);
     u = put_count(u, ",\"prompt_tokens_evaluated\":", t->usage.evaluated);
     u = put_count(u, ",\"reasoning_tokens\":", t->usage.reasoning);
-    u = put_count(u, ",\"requests\":", t->replies);
+    u = put_count(u, ",\"requests\":", t->requests);
     memcpy(u, "}", 2);
     /* The server's words may quote the key back: never pass it on. */
     char *error_message = without_secrets(t, t->end_message);
