@@ -172,7 +172,11 @@ def run(args, cache, policy):
         finally:
             fake.terminate()
             fake.wait()
-    return measure(args, out, requests, policy)
+    r = measure(args, out, requests, policy)
+    r["shim_exit"] = res.returncode  # not 0 after it ran: it failed (crashed, leaked)
+    if res.returncode:
+        r["shim_stderr"] = res.stderr[-2000:]
+    return r
 
 
 def last_user_text(body):
@@ -299,7 +303,11 @@ def main():
     if args.json:
         with open(args.json, "w") as f:
             json.dump(everything, f, indent=1)
-    return 0
+    broken = [k for k, r in everything.items() if r.get("shim_exit")]
+    for k in broken:
+        print("%s: parley-host exited %d: %s" % (k, everything[k]["shim_exit"],
+                                                  everything[k]["shim_stderr"]), file=sys.stderr)
+    return 1 if broken else 0
 
 
 if __name__ == "__main__":
