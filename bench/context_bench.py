@@ -135,7 +135,7 @@ def run(args, cache, policy):
         port_file = os.path.join(d, "port")
         fake = subprocess.Popen([fake_bin, "--port", "0", "--port-file", port_file, "--log", log,
                                  "--quiet", "--cache", cache, "--n-ctx", str(args.n_ctx),
-                                 "--honor-max-tokens"],
+                                 "--honor-max-tokens", *args.fake_args.split()],
                                 stdout=subprocess.DEVNULL)
         try:
             deadline = time.time() + 10
@@ -259,6 +259,8 @@ def main():
     ap.add_argument("--old-build", help="the build whose plugin runs the old policy (a build of "
                     "0.1 / main before the context engine); default: --build")
     ap.add_argument("--fake", help="the parley-fake-llm to run (default: --build's)")
+    ap.add_argument("--fake-args", default="", help="more options for the fake server, e.g. "
+                    "\"--cache-ram 8\" (llama.cpp's RAM prompt cache)")
     ap.add_argument("--turns", type=int, default=200)
     ap.add_argument("--seed", type=int, default=23)
     ap.add_argument("--n-ctx", type=int, default=16384)

@@ -367,6 +367,7 @@ struct config {
     size_t n_ctx;                /* --n-ctx: context window in tokens, 0 = unlimited */
     enum cache_mode cache;       /* --cache */
     size_t slots;                /* --slots (llamacpp mode) */
+    size_t cache_ram;            /* --cache-ram: prompts kept in llama.cpp's RAM cache, 0 = off */
     enum overflow_style overflow_style; /* --overflow-style (OpenAI-dialect overflow shape) */
     size_t cache_min;            /* --cache-min: anthropic mode's minimum cacheable prefix */
     uint64_t cache_ttl_ms;       /* --cache-ttl-ms: anthropic/openai cache lifetime */

@@ -131,6 +131,23 @@ class LlamaCppCache(unittest.TestCase):
                 if slots == 2:
                     self.assertNotEqual(log[2]["slot"], log[3]["slot"])
 
+    def test_cache_ram(self):
+        # one slot, a conversation interrupted by an unrelated request (a summary, say)
+        a = conversation(3)
+        other = [{"role": "user", "content": "summarize " * 50}]
+        for ram, restored in (("4", True), ("0", False)):
+            with self.subTest(cache_ram=ram), FakeLLM("--cache-ram", ram) as fake:
+                chat(fake, a[:4])
+                chat(fake, other)
+                _, r = chat(fake, a[:6])
+                log = fake.chat_requests()[-1]
+                self.assertFalse(log["extends_previous"])  # the slot held the other prompt
+                cached = r["usage"]["prompt_tokens_details"]["cached_tokens"]
+                if restored:  # the conversation's prefix came back from RAM
+                    self.assertGreater(cached, log["prompt_tokens"] // 2)
+                else:
+                    self.assertLess(cached, 10)
+
     def test_tokenizer_is_not_chars_over_four(self):
         with FakeLLM("--cache", "none") as fake:
             def tokens(text):
