@@ -234,7 +234,7 @@ void ollama_ndjson_build(const struct chat_request *req, const struct chat_reply
 /* ------------------------------------------------------------ prompt.c */
 
 enum cache_mode { CACHE_LLAMACPP, CACHE_ANTHROPIC, CACHE_OPENAI, CACHE_NONE };
-enum overflow_style { OVERFLOW_LLAMACPP, OVERFLOW_OPENAI, OVERFLOW_VLLM };
+enum overflow_style { OVERFLOW_LLAMACPP, OVERFLOW_OPENAI, OVERFLOW_VLLM, OVERFLOW_LLAMACPP_OLD };
 
 /* A prompt in the fake's canonical text, its tokens, and (Anthropic) its blocks. */
 struct rendered {

@@ -35,7 +35,7 @@ static void usage(FILE *out)
           "                       [--log FILE] [--latency-ms N] [--fault MODE]\n"
           "                       [--threads N] [--max-connections N] [--quiet]\n"
           "                       [--n-ctx N] [--cache llamacpp|anthropic|openai|none]\n"
-          "                       [--slots N] [--overflow-style llamacpp|openai|vllm]\n"
+          "                       [--slots N] [--overflow-style llamacpp|openai|vllm|llamacpp-old]\n"
           "                       [--cache-min N] [--cache-ttl-ms N] [--honor-max-tokens]\n"
           "                       [--cache-ram N]\n"
           "fault modes: none 500 502 503 429 429:S NNNxK 429:SxK hang truncated not_json\n"
@@ -56,7 +56,7 @@ static unsigned long num_arg(const char *opt, const char *s, unsigned long max)
 
 /* In enum cache_mode's and enum overflow_style's order. */
 static const char *const CACHE_MODES[] = {"llamacpp", "anthropic", "openai", "none", NULL};
-static const char *const OVERFLOW_STYLES[] = {"llamacpp", "openai", "vllm", NULL};
+static const char *const OVERFLOW_STYLES[] = {"llamacpp", "openai", "vllm", "llamacpp-old", NULL};
 
 static int word_arg(const char *opt, const char *s, const char *const *words)
 {

@@ -687,7 +687,8 @@ char *prompt_overflow_body(enum dialect d, size_t n, size_t ctx, long max_tokens
 {
     if (d == DIALECT_OLLAMA || ctx == 0)
         return NULL; /* Ollama truncates instead (prompt_ollama_truncate) */
-    bool llamacpp = d == DIALECT_OPENAI && g_cfg.overflow_style == OVERFLOW_LLAMACPP;
+    bool llamacpp = d == DIALECT_OPENAI && (g_cfg.overflow_style == OVERFLOW_LLAMACPP ||
+                                            g_cfg.overflow_style == OVERFLOW_LLAMACPP_OLD);
     /* llama.cpp refuses n_tokens >= n_ctx (a slot needs one free cell to decode) and lets
        max_tokens run into the end of the context; the others count the answer too */
     bool prompt_over = llamacpp ? n >= ctx : n > ctx;
@@ -707,7 +708,7 @@ char *prompt_overflow_body(enum dialect d, size_t n, size_t ctx, long max_tokens
         api_error_free(&e);
         return s;
     }
-    if (g_cfg.overflow_style == OVERFLOW_LLAMACPP)
+    if (llamacpp)
         return llamacpp_overflow(n, ctx, len);
     if (g_cfg.overflow_style == OVERFLOW_VLLM)
         return vllm_overflow(n, ctx, max_tokens, len);

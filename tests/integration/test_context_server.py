@@ -367,6 +367,16 @@ class ParleyReads(ParleyTestCase):
                 self.assertTrue((history.get("error") or {}).get("code") == "not_found" or
                                 history["result"]["turns"] == [], history)
 
+    def test_overflow_inside_a_stream(self):
+        # llama.cpp before October 2025: HTTP 200, then "error: {...}" (the fake's llamacpp-old)
+        with FakeLLM("--n-ctx", "200", "--overflow-style", "llamacpp-old") as fake:
+            opts = options(fake, stream=True, max_tokens=10)
+            run = self.run_ok([{"text": "hello " * 200, "conversation_id": "c"}], opts)
+            line = self.assertTurnError(run.by_seq(1), "context_overflow")
+            self.assertRegex(line["error"]["message"],
+                             r"context window \(\d+ tokens > 200\): .*exceeds the available")
+            self.assertEqual(fake.chat_requests()[0]["status"], 200)
+
     def test_other_400_stays_http_status(self):
         with FakeLLM() as fake:
             run = self.run_ok([{"text": "hi [[fault:400]]"}], options(fake))
