@@ -863,12 +863,41 @@ static void explain_http_error(turn *t, char **msg, int *retryable)
     *retryable = p->retryable(status, body, b->len);
 }
 
+/* The server said the prompt does not fit its context window: keep the sizes it
+ * named (t->overflow) and say so in *msg, which explain_http_error then extends
+ * with the server's own words.  No retry: the same prompt cannot fit. */
+static char *overflow_message(const llm_overflow *o, const char *server_text)
+{
+    const char *sep = server_text ? ": " : "";
+    const char *text = server_text ? server_text : "";
+    return o->n_prompt && o->n_ctx
+               ? pstr_printf("the prompt does not fit the model's context window "
+                             "(%lld tokens > %lld)%s%s", o->n_prompt, o->n_ctx, sep, text)
+               : pstr_printf("the prompt does not fit the model's context window%s%s", sep, text);
+}
+
+static int is_overflow(turn *t, char **msg)
+{
+    const pbuf *b = &t->http->body;
+    if (!llm_overflow_parse(http_call_status(t->http), b->data, b->len, &t->overflow))
+        return 0;
+    char *m = overflow_message(&t->overflow, NULL);
+    if (m) {
+        free(*msg);
+        *msg = m;
+    }
+    return 1;
+}
+
 /* Tokens and the stop reason of one decoded reply, into the turn and the metrics. */
 static void account_reply(turn *t, const llm_reply *reply)
 {
     agent_counters *m = t->env->metrics;
-    const llm_usage *u = &reply->usage;
+    llm_usage settled = reply->usage;
+    llm_usage_settle(&settled);
+    const llm_usage *u = &settled;
     t->usage.prompt += u->prompt;
+    t->usage.evaluated += u->evaluated;
     t->usage.completion += u->completion;
     t->usage.cache_read += u->cache_read;
     t->usage.cache_creation += u->cache_creation;
@@ -877,6 +906,7 @@ static void account_reply(turn *t, const llm_reply *reply)
     atomic_fetch_add(&m->tokens_completion, (uint64_t)u->completion);
     atomic_fetch_add(&m->tokens_cache_read, (uint64_t)u->cache_read);
     atomic_fetch_add(&m->tokens_cache_creation, (uint64_t)u->cache_creation);
+    atomic_fetch_add(&m->tokens_prompt_evaluated, (uint64_t)u->evaluated);
     atomic_fetch_add(&m->tokens_reasoning, (uint64_t)u->reasoning);
     free(t->stop_reason);
     t->stop_reason = reply->finish_reason ? strdup(reply->finish_reason) : NULL;
@@ -1025,8 +1055,16 @@ void turn_on_http_done(turn *t, CURLcode code)
     char *msg = NULL;
     int retryable = 0;
     parley_status st = http_call_outcome(t->http, code, &msg, &retryable);
-    if (st == PARLEY_ERR_HTTP_STATUS || st == PARLEY_ERR_RATE_LIMITED)
+    if (st == PARLEY_ERR_HTTP_STATUS && is_overflow(t, &msg))
+        st = PARLEY_ERR_CONTEXT_OVERFLOW;
+    if (st == PARLEY_ERR_HTTP_STATUS || st == PARLEY_ERR_RATE_LIMITED ||
+        st == PARLEY_ERR_CONTEXT_OVERFLOW)
         explain_http_error(t, &msg, &retryable);
+    if (st == PARLEY_ERR_BAD_RESPONSE && !msg && t->stream_error &&
+        llm_overflow_from_text(t->stream_error, &t->overflow)) {
+        st = PARLEY_ERR_CONTEXT_OVERFLOW; /* said inside the stream (older llama.cpp) */
+        msg = overflow_message(&t->overflow, t->stream_error);
+    }
     if (st == PARLEY_ERR_BAD_RESPONSE && !msg && t->stream_error) {
         st = llm_server_error_status(t->stream_error, &retryable); /* an error event? */
         retryable &= !t->streamed; /* the host has part of this answer: never twice */
@@ -1518,11 +1556,12 @@ void turn_report(turn *t)
 {
     parley_status status = t->end_status;
     const char *answer = t->answer;
-    char usage[320], *u = usage;
+    char usage[400], *u = usage;
     u = put_count(u, "{\"prompt_tokens\":", t->usage.prompt);
     u = put_count(u, ",\"completion_tokens\":", t->usage.completion);
     u = put_count(u, ",\"cache_read_tokens\":", t->usage.cache_read);
     u = put_count(u, ",\"cache_creation_tokens\":", t->usage.cache_creation);
+    u = put_count(u, ",\"prompt_tokens_evaluated\":", t->usage.evaluated);
     u = put_count(u, ",\"reasoning_tokens\":", t->usage.reasoning);
     u = put_count(u, ",\"requests\":", t->requests);
     memcpy(u, "}", 2);

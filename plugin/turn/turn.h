@@ -57,6 +57,7 @@
 #include "engine/inbox.h"
 #include "http/llm_http.h"
 #include "provider/llm_reply.h"
+#include "provider/overflow.h"
 #include "provider/provider.h"
 #include "config/response_format.h"
 #include "engine/reply_context.h"
@@ -160,6 +161,8 @@ struct turn {
     llm_usage usage;          /* summed over the turn's requests */
     int requests;             /* HTTP requests started, failed and retried ones too */
     char *stop_reason;        /* the last reply's finish_reason */
+    llm_overflow overflow;    /* the sizes of the last context-overflow answer (the turn ended
+                                 or may end with PARLEY_ERR_CONTEXT_OVERFLOW); zero otherwise */
     turn_call *calls;
     size_t ncalls, calls_pending;
     dict *call_ids;           /* the ids of every call of the turn so far (llm_reply_claim_ids) */
