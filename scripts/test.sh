@@ -91,7 +91,7 @@ count ctest normal ctest --test-dir build -V -j"$JOBS"
 if [ $quick = 1 ]; then finish; exit 0; fi
 
 step "ASan+UBSan build + all tests"
-build build-asan -DCMAKE_BUILD_TYPE=Debug -DPARLEY_SANITIZE=address,undefined
+build build-asan -DCMAKE_BUILD_TYPE=Debug -DPARLEY_SANITIZE=address,undefined -DPARLEY_BENCH=OFF
 # LSAN_OPTIONS=use_tls=0: at exit LeakSanitizer may crash ("Tracer caught signal 11") reading
 # the stale dynamic TLS block of the plugin parley-host has dlclose()d; not scanning TLS as roots
 # can only add leak reports, never hide one.
@@ -100,9 +100,10 @@ ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:ha
 PARLEY_TEST_SLOWDOWN=2 count ctest asan ctest --test-dir build-asan -V -j"$JOBS"
 
 step "TSan build + concurrency tests"
-build build-tsan -DCMAKE_BUILD_TYPE=Debug -DPARLEY_SANITIZE=thread -DCMAKE_C_COMPILER=clang
+build build-tsan -DCMAKE_BUILD_TYPE=Debug -DPARLEY_SANITIZE=thread -DCMAKE_C_COMPILER=clang \
+  -DPARLEY_BENCH=OFF
 TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 PARLEY_TEST_SLOWDOWN=4 \
-  count ctest tsan ctest --test-dir build-tsan -V -L tsan
+  count ctest tsan ctest --test-dir build-tsan -V -L tsan -j"$JOBS"
 
 step "valgrind: one end-to-end conversation"
 PARLEY_VALGRIND=1 PARLEY_BUILD_DIR="$PWD/build" PARLEY_TEST_SLOWDOWN=10 \
@@ -111,7 +112,7 @@ PARLEY_VALGRIND=1 PARLEY_BUILD_DIR="$PWD/build" PARLEY_TEST_SLOWDOWN=10 \
 step "libFuzzer targets"
 # every target tests/fuzz/CMakeLists.txt declares (a new one cannot be left out)
 TARGETS="$(sed -n 's/^parley_fuzz_target(\([a-z_0-9]*\).*/\1/p' tests/fuzz/CMakeLists.txt | tr '\n' ' ')" \
-  build build-fuzz -DCMAKE_BUILD_TYPE=Debug -DPARLEY_FUZZ=ON -DCMAKE_C_COMPILER=clang
+  build build-fuzz -DCMAKE_BUILD_TYPE=Debug -DPARLEY_FUZZ=ON -DCMAKE_C_COMPILER=clang -DPARLEY_BENCH=OFF
 count ctest fuzz ctest --test-dir build-fuzz -V -L fuzz
 
 step "all test stages passed"
