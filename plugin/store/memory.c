@@ -1377,19 +1377,21 @@ static parley_status memory_load_turn(store *s, const store_key *key, const char
 /* ---- the context record (version 5) ---- */
 
 static parley_status memory_context_get(store *s, const store_key *key, uint64_t now_ms,
-                                        pbuf *out, uint64_t *turn_count, char **err)
+                                        pbuf *out, store_lifetime *life, char **err)
 {
     memory_store *m = (memory_store *)s;
     char *owned;
     const char *k = key_text(key, &owned);
-    *turn_count = 0;
+    *life = (store_lifetime){0, 0, 0, 0};
     if (!k)
         return fail(err, PARLEY_ERR_NO_MEMORY);
     size_t mark = out->len;
     pthread_mutex_lock(&m->lock);
     conversation *c = find_live(m, k, now_ms);
     if (c) {
-        *turn_count = c->turn_count;
+        const stored_turn *newest = c->newest;
+        *life = (store_lifetime){created_ms_of(newest, newest->nmessages - 1), c->message_count,
+                                 c->turn_count, c->roles};
         const context_record *r = c->has_context ? dict_find(m->contexts, c->key) : NULL;
         if (r)
             pbuf_append(out, r->json, r->len);

@@ -1525,10 +1525,10 @@ static void *renewer_main(void *arg)
 /* ---- the context record (version 5) ---- */
 
 static parley_status redis_context_get(store *base, const store_key *key, uint64_t now_ms,
-                                       pbuf *out, uint64_t *turn_count, char **err)
+                                       pbuf *out, store_lifetime *life, char **err)
 {
     redis_store *s = (redis_store *)base;
-    *turn_count = 0;
+    *life = (store_lifetime){0, 0, 0, 0};
     char *cid = conversation_key(key);
     if (!cid)
         return PARLEY_ERR_NO_MEMORY;
@@ -1539,12 +1539,12 @@ static parley_status redis_context_get(store *base, const store_key *key, uint64
     parley_status st = run_script(s, SCRIPT_CONTEXT_GET, &a, 1, &r, err);
     if (st == PARLEY_OK) {
         size_t len;
-        const char *record = is_array(r, 3) ? reply_str(r->element[2], &len) : NULL;
+        const char *record = is_array(r, 6) ? reply_str(r->element[1], &len) : NULL;
         if (!record) {
             st = bad_reply(s, r, err);
         } else {
             count_expired(s, reply_int(r->element[0]));
-            *turn_count = reply_u64(r->element[1]);
+            *life = lifetime_of(r->element + 2);
             pbuf_append(out, record, len);
             freeReplyObject(r);
             if (out->oom)

@@ -684,13 +684,13 @@
     "return {0, '(' .. last, expired}\n"
 
 
-/* ARGV[4] = CID.  -> {expired 0/1, lifetime turn count, the context record or ""} */
+/* ARGV[4] = CID.  -> {expired 0/1, the context record or "", lm, mc, tc, roles} */
 #define REDIS_LUA_CONTEXT_GET                                                                  \
     "local cid = ARGV[4]\n"                                                                     \
     "local st = state(cid)\n"                                                                   \
-    "if st ~= 'live' then return {st == 'expired' and 1 or 0, 0, ''} end\n"                     \
-    "local h = redis.call('HMGET', ckey(cid), 'tc', 'ctx')\n"                                   \
-    "return {0, tonumber(h[1]) or 0, h[2] or ''}\n"
+    "if st ~= 'live' then return {st == 'expired' and 1 or 0, '', 0, 0, 0, 0} end\n"            \
+    "local h = redis.call('HMGET', ckey(cid), 'ctx', 'lm', 'mc', 'tc', 'roles')\n"              \
+    "return {0, h[1] or '', h[2] or 0, h[3] or 0, h[4] or 0, h[5] or 0}\n"
 
 /* ARGV[4] = CID, 5 = the context record.  -> 1 written, 0 no such live conversation */
 #define REDIS_LUA_CONTEXT_SET                                                                  \

@@ -2043,11 +2043,11 @@ static parley_status sqlite_stats(store *base, store_stats *out, char **err)
 /* ---- the context record (version 5) ---- */
 
 static parley_status sqlite_context_get(store *base, const store_key *key, uint64_t now_ms,
-                                        pbuf *out, uint64_t *turn_count, char **err)
+                                        pbuf *out, store_lifetime *life, char **err)
 {
     sqlite_store *s = (sqlite_store *)base;
     size_t mark = out->len;
-    *turn_count = 0;
+    *life = (store_lifetime){0, 0, 0, 0};
     conv_row row = {.id = 0};
     int64_t idle = 0;
     pthread_mutex_lock(&s->r.lock);
@@ -2055,7 +2055,7 @@ static parley_status sqlite_context_get(store *base, const store_key *key, uint6
     if (rc == SQLITE_OK)
         rc = find_live(s, key, now_ms, &row, &idle);
     if (rc == SQLITE_ROW) {
-        *turn_count = row.life.turn_count;
+        *life = row.life;
         sqlite3_stmt *st = stmt(&s->r, S_CONTEXT_GET, &rc);
         if (st) {
             sqlite3_bind_int64(st, 1, row.id);
@@ -2081,7 +2081,7 @@ static parley_status sqlite_context_get(store *base, const store_key *key, uint6
     }
     if (status != PARLEY_OK) {
         out->len = mark < out->len ? mark : out->len;
-        *turn_count = 0;
+        *life = (store_lifetime){0, 0, 0, 0};
     }
     return status;
 }

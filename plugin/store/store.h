@@ -311,12 +311,11 @@ typedef struct store_backend {
 
     /*
      * The record of `key` appended to out ("" when it has none, or the
-     * conversation is unknown or expired at now_ms), and *turn_count the
-     * conversation's lifetime turn count (store_lifetime.turn_count; 0 when
-     * unknown), both read at one moment.
+     * conversation is unknown or expired at now_ms), and *life the
+     * conversation's lifetime (all 0 when unknown), both read at one moment.
      */
     parley_status (*context_get)(store *s, const store_key *key, uint64_t now_ms, pbuf *out,
-                                 uint64_t *turn_count, char **err);
+                                 store_lifetime *life, char **err);
 
     /*
      * Replace the record of `key` (json: one compact JSON object, len bytes).

@@ -1522,12 +1522,13 @@ static char *context_of(harness *h, const char *id, uint64_t now_ms)
 {
     store_key key = {id, "", ""};
     pbuf out = {0};
-    uint64_t turns = 99;
+    store_lifetime life = {99, 99, 99, 99};
     char *err = NULL;
-    parley_status st = h->bc->backend->context_get(h->s, &key, now_ms, &out, &turns, &err);
-    char *text = st == PARLEY_OK ? pstr_printf("%llu %s", (unsigned long long)turns,
+    parley_status st = h->bc->backend->context_get(h->s, &key, now_ms, &out, &life, &err);
+    char *text = st == PARLEY_OK ? pstr_printf("%llu %s", (unsigned long long)life.turn_count,
                                                out.data ? out.data : "")
                                  : strdup("error");
+    CHECK(st != PARLEY_OK || life.turn_count || !life.message_count);
     free(err);
     pbuf_free(&out);
     return text;
@@ -1565,6 +1566,15 @@ static void test_v5_context(const backend_case *bc)
     CHECK_CONTEXT(&h, "a", 1000, "1 {\"start\":1}");
     append_at(&h, "a", 2, QA(2), 2000); /* a turn without a record keeps it */
     CHECK_CONTEXT(&h, "a", 2000, "2 {\"start\":1}");
+    {
+        store_key a = {"a", "", ""};
+        pbuf out = {0};
+        store_lifetime life;
+        CHECK(bc->backend->context_get(h.s, &a, 2000, &out, &life, NULL) == PARLEY_OK);
+        CHECK(life.message_count == 6 && life.turn_count == 2);
+        CHECK(life.last_message_ms == 1991);
+        pbuf_free(&out);
+    }
     h.context = "{\"start\":2,\"summary\":\"caf\u00e9\"}"; /* the turn carries a new one */
     append_at(&h, "a", 3, QA(3), 3000);
     h.context = NULL;
