@@ -56,7 +56,11 @@ static int open_store(parley_agent *a, const store_backend *backend, char **err)
         *err = pstr_printf("option 'history_store': unknown store");
         return -1;
     }
-    int64_t keep = o->history_keep_turns < 0 ? o->max_history_turns : o->history_keep_turns;
+    /* Kept well beyond what is sent, so reply_to and queries reach older turns. */
+    int64_t keep = o->history_keep_turns;
+    if (keep < 0)
+        keep = o->max_history_turns == 0 ? 0
+               : o->max_history_turns * 4 > 200 ? o->max_history_turns * 4 : 200;
     store_config cfg = {
         .location = location,
         .limits = {.keep_turns = (size_t)keep,

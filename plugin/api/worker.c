@@ -48,6 +48,7 @@ struct worker {
     persona_metrics *persona_metrics;
     turn_env env;            /* what every turn sees */
     int reply_unsupported_logged; /* env.reply_unsupported_logged points here */
+    ctx_agent ctx;           /* env.ctx points here */
     pthread_t thread;
 };
 
@@ -228,6 +229,9 @@ static void on_store_job(worker *w, store_job *job)
         t->history = job->loaded;
         t->nhistory = job->nmessages;
         job->loaded = swap;
+        ctx_window window = t->ctx; /* and what it found of the window */
+        t->ctx = job->ctx;
+        job->ctx = window;
         t->lease_held = job->lease_taken;
         t->lease_retry_ms = job->lease_retry_ms;
         reply_context_take_result(&t->reply, &job->reply);
@@ -479,6 +483,7 @@ worker *worker_start(const worker_setup *setup, char **err)
         .ended = on_turn_ended,
         .worker = w,
         .reply_unsupported_logged = &w->reply_unsupported_logged,
+        .ctx = &w->ctx,
     };
     if (pthread_create(&w->thread, NULL, worker_main, w) != 0) {
         *err = pstr_printf("could not start the worker thread");

@@ -108,7 +108,18 @@ static const opt_spec SPECS[] = {
     {"max_history_turns", OPT_INT, OFF(max_history_turns), 0, 100000, "20",
      "Whole turns of history sent with each request (the last N); 0 = all that are kept"},
     {"history_keep_turns", OPT_INT, OFF(history_keep_turns), 0, 100000000, "null",
-     "Whole turns kept per conversation, oldest dropped; null = max_history_turns; 0 = all"},
+     "Whole turns kept per conversation, oldest dropped; null = the larger of 200 and 4 x "
+     "max_history_turns (all when max_history_turns is 0); 0 = all"},
+    {"context_window", OPT_INT, OFF(context_window), 0, 100000000, "0",
+     "The model's context window in tokens; 0 = what the server says (else learned from an "
+     "overflow answer), until then num_ctx for Ollama, 200000 for Anthropic, 4096 otherwise"},
+    {"context_reserve", OPT_INT, OFF(context_reserve), 0, 10000000, "null",
+     "Tokens of the window kept for the answer; null = max_tokens (1024 when it is null)"},
+    {"summarize", OPT_BOOL, OFF(summarize), 0, 0, "true",
+     "Turns that leave the window are folded into a running summary sent after the system "
+     "prompt"},
+    {"summary_model", OPT_NSTRING, OFF(summary_model), 0, 0, "null",
+     "Model that writes the summaries; null = the agent's (or persona's) model"},
     {"max_conversations", OPT_INT, OFF(max_conversations), 1, 100000000, "10000",
      "Conversations kept; the least recently used is forgotten beyond it"},
     {"history_idle_timeout_s", OPT_INT, OFF(history_idle_timeout_s), 0, 31536000, "0",

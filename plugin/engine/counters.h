@@ -13,6 +13,8 @@ typedef struct agent_counters {
     atomic_uint_fast64_t llm_requests, llm_retries, tool_calls, tool_errors, tool_timeouts;
     atomic_uint_fast64_t rejected_busy, rejected_invalid;
     atomic_int_fast64_t in_flight;
+    /* the context (context/window.h) */
+    atomic_uint_fast64_t context_cuts;      /* planned moves of a window's start */
 } agent_counters;
 
 #endif

@@ -60,6 +60,7 @@ void store_job_free(store_job *job)
     free((void *)job->turn.messages);
     free(job->err);
     pbuf_free(&job->loaded);
+    ctx_window_free(&job->ctx);
     reply_context_free(&job->reply);
     free(job);
 }
@@ -77,11 +78,15 @@ static void run(store *s, store_job *job)
                 break; /* BUSY: the turn tries again later */
             job->lease_taken = 1;
         }
-        job->status = b->load(s, &key, job->last_turns, job->now_ms, &job->loaded,
-                              &job->nmessages, &job->err);
+        job->status = job->plan_window
+                          ? ctx_load(s, &key, job->last_turns, job->now_ms, &job->loaded,
+                                     &job->nmessages, &job->ctx, &job->err)
+                          : b->load(s, &key, job->last_turns, job->now_ms, &job->loaded,
+                                    &job->nmessages, &job->err);
         if (job->status == PARLEY_OK && reply_context_wanted(&job->reply))
-            job->status = reply_context_load(s, &key, job->window_turns, job->now_ms,
-                                             &job->reply, &job->err);
+            job->status = reply_context_load(s, &key,
+                                             ctx_reply_window(&job->ctx, job->window_turns),
+                                             job->now_ms, &job->reply, &job->err);
         break;
     case STORE_JOB_RELEASE_LEASE:
         if (b->version >= 2 && b->lease_release)

@@ -22,6 +22,7 @@
 
 #include "lib/buf.h"
 #include "engine/inbox.h"
+#include "context/window.h"
 #include "turn/reply_context.h"
 #include "store/store.h"
 
@@ -45,7 +46,8 @@ typedef struct store_job {
 
     /* what to do (LOAD, APPEND: key; LOAD: last_turns; APPEND: turn) */
     char *conversation_id, *persona, *interface_type; /* copies */
-    size_t last_turns;
+    size_t last_turns;        /* LOAD: max_history_turns (0 = no bound) */
+    int plan_window;          /* LOAD: read the context record and load from its start */
     store_turn turn;          /* messages[] owned by the job, their JSON borrowed */
     uint64_t now_ms;
 
@@ -54,6 +56,7 @@ typedef struct store_job {
     char *err;                /* malloc'd, or NULL */
     pbuf loaded;              /* LOAD: the messages, "m1,m2," */
     size_t nmessages;         /* LOAD */
+    ctx_window ctx;           /* LOAD with plan_window: the window found (moves to the turn) */
     int lease_taken;          /* LOAD: the lease is now held (give it back when the turn ends) */
     /* LOAD of a turn with reply_to: the turn it names, asked in the same store
      * call (reply_context.h); its result moves to the turn */

@@ -47,6 +47,7 @@ void turn_free(turn *t)
     free(t->own_interface_type);
     toolset_free(t->own_tools);
     pbuf_free(&t->history);
+    ctx_window_free(&t->ctx);
     json_decref(t->history_msgs);
     free(t->stop_reason);
     pbuf_free(&t->messages);
@@ -385,9 +386,8 @@ void turn_begin(turn *t)
 }
 
 /*
- * The last max_history_turns turns: what this turn sends (a persona counts
- * the turns its limit leaves out, so one more is read and dropped again in
- * turn_on_history).  With a store
+ * The conversation's window (context/window.h): its history from the start
+ * its context record names, at most max_history_turns turns.  With a store
  * several processes share (store.h v2), the read thread first takes the
  * conversation's lease; while another process holds it the job comes back
  * PARLEY_ERR_BUSY and the turn waits on its wait timer and tries again
@@ -399,8 +399,6 @@ static void turn_load_history(turn *t)
     const turn_env *env = t->env;
     store_key key = key_of(t);
     size_t last = (size_t)t->opts->max_history_turns;
-    if (t->counters && last)
-        last++;
     if (t->append)
         last = 1; /* an append only takes the lease: read as little as the store allows */
     size_t window = (size_t)t->opts->max_history_turns; /* what is sent: reply_to's window */
@@ -408,6 +406,7 @@ static void turn_load_history(turn *t)
         store_job *job = store_job_new(STORE_JOB_LOAD, &key);
         if (job) {
             job->last_turns = last;
+            job->plan_window = !t->append;
             job->window_turns = window;
             if (reply_context_copy_target(&job->reply, &t->reply) != 0) {
                 store_job_free(job);
@@ -420,48 +419,16 @@ static void turn_load_history(turn *t)
     size_t n = 0;
     char *err = NULL;
     uint64_t now = clock_wall_ms();
-    parley_status st = env->store->backend->load(env->store, &key, last, now, &t->history, &n,
-                                                 &err);
+    parley_status st = t->append ? env->store->backend->load(env->store, &key, last, now,
+                                                             &t->history, &n, &err)
+                                 : ctx_load(env->store, &key, last, now, &t->history, &n, &t->ctx,
+                                            &err);
     if (st == PARLEY_OK && reply_context_wanted(&t->reply))
-        st = reply_context_load(env->store, &key, window, now, &t->reply, &err);
+        st = reply_context_load(env->store, &key, ctx_reply_window(&t->ctx, window), now,
+                                &t->reply, &err);
     t->nhistory = n;
     turn_on_history(t, st, err);
     free(err);
-}
-
-/*
- * Where each top-level message of stored text ("m,m,") starts, counting those
- * that open a turn: a turn's first message is its user message, which Parley
- * always writes as {"role":"user",...}.  When the text holds more than
- * `keep` turns, drop the oldest and return 1.
- */
-static int drop_oldest_turn(pbuf *history, size_t keep)
-{
-    static const char USER[] = "{\"role\":\"user\"";
-    size_t turns = 0, second = 0;
-    int depth = 0, in_string = 0;
-    for (size_t i = 0; i < history->len; i++) {
-        char c = history->data[i];
-        if (in_string) {
-            if (c == '\\')
-                i++;
-            else if (c == '"')
-                in_string = 0;
-        } else if (c == '"') {
-            in_string = 1;
-        } else if (c == '{' || c == '[') {
-            if (depth++ == 0 && c == '{' && history->len - i >= sizeof USER - 1 &&
-                memcmp(history->data + i, USER, sizeof USER - 1) == 0 && ++turns == 2)
-                second = i;
-        } else if (c == '}' || c == ']') {
-            depth--;
-        }
-    }
-    if (turns <= keep || !second)
-        return 0;
-    memmove(history->data, history->data + second, history->len - second + 1);
-    history->len -= second;
-    return 1;
 }
 
 /*
@@ -512,9 +479,6 @@ void turn_on_history(turn *t, parley_status status, const char *message)
         append_commit(t);
         return;
     }
-    if (t->counters && t->opts->max_history_turns &&
-        drop_oldest_turn(&t->history, (size_t)t->opts->max_history_turns))
-        atomic_fetch_add(&t->counters->truncations, 1);
     add_reply_context(t);
     record_user_message(t);
     turn_request(t);
@@ -642,6 +606,74 @@ static int render_request(turn *t, char **err)
     return rc;
 }
 
+/* An image costs the model about this many tokens, whatever its base64 length. */
+#define IMAGE_TOKENS 1000
+
+/* What the turn may send: the window, the reserve, the turn bound, the factor. */
+static ctx_budget budget_of(const turn *t)
+{
+    const parley_options *o = t->opts;
+    const char *api = t->cfg->prov->name;
+    const ctx_agent *learned = t->env->ctx;
+    ctx_budget b = {.max_turns = (size_t)o->max_history_turns,
+                    .factor = learned->factor > 0 ? learned->factor : 1.0};
+    if (o->context_window > 0)
+        b.window = o->context_window;
+    else if (learned->window > 0)
+        b.window = learned->window;
+    else if (strcmp(api, "ollama") == 0 && o->num_ctx > 0)
+        b.window = o->num_ctx; /* what Parley asks Ollama for */
+    else
+        b.window = strcmp(api, "anthropic") == 0 ? 200000 : 4096;
+    b.reserve = o->context_reserve >= 0 ? o->context_reserve
+                : o->max_tokens > 0       ? o->max_tokens
+                                          : 1024;
+    if (b.reserve > b.window / 2) /* a max_tokens near the window must leave room to ask */
+        b.reserve = b.window / 2;
+    return b;
+}
+
+/* The request body in estimated tokens, images counted as IMAGE_TOKENS. */
+static int64_t body_tokens(const turn *t, double factor)
+{
+    size_t image_bytes = 0;
+    for (size_t i = 0; i < t->images.n; i++)
+        image_bytes += strlen(t->images.items[i].url);
+    size_t text = t->body.len > image_bytes ? t->body.len - image_bytes : 0;
+    return ctx_tokens(text, factor) + (int64_t)t->images.n * IMAGE_TOKENS;
+}
+
+/* Cut n oldest turns of the window (a planned cut: counted, logged). */
+static void cut_window(turn *t, size_t n, ctx_cut_reason why)
+{
+    size_t msgs = ctx_cut(&t->ctx, &t->history, n, why);
+    t->nhistory = t->nhistory > msgs ? t->nhistory - msgs : 0;
+    json_decref(t->history_msgs); /* parsed again without them, if the codec parses */
+    t->history_msgs = NULL;
+    atomic_fetch_add(&t->env->metrics->context_cuts, 1);
+    if (t->counters)
+        atomic_fetch_add(&t->counters->truncations, 1);
+    host_log(t->env->host, PARLEY_LOG_DEBUG,
+             "turn %s: the context window starts %zu turns later (%s), at message %llu",
+             t->turn_id, n, ctx_cut_reason_name(why), (unsigned long long)t->ctx.first);
+}
+
+/* Before the turn's first request: keep the window within the budget
+ * (context/window.h).  1 when the history changed (render again). */
+static int plan_window(turn *t)
+{
+    if (!t->ctx.enabled || t->ctx_planned)
+        return 0;
+    t->ctx_planned = 1;
+    ctx_budget b = budget_of(t);
+    ctx_cut_reason why;
+    size_t n = ctx_plan(&t->ctx, &b, body_tokens(t, b.factor), clock_wall_ms(), 0, &why);
+    if (why == CTX_CUT_NONE)
+        return 0;
+    cut_window(t, n, why);
+    return n > 0;
+}
+
 static void turn_request(turn *t)
 {
     char *err = NULL;
@@ -649,7 +681,10 @@ static void turn_request(turn *t)
         turn_end(t, PARLEY_ERR_NO_MEMORY, "out of memory building the request");
         return;
     }
-    if (render_request(t, &err) != 0) {
+    int rendered = render_request(t, &err);
+    if (rendered == 0 && plan_window(t))
+        rendered = render_request(t, &err);
+    if (rendered != 0) {
         /* Only a store holding something that is not a message gets here. */
         char *m = pstr_printf("cannot build the request: %s", err ? err : "out of memory");
         turn_end(t, PARLEY_ERR_INTERNAL, m ? m : "cannot build the request");
@@ -764,6 +799,8 @@ static void account_reply(turn *t, const llm_reply *reply)
     t->usage.cache_creation += u->cache_creation;
     t->usage.reasoning += u->reasoning;
     t->replies++;
+    if (!t->images.n) /* base64 bytes are not tokens: learn from text alone */
+        ctx_learn_factor(t->env->ctx, t->body.len, u->prompt);
     atomic_fetch_add(&m->tokens_prompt, (uint64_t)u->prompt);
     atomic_fetch_add(&m->tokens_completion, (uint64_t)u->completion);
     atomic_fetch_add(&m->tokens_cache_read, (uint64_t)u->cache_read);
@@ -1162,6 +1199,10 @@ static void turn_commit(turn *t)
     uint64_t now = clock_wall_ms();
     store_turn in = {.turn_id = t->turn_id, .started_ms = t->started_wall_ms, .finished_ms = now,
                      .messages = msgs, .nmessages = t->nmessages};
+    if (t->ctx.enabled && ctx_record_write(&t->ctx) == 0) { /* the window's start goes with it */
+        in.context = t->ctx.record.data;
+        in.context_len = t->ctx.record.len;
+    }
     store_key key = key_of(t);
     if (env->jobs) { /* WAIT committing: the store's write thread appends */
         store_job *job = store_job_new(STORE_JOB_APPEND, &key);

@@ -52,6 +52,7 @@
 
 #include "lib/buf.h"
 #include "config/config.h"
+#include "context/window.h"
 #include "engine/counters.h"
 #include "provider/image.h"
 #include "engine/inbox.h"
@@ -81,6 +82,7 @@ typedef struct turn_env {
     void *worker;
     int *reply_unsupported_logged; /* the "store cannot resolve reply_to" warning was
                                       logged (once per agent; worker thread only) */
+    ctx_agent *ctx;            /* what the agent learned of the model's tokens and window */
 } turn_env;
 
 /* One tool call of the current round. */
@@ -140,6 +142,8 @@ struct turn {
     uint64_t started_wall_ms;
     pbuf history;             /* the last turns of the conversation, loaded at turn_begin */
     size_t nhistory;          /* how many messages that is */
+    ctx_window ctx;           /* where that history starts, its turns, this turn's cuts */
+    int ctx_planned;          /* the window was checked against the budget (first request) */
     json_t *history_msgs;     /* the same, parsed once for a codec that needs it parsed */
     pbuf messages;            /* this turn's messages, comma-joined: what gets committed */
     turn_message *message_index; /* one per message of `messages` */

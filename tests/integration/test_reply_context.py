@@ -146,8 +146,8 @@ class ReplyContextCase(ParleyTestCase):
         self.assertNotIn("in b", json.dumps(messages(self.llm.chat_requests()[-1])))
 
     def test_a_turn_no_longer_kept_is_not_found(self):
-        # history_keep_turns defaults to max_history_turns: what left the window is gone
-        with shim(self, options(self.llm, max_history_turns=1)) as sh:
+        # history_keep_turns 1: what left the store is gone
+        with shim(self, options(self.llm, max_history_turns=1, history_keep_turns=1)) as sh:
             first = sh.turn({"text": "old", "conversation_id": "k", "interface_message_id": "k1"})
             sh.turn({"text": "newer", "conversation_id": "k"})
             reply = sh.turn({"text": "that", "conversation_id": "k",

@@ -1,0 +1,295 @@
+/* window.c -- see window.h. */
+#include "context/window.h"
+
+#include <jansson.h>
+#include <stdlib.h>
+#include <string.h>
+
+void ctx_window_free(ctx_window *w)
+{
+    free(w->end);
+    free(w->nmsgs);
+    pbuf_free(&w->record);
+    memset(w, 0, sizeof *w);
+}
+
+/* A record that does not parse is no record: the window starts over (one
+ * cache miss), the conversation goes on. */
+static void record_parse(const char *json, size_t len, ctx_record *out)
+{
+    memset(out, 0, sizeof *out);
+    if (!json || !len)
+        return;
+    json_t *root = json_loadb(json, len, 0, NULL);
+    json_t *start = json_object_get(root, "start");
+    if (json_is_integer(start) && json_integer_value(start) >= 0)
+        out->start = (uint64_t)json_integer_value(start);
+    json_decref(root);
+}
+
+/*
+ * Calls fn(ud, offset, length) for each top-level object of stored text
+ * ("m,m,"), in order, until fn returns non-zero.  The text was written by
+ * Parley (well-formed JSON objects), so counting brackets outside strings
+ * finds each object's end.
+ */
+static void each_message(const pbuf *text, int (*fn)(void *, size_t, size_t), void *ud)
+{
+    int depth = 0, in_string = 0;
+    size_t begin = 0;
+    for (size_t i = 0; i < text->len; i++) {
+        char c = text->data[i];
+        if (in_string) {
+            if (c == '\\')
+                i++;
+            else if (c == '"')
+                in_string = 0;
+        } else if (c == '"') {
+            in_string = 1;
+        } else if (c == '{' || c == '[') {
+            if (depth++ == 0)
+                begin = i;
+        } else if ((c == '}' || c == ']') && --depth == 0) {
+            if (fn(ud, begin, i + 1 - begin))
+                return;
+        }
+    }
+}
+
+typedef struct skip_state {
+    size_t left, at;
+} skip_state;
+
+static int skip_one(void *ud, size_t offset, size_t len)
+{
+    skip_state *s = ud;
+    s->at = offset + len + 1; /* past its ',' */
+    return --s->left == 0;
+}
+
+/* Drop the first k messages of stored text. */
+static void skip_messages(pbuf *text, size_t k)
+{
+    skip_state s = {k, 0};
+    if (!k)
+        return;
+    each_message(text, skip_one, &s);
+    if (s.at > text->len)
+        s.at = text->len;
+    memmove(text->data, text->data + s.at, text->len - s.at + 1);
+    text->len -= s.at;
+}
+
+parley_status ctx_load(store *s, const store_key *key, size_t max_turns, uint64_t now_ms,
+                       pbuf *history, size_t *nmessages, ctx_window *w, char **err)
+{
+    const store_backend *b = s->backend;
+    *nmessages = 0;
+    if (b->version < 5 || !b->context_get || !b->context_set) {
+        w->enabled = 0;
+        return b->load(s, key, max_turns, now_ms, history, nmessages, err);
+    }
+    pbuf rec = {0};
+    parley_status st = b->context_get(s, key, now_ms, &rec, &w->life, err);
+    if (st == PARLEY_OK && rec.oom)
+        st = PARLEY_ERR_NO_MEMORY;
+    if (st != PARLEY_OK) {
+        pbuf_free(&rec);
+        return st;
+    }
+    w->enabled = 1;
+    record_parse(rec.data, rec.len, &w->rec);
+    pbuf_free(&rec);
+    uint64_t total = w->life.message_count;
+    if (w->rec.start > total) /* not this conversation's: start over */
+        w->rec.start = 0;
+    uint64_t since = total - w->rec.start;
+    w->first = total;
+    if (!since)
+        return PARLEY_OK;
+    /* A turn holds at least one message, so `since` turns reach the start. */
+    size_t last = since > (uint64_t)SIZE_MAX ? 0 : (size_t)since;
+    if (max_turns && (!last || last > max_turns))
+        last = max_turns;
+    size_t n = 0;
+    if ((st = b->load(s, key, last, now_ms, history, &n, err)) != PARLEY_OK)
+        return st;
+    if (n > since) {
+        skip_messages(history, (size_t)(n - since));
+        n = (size_t)since;
+    }
+    w->start_lost = n < since;
+    w->first = total - n;
+    *nmessages = n;
+    return ctx_split(w, history) == 0 ? PARLEY_OK : PARLEY_ERR_NO_MEMORY;
+}
+
+/* ---- turns ---- */
+
+size_t ctx_reply_window(const ctx_window *w, size_t max_turns)
+{
+    return w->enabled && w->nturns ? w->nturns : max_turns;
+}
+
+typedef struct split_state {
+    ctx_window *w;
+    const char *text;
+    size_t cap;
+    int oom;
+} split_state;
+
+static int split_one(void *ud, size_t offset, size_t len)
+{
+    static const char USER[] = "{\"role\":\"user\"";
+    split_state *s = ud;
+    ctx_window *w = s->w;
+    int opens = !w->nturns || (len >= sizeof USER - 1 &&
+                               memcmp(s->text + offset, USER, sizeof USER - 1) == 0);
+    if (opens) {
+        if (w->nturns == s->cap) {
+            size_t cap = s->cap ? 2 * s->cap : 16;
+            size_t *end = realloc(w->end, cap * sizeof *end);
+            if (end)
+                w->end = end;
+            size_t *nmsgs = end ? realloc(w->nmsgs, cap * sizeof *nmsgs) : NULL;
+            if (!nmsgs) {
+                s->oom = 1;
+                return 1;
+            }
+            w->nmsgs = nmsgs;
+            s->cap = cap;
+        }
+        w->nmsgs[w->nturns++] = 0;
+    }
+    w->end[w->nturns - 1] = offset + len + 1;
+    w->nmsgs[w->nturns - 1]++;
+    return 0;
+}
+
+int ctx_split(ctx_window *w, const pbuf *history)
+{
+    split_state s = {w, history->data, 0, 0};
+    w->nturns = 0;
+    free(w->end);
+    free(w->nmsgs);
+    w->end = w->nmsgs = NULL;
+    if (history->len)
+        each_message(history, split_one, &s);
+    return s.oom ? -1 : 0;
+}
+
+/* ---- the plan ---- */
+
+int64_t ctx_tokens(size_t bytes, double factor)
+{
+    double t = (double)bytes / CTX_BYTES_PER_TOKEN * (factor > 0 ? factor : 1.0);
+    return (int64_t)t + 1;
+}
+
+static size_t bytes_from(const ctx_window *w, size_t turn)
+{
+    size_t all = w->nturns ? w->end[w->nturns - 1] : 0;
+    return all - (turn ? w->end[turn - 1] : 0);
+}
+
+static ctx_cut_reason trigger(const ctx_window *w, const ctx_budget *b, int64_t body_tokens,
+                              int64_t limit, uint64_t now_ms, int force)
+{
+    if (force)
+        return CTX_CUT_OVERFLOW;
+    if (body_tokens > limit)
+        return CTX_CUT_TOKENS;
+    if (b->max_turns && w->nturns > b->max_turns)
+        return CTX_CUT_TURNS;
+    if (w->start_lost)
+        return b->max_turns && w->nturns >= b->max_turns ? CTX_CUT_TURNS : CTX_CUT_STORE;
+    uint64_t last = w->life.last_message_ms;
+    if (last && now_ms > last && now_ms - last > CTX_IDLE_CUT_MS)
+        return CTX_CUT_IDLE;
+    return CTX_CUT_NONE;
+}
+
+size_t ctx_plan(const ctx_window *w, const ctx_budget *b, int64_t body_tokens, uint64_t now_ms,
+                int force, ctx_cut_reason *why)
+{
+    *why = CTX_CUT_NONE;
+    if (!w->enabled || !w->nturns)
+        return 0;
+    int64_t limit = b->window - b->reserve - b->window * CTX_MARGIN_PERCENT / 100;
+    ctx_cut_reason r = trigger(w, b, body_tokens, limit, now_ms, force);
+    if (r == CTX_CUT_NONE)
+        return 0;
+    int64_t fixed = body_tokens - ctx_tokens(bytes_from(w, 0), b->factor);
+    if (fixed < 0)
+        fixed = 0;
+    int64_t low = fixed + (limit > fixed ? (limit - fixed) * CTX_LOW_MARK_PERCENT / 100 : 0);
+    size_t low_turns = SIZE_MAX;
+    if (b->max_turns)
+        low_turns = b->max_turns * CTX_LOW_MARK_PERCENT / 100 ? b->max_turns *
+                                                                    CTX_LOW_MARK_PERCENT / 100
+                                                              : 1;
+    size_t n = 0;
+    while (n < w->nturns) {
+        size_t kept = w->nturns - n;
+        int fits = kept <= low_turns && fixed + ctx_tokens(bytes_from(w, n), b->factor) <= low;
+        if (fits && !(force && n == 0))
+            break;
+        n++;
+    }
+    if (n || w->start_lost)
+        *why = r;
+    return n;
+}
+
+size_t ctx_cut(ctx_window *w, pbuf *history, size_t n, ctx_cut_reason why)
+{
+    if (n > w->nturns)
+        n = w->nturns;
+    size_t bytes = n ? w->end[n - 1] : 0, msgs = 0;
+    for (size_t i = 0; i < n; i++)
+        msgs += w->nmsgs[i];
+    if (bytes > history->len)
+        bytes = history->len;
+    memmove(history->data, history->data + bytes, history->len - bytes + 1);
+    history->len -= bytes;
+    for (size_t i = n; i < w->nturns; i++) {
+        w->end[i - n] = w->end[i] - bytes;
+        w->nmsgs[i - n] = w->nmsgs[i];
+    }
+    w->nturns -= n;
+    w->first += msgs;
+    w->start_lost = 0;
+    w->cut_turns += n;
+    if (why != CTX_CUT_NONE)
+        w->cut = why;
+    return msgs;
+}
+
+int ctx_record_write(ctx_window *w)
+{
+    pbuf_reset(&w->record);
+    pbuf_printf(&w->record, "{\"start\":%llu}", (unsigned long long)w->first);
+    return w->record.oom ? -1 : 0;
+}
+
+void ctx_learn_factor(ctx_agent *a, size_t body_bytes, long long prompt_tokens)
+{
+    if (prompt_tokens <= 0 || body_bytes < 64)
+        return;
+    double sample = (double)prompt_tokens / ((double)body_bytes / CTX_BYTES_PER_TOKEN);
+    if (sample < 0.1)
+        sample = 0.1;
+    if (sample > 10)
+        sample = 10;
+    /* Weighted towards the newest, never below it by much: an estimate that
+     * runs low is what overflows. */
+    a->factor = a->factor > 0 ? 0.5 * a->factor + 0.5 * sample : sample;
+    if (a->factor < sample * 0.9)
+        a->factor = sample * 0.9;
+}
+
+const char *ctx_cut_reason_name(ctx_cut_reason why)
+{
+    static const char *const NAMES[] = {"none", "tokens", "turns", "idle", "store", "overflow"};
+    return (unsigned)why < sizeof NAMES / sizeof NAMES[0] ? NAMES[why] : "?";
+}

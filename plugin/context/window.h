@@ -1,0 +1,140 @@
+/*
+ * window.h -- which of a conversation's stored turns a request carries.
+ *
+ * Servers keep the prompt they last read (llama.cpp's slot, vLLM's and
+ * Ollama's prefix cache, OpenAI's and Anthropic's prompt caches) and read
+ * again only what follows the longest prefix a new request shares with it.
+ * Sending "the last N turns" changes the first history message every turn,
+ * so every request is read again from the system prompt on.  The window
+ * here instead keeps its START (the first message sent) fixed across turns:
+ * each request extends the previous one byte for byte, until the history no
+ * longer fits the budget (or exceeds max_history_turns).  Then whole oldest
+ * turns are cut, once, down to a low mark well below the limit, and the new
+ * start is kept until the next cut.  A turn after an idle gap longer than the
+ * servers' cache lifetime is a free moment to cut (its cache is gone anyway).
+ *
+ * The start is a position in the conversation's lifetime message count
+ * (store_lifetime.message_count: messages ever appended), kept in the
+ * conversation's context record (store.h version 5), so it survives a
+ * restart and is shared by every host of a Redis store.  It is written with
+ * the turn that planned it, in the same atomic append.
+ *
+ * Turns are whole: a cut falls only before a user message (Parley writes a
+ * turn's user message first, so a tool call and its results are never
+ * parted), and never inside the turn being answered (not in the history).
+ *
+ * Tokens are estimated from bytes (4 per token, the usual figure for English
+ * text and JSON) times a correction factor learned from what the server
+ * reported for earlier requests (ctx_agent), so the budget holds as the
+ * server counts.
+ *
+ * Threads: ctx_load runs where the store is called (a store thread, or the
+ * worker for the memory store); everything else on the worker.
+ */
+#ifndef PARLEY_CONTEXT_WINDOW_H
+#define PARLEY_CONTEXT_WINDOW_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "lib/buf.h"
+#include "store/store.h"
+
+/* A turn after this long without a message is a free moment to cut: the
+ * servers' caches have dropped the prompt by then (Anthropic 5 min, OpenAI
+ * 5-10 min). */
+#define CTX_IDLE_CUT_MS (5u * 60u * 1000u)
+/* A cut keeps this share of the history budget (and of max_history_turns). */
+#define CTX_LOW_MARK_PERCENT 50
+/* Kept free besides the reserve: estimates are estimates. */
+#define CTX_MARGIN_PERCENT 3
+/* Bytes per token before correction. */
+#define CTX_BYTES_PER_TOKEN 4
+
+/* Why a window moved (metrics, logs). */
+typedef enum ctx_cut_reason {
+    CTX_CUT_NONE,
+    CTX_CUT_TOKENS,     /* over the token budget */
+    CTX_CUT_TURNS,      /* over max_history_turns */
+    CTX_CUT_IDLE,       /* a free moment after an idle gap */
+    CTX_CUT_STORE,      /* the start was no longer in the store (history_keep_turns) */
+    CTX_CUT_OVERFLOW    /* the server said the prompt did not fit */
+} ctx_cut_reason;
+
+/* The conversation's context record, as stored (JSON: {"start":N}). */
+typedef struct ctx_record {
+    uint64_t start;          /* lifetime message index of the first message sent */
+} ctx_record;
+
+/* What the agent learns across turns (worker thread only). */
+typedef struct ctx_agent {
+    double factor;           /* server tokens per estimated token; 0 = none learned yet */
+    int64_t window;          /* a window the server named (overflow, discovery); 0 = none */
+} ctx_agent;
+
+/* One turn's view of its conversation's window. */
+typedef struct ctx_window {
+    int enabled;             /* the store keeps context records: the window is planned */
+    ctx_record rec;          /* as loaded */
+    store_lifetime life;     /* the conversation at load */
+    uint64_t first;          /* lifetime index of the first message in the history held */
+    int start_lost;          /* the record's start lies before what the store still holds */
+    size_t nturns;           /* whole turns in the history held */
+    size_t *end;             /* byte offset just past turn i (its last ',') */
+    size_t *nmsgs;           /* messages of turn i */
+    ctx_cut_reason cut;      /* why this turn moved the start (NONE: it did not) */
+    size_t cut_turns;        /* turns this turn's cuts dropped */
+    pbuf record;             /* the record the commit writes */
+} ctx_window;
+
+typedef struct ctx_budget {
+    int64_t window;          /* the model's context, tokens */
+    int64_t reserve;         /* kept for the answer */
+    size_t max_turns;        /* max_history_turns; 0 = no bound */
+    double factor;           /* correction factor (1 when none is known) */
+} ctx_budget;
+
+void ctx_window_free(ctx_window *w);
+
+/*
+ * Read the conversation's record, then the history from its start (at most
+ * max_turns whole turns when max_turns > 0) into `history` ("m,m,") with
+ * *nmessages, and find its turns (ctx_split).  A store without records
+ * (version < 5) loads the last max_turns turns as before, w->enabled = 0.
+ */
+parley_status ctx_load(store *s, const store_key *key, size_t max_turns, uint64_t now_ms,
+                       pbuf *history, size_t *nmessages, ctx_window *w, char **err);
+
+/* Find the whole turns of the history held.  0, or -1 out of memory. */
+int ctx_split(ctx_window *w, const pbuf *history);
+
+/* The turns reply_to counts as "in the window" (reply_context.h): those the
+ * window holds, or max_turns without a planned window. */
+size_t ctx_reply_window(const ctx_window *w, size_t max_turns);
+
+/* Estimated tokens of `bytes` bytes of request text. */
+int64_t ctx_tokens(size_t bytes, double factor);
+
+/*
+ * How many of the oldest turns to cut before sending a request whose body
+ * is estimated at body_tokens (history included), and why (*why).  0 when
+ * the window stays.  Cuts go down to the low mark.  `force`: cut even when
+ * within budget (an overflow answer), at least one turn when there is one.
+ */
+size_t ctx_plan(const ctx_window *w, const ctx_budget *b, int64_t body_tokens, uint64_t now_ms,
+                int force, ctx_cut_reason *why);
+
+/* Drop the oldest n turns from `history` and move the start past them;
+ * returns the messages dropped. */
+size_t ctx_cut(ctx_window *w, pbuf *history, size_t n, ctx_cut_reason why);
+
+/* The record to store with the turn (w->record).  0, or -1 out of memory. */
+int ctx_record_write(ctx_window *w);
+
+/* Learn the correction factor from a request of body_bytes the server counted
+ * as prompt_tokens. */
+void ctx_learn_factor(ctx_agent *a, size_t body_bytes, long long prompt_tokens);
+
+const char *ctx_cut_reason_name(ctx_cut_reason why);
+
+#endif
