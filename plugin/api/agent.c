@@ -818,6 +818,18 @@ static parley_status append_token_metrics(const agent_counters *m, char **out)
     return *out ? PARLEY_OK : PARLEY_ERR_NO_MEMORY;
 }
 
+/* The context engine's counters (context/window.h), added the same way. */
+static parley_status append_context_metrics(const agent_counters *m, char **out)
+{
+    pbuf b = PBUF_INIT;
+    pbuf_append(&b, *out, strlen(*out) - 1);
+    pbuf_printf(&b, ",\"context_cuts\":%llu}", (unsigned long long)m->context_cuts);
+    free(*out);
+    *out = b.oom ? NULL : pbuf_take(&b);
+    pbuf_free(&b);
+    return *out ? PARLEY_OK : PARLEY_ERR_NO_MEMORY;
+}
+
 parley_status agent_metrics(parley_agent *a, char **out)
 {
     if (!a || !out)
@@ -856,5 +868,6 @@ parley_status agent_metrics(parley_agent *a, char **out)
         *out = NULL;
         return PARLEY_ERR_NO_MEMORY;
     }
-    return append_token_metrics(m, out);
+    parley_status st = append_token_metrics(m, out);
+    return st == PARLEY_OK ? append_context_metrics(m, out) : st;
 }

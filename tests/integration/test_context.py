@@ -1,0 +1,152 @@
+"""The context engine: a token budget and a cache-stable window (docs/history.md,
+"How the context is built").
+
+What the plugin sent is read from the fake server's request log.  A request
+"extends" the one before it when the earlier request's messages (and tools)
+are a prefix of its own: the server's prefix cache then reads only the new
+part.  The only requests allowed not to extend the one before are the first
+requests of turns where the window moved (a planned cut, counted in the
+metric context_cuts); the window then starts at a later whole turn.
+"""
+import json
+import os
+import tempfile
+import unittest
+
+from harness import FakeLLM, InteractiveShim, ParleyTestCase, messages, options, run_shim
+from redis_server import RedisServer
+
+TOOLS = [
+    {"name": "get_temp", "description": "Temperature of a room",
+     "parameters": {"type": "object", "properties": {"room": {"type": "string"}}},
+     "result": {"celsius": 21}},
+]
+
+FILLER = "the quick brown fox jumps over the lazy dog "
+
+
+def text_of(k):
+    """Turn k's message: mixed lengths, a tool call every fifth turn."""
+    words = FILLER * ((k * 37) % 23)
+    tool = ' [[tool:get_temp {"room":"r%d"}]]' % k if k % 5 == 0 else ""
+    return "turn %d %s%s" % (k, words, tool)
+
+
+def prompt_tokens(request):
+    """What the fake server counts: a quarter of the body's bytes, plus one."""
+    body = json.dumps(request["body"], separators=(",", ":"), ensure_ascii=False)
+    return len(body.encode()) // 4 + 1
+
+
+def extends(prev, cur):
+    p, c = prev["body"], cur["body"]
+    if {k: v for k, v in p.items() if k != "messages"} != \
+            {k: v for k, v in c.items() if k != "messages"}:
+        return False
+    pm, cm = messages(prev), messages(cur)
+    return len(cm) > len(pm) and cm[:len(pm)] == pm
+
+
+def breaks(requests):
+    """Indexes of the requests that do not extend the one before."""
+    return [i for i in range(1, len(requests)) if not extends(requests[i - 1], requests[i])]
+
+
+def metrics_of(run):
+    return [l for l in run.lines if l.get("op") == "metrics"][-1]["result"]
+
+
+class ContextCase(ParleyTestCase):
+    maxDiff = None
+
+    def setUp(self):
+        self.llm = FakeLLM()
+        self.addCleanup(self.llm.close)
+
+    def check_window_moves(self, reqs, cuts):
+        """Every request extends the one before, but at `cuts` planned cuts,
+        each at a turn's first request, keeping whole later turns."""
+        firsts = {i for i, r in enumerate(reqs) if messages(r)[-1]["role"] == "user"}
+        moved = breaks(reqs)
+        self.assertEqual(len(moved), cuts, "unplanned cache breaks at requests %r" % moved)
+        for i in moved:
+            self.assertIn(i, firsts, "request %d broke the prefix inside a turn" % i)
+            history = messages(reqs[i])[1:-1]
+            before = messages(reqs[i - 1])
+            # The window now starts at a user message the previous request held:
+            # whole turns were dropped from its front, nothing else changed.
+            self.assertEqual(history[0]["role"], "user")
+            at = before.index(history[0])
+            self.assertEqual(before[at:], history[:len(before) - at])
+
+
+class Budget(ContextCase):
+    def test_200_turns_with_tools_stay_within_budget_and_cache(self):
+        window, max_tokens = 3000, 200
+        o = options(self.llm, context_window=window, max_tokens=max_tokens)
+        lines = [{"text": text_of(k), "conversation_id": "long"} for k in range(1, 201)]
+        lines.append({"op": "metrics"})
+        run = self.run_ok(lines, o, tools=TOOLS, timeout=240)
+        results = run.turn_lines()
+        self.assertEqual(len(results), 200)
+        for r in results:
+            self.assertTurnOk(r)
+        reqs = self.llm.chat_requests()
+        self.assertEqual(len(reqs), 200 + 40)  # a tool round on every fifth turn
+        over = [(i, prompt_tokens(r)) for i, r in enumerate(reqs)
+                if prompt_tokens(r) > window - max_tokens]
+        self.assertEqual(over, [], "requests over the budget")
+        cuts = metrics_of(run)["context_cuts"]
+        self.assertGreater(cuts, 5)       # the budget did move the window
+        self.assertLess(cuts, 60)         # ... but not every turn
+        self.check_window_moves(reqs, cuts)
+
+    def test_turn_bound_cuts_to_half(self):
+        o = options(self.llm, max_history_turns=6)
+        lines = [{"text": "short %d" % k, "conversation_id": "c"} for k in range(1, 16)]
+        lines.append({"op": "metrics"})
+        run = self.run_ok(lines, o)
+        reqs = self.llm.chat_requests()
+        sent = [(len(messages(r)) - 2) // 2 for r in reqs]  # history turns per request
+        # grows to 6, cut to 3 when a 7th would be sent, grows again
+        self.assertEqual(sent, [0, 1, 2, 3, 4, 5, 6, 3, 4, 5, 6, 3, 4, 5, 6])
+        self.assertEqual(metrics_of(run)["context_cuts"], 2)
+        self.check_window_moves(reqs, 2)
+
+
+class Persistence(ContextCase):
+    def test_restart_keeps_the_window_start_on_sqlite(self):
+        with tempfile.TemporaryDirectory(prefix="parley-ctx-") as d:
+            o = options(self.llm, max_history_turns=4,
+                        history_store="sqlite:" + os.path.join(d, "h.db"))
+            first = [{"text": "before %d" % k, "conversation_id": "r"} for k in range(1, 8)]
+            run = self.run_ok(first + [{"op": "metrics"}], o)
+            self.assertEqual(metrics_of(run)["context_cuts"], 1)  # at turn 6: 5 > 4, kept 2
+            run = self.run_ok([{"text": "after", "conversation_id": "r"}, {"op": "metrics"}], o)
+            self.assertEqual(metrics_of(run)["context_cuts"], 0)
+        reqs = self.llm.chat_requests()
+        self.assertEqual(len(reqs), 8)
+        # The request after the restart extends the last one before it: the
+        # window kept its start (turn 4), it did not start over at turn 1.
+        self.assertTrue(extends(reqs[6], reqs[7]), messages(reqs[7]))
+        self.assertEqual(messages(reqs[7])[1]["content"], "before 4")
+
+    def test_shared_on_redis(self):
+        redis = RedisServer("ctx-pw")
+        self.addCleanup(redis.stop)
+        o = options(self.llm, max_history_turns=4, history_store=redis.url)
+        a, b = InteractiveShim(o), InteractiveShim(o)
+        self.addCleanup(a.close)
+        self.addCleanup(b.close)
+        for k in range(12):
+            host = a if k % 2 == 0 else b
+            self.assertTurnOk(host.turn({"text": "shared %d" % k, "conversation_id": "s"}))
+        cuts = a.op("metrics")["result"]["context_cuts"] + b.op("metrics")["result"]["context_cuts"]
+        reqs = self.llm.chat_requests()
+        self.assertEqual(len(reqs), 12)
+        self.assertEqual(cuts, 3)  # at turns 6, 9 and 12 (index 5, 8, 11)
+        self.check_window_moves(reqs, cuts)
+
+
+if __name__ == "__main__":
+    unittest.main()
