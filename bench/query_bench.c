@@ -117,8 +117,8 @@ static void measure(store *s, const scenario *sc, double *median, double *p90, s
         int more;
         double t0 = now_s();
         parley_status st = sc->message_id
-                               ? s->backend->get_message(s, sc->message_id, 1ull << 62, &out, NULL)
-                               : s->backend->query(s, &sc->q, 1ull << 62, &out, &count, &last,
+                               ? store_get_message(s, sc->message_id, 1ull << 62, &out, NULL)
+                               : store_query_run(s, &sc->q, 1ull << 62, &out, &count, &last,
                                                    &more, NULL);
         t[r] = (now_s() - t0) * 1000;
         if (st != PARLEY_OK) {
@@ -213,7 +213,7 @@ int main(int argc, char **argv)
             printf("  %-24s %9.3f ms  p90 %9.3f ms  (%zu found)  %.2f x floor\n",
                    scenarios[i].name, median, p90, found, median / floor);
         }
-        s->backend->close(s);
+        store_close(s);
     }
     if (redis.pid)
         redis_server_stop(&redis);

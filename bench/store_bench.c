@@ -140,7 +140,7 @@ static void build_big_store(const char *path, long n)
 {
     remove_store(path);
     store *s = open_store(&store_sqlite_backend, path, (size_t)n + 10);
-    store_sqlite_backend.close(s); /* the schema, exactly as the backend writes it */
+    store_close(s); /* the schema, exactly as the backend writes it */
     sqlite3 *db;
     if (sqlite3_open(path, &db) != SQLITE_OK) {
         fprintf(stderr, "store-bench: %s\n", sqlite3_errmsg(db));
@@ -206,7 +206,7 @@ static void measure_open(const char *path, long n)
     pbuf out = PBUF_INIT;
     size_t msgs = 0;
     t0 = now_s();
-    parley_status ls = store_sqlite_backend.load(s, &key, 20, 1700000000000ULL + (uint64_t)n, &out,
+    parley_status ls = store_load(s, &key, 20, 1700000000000ULL + (uint64_t)n, &out,
                                                  &msgs, NULL);
     double load_s = now_s() - t0;
     pbuf_free(&out);
@@ -215,7 +215,7 @@ static void measure_open(const char *path, long n)
                           1700000000000ULL + (uint64_t)n + 1);
     double append_s = now_s() - t0;
     long rss_used = status_kib("VmRSS");
-    store_sqlite_backend.close(s);
+    store_close(s);
     printf("conversations %zu\n", st.conversations);
     printf("open_ms %.2f\n", open_s * 1e3);
     printf("rss_before_kib %ld\nrss_after_open_kib %ld\nrss_open_growth_kib %ld\n", rss_before,

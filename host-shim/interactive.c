@@ -98,10 +98,10 @@ static void live_reset(void) {
 void interactive_tool_started(const parley_tool_call_info *info) {
     if (!interactive_on)
         return;
-    const char *id = SHIM_HAS_FIELD(info, parley_tool_call_info, call_id) ? info->call_id : NULL;
-    const char *name = SHIM_HAS_FIELD(info, parley_tool_call_info, tool_name) ? info->tool_name
+    const char *id = PARLEY_HAS_FIELD(info, parley_tool_call_info, call_id) ? info->call_id : NULL;
+    const char *name = PARLEY_HAS_FIELD(info, parley_tool_call_info, tool_name) ? info->tool_name
                                                                                 : NULL;
-    const char *args = SHIM_HAS_FIELD(info, parley_tool_call_info, arguments_json)
+    const char *args = PARLEY_HAS_FIELD(info, parley_tool_call_info, arguments_json)
                            ? info->arguments_json
                            : NULL;
     pthread_mutex_lock(&live_mu);
@@ -171,7 +171,7 @@ static void on_delta(void *user_data, parley_request_id request_id, const char *
 
 static void on_done(void *user_data, const parley_result *r) {
     (void)user_data;
-#define FIELD(f, dflt) (SHIM_HAS_FIELD(r, parley_result, f) ? r->f : (dflt))
+#define FIELD(f, dflt) (PARLEY_HAS_FIELD(r, parley_result, f) ? r->f : (dflt))
     parley_status status = FIELD(status, PARLEY_ERR_INTERNAL);
     const char *steps = FIELD(steps_json, NULL);
     out_end_line(); /* after streamed text */
@@ -276,7 +276,7 @@ static void run_turn(const char *text) {
  * the done callback prints it like an answer. */
 static void say(const char *cid, const char *text) {
     const parley_plugin *pl = g_shim.pl;
-    if (!SHIM_HAS_FIELD(pl, parley_plugin, append_message) || !pl->append_message) {
+    if (!PARLEY_HAS_FIELD(pl, parley_plugin, append_message) || !pl->append_message) {
         out_printf("parley! invalid_input: this plugin has no append_message\n");
         return;
     }
@@ -496,7 +496,7 @@ static parley_status history_of(const char *cid, char **out) {
     const parley_plugin *pl = g_shim.pl;
     if (!persona)
         return pl->history_get(g_shim.agent, cid, out);
-    if (!SHIM_HAS_FIELD(pl, parley_plugin, history_get_by) || !pl->history_get_by)
+    if (!PARLEY_HAS_FIELD(pl, parley_plugin, history_get_by) || !pl->history_get_by)
         return PARLEY_ERR_INVALID_INPUT;
     char *sel = persona_selector(cid);
     parley_status st = sel ? pl->history_get_by(g_shim.agent, sel, out) : PARLEY_ERR_NO_MEMORY;
@@ -508,7 +508,7 @@ static parley_status clear_of(const char *cid) {
     const parley_plugin *pl = g_shim.pl;
     if (!persona)
         return pl->history_clear(g_shim.agent, cid);
-    if (!SHIM_HAS_FIELD(pl, parley_plugin, history_clear_by) || !pl->history_clear_by)
+    if (!PARLEY_HAS_FIELD(pl, parley_plugin, history_clear_by) || !pl->history_clear_by)
         return PARLEY_ERR_INVALID_INPUT;
     char *sel = persona_selector(cid);
     parley_status st = sel ? pl->history_clear_by(g_shim.agent, sel) : PARLEY_ERR_NO_MEMORY;

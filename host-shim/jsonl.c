@@ -150,7 +150,7 @@ static void on_reasoning(void *user_data, parley_request_id request_id, const ch
 
 static void on_done(void *user_data, const parley_result *r) {
     struct turn *t = user_data;
-#define FIELD(f, dflt) (SHIM_HAS_FIELD(r, parley_result, f) ? r->f : (dflt))
+#define FIELD(f, dflt) (PARLEY_HAS_FIELD(r, parley_result, f) ? r->f : (dflt))
     parley_status status = FIELD(status, PARLEY_ERR_INTERNAL);
     json_t *line = json_object();
     json_object_set_new(line, "seq", json_integer((json_int_t)t->seq));
@@ -172,9 +172,9 @@ static void on_done(void *user_data, const parley_result *r) {
     }
     if (t->rlen > 0)
         json_object_set_new(line, "reasoning_streamed", jstrn(t->reasoning, t->rlen));
-    if (SHIM_HAS_FIELD(r, parley_result, usage_json))
+    if (PARLEY_HAS_FIELD(r, parley_result, usage_json))
         json_object_set_new(line, "usage", jparse_plugin(r->usage_json, json_null(), "usage_json"));
-    if (SHIM_HAS_FIELD(r, parley_result, stop_reason))
+    if (PARLEY_HAS_FIELD(r, parley_result, stop_reason))
         json_object_set_new(line, "stop_reason", jstr(r->stop_reason));
     /* message identity: only when set (a stored turn; an input with reply_to) */
     const char *identity[][2] = {{"user_message_id", FIELD(user_message_id, NULL)},
@@ -284,7 +284,7 @@ static void handle_turn(unsigned long seq, const struct jsonl_turn *req,
 static void handle_append(unsigned long seq, const char *message_json,
                           unsigned long concurrency) {
     const parley_plugin *pl = g_shim.pl;
-    if (!SHIM_HAS_FIELD(pl, parley_plugin, append_message) || !pl->append_message) {
+    if (!PARLEY_HAS_FIELD(pl, parley_plugin, append_message) || !pl->append_message) {
         op_reply(seq, "append", NULL,
                  jerror(PARLEY_ERR_INVALID_INPUT, "this plugin has no append_message"));
         return;
@@ -389,7 +389,7 @@ static void handle_op(unsigned long seq, const struct jsonl_op *op) {
     /* (Call, then pass `out`: argument evaluation order is unspecified.) */
     switch (op->kind) {
     case JSONL_OP_HISTORY:
-        if (op->json && !(SHIM_HAS_FIELD(pl, parley_plugin, history_get_by) && pl->history_get_by)) {
+        if (op->json && !(PARLEY_HAS_FIELD(pl, parley_plugin, history_get_by) && pl->history_get_by)) {
             op_reply(seq, name, NULL, jerror(PARLEY_ERR_INVALID_INPUT,
                                              "this plugin has no history_get_by (\"persona\")"));
             break;
@@ -407,7 +407,7 @@ static void handle_op(unsigned long seq, const struct jsonl_op *op) {
     case JSONL_OP_LIST:
         if (!op->json)
             st = pl->conversations_list(ag, &out);
-        else if (SHIM_HAS_FIELD(pl, parley_plugin, conversations_list_by) &&
+        else if (PARLEY_HAS_FIELD(pl, parley_plugin, conversations_list_by) &&
                  pl->conversations_list_by)
             st = pl->conversations_list_by(ag, op->json, &out);
         else
@@ -422,7 +422,7 @@ static void handle_op(unsigned long seq, const struct jsonl_op *op) {
         op_answer(seq, name, st, out, NULL, NULL);
         break;
     case JSONL_OP_CLEAR:
-        if (op->json && !(SHIM_HAS_FIELD(pl, parley_plugin, history_clear_by) && pl->history_clear_by)) {
+        if (op->json && !(PARLEY_HAS_FIELD(pl, parley_plugin, history_clear_by) && pl->history_clear_by)) {
             op_reply(seq, name, NULL, jerror(PARLEY_ERR_INVALID_INPUT,
                                              "this plugin has no history_clear_by (\"persona\")"));
             break;
@@ -445,7 +445,7 @@ static void handle_op(unsigned long seq, const struct jsonl_op *op) {
         op_answer(seq, name, st, out, "message", id);
         break;
     case JSONL_OP_FIND:
-        if (lacks(seq, name, SHIM_HAS_FIELD(pl, parley_plugin, message_find) ? pl->message_find
+        if (lacks(seq, name, PARLEY_HAS_FIELD(pl, parley_plugin, message_find) ? pl->message_find
                                                                              : NULL,
                   "message_find"))
             break;
@@ -459,7 +459,7 @@ static void handle_op(unsigned long seq, const struct jsonl_op *op) {
             op_answer(seq, name, st, out, NULL, NULL);
         break;
     case JSONL_OP_SET_INTERFACE_MESSAGE_ID: {
-        if (lacks(seq, name, SHIM_HAS_FIELD(pl, parley_plugin, set_interface_message_id)
+        if (lacks(seq, name, PARLEY_HAS_FIELD(pl, parley_plugin, set_interface_message_id)
                                  ? pl->set_interface_message_id : NULL,
                   "set_interface_message_id"))
             break;

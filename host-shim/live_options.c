@@ -21,7 +21,7 @@ parley_status live_options_apply(json_t *next, char **msg) {
         *msg = strdup("out of memory");
         return PARLEY_ERR_NO_MEMORY;
     }
-    if (!SHIM_HAS_FIELD(pl, parley_plugin, update_options) || !pl->update_options) {
+    if (!PARLEY_HAS_FIELD(pl, parley_plugin, update_options) || !pl->update_options) {
         json_decref(next);
         *msg = strdup("this plugin has no update_options");
         return PARLEY_ERR_INVALID_INPUT;

@@ -151,7 +151,7 @@ static void *load_plugin(const char *path, const parley_plugin **out) {
         return NULL;
     }
     /* We call every entry up to metrics; later ones only when the table has them. */
-    if (!SHIM_HAS_FIELD(pl, parley_plugin, metrics) || !pl->create || !pl->destroy ||
+    if (!PARLEY_HAS_FIELD(pl, parley_plugin, metrics) || !pl->create || !pl->destroy ||
         !pl->async_process || !pl->cancel || !pl->complete_tool_call || !pl->free_string ||
         !pl->status_name || !pl->history_get || !pl->turn_get || !pl->conversations_list ||
         !pl->history_clear || !pl->metrics || !pl->options_schema) {
@@ -190,7 +190,7 @@ static int run_print_schema(const char *plugin_path) {
  * and exit 1. */
 static int run_check(const char *options_json) {
     const parley_plugin *pl = g_shim.pl;
-    if (!SHIM_HAS_FIELD(pl, parley_plugin, check_connection) || !pl->check_connection) {
+    if (!PARLEY_HAS_FIELD(pl, parley_plugin, check_connection) || !pl->check_connection) {
         fprintf(stderr, "parley-host: this plugin has no check_connection\n");
         return 2;
     }

@@ -18,11 +18,6 @@
 
 #include "parley/plugin.h"
 
-/* Does struct *p (which starts with struct_size) include `field`?  The ABI
- * lets each side fill only the fields it knows, so read nothing beyond. */
-#define SHIM_HAS_FIELD(p, type, field)                                                             \
-    ((p)->struct_size >= offsetof(type, field) + sizeof(((type *)0)->field))
-
 /* Longest input line accepted (bytes, excluding "\n" or "\r\n"). */
 #define SHIM_MAX_LINE (1024u * 1024u)
 

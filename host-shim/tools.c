@@ -441,12 +441,12 @@ int tools_start(char **err) {
 
 void tools_on_call(void *host_data, parley_tool_call *call, const parley_tool_call_info *info) {
     (void)host_data;
-    const char *name = SHIM_HAS_FIELD(info, parley_tool_call_info, tool_name) ? info->tool_name
+    const char *name = PARLEY_HAS_FIELD(info, parley_tool_call_info, tool_name) ? info->tool_name
                                                                                 : NULL;
-    const char *args = SHIM_HAS_FIELD(info, parley_tool_call_info, arguments_json)
+    const char *args = PARLEY_HAS_FIELD(info, parley_tool_call_info, arguments_json)
                            ? info->arguments_json
                            : NULL;
-    const char *call_id = SHIM_HAS_FIELD(info, parley_tool_call_info, call_id) ? info->call_id
+    const char *call_id = PARLEY_HAS_FIELD(info, parley_tool_call_info, call_id) ? info->call_id
                                                                                 : NULL;
     diag(PARLEY_LOG_DEBUG, "tool call %s %s", name ? name : "(null)", args ? args : "(null)");
     interactive_tool_started(info);

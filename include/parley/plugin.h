@@ -35,12 +35,27 @@
  * called from the thread calling create()).
  *
  * Callbacks must return quickly: while one runs, no other turn of that agent
- * makes progress.  From inside a callback the host MAY call async_process,
- * cancel, complete_tool_call and the history functions of the same agent; it
- * MUST NOT call destroy on that agent.
+ * makes progress.  Every function and callback below carries thread tags
+ * (after CLAP's headers), defined once here:
  *
- * Every other function of the table is thread-safe and may be called from any
- * thread, concurrently, for the lifetime of the agent.
+ *   [any-thread]          the host may call it from any thread, concurrently
+ *                         with every other call, for the lifetime of the agent.
+ *   [worker-thread]       a callback: the plugin calls it on the agent's worker.
+ *   [callback-ok]         may also be called from inside a callback of the same
+ *                         agent: it never waits on I/O nor on the worker.
+ *   [not-from-callback]   must NOT be called from inside a callback of the same
+ *                         agent (it waits for the worker, or on the network,
+ *                         and would stall or deadlock every turn).
+ *   [blocking: store I/O] may wait on the history store: SQLite's disk, Redis'
+ *                         network.  Inside a callback of the same agent it is
+ *                         refused while the store blocks (PARLEY_ERR_INVALID_INPUT,
+ *                         field "thread", and a log line): call it from another
+ *                         thread.  With the memory store it never blocks and is
+ *                         allowed everywhere.
+ *   [blocking: network]   waits on the LLM server (bounded by the timeouts).
+ *
+ * Reading a struct the other side filled: PARLEY_HAS_FIELD(p, type, field)
+ * says whether `field` lies within p->struct_size (see Versioning).
  *
  * ---------------------------------------------------------------------------
  * Memory
@@ -78,6 +93,14 @@ extern "C" {
 
 /** Name of the one exported symbol, for dlsym(). */
 #define PARLEY_ENTRY_SYMBOL "parley_plugin_entry"
+
+/**
+ * 1 when the struct at p (which starts with uint32_t struct_size, filled by
+ * the other side) is large enough to hold `field` of `type`: check before
+ * reading a field appended after the first release.
+ */
+#define PARLEY_HAS_FIELD(p, type, field) \
+    ((p)->struct_size >= offsetof(type, field) + sizeof(((type *)0)->field))
 
 #if defined(_WIN32)
 #define PARLEY_EXPORT __declspec(dllexport)
@@ -157,6 +180,7 @@ typedef struct parley_host {
     /* Optional (may be NULL).  Diagnostics: one whole message per call (never
      * cut, however long), always valid UTF-8, NUL-terminated.  Never contains
      * the API key. */
+    /* [any-thread: the worker, a store thread, or the caller of create/update_options] */
     void (*log)(void *host_data, parley_log_level level, const char *message);
 
     /*
@@ -169,6 +193,7 @@ typedef struct parley_host {
      * discarded).  A call not completed within the `tool_timeout_ms` option
      * is given an error result and the turn moves on.
      */
+    /* [worker-thread] */
     void (*tool_call)(void *host_data, parley_tool_call *call, const parley_tool_call_info *info);
 } parley_host;
 
@@ -180,6 +205,7 @@ typedef struct parley_host {
  * the model streams, including any it says alongside tool calls ("Let me
  * check..."); the result's `response` is the final answer only.
  */
+/* [worker-thread] */
 typedef void (*parley_delta_fn)(void *user_data, parley_request_id request_id, const char *text,
                                 size_t len);
 
@@ -278,6 +304,7 @@ typedef struct parley_result {
  * cancels: destroy() returns after those callbacks), never from inside
  * async_process itself.
  */
+/* [worker-thread] */
 typedef void (*parley_done_fn)(void *user_data, const parley_result *result);
 
 /** The function table returned by the entry point.  Static; never freed. */
@@ -293,6 +320,7 @@ typedef struct parley_plugin {
      * message naming the offending option (free with free_string).  Unknown
      * keys, wrong types and out-of-range values are all errors.
      */
+    /* [any-thread] [not-from-callback] [blocking: store I/O]: opens the store */
     parley_agent *(*create)(const parley_host *host, const char *options_json, char **error);
 
     /**
@@ -303,6 +331,7 @@ typedef struct parley_plugin {
      * stop the worker, free the agent.  Blocks until then.  NULL is a no-op.  Not from a
      * callback of this agent.
      */
+    /* [any-thread] [not-from-callback]: joins the worker */
     void (*destroy)(parley_agent *agent);
 
     /**
@@ -318,6 +347,7 @@ typedef struct parley_plugin {
      * Turns on the same conversation_id run one after another in submission
      * order; turns on different conversations run concurrently.
      */
+    /* [any-thread] [callback-ok] */
     parley_status (*async_process)(parley_agent *agent, const parley_input *input,
                                    parley_done_fn done, void *user_data,
                                    parley_request_id *request_id, char **error);
@@ -329,6 +359,7 @@ typedef struct parley_plugin {
      * not cut off: its callback reports the write (PARLEY_OK: stored;
      * PARLEY_ERR_STORAGE: not).  PARLEY_ERR_NOT_FOUND if the id is unknown or done.
      */
+    /* [any-thread] [callback-ok] */
     parley_status (*cancel)(parley_agent *agent, parley_request_id request_id);
 
     /**
@@ -342,35 +373,44 @@ typedef struct parley_plugin {
      * completing the same call a second time is detected and returns
      * PARLEY_ERR_NOT_FOUND, changing nothing.
      */
+    /* [any-thread] [callback-ok] */
     parley_status (*complete_tool_call)(parley_tool_call *call, const char *result_json,
                                         int is_error);
 
     /** JSON Schema (draft 2020-12) of every option with its default.  Free with free_string. */
+    /* [any-thread] [callback-ok] */
     char *(*options_schema)(void);
 
     /** Free a string the plugin returned.  NULL is a no-op. */
+    /* [any-thread] [callback-ok] */
     void (*free_string)(char *s);
 
     /** Stable name of a status ("ok", "timeout", ...).  Never NULL; static. */
+    /* [any-thread] [callback-ok] */
     const char *(*status_name)(parley_status status);
 
     /* -- History introspection.  Thread-safe against turns in flight: they
      *    see committed turns only.  *out_json is freed with free_string. -- */
 
     /** {"conversation_id", "created_at", "last_used_at", "turns":[...]} or NOT_FOUND. */
+    /* [any-thread] [blocking: store I/O] */
     parley_status (*history_get)(parley_agent *agent, const char *conversation_id,
                                  char **out_json);
 
     /** {"conversation_id", "turn": {...}} for a turn_id, or NOT_FOUND. */
+    /* [any-thread] [blocking: store I/O] */
     parley_status (*turn_get)(parley_agent *agent, const char *turn_id, char **out_json);
 
     /** {"conversations":[{"conversation_id","created_at","last_used_at","turns"}...]} */
+    /* [any-thread] [blocking: store I/O] */
     parley_status (*conversations_list)(parley_agent *agent, char **out_json);
 
     /** Forget one conversation (NOT_FOUND if unknown), or all when conversation_id is NULL. */
+    /* [any-thread] [blocking: store I/O] */
     parley_status (*history_clear)(parley_agent *agent, const char *conversation_id);
 
     /** Counters and gauges as a JSON object (turns, errors, retries, in_flight, ...). */
+    /* [any-thread] [blocking: store I/O]: the store's counts */
     parley_status (*metrics)(parley_agent *agent, char **out_json);
 
     /* -- Appended after ABI 1.0: check struct_size before calling (a field
@@ -390,6 +430,7 @@ typedef struct parley_plugin {
      * RATE_LIMITED, BAD_RESPONSE (not a model list), NO_MEMORY.
      * out_json and error may be NULL; strings set are freed with free_string.
      */
+    /* [any-thread] [not-from-callback] [blocking: network] */
     parley_status (*check_connection)(const char *options_json, char **out_json, char **error);
 
     /**
@@ -407,6 +448,7 @@ typedef struct parley_plugin {
      * Any thread, concurrently with everything but destroy; also from a
      * callback of this agent.
      */
+    /* [any-thread] [callback-ok] */
     parley_status (*update_options)(parley_agent *agent, const char *options_json, char **error);
 
     /* -- Messages (docs/history.md).  Any thread, concurrently with turns in
@@ -426,9 +468,11 @@ typedef struct parley_plugin {
      * "conversation_id","interface_type","persona","turn_id","role",
      * "created_at","message":{...}}.
      */
+    /* [any-thread] [blocking: store I/O] */
     parley_status (*history_query)(parley_agent *agent, const char *query_json, char **out_json);
 
     /** One stored message by message_id (the form history_query returns), or NOT_FOUND. */
+    /* [any-thread] [blocking: store I/O] */
     parley_status (*message_get)(parley_agent *agent, const char *message_id, char **out_json);
 
     /**
@@ -440,8 +484,10 @@ typedef struct parley_plugin {
      * out_json: a bad selector is INVALID_INPUT, explained through the host's
      * log callback.
      */
+    /* [any-thread] [blocking: store I/O] */
     parley_status (*history_get_by)(parley_agent *agent, const char *selector_json,
                                     char **out_json);
+    /* [any-thread] [blocking: store I/O] */
     parley_status (*history_clear_by)(parley_agent *agent, const char *selector_json);
 
     /**
@@ -451,6 +497,7 @@ typedef struct parley_plugin {
      * empty.  A bad filter or an unknown persona is INVALID_INPUT with
      * *out_json = {"error":{"status","field","message"}}.
      */
+    /* [any-thread] [blocking: store I/O] */
     parley_status (*conversations_list_by)(parley_agent *agent, const char *filter_json,
                                            char **out_json);
 
@@ -465,6 +512,7 @@ typedef struct parley_plugin {
      * STORAGE when the store failed or cannot look messages up this way
      * (*out_json then says which, field "history_store").
      */
+    /* [any-thread] [blocking: store I/O] */
     parley_status (*message_find)(parley_agent *agent, const char *selector_json,
                                   char **out_json);
 
@@ -476,6 +524,7 @@ typedef struct parley_plugin {
      * oversized (> 256 bytes) id.  STORAGE: the store failed (the host's log
      * callback says why).  Blocking until stored (a store call).
      */
+    /* [any-thread] [blocking: store I/O] */
     parley_status (*set_interface_message_id)(parley_agent *agent, const char *turn_id,
                                               const char *interface_message_id);
 
@@ -493,6 +542,7 @@ typedef struct parley_plugin {
      * returned here instead, nothing queued.  cancel(request_id) works as
      * for a turn.  Errors as async_process's.
      */
+    /* [any-thread] [callback-ok] */
     parley_status (*append_message)(parley_agent *agent, const char *message_json,
                                     parley_done_fn done, void *user_data,
                                     parley_request_id *request_id, char **error);

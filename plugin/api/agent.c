@@ -73,7 +73,7 @@ static int open_store(parley_agent *a, const store_backend *backend, char **err)
         .lease_ms = (uint64_t)o->history_lease_ms,
     };
     char *serr = NULL;
-    if (backend->open(&cfg, &a->store, &serr) != PARLEY_OK) {
+    if (store_open(backend, &cfg, &a->store, &serr) != PARLEY_OK) {
         a->store = NULL;
         *err = pstr_printf("option 'history_store': %s", serr ? serr : "could not open the store");
         free(serr);
@@ -85,7 +85,7 @@ static int open_store(parley_agent *a, const store_backend *backend, char **err)
 static void agent_free(parley_agent *a)
 {
     if (a->store)
-        a->store->backend->close(a->store);
+        store_close(a->store);
     config_unref(a->cfg);
     persona_metrics_destroy(&a->persona_metrics);
     pthread_mutex_destroy(&a->cfg_mu);
@@ -188,7 +188,9 @@ static parley_status submit_turn(parley_agent *a, turn *t, parley_status st, cha
     }
     parley_request_id id = t->id;
     /* Once submitted, the turn belongs to the worker and may be gone at any moment. */
-    st = inbox_submit(a->box, t);
+    t->submitted.id = id;
+    t->submitted.owner = t;
+    st = inbox_submit(a->box, &t->submitted);
     if (st != PARLEY_OK) {
         err = dup_error(st == PARLEY_ERR_CANCELLED ? "the agent is being destroyed" : NULL);
         atomic_fetch_sub(&a->metrics.in_flight, 1);
@@ -346,15 +348,41 @@ static parley_status read_result(parley_status st, pbuf *b, char *err, char **ou
     return st;
 }
 
+/*
+ * plugin.h's [blocking: store I/O] functions, called from inside a callback of
+ * this agent (on its worker thread) while its store blocks (SQLite, Redis):
+ * refused, because the one worker runs every turn of the agent and a disk or
+ * network wait there would stall them all.  The memory store never blocks, so
+ * its reads stay allowed everywhere.  *out (when given) says so in
+ * {"error":{...}} form; the host's log says it too.
+ */
+static char *status_error_json(parley_status st, const char *field, const char *message);
+
+static int refused_in_callback(parley_agent *a, const char *fn, char **out)
+{
+    if (!store_blocking(a->store) || !worker_is_current(a->worker))
+        return 0;
+    char *why = pstr_printf("%s may not be called from inside a callback of this agent while "
+                            "its history_store is %s: it blocks on store I/O and would stall "
+                            "every turn; call it from another thread", fn, store_scheme(a->store));
+    host_log(&a->host, PARLEY_LOG_WARN, "%s", why ? why : fn);
+    if (out)
+        *out = why ? status_error_json(PARLEY_ERR_INVALID_INPUT, "thread", why) : NULL;
+    free(why);
+    return 1;
+}
+
 parley_status agent_history_get(parley_agent *a, const char *id, char **out)
 {
     if (!a || !id || !out)
         return PARLEY_ERR_INVALID_INPUT;
     *out = NULL;
+    if (refused_in_callback(a, "history_get", out))
+        return PARLEY_ERR_INVALID_INPUT;
     store_key key = key_for(id);
     pbuf b = PBUF_INIT;
     char *err = NULL;
-    parley_status st = a->store->backend->get_conversation(a->store, &key, clock_wall_ms(), &b, &err);
+    parley_status st = store_get_conversation(a->store, &key, clock_wall_ms(), &b, &err);
     return read_result(st, &b, err, out);
 }
 
@@ -363,9 +391,11 @@ parley_status agent_turn_get(parley_agent *a, const char *turn_id, char **out)
     if (!a || !turn_id || !out)
         return PARLEY_ERR_INVALID_INPUT;
     *out = NULL;
+    if (refused_in_callback(a, "turn_get", out))
+        return PARLEY_ERR_INVALID_INPUT;
     pbuf b = PBUF_INIT;
     char *err = NULL;
-    parley_status st = a->store->backend->get_turn(a->store, turn_id, clock_wall_ms(), &b, &err);
+    parley_status st = store_get_turn(a->store, turn_id, clock_wall_ms(), &b, &err);
     return read_result(st, &b, err, out);
 }
 
@@ -374,9 +404,11 @@ parley_status agent_conversations_list(parley_agent *a, char **out)
     if (!a || !out)
         return PARLEY_ERR_INVALID_INPUT;
     *out = NULL;
+    if (refused_in_callback(a, "conversations_list", out))
+        return PARLEY_ERR_INVALID_INPUT;
     pbuf b = PBUF_INIT;
     char *err = NULL;
-    parley_status st = a->store->backend->list(a->store, clock_wall_ms(), &b, &err);
+    parley_status st = store_list(a->store, clock_wall_ms(), &b, &err);
     return read_result(st, &b, err, out);
 }
 
@@ -384,9 +416,11 @@ parley_status agent_history_clear(parley_agent *a, const char *id)
 {
     if (!a)
         return PARLEY_ERR_INVALID_INPUT;
+    if (refused_in_callback(a, "history_clear", NULL))
+        return PARLEY_ERR_INVALID_INPUT;
     store_key key = key_for(id);
     char *err = NULL;
-    parley_status st = a->store->backend->forget(a->store, id ? &key : NULL, &err);
+    parley_status st = store_forget(a->store, id ? &key : NULL, &err);
     if (err)
         host_log(&a->host, PARLEY_LOG_WARN, "history_clear: %s", err);
     free(err);
@@ -420,6 +454,8 @@ parley_status agent_history_query(parley_agent *a, const char *query_json, char 
     if (!a || !out)
         return PARLEY_ERR_INVALID_INPUT;
     *out = NULL;
+    if (refused_in_callback(a, "history_query", out))
+        return PARLEY_ERR_INVALID_INPUT;
     query_request r;
     const char *field = NULL;
     char *err = NULL;
@@ -429,18 +465,12 @@ parley_status agent_history_query(parley_agent *a, const char *query_json, char 
         free(err);
         return st;
     }
-    if (!a->store->backend->query) {
-        query_request_free(&r);
-        *out = status_error_json(PARLEY_ERR_STORAGE, "history_store",
-                                 "queries are not supported by this store");
-        return PARLEY_ERR_STORAGE;
-    }
     pbuf b = PBUF_INIT;
     size_t count = 0;
     uint64_t last = 0;
     int more = 0;
     pbuf_puts(&b, "{\"messages\":[");
-    st = a->store->backend->query(a->store, &r.q, clock_wall_ms(), &b, &count, &last, &more,
+    st = store_query_run(a->store, &r.q, clock_wall_ms(), &b, &count, &last, &more,
                                   &err);
     if (st == PARLEY_OK) {
         char *cursor = more ? query_cursor(&r.q, last) : NULL;
@@ -467,12 +497,12 @@ parley_status agent_message_get(parley_agent *a, const char *message_id, char **
     if (!a || !message_id || !out)
         return PARLEY_ERR_INVALID_INPUT;
     *out = NULL;
-    if (!a->store->backend->get_message)
-        return PARLEY_ERR_STORAGE; /* a backend without per-message reads */
+    if (refused_in_callback(a, "message_get", out))
+        return PARLEY_ERR_INVALID_INPUT;
     pbuf b = PBUF_INIT;
     char *err = NULL;
     parley_status st =
-        a->store->backend->get_message(a->store, message_id, clock_wall_ms(), &b, &err);
+        store_get_message(a->store, message_id, clock_wall_ms(), &b, &err);
     return read_result(st, &b, err, out);
 }
 
@@ -501,6 +531,8 @@ parley_status agent_history_get_by(parley_agent *a, const char *selector_json, c
     if (!a || !out)
         return PARLEY_ERR_INVALID_INPUT;
     *out = NULL;
+    if (refused_in_callback(a, "history_get_by", out))
+        return PARLEY_ERR_INVALID_INPUT;
     selector sel;
     char *err = NULL;
     if (selector_parse(selector_json, 0, &sel, &err) != PARLEY_OK) {
@@ -516,7 +548,7 @@ parley_status agent_history_get_by(parley_agent *a, const char *selector_json, c
     }
     pbuf b = PBUF_INIT;
     parley_status st =
-        a->store->backend->get_conversation(a->store, &sel.key, clock_wall_ms(), &b, &err);
+        store_get_conversation(a->store, &sel.key, clock_wall_ms(), &b, &err);
     selector_free(&sel);
     return read_result(st, &b, err, out);
 }
@@ -526,6 +558,8 @@ parley_status agent_message_find(parley_agent *a, const char *selector_json, cha
     if (!a || !out)
         return PARLEY_ERR_INVALID_INPUT;
     *out = NULL;
+    if (refused_in_callback(a, "message_find", out))
+        return PARLEY_ERR_INVALID_INPUT;
     selector sel;
     char *err = NULL;
     if (selector_parse(selector_json, SELECTOR_INTERFACE_MESSAGE_ID, &sel, &err) != PARLEY_OK) {
@@ -538,14 +572,9 @@ parley_status agent_message_find(parley_agent *a, const char *selector_json, cha
         *out = input_error_json("interface_message_id", "interface_message_id: required");
     } else if (check_selector_persona(a, &sel, &err) != 0) {
         *out = err ? input_error_json("persona", err) : NULL;
-    } else if (!a->store->backend->find_message) {
-        *out = status_error_json(PARLEY_ERR_STORAGE, "history_store",
-                                 "finding messages by interface_message_id is not supported "
-                                 "by this store");
-        st = PARLEY_ERR_STORAGE;
     } else {
         pbuf b = PBUF_INIT;
-        st = a->store->backend->find_message(a->store, &sel.key, sel.interface_message_id,
+        st = store_find_message(a->store, &sel.key, sel.interface_message_id,
                                              clock_wall_ms(), &b, &err);
         if (st == PARLEY_ERR_STORAGE) { /* the store's words, as the header promises */
             host_log(&a->host, PARLEY_LOG_WARN, "message_find: %s", err ? err : "store failed");
@@ -564,6 +593,8 @@ parley_status agent_set_interface_message_id(parley_agent *a, const char *turn_i
 {
     if (!a || !turn_id)
         return PARLEY_ERR_INVALID_INPUT;
+    if (refused_in_callback(a, "set_interface_message_id", NULL))
+        return PARLEY_ERR_INVALID_INPUT;
     json_t *id = interface_message_id ? json_string(interface_message_id) : NULL;
     int valid = selector_valid_string(id, STORE_MAX_INTERFACE_MESSAGE_ID, 1);
     json_decref(id);
@@ -574,13 +605,8 @@ parley_status agent_set_interface_message_id(parley_agent *a, const char *turn_i
     }
     if (strlen(turn_id) != STORE_ID_LEN)
         return PARLEY_ERR_NOT_FOUND; /* not a turn id Parley gave: no such turn */
-    if (!a->store->backend->set_interface_message_id) {
-        host_log(&a->host, PARLEY_LOG_WARN, "set_interface_message_id: not supported by this "
-                 "store");
-        return PARLEY_ERR_STORAGE;
-    }
     char *err = NULL;
-    parley_status st = a->store->backend->set_interface_message_id(
+    parley_status st = store_set_interface_message_id(
         a->store, turn_id, interface_message_id, clock_wall_ms(), NULL, &err);
     if (st != PARLEY_OK && st != PARLEY_ERR_NOT_FOUND)
         host_log(&a->host, PARLEY_LOG_WARN, "set_interface_message_id: %s",
@@ -604,7 +630,7 @@ static json_t *personas_of(parley_agent *a, const store_key *key, parley_status 
         size_t count = 0;
         char *err = NULL;
         pbuf_putc(&b, '[');
-        *st = a->store->backend->query(a->store, &q, clock_wall_ms(), &b, &count, &q.after, &more,
+        *st = store_query_run(a->store, &q, clock_wall_ms(), &b, &count, &q.after, &more,
                                        &err);
         pbuf_putc(&b, ']');
         free(err);
@@ -633,7 +659,7 @@ static json_t *listed_conversations(parley_agent *a, parley_status *st)
 {
     pbuf b = PBUF_INIT;
     char *err = NULL;
-    *st = a->store->backend->list(a->store, clock_wall_ms(), &b, &err);
+    *st = store_list(a->store, clock_wall_ms(), &b, &err);
     if (err)
         host_log(&a->host, PARLEY_LOG_WARN, "conversations list: %s", err);
     free(err);
@@ -655,36 +681,13 @@ static int listed_field_is(json_t *conversation, const char *member, const char 
     return strcmp(have ? have : "", want) == 0;
 }
 
-/* personas_of for a store without queries: from its conversation list. */
-static json_t *personas_listed(parley_agent *a, const store_key *key, parley_status *st)
-{
-    json_t *root = listed_conversations(a, st);
-    json_t *personas = root ? json_object() : NULL;
-    size_t i;
-    json_t *c;
-    json_array_foreach(json_object_get(root, "conversations"), i, c) {
-        if (!listed_field_is(c, "conversation_id", key->conversation_id) ||
-            !listed_field_is(c, "interface_type", key->interface_type))
-            continue;
-        const char *p = json_string_value(json_object_get(c, "persona"));
-        if (json_object_set_new(personas, p ? p : "", json_true()) != 0)
-            *st = PARLEY_ERR_NO_MEMORY;
-    }
-    json_decref(root);
-    if (root && !personas)
-        *st = PARLEY_ERR_NO_MEMORY;
-    if (*st != PARLEY_OK) {
-        json_decref(personas);
-        return NULL;
-    }
-    return personas;
-}
-
 parley_status agent_conversations_list_by(parley_agent *a, const char *filter_json, char **out)
 {
     if (!a || !out)
         return PARLEY_ERR_INVALID_INPUT;
     *out = NULL;
+    if (refused_in_callback(a, "conversations_list_by", out))
+        return PARLEY_ERR_INVALID_INPUT;
     const char *want_persona = NULL, *want_interface = NULL;
     json_t *filter = NULL;
     if (filter_json) {
@@ -748,6 +751,8 @@ parley_status agent_history_clear_by(parley_agent *a, const char *selector_json)
 {
     if (!a)
         return PARLEY_ERR_INVALID_INPUT;
+    if (refused_in_callback(a, "history_clear_by", NULL))
+        return PARLEY_ERR_INVALID_INPUT;
     selector sel;
     char *err = NULL;
     if (selector_parse(selector_json, SELECTOR_EVERY_PERSONA, &sel, &err) != PARLEY_OK) {
@@ -763,14 +768,12 @@ parley_status agent_history_clear_by(parley_agent *a, const char *selector_json)
     }
     parley_status st = PARLEY_ERR_NOT_FOUND;
     if (!sel.every_persona) {
-        st = a->store->backend->forget(a->store, &sel.key, &err);
+        st = store_forget(a->store, &sel.key, &err);
         if (st == PARLEY_OK)
             count_clear(a, sel.key.persona);
     } else {
-        /* Which personas have this conversation: a query where the store has
-         * one, else its conversation list. */
-        json_t *personas = a->store->backend->query ? personas_of(a, &sel.key, &st)
-                                                    : personas_listed(a, &sel.key, &st);
+        /* Which personas have this conversation: a query of its messages. */
+        json_t *personas = personas_of(a, &sel.key, &st);
         const char *persona;
         json_t *unused;
         if (personas && json_object_size(personas) == 0)
@@ -779,7 +782,7 @@ parley_status agent_history_clear_by(parley_agent *a, const char *selector_json)
             store_key k = sel.key;
             k.persona = persona;
             char *one = NULL;
-            parley_status fst = a->store->backend->forget(a->store, &k, &one);
+            parley_status fst = store_forget(a->store, &k, &one);
             if (fst == PARLEY_OK)
                 count_clear(a, persona);
             if (fst != PARLEY_OK && fst != PARLEY_ERR_NOT_FOUND) {
@@ -834,10 +837,12 @@ parley_status agent_metrics(parley_agent *a, char **out)
 {
     if (!a || !out)
         return PARLEY_ERR_INVALID_INPUT;
+    if (refused_in_callback(a, "metrics", out))
+        return PARLEY_ERR_INVALID_INPUT;
     store_stats hs;
     memset(&hs, 0, sizeof hs);
     char *err = NULL;
-    if (a->store->backend->stats(a->store, &hs, &err) != PARLEY_OK)
+    if (store_stats_get(a->store, &hs, &err) != PARLEY_OK)
         host_log(&a->host, PARLEY_LOG_WARN, "metrics: %s", err ? err : "store stats unavailable");
     free(err);
     const agent_counters *m = &a->metrics;

@@ -22,7 +22,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 
-#include "config/config.h"
+#include "engine/config.h"
 #include "engine/counters.h"
 #include "engine/inbox.h"
 #include "store/store.h"

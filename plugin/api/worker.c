@@ -47,7 +47,6 @@ struct worker {
     agent_counters *metrics;
     persona_metrics *persona_metrics;
     turn_env env;            /* what every turn sees */
-    int reply_unsupported_logged; /* env.reply_unsupported_logged points here */
     ctx_agent ctx;           /* env.ctx points here */
     pthread_t thread;
 };
@@ -152,7 +151,7 @@ static void schedule(worker *w, turn *t)
 /* The turn is about to call back: it is no longer live (cancel finds it no more). */
 static void forget(worker *w, turn *t)
 {
-    inbox_forget(w->box, t);
+    inbox_forget(w->box, &t->submitted);
     atomic_fetch_sub(&w->metrics->in_flight, 1);
 }
 
@@ -268,8 +267,8 @@ static int drain_inbox(worker *w)
     inbox_batch b;
     inbox_take(w->box, &b);
     while (b.submitted) {
-        turn *t = b.submitted;
-        b.submitted = t->inbox_next;
+        turn *t = b.submitted->owner;
+        b.submitted = b.submitted->next;
         schedule(w, t);
     }
     on_tool_results(b.completed);
@@ -349,7 +348,7 @@ static void sweep_history(worker *w)
         return;
     }
     char *err = NULL;
-    if (w->store->backend->expire(w->store, clock_wall_ms(), NULL, &err) != PARLEY_OK)
+    if (store_expire(w->store, clock_wall_ms(), NULL, &err) != PARLEY_OK)
         host_log(w->host, PARLEY_LOG_WARN, "history expiry: %s", err ? err : "failed");
     free(err);
 }
@@ -371,8 +370,8 @@ static void cancel_everything(worker *w)
         t->in_ready = 0;
     w->ready_head = w->ready_tail = NULL; /* all of them are on the all list too */
     while (b.submitted) {
-        turn *t = b.submitted;
-        b.submitted = t->inbox_next;
+        turn *t = b.submitted->owner;
+        b.submitted = b.submitted->next;
         t->env = &w->env;
         all_link(w, t);
     }
@@ -398,9 +397,16 @@ static void cancel_everything(worker *w)
     on_store_jobs(w, b.notes);
 }
 
+/* The worker whose thread this is (NULL on every other thread): how a call
+ * from inside a host callback is told apart from one on the host's threads. */
+static __thread const worker *current_worker;
+
+int worker_is_current(const worker *w) { return w && current_worker == w; }
+
 static void *worker_main(void *arg)
 {
     worker *w = arg;
+    current_worker = w;
     for (;;) {
         if (drain_inbox(w))
             break;
@@ -466,7 +472,7 @@ worker *worker_start(const worker_setup *setup, char **err)
         worker_free(w);
         return NULL;
     }
-    if (w->store->backend->blocking && !(w->jobs = store_jobs_start(w->store, w->box))) {
+    if (store_blocking(w->store) && !(w->jobs = store_jobs_start(w->store, w->box))) {
         *err = pstr_printf("could not start the store threads");
         worker_free(w);
         return NULL;
@@ -482,7 +488,6 @@ worker *worker_start(const worker_setup *setup, char **err)
         .persona_metrics = w->persona_metrics,
         .ended = on_turn_ended,
         .worker = w,
-        .reply_unsupported_logged = &w->reply_unsupported_logged,
         .ctx = &w->ctx,
     };
     if (pthread_create(&w->thread, NULL, worker_main, w) != 0) {

@@ -30,6 +30,8 @@ typedef struct worker_setup {
 
 /* Start the thread (and the store threads when the store blocks).  NULL with *err. */
 worker *worker_start(const worker_setup *setup, char **err);
+/* 1 when the calling thread is w's: the host is inside one of its callbacks. */
+int worker_is_current(const worker *w);
 /* Where host threads post to this worker. */
 inbox *worker_inbox(worker *w);
 /* destroy(): end every turn (cancelled, or the outcome of an append in

@@ -83,14 +83,9 @@ static void skip_messages(pbuf *text, size_t k)
 parley_status ctx_load(store *s, const store_key *key, size_t max_turns, uint64_t now_ms,
                        pbuf *history, size_t *nmessages, ctx_window *w, char **err)
 {
-    const store_backend *b = s->backend;
     *nmessages = 0;
-    if (b->version < 5 || !b->context_get || !b->context_set) {
-        w->enabled = 0;
-        return b->load(s, key, max_turns, now_ms, history, nmessages, err);
-    }
     pbuf rec = {0};
-    parley_status st = b->context_get(s, key, now_ms, &rec, &w->life, err);
+    parley_status st = store_context_get(s, key, now_ms, &rec, &w->life, err);
     if (st == PARLEY_OK && rec.oom)
         st = PARLEY_ERR_NO_MEMORY;
     if (st != PARLEY_OK) {
@@ -112,7 +107,7 @@ parley_status ctx_load(store *s, const store_key *key, size_t max_turns, uint64_
     if (max_turns && (!last || last > max_turns))
         last = max_turns;
     size_t n = 0;
-    if ((st = b->load(s, key, last, now_ms, history, &n, err)) != PARLEY_OK)
+    if ((st = store_load(s, key, last, now_ms, history, &n, err)) != PARLEY_OK)
         return st;
     if (n > since) {
         skip_messages(history, (size_t)(n - since));

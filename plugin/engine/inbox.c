@@ -6,7 +6,6 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
-#include "turn/turn.h"
 
 struct inbox {
     pthread_mutex_t mu;
@@ -17,17 +16,17 @@ struct inbox {
     int wake_fd;            /* eventfd: the worker polls it */
     int woken;              /* no wakeup needed: written since the worker's inbox_sleep, or
                                the worker has not slept since its last take */
-    turn *submitted_head;   /* accepted turns not yet taken by the worker */
-    turn *submitted_tail;
+    inbox_entry *submitted_head; /* accepted turns not yet taken by the worker */
+    inbox_entry *submitted_tail;
     parley_tool_call *completed; /* newest first */
     inbox_note *notes;      /* newest first */
     uint64_t *cancels;      /* request ids whose cancel was asked */
     size_t ncancels, cancels_cap;
-    dict *live;             /* request id (its 8 bytes) -> turn, from submit until forget */
+    dict *live;             /* request id (its 8 bytes) -> entry, from submit until forget */
 };
 
 /* Live turns are keyed by the bytes of their request id: no text per turn. */
-static const char *live_key(const void *e) { return (const char *)&((const turn *)e)->id; }
+static const char *live_key(const void *e) { return (const char *)&((const inbox_entry *)e)->id; }
 
 inbox *inbox_new(void)
 {
@@ -90,22 +89,22 @@ void inbox_unref(inbox *box)
 
 /* ---- host threads ---- */
 
-parley_status inbox_submit(inbox *box, turn *t)
+parley_status inbox_submit(inbox *box, inbox_entry *e)
 {
     parley_status st = PARLEY_OK;
     int wake = 0;
     pthread_mutex_lock(&box->mu);
     if (!box->alive || box->stop) {
         st = PARLEY_ERR_CANCELLED;
-    } else if (dict_add(box->live, t) != 0) {
+    } else if (dict_add(box->live, e) != 0) {
         st = PARLEY_ERR_NO_MEMORY;
     } else {
-        t->inbox_next = NULL;
+        e->next = NULL;
         if (box->submitted_tail)
-            box->submitted_tail->inbox_next = t;
+            box->submitted_tail->next = e;
         else
-            box->submitted_head = t;
-        box->submitted_tail = t;
+            box->submitted_head = e;
+        box->submitted_tail = e;
         wake = wake_claim_locked(box);
     }
     pthread_mutex_unlock(&box->mu);
@@ -259,15 +258,15 @@ void inbox_take(inbox *box, inbox_batch *out)
 turn *inbox_find_live(inbox *box, parley_request_id id)
 {
     pthread_mutex_lock(&box->mu);
-    turn *t = dict_find(box->live, (const char *)&id);
+    inbox_entry *e = dict_find(box->live, (const char *)&id);
     pthread_mutex_unlock(&box->mu);
-    return t;
+    return e ? e->owner : NULL;
 }
 
-void inbox_forget(inbox *box, turn *t)
+void inbox_forget(inbox *box, const inbox_entry *e)
 {
     pthread_mutex_lock(&box->mu);
-    dict_remove(box->live, (const char *)&t->id);
+    dict_remove(box->live, (const char *)&e->id);
     pthread_mutex_unlock(&box->mu);
 }
 

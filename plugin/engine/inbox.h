@@ -41,6 +41,14 @@ struct parley_tool_call {
     parley_tool_call *next; /* in the inbox's completed list */
 };
 
+/* What a turn embeds to be submitted and looked up by request id: the inbox
+ * needs nothing else of a turn, so it never sees struct turn's layout. */
+typedef struct inbox_entry {
+    uint64_t id;              /* the turn's request id; set before inbox_submit */
+    turn *owner;              /* the turn this entry is part of */
+    struct inbox_entry *next; /* in the submitted list */
+} inbox_entry;
+
 /* Whatever a completion from another thread carries back to the worker
  * (store jobs): the first member of the poster's struct. */
 typedef struct inbox_note {
@@ -49,7 +57,7 @@ typedef struct inbox_note {
 
 /* What the worker takes in one go; see inbox_take. */
 typedef struct inbox_batch {
-    turn *submitted;               /* in submission order, linked by inbox_next */
+    inbox_entry *submitted;        /* in submission order, linked by next */
     parley_tool_call *completed;   /* in completion order */
     inbox_note *notes;             /* in posting order */
     uint64_t *cancels;             /* request ids, malloc'd */
@@ -61,7 +69,7 @@ inbox *inbox_new(void);  /* one reference (the agent's); NULL on OOM or no descr
 void inbox_unref(inbox *box);
 
 /* Host threads.  PARLEY_OK, or CANCELLED (stopping) / NO_MEMORY: the turn stays the caller's. */
-parley_status inbox_submit(inbox *box, turn *t);
+parley_status inbox_submit(inbox *box, inbox_entry *e);
 parley_status inbox_cancel(inbox *box, parley_request_id id); /* NOT_FOUND if not live */
 parley_status inbox_complete_tool_call(parley_tool_call *h, const char *result, int is_error);
 
@@ -85,7 +93,7 @@ void inbox_take(inbox *box, inbox_batch *out);
  * wakeup: a busy worker takes them before it waits anyway. */
 int inbox_sleep(inbox *box);
 turn *inbox_find_live(inbox *box, parley_request_id id);
-void inbox_forget(inbox *box, turn *t);   /* no longer live */
+void inbox_forget(inbox *box, const inbox_entry *e);   /* no longer live */
 
 /* A handle for call `index` of `owner` (counts a reference to the inbox); NULL on OOM. */
 parley_tool_call *inbox_handle_new(inbox *box, turn *owner, size_t index);

@@ -67,13 +67,12 @@ void store_job_free(store_job *job)
 
 static void run(store *s, store_job *job)
 {
-    const store_backend *b = s->backend;
     store_key key = {job->conversation_id, job->persona, job->interface_type};
     job->now_ms = clock_wall_ms();
     switch (job->kind) {
     case STORE_JOB_LOAD:
-        if (b->version >= 2 && b->lease_acquire && b->lease_release) {
-            job->status = b->lease_acquire(s, &key, &job->lease_retry_ms, &job->err);
+        if (store_shared(s)) {
+            job->status = store_lease_acquire(s, &key, &job->lease_retry_ms, &job->err);
             if (job->status != PARLEY_OK)
                 break; /* BUSY: the turn tries again later */
             job->lease_taken = 1;
@@ -81,23 +80,22 @@ static void run(store *s, store_job *job)
         job->status = job->plan_window
                           ? ctx_load(s, &key, job->last_turns, job->now_ms, &job->loaded,
                                      &job->nmessages, &job->ctx, &job->err)
-                          : b->load(s, &key, job->last_turns, job->now_ms, &job->loaded,
-                                    &job->nmessages, &job->err);
+                          : store_load(s, &key, job->last_turns, job->now_ms, &job->loaded,
+                                       &job->nmessages, &job->err);
         if (job->status == PARLEY_OK && reply_context_wanted(&job->reply))
             job->status = reply_context_load(s, &key,
                                              ctx_reply_window(&job->ctx, job->window_turns),
                                              job->now_ms, &job->reply, &job->err);
         break;
     case STORE_JOB_RELEASE_LEASE:
-        if (b->version >= 2 && b->lease_release)
-            b->lease_release(s, &key);
+        store_lease_release(s, &key);
         job->status = PARLEY_OK;
         break;
     case STORE_JOB_APPEND:
-        job->status = b->append(s, &key, &job->turn, job->now_ms, &job->err);
+        job->status = store_append(s, &key, &job->turn, job->now_ms, &job->err);
         break;
     case STORE_JOB_EXPIRE:
-        job->status = b->expire(s, job->now_ms, NULL, &job->err);
+        job->status = store_expire(s, job->now_ms, NULL, &job->err);
         break;
     }
 }

@@ -23,7 +23,7 @@
 #include "lib/buf.h"
 #include "engine/inbox.h"
 #include "context/window.h"
-#include "turn/reply_context.h"
+#include "engine/reply_context.h"
 #include "store/store.h"
 
 typedef struct turn turn;

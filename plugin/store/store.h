@@ -36,11 +36,19 @@
  * on I/O (disk, network) sets `blocking`: the agent then never calls its
  * load/append/expire on the worker thread that runs the HTTP transfers.
  *
+ * The door
+ * --------
+ * Code outside store/ never calls a backend's table: it calls the store_*()
+ * functions at the end of this header (as curl's vtls.c fronts every TLS
+ * backend and SQLite's os.c every VFS).  Every method is required except the
+ * lease pair; store_open() checks the table once (its version, no required
+ * method missing), so no caller tests for a NULL method or a version.
+ *
  * Versioning
  * ----------
- * STORE_BACKEND_VERSION counts the functions a backend table has.  Functions
- * are only ever appended (queries, per-message operations, ...); a caller
- * checks `version` before using one that came later.
+ * STORE_BACKEND_VERSION counts the revisions of the table.  Every backend is
+ * built in, so a table of another version is a build mistake that
+ * store_open() refuses.
  */
 #ifndef PARLEY_STORE_H
 #define PARLEY_STORE_H
@@ -236,8 +244,7 @@ typedef struct store_backend {
     parley_status (*lease_acquire)(store *s, const store_key *key, uint64_t *retry_ms, char **err);
     void (*lease_release)(store *s, const store_key *key);
 
-    /* ---- version 3: queries and per-message reads (NULL in a backend
-     *      without them: the agent then says "not supported by this store") ---- */
+    /* ---- version 3: queries and per-message reads ---- */
 
     /*
      * The messages matching q, in q's order, at most q->limit, appended to
@@ -255,7 +262,7 @@ typedef struct store_backend {
     parley_status (*get_message)(store *s, const char *message_id, uint64_t now_ms, pbuf *out,
                                  char **err);
 
-    /* ---- version 4: message identity (NULL in a backend without it) ----
+    /* ---- version 4: message identity ----
      *
      * Messages appended with interface_message_id / metadata return them in
      * store_json_message; get_conversation and list carry each
@@ -300,7 +307,7 @@ typedef struct store_backend {
                                uint64_t now_ms, pbuf *out, size_t *nmessages, char *turn_id_out,
                                int *in_window, char **err);
 
-    /* ---- version 5: the context engine's record (NULL in a backend without it) ----
+    /* ---- version 5: the context engine's record ----
      *
      * One small JSON object per conversation that the context engine writes
      * and reads (context/window.h: where the history sent starts, the
@@ -343,5 +350,57 @@ const store_backend *store_backend_for(const char *spec, const char **location);
 extern const store_backend store_memory_backend;
 extern const store_backend store_sqlite_backend;
 extern const store_backend store_redis_backend;
+
+/*
+ * The door (see "The door" above).  Each forwards to the backend's method of
+ * the same name, whose comment in store_backend says what it does.
+ */
+
+/* Check the table (version, every required method), then open.  A bad table is
+ * PARLEY_ERR_STORAGE with *err naming the backend and what is wrong. */
+parley_status store_open(const store_backend *b, const store_config *cfg, store **out, char **err);
+void store_close(store *s); /* NULL is a no-op */
+
+const char *store_scheme(const store *s); /* "memory", "sqlite", "redis" */
+int store_blocking(const store *s);       /* calls may block: keep them off the worker */
+int store_shared(const store *s);         /* several processes share it: turns take leases */
+
+parley_status store_load(store *s, const store_key *key, size_t last_turns, uint64_t now_ms,
+                         pbuf *out, size_t *nmessages, char **err);
+parley_status store_context_get(store *s, const store_key *key, uint64_t now_ms, pbuf *out,
+                                store_lifetime *life, char **err);
+parley_status store_context_set(store *s, const store_key *key, const char *json, size_t len,
+                                uint64_t now_ms, char **err);
+parley_status store_append(store *s, const store_key *key, const store_turn *turn,
+                           uint64_t now_ms, char **err);
+parley_status store_get_conversation(store *s, const store_key *key, uint64_t now_ms, pbuf *out,
+                                     char **err);
+parley_status store_get_turn(store *s, const char *turn_id, uint64_t now_ms, pbuf *out,
+                             char **err);
+parley_status store_list(store *s, uint64_t now_ms, pbuf *out, char **err);
+parley_status store_forget(store *s, const store_key *key, char **err);
+parley_status store_expire(store *s, uint64_t now_ms, size_t *expired, char **err);
+parley_status store_stats_get(store *s, store_stats *out, char **err);
+
+/* A store that is not shared needs no lease: acquiring succeeds at once and
+ * releasing does nothing (its lanes already order a conversation's turns). */
+parley_status store_lease_acquire(store *s, const store_key *key, uint64_t *retry_ms,
+                                  char **err);
+void store_lease_release(store *s, const store_key *key);
+
+parley_status store_query_run(store *s, const store_query *q, uint64_t now_ms, pbuf *out,
+                          size_t *count, uint64_t *last, int *more, char **err);
+parley_status store_get_message(store *s, const char *message_id, uint64_t now_ms, pbuf *out,
+                                char **err);
+parley_status store_set_interface_message_id(store *s, const char *turn_id,
+                                             const char *interface_message_id, uint64_t now_ms,
+                                             char *message_id, char **err);
+parley_status store_find_message(store *s, const store_key *key,
+                                 const char *interface_message_id, uint64_t now_ms, pbuf *out,
+                                 char **err);
+parley_status store_load_turn(store *s, const store_key *key, const char *turn_id,
+                              const char *interface_message_id, size_t window_turns,
+                              uint64_t now_ms, pbuf *out, size_t *nmessages, char *turn_id_out,
+                              int *in_window, char **err);
 
 #endif

@@ -370,8 +370,7 @@ void turn_begin(turn *t)
         (t->counters = persona_metrics_for(env->persona_metrics, t->persona_name)) && !t->append)
         atomic_fetch_add(&t->counters->turns, 1);
     if (t->append) { /* append_message: its lane reached it; store it, no model */
-        const store_backend *b = env->store->backend;
-        if (env->jobs && b->version >= 2 && b->lease_acquire) {
+        if (env->jobs && store_shared(env->store)) {
             turn_load_history(t); /* a shared store: take the lease first (turn_on_history) */
             return;
         }
@@ -419,8 +418,7 @@ static void turn_load_history(turn *t)
     size_t n = 0;
     char *err = NULL;
     uint64_t now = clock_wall_ms();
-    parley_status st = t->append ? env->store->backend->load(env->store, &key, last, now,
-                                                             &t->history, &n, &err)
+    parley_status st = t->append ? store_load(env->store, &key, last, now, &t->history, &n, &err)
                                  : ctx_load(env->store, &key, last, now, &t->history, &n, &t->ctx,
                                             &err);
     if (st == PARLEY_OK && reply_context_wanted(&t->reply))
@@ -440,12 +438,6 @@ static void turn_load_history(turn *t)
 static void add_reply_context(turn *t)
 {
     reply_context *r = &t->reply;
-    if (r->unsupported && !*t->env->reply_unsupported_logged) {
-        *t->env->reply_unsupported_logged = 1;
-        host_log(t->env->host, PARLEY_LOG_WARN,
-                 "history_store %s cannot look up the turn reply_to names: turns run without "
-                 "reply context (reply_context \"not_found\")", t->env->store->backend->scheme);
-    }
     if (r->outcome != REPLY_INCLUDED)
         return;
     pbuf_append(&t->history, r->messages.data, r->messages.len);
@@ -1215,7 +1207,7 @@ static void turn_commit(turn *t)
         return;
     }
     char *err = NULL;
-    parley_status st = env->store->backend->append(env->store, &key, &in, now, &err);
+    parley_status st = store_append(env->store, &key, &in, now, &err);
     free(msgs);
     turn_on_committed(t, st, err);
     free(err);

@@ -51,15 +51,15 @@
 #include <stdint.h>
 
 #include "lib/buf.h"
-#include "config/config.h"
 #include "context/window.h"
+#include "engine/config.h"
 #include "engine/counters.h"
 #include "provider/image.h"
 #include "engine/inbox.h"
 #include "http/llm_http.h"
 #include "provider/llm_reply.h"
 #include "provider/provider.h"
-#include "turn/reply_context.h"
+#include "engine/reply_context.h"
 #include "store/store.h"
 #include "engine/timer_heap.h"
 #include "lib/uuid.h"
@@ -80,8 +80,6 @@ typedef struct turn_env {
     persona_metrics *persona_metrics; /* per-persona counters (persona.h) */
     void (*ended)(void *worker, turn *t); /* the turn ended: report it and free it */
     void *worker;
-    int *reply_unsupported_logged; /* the "store cannot resolve reply_to" warning was
-                                      logged (once per agent; worker thread only) */
     ctx_agent *ctx;            /* what the agent learned of the model's tokens and window */
 } turn_env;
 
@@ -180,7 +178,7 @@ struct turn {
     turn *ready_next;         /* next in the worker's list of turns to begin */
     int in_ready;             /* on that list */
     turn *all_prev, *all_next;
-    turn *inbox_next;
+    inbox_entry submitted;   /* how the inbox holds it (inbox.h) */
 };
 
 void turn_free(turn *t);

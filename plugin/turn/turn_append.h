@@ -12,7 +12,7 @@
 #ifndef PARLEY_TURN_APPEND_H
 #define PARLEY_TURN_APPEND_H
 
-#include "config/config.h"
+#include "engine/config.h"
 #include "turn/turn.h"
 
 /*

@@ -2,7 +2,7 @@
 #ifndef PARLEY_TURN_INPUT_H
 #define PARLEY_TURN_INPUT_H
 
-#include "config/config.h"
+#include "engine/config.h"
 #include "turn/turn.h"
 
 /*

@@ -78,7 +78,7 @@ static store *open_at(const backend_case *bc, const char *location, store_limits
 {
     store_config cfg = {.location = location, .limits = limits};
     store *s = NULL;
-    parley_status st = bc->backend->open(&cfg, &s, err);
+    parley_status st = store_open(bc->backend, &cfg, &s, err);
     return st == PARLEY_OK ? s : NULL;
 }
 
@@ -94,14 +94,14 @@ static harness start(const backend_case *bc, size_t keep_turns, size_t max_conve
     free(err);
     CHECK(h.s != NULL);
     if (h.s && bc->shared) /* what the previous test left on the server */
-        CHECK(bc->backend->forget(h.s, NULL, NULL) == PARLEY_OK);
+        CHECK(store_forget(h.s, NULL, NULL) == PARLEY_OK);
     return h;
 }
 
 static void stop(harness *h)
 {
     if (h->s)
-        h->bc->backend->close(h->s);
+        store_close(h->s);
     h->s = NULL;
     free(h->location);
 }
@@ -109,7 +109,7 @@ static void stop(harness *h)
 /* Close and open the same location again (durable backends). */
 static void reopen(harness *h)
 {
-    h->bc->backend->close(h->s);
+    store_close(h->s);
     char *err = NULL;
     h->s = open_at(h->bc, h->location, h->limits, &err);
     if (!h->s)
@@ -177,7 +177,7 @@ static parley_status append_full(harness *h, const char *persona, const char *if
     store_turn turn = {tid, now_ms > 500 ? now_ms - 500 : 0, now_ms, msgs, n, h->context,
                        h->context ? strlen(h->context) : 0};
     store_key key = {id, persona, iface};
-    return h->bc->backend->append(h->s, &key, &turn, now_ms, err);
+    return store_append(h->s, &key, &turn, now_ms, err);
 }
 
 static parley_status append_keyed(harness *h, const char *persona, const char *iface,
@@ -206,7 +206,7 @@ static char *load(harness *h, const char *id, size_t last_turns, uint64_t now_ms
     pbuf b = PBUF_INIT;
     size_t n = 99;
     char *err = NULL;
-    parley_status st = h->bc->backend->load(h->s, &key, last_turns, now_ms, &b, &n, &err);
+    parley_status st = store_load(h->s, &key, last_turns, now_ms, &b, &n, &err);
     CHECK(st == PARLEY_OK);
     free(err);
     if (count)
@@ -220,7 +220,7 @@ static char *dump_conversation_keyed(harness *h, const char *persona, const char
     store_key key = {id, persona, iface};
     pbuf b = PBUF_INIT;
     char *err = NULL;
-    parley_status st = h->bc->backend->get_conversation(h->s, &key, now_ms, &b, &err);
+    parley_status st = store_get_conversation(h->s, &key, now_ms, &b, &err);
     free(err);
     if (st != PARLEY_OK) {
         pbuf_free(&b);
@@ -240,7 +240,7 @@ static char *dump_turn(harness *h, unsigned turn_no, uint64_t now_ms)
     turn_id_for(turn_no, tid);
     pbuf b = PBUF_INIT;
     char *err = NULL;
-    parley_status st = h->bc->backend->get_turn(h->s, tid, now_ms, &b, &err);
+    parley_status st = store_get_turn(h->s, tid, now_ms, &b, &err);
     free(err);
     if (st != PARLEY_OK) {
         pbuf_free(&b);
@@ -260,7 +260,7 @@ static char *dump_list(harness *h, uint64_t now_ms)
 {
     pbuf b = PBUF_INIT;
     char *err = NULL;
-    parley_status st = h->bc->backend->list(h->s, now_ms, &b, &err);
+    parley_status st = store_list(h->s, now_ms, &b, &err);
     CHECK(st == PARLEY_OK);
     free(err);
     return pbuf_take(&b);
@@ -287,7 +287,7 @@ static store_stats stats_of(harness *h)
 {
     store_stats s;
     memset(&s, 0xff, sizeof s);
-    CHECK(h->bc->backend->stats(h->s, &s, NULL) == PARLEY_OK);
+    CHECK(store_stats_get(h->s, &s, NULL) == PARLEY_OK);
     return s;
 }
 
@@ -295,7 +295,7 @@ static parley_status forget(harness *h, const char *id)
 {
     store_key key = {id, "", ""};
     char *err = NULL;
-    parley_status st = h->bc->backend->forget(h->s, id ? &key : NULL, &err);
+    parley_status st = store_forget(h->s, id ? &key : NULL, &err);
     free(err);
     return st;
 }
@@ -304,7 +304,7 @@ static size_t expire(harness *h, uint64_t now_ms)
 {
     size_t n = 999;
     char *err = NULL;
-    CHECK(h->bc->backend->expire(h->s, now_ms, &n, &err) == PARLEY_OK);
+    CHECK(store_expire(h->s, now_ms, &n, &err) == PARLEY_OK);
     if (err)
         fprintf(stderr, "expire: %s\n", err);
     free(err);
@@ -347,11 +347,11 @@ static void test_unknown(const backend_case *bc)
     pbuf b = PBUF_INIT;
     pbuf_puts(&b, "[");
     size_t n = 99;
-    CHECK(bc->backend->load(h.s, &key, 0, 1000, &b, &n, NULL) == PARLEY_OK);
+    CHECK(store_load(h.s, &key, 0, 1000, &b, &n, NULL) == PARLEY_OK);
     CHECK(n == 0);
     CHECK_STR(b.data, "[");
-    CHECK(bc->backend->get_conversation(h.s, &key, 1000, &b, NULL) == PARLEY_ERR_NOT_FOUND);
-    CHECK(bc->backend->get_turn(h.s, "00000000-0000-4000-8000-000000000000", 1000, &b, NULL) ==
+    CHECK(store_get_conversation(h.s, &key, 1000, &b, NULL) == PARLEY_ERR_NOT_FOUND);
+    CHECK(store_get_turn(h.s, "00000000-0000-4000-8000-000000000000", 1000, &b, NULL) ==
           PARLEY_ERR_NOT_FOUND);
     CHECK_STR(b.data, "["); /* nothing appended on NOT_FOUND */
     pbuf_free(&b);
@@ -390,7 +390,7 @@ static void test_append_load_last_n(const backend_case *bc)
     store_key key = {"c1", "", ""};
     pbuf b = PBUF_INIT;
     pbuf_puts(&b, "[{\"role\":\"system\",\"content\":\"sys\"},");
-    CHECK(bc->backend->load(h.s, &key, 1, 3500, &b, &n, NULL) == PARLEY_OK);
+    CHECK(store_load(h.s, &key, 1, 3500, &b, &n, NULL) == PARLEY_OK);
     CHECK_STR(b.data, "[{\"role\":\"system\",\"content\":\"sys\"}," USER("bye") ",");
     pbuf_free(&b);
     store_stats s = stats_of(&h);
@@ -668,14 +668,14 @@ static void test_keys(const backend_case *bc)
     free(text);
     store_key key = {"same", "pirate", ""};
     pbuf b = PBUF_INIT;
-    CHECK(h.bc->backend->load(h.s, &key, 0, 500, &b, &n, NULL) == PARLEY_OK);
+    CHECK(store_load(h.s, &key, 0, 500, &b, &n, NULL) == PARLEY_OK);
     CHECK_STR(b.data, USER("arr") ",");
     pbuf_free(&b);
     char *conv = dump_conversation_keyed(&h, "", "voice", "same", 500);
     CHECK(conv && strstr(conv, "spoken") && !strstr(conv, "arr"));
     free(conv);
     store_key gone = {"same", "pirate", "voice"};
-    CHECK(h.bc->backend->forget(h.s, &gone, NULL) == PARLEY_OK);
+    CHECK(store_forget(h.s, &gone, NULL) == PARLEY_OK);
     CHECK(stats_of(&h).conversations == 3);
     CHECK(!turn_exists(&h, 4, 500) && turn_exists(&h, 2, 500));
     stop(&h);
@@ -689,13 +689,13 @@ static void test_bad_append_changes_nothing(const backend_case *bc)
     store_key key = {"a", "", ""};
     store_turn empty = {"00000009-0000-4000-8000-000000000009", 1, 2, NULL, 0, NULL, 0};
     char *err = NULL;
-    CHECK(bc->backend->append(h.s, &key, &empty, 2, &err) != PARLEY_OK);
+    CHECK(store_append(h.s, &key, &empty, 2, &err) != PARLEY_OK);
     CHECK(err != NULL);
     free(err);
     err = NULL;
     store_message no_json = {"m", "user", 1, NULL, 3, NULL, NULL, 0};
     store_turn bad = {"00000009-0000-4000-8000-000000000009", 1, 2, &no_json, 1, NULL, 0};
-    CHECK(bc->backend->append(h.s, &key, &bad, 2, &err) != PARLEY_OK);
+    CHECK(store_append(h.s, &key, &bad, 2, &err) != PARLEY_OK);
     free(err);
     char *after = snapshot(&h);
     CHECK_STR(after, before);
@@ -750,12 +750,12 @@ static void *work(void *arg)
         size_t n = 0;
         store_key key = {i % 3 ? own : "shared", "", ""};
         pbuf b = PBUF_INIT;
-        w->errors += w->h->bc->backend->load(w->h->s, &key, 5, 1000 + i, &b, &n, NULL) != PARLEY_OK;
+        w->errors += store_load(w->h->s, &key, 5, 1000 + i, &b, &n, NULL) != PARLEY_OK;
         w->errors += n % 2 != 0 || n > 10;
         pbuf_free(&b);
         if (i % 10 == 0) { /* no CHECK here: check.h's counters are not thread-safe */
             pbuf list = PBUF_INIT;
-            w->errors += w->h->bc->backend->list(w->h->s, 1000 + i, &list, NULL) != PARLEY_OK;
+            w->errors += store_list(w->h->s, 1000 + i, &list, NULL) != PARLEY_OK;
             pbuf_free(&list);
         }
         if (has_v4(w->h->bc)) /* identity calls race with appends and trimming */
@@ -863,7 +863,7 @@ static char *find_keyed(harness *h, const char *persona, const char *iface, cons
     pbuf b = PBUF_INIT;
     char *err = NULL;
     parley_status st =
-        h->bc->backend->find_message(h->s, &key, interface_message_id, now_ms, &b, &err);
+        store_find_message(h->s, &key, interface_message_id, now_ms, &b, &err);
     CHECK(st == PARLEY_OK || st == PARLEY_ERR_NOT_FOUND);
     free(err);
     if (st != PARLEY_OK) {
@@ -920,7 +920,7 @@ static parley_status set_interface_id(harness *h, unsigned turn_no, const char *
     turn_id_for(turn_no, tid);
     char *err = NULL;
     strcpy(message_id, "untouched");
-    parley_status st = h->bc->backend->set_interface_message_id(h->s, tid, interface_id, now_ms,
+    parley_status st = store_set_interface_message_id(h->s, tid, interface_id, now_ms,
                                                                 message_id, &err);
     if (st != PARLEY_OK && st != PARLEY_ERR_NOT_FOUND)
         CHECK(err != NULL); /* a failure says why */
@@ -931,12 +931,10 @@ static parley_status set_interface_id(harness *h, unsigned turn_no, const char *
 /* get_message's answer (NULL for NOT_FOUND, or a backend without version 3). */
 static char *message_by_id(harness *h, unsigned turn_no, size_t index, uint64_t now_ms)
 {
-    if (!h->bc->backend->get_message)
-        return NULL;
     char mid[37];
     message_id_for(turn_no, index, mid);
     pbuf b = PBUF_INIT;
-    parley_status st = h->bc->backend->get_message(h->s, mid, now_ms, &b, NULL);
+    parley_status st = store_get_message(h->s, mid, now_ms, &b, NULL);
     if (st != PARLEY_OK) {
         pbuf_free(&b);
         return NULL;
@@ -947,15 +945,13 @@ static char *message_by_id(harness *h, unsigned turn_no, size_t index, uint64_t 
 /* A query's messages ("m1,m2"), or NULL for a backend without version 3. */
 static char *query_messages(harness *h, const char *id, const char *iface, int newest_first)
 {
-    if (!h->bc->backend->query)
-        return NULL;
     store_query q = {.conversation_id = id, .persona = id ? "" : NULL, .interface_type = iface,
                      .until_ms = UINT64_MAX, .limit = 100, .newest_first = newest_first};
     pbuf b = PBUF_INIT;
     size_t count = 0;
     uint64_t last = 0;
     int more = 0;
-    CHECK(h->bc->backend->query(h->s, &q, 0, &b, &count, &last, &more, NULL) == PARLEY_OK);
+    CHECK(store_query_run(h->s, &q, 0, &b, &count, &last, &more, NULL) == PARLEY_OK);
     return pbuf_take(&b);
 }
 
@@ -982,7 +978,7 @@ static turn_lookup lookup_turn_keyed(harness *h, const char *persona, const char
     pbuf b = PBUF_INIT;
     pbuf_puts(&b, "["); /* the caller's earlier bytes stay */
     char *err = NULL;
-    r.st = h->bc->backend->load_turn(h->s, &key, turn_no ? tid : NULL, interface_message_id,
+    r.st = store_load_turn(h->s, &key, turn_no ? tid : NULL, interface_message_id,
                                      window_turns, now_ms, &b, &r.nmessages, r.turn_id,
                                      &r.in_window, &err);
     free(err);
@@ -1110,12 +1106,6 @@ static void test_v4_identity_round_trip(const backend_case *bc)
     found = find_keyed(&h, "", "telegram", "c", "out \"2\"\\", 3000);
     CHECK_STR(found, assistant2);
     free(found);
-    if (!bc->backend->get_message || !bc->backend->query) {
-        printf("SKIPPED: %s: identity through get_message/query (no version 3)\n",
-               bc->backend->scheme);
-        stop(&h);
-        return;
-    }
     const char *want[4] = {user1, assistant1, user2, assistant2};
     for (unsigned i = 0; i < 4; i++) {
         char *m = message_by_id(&h, 1 + i / 2, i % 2, 3000);
@@ -1443,11 +1433,9 @@ static char *identity_transcript(const backend_case *bc)
     turn_lookup r = lookup_turn(&h, "a", 3, NULL, 1, 4000);
     pbuf_printf(&b, "\n%d %d %zu %s %s", (int)r.st, r.in_window, r.nmessages, r.turn_id, r.text);
     free(r.text);
-    if (bc->backend->query) {
-        char *q = query_messages(&h, NULL, NULL, 1);
-        pbuf_printf(&b, "\n%s", q);
-        free(q);
-    }
+    char *q = query_messages(&h, NULL, NULL, 1);
+    pbuf_printf(&b, "\n%s", q);
+    free(q);
     stop(&h);
     return pbuf_take(&b);
 }
@@ -1524,7 +1512,7 @@ static char *context_of(harness *h, const char *id, uint64_t now_ms)
     pbuf out = {0};
     store_lifetime life = {99, 99, 99, 99};
     char *err = NULL;
-    parley_status st = h->bc->backend->context_get(h->s, &key, now_ms, &out, &life, &err);
+    parley_status st = store_context_get(h->s, &key, now_ms, &out, &life, &err);
     char *text = st == PARLEY_OK ? pstr_printf("%llu %s", (unsigned long long)life.turn_count,
                                                out.data ? out.data : "")
                                  : strdup("error");
@@ -1538,7 +1526,7 @@ static parley_status set_context(harness *h, const char *id, const char *json, u
 {
     store_key key = {id, "", ""};
     char *err = NULL;
-    parley_status st = h->bc->backend->context_set(h->s, &key, json, strlen(json), now_ms, &err);
+    parley_status st = store_context_set(h->s, &key, json, strlen(json), now_ms, &err);
     free(err);
     return st;
 }
@@ -1552,10 +1540,6 @@ static parley_status set_context(harness *h, const char *id, const char *json, u
 
 static void test_v5_context(const backend_case *bc)
 {
-    if (!bc->backend->context_get || !bc->backend->context_set) {
-        printf("SKIPPED: %s: the context record (not implemented)\n", bc->backend->scheme);
-        return;
-    }
     harness h = start(bc, 2, 10, 60000);
     CHECK_CONTEXT(&h, "a", 1000, "0 "); /* unknown: nothing */
     CHECK(set_context(&h, "a", "{\"start\":1}", 1000) == PARLEY_ERR_NOT_FOUND);
@@ -1570,7 +1554,7 @@ static void test_v5_context(const backend_case *bc)
         store_key a = {"a", "", ""};
         pbuf out = {0};
         store_lifetime life;
-        CHECK(bc->backend->context_get(h.s, &a, 2000, &out, &life, NULL) == PARLEY_OK);
+        CHECK(store_context_get(h.s, &a, 2000, &out, &life, NULL) == PARLEY_OK);
         CHECK(life.message_count == 6 && life.turn_count == 2);
         CHECK(life.last_message_ms == 1991);
         pbuf_free(&out);
@@ -1591,7 +1575,7 @@ static void test_v5_context(const backend_case *bc)
     }
     /* Forgetting the conversation forgets its record. */
     store_key a = {"a", "", ""};
-    CHECK(bc->backend->forget(h.s, &a, NULL) == PARLEY_OK);
+    CHECK(store_forget(h.s, &a, NULL) == PARLEY_OK);
     CHECK_CONTEXT(&h, "a", 3000, "0 ");
     append_at(&h, "a", 5, USER("again"), 4000);
     CHECK_CONTEXT(&h, "a", 4000, "1 ");
@@ -1601,7 +1585,7 @@ static void test_v5_context(const backend_case *bc)
     CHECK_CONTEXT(&h, "a", 4000 + 60001 + 1000, "1 ");
     /* Clearing everything clears every record. */
     CHECK(set_context(&h, "a", "{\"start\":1}", 70000) == PARLEY_OK);
-    CHECK(bc->backend->forget(h.s, NULL, NULL) == PARLEY_OK);
+    CHECK(store_forget(h.s, NULL, NULL) == PARLEY_OK);
     CHECK_CONTEXT(&h, "a", 70000, "0 ");
     stop(&h);
 }
@@ -1677,7 +1661,7 @@ static void check_refused(const backend_case *bc, const char *path, const char *
     store *s = open_at(bc, path, limits, &err);
     CHECK(s == NULL);
     if (s)
-        bc->backend->close(s);
+        store_close(s);
     CHECK(err && strstr(err, path) && strstr(err, reason));
     if (!err || !strstr(err, reason))
         fprintf(stderr, "  refusal of %s said: %s (wanted \"%s\")\n", path, err ? err : "(null)",
@@ -1698,7 +1682,7 @@ static char *make_store_file(const backend_case *bc)
     harness h = start(bc, 0, 10, 0);
     append_at(&h, "a", 1, TURN1, 1000);
     append_at(&h, "b", 2, USER("b"), 2000);
-    bc->backend->close(h.s);
+    store_close(h.s);
     h.s = NULL;
     return h.location;
 }
@@ -1788,7 +1772,7 @@ static void test_damage_found_when_read(const backend_case *bc)
         snprintf(id, sizeof id, "c%u", i);
         append_at(&h, id, 1 + i, big, 1000 + i);
     }
-    bc->backend->close(h.s);
+    store_close(h.s);
     h.s = NULL;
     size_t len = 0;
     char *bytes = read_file(h.location, &len);
@@ -1812,7 +1796,7 @@ static void test_damage_found_when_read(const backend_case *bc)
         pbuf b = PBUF_INIT;
         size_t n = 0;
         char *e = NULL;
-        parley_status st = bc->backend->load(h.s, &key, 0, 2000, &b, &n, &e);
+        parley_status st = store_load(h.s, &key, 0, 2000, &b, &n, &e);
         CHECK(st == PARLEY_OK || st == PARLEY_ERR_STORAGE);
         if (st == PARLEY_ERR_STORAGE) {
             CHECK(e && strstr(e, h.location) && strstr(e, "malformed"));
@@ -1824,11 +1808,11 @@ static void test_damage_found_when_read(const backend_case *bc)
     if (h.s) {
         pbuf b = PBUF_INIT;
         char *e = NULL;
-        parley_status st = bc->backend->list(h.s, 2000, &b, &e);
+        parley_status st = store_list(h.s, 2000, &b, &e);
         CHECK(st == PARLEY_OK || st == PARLEY_ERR_STORAGE);
         free(e);
         pbuf_free(&b);
-        bc->backend->close(h.s);
+        store_close(h.s);
         h.s = NULL;
     }
     CHECK(storage_errors > 0);
@@ -1862,7 +1846,7 @@ static void test_in_use(const backend_case *bc)
     CHECK(err && strstr(err, h.location) && strstr(err, "in use by another agent"));
     free(err);
     if (second)
-        bc->backend->close(second);
+        store_close(second);
     /* Another process. */
     pid_t pid = fork();
     if (pid == 0) {
@@ -1924,7 +1908,7 @@ static void test_failing_writes(const backend_case *bc)
     char *path = fresh_location(bc);
     store_config cfg = {.location = path, .limits = limits, .sync_full = 1};
     store *s = NULL;
-    CHECK(bc->backend->open(&cfg, &s, NULL) == PARLEY_OK);
+    CHECK(store_open(bc->backend, &cfg, &s, NULL) == PARLEY_OK);
     harness full = {bc, path, limits, s, NULL};
     append_at(&full, "a", 1, USER("a"), 1000);
     char *before = snapshot(&full);
@@ -1958,7 +1942,7 @@ static int read_only_checks(const backend_case *bc, const char *dir)
     free(err);
     CHECK(h.s != NULL);
     append_at(&h, "a", 1, TURN1, 1000);
-    bc->backend->close(h.s);
+    store_close(h.s);
     CHECK(chmod(path, 0400) == 0);
     size_t len_before = 0, len_after = 0;
     char *bytes_before = read_file(path, &len_before);
@@ -1977,7 +1961,7 @@ static int read_only_checks(const backend_case *bc, const char *dir)
         free(err);
         free(load(&h, "a", 0, 3000, &n));
         CHECK(n == 4);
-        bc->backend->close(h.s);
+        store_close(h.s);
     }
     char *bytes_after = read_file(path, &len_after);
     CHECK(bytes_before && bytes_after && len_before == len_after &&
@@ -2078,7 +2062,7 @@ static void test_reads_do_not_wait_for_writes(const backend_case *bc)
     char *path = fresh_location(bc);
     store_config cfg = {.location = path, .limits = limits, .sync_full = 1};
     store *s = NULL;
-    CHECK(bc->backend->open(&cfg, &s, NULL) == PARLEY_OK);
+    CHECK(store_open(bc->backend, &cfg, &s, NULL) == PARLEY_OK);
     harness h = {bc, path, limits, s, NULL};
     append_at(&h, "other", 1, USER("other"), 1000);
     unsigned long syncs = FAULT_VFS_GET(syncs);

@@ -62,7 +62,7 @@ static void put_turn(store *s, const char *conv, const char *iface, unsigned tur
                        .nmessages = n};
     store_key key = {conv, "", iface};
     char *err = NULL;
-    CHECK(s->backend->append(s, &key, &turn, t + n, &err) == PARLEY_OK);
+    CHECK(store_append(s, &key, &turn, t + n, &err) == PARLEY_OK);
     free(err);
 }
 
@@ -82,7 +82,7 @@ static result run(store *s, store_query q)
     result r = {0};
     pbuf b = PBUF_INIT;
     char *err = NULL;
-    CHECK(s->backend->query(s, &q, 5000, &b, &r.count, &r.last, &r.more, &err) == PARLEY_OK);
+    CHECK(store_query_run(s, &q, 5000, &b, &r.count, &r.last, &r.more, &err) == PARLEY_OK);
     free(err);
     r.json = pbuf_take(&b);
     pbuf_free(&b);
@@ -161,7 +161,7 @@ static void test_filters(const store_backend *b)
     check_ids(s, (store_query){.search = "role"}, "");
     check_ids(s, (store_query){.search = "n"}, "101 102 201 202 301 304 401");
     check_ids(s, (store_query){.search = "door", .role = "assistant"}, "304");
-    s->backend->close(s);
+    store_close(s);
 }
 
 static void test_exact_message_json(const store_backend *b)
@@ -179,20 +179,20 @@ static void test_exact_message_json(const store_backend *b)
     /* the same object by id */
     pbuf g = PBUF_INIT;
     char *err = NULL;
-    CHECK(s->backend->get_message(s, "00000303-0000-4000-8000-000000000303", 5000, &g, &err) ==
+    CHECK(store_get_message(s, "00000303-0000-4000-8000-000000000303", 5000, &g, &err) ==
           PARLEY_OK);
     char *got = pbuf_take(&g);
     CHECK_STR(got, want);
     free(got);
     pbuf_free(&g);
-    CHECK(s->backend->get_message(s, "00009999-0000-4000-8000-000000009999", 5000, &g, &err) ==
+    CHECK(store_get_message(s, "00009999-0000-4000-8000-000000009999", 5000, &g, &err) ==
           PARLEY_ERR_NOT_FOUND);
-    CHECK(s->backend->get_message(s, "not a uuid", 5000, &g, &err) == PARLEY_ERR_NOT_FOUND);
+    CHECK(store_get_message(s, "not a uuid", 5000, &g, &err) == PARLEY_ERR_NOT_FOUND);
     CHECK(g.len == 0);
     free(err);
     pbuf_free(&g);
     free(r.json);
-    s->backend->close(s);
+    store_close(s);
 }
 
 /* Pages of 3, both orders: every message once, in order, then no cursor. */
@@ -228,7 +228,7 @@ static void test_paging(const store_backend *b)
     result r = run(s, (store_query){.role = "user", .limit = 4});
     CHECK(r.count == 4 && r.more == 0);
     free(r.json);
-    s->backend->close(s);
+    store_close(s);
 }
 
 /* Trimmed turns and idle conversations are not found. */
@@ -244,9 +244,9 @@ static void test_forgotten_not_found(const store_backend *b)
     check_ids(s, (store_query){0}, "201 202");
     pbuf g = PBUF_INIT;
     char *err = NULL;
-    CHECK(s->backend->get_message(s, "00000101-0000-4000-8000-000000000101", 5000, &g, &err) ==
+    CHECK(store_get_message(s, "00000101-0000-4000-8000-000000000101", 5000, &g, &err) ==
           PARLEY_ERR_NOT_FOUND);
-    s->backend->close(s);
+    store_close(s);
 
     s = open_store(b, 0, 1000); /* idle after 1 s */
     put_turn(s, "old", "", 1, 1000, 2, UA,
@@ -256,11 +256,11 @@ static void test_forgotten_not_found(const store_backend *b)
              (const char *const[]){"{\"role\":\"user\",\"content\":\"c\"}",
                                    "{\"role\":\"assistant\",\"content\":\"d\"}"});
     check_ids(s, (store_query){0}, "201 202"); /* at 5000 "old" is idle */
-    CHECK(s->backend->get_message(s, "00000101-0000-4000-8000-000000000101", 5000, &g, &err) ==
+    CHECK(store_get_message(s, "00000101-0000-4000-8000-000000000101", 5000, &g, &err) ==
           PARLEY_ERR_NOT_FOUND);
     free(err);
     pbuf_free(&g);
-    s->backend->close(s);
+    store_close(s);
 }
 
 /* SQLite: closed and opened again, every id, time, interface and position is the same. */
@@ -270,10 +270,10 @@ static void test_reopen_keeps_everything(void)
     char path[128];
     snprintf(path, sizeof path, "%s/q%u.db", tmpdir, files - 1);
     result before = run(s, (store_query){.limit = 4, .newest_first = 1});
-    s->backend->close(s);
+    store_close(s);
     store_config cfg = {.location = path, .limits = {0, 1000, 0}};
     char *err = NULL;
-    CHECK(store_sqlite_backend.open(&cfg, &s, &err) == PARLEY_OK);
+    CHECK(store_open(&store_sqlite_backend, &cfg, &s, &err) == PARLEY_OK);
     free(err);
     result after = run(s, (store_query){.limit = 4, .newest_first = 1});
     CHECK_STR(after.json, before.json);
@@ -283,7 +283,7 @@ static void test_reopen_keeps_everything(void)
     check_ids(s, (store_query){.interface_type = "telegram"}, "201 202");
     free(before.json);
     free(after.json);
-    s->backend->close(s);
+    store_close(s);
 }
 
 static void test_content_matches(void)

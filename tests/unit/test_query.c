@@ -88,43 +88,20 @@ static void test_cursor(void)
     free(cursor);
 }
 
-/* The memory store with its version-3 functions taken out (as Redis has none yet). */
+/* The memory store with its queries taken out: the store door refuses such a
+ * table once, at create, naming the method; no history function meets it. */
 static store_backend bare;
 
-static parley_status bare_open(const store_config *cfg, store **out, char **err)
-{
-    parley_status st = store_memory_backend.open(cfg, out, err);
-    if (st == PARLEY_OK)
-        (*out)->backend = &bare;
-    return st;
-}
-
-/* A store without queries: a clear refusal, not a crash. */
 static void test_store_without_queries(void)
 {
     bare = store_memory_backend;
-    bare.open = bare_open;
     bare.query = NULL;
-    bare.get_message = NULL;
     char *err = NULL;
     parley_agent *a = agent_create_with_store(
         NULL, "{\"base_url\":\"http://127.0.0.1:9/v1\",\"model\":\"m\"}", &bare, &err);
-    CHECK(a != NULL);
+    CHECK(a == NULL);
+    CHECK_STR(err, "option 'history_store': memory store backend: no query method");
     free(err);
-    if (!a)
-        return;
-    char *out = NULL;
-    CHECK(agent_history_query(a, "{}", &out) == PARLEY_ERR_STORAGE);
-    CHECK_STR(out, "{\"error\":{\"status\":\"storage\",\"field\":\"history_store\","
-                   "\"message\":\"queries are not supported by this store\"}}");
-    free(out);
-    out = NULL;
-    CHECK(agent_message_get(a, "00000000-0000-4000-8000-000000000000", &out) ==
-          PARLEY_ERR_STORAGE);
-    CHECK(out == NULL);
-    /* Clearing under every persona needs no query: the conversation list names them. */
-    CHECK(agent_history_clear_by(a, "{\"conversation_id\":\"c\",\"persona\":\"*\"}") ==
-          PARLEY_ERR_NOT_FOUND);
     agent_destroy(a);
 }
 

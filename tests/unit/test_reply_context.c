@@ -1,12 +1,12 @@
 /* test_reply_context.c -- reply_context_load (reply_context.c) on the memory store:
  * a turn older than the window comes back whole ("included"), one inside it does not
- * ("in_window"), an unknown one or another conversation's is "not_found"; a store
- * without load_turn says "not_found" and marks itself unsupported. */
+ * ("in_window"), an unknown one or another conversation's is "not_found"; the store
+ * door refuses a backend table of another version or without a required method. */
 #include <stdlib.h>
 #include <string.h>
 
 #include "check.h"
-#include "turn/reply_context.h"
+#include "engine/reply_context.h"
 
 static const char *const TURN_IDS[] = {
     "11111111-1111-4111-8111-111111111111", "22222222-2222-4222-8222-222222222222",
@@ -32,7 +32,7 @@ static void append_turn(store *s, const char *id, int i)
     store_turn t = {.turn_id = TURN_IDS[i], .started_ms = 10, .finished_ms = 11,
                     .messages = msgs, .nmessages = 2};
     store_key key = {id, "", ""};
-    CHECK(s->backend->append(s, &key, &t, 20, NULL) == PARLEY_OK);
+    CHECK(store_append(s, &key, &t, 20, NULL) == PARLEY_OK);
 }
 
 static reply_outcome load(store *s, const char *id, const char *turn_id, const char *imid,
@@ -57,7 +57,7 @@ int main(void)
     store_config cfg = {.location = "", .limits = {0, 100, 0}};
     store *s = NULL;
     char *err = NULL;
-    CHECK(store_memory_backend.open(&cfg, &s, &err) == PARLEY_OK);
+    CHECK(store_open(&store_memory_backend, &cfg, &s, &err) == PARLEY_OK);
     if (!s)
         return check_report();
     for (int i = 0; i < 3; i++)
@@ -71,7 +71,6 @@ int main(void)
                                 "{\"role\":\"assistant\",\"content\":\"a0\"},");
     CHECK(rc.nmessages == 2);
     CHECK_STR(rc.found_turn_id, TURN_IDS[0]);
-    CHECK(!rc.unsupported);
     reply_context_free(&rc);
     /* by the interface id of its user message */
     CHECK(load(s, "home", NULL, "m0", 2, &rc) == REPLY_INCLUDED);
@@ -105,21 +104,28 @@ int main(void)
     reply_context_free(&job);
     reply_context_free(&turn_rc);
 
-    /* a store of an older version: no load_turn */
+    /* the door refuses a table of another version, or one without a required
+     * method, once at open: no caller meets a missing load_turn */
     store_backend old = store_memory_backend;
     old.version = 3;
-    const store_backend *real = s->backend;
-    s->backend = &old;
-    CHECK(load(s, "home", TURN_IDS[0], NULL, 1, &rc) == REPLY_NOT_FOUND);
-    CHECK(rc.unsupported);
-    reply_context_free(&rc);
-    old.version = 4;
+    store *refused = NULL;
+    CHECK(store_open(&old, &cfg, &refused, &err) == PARLEY_ERR_STORAGE && !refused);
+    CHECK(err && strstr(err, "memory store backend: built for another version"));
+    free(err);
+    err = NULL;
+    old.version = STORE_BACKEND_VERSION;
     old.load_turn = NULL;
-    CHECK(load(s, "home", TURN_IDS[0], NULL, 1, &rc) == REPLY_NOT_FOUND);
-    CHECK(rc.unsupported);
-    reply_context_free(&rc);
-    s->backend = real;
+    CHECK(store_open(&old, &cfg, &refused, &err) == PARLEY_ERR_STORAGE && !refused);
+    CHECK(err && strstr(err, "no load_turn method"));
+    free(err);
+    err = NULL;
+    old = store_memory_backend;
+    old.lease_acquire = NULL;
+    old.lease_release = NULL;
+    CHECK(store_open(&old, &cfg, &refused, &err) == PARLEY_OK && refused);
+    CHECK(!store_shared(refused));
+    store_close(refused);
 
-    store_memory_backend.close(s);
+    store_close(s);
     return check_report();
 }

@@ -5,7 +5,7 @@
 #include <string.h>
 
 #include "check.h"
-#include "config/config.h"
+#include "engine/config.h"
 #include "turn/turn_input.h"
 
 static void done_cb(void *ud, const parley_result *r)

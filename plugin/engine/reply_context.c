@@ -1,5 +1,5 @@
 /* reply_context.c -- see reply_context.h. */
-#include "turn/reply_context.h"
+#include "engine/reply_context.h"
 
 #include <ctype.h>
 #include <jansson.h>
@@ -89,7 +89,6 @@ void reply_context_take_result(reply_context *dst, reply_context *src)
     dst->messages = src->messages;
     src->messages = swap;
     dst->outcome = src->outcome;
-    dst->unsupported = src->unsupported;
     dst->nmessages = src->nmessages;
     memcpy(dst->found_turn_id, src->found_turn_id, sizeof dst->found_turn_id);
 }
@@ -105,17 +104,11 @@ void reply_context_free(reply_context *rc)
 parley_status reply_context_load(store *s, const store_key *key, size_t window_turns,
                                  uint64_t now_ms, reply_context *rc, char **err)
 {
-    const store_backend *b = s->backend;
-    if (b->version < 4 || !b->load_turn) {
-        rc->outcome = REPLY_NOT_FOUND;
-        rc->unsupported = 1;
-        return PARLEY_OK;
-    }
     int in_window = 0;
     char found[STORE_ID_LEN + 1] = "";
     pbuf_reset(&rc->messages);
     rc->nmessages = 0;
-    parley_status st = b->load_turn(s, key, rc->turn_id, rc->interface_message_id, window_turns,
+    parley_status st = store_load_turn(s, key, rc->turn_id, rc->interface_message_id, window_turns,
                                     now_ms, &rc->messages, &rc->nmessages, found, &in_window, err);
     if (st == PARLEY_ERR_NOT_FOUND) {
         free(*err);

@@ -1,5 +1,5 @@
 /* config.c -- see config.h. */
-#include "config/config.h"
+#include "engine/config.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -33,7 +33,6 @@ typedef struct reply_context {
     char *interface_message_id;
     /* what the store said */
     reply_outcome outcome;
-    int unsupported;            /* NOT_FOUND because the store has no load_turn */
     pbuf messages;              /* INCLUDED: the turn's messages as load() gives them, "m,m," */
     size_t nmessages;
     char found_turn_id[UUID_STR_LEN];
@@ -63,8 +62,7 @@ void reply_context_free(reply_context *rc);
 
 /* Ask the store which turn rc names, and whether it is among the last
  * window_turns turns of key (0 = all); sets rc->outcome (and the messages
- * when INCLUDED).  Any thread: it is a store call.  A store without
- * load_turn gives NOT_FOUND with rc->unsupported set.  PARLEY_OK, or the
+ * when INCLUDED).  Any thread: it is a store call.  PARLEY_OK, or the
  * store's error (*err malloc'd); an unknown turn is not an error. */
 parley_status reply_context_load(store *s, const store_key *key, size_t window_turns,
                                  uint64_t now_ms, reply_context *rc, char **err);
