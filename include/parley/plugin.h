@@ -136,8 +136,11 @@ typedef enum parley_status {
     PARLEY_ERR_NOT_FOUND = 11,      /* "not_found": no such conversation / turn / request */
     PARLEY_ERR_NO_MEMORY = 12,      /* "no_memory": an allocation failed */
     PARLEY_ERR_INTERNAL = 13,       /* "internal": a bug in Parley; please report it */
-    PARLEY_ERR_STORAGE = 14         /* "storage": the history store failed (I/O error, disk
+    PARLEY_ERR_STORAGE = 14,        /* "storage": the history store failed (I/O error, disk
                                        full, corrupt or unreachable store); history unchanged */
+    PARLEY_ERR_CONTEXT_OVERFLOW = 15 /* "context_overflow": the prompt does not fit the model's
+                                        context window (the server said so, with the sizes
+                                        where it gave them); history unchanged */
 } parley_status;
 
 typedef enum parley_log_level {
@@ -276,7 +279,9 @@ typedef struct parley_result {
     int continue_conversation;   /* 1 when the answer ends in a question */
     /* Token counts summed over the turn's requests, as the servers reported them
      * (0 where a server gave none): {"prompt_tokens","completion_tokens",
-     * "cache_read_tokens","cache_creation_tokens","reasoning_tokens","requests"}.
+     * "cache_read_tokens","cache_creation_tokens","prompt_tokens_evaluated",
+     * "reasoning_tokens","requests"}; prompt_tokens_evaluated: the prompt tokens
+     * the server evaluated rather than read from its cache (docs/abi.md).
      * Never NULL; also on failure (tokens spent before it). */
     const char *usage_json;
     /* Why the model's last reply ended, in Chat Completions words whatever the

@@ -19,6 +19,7 @@ const char *status_name(parley_status s)
     case PARLEY_ERR_NO_MEMORY: return "no_memory";
     case PARLEY_ERR_INTERNAL: return "internal";
     case PARLEY_ERR_STORAGE: return "storage";
+    case PARLEY_ERR_CONTEXT_OVERFLOW: return "context_overflow";
     }
     return "unknown";
 }

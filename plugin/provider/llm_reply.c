@@ -503,6 +503,26 @@ static void read_usage(const json_t *usage, llm_usage *u)
         usage_count(json_object_get(usage, "completion_tokens_details"), "reasoning_tokens");
 }
 
+/* llama.cpp's `timings` (non-streamed reply, or a stream's last chunk): what it
+   evaluated and what it reused from the slot's cache.  Not an object: absent. */
+static void read_timings(const json_t *timings, llm_usage *u)
+{
+    if (!json_is_object(timings))
+        return;
+    u->evaluated = usage_count(timings, "prompt_n");
+    u->timings_cached = usage_count(timings, "cache_n");
+}
+
+void llm_usage_settle(llm_usage *u)
+{
+    if (u->cache_read == 0)
+        u->cache_read = u->timings_cached;
+    if (u->prompt == 0 && u->evaluated > 0)
+        u->prompt = u->evaluated + u->cache_read;
+    if (u->evaluated == 0 && u->prompt > u->cache_read)
+        u->evaluated = u->prompt - u->cache_read;
+}
+
 static int decode_message(const json_t *message, llm_reply *out, char **err)
 {
     pbuf text = PBUF_INIT;
@@ -541,6 +561,7 @@ static int decode_root(const json_t *root, llm_reply *out, char **err)
     if (take_finish_reason(choice, &out->finish_reason, "response's choices[0]", err) != 0)
         return -1;
     read_usage(member(root, "usage"), &out->usage);
+    read_timings(member(root, "timings"), &out->usage);
     return decode_message(message, out, err);
 }
 
@@ -692,6 +713,23 @@ static int fast_usage_member(jscan *s, size_t which, void *ctx)
     }
 }
 
+static const fast_key FAST_TIMINGS_KEYS[] = {FAST_KEY("prompt_n"), FAST_KEY("cache_n")};
+
+static int fast_timings_member(jscan *s, size_t which, void *ctx)
+{
+    llm_usage *u = ctx;
+    return fast_usage_count(s, which == 0 ? &u->evaluated : &u->timings_cached);
+}
+
+/* read_timings: an object sets both counts (0 for what is absent); else nothing. */
+static int fast_timings(jscan *s, llm_usage *u, int *has)
+{
+    if (jscan_peek(s) != JSCAN_OBJECT)
+        return jscan_skip(s);
+    *has = 1;
+    return fast_object(s, FAST_TIMINGS_KEYS, 2, fast_timings_member, u);
+}
+
 static const fast_key FAST_FUNCTION_KEYS[] = {FAST_KEY("name"), FAST_KEY("arguments")};
 
 static int fast_function_member(jscan *s, size_t which, void *ctx)
@@ -776,7 +814,7 @@ static int fast_choices(jscan *s, fast_reply *f)
 }
 
 static const fast_key FAST_ROOT_KEYS[] = {FAST_KEY("choices"), FAST_KEY("usage"),
-                                          FAST_KEY("error")};
+                                          FAST_KEY("timings"), FAST_KEY("error")};
 
 static int fast_root_member(jscan *s, size_t which, void *ctx)
 {
@@ -787,6 +825,10 @@ static int fast_root_member(jscan *s, size_t which, void *ctx)
         if (jscan_peek(s) != JSCAN_OBJECT)
             return jscan_skip(s); /* read_usage ignores a usage that is no object */
         return fast_object(s, FAST_USAGE_KEYS, 4, fast_usage_member, &f->usage);
+    case 2: {
+        int has = 0;
+        return fast_timings(s, &f->usage, &has);
+    }
     default: return -1; /* an error member, even null: decode_root's call */
     }
 }
@@ -797,7 +839,7 @@ static int fast_scan(const char *body, size_t len, fast_reply *f)
     jscan s;
     jscan_init(&s, body, len);
     if (jscan_peek(&s) != JSCAN_OBJECT ||
-        fast_object(&s, FAST_ROOT_KEYS, 3, fast_root_member, f) != 0 || jscan_end(&s) != 0)
+        fast_object(&s, FAST_ROOT_KEYS, 4, fast_root_member, f) != 0 || jscan_end(&s) != 0)
         return -1;
     return f->has_message ? 0 : -1; /* no choices: decode_root's error */
 }
@@ -1073,6 +1115,7 @@ static int apply_chunk(llm_stream *s, const json_t *chunk, char **err)
         return fail_server_error(chunk, err);
     if (json_is_object(member(chunk, "usage")))
         read_usage(member(chunk, "usage"), &s->usage); /* the last chunk, or its own one */
+    read_timings(member(chunk, "timings"), &s->usage);
     const json_t *choices = member(chunk, "choices");
     if (!choices)
         return 0; /* e.g. a usage-only chunk */
@@ -1113,7 +1156,7 @@ typedef struct fast_call_delta {
 typedef struct fast_chunk_fields {
     jscan_str content, finish_reason;
     jscan_str reasoning[2]; /* by REASONING_FIELDS */
-    int has_content, has_finish_reason, has_reasoning[2], has_usage;
+    int has_content, has_finish_reason, has_reasoning[2], has_usage, has_timings;
     llm_usage usage;
     fast_call_delta calls[FAST_CHUNK_MAX_CALLS];
     size_t ncalls;
@@ -1237,6 +1280,7 @@ static int fast_chunk_root_member(jscan *s, size_t which, void *ctx)
             return jscan_skip(s);
         f->has_usage = 1;
         return fast_object(s, FAST_USAGE_KEYS, 4, fast_usage_member, &f->usage);
+    case 2: return fast_timings(s, &f->usage, &f->has_timings);
     default: return -1;
     }
 }
@@ -1249,6 +1293,10 @@ static int fast_chunk_apply(llm_stream *s, const fast_chunk_fields *f, char **er
         s->usage.completion = f->usage.completion;
         s->usage.cache_read = f->usage.cache_read;
         s->usage.reasoning = f->usage.reasoning;
+    }
+    if (f->has_timings) {
+        s->usage.evaluated = f->usage.evaluated;
+        s->usage.timings_cached = f->usage.timings_cached;
     }
     for (size_t i = 0; i < sizeof REASONING_FIELDS / sizeof REASONING_FIELDS[0]; i++) {
         if (!f->has_reasoning[i] || f->reasoning[i].len == 0)
@@ -1292,7 +1340,7 @@ static int fast_chunk(llm_stream *s, const char *data, size_t len, char **err)
     jscan scan;
     jscan_init(&scan, data, len);
     if (jscan_peek(&scan) != JSCAN_OBJECT ||
-        fast_object(&scan, FAST_ROOT_KEYS, 3, fast_chunk_root_member, &f) != 0 ||
+        fast_object(&scan, FAST_ROOT_KEYS, 4, fast_chunk_root_member, &f) != 0 ||
         jscan_end(&scan) != 0)
         return FAST_CHUNK_NOT_MINE;
     return fast_chunk_apply(s, &f, err);

@@ -28,7 +28,16 @@ typedef struct llm_usage {
     long long cache_read;         /* input tokens read from the server's prompt cache */
     long long cache_creation;     /* input tokens written to it (Anthropic) */
     long long reasoning;          /* output tokens spent reasoning, where reported */
+    long long evaluated;          /* prompt tokens the server evaluated, not read from its cache:
+                                     llama.cpp's timings.prompt_n; else llm_usage_settle sets
+                                     prompt - cache_read */
+    long long timings_cached;     /* llama.cpp's timings.cache_n (its usage may lack the details) */
 } llm_usage;
+
+/* Fill in what one reply's usage implies: llama.cpp's timings stand in for the usage
+ * figures a server left out (an older llama.cpp reports no cached_tokens), and
+ * `evaluated` is prompt - cache_read where the server gave no figure of its own. */
+void llm_usage_settle(llm_usage *u);
 
 typedef struct llm_reply {
     char *content;         /* assistant text; NULL when there is none (tool calls only) */

@@ -206,7 +206,11 @@ static int apply_object(ollama_stream *s, const json_t *o, char **err)
         const char *reason = json_string_value(json_object_get(o, "done_reason"));
         if (reason && !(s->done_reason = strdup(reason)))
             return codec_oom(err);
+        /* prompt_eval_count is the whole prompt as Ollama kept it (fewer tokens than sent
+           when it truncated to num_ctx); newer releases say how much of it came from the
+           cache in prompt_eval_cached_count */
         s->usage.prompt = codec_count(o, "prompt_eval_count");
+        s->usage.cache_read = codec_count(o, "prompt_eval_cached_count");
         s->usage.completion = codec_count(o, "eval_count");
     }
     return 0;

@@ -780,12 +780,35 @@ static void explain_http_error(turn *t, char **msg, int *retryable)
     *retryable = p->retryable(status, body, b->len);
 }
 
+/* The server said the prompt does not fit its context window: keep the sizes it
+ * named (t->overflow) and say so in *msg, which explain_http_error then extends
+ * with the server's own words.  No retry: the same prompt cannot fit. */
+static int is_overflow(turn *t, char **msg)
+{
+    const pbuf *b = &t->http->body;
+    if (!llm_overflow_parse(http_call_status(t->http), b->data, b->len, &t->overflow))
+        return 0;
+    const llm_overflow *o = &t->overflow;
+    char *m = o->n_prompt && o->n_ctx
+                  ? pstr_printf("the prompt does not fit the model's context window "
+                                "(%lld tokens > %lld)", o->n_prompt, o->n_ctx)
+                  : pstr_printf("the prompt does not fit the model's context window");
+    if (m) {
+        free(*msg);
+        *msg = m;
+    }
+    return 1;
+}
+
 /* Tokens and the stop reason of one decoded reply, into the turn and the metrics. */
 static void account_reply(turn *t, const llm_reply *reply)
 {
     agent_counters *m = t->env->metrics;
-    const llm_usage *u = &reply->usage;
+    llm_usage settled = reply->usage;
+    llm_usage_settle(&settled);
+    const llm_usage *u = &settled;
     t->usage.prompt += u->prompt;
+    t->usage.evaluated += u->evaluated;
     t->usage.completion += u->completion;
     t->usage.cache_read += u->cache_read;
     t->usage.cache_creation += u->cache_creation;
@@ -807,7 +830,10 @@ void turn_on_http_done(turn *t, CURLcode code)
     char *msg = NULL;
     int retryable = 0;
     parley_status st = http_call_outcome(t->http, code, &msg, &retryable);
-    if (st == PARLEY_ERR_HTTP_STATUS || st == PARLEY_ERR_RATE_LIMITED)
+    if (st == PARLEY_ERR_HTTP_STATUS && is_overflow(t, &msg))
+        st = PARLEY_ERR_CONTEXT_OVERFLOW;
+    if (st == PARLEY_ERR_HTTP_STATUS || st == PARLEY_ERR_RATE_LIMITED ||
+        st == PARLEY_ERR_CONTEXT_OVERFLOW)
         explain_http_error(t, &msg, &retryable);
     if (st == PARLEY_ERR_BAD_RESPONSE && !msg && t->stream_error)
         msg = pstr_printf("bad streamed response: %s", t->stream_error);
@@ -1296,11 +1322,12 @@ void turn_report(turn *t)
 {
     parley_status status = t->end_status;
     const char *answer = t->answer;
-    char usage[320], *u = usage;
+    char usage[400], *u = usage;
     u = put_count(u, "{\"prompt_tokens\":", t->usage.prompt);
     u = put_count(u, ",\"completion_tokens\":", t->usage.completion);
     u = put_count(u, ",\"cache_read_tokens\":", t->usage.cache_read);
     u = put_count(u, ",\"cache_creation_tokens\":", t->usage.cache_creation);
+    u = put_count(u, ",\"prompt_tokens_evaluated\":", t->usage.evaluated);
     u = put_count(u, ",\"reasoning_tokens\":", t->usage.reasoning);
     u = put_count(u, ",\"requests\":", t->replies);
     memcpy(u, "}", 2);

@@ -58,6 +58,7 @@
 #include "engine/inbox.h"
 #include "http/llm_http.h"
 #include "provider/llm_reply.h"
+#include "provider/overflow.h"
 #include "provider/provider.h"
 #include "engine/reply_context.h"
 #include "store/store.h"
@@ -157,6 +158,8 @@ struct turn {
     llm_usage usage;          /* summed over the turn's requests */
     int replies;              /* replies decoded */
     char *stop_reason;        /* the last reply's finish_reason */
+    llm_overflow overflow;    /* the sizes of the last context-overflow answer (the turn ended
+                                 or may end with PARLEY_ERR_CONTEXT_OVERFLOW); zero otherwise */
     turn_call *calls;
     size_t ncalls, calls_pending;
     store_job *job;           /* the store job in flight, NULL when none */

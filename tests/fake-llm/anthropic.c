@@ -299,22 +299,16 @@ bool anthropic_check_thinking(json_t *body, const char *user_text, struct api_er
 
 /* ---- replies ---- */
 
-static json_t *usage(const struct chat_request *req, const struct chat_reply *r,
-                     size_t prompt_bytes, json_t *native)
+/* input_tokens counts only what was neither read from nor written to the cache. */
+static json_t *usage(const struct chat_reply *r, const struct prompt_stats *ps)
 {
-    json_t *u = chat_usage(prompt_bytes, r);
-    json_int_t p = json_integer_value(json_object_get(u, "prompt_tokens"));
+    json_t *u = chat_usage(ps, r);
     json_int_t c = json_integer_value(json_object_get(u, "completion_tokens"));
     json_decref(u);
-    /* A system prompt marked for caching is "read from the cache". */
-    json_t *sys0 = json_array_get(json_object_get(native, "system"), 0);
-    json_int_t cached = json_object_get(sys0, "cache_control") && req->system_text
-                            ? (json_int_t)(strlen(req->system_text) / 4 + 1) : 0;
-    if (cached > p - 1)
-        cached = p - 1;
-    return json_pack("{s:I,s:I,s:I,s:I}", "input_tokens", p - cached, "output_tokens", c,
-                     "cache_creation_input_tokens", (json_int_t)0, "cache_read_input_tokens",
-                     cached);
+    json_int_t read = (json_int_t)ps->cached_tokens, written = (json_int_t)ps->cache_creation;
+    return json_pack("{s:I,s:I,s:I,s:I}", "input_tokens",
+                     (json_int_t)ps->prompt_tokens - read - written, "output_tokens", c,
+                     "cache_creation_input_tokens", written, "cache_read_input_tokens", read);
 }
 
 static bool thinks(const struct chat_reply *r, json_t *native)
@@ -365,13 +359,13 @@ static json_t *message_base(const struct chat_request *req, unsigned long seq)
 }
 
 char *anthropic_message_json(const struct chat_request *req, const struct chat_reply *r,
-                             unsigned long seq, size_t prompt_bytes, json_t *native, size_t *len)
+                             unsigned long seq, const struct prompt_stats *ps, json_t *native, size_t *len)
 {
     json_t *o = message_base(req, seq);
     json_object_set_new(o, "content", content_blocks(r, native, false));
     json_object_set_new(o, "stop_reason", json_string(stop_reason(r)));
     json_object_set_new(o, "stop_sequence", json_null());
-    json_object_set_new(o, "usage", usage(req, r, prompt_bytes, native));
+    json_object_set_new(o, "usage", usage(r, ps));
     char *s = json_dump_compact(o, len);
     json_decref(o);
     return s;
@@ -404,10 +398,10 @@ static void deltas(struct segments *out, size_t index, const char *dtype, const 
 }
 
 void anthropic_sse_build(const struct chat_request *req, const struct chat_reply *r,
-                         unsigned long seq, size_t prompt_bytes, json_t *native,
+                         unsigned long seq, const struct prompt_stats *ps, json_t *native,
                          struct segments *out)
 {
-    json_t *u = usage(req, r, prompt_bytes, native);
+    json_t *u = usage(r, ps);
     json_t *start = message_base(req, seq);
     json_object_set_new(start, "content", json_array());
     json_object_set_new(start, "stop_reason", json_null());

@@ -315,17 +315,40 @@ void chat_reply_free(struct chat_reply *r)
 
 /* ------------------------------------------------------------ bodies */
 
-json_t *chat_usage(size_t prompt_bytes, const struct chat_reply *r)
+/* The answer's tokens (bytes/4 + 1: a reply's size, not the prompt model's business). */
+static json_int_t completion_tokens(const struct chat_reply *r)
 {
     size_t out_bytes = r->content ? strlen(r->content) : 0;
     for (size_t i = 0; i < r->ncalls; i++)
         out_bytes += strlen(r->calls[i].name) + strlen(r->calls[i].args);
-    json_int_t p = (json_int_t)(prompt_bytes / 4 + 1), c = (json_int_t)(out_bytes / 4 + 1);
+    return (json_int_t)(out_bytes / 4 + 1);
+}
+
+json_t *chat_usage(const struct prompt_stats *ps, const struct chat_reply *r)
+{
+    json_int_t p = (json_int_t)ps->prompt_tokens, c = completion_tokens(r);
     json_t *u = json_object();
     json_object_set_new(u, "prompt_tokens", json_integer(p));
     json_object_set_new(u, "completion_tokens", json_integer(c));
     json_object_set_new(u, "total_tokens", json_integer(p + c));
+    json_object_set_new(u, "prompt_tokens_details",
+                        json_pack("{s:I}", "cached_tokens", (json_int_t)ps->cached_tokens));
     return u;
+}
+
+/* llama.cpp's result_timings::to_json (server-task.cpp): prompt_n is what it evaluated,
+ * cache_n what it reused from the slot.  The times are made up: 1 ms per prompt token,
+ * 10 ms per generated one. */
+json_t *chat_timings(const struct prompt_stats *ps, const struct chat_reply *r)
+{
+    if (g_cfg.cache != CACHE_LLAMACPP)
+        return NULL;
+    json_int_t pn = (json_int_t)ps->evaluated, gn = completion_tokens(r);
+    return json_pack("{s:I,s:I,s:f,s:f,s:f,s:I,s:f,s:f,s:f}", "cache_n",
+                     (json_int_t)ps->cached_tokens, "prompt_n", pn, "prompt_ms", (double)pn,
+                     "prompt_per_token_ms", 1.0, "prompt_per_second", 1000.0, "predicted_n", gn,
+                     "predicted_ms", 10.0 * (double)gn, "predicted_per_token_ms", 10.0,
+                     "predicted_per_second", 100.0);
 }
 
 json_t *chat_object_base(const struct chat_request *req, unsigned long seq, const char *object)
@@ -342,7 +365,7 @@ json_t *chat_object_base(const struct chat_request *req, unsigned long seq, cons
 }
 
 char *chat_completion_json(const struct chat_request *req, const struct chat_reply *r,
-                           unsigned long seq, size_t prompt_bytes, size_t *len)
+                           unsigned long seq, const struct prompt_stats *ps, size_t *len)
 {
     json_t *msg = json_object();
     json_object_set_new(msg, "role", json_string("assistant"));
@@ -378,7 +401,10 @@ char *chat_completion_json(const struct chat_request *req, const struct chat_rep
     json_t *choices = json_array();
     json_array_append_new(choices, choice);
     json_object_set_new(o, "choices", choices);
-    json_object_set_new(o, "usage", chat_usage(prompt_bytes, r));
+    json_object_set_new(o, "usage", chat_usage(ps, r));
+    json_t *timings = chat_timings(ps, r);
+    if (timings)
+        json_object_set_new(o, "timings", timings);
     char *s = json_dump_compact(o, len);
     json_decref(o);
     return s;

@@ -14,6 +14,8 @@
  *   dialect.c what the dialects share: reasoning markers, strict checks
  *   timer.c   wakeup heap thread that resumes suspended connections
  *   reqlog.c  JSON-lines request log
+ *   prompt.c  the prompt model: canonical rendering, tokenizer, context window,
+ *             prompt caches (llama.cpp slots, Anthropic breakpoints, OpenAI automatic)
  *   util.c    buffers, clocks, UTF-8 helpers
  */
 #ifndef PARLEY_FAKELLM_H
@@ -153,9 +155,13 @@ void chat_reply_build(const struct chat_request *req, unsigned long seq, bool en
                       struct chat_reply *out);
 void chat_reply_free(struct chat_reply *r);
 /* Non-streaming chat.completion body. */
+struct prompt_stats;
 char *chat_completion_json(const struct chat_request *req, const struct chat_reply *r,
-                           unsigned long seq, size_t prompt_bytes, size_t *len);
-json_t *chat_usage(size_t prompt_bytes, const struct chat_reply *r);
+                           unsigned long seq, const struct prompt_stats *ps, size_t *len);
+/* usage with prompt_tokens_details.cached_tokens, as llama.cpp and OpenAI send it */
+json_t *chat_usage(const struct prompt_stats *ps, const struct chat_reply *r);
+/* llama.cpp's timings object (--cache llamacpp), or NULL */
+json_t *chat_timings(const struct prompt_stats *ps, const struct chat_reply *r);
 /* {"id":"chatcmpl-SEQ","object":object,"created","model","system_fingerprint"} */
 json_t *chat_object_base(const struct chat_request *req, unsigned long seq, const char *object);
 /* Bodies for the bad_shape fault (variant: SHAPE_*). */
@@ -206,16 +212,67 @@ const char *jstr_member(const json_t *o, const char *k);
 json_t *anthropic_to_chat(json_t *body, struct api_error *err);
 bool anthropic_check_thinking(json_t *body, const char *user_text, struct api_error *err);
 char *anthropic_message_json(const struct chat_request *req, const struct chat_reply *r,
-                             unsigned long seq, size_t prompt_bytes, json_t *native, size_t *len);
+                             unsigned long seq, const struct prompt_stats *ps, json_t *native,
+                             size_t *len);
 void anthropic_sse_build(const struct chat_request *req, const struct chat_reply *r,
-                         unsigned long seq, size_t prompt_bytes, json_t *native,
+                         unsigned long seq, const struct prompt_stats *ps, json_t *native,
                          struct segments *out);
 
 json_t *ollama_to_chat(json_t *body, struct api_error *err);
 char *ollama_chat_json(const struct chat_request *req, const struct chat_reply *r,
-                       size_t prompt_bytes, json_t *native, size_t *len);
+                       const struct prompt_stats *ps, json_t *native, size_t *len);
 void ollama_ndjson_build(const struct chat_request *req, const struct chat_reply *r,
-                         size_t prompt_bytes, json_t *native, struct segments *out);
+                         const struct prompt_stats *ps, json_t *native, struct segments *out);
+
+/* ------------------------------------------------------------ prompt.c */
+
+enum cache_mode { CACHE_LLAMACPP, CACHE_ANTHROPIC, CACHE_OPENAI, CACHE_NONE };
+enum overflow_style { OVERFLOW_LLAMACPP, OVERFLOW_OPENAI, OVERFLOW_VLLM };
+
+/* A prompt in the fake's canonical text, its tokens, and (Anthropic) its blocks. */
+struct rendered {
+    buf_t text;
+    size_t *ends; /* token i covers [ends[i-1], ends[i]) */
+    size_t ntok, cap;
+    struct { size_t end; bool breakpoint; } *blocks; /* content block ends, cache_control */
+    size_t nblocks, bcap;
+};
+
+/* What the prompt model made of one chat request (the request log shows it). */
+struct prompt_stats {
+    bool valid;
+    size_t prompt_tokens;   /* as the model saw it (after Ollama's truncation) */
+    size_t cached_tokens;   /* read from the prompt cache */
+    size_t cache_creation;  /* anthropic mode: written to the cache */
+    size_t evaluated;       /* prompt_tokens - cached_tokens */
+    size_t window;          /* the context window applied; 0 = unlimited */
+    size_t dropped_messages; /* Ollama: messages truncated away to fit num_ctx */
+    size_t sent_tokens;     /* Ollama: the prompt as sent, before truncation */
+    int slot;               /* llamacpp mode: the slot used; -1 otherwise */
+    int extends;            /* the prompt extends the previous one (the slot's, or any: 1/0),
+                               -1 when there was none */
+    bool overflow;          /* refused for the context window */
+    unsigned long gen;      /* the slot's prompt number, for prompt_answered */
+};
+
+void prompt_render_chat(const json_t *chat_body, struct rendered *r);
+void prompt_render_anthropic(const json_t *native, struct rendered *r);
+/* The answer as the next prompt will render it after "<|assistant|>\n" (malloc'd). */
+char *prompt_render_reply(const struct chat_reply *rep, size_t *len);
+void rendered_free(struct rendered *r);
+size_t prompt_count_tokens(const char *s, size_t n);
+/* Match r against the cache of --cache and make it the cache's latest prompt. */
+void prompt_account(const struct rendered *r, struct prompt_stats *st);
+/* The answer was generated: a slot now also holds it. */
+void prompt_answered(const struct prompt_stats *st, const struct chat_reply *rep);
+void prompt_cleanup(void);
+/* The window for this request: --n-ctx, or for Ollama the request's options.num_ctx. */
+size_t prompt_window(enum dialect d, const json_t *native);
+/* Ollama: body minus its oldest messages until it fits n_ctx (new reference). */
+json_t *prompt_ollama_truncate(json_t *chat_body, size_t n_ctx, size_t *dropped);
+/* The overflow answer (HTTP 400 body) in the dialect's and --overflow-style's shape, or
+ * NULL when n prompt tokens (and max_tokens of answer, < 0: none) fit ctx. */
+char *prompt_overflow_body(enum dialect d, size_t n, size_t ctx, long max_tokens, size_t *len);
 
 /* ------------------------------------------------------------ sse.c */
 
@@ -238,7 +295,7 @@ void segments_add(struct segments *s, const char *p, size_t n);
 void segments_free(struct segments *s);
 
 void sse_build(const struct chat_request *req, const struct chat_reply *r, unsigned long seq,
-               size_t prompt_bytes, bool poison_utf8, struct segments *out);
+               const struct prompt_stats *ps, bool poison_utf8, struct segments *out);
 /* Splits a finished body into ~8 pieces (for slow/cut non-stream replies). */
 void segments_split(const char *body, size_t len, size_t pieces, struct segments *out);
 /* Takes ownership of segs. */
@@ -264,7 +321,8 @@ bool reqlog_open(const char *path);
  * < 0 logs null (one port = one connection). */
 void reqlog_write(unsigned long seq, const char *method, const char *path, const char *auth,
                   const char *ctype, const json_t *body, const char *raw, size_t rawlen,
-                  int status, const char *fault, int client_port);
+                  int status, const char *fault, int client_port,
+                  const struct prompt_stats *ps);
 void reqlog_close(void);
 
 /* ------------------------------------------------------------ http.c */
@@ -291,6 +349,12 @@ struct config {
     unsigned threads;
     unsigned max_connections;
     bool quiet;
+    size_t n_ctx;                /* --n-ctx: context window in tokens, 0 = unlimited */
+    enum cache_mode cache;       /* --cache */
+    size_t slots;                /* --slots (llamacpp mode) */
+    enum overflow_style overflow_style; /* --overflow-style (OpenAI-dialect overflow shape) */
+    size_t cache_min;            /* --cache-min: anthropic mode's minimum cacheable prefix */
+    uint64_t cache_ttl_ms;       /* --cache-ttl-ms: anthropic/openai cache lifetime */
 };
 
 extern struct config g_cfg;

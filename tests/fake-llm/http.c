@@ -28,6 +28,7 @@ struct outcome {
     bool hang;
     uint64_t delay_ms;
     char fault[64]; /* empty = no fault applied */
+    struct prompt_stats ps; /* a chat request's prompt, as the prompt model saw it */
 };
 
 void http_suspend_until(struct MHD_Connection *conn, uint64_t due_ms)
@@ -75,13 +76,13 @@ static void set_json(struct outcome *o, unsigned status, char *json, size_t len)
 
 /* ---------------------------------------------------------- chat */
 
-static void chat_reply_response(struct MHD_Connection *conn, const struct request *r,
-                                const struct chat_request *req, const struct fault *f,
-                                unsigned long seq, enum dialect dialect, json_t *native,
+static void chat_reply_response(struct MHD_Connection *conn, const struct chat_request *req,
+                                const struct fault *f, unsigned long seq, enum dialect dialect, json_t *native,
                                 struct outcome *o)
 {
     struct chat_reply rep;
     chat_reply_build(req, seq, f->kind == FAULT_ENDLESS_TOOLS, &rep);
+    prompt_answered(&o->ps, &rep);
     if (f->kind == FAULT_INVALID_UTF8) {
         /* A plain text reply whose content holds 0xC3 0x28 once encoded. */
         chat_reply_free(&rep);
@@ -102,11 +103,11 @@ static void chat_reply_response(struct MHD_Connection *conn, const struct reques
     if (req->stream && f->kind != FAULT_TRUNCATED && f->kind != FAULT_RESET) {
         struct segments segs = {0};
         if (dialect == DIALECT_ANTHROPIC)
-            anthropic_sse_build(req, &rep, seq, r->body.len, native, &segs);
+            anthropic_sse_build(req, &rep, seq, &o->ps, native, &segs);
         else if (dialect == DIALECT_OLLAMA)
-            ollama_ndjson_build(req, &rep, r->body.len, native, &segs);
+            ollama_ndjson_build(req, &rep, &o->ps, native, &segs);
         else
-            sse_build(req, &rep, seq, r->body.len, po.poison_utf8, &segs);
+            sse_build(req, &rep, seq, &o->ps, po.poison_utf8, &segs);
         o->resp = paced_response(conn, &segs, &po,
                                  dialect == DIALECT_OLLAMA ? "application/x-ndjson"
                                                            : "text/event-stream");
@@ -116,10 +117,10 @@ static void chat_reply_response(struct MHD_Connection *conn, const struct reques
 
     size_t len;
     char *json = dialect == DIALECT_ANTHROPIC
-                     ? anthropic_message_json(req, &rep, seq, r->body.len, native, &len)
+                     ? anthropic_message_json(req, &rep, seq, &o->ps, native, &len)
                  : dialect == DIALECT_OLLAMA
-                     ? ollama_chat_json(req, &rep, r->body.len, native, &len)
-                     : chat_completion_json(req, &rep, seq, r->body.len, &len);
+                     ? ollama_chat_json(req, &rep, &o->ps, native, &len)
+                     : chat_completion_json(req, &rep, seq, &o->ps, &len);
     chat_reply_free(&rep);
     if (po.poison_utf8)
         len = utf8_poison(json, len);
@@ -135,6 +136,57 @@ static void chat_reply_response(struct MHD_Connection *conn, const struct reques
     } else {
         set_json(o, MHD_HTTP_OK, json, len);
     }
+}
+
+/* Ollama's silent truncation: the oldest messages go until the prompt fits num_ctx.
+ * Takes body (a translation, never the native request) and returns what the model sees. */
+static json_t *ollama_fit(json_t *body, size_t window, struct prompt_stats *ps)
+{
+    size_t dropped;
+    json_t *cut = prompt_ollama_truncate(body, window, &dropped);
+    struct rendered sent = {0};
+    prompt_render_chat(body, &sent);
+    ps->sent_tokens = sent.ntok;
+    ps->dropped_messages = dropped;
+    rendered_free(&sent);
+    json_decref(body);
+    return cut;
+}
+
+/* The answer's size limit the request asks for, or -1. */
+static long max_answer_tokens(const json_t *native)
+{
+    const json_t *v = json_object_get(native, "max_completion_tokens");
+    if (!json_is_integer(v))
+        v = json_object_get(native, "max_tokens");
+    return json_is_integer(v) ? (long)json_integer_value(v) : -1;
+}
+
+/* The prompt model (prompt.c): count the prompt, refuse it when it does not fit the
+ * window, else match it against the prompt cache.  false: o holds the overflow answer. */
+static bool model_prompt(enum dialect dialect, const json_t *body, const json_t *native,
+                         size_t window, struct outcome *o)
+{
+    struct rendered rp = {0};
+    if (dialect == DIALECT_ANTHROPIC)
+        prompt_render_anthropic(native, &rp);
+    else
+        prompt_render_chat(body, &rp);
+    o->ps.window = window;
+    size_t len;
+    char *refusal = prompt_overflow_body(dialect, rp.ntok, window,
+                                         dialect == DIALECT_OLLAMA ? -1 : max_answer_tokens(native),
+                                         &len);
+    if (refusal) {
+        o->ps.valid = o->ps.overflow = true;
+        o->ps.prompt_tokens = rp.ntok;
+        o->ps.slot = o->ps.extends = -1;
+        set_json(o, 400, refusal, len);
+    } else {
+        prompt_account(&rp, &o->ps);
+    }
+    rendered_free(&rp);
+    return refusal == NULL;
 }
 
 static void handle_chat(struct MHD_Connection *conn, const struct request *r, json_t *body,
@@ -158,6 +210,9 @@ static void handle_chat(struct MHD_Connection *conn, const struct request *r, js
             return;
         }
     }
+    size_t window = prompt_window(dialect, native);
+    if (dialect == DIALECT_OLLAMA && window)
+        body = ollama_fit(body, window, &o->ps);
     if (!chat_parse(body, &req, &err) ||
         (dialect != DIALECT_ANTHROPIC && !openai_check_extra(&req, &err)) ||
         (dialect == DIALECT_ANTHROPIC && !anthropic_check_thinking(native, req.user_text, &err))) {
@@ -167,6 +222,9 @@ static void handle_chat(struct MHD_Connection *conn, const struct request *r, js
             json_decref(body);
         return;
     }
+
+    if (!model_prompt(dialect, body, native, window, o))
+        goto out;
 
     /* Per-request markers override the command line. */
     struct fault f = g_cfg.fault;
@@ -233,7 +291,7 @@ static void handle_chat(struct MHD_Connection *conn, const struct request *r, js
         o->resp = fault_oversized_response(req.model, seq, f.arg);
         break;
     default:
-        chat_reply_response(conn, r, &req, &f, seq, dialect, native, o);
+        chat_reply_response(conn, &req, &f, seq, dialect, native, o);
         if (f.kind == FAULT_HEADER_FLOOD)
             fault_header_flood(o->resp, f.arg);
         break;
@@ -245,6 +303,63 @@ out:
 }
 
 /* ---------------------------------------------------------- routing */
+
+/* One model, fake-model; with --n-ctx, vLLM's max_model_len. */
+static void models_response(struct outcome *o)
+{
+    json_t *m = json_pack("{s:s,s:s,s:i,s:s}", "id", FAKE_MODEL_ID, "object", "model", "created",
+                          1700000000, "owned_by", "parley-fake-llm");
+    if (g_cfg.n_ctx)
+        json_object_set_new(m, "max_model_len", json_integer((json_int_t)g_cfg.n_ctx));
+    json_t *list = json_pack("{s:s,s:[o]}", "object", "list", "data", m);
+    size_t len;
+    char *s = json_dump_compact(list, &len);
+    json_decref(list);
+    set_json(o, MHD_HTTP_OK, s, len);
+}
+
+/* llama.cpp's GET /props: the slots' window in default_generation_settings.n_ctx. */
+static void props_response(struct outcome *o)
+{
+    json_t *p = json_pack("{s:{s:i,s:I,s:{s:i}},s:I,s:s,s:s}", "default_generation_settings",
+                          "id", 0, "n_ctx", (json_int_t)g_cfg.n_ctx, "params", "n_predict", -1,
+                          "total_slots", (json_int_t)g_cfg.slots, "model_path",
+                          FAKE_MODEL_ID ".gguf", "chat_template", "parley-fake-llm");
+    size_t len;
+    char *s = json_dump_compact(p, &len);
+    json_decref(p);
+    set_json(o, MHD_HTTP_OK, s, len);
+}
+
+/* Ollama's POST /api/show: model_info "<arch>.context_length" (the model's own window,
+ * --n-ctx) and, as a Modelfile PARAMETER, num_ctx. */
+static void show_response(const json_t *body, struct outcome *o)
+{
+    const char *model = json_string_value(json_object_get(body, "model"));
+    if (!model || strcmp(model, FAKE_MODEL_ID) != 0) {
+        char *msg = NULL;
+        if (asprintf(&msg, "{\"error\":\"model '%s' not found\"}", model ? model : "") < 0)
+            abort();
+        set_json(o, 404, msg, strlen(msg));
+        return;
+    }
+    json_t *info = json_pack("{s:s}", "general.architecture", "fake");
+    buf_t params = {0};
+    if (g_cfg.n_ctx) {
+        json_object_set_new(info, "fake.context_length", json_integer((json_int_t)g_cfg.n_ctx));
+        buf_printf(&params, "num_ctx                        %zu", g_cfg.n_ctx);
+    }
+    json_t *show = json_pack("{s:s,s:s,s:s,s:{s:s,s:s},s:o,s:[s,s]}", "license", "",
+                             "modelfile", "FROM fake-model", "parameters",
+                             params.data ? params.data : "", "details", "format", "gguf",
+                             "family", "fake", "model_info", info, "capabilities", "completion",
+                             "tools");
+    buf_free(&params);
+    size_t len;
+    char *s = json_dump_compact(show, &len);
+    json_decref(show);
+    set_json(o, MHD_HTTP_OK, s, len);
+}
 
 static bool is_get(const char *method)
 {
@@ -269,10 +384,11 @@ static void route(struct MHD_Connection *conn, const struct request *r, const ch
     } else if (strcmp(method, "POST") == 0 && strcmp(url, "/api/chat") == 0) {
         handle_chat(conn, r, body, seq, DIALECT_OLLAMA, o);
     } else if (is_get(method) && (strcmp(url, "/v1/models") == 0 || strcmp(url, "/models") == 0)) {
-        static const char models[] =
-            "{\"object\":\"list\",\"data\":[{\"id\":\"" FAKE_MODEL_ID "\",\"object\":\"model\","
-            "\"created\":1700000000,\"owned_by\":\"parley-fake-llm\"}]}";
-        set_json(o, MHD_HTTP_OK, xstrdup(models), sizeof models - 1);
+        models_response(o);
+    } else if (is_get(method) && strcmp(url, "/props") == 0) {
+        props_response(o);
+    } else if (strcmp(method, "POST") == 0 && strcmp(url, "/api/show") == 0) {
+        show_response(body, o);
     } else if (is_get(method) && strcmp(url, "/api/tags") == 0) { /* Ollama's model list */
         static const char tags[] = "{\"models\":[{\"name\":\"" FAKE_MODEL_ID "\",\"model\":\""
                                    FAKE_MODEL_ID "\",\"size\":1}]}";
@@ -327,7 +443,8 @@ static enum MHD_Result dispatch(struct MHD_Connection *conn, struct request *r, 
         auth = xkey;
     reqlog_write(seq, method, url, auth,
                  header(conn, MHD_HTTP_HEADER_CONTENT_TYPE), body, r->body.data, r->body.len,
-                 o.hang ? -1 : (int)o.status, o.fault[0] ? o.fault : NULL, client_port(conn));
+                 o.hang ? -1 : (int)o.status, o.fault[0] ? o.fault : NULL, client_port(conn),
+                 &o.ps);
     if (!g_cfg.quiet)
         fprintf(stderr, "fake-llm: #%lu %s %s -> %s%u%s%s\n", seq, method, url,
                 o.hang ? "hang" : "", o.hang ? 0 : o.status, o.fault[0] ? " fault=" : "",

@@ -19,6 +19,11 @@ struct config g_cfg = {
     .threads = 2,
     .max_connections = 20000,
     .fault = {.kind = FAULT_NONE, .retry_after = -1},
+    .cache = CACHE_LLAMACPP,
+    .slots = 1,
+    .overflow_style = OVERFLOW_LLAMACPP,
+    .cache_min = 1024,
+    .cache_ttl_ms = 300000,
 };
 atomic_bool g_shutting_down;
 atomic_long g_suspended;
@@ -29,6 +34,9 @@ static void usage(FILE *out)
     fputs("usage: parley-fake-llm [--host 127.0.0.1] [--port N] [--port-file FILE]\n"
           "                       [--log FILE] [--latency-ms N] [--fault MODE]\n"
           "                       [--threads N] [--max-connections N] [--quiet]\n"
+          "                       [--n-ctx N] [--cache llamacpp|anthropic|openai|none]\n"
+          "                       [--slots N] [--overflow-style llamacpp|openai|vllm]\n"
+          "                       [--cache-min N] [--cache-ttl-ms N]\n"
           "fault modes: none 500 502 503 429 429:S NNNxK 429:SxK hang truncated not_json\n"
           "  bad_shape[:empty_choices|:null_message] invalid_utf8 reset oversized[:MB]\n"
           "  endless_tools slow_stream[:MS] stream_cut[:abort]\n",
@@ -45,6 +53,19 @@ static unsigned long num_arg(const char *opt, const char *s, unsigned long max)
     return v;
 }
 
+/* In enum cache_mode's and enum overflow_style's order. */
+static const char *const CACHE_MODES[] = {"llamacpp", "anthropic", "openai", "none", NULL};
+static const char *const OVERFLOW_STYLES[] = {"llamacpp", "openai", "vllm", NULL};
+
+static int word_arg(const char *opt, const char *s, const char *const *words)
+{
+    for (int i = 0; words[i]; i++)
+        if (strcmp(s, words[i]) == 0)
+            return i;
+    fprintf(stderr, "parley-fake-llm: bad value for --%s: '%s'\n", opt, s);
+    exit(2);
+}
+
 static void parse_args(int argc, char **argv)
 {
     static const struct option opts[] = {
@@ -57,6 +78,12 @@ static void parse_args(int argc, char **argv)
         {"threads", required_argument, NULL, 't'},
         {"max-connections", required_argument, NULL, 'm'},
         {"quiet", no_argument, NULL, 'q'},
+        {"n-ctx", required_argument, NULL, 'n'},
+        {"cache", required_argument, NULL, 'c'},
+        {"slots", required_argument, NULL, 's'},
+        {"overflow-style", required_argument, NULL, 'o'},
+        {"cache-min", required_argument, NULL, 'M'},
+        {"cache-ttl-ms", required_argument, NULL, 'T'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -73,6 +100,15 @@ static void parse_args(int argc, char **argv)
             g_cfg.max_connections = (unsigned)num_arg("max-connections", optarg, 1000000);
             break;
         case 'q': g_cfg.quiet = true; break;
+        case 'n': g_cfg.n_ctx = num_arg("n-ctx", optarg, 100000000); break;
+        case 's': g_cfg.slots = num_arg("slots", optarg, 256); break;
+        case 'M': g_cfg.cache_min = num_arg("cache-min", optarg, 100000000); break;
+        case 'T': g_cfg.cache_ttl_ms = num_arg("cache-ttl-ms", optarg, 86400000); break;
+        case 'c': g_cfg.cache = (enum cache_mode)word_arg("cache", optarg, CACHE_MODES); break;
+        case 'o':
+            g_cfg.overflow_style = (enum overflow_style)word_arg("overflow-style", optarg,
+                                                                 OVERFLOW_STYLES);
+            break;
         case 'f':
             if (!fault_parse(optarg, strlen(optarg), &g_cfg.fault)) {
                 fprintf(stderr, "parley-fake-llm: unknown fault mode '%s'\n", optarg);
@@ -90,6 +126,8 @@ static void parse_args(int argc, char **argv)
     }
     if (g_cfg.threads == 0)
         g_cfg.threads = 1;
+    if (g_cfg.slots == 0)
+        g_cfg.slots = 1;
     if (g_cfg.max_connections < g_cfg.threads)
         g_cfg.max_connections = g_cfg.threads;
 }
@@ -226,5 +264,6 @@ int main(int argc, char **argv)
     MHD_stop_daemon(d);
     reqlog_close();
     faults_cleanup();
+    prompt_cleanup();
     return 0;
 }

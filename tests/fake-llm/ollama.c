@@ -188,14 +188,18 @@ static json_t *calls_json(const struct chat_reply *r)
     return calls;
 }
 
-static void final_fields(json_t *o, const struct chat_reply *r, size_t prompt_bytes)
+/* prompt_eval_count: the prompt as the model got it (after truncation to num_ctx), and, as
+ * newer releases do, prompt_eval_cached_count: how much of it came from the cache. */
+static void final_fields(json_t *o, const struct chat_reply *r, const struct prompt_stats *ps)
 {
-    json_t *u = chat_usage(prompt_bytes, r);
+    json_t *u = chat_usage(ps, r);
     json_object_set_new(o, "done_reason", json_string(strcmp(r->finish_reason, "length") == 0
                                                           ? "length" : "stop"));
     json_object_set_new(o, "done", json_true());
     json_object_set_new(o, "total_duration", json_integer(1000));
     json_object_set_new(o, "prompt_eval_count", json_incref(json_object_get(u, "prompt_tokens")));
+    json_object_set_new(o, "prompt_eval_cached_count",
+                        json_integer((json_int_t)ps->cached_tokens));
     json_object_set_new(o, "eval_count", json_incref(json_object_get(u, "completion_tokens")));
     json_decref(u);
 }
@@ -211,13 +215,13 @@ static char *visible_content(const struct chat_reply *r, json_t *native)
 }
 
 char *ollama_chat_json(const struct chat_request *req, const struct chat_reply *r,
-                       size_t prompt_bytes, json_t *native, size_t *len)
+                       const struct prompt_stats *ps, json_t *native, size_t *len)
 {
     char *content = visible_content(r, native);
     json_t *o = base(req);
     json_object_set_new(o, "message", message(content, wants_thinking(native) ? r->reasoning : NULL,
                                               r->ncalls ? calls_json(r) : NULL));
-    final_fields(o, r, prompt_bytes);
+    final_fields(o, r, ps);
     free(content);
     char *s = json_dump_compact(o, len);
     json_decref(o);
@@ -255,7 +259,7 @@ static void pieces(struct segments *out, const struct chat_request *req, const c
 }
 
 void ollama_ndjson_build(const struct chat_request *req, const struct chat_reply *r,
-                         size_t prompt_bytes, json_t *native, struct segments *out)
+                         const struct prompt_stats *ps, json_t *native, struct segments *out)
 {
     if (r->reasoning && wants_thinking(native))
         pieces(out, req, r->reasoning, true);
@@ -270,6 +274,6 @@ void ollama_ndjson_build(const struct chat_request *req, const struct chat_reply
     }
     json_t *o = base(req);
     json_object_set_new(o, "message", message("", NULL, NULL));
-    final_fields(o, r, prompt_bytes);
+    final_fields(o, r, ps);
     line(out, o);
 }

@@ -25,7 +25,8 @@ static json_t *str_or_null(const char *s)
 
 void reqlog_write(unsigned long seq, const char *method, const char *path, const char *auth,
                   const char *ctype, const json_t *body, const char *raw, size_t rawlen,
-                  int status, const char *fault, int client_port)
+                  int status, const char *fault, int client_port,
+                  const struct prompt_stats *ps)
 {
     if (!log_fp)
         return;
@@ -47,6 +48,21 @@ void reqlog_write(unsigned long seq, const char *method, const char *path, const
     json_object_set_new(o, "status", status < 0 ? json_null() : json_integer(status));
     json_object_set_new(o, "fault", str_or_null(fault));
     json_object_set_new(o, "client_port", client_port < 0 ? json_null() : json_integer(client_port));
+    if (ps && ps->valid) { /* the prompt model's view of a chat request (prompt.c) */
+        json_object_set_new(o, "prompt_tokens", json_integer((json_int_t)ps->prompt_tokens));
+        json_object_set_new(o, "cached_tokens", json_integer((json_int_t)ps->cached_tokens));
+        json_object_set_new(o, "cache_creation_tokens",
+                            json_integer((json_int_t)ps->cache_creation));
+        json_object_set_new(o, "evaluated_tokens", json_integer((json_int_t)ps->evaluated));
+        json_object_set_new(o, "slot", ps->slot < 0 ? json_null() : json_integer(ps->slot));
+        json_object_set_new(o, "overflow", json_boolean(ps->overflow));
+        json_object_set_new(o, "extends_previous",
+                            ps->extends < 0 ? json_null() : json_boolean(ps->extends));
+        json_object_set_new(o, "n_ctx", json_integer((json_int_t)ps->window));
+        json_object_set_new(o, "truncated_messages",
+                            json_integer((json_int_t)ps->dropped_messages));
+        json_object_set_new(o, "sent_tokens", json_integer((json_int_t)ps->sent_tokens));
+    }
     size_t len;
     char *line = json_dump_compact(o, &len);
     json_decref(o);

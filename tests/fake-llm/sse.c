@@ -43,6 +43,7 @@ struct sse_ctx {
     unsigned long seq;
     bool poison;
     struct segments *out;
+    json_t *timings; /* llama.cpp: goes on the chunk with finish_reason (stolen) */
 };
 
 /* Appends one "data: {chunk}\n\n" event. delta and usage are stolen. */
@@ -61,6 +62,10 @@ static void emit(struct sse_ctx *c, json_t *delta, const char *finish, json_t *u
     json_object_set_new(o, "choices", choices);
     if (usage)
         json_object_set_new(o, "usage", usage);
+    if (finish && c->timings) {
+        json_object_set_new(o, "timings", c->timings);
+        c->timings = NULL;
+    }
     size_t len;
     char *s = json_dump_compact(o, &len);
     json_decref(o);
@@ -117,9 +122,9 @@ static void text_deltas(struct sse_ctx *c, const char *field, const char *s)
 }
 
 void sse_build(const struct chat_request *req, const struct chat_reply *r, unsigned long seq,
-               size_t prompt_bytes, bool poison_utf8, struct segments *out)
+               const struct prompt_stats *ps, bool poison_utf8, struct segments *out)
 {
-    struct sse_ctx c = {req, seq, poison_utf8, out};
+    struct sse_ctx c = {req, seq, poison_utf8, out, chat_timings(ps, r)};
 
     json_t *d = json_object();
     json_object_set_new(d, "role", json_string("assistant"));
@@ -141,7 +146,7 @@ void sse_build(const struct chat_request *req, const struct chat_reply *r, unsig
     }
     emit(&c, json_object(), r->finish_reason, NULL);
     if (req->include_usage)
-        emit(&c, NULL, NULL, chat_usage(prompt_bytes, r));
+        emit(&c, NULL, NULL, chat_usage(ps, r));
     static const char done[] = "data: [DONE]\n\n";
     segments_add(out, done, sizeof done - 1);
 }

@@ -36,7 +36,8 @@ static inline const char *reply_diff_field(const llm_reply *a, const llm_reply *
     if (a->usage.prompt != b->usage.prompt || a->usage.completion != b->usage.completion ||
         a->usage.cache_read != b->usage.cache_read ||
         a->usage.cache_creation != b->usage.cache_creation ||
-        a->usage.reasoning != b->usage.reasoning)
+        a->usage.reasoning != b->usage.reasoning || a->usage.evaluated != b->usage.evaluated ||
+        a->usage.timings_cached != b->usage.timings_cached)
         return "usage";
     if (a->ids_minted != b->ids_minted)
         return "ids_minted";

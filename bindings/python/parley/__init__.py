@@ -12,9 +12,9 @@ plugin (ctypes, standard library only).  See docs/python.md.
 """
 from .agent import Agent, Result
 from .tools import ToolCall, tool, tool_declaration
-from .errors import (BadResponse, Busy, Cancelled, ConnectError, HttpStatus, InternalError,
-                     InvalidInput, InvalidOptions, NoMemory, NotFound, ParleyError,
-                     PluginLoadError, RateLimited, StorageError, Timeout, ToolLoop)
+from .errors import (BadResponse, Busy, Cancelled, ConnectError, ContextOverflow, HttpStatus,
+                     InternalError, InvalidInput, InvalidOptions, NoMemory, NotFound,
+                     ParleyError, PluginLoadError, RateLimited, StorageError, Timeout, ToolLoop)
 from .plugin import Plugin, candidate_paths, load_plugin, options_schema
 
 from ._abi import ABI_VERSION
@@ -24,5 +24,5 @@ __all__ = [
     "Plugin", "load_plugin", "candidate_paths", "options_schema", "ABI_VERSION",
     "ParleyError", "PluginLoadError", "InvalidInput", "InvalidOptions", "Busy", "Cancelled",
     "Timeout", "ConnectError", "RateLimited", "HttpStatus", "BadResponse", "ToolLoop",
-    "NotFound", "NoMemory", "InternalError", "StorageError",
+    "NotFound", "NoMemory", "InternalError", "StorageError", "ContextOverflow",
 ]

@@ -97,10 +97,14 @@ class StorageError(ParleyError):
     status, code = "storage", 14
 
 
+class ContextOverflow(ParleyError):
+    status, code = "context_overflow", 15
+
+
 _BY_CODE = {cls.code: cls for cls in (InvalidInput, InvalidOptions, Busy, Cancelled, Timeout,
                                       ConnectError, RateLimited, HttpStatus, BadResponse,
                                       ToolLoop, NotFound, NoMemory, InternalError,
-                                      StorageError)}
+                                      StorageError, ContextOverflow)}
 
 
 def error_for(code, name, message, **turn):

@@ -1,0 +1,287 @@
+#!/usr/bin/env python3
+"""bench/context_bench.py -- what a long conversation costs the server's prompt cache.
+
+One deterministic 200-turn conversation (mixed message lengths, some non-ASCII, a tool call
+every few turns) goes through parley-host --jsonl against parley-fake-llm, whose prompt model
+(tests/fake-llm/README.md, "The prompt model") counts each request's tokens, matches them
+against a llama.cpp-like or Anthropic-like prompt cache and logs what it found.  Each context
+policy is run on the same conversation:
+
+  old   0.1's sliding window: max_history_turns 20, no token budget
+  new   the context engine: context_window (the server's n_ctx), context_reserve, summaries
+        (only where the plugin knows these options; else reported as not available)
+
+Reported per policy and cache (and per turn with --per-turn):
+  prompt      prompt tokens sent (all requests of the turn)
+  evaluated   prompt tokens the server had to evaluate (not read from its cache)
+  new         tokens that are new in the turn: messages no earlier request carried (the user
+              message, tool calls and results, the previous answer), rendered as the fake does
+  eval/new    evaluated / new: 1.0 is the physical limit
+  max prompt  the largest prompt, against the budget (window - reserve)
+  breaks      requests that did not extend the previous prompt (the fake's extends_previous);
+              planned cuts, where the plugin reports them, are shown apart
+  summaries   summary requests (those that are not one of the conversation's turns) and their
+              evaluated tokens, included in the totals above
+
+  python3 bench/context_bench.py [--build build] [--turns 200] [--seed 23] [--n-ctx 8192]
+                                 [--cache llamacpp,anthropic] [--policy old,new] [--per-turn]
+"""
+import argparse
+import json
+import os
+import random
+import re
+import subprocess
+import sys
+import tempfile
+import time
+
+SRC = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TAG = re.compile(r"^\[bench-turn (\d+)\] ")
+WORDS = ("light kitchen living room temperature heating window door sensor evening morning "
+         "please turn check status schedule music volume garage garden porch lamp thermostat "
+         "bedroom bathroom humidity alarm timer reminder weather tomorrow today dinner").split()
+EXTRA = ["Grüße", "café", "Müller", "naïve", "São Paulo", "Zürich", "ölçü", "日本"]
+
+
+# ---- the fake's tokenizer and rendering (tests/fake-llm/prompt.c), for "new" tokens ----
+
+def is_alnum(b):
+    return 48 <= b <= 57 or 65 <= b <= 90 or 97 <= b <= 122
+
+
+def tokens(text):
+    s = text.encode()
+    n, i, count = len(s), 0, 0
+    while i < n:
+        start = i
+        if is_alnum(s[i]) or (s[i] == 32 and i + 1 < n and is_alnum(s[i + 1])):
+            i += 1
+            while i < n and i - start < 6 and is_alnum(s[i]):
+                i += 1
+        else:
+            i += 1
+        count += 1
+    return count
+
+
+def render_message(m):
+    """A message of either dialect, about as the fake renders it."""
+    out = "<|%s|>\n" % m.get("role", "user")
+    content = m.get("content")
+    if isinstance(content, str):
+        out += content + "\n" if content else ""
+    for part in content if isinstance(content, list) else []:
+        kind = part.get("type")
+        if kind == "text":
+            out += part.get("text", "") + "\n"
+        elif kind == "tool_use":
+            out += "<|call|>%s %s\n" % (part.get("name"), json.dumps(part.get("input"),
+                                                                    separators=(",", ":")))
+        elif kind == "tool_result":
+            c = part.get("content")
+            out += "<|result|>%s\n" % (c if isinstance(c, str) else
+                                       "".join(b.get("text", "") for b in c or []))
+    for call in m.get("tool_calls") or []:
+        fn = call.get("function", {})
+        out += "<|call|>%s %s\n" % (fn.get("name"), fn.get("arguments"))
+    return out + "<|end|>\n"
+
+
+def signature(m):
+    def strip(v):
+        if isinstance(v, dict):
+            return {k: strip(x) for k, x in v.items() if k not in ("cache_control", "id",
+                                                                   "tool_call_id", "tool_use_id")}
+        if isinstance(v, list):
+            return [strip(x) for x in v]
+        return v
+    return json.dumps(strip(m), sort_keys=True)
+
+
+# ---- the conversation ----
+
+def conversation(turns, seed):
+    rnd = random.Random(seed)
+    lines = []
+    for t in range(turns):
+        kind = rnd.random()
+        n = rnd.randint(4, 15) if kind < 0.6 else rnd.randint(30, 70) if kind < 0.9 else \
+            rnd.randint(150, 300)
+        words = [rnd.choice(WORDS) for _ in range(n)]
+        if rnd.random() < 0.2:
+            words.insert(rnd.randrange(len(words) + 1), rnd.choice(EXTRA))
+        text = "[bench-turn %03d] %s" % (t, " ".join(words))
+        if t % 4 == 3:  # a tool call every fourth turn
+            text += ' [[tool:turn_on {"name":"%s"}]]' % rnd.choice(WORDS)
+        lines.append({"text": text, "conversation_id": "bench"})
+    return lines
+
+
+# ---- one run ----
+
+def run(args, cache, policy):
+    build = os.path.abspath(args.build)
+    fake_bin = os.path.join(build, "tests", "fake-llm", "parley-fake-llm")
+    shim = os.path.join(build, "host-shim", "parley-host")
+    plugin = os.path.join(build, "plugin", "parley.so")
+    with tempfile.TemporaryDirectory(prefix="parley-ctx-bench-") as d:
+        log = os.path.join(d, "requests.jsonl")
+        port_file = os.path.join(d, "port")
+        fake = subprocess.Popen([fake_bin, "--port", "0", "--port-file", port_file, "--log", log,
+                                 "--quiet", "--cache", cache, "--n-ctx", str(args.n_ctx)],
+                                stdout=subprocess.DEVNULL)
+        try:
+            deadline = time.time() + 10
+            while not os.path.exists(port_file) and time.time() < deadline:
+                time.sleep(0.01)
+            port = int(open(port_file).read())
+            provider = "anthropic" if cache == "anthropic" else "openai"
+            opts = {"provider": provider, "model": "fake-model",
+                    "base_url": "http://127.0.0.1:%d%s" % (port, "/v1" if provider == "openai"
+                                                            else ""),
+                    "prompt": "You are a helpful home assistant. " * 40,
+                    "max_tokens": 256, "request_timeout_ms": 30000}
+            if provider == "anthropic":
+                opts["api_key"] = "bench"
+            if policy == "old":
+                opts.update({"max_history_turns": 20})
+                opts.update(json.loads(args.old_options))
+            else:
+                opts.update({"context_window": args.n_ctx, "context_reserve": args.reserve,
+                             "summarize": True})
+                opts.update(json.loads(args.new_options))
+            opt_path = os.path.join(d, "options.json")
+            with open(opt_path, "w") as f:
+                json.dump(opts, f)
+            lines = conversation(args.turns, args.seed) + [{"op": "metrics"}]
+            res = subprocess.run([shim, "--plugin", plugin, "--options", opt_path, "--jsonl",
+                                  "--tools", "demo"],
+                                 input="".join(json.dumps(l) + "\n" for l in lines),
+                                 capture_output=True, text=True, timeout=1800)
+            if res.returncode != 0 and not res.stdout.strip():
+                return {"unavailable": res.stderr.strip().splitlines()[-1:] or ["failed"]}
+            out = [json.loads(l) for l in res.stdout.splitlines() if l.strip()]
+            requests = [json.loads(l) for l in open(log) if l.strip()]
+        finally:
+            fake.terminate()
+            fake.wait()
+    return measure(args, out, requests, policy)
+
+
+def last_user_text(body):
+    """The last user message's text (Anthropic: skipping user messages of tool results)."""
+    for m in reversed(body.get("messages") or []):
+        if m.get("role") == "user":
+            c = m.get("content")
+            if isinstance(c, list):
+                texts = [p.get("text", "") for p in c if p.get("type") == "text"]
+                if not texts:
+                    continue
+                return texts[0]
+            return c or ""
+    return ""
+
+
+def measure(args, out, requests, policy):
+    turns = [{"prompt": 0, "evaluated": 0, "new": 0, "requests": 0, "breaks": 0}
+             for _ in range(args.turns)]
+    seen = set()
+    summaries = {"count": 0, "prompt": 0, "evaluated": 0}
+    max_prompt, breaks, overflows = 0, 0, 0
+    for r in requests:
+        if "prompt_tokens" not in r:
+            continue  # a discovery request, or one refused before the prompt model
+        body = r.get("body") or {}
+        m = TAG.match(last_user_text(body))
+        max_prompt = max(max_prompt, r["prompt_tokens"])
+        overflows += bool(r.get("overflow"))
+        broke = r.get("extends_previous") is False
+        breaks += broke
+        if not m:
+            summaries["count"] += 1
+            summaries["prompt"] += r["prompt_tokens"]
+            summaries["evaluated"] += r["evaluated_tokens"]
+            continue
+        t = turns[int(m.group(1))]
+        t["requests"] += 1
+        t["prompt"] += r["prompt_tokens"]
+        t["evaluated"] += r["evaluated_tokens"]
+        t["breaks"] += broke
+        new = tokens("<|assistant|>\n")
+        for msg in body.get("messages") or []:
+            sig = signature(msg)
+            if sig not in seen:
+                seen.add(sig)
+                new += tokens(render_message(msg))
+        t["new"] += new
+    results = [l for l in out if "steps" in l]
+    failed = [l for l in results if l.get("error")]
+    metrics = next((l.get("result") for l in out if l.get("op") == "metrics"), {}) or {}
+    planned = {k: v for k, v in metrics.items()
+               if any(w in k for w in ("context", "summar", "cache_break", "overflow"))}
+    done = [t for t in turns if t["requests"]]
+    total = lambda k: sum(t[k] for t in done)
+    evaluated_all = total("evaluated") + summaries["evaluated"]
+    return {"turns": done, "summaries": summaries, "max_prompt": max_prompt,
+            "breaks": breaks, "overflows": overflows, "failed": len(failed),
+            "failed_codes": sorted({l["error"]["code"] for l in failed}),
+            "prompt_avg": (total("prompt") + summaries["prompt"]) / max(len(done), 1),
+            "evaluated_avg": evaluated_all / max(len(done), 1),
+            "new_avg": total("new") / max(len(done), 1),
+            "ratio": evaluated_all / max(total("new"), 1),
+            "budget": args.n_ctx - args.reserve if policy == "new" else None,
+            "plugin_metrics": planned}
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--build", default=os.path.join(SRC, "build"))
+    ap.add_argument("--turns", type=int, default=200)
+    ap.add_argument("--seed", type=int, default=23)
+    ap.add_argument("--n-ctx", type=int, default=16384)
+    ap.add_argument("--reserve", type=int, default=1024)
+    ap.add_argument("--cache", default="llamacpp,anthropic")
+    ap.add_argument("--policy", default="old,new")
+    ap.add_argument("--old-options", default="{}", help="JSON merged into the old policy's options")
+    ap.add_argument("--new-options", default="{}", help="JSON merged into the new policy's options")
+    ap.add_argument("--per-turn", action="store_true")
+    ap.add_argument("--json", help="write every figure to this file")
+    args = ap.parse_args()
+    everything = {}
+    print("context_bench: %d turns, seed %d, n_ctx %d, reserve %d (new policy)"
+          % (args.turns, args.seed, args.n_ctx, args.reserve))
+    print("%-9s %-6s %8s %9s %6s %8s %10s %7s %7s %s" % (
+        "cache", "policy", "prompt", "evaluated", "new", "eval/new", "max prompt", "breaks",
+        "failed", "summaries (n, evaluated)"))
+    for cache in args.cache.split(","):
+        for policy in args.policy.split(","):
+            r = run(args, cache, policy)
+            everything["%s/%s" % (cache, policy)] = r
+            if "unavailable" in r:
+                print("%-9s %-6s not available in this build: %s" % (cache, policy,
+                                                                      r["unavailable"][0]))
+                continue
+            budget = " / %d" % r["budget"] if r["budget"] else ""
+            print("%-9s %-6s %8.0f %9.0f %6.0f %8.2f %10s %7d %7d %d, %d" % (
+                cache, policy, r["prompt_avg"], r["evaluated_avg"], r["new_avg"], r["ratio"],
+                "%d%s" % (r["max_prompt"], budget), r["breaks"], r["failed"],
+                r["summaries"]["count"], r["summaries"]["evaluated"]))
+            if r["failed_codes"]:
+                print("          failed turns: %s" % ", ".join(r["failed_codes"]))
+            if r["plugin_metrics"]:
+                print("          plugin metrics: %s" % json.dumps(r["plugin_metrics"]))
+            if args.per_turn:
+                print("          turn  prompt evaluated    new  eval/new breaks")
+                for i, t in enumerate(r["turns"]):
+                    print("          %4d %7d %9d %6d %9.2f %6d" % (
+                        i, t["prompt"], t["evaluated"], t["new"],
+                        t["evaluated"] / max(t["new"], 1), t["breaks"]))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(everything, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
