@@ -826,7 +826,9 @@ static parley_status append_context_metrics(const agent_counters *m, char **out)
 {
     pbuf b = PBUF_INIT;
     pbuf_append(&b, *out, strlen(*out) - 1);
-    pbuf_printf(&b, ",\"context_cuts\":%llu}", (unsigned long long)m->context_cuts);
+    pbuf_printf(&b, ",\"context_cuts\":%llu,\"context_overflows_recovered\":%llu}",
+                (unsigned long long)m->context_cuts,
+                (unsigned long long)m->context_overflows_recovered);
     free(*out);
     *out = b.oom ? NULL : pbuf_take(&b);
     pbuf_free(&b);

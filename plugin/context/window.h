@@ -31,8 +31,8 @@
  * Threads: ctx_load runs where the store is called (a store thread, or the
  * worker for the memory store); everything else on the worker.
  */
-#ifndef PARLEY_CONTEXT_WINDOW_H
-#define PARLEY_CONTEXT_WINDOW_H
+#ifndef PARLEY_CONTEXT_WINDOW_PLAN_H
+#define PARLEY_CONTEXT_WINDOW_PLAN_H
 
 #include <stddef.h>
 #include <stdint.h>

@@ -15,6 +15,7 @@ typedef struct agent_counters {
     atomic_int_fast64_t in_flight;
     /* the context (context/window.h) */
     atomic_uint_fast64_t context_cuts;      /* planned moves of a window's start */
+    atomic_uint_fast64_t context_overflows_recovered; /* overflow answers cut and sent again */
 } agent_counters;
 
 #endif

@@ -617,6 +617,8 @@ static ctx_budget budget_of(const turn *t)
         b.window = o->num_ctx; /* what Parley asks Ollama for */
     else
         b.window = strcmp(api, "anthropic") == 0 ? 200000 : 4096;
+    if (learned->window > 0 && learned->window < b.window) /* the server knows better */
+        b.window = learned->window;
     b.reserve = o->context_reserve >= 0 ? o->context_reserve
                 : o->max_tokens > 0       ? o->max_tokens
                                           : 1024;
@@ -825,6 +827,37 @@ static void account_reply(turn *t, const llm_reply *reply)
     t->stop_reason = reply->finish_reason ? strdup(reply->finish_reason) : NULL;
 }
 
+/*
+ * The server refused the prompt as longer than its window: learn the window
+ * (and the tokens it counted) from its answer, cut the window's oldest turns
+ * down to the low mark, and send again -- once per turn.  0 when that cannot
+ * help (no window, nothing left to cut, already tried): the turn then fails
+ * with context_overflow, its history unchanged.
+ */
+static int recover_overflow(turn *t)
+{
+    if (t->overflow_retried || !t->ctx.enabled)
+        return 0;
+    t->overflow_retried = 1;
+    ctx_agent *learned = t->env->ctx;
+    if (t->overflow.n_ctx > 0)
+        learned->window = t->overflow.n_ctx;
+    if (t->overflow.n_prompt > 0 && !t->images.n)
+        ctx_learn_factor(learned, t->body.len, t->overflow.n_prompt);
+    ctx_budget b = budget_of(t);
+    ctx_cut_reason why;
+    size_t n = ctx_plan(&t->ctx, &b, body_tokens(t, b.factor), clock_wall_ms(), 1, &why);
+    if (!n)
+        return 0;
+    host_log(t->env->host, PARLEY_LOG_WARN,
+             "turn %s: the prompt did not fit the model's context window (%lld tokens > %lld): "
+             "sending it again without its %zu oldest turns",
+             t->turn_id, t->overflow.n_prompt, t->overflow.n_ctx, n);
+    cut_window(t, n, CTX_CUT_OVERFLOW);
+    turn_request(t);
+    return 1;
+}
+
 void turn_on_http_done(turn *t, CURLcode code)
 {
     char *msg = NULL;
@@ -842,6 +875,10 @@ void turn_on_http_done(turn *t, CURLcode code)
     if (st != PARLEY_OK) {
         http_call_free(t->http);
         t->http = NULL;
+        if (st == PARLEY_ERR_CONTEXT_OVERFLOW && recover_overflow(t)) {
+            free(msg);
+            return;
+        }
         if (!(retryable && maybe_retry(t, st, msg, retry_after)))
             turn_end(t, st, msg ? msg : status_name(st));
         free(msg);
@@ -864,6 +901,10 @@ void turn_on_http_done(turn *t, CURLcode code)
         free(err);
         llm_reply_free(&reply);
         return;
+    }
+    if (t->overflow_retried == 1) { /* the shorter prompt was answered */
+        t->overflow_retried = 2;
+        atomic_fetch_add(&t->env->metrics->context_overflows_recovered, 1);
     }
     account_reply(t, &reply);
     if (reply.finish_reason && strcmp(reply.finish_reason, "length") == 0)

@@ -143,6 +143,7 @@ struct turn {
     size_t nhistory;          /* how many messages that is */
     ctx_window ctx;           /* where that history starts, its turns, this turn's cuts */
     int ctx_planned;          /* the window was checked against the budget (first request) */
+    int overflow_retried;     /* 1: sent again after a context-overflow answer; 2: answered */
     json_t *history_msgs;     /* the same, parsed once for a codec that needs it parsed */
     pbuf messages;            /* this turn's messages, comma-joined: what gets committed */
     turn_message *message_index; /* one per message of `messages` */

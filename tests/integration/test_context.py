@@ -33,9 +33,8 @@ def text_of(k):
 
 
 def prompt_tokens(request):
-    """What the fake server counts: a quarter of the body's bytes, plus one."""
-    body = json.dumps(request["body"], separators=(",", ":"), ensure_ascii=False)
-    return len(body.encode()) // 4 + 1
+    """The prompt's tokens as the fake server's prompt model counted them."""
+    return request["prompt_tokens"]
 
 
 def extends(prev, cur):
@@ -96,6 +95,10 @@ class Budget(ContextCase):
         over = [(i, prompt_tokens(r)) for i, r in enumerate(reqs)
                 if prompt_tokens(r) > window - max_tokens]
         self.assertEqual(over, [], "requests over the budget")
+        # The server's own view agrees: only the planned cuts did not extend.
+        unplanned = [i for i, r in enumerate(reqs[1:], 1)
+                     if r["extends_previous"] is False and i not in breaks(reqs)]
+        self.assertEqual(unplanned, [])
         cuts = metrics_of(run)["context_cuts"]
         self.assertGreater(cuts, 5)       # the budget did move the window
         self.assertLess(cuts, 60)         # ... but not every turn
@@ -146,6 +149,56 @@ class Persistence(ContextCase):
         self.assertEqual(len(reqs), 12)
         self.assertEqual(cuts, 3)  # at turns 6, 9 and 12 (index 5, 8, 11)
         self.check_window_moves(reqs, cuts)
+
+
+class Overflow(ParleyTestCase):
+    """A server that refuses a prompt as too long: Parley learns the window,
+    cuts and sends again within the same turn."""
+
+    def conversation(self, fake, provider, turns=14):
+        base = fake.base_url if provider == "openai" else "http://127.0.0.1:%d" % fake.port
+        # The user claims a window far larger than the server's.
+        o = options(fake, provider=provider, base_url=base, context_window=100000,
+                    max_tokens=100)
+        lines = [{"text": "turn %d %s" % (k, FILLER * 4), "conversation_id": "o"}
+                 for k in range(1, turns + 1)]
+        return self.run_ok(lines + [{"op": "metrics"}, {"op": "history", "conversation_id": "o"}],
+                           o)
+
+    def test_recovered_in_each_dialect(self):
+        cases = ((("--overflow-style", "llamacpp"), "openai"),
+                 (("--overflow-style", "openai"), "openai"),
+                 (("--overflow-style", "vllm"), "openai"),
+                 ((), "anthropic"))
+        for args, provider in cases:
+            with self.subTest(args=args, provider=provider), \
+                    FakeLLM("--n-ctx", "1500", *args) as fake:
+                run = self.conversation(fake, provider)
+                for line in run.turn_lines():
+                    self.assertTurnOk(line)
+                refused = [r for r in fake.requests() if r.get("overflow")]
+                recovered = metrics_of(run)["context_overflows_recovered"]
+                self.assertGreaterEqual(recovered, 1)
+                self.assertEqual(len(refused), recovered)  # each refusal, sent again once
+                # The window was learned: one refusal, then the budget holds.
+                self.assertEqual(recovered, 1)
+                history = [l for l in run.lines if l.get("op") == "history"][-1]
+                self.assertEqual(len(history["result"]["turns"]), 14)  # nothing lost
+
+    def test_newest_turn_alone_too_long_fails_history_unchanged(self):
+        with FakeLLM("--n-ctx", "300") as fake:
+            o = options(fake)
+            lines = [{"text": "short one", "conversation_id": "n"},
+                     {"text": "long " * 400, "conversation_id": "n"},
+                     {"op": "history", "conversation_id": "n"}, {"op": "metrics"}]
+            run = self.run_ok(lines, o)
+            self.assertTurnOk(run.by_seq(1))
+            line = self.assertTurnError(run.by_seq(2), "context_overflow")
+            self.assertRegex(line["error"]["message"], r"\(\d+ tokens > 300\)")
+            self.assertEqual(len(run.by_seq(3)["result"]["turns"]), 1)
+            self.assertEqual(metrics_of(run)["context_overflows_recovered"], 0)
+            refused = [r for r in fake.requests() if r.get("overflow")]
+            self.assertEqual(len(refused), 2)  # cut to nothing, tried once more, then failed
 
 
 if __name__ == "__main__":
