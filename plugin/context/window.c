@@ -9,7 +9,9 @@ void ctx_window_free(ctx_window *w)
 {
     free(w->end);
     free(w->nmsgs);
+    free(w->rec.summary);
     pbuf_free(&w->record);
+    pbuf_free(&w->dropped);
     memset(w, 0, sizeof *w);
 }
 
@@ -22,8 +24,15 @@ static void record_parse(const char *json, size_t len, ctx_record *out)
         return;
     json_t *root = json_loadb(json, len, 0, NULL);
     json_t *start = json_object_get(root, "start");
+    json_t *summary = json_object_get(root, "summary");
+    json_t *upto = json_object_get(root, "upto");
     if (json_is_integer(start) && json_integer_value(start) >= 0)
         out->start = (uint64_t)json_integer_value(start);
+    if (json_is_string(summary) && json_string_length(summary) && json_is_integer(upto) &&
+        json_integer_value(upto) >= 0) {
+        out->summary = strdup(json_string_value(summary));
+        out->upto = (uint64_t)json_integer_value(upto);
+    }
     json_decref(root);
 }
 
@@ -67,8 +76,8 @@ static int skip_one(void *ud, size_t offset, size_t len)
     return --s->left == 0;
 }
 
-/* Drop the first k messages of stored text. */
-static void skip_messages(pbuf *text, size_t k)
+/* Drop the first k messages of stored text, appending them to `into` when not NULL. */
+static void skip_messages(pbuf *text, size_t k, pbuf *into)
 {
     skip_state s = {k, 0};
     if (!k)
@@ -76,12 +85,15 @@ static void skip_messages(pbuf *text, size_t k)
     each_message(text, skip_one, &s);
     if (s.at > text->len)
         s.at = text->len;
+    if (into)
+        pbuf_append(into, text->data, s.at);
     memmove(text->data, text->data + s.at, text->len - s.at + 1);
     text->len -= s.at;
 }
 
-parley_status ctx_load(store *s, const store_key *key, size_t max_turns, uint64_t now_ms,
-                       pbuf *history, size_t *nmessages, ctx_window *w, char **err)
+parley_status ctx_load(store *s, const store_key *key, size_t max_turns, int summarize,
+                       uint64_t now_ms, pbuf *history, size_t *nmessages, ctx_window *w,
+                       char **err)
 {
     *nmessages = 0;
     pbuf rec = {0};
@@ -96,26 +108,44 @@ parley_status ctx_load(store *s, const store_key *key, size_t max_turns, uint64_
     record_parse(rec.data, rec.len, &w->rec);
     pbuf_free(&rec);
     uint64_t total = w->life.message_count;
-    if (w->rec.start > total) /* not this conversation's: start over */
-        w->rec.start = 0;
-    uint64_t since = total - w->rec.start;
-    w->first = total;
+    if (w->rec.start > total || w->rec.upto > w->rec.start) { /* not this conversation's */
+        free(w->rec.summary);
+        memset(&w->rec, 0, sizeof w->rec);
+    }
+    w->summarize = summarize;
+    /* With summaries, also what left the window before the summary caught up. */
+    uint64_t from = w->rec.start;
+    if (summarize && w->rec.upto < from)
+        from = from - w->rec.upto > CTX_PENDING_MAX_MESSAGES ? from - CTX_PENDING_MAX_MESSAGES
+                                                             : w->rec.upto;
+    uint64_t since = total - from, window = total - w->rec.start;
+    w->first = w->dropped_from = total;
     if (!since)
         return PARLEY_OK;
-    /* A turn holds at least one message, so `since` turns reach the start. */
+    /* A turn holds at least one message, so `since` turns reach `from`. */
     size_t last = since > (uint64_t)SIZE_MAX ? 0 : (size_t)since;
-    if (max_turns && (!last || last > max_turns))
-        last = max_turns;
+    size_t cap = max_turns ? max_turns + (size_t)(w->rec.start - from) : 0;
+    if (cap && (!last || last > cap))
+        last = cap;
     size_t n = 0;
     if ((st = store_load(s, key, last, now_ms, history, &n, err)) != PARLEY_OK)
         return st;
     if (n > since) {
-        skip_messages(history, (size_t)(n - since));
+        skip_messages(history, (size_t)(n - since), NULL);
         n = (size_t)since;
     }
-    w->start_lost = n < since;
+    if (n > window) { /* the messages before the start: to fold into the summary */
+        w->dropped_from = total - n;
+        skip_messages(history, (size_t)(n - window), &w->dropped);
+        n = (size_t)window;
+    }
+    w->start_lost = n < window;
     w->first = total - n;
+    if (w->dropped_from > w->first)
+        w->dropped_from = w->first;
     *nmessages = n;
+    if (history->oom || w->dropped.oom)
+        return PARLEY_ERR_NO_MEMORY;
     return ctx_split(w, history) == 0 ? PARLEY_OK : PARLEY_ERR_NO_MEMORY;
 }
 
@@ -245,6 +275,11 @@ size_t ctx_cut(ctx_window *w, pbuf *history, size_t n, ctx_cut_reason why)
         msgs += w->nmsgs[i];
     if (bytes > history->len)
         bytes = history->len;
+    if (w->summarize) { /* what leaves the window goes to the summary */
+        if (!w->dropped.len)
+            w->dropped_from = w->first;
+        pbuf_append(&w->dropped, history->data, bytes);
+    }
     memmove(history->data, history->data + bytes, history->len - bytes + 1);
     history->len -= bytes;
     for (size_t i = n; i < w->nturns; i++) {
@@ -260,11 +295,129 @@ size_t ctx_cut(ctx_window *w, pbuf *history, size_t n, ctx_cut_reason why)
     return msgs;
 }
 
-int ctx_record_write(ctx_window *w)
+static int record_put(ctx_window *w, const char *summary, uint64_t upto)
 {
     pbuf_reset(&w->record);
-    pbuf_printf(&w->record, "{\"start\":%llu}", (unsigned long long)w->first);
+    pbuf_printf(&w->record, "{\"start\":%llu", (unsigned long long)w->first);
+    if (summary && *summary) {
+        size_t n = strlen(summary);
+        if (n > CTX_SUMMARY_MAX_BYTES) { /* clipped between characters */
+            n = CTX_SUMMARY_MAX_BYTES;
+            while (n && ((unsigned char)summary[n] & 0xC0) == 0x80)
+                n--;
+        }
+        pbuf_puts(&w->record, ",\"summary\":");
+        pbuf_json_string(&w->record, summary, n);
+        pbuf_printf(&w->record, ",\"upto\":%llu", (unsigned long long)upto);
+    }
+    pbuf_putc(&w->record, '}');
     return w->record.oom ? -1 : 0;
+}
+
+int ctx_record_write(ctx_window *w)
+{
+    return record_put(w, w->rec.summary, w->rec.upto);
+}
+
+int ctx_record_write_summary(ctx_window *w, const char *summary)
+{
+    return record_put(w, summary, w->first);
+}
+
+const char *ctx_summary(const ctx_window *w)
+{
+    return w->enabled && w->summarize && w->rec.summary && *w->rec.summary ? w->rec.summary
+                                                                           : NULL;
+}
+
+/* ---- the summary's input ---- */
+
+/* The longest piece of one message that goes into the transcript. */
+#define TRANSCRIPT_MAX_MESSAGE 4000
+
+static void put_clipped(pbuf *b, const char *text)
+{
+    size_t n = strlen(text);
+    if (n > TRANSCRIPT_MAX_MESSAGE) {
+        n = TRANSCRIPT_MAX_MESSAGE;
+        while (n && ((unsigned char)text[n] & 0xC0) == 0x80) /* not inside a character */
+            n--;
+    }
+    pbuf_append(b, text, n);
+    if (n < strlen(text))
+        pbuf_puts(b, " [...]");
+}
+
+/* One stored message as a transcript line: "user: ...", "assistant: ...",
+ * "assistant called NAME(ARGS)", "tool result: ...". */
+static void put_line(pbuf *b, const json_t *m)
+{
+    const char *role = json_string_value(json_object_get(m, "role"));
+    const json_t *content = json_object_get(m, "content");
+    const json_t *calls = json_object_get(m, "tool_calls");
+    size_t i;
+    const json_t *call;
+    json_array_foreach(calls, i, call) {
+        const json_t *f = json_object_get(call, "function");
+        const char *name = json_string_value(json_object_get(f, "name"));
+        const char *args = json_string_value(json_object_get(f, "arguments"));
+        pbuf_printf(b, "assistant called %s(", name ? name : "?");
+        put_clipped(b, args ? args : "");
+        pbuf_puts(b, ")\n");
+    }
+    if (!json_is_string(content) || !json_string_length(content))
+        return;
+    pbuf_printf(b, "%s: ", role && strcmp(role, "tool") == 0 ? "tool result" : role ? role : "?");
+    put_clipped(b, json_string_value(content));
+    pbuf_putc(b, '\n');
+}
+
+/* Keep the last max_bytes of a transcript, from a line's start. */
+static void keep_tail(pbuf *t, size_t max_bytes)
+{
+    if (t->len <= max_bytes)
+        return;
+    size_t at = t->len - max_bytes;
+    while (at < t->len && t->data[at - 1] != '\n')
+        at++;
+    memmove(t->data, t->data + at, t->len - at + 1);
+    t->len -= at;
+}
+
+char *ctx_summary_input(const ctx_window *w, size_t max_bytes)
+{
+    pbuf b = PBUF_INIT, lines = PBUF_INIT;
+    const char *old = w->rec.summary && *w->rec.summary ? w->rec.summary : "(none)";
+    pbuf_puts(&b, "Summary so far:\n");
+    pbuf_puts(&b, old);
+    pbuf_puts(&b, "\n\nConversation turns to add to it, oldest first:\n");
+    json_t *msgs = NULL;
+    if (w->dropped.len) { /* "m,m," -> [m,m] */
+        pbuf arr = PBUF_INIT;
+        pbuf_putc(&arr, '[');
+        pbuf_append(&arr, w->dropped.data, w->dropped.len - 1);
+        pbuf_putc(&arr, ']');
+        msgs = arr.oom ? NULL : json_loadb(arr.data, arr.len, 0, NULL);
+        pbuf_free(&arr);
+    }
+    size_t i;
+    const json_t *m;
+    json_array_foreach(msgs, i, m)
+        put_line(&lines, m);
+    json_decref(msgs);
+    size_t room = max_bytes > b.len + 256 ? max_bytes - b.len : 256;
+    if (lines.len > room) {
+        keep_tail(&lines, room);
+        pbuf_puts(&b, "[older turns omitted]\n");
+    }
+    if (lines.len)
+        pbuf_append(&b, lines.data, lines.len);
+    pbuf_free(&lines);
+    if (b.oom || lines.oom) {
+        pbuf_free(&b);
+        return NULL;
+    }
+    return pbuf_take(&b);
 }
 
 void ctx_learn_factor(ctx_agent *a, size_t body_bytes, long long prompt_tokens)

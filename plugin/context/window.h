@@ -23,6 +23,15 @@
  * turn's user message first, so a tool call and its results are never
  * parted), and never inside the turn being answered (not in the history).
  *
+ * Turns that leave the window are folded into a running summary (when the
+ * `summarize` option is on): the turn that cut them keeps their text
+ * (`dropped`), and once it has committed it asks the model for the summary
+ * so far plus those turns, and stores the result in the record with the
+ * position it covers up to (`upto`).  Later requests carry it after the
+ * system prompt.  A summary that fails changes nothing: the record still
+ * says up to where the summary goes, so the next turn loads the turns after
+ * it again (ctx_load) and folds them at its own commit.
+ *
  * Tokens are estimated from bytes (4 per token, the usual figure for English
  * text and JSON) times a correction factor learned from what the server
  * reported for earlier requests (ctx_agent), so the budget holds as the
@@ -61,10 +70,20 @@ typedef enum ctx_cut_reason {
     CTX_CUT_OVERFLOW    /* the server said the prompt did not fit */
 } ctx_cut_reason;
 
-/* The conversation's context record, as stored (JSON: {"start":N}). */
+/* The conversation's context record, as stored (JSON: {"start":N,"summary":S,"upto":M}). */
 typedef struct ctx_record {
     uint64_t start;          /* lifetime message index of the first message sent */
+    char *summary;           /* the running summary, NULL when there is none */
+    uint64_t upto;           /* the summary covers the messages before this index */
 } ctx_record;
+
+/* How many messages before the window's start a turn loads to fold into the
+ * summary (a summary that failed, or summarize just turned on): older ones
+ * are left out of it. */
+#define CTX_PENDING_MAX_MESSAGES 400
+/* The longest summary kept (bytes, about 750 tokens): a model that writes on
+ * past what it was asked for must not eat the window. */
+#define CTX_SUMMARY_MAX_BYTES 3000
 
 /* What the agent learns across turns (worker thread only). */
 typedef struct ctx_agent {
@@ -85,6 +104,9 @@ typedef struct ctx_window {
     ctx_cut_reason cut;      /* why this turn moved the start (NONE: it did not) */
     size_t cut_turns;        /* turns this turn's cuts dropped */
     pbuf record;             /* the record the commit writes */
+    int summarize;           /* fold what leaves the window into the summary */
+    pbuf dropped;            /* the messages before the start not yet in the summary ("m,m,") */
+    uint64_t dropped_from;   /* lifetime index of dropped's first message */
 } ctx_window;
 
 typedef struct ctx_budget {
@@ -102,8 +124,9 @@ void ctx_window_free(ctx_window *w);
  * *nmessages, and find its turns (ctx_split).  A store without records
  * (version < 5) loads the last max_turns turns as before, w->enabled = 0.
  */
-parley_status ctx_load(store *s, const store_key *key, size_t max_turns, uint64_t now_ms,
-                       pbuf *history, size_t *nmessages, ctx_window *w, char **err);
+parley_status ctx_load(store *s, const store_key *key, size_t max_turns, int summarize,
+                       uint64_t now_ms, pbuf *history, size_t *nmessages, ctx_window *w,
+                       char **err);
 
 /* Find the whole turns of the history held.  0, or -1 out of memory. */
 int ctx_split(ctx_window *w, const pbuf *history);
@@ -128,8 +151,21 @@ size_t ctx_plan(const ctx_window *w, const ctx_budget *b, int64_t body_tokens, u
  * returns the messages dropped. */
 size_t ctx_cut(ctx_window *w, pbuf *history, size_t n, ctx_cut_reason why);
 
-/* The record to store with the turn (w->record).  0, or -1 out of memory. */
+/* The record to store with the turn (w->record): the window's start, the
+ * summary as loaded.  0, or -1 out of memory. */
 int ctx_record_write(ctx_window *w);
+
+/* The record once `summary` covers everything before the window (w->record).
+ * 0, or -1 out of memory. */
+int ctx_record_write_summary(ctx_window *w, const char *summary);
+
+/* The summary to send (NULL: none). */
+const char *ctx_summary(const ctx_window *w);
+
+/* The summary request's user message: the summary so far and the dropped
+ * turns as a transcript, at most about max_bytes (the oldest lines go first:
+ * a summary request must fit the window too).  malloc'd, NULL on OOM. */
+char *ctx_summary_input(const ctx_window *w, size_t max_bytes);
 
 /* Learn the correction factor from a request of body_bytes the server counted
  * as prompt_tokens. */

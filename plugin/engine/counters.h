@@ -16,6 +16,7 @@ typedef struct agent_counters {
     /* the context (context/window.h) */
     atomic_uint_fast64_t context_cuts;      /* planned moves of a window's start */
     atomic_uint_fast64_t context_overflows_recovered; /* overflow answers cut and sent again */
+    atomic_uint_fast64_t summaries_made, summaries_failed;
 } agent_counters;
 
 #endif

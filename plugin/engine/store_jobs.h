@@ -35,7 +35,8 @@ typedef enum store_job_kind {
     STORE_JOB_LOAD,
     STORE_JOB_APPEND,
     STORE_JOB_EXPIRE,
-    STORE_JOB_RELEASE_LEASE
+    STORE_JOB_RELEASE_LEASE,
+    STORE_JOB_SET_CONTEXT     /* the context record in turn.context (the job's own copy) */
 } store_job_kind;
 
 typedef struct store_job {
@@ -48,6 +49,7 @@ typedef struct store_job {
     char *conversation_id, *persona, *interface_type; /* copies */
     size_t last_turns;        /* LOAD: max_history_turns (0 = no bound) */
     int plan_window;          /* LOAD: read the context record and load from its start */
+    int summarize;            /* LOAD with plan_window: also what the summary has not folded */
     store_turn turn;          /* messages[] owned by the job, their JSON borrowed */
     uint64_t now_ms;
 

@@ -406,6 +406,7 @@ static void turn_load_history(turn *t)
         if (job) {
             job->last_turns = last;
             job->plan_window = !t->append;
+            job->summarize = t->opts->summarize;
             job->window_turns = window;
             if (reply_context_copy_target(&job->reply, &t->reply) != 0) {
                 store_job_free(job);
@@ -419,8 +420,8 @@ static void turn_load_history(turn *t)
     char *err = NULL;
     uint64_t now = clock_wall_ms();
     parley_status st = t->append ? store_load(env->store, &key, last, now, &t->history, &n, &err)
-                                 : ctx_load(env->store, &key, last, now, &t->history, &n, &t->ctx,
-                                            &err);
+                                 : ctx_load(env->store, &key, last, t->opts->summarize, now,
+                                            &t->history, &n, &t->ctx, &err);
     if (st == PARLEY_OK && reply_context_wanted(&t->reply))
         st = reply_context_load(env->store, &key, ctx_reply_window(&t->ctx, window), now,
                                 &t->reply, &err);
@@ -537,17 +538,27 @@ static int stream_sink(void *owner, const char *data, size_t len)
  * The system prompt of every request: the persona's or the agent's, then
  * this turn's extra one, then the note on a replied-to turn sent again.
  */
-static char *system_prompt(const turn *t)
+#define SUMMARY_HEADING "Summary of the earlier conversation (its older turns are not shown):\n"
+
+static char *system_prompt(const turn *t, size_t *fixed_len)
 {
     const char *note = t->reply.outcome == REPLY_INCLUDED ? REPLY_CONTEXT_NOTE : NULL;
-    const char *parts[] = {t->opts->prompt, t->extra_system_prompt, note};
-    size_t lens[3], total = 0;
-    for (size_t i = 0; i < 3; i++) /* the non-empty parts, "\n\n" between them */
+    const char *summary = ctx_summary(&t->ctx);
+    char *heading = summary ? pstr_printf("%s%s", SUMMARY_HEADING, summary) : NULL;
+    if (summary && !heading)
+        return NULL;
+    /* the stable part first (the prompt, the summary), then what changes per turn */
+    const char *parts[] = {t->opts->prompt, heading, t->extra_system_prompt, note};
+    size_t lens[4], total = 0;
+    for (size_t i = 0; i < 4; i++) /* the non-empty parts, "\n\n" between them */
         total += (lens[i] = parts[i] ? strlen(parts[i]) : 0) + 2;
     char *out = malloc(total + 1), *o = out;
-    if (!out)
+    if (!out) {
+        free(heading);
         return NULL;
-    for (size_t i = 0; i < 3; i++) {
+    }
+    *fixed_len = 0;
+    for (size_t i = 0; i < 4; i++) {
         if (!lens[i])
             continue;
         if (o != out) {
@@ -556,8 +567,11 @@ static char *system_prompt(const turn *t)
         }
         memcpy(o, parts[i], lens[i]);
         o += lens[i];
+        if (i < 2)
+            *fixed_len = (size_t)(o - out);
     }
     *o = '\0';
+    free(heading);
     return out;
 }
 
@@ -573,13 +587,13 @@ static int render_request(turn *t, char **err)
     json_t *messages = prov->reads_history_text
                            ? NULL
                            : provider_parse_messages(t->messages.data, t->messages.len, err);
-    char *system = system_prompt(t);
+    size_t fixed_len = 0;
+    char *system = system_prompt(t, &fixed_len);
     int rc = -1;
     if ((messages || prov->reads_history_text) && system) {
-        const char *prompt = t->opts->prompt;
         provider_request r = {
             .system = system,
-            .system_fixed_len = prompt ? strlen(prompt) : 0,
+            .system_fixed_len = fixed_len,
             .history = t->history_msgs,
             .history_text = prov->reads_history_text ? stored : NULL,
             .history_text_len = t->history.len,
@@ -858,8 +872,14 @@ static int recover_overflow(turn *t)
     return 1;
 }
 
+static void summary_on_http_done(turn *t, CURLcode code);
+
 void turn_on_http_done(turn *t, CURLcode code)
 {
+    if (t->summarizing) {
+        summary_on_http_done(t, code);
+        return;
+    }
     char *msg = NULL;
     int retryable = 0;
     parley_status st = http_call_outcome(t->http, code, &msg, &retryable);
@@ -1280,6 +1300,172 @@ static void turn_commit(turn *t)
     free(err);
 }
 
+/* ======================================================================
+ * 6b. The summary: after the commit, off the answer's path
+ * ====================================================================== */
+
+static const char SUMMARY_PROMPT[] =
+    "You keep a running summary of a conversation between a user and an assistant, for the "
+    "assistant to read later in place of the turns it covers. You get the summary so far and "
+    "the turns that follow it. Write the updated summary: the facts, names, preferences, "
+    "requests, decisions and open questions worth remembering, including what the tools "
+    "returned, in the conversation's language, at most 250 words. Write only the summary.";
+
+static void summary_saved(turn *t, parley_status status, const char *message);
+
+/* The summary is done (made, failed or given up): the turn ends as it was reported. */
+static void summary_end(turn *t, int made, const char *why)
+{
+    t->summarizing = 0;
+    atomic_fetch_add(made ? &t->env->metrics->summaries_made : &t->env->metrics->summaries_failed,
+                     1);
+    if (!made)
+        host_log(t->env->host, PARLEY_LOG_WARN,
+                 "turn %s: the conversation's summary could not be updated (%s): its turns are "
+                 "kept and folded in later", t->turn_id, why ? why : "failed");
+    turn_end(t, PARLEY_OK, NULL);
+}
+
+/* The summary request's body, in the codec's form, into t->body. */
+static int render_summary(turn *t, char **err)
+{
+    ctx_budget b = budget_of(t); /* its request must fit the window: about 3/4 of it */
+    double bytes = (double)(b.window - b.reserve) * CTX_BYTES_PER_TOKEN * 0.75 / b.factor;
+    char *input = ctx_summary_input(&t->ctx, bytes > 1024 ? (size_t)bytes : 1024);
+    json_t *msg = input ? json_pack("{s:s,s:s}", "role", "user", "content", input) : NULL;
+    json_t *msgs = msg ? json_pack("[O]", msg) : NULL;
+    json_t *none = json_array();
+    char *text = msg ? json_dumps(msg, JSON_COMPACT) : NULL;
+    char *text_list = text ? pstr_printf("%s,", text) : NULL;
+    parley_options o = *t->opts; /* a shallow copy: the summary's own model, no stream */
+    o.stream = 0;
+    if (o.summary_model)
+        o.model = o.summary_model;
+    if (o.max_tokens <= 0 || o.max_tokens > 600)
+        o.max_tokens = 600;
+    int rc = -1;
+    if (msgs && none && text_list) {
+        int as_text = t->cfg->prov->reads_history_text; /* the codec's form (render_request) */
+        provider_request r = {
+            .system = SUMMARY_PROMPT,
+            .system_fixed_len = sizeof SUMMARY_PROMPT - 1,
+            .history = as_text ? NULL : none,
+            .history_text = as_text ? "" : NULL,
+            .messages = as_text ? NULL : msgs,
+            .messages_text = as_text ? text_list : NULL,
+            .messages_text_len = strlen(text_list),
+            .tools_json = "[]",
+        };
+        rc = t->cfg->prov->encode(&t->body, &o, &r, err);
+    }
+    free(input);
+    free(text);
+    free(text_list);
+    json_decref(msg);
+    json_decref(msgs);
+    json_decref(none);
+    return rc;
+}
+
+/*
+ * After the commit: when turns left the window (this turn's cut, or earlier
+ * ones a summary has not folded yet), report the turn to the host now and ask
+ * the model for the summary so far plus those turns.  The conversation's
+ * lane stays with this turn until the summary is stored (or given up), so
+ * the next turn of the conversation reads it.  1 when started.
+ */
+static int summary_start(turn *t)
+{
+    if (!t->ctx.enabled || !t->ctx.summarize || !t->ctx.dropped.len || t->append)
+        return 0;
+    char *err = NULL;
+    if (render_summary(t, &err) != 0) {
+        host_log(t->env->host, PARLEY_LOG_WARN, "turn %s: no summary request: %s", t->turn_id,
+                 err ? err : "out of memory");
+        free(err);
+        atomic_fetch_add(&t->env->metrics->summaries_failed, 1);
+        return 0;
+    }
+    pbuf_fit(&t->body);
+    t->end_status = PARLEY_OK;
+    t->end_message = NULL;
+    if (t->steps.len)
+        pbuf_putc(&t->steps, ']');
+    turn_report(t); /* the answer is the host's now */
+    t->summarizing = 1;
+    provider_stream_free(t->stream);
+    t->stream = NULL;
+    t->http = http_call_start(t->env->pool, &t->cfg->http, t->body.data, t->body.len, t, NULL);
+    if (!t->http) {
+        summary_end(t, 0, "could not start the HTTP request");
+        return 1;
+    }
+    atomic_fetch_add(&t->env->metrics->llm_requests, 1);
+    return 1;
+}
+
+static void summary_on_http_done(turn *t, CURLcode code)
+{
+    char *msg = NULL;
+    int retryable = 0;
+    parley_status st = http_call_outcome(t->http, code, &msg, &retryable);
+    llm_reply reply;
+    memset(&reply, 0, sizeof reply);
+    char *err = NULL;
+    if (st == PARLEY_OK && decode_reply(t, &reply, &err) != 0)
+        st = PARLEY_ERR_BAD_RESPONSE;
+    http_call_free(t->http);
+    t->http = NULL;
+    const char *summary = reply.content;
+    while (summary && (*summary == ' ' || *summary == '\n'))
+        summary++;
+    if (st != PARLEY_OK || !summary || !*summary) {
+        summary_end(t, 0, st != PARLEY_OK ? (err ? err : msg ? msg : status_name(st))
+                                          : "an empty answer");
+    } else if (ctx_record_write_summary(&t->ctx, summary) != 0) {
+        summary_end(t, 0, "out of memory");
+    } else { /* the record: the same start, the new summary up to it */
+        store_key key = key_of(t);
+        if (t->env->jobs) {
+            store_job *job = store_job_new(STORE_JOB_SET_CONTEXT, &key);
+            char *copy = job ? malloc(t->ctx.record.len + 1) : NULL;
+            if (copy) { /* the job's own: the turn may end before it runs */
+                memcpy(copy, t->ctx.record.data, t->ctx.record.len + 1);
+                job->turn.context = copy;
+                job->turn.context_len = t->ctx.record.len;
+                job->owner = t;
+                t->job = job;
+            }
+            if (!copy || store_jobs_submit(t->env->jobs, job) != 0) {
+                t->job = NULL;
+                store_job_free(job);
+                summary_end(t, 0, "out of memory");
+            }
+        } else {
+            char *serr = NULL;
+            parley_status sst = store_context_set(t->env->store, &key, t->ctx.record.data,
+                                                  t->ctx.record.len, clock_wall_ms(), &serr);
+            summary_saved(t, sst, serr);
+            free(serr);
+        }
+    }
+    free(msg);
+    free(err);
+    llm_reply_free(&reply);
+}
+
+static void summary_saved(turn *t, parley_status status, const char *message)
+{
+    t->job = NULL;
+    if (status != PARLEY_OK) {
+        char *m = pstr_printf("could not store it: %s", message ? message : status_name(status));
+        summary_end(t, 0, m ? m : "could not store it");
+        free(m);
+        return;
+    }
+    summary_end(t, 1, NULL);
+}
+
 void turn_on_committed(turn *t, parley_status status, const char *message)
 {
     t->job = NULL;
@@ -1288,9 +1474,14 @@ void turn_on_committed(turn *t, parley_status status, const char *message)
         atomic_fetch_add(&t->counters->turns_stored, 1);
         atomic_fetch_add(&t->counters->messages_stored, t->nmessages);
     }
+    if (t->summarizing) {
+        summary_saved(t, status, message);
+        return;
+    }
     if (status == PARLEY_OK) {
         t->lease_held = 0; /* the append gave it back (store.h v2) */
-        turn_end(t, PARLEY_OK, NULL);
+        if (!summary_start(t))
+            turn_end(t, PARLEY_OK, NULL);
         return;
     }
     char *m = pstr_printf("could not store the turn: %s", message ? message : status_name(status));
@@ -1332,7 +1523,7 @@ void turn_end(turn *t, parley_status status, const char *message)
         t->job->owner = NULL;
         t->job = NULL;
     }
-    if (t->steps.len)
+    if (t->steps.len && !t->reported)
         pbuf_putc(&t->steps, ']');
     t->end_status = status;
     t->end_message = status == PARLEY_OK ? NULL : (message ? message : status_name(status));
@@ -1361,6 +1552,9 @@ static char *put_count(char *o, const char *key, long long v)
 
 void turn_report(turn *t)
 {
+    if (t->reported)
+        return;
+    t->reported = 1;
     parley_status status = t->end_status;
     const char *answer = t->answer;
     char usage[400], *u = usage;

@@ -144,6 +144,9 @@ struct turn {
     ctx_window ctx;           /* where that history starts, its turns, this turn's cuts */
     int ctx_planned;          /* the window was checked against the budget (first request) */
     int overflow_retried;     /* 1: sent again after a context-overflow answer; 2: answered */
+    int summarizing;          /* committed and reported: folding what left the window into
+                                 the summary (its request, then its record) */
+    int reported;             /* the host's done callback ran (turn_report: once) */
     json_t *history_msgs;     /* the same, parsed once for a codec that needs it parsed */
     pbuf messages;            /* this turn's messages, comma-joined: what gets committed */
     turn_message *message_index; /* one per message of `messages` */

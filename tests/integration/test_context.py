@@ -51,6 +51,27 @@ def breaks(requests):
     return [i for i in range(1, len(requests)) if not extends(requests[i - 1], requests[i])]
 
 
+SUMMARY_SYSTEM = "You keep a running summary"
+
+
+def is_summary(request):
+    system = request["body"].get("system")  # Anthropic: text or blocks
+    if isinstance(system, list):
+        system = system[0].get("text", "") if system else ""
+    if system is None:
+        system = messages(request)[0]["content"]
+    return isinstance(system, str) and system.startswith(SUMMARY_SYSTEM)
+
+
+def chat(llm):
+    """The conversation's requests (not the summaries' requests), in order."""
+    return [r for r in llm.chat_requests() if not is_summary(r)]
+
+
+def summaries(llm):
+    return [r for r in llm.chat_requests() if is_summary(r)]
+
+
 def metrics_of(run):
     return [l for l in run.lines if l.get("op") == "metrics"][-1]["result"]
 
@@ -62,16 +83,25 @@ class ContextCase(ParleyTestCase):
         self.llm = FakeLLM()
         self.addCleanup(self.llm.close)
 
-    def check_window_moves(self, reqs, cuts):
-        """Every request extends the one before, but at `cuts` planned cuts,
+    def check_window_moves(self, reqs, cuts, summaries_made=0):
+        """Every request extends the one before, but at planned moves: the
+        `cuts`, and the turn after each summary made (its summary changed),
         each at a turn's first request, keeping whole later turns."""
         firsts = {i for i, r in enumerate(reqs) if messages(r)[-1]["role"] == "user"}
         moved = breaks(reqs)
-        self.assertEqual(len(moved), cuts, "unplanned cache breaks at requests %r" % moved)
+        if summaries_made:
+            self.assertLessEqual(len(moved), cuts + summaries_made, "unplanned cache breaks")
+            self.assertGreaterEqual(len(moved), cuts)
+        else:
+            self.assertEqual(len(moved), cuts, "unplanned cache breaks at requests %r" % moved)
         for i in moved:
             self.assertIn(i, firsts, "request %d broke the prefix inside a turn" % i)
             history = messages(reqs[i])[1:-1]
             before = messages(reqs[i - 1])
+            if messages(reqs[i])[0] != before[0] and history and history[0] in before:
+                continue  # a new summary, and perhaps a cut with it
+            if not history:
+                continue
             # The window now starts at a user message the previous request held:
             # whole turns were dropped from its front, nothing else changed.
             self.assertEqual(history[0]["role"], "user")
@@ -90,22 +120,25 @@ class Budget(ContextCase):
         self.assertEqual(len(results), 200)
         for r in results:
             self.assertTurnOk(r)
-        reqs = self.llm.chat_requests()
+        reqs = chat(self.llm)
         self.assertEqual(len(reqs), 200 + 40)  # a tool round on every fifth turn
         over = [(i, prompt_tokens(r)) for i, r in enumerate(reqs)
                 if prompt_tokens(r) > window - max_tokens]
         self.assertEqual(over, [], "requests over the budget")
-        # The server's own view agrees: only the planned cuts did not extend.
-        unplanned = [i for i, r in enumerate(reqs[1:], 1)
-                     if r["extends_previous"] is False and i not in breaks(reqs)]
-        self.assertEqual(unplanned, [])
-        cuts = metrics_of(run)["context_cuts"]
+
+        m = metrics_of(run)
+        cuts = m["context_cuts"]
         self.assertGreater(cuts, 5)       # the budget did move the window
         self.assertLess(cuts, 60)         # ... but not every turn
-        self.check_window_moves(reqs, cuts)
+        self.assertEqual(m["summaries_made"], cuts)  # one per cut, after its turn
+        self.assertEqual(m["summaries_failed"], 0)
+        over = [(i, prompt_tokens(r)) for i, r in enumerate(summaries(self.llm))
+                if prompt_tokens(r) > window]
+        self.assertEqual(over, [], "summary requests over the window")
+        self.check_window_moves(reqs, cuts, m["summaries_made"])
 
     def test_turn_bound_cuts_to_half(self):
-        o = options(self.llm, max_history_turns=6)
+        o = options(self.llm, max_history_turns=6, summarize=False)
         lines = [{"text": "short %d" % k, "conversation_id": "c"} for k in range(1, 16)]
         lines.append({"op": "metrics"})
         run = self.run_ok(lines, o)
@@ -120,7 +153,7 @@ class Budget(ContextCase):
 class Persistence(ContextCase):
     def test_restart_keeps_the_window_start_on_sqlite(self):
         with tempfile.TemporaryDirectory(prefix="parley-ctx-") as d:
-            o = options(self.llm, max_history_turns=4,
+            o = options(self.llm, max_history_turns=4, summarize=False,
                         history_store="sqlite:" + os.path.join(d, "h.db"))
             first = [{"text": "before %d" % k, "conversation_id": "r"} for k in range(1, 8)]
             run = self.run_ok(first + [{"op": "metrics"}], o)
@@ -137,7 +170,7 @@ class Persistence(ContextCase):
     def test_shared_on_redis(self):
         redis = RedisServer("ctx-pw")
         self.addCleanup(redis.stop)
-        o = options(self.llm, max_history_turns=4, history_store=redis.url)
+        o = options(self.llm, max_history_turns=4, history_store=redis.url, summarize=False)
         a, b = InteractiveShim(o), InteractiveShim(o)
         self.addCleanup(a.close)
         self.addCleanup(b.close)
@@ -176,7 +209,8 @@ class Overflow(ParleyTestCase):
                 run = self.conversation(fake, provider)
                 for line in run.turn_lines():
                     self.assertTurnOk(line)
-                refused = [r for r in fake.requests() if r.get("overflow")]
+                refused = [r for r in fake.requests() if r.get("overflow")
+                           and not is_summary(r)]
                 recovered = metrics_of(run)["context_overflows_recovered"]
                 self.assertGreaterEqual(recovered, 1)
                 self.assertEqual(len(refused), recovered)  # each refusal, sent again once
