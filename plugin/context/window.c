@@ -124,9 +124,11 @@ parley_status ctx_load(store *s, const store_key *key, size_t max_turns, int sum
         return PARLEY_OK;
     /* A turn holds at least one message, so `since` turns reach `from`. */
     size_t last = since > (uint64_t)SIZE_MAX ? 0 : (size_t)since;
-    size_t cap = max_turns ? max_turns + (size_t)(w->rec.start - from) : 0;
-    if (cap && (!last || last > cap))
-        last = cap;
+    /* Without summaries, turns beyond max_turns are only to be cut: not read.
+     * With them, they are what the summary folds in: read (the start moves at
+     * every cut, so `since` stays near the window plus a turn). */
+    if (!summarize && max_turns && (!last || last > max_turns))
+        last = max_turns;
     size_t n = 0;
     if ((st = store_load(s, key, last, now_ms, history, &n, err)) != PARLEY_OK)
         return st;
@@ -153,7 +155,12 @@ parley_status ctx_load(store *s, const store_key *key, size_t max_turns, int sum
 
 size_t ctx_reply_window(const ctx_window *w, size_t max_turns)
 {
-    return w->enabled && w->nturns ? w->nturns : max_turns;
+    if (!w->enabled || !w->nturns)
+        return max_turns;
+    if (max_turns && w->nturns > max_turns) /* the turn bound will cut to its low mark */
+        return max_turns * CTX_LOW_MARK_PERCENT / 100 ? max_turns * CTX_LOW_MARK_PERCENT / 100
+                                                      : 1;
+    return w->nturns;
 }
 
 typedef struct split_state {

@@ -153,7 +153,7 @@ class Truncation(HistoryCase):
         snapshots); checks every request (the window of window_start) and
         snapshot (the last `keep` turns kept; None: default_keep) exactly."""
         llm = self.server()
-        o = options(llm)
+        o = options(llm, summarize=False)  # the window alone (summaries: test_context.py)
         if max_hist is not None:
             o["max_history_turns"] = max_hist
         if keep is not None:
@@ -234,7 +234,7 @@ class Truncation(HistoryCase):
         for t in texts:
             lines.append({"text": t, "conversation_id": "tools"})
             lines.append({"op": "history", "conversation_id": "tools"})
-        o = options(llm, max_history_turns=max_hist, max_tool_iterations=2)
+        o = options(llm, max_history_turns=max_hist, max_tool_iterations=2, summarize=False)
         start = 0
         run = self.run_ok(lines, o, tools=TOOLS)
         results = run.turn_lines()
