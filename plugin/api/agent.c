@@ -15,6 +15,7 @@
 #include "lib/host_log.h"
 #include "api/query.h"
 #include "config/selector.h"
+#include "context/window.h"
 #include "engine/tool_handle.h"
 #include "turn/turn.h"
 #include "turn/turn_append.h"
@@ -372,6 +373,29 @@ static int refused_in_callback(parley_agent *a, const char *fn, char **out)
     return 1;
 }
 
+/* A conversation's JSON in b gets its context (the window's start, the
+ * summary and what it covers: context/window.h) as "context", when the store
+ * keeps a record for it.  A failure to read it leaves b as it was. */
+static void add_context(parley_agent *a, const store_key *key, pbuf *b)
+{
+    pbuf rec = PBUF_INIT, ctx = PBUF_INIT;
+    store_lifetime life;
+    char *err = NULL;
+    if (store_context_get(a->store, key, clock_wall_ms(), &rec, &life, &err) == PARLEY_OK &&
+        rec.len && !rec.oom && b->len && b->data[b->len - 1] == '}') {
+        ctx_describe(rec.data, rec.len, &ctx);
+        if (!ctx.oom) {
+            b->len--;
+            pbuf_puts(b, ",\"context\":");
+            pbuf_append(b, ctx.data, ctx.len);
+            pbuf_putc(b, '}');
+        }
+    }
+    free(err);
+    pbuf_free(&rec);
+    pbuf_free(&ctx);
+}
+
 parley_status agent_history_get(parley_agent *a, const char *id, char **out)
 {
     if (!a || !id || !out)
@@ -383,6 +407,8 @@ parley_status agent_history_get(parley_agent *a, const char *id, char **out)
     pbuf b = PBUF_INIT;
     char *err = NULL;
     parley_status st = store_get_conversation(a->store, &key, clock_wall_ms(), &b, &err);
+    if (st == PARLEY_OK)
+        add_context(a, &key, &b);
     return read_result(st, &b, err, out);
 }
 
@@ -549,6 +575,8 @@ parley_status agent_history_get_by(parley_agent *a, const char *selector_json, c
     pbuf b = PBUF_INIT;
     parley_status st =
         store_get_conversation(a->store, &sel.key, clock_wall_ms(), &b, &err);
+    if (st == PARLEY_OK)
+        add_context(a, &sel.key, &b);
     selector_free(&sel);
     return read_result(st, &b, err, out);
 }

@@ -443,6 +443,19 @@ void ctx_learn_factor(ctx_agent *a, size_t body_bytes, long long prompt_tokens)
         a->factor = sample * 0.9;
 }
 
+void ctx_describe(const char *record, size_t len, pbuf *out)
+{
+    ctx_record r;
+    record_parse(record, len, &r);
+    pbuf_printf(out, "{\"window_start\":%llu,\"summary\":", (unsigned long long)r.start);
+    if (r.summary)
+        pbuf_json_string(out, r.summary, strlen(r.summary));
+    else
+        pbuf_puts(out, "null");
+    pbuf_printf(out, ",\"summary_covers\":%llu}", (unsigned long long)(r.summary ? r.upto : 0));
+    free(r.summary);
+}
+
 const char *ctx_cut_reason_name(ctx_cut_reason why)
 {
     static const char *const NAMES[] = {"none", "tokens", "turns", "idle", "store", "overflow"};

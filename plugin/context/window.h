@@ -173,4 +173,9 @@ void ctx_learn_factor(ctx_agent *a, size_t body_bytes, long long prompt_tokens);
 
 const char *ctx_cut_reason_name(ctx_cut_reason why);
 
+/* What history_get shows of a stored record: appends
+ * {"window_start":S,"summary":TEXT|null,"summary_covers":U} to out (positions
+ * in the conversation's lifetime message count). */
+void ctx_describe(const char *record, size_t len, pbuf *out);
+
 #endif

@@ -212,7 +212,22 @@ class Summaries(ContextCase):
                                           "conversation"), system)
         self.assertIn("fact 1", system)
         self.assertEqual(messages(reqs[6])[0], messages(reqs[7])[0])  # stable afterwards
-        self.assertEqual(len(run.lines[-1]["result"]["turns"]), 8)   # every turn kept
+        history = run.lines[-1]["result"]
+        self.assertEqual(len(history["turns"]), 8)   # every turn kept
+        # history_get shows the summary and what it covers (turns 1-3: 6 messages)
+        ctx = history["context"]
+        self.assertEqual((ctx["window_start"], ctx["summary_covers"]), (6, 6))
+        self.assertIn("fact 3", ctx["summary"])
+
+    def test_cleared_with_the_conversation(self):
+        o = options(self.llm, max_history_turns=2)
+        lines = [{"text": "fact %d" % k, "conversation_id": "c"} for k in range(1, 6)]
+        lines += [{"op": "clear", "conversation_id": "c"}, {"text": "again", "conversation_id": "c"},
+                  {"op": "history", "conversation_id": "c"}]
+        run = self.run_ok(lines, o)
+        self.assertEqual(run.lines[-1]["result"]["context"],
+                         {"window_start": 0, "summary": None, "summary_covers": 0})
+        self.assertNotIn("Summary of the earlier", messages(chat(self.llm)[-1])[0]["content"])
 
     def test_a_failing_summary_loses_nothing_and_is_retried(self):
         # A tool result the fake server takes for a fault marker: only the
