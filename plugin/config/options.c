@@ -120,6 +120,8 @@ static const opt_spec SPECS[] = {
      "prompt"},
     {"summary_model", OPT_NSTRING, OFF(summary_model), 0, 0, "null",
      "Model that writes the summaries; null = the agent's (or persona's) model"},
+    {"prompt_cache_key", OPT_BOOL, OFF(prompt_cache_key), 0, 0, "null",
+     "openai: send the conversation as prompt_cache_key; null = only to OpenAI's own API"},
     {"max_conversations", OPT_INT, OFF(max_conversations), 1, 100000000, "10000",
      "Conversations kept; the least recently used is forgotten beyond it"},
     {"history_idle_timeout_s", OPT_INT, OFF(history_idle_timeout_s), 0, 31536000, "0",
@@ -237,8 +239,8 @@ static int set_value(parley_options *o, const opt_spec *s, json_t *v, char **err
         *dst = json_is_null(v) ? NULL : strdup(json_string_value(v));
         return json_is_null(v) || *dst ? 0 : -1;
     }
-    case OPT_BOOL:
-        *(int *)field = json_is_true(v);
+    case OPT_BOOL: /* null (where allowed): -1, "unset" */
+        *(int *)field = json_is_null(v) ? -1 : json_is_true(v);
         return 0;
     case OPT_INT: {
         if (json_is_null(v)) {
@@ -664,7 +666,7 @@ static const char *schema_type(const opt_spec *s)
     switch (s->type) {
     case OPT_STRING:
     case OPT_NSTRING: return null_ok ? "[\"string\",\"null\"]" : "\"string\"";
-    case OPT_BOOL: return "\"boolean\"";
+    case OPT_BOOL: return null_ok ? "[\"boolean\",\"null\"]" : "\"boolean\"";
     case OPT_INT: return null_ok ? "[\"integer\",\"null\"]" : "\"integer\"";
     case OPT_NUMBER: return null_ok ? "[\"number\",\"null\"]" : "\"number\"";
     case OPT_TOOLS: return "\"array\"";

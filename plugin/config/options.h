@@ -78,6 +78,7 @@ typedef struct parley_options {
     int64_t context_reserve;     /* tokens kept for the answer; -1 (null) = from max_tokens */
     int summarize;               /* fold turns that leave the window into a summary */
     char *summary_model;         /* NULL = the request's model */
+    int prompt_cache_key;        /* openai: 1 send, 0 never, -1 (null) OpenAI's API only */
     char *think;                 /* Ollama: JSON text (true/false/"high"...); NULL = not sent */
 } parley_options;
 

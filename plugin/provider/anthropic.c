@@ -138,11 +138,29 @@ static json_t *system_note_blocks(const json_t *m)
     return blocks;
 }
 
-static json_t *render_messages(const provider_request *r)
+/* The last content block of the last message in out, or NULL. */
+static json_t *last_block(json_t *out)
+{
+    json_t *content = json_object_get(json_array_get(out, json_array_size(out) - 1), "content");
+    return json_array_get(content, json_array_size(content) - 1);
+}
+
+/*
+ * With prompt caching, a breakpoint that moves with the conversation: on the
+ * last block of the history sent (besides the system prompt's and the
+ * tools': three of the API's four).  The next request repeats everything up
+ * to it, so the server reads it from the cache and writes only what is new.
+ * A prefix shorter than the model's minimum (1024-4096 tokens) is simply not
+ * cached: the API neither refuses nor charges for the mark.
+ */
+static json_t *render_messages(const provider_request *r, int cache)
 {
     json_t *out = json_array();
+    json_t *history_end = NULL;
     const json_t *lists[] = {r->history, r->messages};
     for (size_t l = 0; l < 2; l++) {
+        if (l == 1 && cache)
+            history_end = last_block(out);
         size_t i;
         const json_t *m;
         json_array_foreach(lists[l], i, m) {
@@ -174,6 +192,8 @@ static json_t *render_messages(const provider_request *r)
         json_array_append_new(blocks, text_block("(start of the conversation)"));
         json_array_insert_new(out, 0, json_pack("{s:s,s:o}", "role", "user", "content", blocks));
     }
+    if (history_end)
+        json_object_set_new(history_end, "cache_control", json_pack("{s:s}", "type", "ephemeral"));
     return out;
 }
 
@@ -235,7 +255,7 @@ static int anthropic_encode(pbuf *out, const parley_options *o, const provider_r
                              (json_int_t)max_tokens(o));
     if (r->system && *r->system)
         json_object_set_new(body, "system", render_system(r, o->prompt_cache));
-    json_object_set_new(body, "messages", render_messages(r));
+    json_object_set_new(body, "messages", render_messages(r, o->prompt_cache));
     if (strcmp(r->tools_json, "[]") != 0) {
         json_object_set_new(body, "tools", render_tools(r->tools_json, o->prompt_cache));
         if (r->tool_choice_none)

@@ -43,6 +43,8 @@ typedef struct provider_request {
     size_t messages_text_len;
     const char *tools_json;   /* tools in OpenAI form (toolset_json); "[]" for none */
     int tool_choice_none;     /* the last round: the model must answer in text */
+    const char *cache_key;    /* the conversation, for a server's cache routing
+                                 (OpenAI's prompt_cache_key); NULL: stateless */
 } provider_request;
 
 typedef struct provider {

@@ -602,6 +602,7 @@ static int render_request(turn *t, char **err)
             .messages_text_len = t->messages.len,
             .tools_json = toolset_json(t->tools),
             .tool_choice_none = t->tool_rounds >= t->cfg->opts.max_tool_iterations,
+            .cache_key = t->conversation_id,
         };
         rc = prov->encode(&t->body, t->opts, &r, err); /* the persona's model, sampling */
     } else if (!*err) {

@@ -282,6 +282,32 @@ class Summaries(ContextCase):
         self.assertEqual(summaries(self.llm), [])
 
 
+class Hints(ParleyTestCase):
+    def test_prompt_cache_key_only_when_asked_or_openai(self):
+        for value, sent in ((None, False), (True, True), (False, False)):
+            with self.subTest(prompt_cache_key=value), FakeLLM() as fake:
+                o = options(fake)
+                if value is not None:
+                    o["prompt_cache_key"] = value
+                self.run_ok([{"text": "hi", "conversation_id": "kitchen-1"}], o)
+                body = fake.chat_requests()[0]["body"]
+                self.assertEqual(body.get("prompt_cache_key"), "kitchen-1" if sent else None)
+
+    def test_anthropic_breakpoint_moves_with_the_history(self):
+        with FakeLLM() as fake:
+            o = options(fake, provider="anthropic", base_url="http://127.0.0.1:%d" % fake.port)
+            lines = [{"text": "turn %d" % k, "conversation_id": "a"} for k in range(1, 4)]
+            self.run_ok(lines, o)
+            reqs = [r for r in fake.requests() if r.get("path") == "/v1/messages"]
+            for k, r in enumerate(reqs):
+                marked = [i for i, m in enumerate(r["body"]["messages"])
+                          if any("cache_control" in b for b in m["content"])]
+                # on the last message of the history: none on the first turn
+                self.assertEqual(marked, [2 * k - 1] if k else [])
+                marks = json.dumps(r["body"]).count("cache_control")
+                self.assertLessEqual(marks, 4)
+
+
 class Overflow(ParleyTestCase):
     """A server that refuses a prompt as too long: Parley learns the window,
     cuts and sends again within the same turn."""
