@@ -856,10 +856,11 @@ static parley_status append_context_metrics(const agent_counters *m, char **out)
     pbuf_append(&b, *out, strlen(*out) - 1);
     pbuf_printf(&b,
                 ",\"context_cuts\":%llu,\"context_overflows_recovered\":%llu,"
-                "\"summaries_made\":%llu,\"summaries_failed\":%llu}",
+                "\"summaries_made\":%llu,\"summaries_failed\":%llu,\"cache_breaks\":%llu}",
                 (unsigned long long)m->context_cuts,
                 (unsigned long long)m->context_overflows_recovered,
-                (unsigned long long)m->summaries_made, (unsigned long long)m->summaries_failed);
+                (unsigned long long)m->summaries_made, (unsigned long long)m->summaries_failed,
+                (unsigned long long)m->cache_breaks);
     free(*out);
     *out = b.oom ? NULL : pbuf_take(&b);
     pbuf_free(&b);

@@ -28,6 +28,11 @@ static void record_parse(const char *json, size_t len, ctx_record *out)
     json_t *upto = json_object_get(root, "upto");
     if (json_is_integer(start) && json_integer_value(start) >= 0)
         out->start = (uint64_t)json_integer_value(start);
+    json_t *plen = json_object_get(root, "plen"), *phash = json_object_get(root, "phash");
+    if (json_is_integer(plen) && json_is_string(phash)) {
+        out->prefix_len = (uint64_t)json_integer_value(plen);
+        out->prefix_hash = strtoull(json_string_value(phash), NULL, 16);
+    }
     if (json_is_string(summary) && json_string_length(summary) && json_is_integer(upto) &&
         json_integer_value(upto) >= 0) {
         out->summary = strdup(json_string_value(summary));
@@ -317,6 +322,10 @@ static int record_put(ctx_window *w, const char *summary, uint64_t upto)
         pbuf_json_string(&w->record, summary, n);
         pbuf_printf(&w->record, ",\"upto\":%llu", (unsigned long long)upto);
     }
+    if (w->rec.prefix_hash)
+        pbuf_printf(&w->record, ",\"plen\":%llu,\"phash\":\"%016llx\"",
+                    (unsigned long long)w->rec.prefix_len,
+                    (unsigned long long)w->rec.prefix_hash);
     pbuf_putc(&w->record, '}');
     return w->record.oom ? -1 : 0;
 }
@@ -441,6 +450,51 @@ void ctx_learn_factor(ctx_agent *a, size_t body_bytes, long long prompt_tokens)
     a->factor = a->factor > 0 ? 0.5 * a->factor + 0.5 * sample : sample;
     if (a->factor < sample * 0.9)
         a->factor = sample * 0.9;
+}
+
+/* ---- cache breaks ---- */
+
+typedef struct fnv {
+    uint64_t h;
+    uint64_t len, limit;   /* bytes taken so far; stop at limit */
+} fnv;
+
+static void fnv_add(fnv *f, const char *p, size_t n)
+{
+    for (size_t i = 0; i < n && f->len < f->limit; i++, f->len++) {
+        f->h ^= (unsigned char)p[i];
+        f->h *= 0x100000001b3ULL;
+    }
+}
+
+static fnv fnv_stable(const char *prompt, const char *tools, const char *history,
+                      size_t history_len, uint64_t limit)
+{
+    fnv f = {0xcbf29ce484222325ULL, 0, limit};
+    fnv_add(&f, prompt ? prompt : "", prompt ? strlen(prompt) : 0);
+    fnv_add(&f, "\x1e", 1);
+    fnv_add(&f, tools ? tools : "", tools ? strlen(tools) : 0);
+    fnv_add(&f, "\x1e", 1);
+    fnv_add(&f, history ? history : "", history ? history_len : 0);
+    return f;
+}
+
+void ctx_set_prefix(ctx_window *w, const char *prompt, const char *tools, const char *history,
+                    size_t history_len, const char *turn, size_t turn_len)
+{
+    fnv f = fnv_stable(prompt, tools, history, history_len, UINT64_MAX);
+    fnv_add(&f, turn ? turn : "", turn ? turn_len : 0);
+    w->rec.prefix_len = f.len;
+    w->rec.prefix_hash = f.h ? f.h : 1;
+}
+
+int ctx_prefix_kept(const ctx_window *w, const char *prompt, const char *tools,
+                    const char *history, size_t history_len)
+{
+    if (!w->rec.prefix_hash)
+        return 1;
+    fnv f = fnv_stable(prompt, tools, history, history_len, w->rec.prefix_len);
+    return f.len == w->rec.prefix_len && (f.h ? f.h : 1) == w->rec.prefix_hash;
 }
 
 void ctx_describe(const char *record, size_t len, pbuf *out)

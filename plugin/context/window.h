@@ -75,6 +75,8 @@ typedef struct ctx_record {
     uint64_t start;          /* lifetime message index of the first message sent */
     char *summary;           /* the running summary, NULL when there is none */
     uint64_t upto;           /* the summary covers the messages before this index */
+    uint64_t prefix_len;     /* what the next request should start with: its length */
+    uint64_t prefix_hash;    /* and its hash (ctx_prefix_hash); 0 = not known */
 } ctx_record;
 
 /* How many messages before the window's start a turn loads to fold into the
@@ -172,6 +174,20 @@ char *ctx_summary_input(const ctx_window *w, size_t max_bytes);
 void ctx_learn_factor(ctx_agent *a, size_t body_bytes, long long prompt_tokens);
 
 const char *ctx_cut_reason_name(ctx_cut_reason why);
+
+/*
+ * Cache breaks.  A request that does not start with everything the previous
+ * request of its conversation sent (the agent's prompt, the tools, the
+ * history, that turn's messages) makes the server read it again.  The commit
+ * stores the hash of that prefix (ctx_set_prefix); the next turn checks that
+ * its own stable part starts with it (ctx_prefix_kept) unless it moved the
+ * window on purpose.  FNV-1a over prompt, 0x1e, tools, 0x1e, history.
+ */
+void ctx_set_prefix(ctx_window *w, const char *prompt, const char *tools, const char *history,
+                    size_t history_len, const char *turn, size_t turn_len);
+/* 1 when the stored prefix is unknown or kept; 0: a cache break. */
+int ctx_prefix_kept(const ctx_window *w, const char *prompt, const char *tools,
+                    const char *history, size_t history_len);
 
 /* What history_get shows of a stored record: appends
  * {"window_start":S,"summary":TEXT|null,"summary_covers":U} to out (positions

@@ -17,6 +17,8 @@ typedef struct agent_counters {
     atomic_uint_fast64_t context_cuts;      /* planned moves of a window's start */
     atomic_uint_fast64_t context_overflows_recovered; /* overflow answers cut and sent again */
     atomic_uint_fast64_t summaries_made, summaries_failed;
+    atomic_uint_fast64_t cache_breaks;      /* requests that did not extend their
+                                               conversation's previous one, unplanned */
 } agent_counters;
 
 #endif

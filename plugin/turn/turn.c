@@ -669,6 +669,12 @@ static void cut_window(turn *t, size_t n, ctx_cut_reason why)
 
 /* Before the turn's first request: keep the window within the budget
  * (context/window.h).  1 when the history changed (render again). */
+/* The bytes of t->history that are the window (reply context may follow). */
+static size_t window_len(const turn *t)
+{
+    return t->ctx.nturns ? t->ctx.end[t->ctx.nturns - 1] : 0;
+}
+
 static int plan_window(turn *t)
 {
     if (!t->ctx.enabled || t->ctx_planned)
@@ -677,6 +683,14 @@ static int plan_window(turn *t)
     ctx_budget b = budget_of(t);
     ctx_cut_reason why;
     size_t n = ctx_plan(&t->ctx, &b, body_tokens(t, b.factor), clock_wall_ms(), 0, &why);
+    if (why == CTX_CUT_NONE && !ctx_prefix_kept(&t->ctx, t->opts->prompt, toolset_json(t->tools),
+                                                t->history.data, window_len(t))) {
+        atomic_fetch_add(&t->env->metrics->cache_breaks, 1);
+        host_log(t->env->host, PARLEY_LOG_INFO,
+                 "turn %s: this request does not extend the conversation's previous one (the "
+                 "prompt, the tools or the stored history changed): the server reads it again",
+                 t->turn_id);
+    }
     if (why == CTX_CUT_NONE)
         return 0;
     cut_window(t, n, why);
@@ -1279,6 +1293,18 @@ static void turn_commit(turn *t)
     uint64_t now = clock_wall_ms();
     store_turn in = {.turn_id = t->turn_id, .started_ms = t->started_wall_ms, .finished_ms = now,
                      .messages = msgs, .nmessages = t->nmessages};
+    if (t->ctx.enabled) { /* what the next request should start with */
+        pbuf turn_text = PBUF_INIT;
+        for (size_t i = 0; i < t->nmessages; i++) {
+            pbuf_append(&turn_text, msgs[i].json, msgs[i].json_len);
+            pbuf_putc(&turn_text, ',');
+        }
+        ctx_set_prefix(&t->ctx, t->opts->prompt, toolset_json(t->tools), t->history.data,
+                       window_len(t), turn_text.data, turn_text.len);
+        if (turn_text.oom)
+            t->ctx.rec.prefix_hash = 0;
+        pbuf_free(&turn_text);
+    }
     if (t->ctx.enabled && ctx_record_write(&t->ctx) == 0) { /* the window's start goes with it */
         in.context = t->ctx.record.data;
         in.context_len = t->ctx.record.len;

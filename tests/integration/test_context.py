@@ -134,6 +134,7 @@ class Budget(ContextCase):
         # one per cut, after its turn (the last one may still run when metrics are read)
         self.assertIn(m["summaries_made"], (cuts - 1, cuts))
         self.assertEqual(m["summaries_failed"], 0)
+        self.assertEqual(m["cache_breaks"], 0)
         over = [(i, prompt_tokens(r)) for i, r in enumerate(summaries(self.llm))
                 if prompt_tokens(r) > window]
         self.assertEqual(over, [], "summary requests over the window")
@@ -162,12 +163,22 @@ class Persistence(ContextCase):
             self.assertEqual(metrics_of(run)["context_cuts"], 1)  # at turn 6: 5 > 4, kept 2
             run = self.run_ok([{"text": "after", "conversation_id": "r"}, {"op": "metrics"}], o)
             self.assertEqual(metrics_of(run)["context_cuts"], 0)
+            self.assertEqual(metrics_of(run)["cache_breaks"], 0)
         reqs = self.llm.chat_requests()
         self.assertEqual(len(reqs), 8)
         # The request after the restart extends the last one before it: the
         # window kept its start (turn 4), it did not start over at turn 1.
         self.assertTrue(extends(reqs[6], reqs[7]), messages(reqs[7]))
         self.assertEqual(messages(reqs[7])[1]["content"], "before 4")
+
+    def test_a_changed_prompt_is_a_cache_break(self):
+        with tempfile.TemporaryDirectory(prefix="parley-ctx-") as d:
+            o = options(self.llm, history_store="sqlite:" + os.path.join(d, "h.db"))
+            self.run_ok([{"text": "one", "conversation_id": "p"}], o)
+            o["prompt"] = "You are another assistant."  # the engine did not plan this
+            run = self.run_ok([{"text": "two", "conversation_id": "p"},
+                               {"text": "three", "conversation_id": "p"}, {"op": "metrics"}], o)
+            self.assertEqual(metrics_of(run)["cache_breaks"], 1)
 
     def test_shared_on_redis(self):
         redis = RedisServer("ctx-pw")
@@ -179,7 +190,9 @@ class Persistence(ContextCase):
         for k in range(12):
             host = a if k % 2 == 0 else b
             self.assertTurnOk(host.turn({"text": "shared %d" % k, "conversation_id": "s"}))
-        cuts = a.op("metrics")["result"]["context_cuts"] + b.op("metrics")["result"]["context_cuts"]
+        ma, mb = a.op("metrics")["result"], b.op("metrics")["result"]
+        cuts = ma["context_cuts"] + mb["context_cuts"]
+        self.assertEqual(ma["cache_breaks"] + mb["cache_breaks"], 0)  # across hosts too
         reqs = self.llm.chat_requests()
         self.assertEqual(len(reqs), 12)
         self.assertEqual(cuts, 3)  # at turns 6, 9 and 12 (index 5, 8, 11)
