@@ -10,6 +10,7 @@ void ctx_window_free(ctx_window *w)
     free(w->end);
     free(w->nmsgs);
     free(w->rec.summary);
+    free(w->rec.next);
     pbuf_free(&w->record);
     pbuf_free(&w->dropped);
     memset(w, 0, sizeof *w);
@@ -28,6 +29,11 @@ static void record_parse(const char *json, size_t len, ctx_record *out)
     json_t *upto = json_object_get(root, "upto");
     if (json_is_integer(start) && json_integer_value(start) >= 0)
         out->start = (uint64_t)json_integer_value(start);
+    json_t *next = json_object_get(root, "next"), *next_upto = json_object_get(root, "next_upto");
+    if (json_is_string(next) && json_string_length(next) && json_is_integer(next_upto)) {
+        out->next = strdup(json_string_value(next));
+        out->next_upto = (uint64_t)json_integer_value(next_upto);
+    }
     json_t *plen = json_object_get(root, "plen"), *phash = json_object_get(root, "phash");
     if (json_is_integer(plen) && json_is_string(phash)) {
         out->prefix_len = (uint64_t)json_integer_value(plen);
@@ -115,6 +121,7 @@ parley_status ctx_load(store *s, const store_key *key, size_t max_turns, int sum
     uint64_t total = w->life.message_count;
     if (w->rec.start > total || w->rec.upto > w->rec.start) { /* not this conversation's */
         free(w->rec.summary);
+        free(w->rec.next);
         memset(&w->rec, 0, sizeof w->rec);
     }
     w->summarize = summarize;
@@ -307,20 +314,30 @@ size_t ctx_cut(ctx_window *w, pbuf *history, size_t n, ctx_cut_reason why)
     return msgs;
 }
 
+/* ,"key":"text" (clipped between characters to CTX_SUMMARY_MAX_BYTES) */
+static void put_summary(pbuf *b, const char *key, const char *text)
+{
+    size_t n = strlen(text);
+    if (n > CTX_SUMMARY_MAX_BYTES) {
+        n = CTX_SUMMARY_MAX_BYTES;
+        while (n && ((unsigned char)text[n] & 0xC0) == 0x80)
+            n--;
+    }
+    pbuf_printf(b, ",\"%s\":", key);
+    pbuf_json_string(b, text, n);
+}
+
 static int record_put(ctx_window *w, const char *summary, uint64_t upto)
 {
     pbuf_reset(&w->record);
     pbuf_printf(&w->record, "{\"start\":%llu", (unsigned long long)w->first);
     if (summary && *summary) {
-        size_t n = strlen(summary);
-        if (n > CTX_SUMMARY_MAX_BYTES) { /* clipped between characters */
-            n = CTX_SUMMARY_MAX_BYTES;
-            while (n && ((unsigned char)summary[n] & 0xC0) == 0x80)
-                n--;
-        }
-        pbuf_puts(&w->record, ",\"summary\":");
-        pbuf_json_string(&w->record, summary, n);
+        put_summary(&w->record, "summary", summary);
         pbuf_printf(&w->record, ",\"upto\":%llu", (unsigned long long)upto);
+    }
+    if (w->rec.next && w->rec.next_upto > w->first) { /* still ahead of the window's start */
+        put_summary(&w->record, "next", w->rec.next);
+        pbuf_printf(&w->record, ",\"next_upto\":%llu", (unsigned long long)w->rec.next_upto);
     }
     if (w->rec.prefix_hash)
         pbuf_printf(&w->record, ",\"plen\":%llu,\"phash\":\"%016llx\"",
@@ -338,6 +355,83 @@ int ctx_record_write(ctx_window *w)
 int ctx_record_write_summary(ctx_window *w, const char *summary)
 {
     return record_put(w, summary, w->first);
+}
+
+int ctx_record_write_next(ctx_window *w, const char *next, size_t n_turns)
+{
+    uint64_t upto = w->first;
+    for (size_t i = 0; i < n_turns && i < w->nturns; i++)
+        upto += w->nmsgs[i];
+    char *copy = strdup(next);
+    if (!copy)
+        return -1;
+    free(w->rec.next);
+    w->rec.next = copy;
+    w->rec.next_upto = upto;
+    return ctx_record_write(w);
+}
+
+/* The window's limit in tokens (window - reserve - margin). */
+static int64_t limit_of(const ctx_budget *b)
+{
+    return b->window - b->reserve - b->window * CTX_MARGIN_PERCENT / 100;
+}
+
+size_t ctx_ahead_turns(const ctx_window *w, const ctx_budget *b, int64_t body_tokens)
+{
+    if (!w->enabled || !w->summarize || !w->nturns || w->dropped.len)
+        return 0;
+    if (w->rec.next && w->rec.next_upto > w->first) /* one is waiting */
+        return 0;
+    int near = body_tokens > limit_of(b) * 8 / 10 || (b->max_turns && w->nturns + 1 >= b->max_turns);
+    if (!near)
+        return 0;
+    /* What the cut will drop when it comes: by the turn bound, the window of
+     * max_turns + 1 down to its low mark; by tokens, down to the low mark. */
+    ctx_cut_reason why;
+    size_t k = ctx_plan(w, b, body_tokens, 0, 1, &why);
+    if (b->max_turns && w->nturns + 1 >= b->max_turns) {
+        size_t low = b->max_turns * CTX_LOW_MARK_PERCENT / 100;
+        size_t by_turns = b->max_turns + 1 - (low ? low : 1);
+        if (by_turns > k)
+            k = by_turns;
+    }
+    return k < w->nturns ? k : w->nturns;
+}
+
+size_t ctx_cut_for_next(const ctx_window *w, const ctx_budget *b, int64_t body_tokens, size_t n,
+                        int *use_next)
+{
+    *use_next = 0;
+    if (!w->summarize || !w->rec.next || w->rec.next_upto <= w->first ||
+        w->dropped.len) /* turns waiting to be folded: the summary made ahead missed them */
+        return n;
+    uint64_t at = w->first;
+    size_t k = 0;
+    while (k < w->nturns && at < w->rec.next_upto)
+        at += w->nmsgs[k++];
+    if (at != w->rec.next_upto) /* not at a turn's start of this window */
+        return n;
+    int64_t kept = body_tokens - ctx_tokens(w->end[k - 1], b->factor);
+    int fits = kept <= limit_of(b) && (!b->max_turns || w->nturns - k <= b->max_turns);
+    if (!fits)
+        return n;
+    *use_next = 1; /* exactly what it covers: nothing is left to fold afterwards */
+    return k;
+}
+
+void ctx_take_next(ctx_window *w)
+{
+    uint64_t covered = w->rec.next_upto;
+    if (w->dropped.len && covered > w->dropped_from) { /* what it covers is folded */
+        skip_messages(&w->dropped, (size_t)(covered - w->dropped_from), NULL);
+        w->dropped_from = covered;
+    }
+    free(w->rec.summary);
+    w->rec.summary = w->rec.next;
+    w->rec.upto = covered;
+    w->rec.next = NULL;
+    w->rec.next_upto = 0;
 }
 
 const char *ctx_summary(const ctx_window *w)

@@ -24,7 +24,15 @@
  * parted), and never inside the turn being answered (not in the history).
  *
  * Turns that leave the window are folded into a running summary (when the
- * `summarize` option is on): the turn that cut them keeps their text
+ * `summarize` option is on), made ahead of the cut where possible: when the
+ * window nears its limit, the turn's commit asks the model, with the
+ * conversation's own prompt (which the server has cached) plus one
+ * instruction, for the summary updated with the turns the next cut will
+ * drop, and stores it as the record's `next` with the position it covers.
+ * The cut then drops exactly those turns and the new summary takes their
+ * place in the same request: one change of the prompt, no gap, and the
+ * summary cost the server little more than the instruction.  Otherwise
+ * (no `next`, or it does not fit) the turn that cut them keeps their text
  * (`dropped`), and once it has committed it asks the model for the summary
  * so far plus those turns, and stores the result in the record with the
  * position it covers up to (`upto`).  Later requests carry it after the
@@ -75,6 +83,8 @@ typedef struct ctx_record {
     uint64_t start;          /* lifetime message index of the first message sent */
     char *summary;           /* the running summary, NULL when there is none */
     uint64_t upto;           /* the summary covers the messages before this index */
+    char *next;              /* the summary made ahead for the next cut, NULL when none */
+    uint64_t next_upto;      /* it covers the messages before this index */
     uint64_t prefix_len;     /* what the next request should start with: its length */
     uint64_t prefix_hash;    /* and its hash (ctx_prefix_hash); 0 = not known */
 } ctx_record;
@@ -160,6 +170,27 @@ int ctx_record_write(ctx_window *w);
 /* The record once `summary` covers everything before the window (w->record).
  * 0, or -1 out of memory. */
 int ctx_record_write_summary(ctx_window *w, const char *summary);
+
+/* The record with a summary made ahead (w->record): `next`, covering the
+ * first n_turns turns of the window.  0, or -1 out of memory. */
+int ctx_record_write_next(ctx_window *w, const char *next, size_t n_turns);
+
+/* When the window is near its limit (the request of body_tokens, the turn's
+ * answer included) and no summary made ahead is waiting: how many of the
+ * oldest turns the next cut would drop (0: nothing to make ahead). */
+size_t ctx_ahead_turns(const ctx_window *w, const ctx_budget *b, int64_t body_tokens);
+
+/* At a cut of n turns (why != NONE): the turns the summary made ahead covers,
+ * when it can take their place (it covers exactly a whole-turn prefix of the
+ * window, and cutting there keeps the request within the limit and the turn
+ * bound: then the cut goes exactly there, a little short of the low mark
+ * perhaps), else n.  *use_next says whether to (ctx_take_next after the cut). */
+size_t ctx_cut_for_next(const ctx_window *w, const ctx_budget *b, int64_t body_tokens, size_t n,
+                        int *use_next);
+
+/* After ctx_cut with use_next: the summary made ahead becomes the summary, and
+ * what it covers leaves `dropped` (what is left there is folded after the commit). */
+void ctx_take_next(ctx_window *w);
 
 /* The summary to send (NULL: none). */
 const char *ctx_summary(const ctx_window *w);

@@ -147,20 +147,18 @@ static json_t *last_block(json_t *out)
 
 /*
  * With prompt caching, a breakpoint that moves with the conversation: on the
- * last block of the history sent (besides the system prompt's and the
- * tools': three of the API's four).  The next request repeats everything up
- * to it, so the server reads it from the cache and writes only what is new.
- * A prefix shorter than the model's minimum (1024-4096 tokens) is simply not
- * cached: the API neither refuses nor charges for the mark.
+ * last block of the request, after the history and this turn's messages so
+ * far (besides the system prompt's and the tools': three of the API's four).
+ * The next request (the next tool round, or the next turn) repeats everything
+ * up to it, so the server reads it from the cache and writes only what is
+ * new.  A prefix shorter than the model's minimum (1024-4096 tokens) is simply
+ * not cached: the API neither refuses nor charges for the mark.
  */
 static json_t *render_messages(const provider_request *r, int cache)
 {
     json_t *out = json_array();
-    json_t *history_end = NULL;
     const json_t *lists[] = {r->history, r->messages};
     for (size_t l = 0; l < 2; l++) {
-        if (l == 1 && cache)
-            history_end = last_block(out);
         size_t i;
         const json_t *m;
         json_array_foreach(lists[l], i, m) {
@@ -192,8 +190,9 @@ static json_t *render_messages(const provider_request *r, int cache)
         json_array_append_new(blocks, text_block("(start of the conversation)"));
         json_array_insert_new(out, 0, json_pack("{s:s,s:o}", "role", "user", "content", blocks));
     }
-    if (history_end)
-        json_object_set_new(history_end, "cache_control", json_pack("{s:s}", "type", "ephemeral"));
+    json_t *end = cache ? last_block(out) : NULL;
+    if (end)
+        json_object_set_new(end, "cache_control", json_pack("{s:s}", "type", "ephemeral"));
     return out;
 }
 

@@ -693,8 +693,12 @@ static int plan_window(turn *t)
     }
     if (why == CTX_CUT_NONE)
         return 0;
+    int use_next = 0;
+    n = ctx_cut_for_next(&t->ctx, &b, body_tokens(t, b.factor), n, &use_next);
     cut_window(t, n, why);
-    return n > 0;
+    if (use_next) /* the summary made ahead takes the cut turns' place */
+        ctx_take_next(&t->ctx);
+    return n > 0 || use_next;
 }
 
 static void turn_request(turn *t)
@@ -1340,6 +1344,16 @@ static const char SUMMARY_PROMPT[] =
 
 static void summary_saved(turn *t, parley_status status, const char *message);
 
+/* The summary made ahead: the conversation's own request (which the server
+ * has cached), then this. */
+static const char AHEAD_PROMPT[] =
+    "Before the conversation goes on: write the summary of the earlier conversation (shown "
+    "after the instructions at the top, if there is one) updated with the first %zu "
+    "exchanges of the conversation below it (an exchange: a user message, any tool calls and "
+    "results, and the answer). Keep the facts, names, preferences, requests, decisions and "
+    "open questions worth remembering, including what the tools returned, in the "
+    "conversation's language, at most 250 words. Write only the summary.";
+
 /* The summary is done (made, failed or given up): the turn ends as it was reported. */
 static void summary_end(turn *t, int made, const char *why)
 {
@@ -1394,19 +1408,63 @@ static int render_summary(turn *t, char **err)
     return rc;
 }
 
+/* The request for the summary made ahead of the next cut: this turn's own
+ * last request plus its answer and the instruction, in the conversation's
+ * codec and options (so the server reads all but the instruction from its
+ * cache), without streaming or tools, into t->body. */
+static int render_ahead(turn *t, size_t k, char **err)
+{
+    char *instruction = pstr_printf(AHEAD_PROMPT, k);
+    if (!instruction)
+        return -1;
+    size_t mark = t->messages.len;
+    pbuf_puts(&t->messages, mark ? ",{\"role\":\"user\",\"content\":"
+                                 : "{\"role\":\"user\",\"content\":");
+    pbuf_json_string(&t->messages, instruction, strlen(instruction));
+    pbuf_putc(&t->messages, '}');
+    free(instruction);
+    parley_options o = *t->opts; /* a shallow copy: one answer, not streamed */
+    o.stream = 0;
+    const parley_options *saved = t->opts;
+    int rounds = t->tool_rounds;
+    t->opts = &o;
+    t->tool_rounds = (int)t->cfg->opts.max_tool_iterations; /* tool_choice "none" */
+    int rc = t->messages.oom ? -1 : render_request(t, err);
+    t->opts = saved;
+    t->tool_rounds = rounds;
+    t->messages.len = mark; /* the turn's messages as committed */
+    if (t->messages.data)
+        t->messages.data[mark] = '\0';
+    return rc;
+}
+
 /*
  * After the commit: when turns left the window (this turn's cut, or earlier
  * ones a summary has not folded yet), report the turn to the host now and ask
- * the model for the summary so far plus those turns.  The conversation's
+ * the model for the summary so far plus those turns; or, when the window
+ * nears its limit, for the summary made ahead of the next cut.  The conversation's
  * lane stays with this turn until the summary is stored (or given up), so
  * the next turn of the conversation reads it.  1 when started.
  */
 static int summary_start(turn *t)
 {
-    if (!t->ctx.enabled || !t->ctx.summarize || !t->ctx.dropped.len || t->append)
+    if (!t->ctx.enabled || !t->ctx.summarize || t->append)
         return 0;
+    size_t ahead = 0;
+    const char *own = t->opts->summary_model;
+    /* Ahead of the cut only with the conversation's own model: another model
+     * has none of its prompt cached, so the turns' transcript costs it less. */
+    if (!t->ctx.dropped.len) {
+        if (own && strcmp(own, t->opts->model) != 0)
+            return 0;
+        ctx_budget b = budget_of(t);
+        int64_t tokens = body_tokens(t, b.factor) + ctx_tokens(strlen(t->answer), b.factor);
+        if (!(ahead = ctx_ahead_turns(&t->ctx, &b, tokens)))
+            return 0;
+    }
+    t->summary_ahead = ahead;
     char *err = NULL;
-    if (render_summary(t, &err) != 0) {
+    if ((ahead ? render_ahead(t, ahead, &err) : render_summary(t, &err)) != 0) {
         host_log(t->env->host, PARLEY_LOG_WARN, "turn %s: no summary request: %s", t->turn_id,
                  err ? err : "out of memory");
         free(err);
@@ -1449,7 +1507,8 @@ static void summary_on_http_done(turn *t, CURLcode code)
     if (st != PARLEY_OK || !summary || !*summary) {
         summary_end(t, 0, st != PARLEY_OK ? (err ? err : msg ? msg : status_name(st))
                                           : "an empty answer");
-    } else if (ctx_record_write_summary(&t->ctx, summary) != 0) {
+    } else if ((t->summary_ahead ? ctx_record_write_next(&t->ctx, summary, t->summary_ahead)
+                                 : ctx_record_write_summary(&t->ctx, summary)) != 0) {
         summary_end(t, 0, "out of memory");
     } else { /* the record: the same start, the new summary up to it */
         store_key key = key_of(t);

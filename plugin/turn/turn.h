@@ -147,6 +147,7 @@ struct turn {
     int summarizing;          /* committed and reported: folding what left the window into
                                  the summary (its request, then its record) */
     int reported;             /* the host's done callback ran (turn_report: once) */
+    size_t summary_ahead;     /* summarizing ahead of the next cut: the turns it covers */
     json_t *history_msgs;     /* the same, parsed once for a codec that needs it parsed */
     pbuf messages;            /* this turn's messages, comma-joined: what gets committed */
     turn_message *message_index; /* one per message of `messages` */

@@ -55,7 +55,18 @@ def breaks(requests):
 SUMMARY_SYSTEM = "You keep a running summary"
 
 
+AHEAD = "Before the conversation goes on: write the summary"
+
+
 def is_summary(request):
+    """A summary's request: made ahead of a cut (the conversation's own
+    request plus the instruction), or from the transcript of cut turns."""
+    msgs = request["body"].get("messages") or []
+    last = msgs[-1].get("content") if msgs else None
+    if isinstance(last, list):  # Anthropic blocks
+        last = last[-1].get("text") if last else None
+    if isinstance(last, str) and last.startswith(AHEAD):
+        return True
     system = request["body"].get("system")  # Anthropic: text or blocks
     if isinstance(system, list):
         system = system[0].get("text", "") if system else ""
@@ -131,8 +142,9 @@ class Budget(ContextCase):
         cuts = m["context_cuts"]
         self.assertGreater(cuts, 5)       # the budget did move the window
         self.assertLess(cuts, 60)         # ... but not every turn
-        # one per cut, after its turn (the last one may still run when metrics are read)
-        self.assertIn(m["summaries_made"], (cuts - 1, cuts))
+        # one per cut, made ahead of it (one more may wait for the next cut, or still run)
+        self.assertGreaterEqual(m["summaries_made"], cuts - 1)
+        self.assertLessEqual(m["summaries_made"], cuts + 1)
         self.assertEqual(m["summaries_failed"], 0)
         self.assertEqual(m["cache_breaks"], 0)
         over = [(i, prompt_tokens(r)) for i, r in enumerate(summaries(self.llm))
@@ -205,13 +217,42 @@ class Summaries(ContextCase):
         lines += [{"op": "metrics"}, {"op": "history", "conversation_id": cid}]
         return self.run_ok(lines, o, tools=tools)
 
-    def test_made_after_a_cut_and_sent_after_the_system_prompt(self):
+    def test_made_ahead_with_the_cached_prompt_and_taken_at_the_cut(self):
         o = options(self.llm, max_history_turns=4)
+        run = self.turns(o, ["fact %d" % k for k in range(1, 9)])
+        m = metrics_of(run)
+        self.assertEqual((m["context_cuts"], m["summaries_failed"]), (1, 0))
+        reqs, made = chat(self.llm), summaries(self.llm)
+        self.assertGreaterEqual(len(made), 1)
+        # After turn 4, near the bound: turn 4's own request and answer, then the
+        # instruction (the server has all but the instruction cached).
+        ahead = messages(made[0])
+        turn4 = messages(reqs[3])
+        self.assertEqual(ahead[:len(turn4)], turn4)
+        self.assertEqual(ahead[len(turn4)]["role"], "assistant")
+        self.assertTrue(ahead[-1]["content"].startswith(AHEAD + " of the earlier conversation"))
+        self.assertIn("the first 3 exchanges", ahead[-1]["content"])
+        # Turn 6 cuts exactly what it covers (turns 1-3) and carries it after the prompt.
+        self.assertNotIn("Summary of the earlier", messages(reqs[4])[0]["content"])
+        system = messages(reqs[5])[0]["content"]
+        self.assertTrue(system.startswith("You are a test assistant.\n\nSummary of the earlier "
+                                          "conversation"), system)
+        self.assertEqual(messages(reqs[5])[1], {"role": "user", "content": "fact 4"})
+        self.assertEqual(messages(reqs[6])[0], messages(reqs[5])[0])  # stable afterwards
+        history = run.lines[-1]["result"]
+        self.assertEqual(len(history["turns"]), 8)   # every turn kept
+        ctx = history["context"]  # history_get: the summary and what it covers (turns 1-3)
+        self.assertEqual((ctx["window_start"], ctx["summary_covers"]), (6, 6))
+        self.assertIn("first 3 exchanges", ctx["summary"])
+
+    def test_transcript_with_another_summary_model(self):
+        o = options(self.llm, max_history_turns=4, summary_model="small-model")
         run = self.turns(o, ["fact %d" % k for k in range(1, 9)])
         m = metrics_of(run)
         self.assertEqual((m["context_cuts"], m["summaries_made"], m["summaries_failed"]),
                          (1, 1, 0))
         [req] = summaries(self.llm)
+        self.assertEqual(req["body"]["model"], "small-model")
         text = messages(req)[-1]["content"]
         # what left the window (turns 1-3 at turn 6's cut), never the system prompt
         for k in (1, 2, 3):
@@ -220,17 +261,7 @@ class Summaries(ContextCase):
         self.assertNotIn("You are a test assistant", text)
         reqs = chat(self.llm)
         self.assertNotIn("Summary of the earlier conversation", messages(reqs[5])[0]["content"])
-        system = messages(reqs[6])[0]["content"]  # turn 7: the summary, after the prompt
-        self.assertTrue(system.startswith("You are a test assistant.\n\nSummary of the earlier "
-                                          "conversation"), system)
-        self.assertIn("fact 1", system)
-        self.assertEqual(messages(reqs[6])[0], messages(reqs[7])[0])  # stable afterwards
-        history = run.lines[-1]["result"]
-        self.assertEqual(len(history["turns"]), 8)   # every turn kept
-        # history_get shows the summary and what it covers (turns 1-3: 6 messages)
-        ctx = history["context"]
-        self.assertEqual((ctx["window_start"], ctx["summary_covers"]), (6, 6))
-        self.assertIn("fact 3", ctx["summary"])
+        self.assertIn("user: fact 1", messages(reqs[6])[0]["content"])  # from turn 7 on
 
     def test_cleared_with_the_conversation(self):
         o = options(self.llm, max_history_turns=2)
@@ -246,7 +277,7 @@ class Summaries(ContextCase):
         # A tool result the fake server takes for a fault marker: only the
         # summary's request (whose transcript holds it) fails.
         tools = [{"name": "poison", "description": "x", "result": "[[fault:400]]"}]
-        o = options(self.llm, max_history_turns=2)
+        o = options(self.llm, max_history_turns=2, summary_model="small-model")
         texts = ["t1 [[tool:poison {}]]"] + ["t%d" % k for k in range(2, 7)]
         run = self.turns(o, texts, tools=tools)
         for line in run.turn_lines():
@@ -270,7 +301,8 @@ class Summaries(ContextCase):
             run = self.turns(o, ["after"])
             self.assertEqual(metrics_of(run)["summaries_made"], 0)
         reqs = chat(self.llm)
-        self.assertIn("user: fact 1", messages(reqs[-1])[0]["content"])
+        self.assertIn("Summary of the earlier conversation", messages(reqs[-1])[0]["content"])
+        self.assertEqual(messages(reqs[-1])[0], messages(reqs[-2])[0])  # as before the restart
 
     def test_shared_on_redis(self):
         redis = RedisServer("ctx-pw")
@@ -286,7 +318,9 @@ class Summaries(ContextCase):
             time.sleep(0.02)  # made after turn 6 was reported
         self.assertEqual(a.op("metrics")["result"]["summaries_made"], 1)
         self.assertTurnOk(b.turn({"text": "from b", "conversation_id": "r"}))
-        self.assertIn("user: fact 1", messages(chat(self.llm)[-1])[0]["content"])
+        reqs = chat(self.llm)
+        self.assertIn("Summary of the earlier conversation", messages(reqs[-1])[0]["content"])
+        self.assertEqual(messages(reqs[-1])[0], messages(reqs[-2])[0])  # host b sends a's
 
     def test_off(self):
         o = options(self.llm, max_history_turns=4, summarize=False)
@@ -306,7 +340,7 @@ class Hints(ParleyTestCase):
                 body = fake.chat_requests()[0]["body"]
                 self.assertEqual(body.get("prompt_cache_key"), "kitchen-1" if sent else None)
 
-    def test_anthropic_breakpoint_moves_with_the_history(self):
+    def test_anthropic_breakpoint_moves_with_the_conversation(self):
         with FakeLLM() as fake:
             o = options(fake, provider="anthropic", base_url="http://127.0.0.1:%d" % fake.port)
             lines = [{"text": "turn %d" % k, "conversation_id": "a"} for k in range(1, 4)]
@@ -315,8 +349,8 @@ class Hints(ParleyTestCase):
             for k, r in enumerate(reqs):
                 marked = [i for i, m in enumerate(r["body"]["messages"])
                           if any("cache_control" in b for b in m["content"])]
-                # on the last message of the history: none on the first turn
-                self.assertEqual(marked, [2 * k - 1] if k else [])
+                # on the last message of the request: it moves with the conversation
+                self.assertEqual(marked, [2 * k])
                 marks = json.dumps(r["body"]).count("cache_control")
                 self.assertLessEqual(marks, 4)
 

@@ -207,17 +207,17 @@ class MessageOpsCase(ParleyTestCase):
                             {"type": "text", "text": "(start of the conversation)"}]},
                         {"role": "assistant", "content": [{"type": "text", "text": WASHING}]},
                         {"role": "user", "content": [
-                            {"type": "text", "text": "[system note] " + AWAY,  # history's end:
-                             "cache_control": {"type": "ephemeral"}},          # prompt_cache
-                            {"type": "text", "text": "anything new?"}]}])
+                            {"type": "text", "text": "[system note] " + AWAY},
+                            {"type": "text", "text": "anything new?",  # the request's end:
+                             "cache_control": {"type": "ephemeral"}}]}])  # prompt_cache
                     self.assertEqual([m["role"] for m in mid["messages"]],
                                      ["user", "assistant", "user"])
                     self.assertEqual(mid["messages"][1]["content"][-1],
                                      {"type": "text", "text": WASHING})
                     self.assertEqual(mid["messages"][2]["content"],
-                                     [{"type": "text", "text": "[system note] " + AWAY,
-                                       "cache_control": {"type": "ephemeral"}},
-                                      {"type": "text", "text": "thanks"}])
+                                     [{"type": "text", "text": "[system note] " + AWAY},
+                                      {"type": "text", "text": "thanks",
+                                       "cache_control": {"type": "ephemeral"}}])
                 else:
                     tail = [{"role": m["role"], "content": m["content"]}
                             for m in fresh["messages"][1:]]

@@ -42,7 +42,8 @@ class PersonaCase(ParleyTestCase):
         self.addCleanup(self.llm.close)
 
     def opts(self, **kw):
-        o = options(self.llm, personas=PERSONAS)  # tools: the shim adds TOOLS
+        # tools: the shim adds TOOLS; summaries (test_context.py) would add requests
+        o = options(self.llm, personas=PERSONAS, summarize=False)
         o.update(kw)
         return o
 
