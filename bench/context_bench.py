@@ -19,11 +19,13 @@ Reported per policy and cache (and per turn with --per-turn):
   eval/new    evaluated / new: 1.0 is the physical limit
   max prompt  the largest prompt, against the budget (window - reserve)
   breaks      requests that did not extend the previous prompt (the fake's extends_previous);
-              planned cuts, where the plugin reports them, are shown apart
+              in brackets the unplanned ones: breaks less the plugin's planned cuts
+              (metric context_cuts, where the plugin has it)
   summaries   summary requests (those that are not one of the conversation's turns) and their
               evaluated tokens, included in the totals above
 
-  python3 bench/context_bench.py [--build build] [--turns 200] [--seed 23] [--n-ctx 8192]
+  python3 bench/context_bench.py [--build build] [--old-build DIR] [--turns 200] [--seed 23]
+                                 [--n-ctx 16384]
                                  [--cache llamacpp,anthropic] [--policy old,new] [--per-turn]
 """
 import argparse
@@ -122,14 +124,18 @@ def conversation(turns, seed):
 
 def run(args, cache, policy):
     build = os.path.abspath(args.build)
-    fake_bin = os.path.join(build, "tests", "fake-llm", "parley-fake-llm")
-    shim = os.path.join(build, "host-shim", "parley-host")
-    plugin = os.path.join(build, "plugin", "parley.so")
+    fake_bin = args.fake or os.path.join(build, "tests", "fake-llm", "parley-fake-llm")
+    # the old policy may run another build's plugin (0.1's, whose max_history_turns slides)
+    # against the same fake server
+    plugin_build = os.path.abspath(args.old_build or build) if policy == "old" else build
+    shim = os.path.join(plugin_build, "host-shim", "parley-host")
+    plugin = os.path.join(plugin_build, "plugin", "parley.so")
     with tempfile.TemporaryDirectory(prefix="parley-ctx-bench-") as d:
         log = os.path.join(d, "requests.jsonl")
         port_file = os.path.join(d, "port")
         fake = subprocess.Popen([fake_bin, "--port", "0", "--port-file", port_file, "--log", log,
-                                 "--quiet", "--cache", cache, "--n-ctx", str(args.n_ctx)],
+                                 "--quiet", "--cache", cache, "--n-ctx", str(args.n_ctx),
+                                 "--honor-max-tokens"],
                                 stdout=subprocess.DEVNULL)
         try:
             deadline = time.time() + 10
@@ -209,7 +215,14 @@ def measure(args, out, requests, policy):
         t["evaluated"] += r["evaluated_tokens"]
         t["breaks"] += broke
         new = tokens("<|assistant|>\n")
-        for msg in body.get("messages") or []:
+        parts = list(body.get("messages") or [])
+        if body.get("tools"):  # the tools and (Anthropic) the system blocks are prompt too
+            parts.insert(0, {"role": "tools", "content": json.dumps(body["tools"])})
+        if "system" in body:
+            system = body["system"]
+            parts.insert(0, {"role": "system", "content": system if isinstance(system, str)
+                             else [dict(b, type="text") for b in system]})
+        for msg in parts:
             sig = signature(msg)
             if sig not in seen:
                 seen.add(sig)
@@ -220,11 +233,13 @@ def measure(args, out, requests, policy):
     metrics = next((l.get("result") for l in out if l.get("op") == "metrics"), {}) or {}
     planned = {k: v for k, v in metrics.items()
                if any(w in k for w in ("context", "summar", "cache_break", "overflow"))}
+    cuts = metrics.get("context_cuts", 0) or 0
     done = [t for t in turns if t["requests"]]
     total = lambda k: sum(t[k] for t in done)
     evaluated_all = total("evaluated") + summaries["evaluated"]
     return {"turns": done, "summaries": summaries, "max_prompt": max_prompt,
-            "breaks": breaks, "overflows": overflows, "failed": len(failed),
+            "breaks": breaks, "planned_cuts": cuts, "unplanned_breaks": max(breaks - cuts, 0),
+            "overflows": overflows, "failed": len(failed),
             "failed_codes": sorted({l["error"]["code"] for l in failed}),
             "prompt_avg": (total("prompt") + summaries["prompt"]) / max(len(done), 1),
             "evaluated_avg": evaluated_all / max(len(done), 1),
@@ -237,6 +252,9 @@ def measure(args, out, requests, policy):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--build", default=os.path.join(SRC, "build"))
+    ap.add_argument("--old-build", help="the build whose plugin runs the old policy (a build of "
+                    "0.1 / main before the context engine); default: --build")
+    ap.add_argument("--fake", help="the parley-fake-llm to run (default: --build's)")
     ap.add_argument("--turns", type=int, default=200)
     ap.add_argument("--seed", type=int, default=23)
     ap.add_argument("--n-ctx", type=int, default=16384)
@@ -251,9 +269,9 @@ def main():
     everything = {}
     print("context_bench: %d turns, seed %d, n_ctx %d, reserve %d (new policy)"
           % (args.turns, args.seed, args.n_ctx, args.reserve))
-    print("%-9s %-6s %8s %9s %6s %8s %10s %7s %7s %s" % (
-        "cache", "policy", "prompt", "evaluated", "new", "eval/new", "max prompt", "breaks",
-        "failed", "summaries (n, evaluated)"))
+    print("%-9s %-6s %8s %9s %6s %8s %13s %15s %6s %s" % (
+        "cache", "policy", "prompt", "evaluated", "new", "eval/new", "max prompt",
+        "breaks (unpl.)", "failed", "summaries (n, evaluated)"))
     for cache in args.cache.split(","):
         for policy in args.policy.split(","):
             r = run(args, cache, policy)
@@ -263,9 +281,10 @@ def main():
                                                                       r["unavailable"][0]))
                 continue
             budget = " / %d" % r["budget"] if r["budget"] else ""
-            print("%-9s %-6s %8.0f %9.0f %6.0f %8.2f %10s %7d %7d %d, %d" % (
+            print("%-9s %-6s %8.0f %9.0f %6.0f %8.2f %13s %15s %6d %d, %d" % (
                 cache, policy, r["prompt_avg"], r["evaluated_avg"], r["new_avg"], r["ratio"],
-                "%d%s" % (r["max_prompt"], budget), r["breaks"], r["failed"],
+                "%d%s" % (r["max_prompt"], budget),
+                "%d (%d)" % (r["breaks"], r["unplanned_breaks"]), r["failed"],
                 r["summaries"]["count"], r["summaries"]["evaluated"]))
             if r["failed_codes"]:
                 print("          failed turns: %s" % ", ".join(r["failed_codes"]))

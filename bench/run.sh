@@ -17,6 +17,8 @@
 #   4  opening a SQLite store of 100,000 and 1,000,000 conversations (store-bench)
 #   5  the Redis store against memory, and two hosts on one Redis (redis-bench)
 #   6  history_query / message_get over 1,000,000 messages, memory, SQLite and Redis (query-bench)
+#   7  the prompt-cache cost of a 200-turn conversation, old window against the context
+#      engine, llama.cpp and Anthropic cache rules (bench/context_bench.py; its own table)
 #
 # Environment:
 #   PARLEY_BENCH_ARGS   extra parley-bench options, e.g. "--seq-repeats 9"
@@ -25,6 +27,7 @@
 #   SKIP_REDIS=1        skip scenario 5 (redis-bench; also skipped without redis-server) and
 #                       the Redis column of scenario 6
 #   SKIP_QUERY=1        skip scenario 6 (a ~300 MB SQLite file in BUILD_DIR, about a minute)
+#   SKIP_CONTEXT=1      skip scenario 7 (also skipped without python3)
 set -eu
 
 if [ "${1:-}" = --issue17 ]; then
@@ -39,7 +42,7 @@ jobs=$(nproc 2>/dev/null || echo 2)
 echo "== building (Release) in $build"
 cmake -S "$src" -B "$build" -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build "$build" -j"$jobs" --target parley parley-fake-llm parley-bench history-bench \
-    store-bench redis-bench query-bench >/dev/null
+    store-bench redis-bench query-bench parley-host >/dev/null
 
 out=$(mktemp -d /tmp/parley-bench-run.XXXXXX)
 trap 'rm -rf "$out"' EXIT INT TERM
@@ -80,6 +83,12 @@ if [ "${SKIP_QUERY:-0}" != 1 ]; then
     echo
     echo "== scenario 6: query-bench 1000000"
     run "$build/bench/query-bench" 1000000 "$build" | tee "$out/query.txt"
+fi
+
+if [ "${SKIP_CONTEXT:-0}" != 1 ] && command -v python3 >/dev/null 2>&1; then
+    echo
+    echo "== scenario 7: context-bench (prompt tokens the server evaluates per new token)"
+    run python3 "$src/bench/context_bench.py" --build "$build" | tee "$out/context.txt"
 fi
 
 # ---- the summary table -------------------------------------------------------

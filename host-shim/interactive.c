@@ -400,15 +400,21 @@ static void search(const char *text) {
 }
 
 /* A URL-valued option with credentials ("redis://:pw@host", "https://u:pw@h")
- * as a new string with the user-info masked, or NULL when it has none. */
+ * as a new string with the user-info masked, or NULL when it has none.  The
+ * user-info ends at the last '@', as the plugin reads it: for Redis anywhere
+ * (its password may hold '@', '/', '?' or '#'), else within the authority. */
 static json_t *masked_credentials(json_t *v) {
     const char *s = json_string_value(v);
     const char *scheme_end = s ? strstr(s, "://") : NULL;
     if (!scheme_end)
         return NULL;
     const char *host = scheme_end + 3;
-    size_t authority = strcspn(host, "/?#");
-    const char *at = memchr(host, '@', authority);
+    int redis = strncmp(s, "redis://", 8) == 0;
+    size_t authority = redis ? strlen(host) : strcspn(host, "/?#");
+    const char *at = NULL;
+    for (const char *p = host; p < host + authority; p++)
+        if (*p == '@')
+            at = p;
     if (!at)
         return NULL;
     char *masked = NULL;

@@ -183,6 +183,10 @@ static void on_done(void *user_data, const parley_result *r) {
     for (size_t i = 0; i < sizeof identity / sizeof identity[0]; i++)
         if (identity[i][1])
             json_object_set_new(line, identity[i][0], jstr(identity[i][1]));
+    const char *structured = FIELD(structured_json, NULL); /* with a response_format */
+    if (structured)
+        json_object_set_new(line, "structured", jparse_plugin(structured, json_null(),
+                                                              "structured_json"));
 #undef FIELD
     /* Written before the turn leaves the in-flight set: a barrier that sees
      * in_flight == 0 knows every result line is out. */
@@ -275,6 +279,7 @@ static void handle_turn(unsigned long seq, const struct jsonl_turn *req,
         .on_reasoning = on_reasoning,
         .persona = req->persona,
         .images_json = images,
+        .response_format_json = req->response_format_json,
     };
     submit_tracked(seq, NULL, &in, NULL, concurrency);
     free(images); /* async_process copied what it keeps */

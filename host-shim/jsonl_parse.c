@@ -76,7 +76,7 @@ static char **str_slot(struct jsonl_turn *t, size_t i) {
 static int known_turn_key(const char *key) {
     if (strcmp(key, "text") == 0 || strcmp(key, "context") == 0 || strcmp(key, "tools") == 0 ||
         strcmp(key, "images") == 0 || strcmp(key, "metadata") == 0 ||
-        strcmp(key, "reply_to") == 0)
+        strcmp(key, "reply_to") == 0 || strcmp(key, "response_format") == 0)
         return 1;
     for (size_t i = 0; i < NSTR; i++)
         if (strcmp(key, str_fields[i].key) == 0)
@@ -109,6 +109,9 @@ static struct problem turn_problem(json_t *obj) {
     v = json_object_get(obj, "reply_to");
     if (v && !json_is_object(v) && !json_is_null(v))
         return (struct problem){"%s", "\"reply_to\" must be an object"};
+    v = json_object_get(obj, "response_format");
+    if (v && !json_is_object(v) && !json_is_null(v))
+        return (struct problem){"%s", "\"response_format\" must be an object"};
     v = json_object_get(obj, "tools");
     if (v && !json_is_array(v) && !json_is_null(v))
         return (struct problem){"%s", "\"tools\" must be an array"};
@@ -137,7 +140,8 @@ static int build_turn(json_t *obj, struct jsonl_turn *t) {
     if (dump_opt(json_object_get(obj, "images"), &t->images_json) < 0)
         return -1;
     if (dump_opt(json_object_get(obj, "metadata"), &t->metadata_json) < 0 ||
-        dump_opt(json_object_get(obj, "reply_to"), &t->reply_to_json) < 0)
+        dump_opt(json_object_get(obj, "reply_to"), &t->reply_to_json) < 0 ||
+        dump_opt(json_object_get(obj, "response_format"), &t->response_format_json) < 0)
         return -1;
     return dump_opt(json_object_get(obj, "tools"), &t->tools_json);
 }
@@ -327,6 +331,7 @@ void jsonl_line_free(struct jsonl_line *l) {
     free(l->turn.images_json);
     free(l->turn.metadata_json);
     free(l->turn.reply_to_json);
+    free(l->turn.response_format_json);
     free(l->op.id);
     free(l->op.value);
     free(l->op.json);

@@ -62,6 +62,7 @@ struct jsonl_turn {
     char *interface_message_id;
     char *metadata_json; /* "metadata": a JSON object, serialized compactly */
     char *reply_to_json; /* "reply_to": a JSON object, serialized compactly */
+    char *response_format_json; /* "response_format": a JSON object, serialized compactly */
 };
 
 struct jsonl_op {

@@ -261,6 +261,15 @@ typedef struct parley_input {
     const char *images_json;         /* NULL, or a JSON array of images shown with this turn:
                                         [{"url": "data:image/png;base64,..."} or
                                          {"url": "https://..."}] (docs/abi.md) */
+    /* structured output (docs/abi.md "Structured output"), appended after the fields above */
+    const char *response_format_json; /* NULL, or the answer must be JSON of this form:
+                                         {"name"?: "^[a-zA-Z0-9_-]{1,64}$" (default
+                                          "response"), "schema"?: a JSON Schema whose root
+                                          is "type":"object" (absent: any JSON object),
+                                          "strict"?: bool, "description"?: text}.  The
+                                          answer is checked against it: the result's
+                                          structured_json holds it parsed; an answer that
+                                          does not match fails the turn (bad_response) */
 } parley_input;
 
 /** The outcome of one turn.  Valid only during the done callback. */
@@ -301,6 +310,9 @@ typedef struct parley_result {
      * such turn kept in this conversation, or a store that cannot look turns
      * up: the turn ran without it). */
     const char *reply_context;
+    /* With a response_format_json input: the answer, checked against its schema, as
+     * compact JSON text (also in `response`); NULL otherwise and on failure. */
+    const char *structured_json;
 } parley_result;
 
 /**

@@ -838,11 +838,12 @@ static parley_status append_token_metrics(const agent_counters *m, char **out)
     pbuf_printf(&b,
                 ",\"tokens_prompt\":%llu,\"tokens_completion\":%llu,\"tokens_cache_read\":%llu,"
                 "\"tokens_cache_creation\":%llu,\"tokens_reasoning\":%llu,"
-                "\"answers_cut_short\":%llu}",
+                "\"answers_cut_short\":%llu,\"tokens_prompt_evaluated\":%llu}",
                 (unsigned long long)m->tokens_prompt, (unsigned long long)m->tokens_completion,
                 (unsigned long long)m->tokens_cache_read,
                 (unsigned long long)m->tokens_cache_creation,
-                (unsigned long long)m->tokens_reasoning, (unsigned long long)m->answers_cut_short);
+                (unsigned long long)m->tokens_reasoning, (unsigned long long)m->answers_cut_short,
+                (unsigned long long)m->tokens_prompt_evaluated);
     free(*out);
     *out = b.oom ? NULL : pbuf_take(&b);
     pbuf_free(&b);

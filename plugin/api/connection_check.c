@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "lib/buf.h"
+#include "lib/redact.h"
 #include "http/llm_http.h"
 #include "config/options.h"
 #include "provider/provider.h"
@@ -176,7 +177,7 @@ parley_status connection_check(const char *options_json, char **out_json, char *
     if (out_json)
         *out_json = NULL;
     parley_options o;
-    if (options_parse(options_json, &o, error) != 0) {
+    if (provider_options_parse(options_json, &o, error) != 0) {
         free(ignored);
         return PARLEY_ERR_INVALID_OPTIONS;
     }
@@ -241,6 +242,10 @@ parley_status connection_check(const char *options_json, char **out_json, char *
         }
     }
 out:
+    if (*error) { /* the server's words may quote the key back */
+        secret_span secrets[REDACT_MAX_SECRETS];
+        redact_owned(error, secrets, redact_secrets(o.api_key, o.history_store, secrets));
+    }
     if (st != PARLEY_OK && !*error)
         *error = pstr_printf("out of memory");
     if (e)

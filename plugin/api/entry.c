@@ -5,9 +5,10 @@
 #include "api/agent_api.h"
 #include "api/connection_check.h"
 #include "config/options.h"
+#include "provider/provider.h"
 #include "lib/plugin_status.h"
 
-static char *plugin_options_schema(void) { return options_schema(); }
+static char *plugin_options_schema(void) { return provider_options_schema(); }
 static void plugin_free_string(char *s) { free(s); }
 
 static const parley_plugin PLUGIN = {

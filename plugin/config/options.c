@@ -33,7 +33,6 @@ static const struct { const char *name, *types; } JSON_TYPES[] = {
 
 /* Options whose string must be one of a few words: the schema lists them ("enum"). */
 static const struct { const char *name, *words; } ENUMS[] = {
-    {"provider", "[\"openai\",\"anthropic\",\"ollama\"]"},
     {"max_tokens_field", "[\"max_tokens\",\"max_completion_tokens\"]"},
     {"history_images", "[\"placeholder\",\"keep\"]"},
 };
@@ -136,6 +135,11 @@ static const opt_spec SPECS[] = {
      "Tool rounds per turn; then one last request with tool_choice \"none\""},
     {"tools", OPT_TOOLS, OFF(tools_json), 0, 0, "[]",
      "Tools offered to the model: [{name, description, parameters}] or OpenAI form"},
+    {"tool_choice", OPT_STRING, OFF(tool_choice), 0, 0, "\"auto\"",
+     "Whether the model must call a tool: \"auto\" (it decides), \"none\" (never: tools are "
+     "not offered), \"required\" (some tool) or a tool's name (that tool), on the first "
+     "request of a turn; later rounds are \"auto\" (anthropic: required = any; ollama: only "
+     "auto or none)"},
     {"personas", OPT_JSON, OFF(personas_json), 0, 0, "{}",
      "Characters the agent can speak as: {name: {prompt, model?, temperature?, top_p?, "
      "max_tokens?, tools? (names of the agent's tools), max_history_turns?}}; the input's "
@@ -355,7 +359,6 @@ static int check_base_url(const char *u, char **err)
     return *err ? -1 : 0;
 }
 
-static const char *const PROVIDERS[] = {"openai", "anthropic", "ollama", NULL};
 static const char *const TOKEN_FIELDS[] = {"max_tokens", "max_completion_tokens", NULL};
 
 /* Keys Parley itself may put in a request body (any provider): extra_body cannot set them,
@@ -370,6 +373,59 @@ static int one_of(const char *s, const char *const *list)
     for (int i = 0; s && list[i]; i++)
         if (strcmp(s, list[i]) == 0)
             return i;
+    return -1;
+}
+
+/* What to do instead of setting a body key Parley sends itself through extra_body. */
+static const char *own_option_of(const char *key)
+{
+    static const char *const map[][2] = {
+        {"tool_choice", "set it with the option 'tool_choice'"},
+        {"stream", "set it with the option 'stream'"},
+        {"stream_options", "Parley asks for usage itself with the option 'stream'"},
+        {"temperature", "set it with the option 'temperature'"},
+        {"top_p", "set it with the option 'top_p'"},
+        {"max_tokens", "set it with the option 'max_tokens'"},
+        {"max_completion_tokens", "set the options 'max_tokens' and 'max_tokens_field'"},
+        {"reasoning_effort", "set it with the option 'reasoning_effort'"},
+        {"thinking", "set it with the option 'thinking_budget_tokens'"},
+        {"options", "set temperature, top_p, max_tokens and num_ctx with their own options"},
+        {"keep_alive", "set it with the option 'keep_alive'"},
+        {"think", "set it with the option 'think'"},
+        {"tools", "declare tools with the option 'tools' or the input's tools_json"},
+    };
+    for (size_t i = 0; i < sizeof map / sizeof map[0]; i++)
+        if (strcmp(key, map[i][0]) == 0)
+            return map[i][1];
+    return "Parley builds it from the model, the prompt and the history";
+}
+
+/* A tool name of the `tools` option (either form), 1 when found. */
+static int declared_tool(const char *tools_json, const char *name)
+{
+    json_t *tools = json_loads(tools_json ? tools_json : "[]", 0, NULL), *t;
+    size_t i;
+    int found = 0;
+    json_array_foreach(tools, i, t) {
+        const char *n = json_string_value(json_object_get(t, "name"));
+        if (!n)
+            n = json_string_value(json_object_get(json_object_get(t, "function"), "name"));
+        found |= n && strcmp(n, name) == 0;
+    }
+    json_decref(tools);
+    return found;
+}
+
+/* tool_choice: a word, or a tool of the `tools` option (what each API can force is its
+   codec's check_options). */
+static int check_tool_choice(const parley_options *o, char **err)
+{
+    const char *c = o->tool_choice;
+    if (strcmp(c, "auto") == 0 || strcmp(c, "none") == 0 || strcmp(c, "required") == 0 ||
+        declared_tool(o->tools_json, c))
+        return 0;
+    *err = pstr_printf("option 'tool_choice': must be \"auto\", \"none\", \"required\" or the "
+                       "name of a tool of the option 'tools' (got \"%.64s\")", c);
     return -1;
 }
 
@@ -393,20 +449,15 @@ static int finish_provider_details(parley_options *o, char **err)
         json_object_foreach(extra, key, v) {
             if (one_of(key, PARLEY_BODY_KEYS) >= 0) {
                 *err = pstr_printf("option 'extra_body': key '%s' is one Parley sends itself; "
-                                   "set it through its own option", key);
+                                   "%s", key, own_option_of(key));
                 json_decref(extra);
                 return -1;
             }
         }
         json_decref(extra);
     }
-    if (o->thinking_budget_tokens > 0 && strcmp(o->provider, "anthropic") == 0 &&
-        (o->temperature >= 0 || o->top_p >= 0)) {
-        *err = pstr_printf("option '%s': Anthropic's extended thinking (thinking_budget_tokens) "
-                           "does not allow it; leave it null", o->temperature >= 0 ? "temperature"
-                                                                                 : "top_p");
+    if (check_tool_choice(o, err) != 0)
         return -1;
-    }
     if (o->thinking_budget_tokens > 0 && o->max_tokens > 0 &&
         o->thinking_budget_tokens >= o->max_tokens) {
         *err = pstr_printf("option 'thinking_budget_tokens': must be less than max_tokens (%lld)",
@@ -416,16 +467,37 @@ static int finish_provider_details(parley_options *o, char **err)
     return 0;
 }
 
+/*
+ * Whether api_key_env's value is likely the key itself, put where the
+ * variable's name goes: anything that is not a variable name ([A-Za-z_]
+ * then [A-Za-z0-9_]: "sk-proj-...", "sk-ant-..."), or a long random-looking
+ * one: 24 characters or more with digits, and either no '_' (a hex key) or
+ * both cases ("gsk_..."), unlike names such as OPENAI_API_KEY or
+ * home_assistant_openai_key_2.  Such a value is never quoted back: it would
+ * put the key in a log.
+ */
+static int looks_like_key(const char *name)
+{
+    size_t n = strlen(name);
+    int lower = 0, upper = 0, digit = 0, underscore = 0;
+    for (size_t i = 0; i < n; i++) {
+        char c = name[i];
+        lower |= c >= 'a' && c <= 'z';
+        upper |= c >= 'A' && c <= 'Z';
+        digit |= c >= '0' && c <= '9';
+        underscore |= c == '_';
+        int alpha = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z');
+        if (!alpha && c != '_' && !(i > 0 && c >= '0' && c <= '9'))
+            return 1;
+    }
+    return n >= 24 && digit && (!underscore || (upper && lower));
+}
+
 /* Checks that involve more than one option, or the environment. */
 static int finish(parley_options *o, json_t *root, char **err)
 {
     if (!o->model || !*o->model) {
         *err = pstr_printf("option 'model': required (a non-empty string)");
-        return -1;
-    }
-    if (one_of(o->provider, PROVIDERS) < 0) {
-        *err = pstr_printf("option 'provider': must be \"openai\", \"anthropic\" or \"ollama\" "
-                           "(got \"%s\")", o->provider);
         return -1;
     }
     if (o->base_url && check_base_url(o->base_url, err) != 0)
@@ -442,6 +514,12 @@ static int finish(parley_options *o, json_t *root, char **err)
         return -1;
     }
     if (o->api_key_env) {
+        if (looks_like_key(o->api_key_env)) {
+            *err = pstr_printf("option 'api_key_env': the value looks like an API key, not the name "
+                               "of an environment variable (it is not repeated here); put the key "
+                               "in an environment variable and give that variable's name");
+            return -1;
+        }
         const char *k = getenv(o->api_key_env);
         if (!k || !*k) {
             *err = pstr_printf("option 'api_key_env': environment variable '%s' is not set",

@@ -16,7 +16,7 @@
 
 typedef struct parley_options {
     /* LLM endpoint */
-    char *provider;              /* "openai", "anthropic" or "ollama" (provider/provider.h) */
+    char *provider;              /* a codec of provider/provider.h's registry: checked there */
     char *base_url;              /* without trailing '/'; the provider's default when not given */
     char *model;
     char *api_key;               /* resolved from api_key or api_key_env; NULL = none */
@@ -80,6 +80,8 @@ typedef struct parley_options {
     char *summary_model;         /* NULL = the request's model */
     int prompt_cache_key;        /* openai: 1 send, 0 never, -1 (null) OpenAI's API only */
     char *think;                 /* Ollama: JSON text (true/false/"high"...); NULL = not sent */
+    /* tools, continued */
+    char *tool_choice;           /* "auto", "none", "required" or a tool's name */
 } parley_options;
 
 /*

@@ -55,6 +55,7 @@ static const option_ui ROWS[] = {
     {"auto_create_conversation_id", "Create conversation ids", ADVANCED, 0, NULL},
     {"max_tool_iterations", "Tool rounds per turn", ADVANCED, 0, NULL},
     {"tools", "Tools", ADVANCED, 0, TOOL_ITEMS},
+    {"tool_choice", "Tool choice", ADVANCED, 0, NULL},
     {"personas", "Personas", ADVANCED, 0, NULL},
     {"history_images", "Images kept in history", ADVANCED, 0, NULL},
     {"max_image_bytes", "Largest image (bytes)", ADVANCED, 0, NULL},

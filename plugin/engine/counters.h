@@ -9,6 +9,7 @@ typedef struct agent_counters {
     /* tokens, as the servers counted them, over every request */
     atomic_uint_fast64_t tokens_prompt, tokens_completion, tokens_cache_read;
     atomic_uint_fast64_t tokens_cache_creation, tokens_reasoning;
+    atomic_uint_fast64_t tokens_prompt_evaluated; /* prompt tokens not read from a cache */
     atomic_uint_fast64_t answers_cut_short; /* turns whose answer hit max_tokens */
     atomic_uint_fast64_t llm_requests, llm_retries, tool_calls, tool_errors, tool_timeouts;
     atomic_uint_fast64_t rejected_busy, rejected_invalid;

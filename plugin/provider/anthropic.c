@@ -238,6 +238,48 @@ static json_t *render_system(const provider_request *r, int cache)
     return sys;
 }
 
+/*
+ * Structured output.  Every Claude model answers through a forced tool whose
+ * input_schema is the host's schema (the answer is that tool's input); the
+ * turn takes the call by its name as the answer.  Extended thinking allows
+ * no forced tool, so with thinking the schema goes in output_config.format
+ * (structured outputs) instead.
+ */
+static json_t *response_tool(const response_format *rf)
+{
+    json_t *schema = rf->schema ? json_incref(rf->schema) : json_pack("{s:s}", "type", "object");
+    return json_pack("{s:s,s:s,s:o}", "name", rf->name, "description",
+                     rf->description ? rf->description
+                                     : "Give your answer by calling this tool: its input is "
+                                       "the answer",
+                     "input_schema", schema);
+}
+
+static json_t *output_config(const response_format *rf)
+{
+    json_t *schema = rf->schema ? json_incref(rf->schema) : json_pack("{s:s}", "type", "object");
+    return json_pack("{s:{s:s,s:o}}", "format", "type", "json_schema", "schema", schema);
+}
+
+/*
+ * tool_choice: "none" on the last round (forced: the answer tool itself);
+ * with a forced answer tool beside the host's tools, "any" (some tool: the
+ * host's, or the answer); else the tool_choice option's ("required" is
+ * "any"); NULL for auto.
+ */
+static json_t *tool_choice(const provider_request *r, int host_tools, int forced)
+{
+    if (forced && (r->tool_choice_none || !host_tools))
+        return json_pack("{s:s,s:s}", "type", "tool", "name", r->response_format->name);
+    if (r->tool_choice_none)
+        return json_pack("{s:s}", "type", "none");
+    if (forced || (r->tool_choice && strcmp(r->tool_choice, "required") == 0))
+        return json_pack("{s:s}", "type", "any");
+    if (r->tool_choice)
+        return json_pack("{s:s,s:s}", "type", "tool", "name", r->tool_choice);
+    return NULL;
+}
+
 /* max_tokens is required; with thinking it must exceed the thinking budget. */
 static long long max_tokens(const parley_options *o)
 {
@@ -255,11 +297,19 @@ static int anthropic_encode(pbuf *out, const parley_options *o, const provider_r
     if (r->system && *r->system)
         json_object_set_new(body, "system", render_system(r, o->prompt_cache));
     json_object_set_new(body, "messages", render_messages(r, o->prompt_cache));
-    if (strcmp(r->tools_json, "[]") != 0) {
-        json_object_set_new(body, "tools", render_tools(r->tools_json, o->prompt_cache));
-        if (r->tool_choice_none)
-            json_object_set_new(body, "tool_choice", json_pack("{s:s}", "type", "none"));
+    int host_tools = strcmp(r->tools_json, "[]") != 0;
+    int forced = r->response_format && o->thinking_budget_tokens <= 0;
+    if (host_tools || forced) {
+        json_t *tools = render_tools(r->tools_json, o->prompt_cache);
+        if (forced) /* after the cache breakpoint: the tools before it stay cached */
+            json_array_append_new(tools, response_tool(r->response_format));
+        json_object_set_new(body, "tools", tools);
+        json_t *choice = tool_choice(r, host_tools, forced);
+        if (choice)
+            json_object_set_new(body, "tool_choice", choice);
     }
+    if (r->response_format && !forced) /* thinking allows no forced tool: output_config */
+        json_object_set_new(body, "output_config", output_config(r->response_format));
     if (o->stream)
         json_object_set_new(body, "stream", json_true());
     if (o->temperature >= 0)
@@ -464,6 +514,7 @@ static int build_reply(builder *b, llm_reply *out, char **err)
     if (rc == 0 && b->stop_reason &&
         !(out->finish_reason = strdup(neutral_stop_reason(b->stop_reason))))
         rc = codec_oom(err);
+    out->context_full = b->stop_reason && strcmp(b->stop_reason, "model_context_window_exceeded") == 0;
     out->usage = b->usage;
     json_decref(thinking);
     pbuf_free(&text);
@@ -677,6 +728,24 @@ static void anthropic_stream_free(void *v)
     free(s);
 }
 
+/* Extended thinking refuses a set temperature or top_p (the Messages API answers 400). */
+static int anthropic_check_options(const parley_options *o, char **err)
+{
+    if (o->thinking_budget_tokens > 0 && (o->temperature >= 0 || o->top_p >= 0)) {
+        *err = pstr_printf("option '%s': Anthropic's extended thinking (thinking_budget_tokens) "
+                           "does not allow it; leave it null", o->temperature >= 0 ? "temperature"
+                                                                                 : "top_p");
+        return -1;
+    }
+    const char *c = o->tool_choice;
+    if (o->thinking_budget_tokens > 0 && strcmp(c, "auto") != 0 && strcmp(c, "none") != 0) {
+        *err = pstr_printf("option 'tool_choice': Anthropic's extended thinking "
+                           "(thinking_budget_tokens) allows only \"auto\" or \"none\"");
+        return -1;
+    }
+    return 0;
+}
+
 const provider provider_anthropic = {
     .name = "anthropic",
     .images_by_url = 1,
@@ -696,4 +765,5 @@ const provider provider_anthropic = {
     .stream_done = anthropic_stream_done,
     .error_text = llm_error_text, /* {"type":"error","error":{"type","message"}} */
     .retryable = provider_retryable_default, /* 529 overloaded_error is a 5xx */
+    .check_options = anthropic_check_options,
 };

@@ -215,10 +215,37 @@ void image_list_free(image_list *l)
     memset(l, 0, sizeof *l);
 }
 
+/* Where an http(s) URL's host starts (after any user:password@), and its
+ * authority's end: the user-info ends at the authority's last '@'. */
+static const char *url_host(const char *url, const char **authority_end)
+{
+    const char *start = strstr(url, "://") + 3, *host = start;
+    *authority_end = start + strcspn(start, "/?#");
+    for (const char *p = start; p < *authority_end; p++)
+        if (*p == '@')
+            host = p + 1;
+    return host;
+}
+
+int image_url_has_secrets(const image *im)
+{
+    if (im->mime)
+        return 0;
+    const char *end;
+    const char *host = url_host(im->url, &end);
+    return host != strstr(im->url, "://") + 3 || strpbrk(im->url, "?#") != NULL;
+}
+
 void image_placeholder(pbuf *b, const image *im)
 {
-    if (!im->mime) {
-        pbuf_printf(b, "[image: %s]", im->url);
+    if (!im->mime) { /* without user:password@, ?query and #fragment: tokens live there */
+        const char *end;
+        const char *host = url_host(im->url, &end);
+        const char *scheme_end = strstr(im->url, "://") + 3;
+        pbuf_puts(b, "[image: ");
+        pbuf_append(b, im->url, (size_t)(scheme_end - im->url));
+        pbuf_append(b, host, strcspn(host, "?#"));
+        pbuf_putc(b, ']');
         return;
     }
     if (im->bytes < 1024)

@@ -61,7 +61,13 @@ int image_data_url_split(const char *url, const char **mime, size_t *mime_len, c
 const char *image_sniff_mime(const unsigned char *p, size_t n);
 
 /* What history keeps instead of the image: "[image: image/jpeg, 183 KB]" or
- * "[image: https://...]". */
+ * "[image: https://host/path]": a URL without its user:password@, query and
+ * fragment, where credentials and tokens go (Home Assistant's camera proxy:
+ * ".../camera_proxy/camera.door?token=..."). */
 void image_placeholder(pbuf *b, const image *im);
+
+/* 1 for an http(s) image whose URL has user-info, a query or a fragment:
+ * history never keeps that URL, even with history_images "keep". */
+int image_url_has_secrets(const image *im);
 
 #endif

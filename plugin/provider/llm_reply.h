@@ -51,6 +51,8 @@ typedef struct llm_reply {
                               provider that produced it ({"anthropic":{...}}), or NULL */
     llm_usage usage;
     int ids_minted;        /* the server gives calls no ids (Ollama): the turn names them */
+    int context_full;      /* finish_reason "length" because the context window was full, as
+                              the server said (Anthropic model_context_window_exceeded) */
 } llm_reply;
 
 void llm_reply_free(llm_reply *r); /* frees the members; r itself may be on the stack */

@@ -109,6 +109,10 @@ static int ollama_encode(pbuf *out, const parley_options *o, const provider_requ
     json_object_set_new(body, "messages", msgs);
     if (strcmp(r->tools_json, "[]") != 0 && !r->tool_choice_none)
         json_object_set_new(body, "tools", json_loads(r->tools_json, 0, NULL));
+    if (r->response_format) /* structured output: the schema, or "json" without one */
+        json_object_set_new(body, "format", r->response_format->schema
+                                                ? json_incref(r->response_format->schema)
+                                                : json_string("json"));
     json_object_set_new(body, "stream", json_boolean(o->stream));
     json_t *opts = json_object();
     if (o->temperature >= 0)
@@ -363,6 +367,17 @@ static int ollama_decode(const char *body, size_t len, llm_reply *out, char **er
     return rc;
 }
 
+/* Ollama's API has no tool_choice: it can leave tools out ("none"), never force a call. */
+static int ollama_check_options(const parley_options *o, char **err)
+{
+    if (strcmp(o->tool_choice, "auto") != 0 && strcmp(o->tool_choice, "none") != 0) {
+        *err = pstr_printf("option 'tool_choice': provider ollama cannot force a tool call (its "
+                           "API has no tool_choice); use \"auto\" or \"none\"");
+        return -1;
+    }
+    return 0;
+}
+
 const provider provider_ollama = {
     .name = "ollama",
     .default_base_url = "http://127.0.0.1:11434",
@@ -381,4 +396,5 @@ const provider provider_ollama = {
     .stream_done = ollama_stream_done,
     .error_text = llm_error_text, /* {"error":"..."} */
     .retryable = provider_retryable_default,
+    .check_options = ollama_check_options,
 };

@@ -253,6 +253,38 @@ static int wants_cache_key(const parley_options *o)
     return !o->base_url || strstr(o->base_url, "://api.openai.com") != NULL;
 }
 
+/* "none" on the last round; else the tool_choice option's: "required" or a function. */
+static void put_tool_choice(pbuf *out, const provider_request *r)
+{
+    if (r->tool_choice_none) {
+        pbuf_puts(out, ",\"tool_choice\":\"none\"");
+    } else if (r->tool_choice && strcmp(r->tool_choice, "required") == 0) {
+        pbuf_puts(out, ",\"tool_choice\":\"required\"");
+    } else if (r->tool_choice) {
+        pbuf_puts(out, ",\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":");
+        pbuf_json_string(out, r->tool_choice, strlen(r->tool_choice));
+        pbuf_puts(out, "}}");
+    }
+}
+
+/* Structured output: json_schema with the host's schema, or JSON mode without one. */
+static void put_response_format(pbuf *out, const response_format *rf)
+{
+    if (!rf->schema) {
+        pbuf_puts(out, ",\"response_format\":{\"type\":\"json_object\"}");
+        return;
+    }
+    pbuf_puts(out, ",\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"name\":");
+    pbuf_json_string(out, rf->name, strlen(rf->name));
+    if (rf->description) {
+        pbuf_puts(out, ",\"description\":");
+        pbuf_json_string(out, rf->description, strlen(rf->description));
+    }
+    pbuf_puts(out, ",\"schema\":");
+    pbuf_json(out, rf->schema);
+    pbuf_puts(out, rf->strict ? ",\"strict\":true}}" : ",\"strict\":false}}");
+}
+
 static int openai_encode(pbuf *out, const parley_options *o, const provider_request *r,
                          char **err)
 {
@@ -294,9 +326,10 @@ static int openai_encode(pbuf *out, const parley_options *o, const provider_requ
     if (strcmp(r->tools_json, "[]") != 0) {
         pbuf_puts(out, ",\"tools\":");
         pbuf_puts(out, r->tools_json);
-        if (r->tool_choice_none)
-            pbuf_puts(out, ",\"tool_choice\":\"none\"");
+        put_tool_choice(out, r);
     }
+    if (r->response_format)
+        put_response_format(out, r->response_format);
     if (o->stream) /* usage arrives in a last chunk only when asked for */
         pbuf_puts(out, ",\"stream\":true,\"stream_options\":{\"include_usage\":true}");
     if (o->temperature >= 0)

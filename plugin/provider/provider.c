@@ -11,14 +11,14 @@
 #include "provider/codec.h"
 #include "provider/think.h"
 
-static const provider *const PROVIDERS[] = {&provider_openai, &provider_anthropic,
-                                            &provider_ollama};
+const provider *const provider_registry[] = {&provider_openai, &provider_anthropic,
+                                             &provider_ollama, NULL};
 
 const provider *provider_find(const char *name)
 {
-    for (size_t i = 0; i < sizeof PROVIDERS / sizeof PROVIDERS[0]; i++)
-        if (name && strcmp(PROVIDERS[i]->name, name) == 0)
-            return PROVIDERS[i];
+    for (size_t i = 0; name && provider_registry[i]; i++)
+        if (strcmp(provider_registry[i]->name, name) == 0)
+            return provider_registry[i];
     return NULL;
 }
 

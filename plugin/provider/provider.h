@@ -25,6 +25,7 @@
 #include "lib/buf.h"
 #include "provider/llm_reply.h"
 #include "config/options.h"
+#include "config/response_format.h"
 
 /* What one request is made of, in neutral form (all borrowed). */
 typedef struct provider_request {
@@ -43,6 +44,11 @@ typedef struct provider_request {
     size_t messages_text_len;
     const char *tools_json;   /* tools in OpenAI form (toolset_json); "[]" for none */
     int tool_choice_none;     /* the last round: the model must answer in text */
+    const char *tool_choice;  /* NULL: the model chooses; "required": it must call a tool;
+                                 else the name of the tool it must call (option
+                                 tool_choice, first request of a turn).  Not with
+                                 tool_choice_none, nor without tools */
+    const response_format *response_format; /* the answer as JSON of this form; NULL: text */
     const char *cache_key;    /* the conversation, for a server's cache routing
                                  (OpenAI's prompt_cache_key); NULL: stateless */
 } provider_request;
@@ -81,15 +87,28 @@ typedef struct provider {
     char *(*error_text)(const char *body, size_t len);
     /* 1 when an answer with this HTTP error status may succeed if tried again. */
     int (*retryable)(long status, const char *body, size_t len);
+    /* Rules this API puts on the options beyond each option's own range (NULL:
+       none): 0, or -1 with *err naming the option. */
+    int (*check_options)(const parley_options *o, char **err);
 } provider;
 
 extern const provider provider_openai, provider_anthropic, provider_ollama;
 
+/* The registry: every codec, in the order docs and errors list them; NULL ends
+ * it.  Adding a provider is a codec file and one entry here (provider.c). */
+extern const provider *const provider_registry[];
+
 /* The codec named `name`, or NULL. */
 const provider *provider_find(const char *name);
 
-/* "openai", "anthropic", "ollama": for error messages and docs. */
-#define PROVIDER_NAMES "\"openai\", \"anthropic\" or \"ollama\""
+/* options_parse, then what the registry adds: `provider` must name one of its
+ * codecs, and that codec's check_options must pass.  0, or -1 with *err (the
+ * options then hold nothing to free). */
+int provider_options_parse(const char *json, parley_options *o, char **err);
+
+/* options_schema() with the `provider` option's "enum" from the registry
+ * (malloc'd JSON text; NULL out of memory). */
+char *provider_options_schema(void);
 
 /*
  * Parse stored message text ("m,m," or "m,m": JSON objects joined by ',')

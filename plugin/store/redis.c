@@ -32,6 +32,7 @@
 #include <string.h>
 
 #include "lib/clock.h"
+#include "lib/redact.h"
 #include "lib/uuid.h"
 #include "store/redis_scripts.h"
 #include "store/store.h"
@@ -45,6 +46,9 @@
 #define REDIS_TTL_GRACE_MS 60000
 #define REDIS_MAX_ARGS 32
 #define REDIS_DEFAULT_LEASE_MS 10000
+/* Leases to give back kept at most (redis_store.doubtful): past this, during
+ * a long outage, one expires by itself instead (history_lease_ms). */
+#define REDIS_MAX_DOUBTFUL 1024
 
 enum {
     SCRIPT_LOAD,
@@ -104,10 +108,11 @@ typedef struct redis_conn {
     int lost_logged;            /* the loss of the connection was logged */
 } redis_conn;
 
-/* A lease this store object holds (store.h, version 2). */
+/* A lease this store object holds (store.h, version 2), or may hold. */
 typedef struct held_lease {
     struct held_lease *next;
     char token[UUID_STR_LEN];   /* random: names this holder in Redis */
+    int zero_answers;           /* doubtful: releases Redis answered "not held" */
     char cid[];
 } held_lease;
 
@@ -129,6 +134,13 @@ typedef struct redis_store {
     pthread_mutex_t lease_lock;
     pthread_cond_t lease_wake;
     held_lease *leases;
+    /* Leases nobody may know of: an acquire (or release) whose reply never
+     * came, as when Redis stalls past the command timeout.  Redis may still
+     * run the command when it wakes, taking a lease for a turn that has long
+     * ended; the renewer gives each back (compare-and-delete on the token)
+     * as soon as Redis answers, so no later turn waits for it. */
+    held_lease *doubtful;
+    size_t ndoubtful;
     int stopping;
     int renewer_started;
     pthread_t renewer;
@@ -248,11 +260,19 @@ static parley_status parse_location(const char *loc, redis_address *a, char **er
 
 /* ---- errors and logging ---- */
 
+/* `text` (Redis's or hiredis's words, perhaps) without the password. */
+static void scrub(const redis_store *s, char **text)
+{
+    secret_span password = {s->addr.password, s->addr.password ? strlen(s->addr.password) : 0};
+    redact_owned(text, &password, 1);
+}
+
 static void say(redis_store *s, parley_log_level level, const char *fmt, const char *detail)
 {
     if (!s->log)
         return;
     char *line = pstr_printf(fmt, s->addr.name, detail);
+    scrub(s, &line);
     if (line)
         s->log(s->log_ud, level, line);
     free(line);
@@ -261,8 +281,10 @@ static void say(redis_store *s, parley_log_level level, const char *fmt, const c
 /* PARLEY_ERR_STORAGE with "<store name>: <what>: <detail>". */
 static parley_status fail(redis_store *s, char **err, const char *what, const char *detail)
 {
-    if (err)
+    if (err) {
         *err = pstr_printf("%s: %s%s%s", s->addr.name, what, detail ? ": " : "", detail ? detail : "");
+        scrub(s, err);
+    }
     return PARLEY_ERR_STORAGE;
 }
 
@@ -618,10 +640,13 @@ static void redis_close(store *base)
         pthread_mutex_unlock(&s->lease_lock);
         pthread_join(s->renewer, NULL);
     }
-    while (s->leases) { /* still held: they expire by themselves */
-        held_lease *next = s->leases->next;
-        free(s->leases);
-        s->leases = next;
+    held_lease *lists[] = {s->leases, s->doubtful};
+    for (int i = 0; i < 2; i++) { /* still held: they expire by themselves */
+        while (lists[i]) {
+            held_lease *next = lists[i]->next;
+            free(lists[i]);
+            lists[i] = next;
+        }
     }
     disconnect(&s->conn);
     disconnect(&s->renew_conn);
@@ -1378,6 +1403,26 @@ static parley_status upgrade_store(redis_store *s, char **err)
 
 /* ---- leases (store.h, version 2) ---- */
 
+/* `l` may be held in Redis without anyone knowing: the renewer gives it back. */
+static void doubt(redis_store *s, held_lease *l)
+{
+    l->zero_answers = 0;
+    pthread_mutex_lock(&s->lease_lock);
+    int full = s->ndoubtful >= REDIS_MAX_DOUBTFUL;
+    if (!full) {
+        l->next = s->doubtful;
+        s->doubtful = l;
+        s->ndoubtful++;
+        pthread_cond_signal(&s->lease_wake);
+    }
+    pthread_mutex_unlock(&s->lease_lock);
+    if (full) {
+        say(s, PARLEY_LOG_WARN, "%s: %s", "too many conversation leases to give back; one "
+            "expires by itself (history_lease_ms)");
+        free(l);
+    }
+}
+
 static parley_status redis_lease_acquire(store *base, const store_key *key, uint64_t *retry_ms,
                                          char **err)
 {
@@ -1414,6 +1459,10 @@ static parley_status redis_lease_acquire(store *base, const store_key *key, uint
         }
         freeReplyObject(r);
     }
+    if (st == PARLEY_ERR_STORAGE) {
+        doubt(s, l); /* the script may still run when Redis answers again */
+        return st;
+    }
     if (st != PARLEY_OK) {
         free(l);
         return st;
@@ -1443,13 +1492,69 @@ static void redis_lease_release(store *base, const store_key *key)
     arg_u64(&a, s->lease_ms);
     redisReply *r;
     char *err = NULL;
-    if (run_script(s, SCRIPT_LEASE_RELEASE, &a, 1, &r, &err) == PARLEY_OK)
+    if (run_script(s, SCRIPT_LEASE_RELEASE, &a, 1, &r, &err) == PARLEY_OK) {
         freeReplyObject(r);
-    else
-        say(s, PARLEY_LOG_WARN, "%s: a conversation lease was not released, it expires by itself (%s)",
-            err ? err : "out of memory");
+        free(found);
+    } else {
+        say(s, PARLEY_LOG_WARN, "%s: a conversation lease was not released yet; it is given back "
+            "as soon as Redis answers (%s)", err ? err : "out of memory");
+        doubt(s, found);
+    }
     free(err);
-    free(found);
+}
+
+/* Give back what `doubtful` may hold, on the renewer's connection (lease_lock
+ * held on entry and exit).  An entry goes once Redis deleted it, or once two
+ * answers a pass apart said it is not held: the first answer may race the
+ * stalled command (Redis wakes to both connections at once), the second comes
+ * after Redis has read everything sent before it.  The pass stops at the
+ * first call that gets no answer, so a stalled Redis holds the renewer up
+ * for one command timeout, not one per entry. */
+static void release_doubtful(redis_store *s)
+{
+    held_lease *todo = s->doubtful, *keep = NULL;
+    s->doubtful = NULL;
+    pthread_mutex_unlock(&s->lease_lock);
+    int answering = 1;
+    while (todo) {
+        held_lease *l = todo;
+        todo = l->next;
+        int done = 0;
+        if (answering) {
+            script_args a;
+            args_init(&a, s, 0);
+            arg_str(&a, l->cid);
+            arg_str(&a, l->token);
+            arg_u64(&a, s->lease_ms);
+            redisReply *r;
+            answering = run_on(s, &s->renew_conn, SCRIPT_LEASE_RELEASE, &a, 0, &r, NULL) ==
+                        PARLEY_OK;
+            if (answering) {
+                long long deleted = reply_int(r);
+                freeReplyObject(r);
+                if (deleted == 1)
+                    say(s, PARLEY_LOG_INFO, "%s: %s", "gave back a conversation lease taken "
+                        "while Redis did not answer (its turn had ended)");
+                done = deleted == 1 || ++l->zero_answers >= 2;
+            }
+        }
+        if (done) {
+            free(l);
+            pthread_mutex_lock(&s->lease_lock);
+            s->ndoubtful--;
+            pthread_mutex_unlock(&s->lease_lock);
+        } else {
+            l->next = keep;
+            keep = l;
+        }
+    }
+    pthread_mutex_lock(&s->lease_lock);
+    while (keep) { /* back on the list, with any that came meanwhile */
+        held_lease *l = keep;
+        keep = l->next;
+        l->next = s->doubtful;
+        s->doubtful = l;
+    }
 }
 
 /* One pass of the renewer: extend every lease still held (lease_lock held on entry and exit). */
@@ -1497,7 +1602,12 @@ static void *renewer_main(void *arg)
     uint64_t due = 0; /* monotonic ms of the next pass; 0 while nothing is held */
     pthread_mutex_lock(&s->lease_lock);
     while (!s->stopping) {
-        if (!s->leases) {
+        if (s->doubtful) {
+            release_doubtful(s);
+            if (s->stopping)
+                break; /* close signalled while the lock was let go */
+        }
+        if (!s->leases && !s->doubtful) {
             due = 0;
             pthread_cond_wait(&s->lease_wake, &s->lease_lock);
             continue;
@@ -1505,15 +1615,18 @@ static void *renewer_main(void *arg)
         uint64_t now = clock_mono_ms();
         if (!due)
             due = now + period;
-        if (now >= due) {
+        if (s->leases && now >= due) {
             renew_all(s);
             due = clock_mono_ms() + period;
             continue;
         }
         /* Woken early by a new lease or by close: the pass stays due when it was. */
+        uint64_t wake = s->leases ? due : now + REDIS_RECONNECT_MS;
+        if (s->doubtful && wake > now + REDIS_RECONNECT_MS)
+            wake = now + REDIS_RECONNECT_MS; /* the doubtful ones are tried again soon */
         struct timespec until;
         clock_gettime(CLOCK_MONOTONIC, &until);
-        uint64_t ns = (uint64_t)until.tv_nsec + (due - now) * 1000000u;
+        uint64_t ns = (uint64_t)until.tv_nsec + (wake - now) * 1000000u;
         until.tv_sec += (time_t)(ns / 1000000000u);
         until.tv_nsec = (long)(ns % 1000000000u);
         pthread_cond_timedwait(&s->lease_wake, &s->lease_lock, &until);

@@ -9,6 +9,8 @@
 
 #include "lib/clock.h"
 #include "lib/host_log.h"
+#include "lib/json_schema.h"
+#include "lib/redact.h"
 #include "engine/store_jobs.h"
 #include "engine/tool_handle.h"
 #include "lib/utf8.h"
@@ -39,6 +41,8 @@ void turn_free(turn *t)
     free(t->agent_id);
     free(t->metadata);
     free(t->interface_message_id);
+    response_format_free(t->format);
+    free(t->structured);
     reply_context_free(&t->reply);
     free(t->conversation_id);
     free(t->persona_name);
@@ -132,6 +136,45 @@ static void record_step(turn *t, const pbuf *step)
 static void put_str(pbuf *b, const char *s) { pbuf_json_string(b, s, strlen(s)); }
 
 /*
+ * The user message as stored, when it differs from the one sent: with
+ * history_images "placeholder", its text plus one line per image; with
+ * "keep", the parts sent, except that an image whose URL carries credentials
+ * or a token (image_url_has_secrets) becomes such a line too: history never
+ * holds them, and the bare URL would not fetch when sent again.
+ */
+static void record_stored_user(turn *t)
+{
+    int placeholder = strcmp(t->cfg->opts.history_images, "placeholder") == 0;
+    int differs = placeholder;
+    for (size_t i = 0; i < t->images.n; i++)
+        differs |= image_url_has_secrets(&t->images.items[i]);
+    if (!differs)
+        return;
+    pbuf text = PBUF_INIT, *s = &t->stored_user;
+    pbuf_puts(&text, t->text);
+    for (size_t i = 0; i < t->images.n; i++) {
+        if (placeholder || image_url_has_secrets(&t->images.items[i])) {
+            pbuf_putc(&text, '\n');
+            image_placeholder(&text, &t->images.items[i]);
+        }
+    }
+    pbuf_puts(s, placeholder ? "{\"role\":\"user\",\"content\":"
+                             : "{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":");
+    pbuf_json_string(s, text.data ? text.data : "", text.len);
+    for (size_t i = 0; !placeholder && i < t->images.n; i++) {
+        if (image_url_has_secrets(&t->images.items[i]))
+            continue;
+        pbuf_puts(s, "},{\"type\":\"image_url\",\"image_url\":{\"url\":");
+        put_str(s, t->images.items[i].url);
+        pbuf_putc(s, '}');
+    }
+    pbuf_puts(s, placeholder ? "}" : "}]}");
+    if (text.oom || s->oom)
+        t->messages.oom = 1;
+    pbuf_free(&text);
+}
+
+/*
  * The user message.  With images its content is Chat Completions content
  * parts (the neutral record's form, docs/history.md): the text, then one
  * image_url part per image.  History keeps that too with history_images
@@ -154,22 +197,7 @@ static void record_user_message(turn *t)
             pbuf_puts(m, "}}");
         }
         pbuf_putc(m, ']');
-        if (strcmp(t->cfg->opts.history_images, "placeholder") == 0) {
-            pbuf text = PBUF_INIT;
-            pbuf_puts(&text, t->text);
-            for (size_t i = 0; i < t->images.n; i++) {
-                pbuf_putc(&text, '\n');
-                image_placeholder(&text, &t->images.items[i]);
-            }
-            pbuf_puts(&t->stored_user, "{\"role\":\"user\",\"content\":");
-            pbuf_json_string(&t->stored_user, text.data ? text.data : "", text.len);
-            pbuf_putc(&t->stored_user, '}');
-            if (text.oom)
-                t->messages.oom = 1;
-            pbuf_free(&text);
-            if (t->stored_user.oom)
-                t->messages.oom = 1;
-        }
+        record_stored_user(t);
     }
     pbuf_putc(m, '}');
     message_close(t, "user", start);
@@ -534,6 +562,8 @@ static int stream_sink(void *owner, const char *data, size_t len)
     return done ? HTTP_SINK_COMPLETE : 0;
 }
 
+#define JSON_ANSWER_NOTE "Answer with one JSON object and nothing else."
+
 /*
  * The system prompt of every request: the persona's or the agent's, then
  * this turn's extra one, then the note on a replied-to turn sent again.
@@ -547,10 +577,14 @@ static char *system_prompt(const turn *t, size_t *fixed_len)
     char *heading = summary ? pstr_printf("%s%s", SUMMARY_HEADING, summary) : NULL;
     if (summary && !heading)
         return NULL;
+    /* JSON mode without a schema: the model must be told (OpenAI refuses a request
+       whose messages never say "JSON"). */
+    const char *json_note = t->format && !t->format->schema ? JSON_ANSWER_NOTE : NULL;
     /* the stable part first (the prompt, the summary), then what changes per turn */
-    const char *parts[] = {t->opts->prompt, heading, t->extra_system_prompt, note};
-    size_t lens[4], total = 0;
-    for (size_t i = 0; i < 4; i++) /* the non-empty parts, "\n\n" between them */
+    const char *parts[] = {t->opts->prompt, heading, t->extra_system_prompt, note, json_note};
+    enum { NPARTS = sizeof parts / sizeof parts[0] };
+    size_t lens[NPARTS], total = 0;
+    for (size_t i = 0; i < NPARTS; i++) /* the non-empty parts, "\n\n" between them */
         total += (lens[i] = parts[i] ? strlen(parts[i]) : 0) + 2;
     char *out = malloc(total + 1), *o = out;
     if (!out) {
@@ -558,7 +592,7 @@ static char *system_prompt(const turn *t, size_t *fixed_len)
         return NULL;
     }
     *fixed_len = 0;
-    for (size_t i = 0; i < 4; i++) {
+    for (size_t i = 0; i < NPARTS; i++) {
         if (!lens[i])
             continue;
         if (o != out) {
@@ -573,6 +607,23 @@ static char *system_prompt(const turn *t, size_t *fixed_len)
     *o = '\0';
     free(heading);
     return out;
+}
+
+/* No more tool calls: the last round (max_tool_iterations spent), or tool_choice "none". */
+static int tools_refused(const turn *t)
+{
+    return t->tool_rounds >= t->cfg->opts.max_tool_iterations ||
+           strcmp(t->opts->tool_choice, "none") == 0;
+}
+
+/* The tool_choice option on the turn's first request ("required" or a tool's name), or
+   NULL: forcing every round would loop until max_tool_iterations. */
+static const char *forced_tool_choice(const turn *t)
+{
+    const char *c = t->opts->tool_choice;
+    if (t->tool_rounds > 0 || !c || strcmp(c, "auto") == 0 || strcmp(c, "none") == 0)
+        return NULL;
+    return c;
 }
 
 /* The provider codec renders the neutral messages into t->body. */
@@ -601,7 +652,9 @@ static int render_request(turn *t, char **err)
             .messages_text = prov->reads_history_text ? turn_text : NULL,
             .messages_text_len = t->messages.len,
             .tools_json = toolset_json(t->tools),
-            .tool_choice_none = t->tool_rounds >= t->cfg->opts.max_tool_iterations,
+            .tool_choice_none = tools_refused(t),
+            .tool_choice = forced_tool_choice(t),
+            .response_format = t->format,
             .cache_key = t->conversation_id,
         };
         rc = prov->encode(&t->body, t->opts, &r, err); /* the persona's model, sampling */
@@ -750,6 +803,7 @@ static void turn_request(turn *t)
  * ====================================================================== */
 
 static void turn_dispatch_tools(turn *t, llm_reply *reply);
+static void finish_answer(turn *t, const llm_reply *reply, const char *content);
 
 /* Exponential backoff with jitter, or the server's Retry-After; capped. */
 static uint64_t retry_delay_ms(const turn *t, int64_t retry_after_ms)
@@ -767,6 +821,15 @@ static uint64_t retry_delay_ms(const turn *t, int64_t retry_after_ms)
     return d / 2 + (d / 2 ? r % (d / 2 + 1) : 0); /* "equal jitter": [d/2, d] */
 }
 
+/* `text` (a server's words, perhaps) without the agent's secrets: a new
+ * string, or NULL (text NULL, or out of memory). */
+static char *without_secrets(const turn *t, const char *text)
+{
+    secret_span secrets[REDACT_MAX_SECRETS];
+    size_t n = redact_secrets(t->cfg->opts.api_key, t->cfg->opts.history_store, secrets);
+    return redact(text, secrets, n);
+}
+
 /* 1 when a retry was scheduled. */
 static int maybe_retry(turn *t, parley_status st, const char *msg, int64_t retry_after_ms)
 {
@@ -780,9 +843,11 @@ static int maybe_retry(turn *t, parley_status st, const char *msg, int64_t retry
         return 0;
     t->attempt++;
     atomic_fetch_add(&t->env->metrics->llm_retries, 1);
+    char *said = without_secrets(t, msg);
     host_log(t->env->host, PARLEY_LOG_WARN, "turn %s: %s (%s); retry %d of %lld in %llu ms", t->turn_id,
-              status_name(st), msg ? msg : "", t->attempt, (long long)t->cfg->opts.max_retries,
+              status_name(st), said ? said : "", t->attempt, (long long)t->cfg->opts.max_retries,
               (unsigned long long)delay);
+    free(said);
     return 1;
 }
 
@@ -855,9 +920,148 @@ static void account_reply(turn *t, const llm_reply *reply)
     atomic_fetch_add(&m->tokens_completion, (uint64_t)u->completion);
     atomic_fetch_add(&m->tokens_cache_read, (uint64_t)u->cache_read);
     atomic_fetch_add(&m->tokens_cache_creation, (uint64_t)u->cache_creation);
+    atomic_fetch_add(&m->tokens_prompt_evaluated, (uint64_t)u->evaluated);
     atomic_fetch_add(&m->tokens_reasoning, (uint64_t)u->reasoning);
     free(t->stop_reason);
     t->stop_reason = reply->finish_reason ? strdup(reply->finish_reason) : NULL;
+}
+
+/*
+ * "length": what cut the answer?  max_tokens when the reply used it all; when
+ * it stopped short of it (or none was set), the end of the model's context
+ * window (llama.cpp stops there with finish_reason "length", Anthropic says
+ * model_context_window_exceeded): a bigger max_tokens would not help there,
+ * a shorter history would.
+ */
+static void log_cut_short(const turn *t, const llm_reply *reply)
+{
+    long long max = t->opts->max_tokens > 0 ? t->opts->max_tokens
+                                            : t->cfg->prov->default_max_tokens;
+    if (t->opts->max_tokens <= 0 && max > 0 && t->opts->thinking_budget_tokens > 0)
+        max = t->opts->thinking_budget_tokens + max; /* Anthropic's default with thinking */
+    long long used = reply->usage.completion;
+    const char *id = t->turn_id;
+    if (reply->context_full || (max > 0 && used > 0 && used < max))
+        host_log(t->env->host, PARLEY_LOG_WARN, "turn %s: the end of the model's context window "
+                 "cut the answer short (prompt %lld + answer %lld tokens; max_tokens %lld not "
+                 "reached): shorten the history (max_history_turns) or give the model a larger "
+                 "context", id, reply->usage.prompt, used, max);
+    else if (max > 0)
+        host_log(t->env->host, PARLEY_LOG_WARN, "turn %s: the model hit max_tokens (%lld); the "
+                 "answer may be cut short", id, max);
+    else
+        host_log(t->env->host, PARLEY_LOG_WARN, "turn %s: the answer was cut short by a length "
+                 "limit with max_tokens unset: the end of the model's context window (prompt "
+                 "%lld + answer %lld tokens) or the server's own output limit", id,
+                 reply->usage.prompt, used);
+}
+
+/* Structured output through a forced tool (Anthropic): the call to the answer tool is the
+   answer, its input the JSON.  Other calls beside it are dropped: the turn is answered. */
+static void take_answer_call(const turn *t, llm_reply *reply)
+{
+    size_t i = 0;
+    while (t->format && i < reply->ncalls && strcmp(reply->calls[i].name, t->format->name) != 0)
+        i++;
+    if (!t->format || i == reply->ncalls)
+        return;
+    free(reply->content);
+    reply->content = reply->calls[i].arguments;
+    reply->calls[i].arguments = NULL;
+    for (size_t k = 0; k < reply->ncalls; k++) {
+        free(reply->calls[k].id);
+        free(reply->calls[k].name);
+        free(reply->calls[k].arguments);
+    }
+    free(reply->calls);
+    reply->calls = NULL;
+    reply->ncalls = 0;
+}
+
+static int blank(const char *s)
+{
+    return s[strspn(s, " \t\r\n")] == '\0';
+}
+
+/* Why the answer is empty, in words a host can act on. */
+static char *empty_answer_message(const turn *t, const llm_reply *reply)
+{
+    int cut = reply->finish_reason && strcmp(reply->finish_reason, "length") == 0;
+    int reasoned = reply->reasoning && *reply->reasoning;
+    if (cut && reasoned)
+        return pstr_printf("the model spent its whole answer budget reasoning and gave no answer "
+                           "(stop_reason \"length\", %lld tokens): raise max_tokens (%lld) or ask "
+                           "for less reasoning", reply->usage.completion,
+                           (long long)t->opts->max_tokens);
+    if (cut)
+        return pstr_printf("the model's answer was cut off before any text (stop_reason "
+                           "\"length\"): raise max_tokens or shorten the history");
+    if (reasoned)
+        return pstr_printf("the model reasoned, then stopped without an answer (empty text "
+                           "after its reasoning)");
+    return pstr_printf("the model gave an empty answer");
+}
+
+/* The JSON in an answer: the text itself, or inside a ``` fence some models add anyway. */
+static json_t *answer_json(const char *text, json_error_t *jerr)
+{
+    const char *p = text + strspn(text, " \t\r\n");
+    if (strncmp(p, "```", 3) != 0)
+        return json_loads(p, JSON_DECODE_ANY, jerr);
+    p = strchr(p, '\n');
+    const char *end = p ? strstr(p, "```") : NULL;
+    if (!end)
+        return json_loads(text, JSON_DECODE_ANY, jerr);
+    return json_loadb(p, (size_t)(end - p), JSON_DECODE_ANY, jerr);
+}
+
+/* The answer checked against the response format: compact JSON (malloc'd), or NULL
+   with *why. */
+static char *structured_answer(const turn *t, const llm_reply *reply, const char *content,
+                               char **why)
+{
+    const response_format *f = t->format;
+    const char *cut = reply->finish_reason && strcmp(reply->finish_reason, "length") == 0
+                          ? "; the answer was cut short (stop_reason \"length\"): raise max_tokens"
+                          : "";
+    json_error_t jerr;
+    json_t *v = answer_json(content, &jerr);
+    char *problem = NULL, *out = NULL;
+    if (!v)
+        *why = pstr_printf("the model's answer is not JSON (%s)%s", jerr.text, cut);
+    else if (!json_is_object(v))
+        *why = pstr_printf("the model's answer is JSON but not an object%s", cut);
+    else if (f->schema && json_schema_validate(f->schema, v, &problem) != 0)
+        *why = pstr_printf("the model's answer does not match the response format '%s': %s%s",
+                           f->name, problem ? problem : "out of memory", cut);
+    else if (!(out = json_dumps(v, JSON_COMPACT | JSON_PRESERVE_ORDER)))
+        *why = pstr_printf("out of memory");
+    free(problem);
+    json_decref(v);
+    return out;
+}
+
+/*
+ * The model answered: commit it -- unless it said nothing (a reasoning model
+ * that spent max_tokens thinking, or stopped right after </think>) or, with a
+ * response format, not the JSON asked for.  Those fail the turn
+ * (bad_response, saying why; the steps show what came), history unchanged.
+ */
+static void finish_answer(turn *t, const llm_reply *reply, const char *content)
+{
+    char *why = NULL, *json = NULL;
+    if (blank(content))
+        why = empty_answer_message(t, reply);
+    else if (t->format)
+        json = structured_answer(t, reply, content, &why);
+    record_answer(t, reply, json ? json : content);
+    if (why || (t->format && !json)) {
+        turn_end(t, PARLEY_ERR_BAD_RESPONSE, why ? why : "out of memory");
+        free(why);
+        return;
+    }
+    t->structured = json;
+    turn_commit(t);
 }
 
 /*
@@ -923,9 +1127,12 @@ void turn_on_http_done(turn *t, CURLcode code)
         free(msg);
         return;
     }
-    if (t->cfg->opts.debug_log_bodies && !t->stream)
+    if (t->cfg->opts.debug_log_bodies && !t->stream) {
+        char *body = without_secrets(t, t->http->body.data ? t->http->body.data : "");
         host_log(t->env->host, PARLEY_LOG_DEBUG, "turn %s response: %s", t->turn_id,
-                  t->http->body.data ? t->http->body.data : "");
+                  body ? body : "(out of memory)");
+        free(body);
+    }
     llm_reply reply;
     memset(&reply, 0, sizeof reply);
     char *err = NULL;
@@ -947,19 +1154,17 @@ void turn_on_http_done(turn *t, CURLcode code)
     }
     account_reply(t, &reply);
     if (reply.finish_reason && strcmp(reply.finish_reason, "length") == 0)
-        host_log(t->env->host, PARLEY_LOG_WARN, "turn %s: the model hit max_tokens; the answer may be cut short",
-                  t->turn_id);
+        log_cut_short(t, &reply);
+    take_answer_call(t, &reply);
     if (reply.ncalls == 0) {
-        record_answer(t, &reply, reply.content ? reply.content : "");
+        finish_answer(t, &reply, reply.content ? reply.content : "");
         llm_reply_free(&reply);
-        turn_commit(t);
         return;
     }
-    if (t->tool_rounds >= t->cfg->opts.max_tool_iterations) {
+    if (tools_refused(t)) {
         /* We said tool_choice "none" and the model still wants tools. */
         if (reply.content && *reply.content) {
-            record_answer(t, &reply, reply.content);
-            turn_commit(t);
+            finish_answer(t, &reply, reply.content);
         } else {
             char *m = pstr_printf("the model kept calling tools after %d rounds and tool_choice \"none\"",
                           t->tool_rounds);
@@ -1455,7 +1660,7 @@ static int summary_start(turn *t)
     /* Ahead of the cut only with the conversation's own model: another model
      * has none of its prompt cached, so the turns' transcript costs it less. */
     if (!t->ctx.dropped.len) {
-        if (own && strcmp(own, t->opts->model) != 0)
+        if ((own && strcmp(own, t->opts->model) != 0) || t->format) /* not its own answer */
             return 0;
         ctx_budget b = budget_of(t);
         int64_t tokens = body_tokens(t, b.factor) + ctx_tokens(strlen(t->answer), b.factor);
@@ -1652,11 +1857,13 @@ void turn_report(turn *t)
     u = put_count(u, ",\"reasoning_tokens\":", t->usage.reasoning);
     u = put_count(u, ",\"requests\":", t->replies);
     memcpy(u, "}", 2);
+    /* The server's words may quote the key back: never pass it on. */
+    char *error_message = without_secrets(t, t->end_message);
     parley_result r = {
         .struct_size = sizeof r,
         .request_id = t->id,
         .status = status,
-        .error_message = t->end_message,
+        .error_message = error_message || !t->end_message ? error_message : "out of memory",
         .conversation_id = t->conversation_id,
         .turn_id = t->turn_id,
         .response = status == PARLEY_OK ? answer : NULL,
@@ -1665,6 +1872,7 @@ void turn_report(turn *t)
         .usage_json = usage,
         .stop_reason = t->stop_reason,
         .reply_context = reply_outcome_name(t->reply.outcome),
+        .structured_json = status == PARLEY_OK ? t->structured : NULL,
     };
     if (status == PARLEY_OK && t->conversation_id && t->nmessages) { /* stored: it has ids */
         r.user_message_id = t->message_index[0].id;
@@ -1685,4 +1893,5 @@ void turn_report(turn *t)
         host_log(t->env->host, PARLEY_LOG_INFO, "turn %s failed: %s: %s", t->turn_id,
                  status_name(status), r.error_message);
     t->done(t->user_data, &r);
+    free(error_message);
 }

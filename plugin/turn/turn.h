@@ -60,6 +60,7 @@
 #include "provider/llm_reply.h"
 #include "provider/overflow.h"
 #include "provider/provider.h"
+#include "config/response_format.h"
 #include "engine/reply_context.h"
 #include "store/store.h"
 #include "engine/timer_heap.h"
@@ -129,6 +130,8 @@ struct turn {
     char *metadata;           /* the input's metadata_json, compact; kept with the user message */
     char *interface_message_id; /* kept with the user message */
     reply_context reply;      /* the turn reply_to names, and what the load found of it */
+    response_format *format;  /* the input's response_format_json, or NULL: a text answer */
+    char *structured;         /* the answer checked against format->schema, compact JSON */
     toolset *own_tools;       /* config tools + the input's tools, when it had any */
     const toolset *tools;     /* what this turn offers the model */
     parley_done_fn done;

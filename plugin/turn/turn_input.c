@@ -159,6 +159,71 @@ static int copy_input(turn *t, const agent_config *cfg, const parley_input *in, 
     return 0;
 }
 
+/* extra_body keys that carry a response format: the input's would collide with them. */
+static const char *extra_body_format_key(const char *extra_body)
+{
+    static const char *const keys[] = {"response_format", "format", "output_config", NULL};
+    json_t *extra = extra_body ? json_loads(extra_body, 0, NULL) : NULL;
+    const char *found = NULL;
+    for (int i = 0; extra && !found && keys[i]; i++)
+        if (json_object_get(extra, keys[i]))
+            found = keys[i];
+    json_decref(extra);
+    return found;
+}
+
+/*
+ * The answer's form (structured output): parsed and its schema checked here,
+ * so a bad schema is the host's error now rather than the server's later.
+ * Its name also names Anthropic's answer tool: it must not be a tool's.
+ */
+static int accept_response_format(turn *t, const agent_config *cfg, const parley_input *in,
+                                  char **err)
+{
+    if (!in->response_format_json)
+        return 0;
+    size_t n = strlen(in->response_format_json), max = (size_t)cfg->opts.max_input_bytes;
+    if (n > max) {
+        *err = pstr_printf("input 'response_format_json': %zu bytes, more than max_input_bytes "
+                           "(%zu)", n, max);
+        return -1;
+    }
+    char *why = NULL;
+    t->format = response_format_parse(in->response_format_json, &why);
+    if (!t->format) {
+        int oom = !why || strcmp(why, "out of memory") == 0;
+        *err = pstr_printf("input 'response_format_json': %s", why ? why : "out of memory");
+        free(why);
+        return oom ? -2 : -1;
+    }
+    if (toolset_has(t->tools, t->format->name)) {
+        *err = pstr_printf("input 'response_format_json': name '%s' is also a tool's; name the "
+                           "response format otherwise", t->format->name);
+        return -1;
+    }
+    const char *key = extra_body_format_key(t->opts->extra_body);
+    if (key) {
+        *err = pstr_printf("input 'response_format_json': the extra_body option sets '%s' "
+                           "already; remove it there to give the format per turn", key);
+        return -1;
+    }
+    return 0;
+}
+
+/* The tool the tool_choice option names must be one this turn offers (a persona's
+   tools are a subset of the agent's). */
+static int check_tool_choice(const turn *t, char **err)
+{
+    const char *c = t->opts->tool_choice;
+    if (strcmp(c, "auto") == 0 || strcmp(c, "none") == 0 || strcmp(c, "required") == 0 ||
+        toolset_has(t->tools, c))
+        return 0;
+    *err = pstr_printf("option 'tool_choice' names the tool '%s', which this turn does not "
+                       "offer (persona '%s' has no such tool)", c,
+                       t->persona_name ? t->persona_name : "");
+    return -1;
+}
+
 /* The persona the input names (one of the `personas` option's), or none. */
 static int resolve_persona(turn *t, const agent_config *cfg, const parley_input *in, char **err)
 {
@@ -286,6 +351,10 @@ turn *turn_input_accept(agent_config *cfg, parley_request_id id, const parley_in
         rc = copy_input(t, cfg, &copy, err);
     if (rc == 0)
         rc = accept_images(t, cfg, &copy, err);
+    if (rc == 0)
+        rc = accept_response_format(t, cfg, &copy, err);
+    if (rc == 0)
+        rc = check_tool_choice(t, err);
     if (rc == 0)
         rc = resolve_conversation(t, cfg, &copy, err);
     if (rc != 0) {

@@ -248,6 +248,8 @@ json_t *anthropic_to_chat(json_t *body, struct api_error *err)
         const char *type = jstr_member(tc, "type");
         if (!type)
             DIALECT_BAD("tool_choice.type: Field required");
+        if (thinking && (strcmp(type, "any") == 0 || strcmp(type, "tool") == 0))
+            DIALECT_BAD("Thinking may not be enabled when tool_choice forces tool use.");
         if (strcmp(type, "none") == 0)
             json_object_set_new(out, "tool_choice", json_string("none"));
         else if (strcmp(type, "any") == 0)
@@ -258,6 +260,18 @@ json_t *anthropic_to_chat(json_t *body, struct api_error *err)
                                                               json_object_get(tc, "name")));
         else if (strcmp(type, "auto") != 0)
             DIALECT_BAD("tool_choice.type: Input should be 'auto', 'any', 'tool' or 'none'");
+    }
+    json_t *oc = json_object_get(body, "output_config");
+    if (oc) { /* structured outputs: {"format": {"type": "json_schema", "schema": {...}}} */
+        json_t *format = json_object_get(oc, "format");
+        if (!jstr_member(format, "type") || strcmp(jstr_member(format, "type"), "json_schema") ||
+            !json_is_object(json_object_get(format, "schema")))
+            DIALECT_BAD("output_config.format: {\"type\": \"json_schema\", \"schema\": {...}} "
+                        "expected");
+        json_object_set_new(out, "response_format",
+                            json_pack("{s:s,s:{s:s,s:O}}", "type", "json_schema", "json_schema",
+                                      "name", "output", "schema",
+                                      json_object_get(format, "schema")));
     }
     json_decref(open);
     return out;
@@ -346,6 +360,8 @@ static json_t *content_blocks(const struct chat_reply *r, json_t *native, bool e
 
 static const char *stop_reason(const struct chat_reply *r)
 {
+    if (r->context_full)
+        return "model_context_window_exceeded";
     return r->ncalls ? "tool_use" : strcmp(r->finish_reason, "length") == 0 ? "max_tokens"
                                                                             : "end_turn";
 }

@@ -192,18 +192,41 @@ static bool heuristic_call(const char *u, const json_t *tools, unsigned long seq
     return false;
 }
 
+/* A forced call: its arguments are what the tool's parameters schema describes (an
+ * Anthropic answer tool's input is the structured answer). */
+static void forced_call(const struct chat_request *req, unsigned long seq, const char *name,
+                        struct chat_reply *out)
+{
+    const json_t *params = NULL;
+    for (size_t k = 0; k < json_array_size(req->tools); k++)
+        if (strcmp(tool_name_at(req->tools, k), name) == 0)
+            params = json_object_get(json_object_get(json_array_get(req->tools, k), "function"),
+                                     "parameters");
+    char *args = json_object_get(params, "properties")
+                     ? schema_answer(params, req->user_text, req->schema_mismatch)
+                     : xstrdup("{}");
+    add_call(out, seq, name, strlen(name), args, strlen(args));
+    free(args);
+}
+
 static bool plan_tool_calls(const struct chat_request *req, unsigned long seq,
                             struct chat_reply *out)
 {
+    if (req->last_is_tool) { /* after results only a forced choice calls again: the last
+                                tool offered (Parley's answer tool comes last) */
+        if (req->choice == CHOICE_REQUIRED)
+            forced_call(req, seq, tool_name_at(req->tools, json_array_size(req->tools) - 1), out);
+        if (req->choice == CHOICE_FUNCTION)
+            forced_call(req, seq, req->forced_tool, out);
+        return out->ncalls > 0;
+    }
     marker_calls(req->user_text, seq, out);
     if (out->ncalls == 0)
         heuristic_call(req->user_text, req->tools, seq, out);
-    if (out->ncalls == 0 && req->choice == CHOICE_REQUIRED) {
-        const char *n = tool_name_at(req->tools, 0);
-        add_call(out, seq, n, strlen(n), "{}", 2);
-    }
+    if (out->ncalls == 0 && req->choice == CHOICE_REQUIRED)
+        forced_call(req, seq, tool_name_at(req->tools, json_array_size(req->tools) - 1), out);
     if (out->ncalls == 0 && req->choice == CHOICE_FUNCTION)
-        add_call(out, seq, req->forced_tool, strlen(req->forced_tool), "{}", 2);
+        forced_call(req, seq, req->forced_tool, out);
     return out->ncalls > 0;
 }
 
@@ -283,18 +306,24 @@ void chat_reply_build(const struct chat_request *req, unsigned long seq, bool en
         out->finish_reason = "tool_calls";
         return;
     }
-    if (!req->last_is_tool && tools_ok && plan_tool_calls(req, seq, out)) {
+    if (tools_ok && plan_tool_calls(req, seq, out)) {
         out->finish_reason = "tool_calls";
         reasoning_apply(req, out);
         return;
     }
     buf_t b = {0};
-    if (req->choice == CHOICE_NONE && req->has_tool_msgs)
-        buf_puts(&b, "Final: ");
-    if (req->last_is_tool)
-        tool_results_text(req, &b);
-    else
-        plain_text(req, &b);
+    if (req->response_json) { /* structured output: the schema's JSON, nothing else */
+        char *json = schema_answer(req->response_schema, req->user_text, req->schema_mismatch);
+        buf_puts(&b, json);
+        free(json);
+    } else {
+        if (req->choice == CHOICE_NONE && req->has_tool_msgs)
+            buf_puts(&b, "Final: ");
+        if (req->last_is_tool)
+            tool_results_text(req, &b);
+        else
+            plain_text(req, &b);
+    }
     out->content = buf_take(&b, NULL);
     out->finish_reason = "stop";
     reasoning_apply(req, out);
@@ -321,6 +350,8 @@ static json_int_t completion_tokens(const struct chat_reply *r)
     size_t out_bytes = r->content ? strlen(r->content) : 0;
     for (size_t i = 0; i < r->ncalls; i++)
         out_bytes += strlen(r->calls[i].name) + strlen(r->calls[i].args);
+    if (r->completion_tokens > 0) /* [[ctx-full]]: reported instead of the computed count */
+        return r->completion_tokens;
     return (json_int_t)(out_bytes / 4 + 1);
 }
 

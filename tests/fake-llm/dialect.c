@@ -8,8 +8,21 @@
 
 void reasoning_apply(const struct chat_request *req, struct chat_reply *r)
 {
-    if (marker_find(req->user_text, "length", NULL, NULL) && !r->ncalls)
-        r->finish_reason = "length"; /* [[length]]: cut short by max_tokens */
+    if (marker_find(req->user_text, "length", NULL, NULL) && !r->ncalls) {
+        r->finish_reason = "length"; /* [[length]]: cut short by max_tokens (all of them) */
+        json_t *max = json_object_get(req->body, "max_tokens");
+        if (!max)
+            max = json_object_get(req->body, "max_completion_tokens");
+        r->completion_tokens = json_is_integer(max) ? (long)json_integer_value(max) : 0;
+    }
+    if (marker_find(req->user_text, "ctx-full", NULL, NULL) && !r->ncalls) {
+        r->finish_reason = "length"; /* [[ctx-full]]: the context window ran out first */
+        r->context_full = true;
+    }
+    if (marker_find(req->user_text, "empty", NULL, NULL) && !r->ncalls) {
+        free(r->content); /* [[empty]]: nothing after the reasoning */
+        r->content = xstrdup("");
+    }
     const char *v;
     size_t n;
     if (marker_find(req->user_text, "think", &v, &n) && v) {
@@ -73,6 +86,18 @@ bool openai_check_extra(const struct chat_request *req, struct api_error *err)
         }
         if (strcmp(role, "user") == 0)
             last_user = i;
+    }
+    const json_t *rf = json_object_get(req->body, "response_format");
+    if (jstr_member(rf, "type") && strcmp(jstr_member(rf, "type"), "json_object") == 0) {
+        char *all = json_dumps(msgs, JSON_COMPACT);
+        bool said = all && strcasestr(all, "json");
+        free(all);
+        if (!said) {
+            api_error_set(err, 400, "invalid_request_error", "messages", NULL,
+                          "'messages' must contain the word 'json' in some form, to use "
+                          "'response_format' of type 'json_object'.");
+            return false;
+        }
     }
     if (!marker_find(req->user_text, "think", NULL, NULL))
         return true;

@@ -79,6 +79,7 @@ enum fault_kind {
     FAULT_DONE_HOLD,     /* stream: after [DONE] keep the connection open; arg: ms between
                             keep-alive comments, 0 = send nothing */
     FAULT_HEADER_FLOOD,  /* arg: KiB of extra response headers (command line only) */
+    FAULT_SCHEMA_MISMATCH, /* structured output: an answer that breaks the schema */
 };
 
 enum { SHAPE_NO_CHOICES, SHAPE_EMPTY_CHOICES, SHAPE_NULL_MESSAGE };
@@ -129,6 +130,9 @@ struct chat_request {
     json_t *tools;             /* borrowed, NULL if not offered */
     enum tool_choice choice;
     const char *forced_tool;   /* CHOICE_FUNCTION */
+    bool response_json;        /* response_format json_object or json_schema */
+    const json_t *response_schema; /* json_schema's schema (borrowed), or NULL */
+    bool schema_mismatch;      /* the schema_mismatch fault applies */
 };
 
 struct tool_call {
@@ -141,6 +145,8 @@ struct chat_reply {
     size_t ncalls;
     const char *finish_reason;
     char *reasoning; /* [[think:TEXT]]: the reasoning, in the dialect's own field; or NULL */
+    long completion_tokens; /* reported instead of the computed count when > 0 */
+    bool context_full;      /* [[ctx-full]]: the context window, not max_tokens, cut it */
 };
 
 /* validate.c: validates body and fills req; on failure fills err (a 400). */
@@ -257,15 +263,17 @@ struct prompt_stats {
 
 void prompt_render_chat(const json_t *chat_body, struct rendered *r);
 void prompt_render_anthropic(const json_t *native, struct rendered *r);
-/* The answer as the next prompt will render it after "<|assistant|>\n" (malloc'd). */
-char *prompt_render_reply(const struct chat_reply *rep, size_t *len);
 void rendered_free(struct rendered *r);
-size_t prompt_count_tokens(const char *s, size_t n);
 /* Match r against the cache of --cache and make it the cache's latest prompt. */
 void prompt_account(const struct rendered *r, struct prompt_stats *st);
 /* The answer was generated: a slot now also holds it. */
 void prompt_answered(const struct prompt_stats *st, const struct chat_reply *rep);
 void prompt_cleanup(void);
+/* llama.cpp: an answer that would run past the end of the context stops there (finish_reason
+ * "length", however large max_tokens was). */
+void prompt_context_end(const struct prompt_stats *st, struct chat_reply *rep);
+/* A text answer longer than room tokens is cut to fit, with finish_reason "length". */
+void prompt_cut_answer(struct chat_reply *rep, size_t room);
 /* The window for this request: --n-ctx, or for Ollama the request's options.num_ctx. */
 size_t prompt_window(enum dialect d, const json_t *native);
 /* Ollama: body minus its oldest messages until it fits n_ctx (new reference). */
@@ -273,6 +281,12 @@ json_t *prompt_ollama_truncate(json_t *chat_body, size_t n_ctx, size_t *dropped)
 /* The overflow answer (HTTP 400 body) in the dialect's and --overflow-style's shape, or
  * NULL when n prompt tokens (and max_tokens of answer, < 0: none) fit ctx. */
 char *prompt_overflow_body(enum dialect d, size_t n, size_t ctx, long max_tokens, size_t *len);
+
+/* ------------------------------------------------------------ schema.c */
+
+/* The answer (compact JSON, malloc'd) a model constrained to `schema` gives; NULL schema:
+ * JSON mode, {"answer": user_text}.  broken: the schema_mismatch fault's answer. */
+char *schema_answer(const json_t *schema, const char *user_text, bool broken);
 
 /* ------------------------------------------------------------ sse.c */
 
@@ -355,6 +369,7 @@ struct config {
     enum overflow_style overflow_style; /* --overflow-style (OpenAI-dialect overflow shape) */
     size_t cache_min;            /* --cache-min: anthropic mode's minimum cacheable prefix */
     uint64_t cache_ttl_ms;       /* --cache-ttl-ms: anthropic/openai cache lifetime */
+    bool honor_max_tokens;       /* --honor-max-tokens: cut text answers at max_tokens */
 };
 
 extern struct config g_cfg;

@@ -99,6 +99,8 @@ bool fault_parse(const char *s, size_t n, struct fault *out)
         f.arg = v;
     } else if (IS("endless_tools")) {
         f.kind = FAULT_ENDLESS_TOOLS;
+    } else if (IS("schema_mismatch")) {
+        f.kind = FAULT_SCHEMA_MISMATCH;
     } else if (IS("slow_stream")) {
         f.kind = FAULT_SLOW_STREAM;
         f.arg = 300;

@@ -76,12 +76,19 @@ static void set_json(struct outcome *o, unsigned status, char *json, size_t len)
 
 /* ---------------------------------------------------------- chat */
 
+static long max_answer_tokens(const json_t *native);
+
 static void chat_reply_response(struct MHD_Connection *conn, const struct chat_request *req,
                                 const struct fault *f, unsigned long seq, enum dialect dialect, json_t *native,
                                 struct outcome *o)
 {
     struct chat_reply rep;
     chat_reply_build(req, seq, f->kind == FAULT_ENDLESS_TOOLS, &rep);
+    long max_tokens = max_answer_tokens(native);
+    if (g_cfg.honor_max_tokens && max_tokens > 0)
+        prompt_cut_answer(&rep, (size_t)max_tokens);
+    if (dialect == DIALECT_OPENAI && g_cfg.overflow_style == OVERFLOW_LLAMACPP)
+        prompt_context_end(&o->ps, &rep);
     prompt_answered(&o->ps, &rep);
     if (f->kind == FAULT_INVALID_UTF8) {
         /* A plain text reply whose content holds 0xC3 0x28 once encoded. */
@@ -153,12 +160,14 @@ static json_t *ollama_fit(json_t *body, size_t window, struct prompt_stats *ps)
     return cut;
 }
 
-/* The answer's size limit the request asks for, or -1. */
+/* The answer's size limit the request asks for (Ollama: options.num_predict), or -1. */
 static long max_answer_tokens(const json_t *native)
 {
     const json_t *v = json_object_get(native, "max_completion_tokens");
     if (!json_is_integer(v))
         v = json_object_get(native, "max_tokens");
+    if (!json_is_integer(v))
+        v = json_object_get(json_object_get(native, "options"), "num_predict");
     return json_is_integer(v) ? (long)json_integer_value(v) : -1;
 }
 
@@ -267,6 +276,7 @@ static void handle_chat(struct MHD_Connection *conn, const struct request *r, js
         f.kind = FAULT_NONE; /* nothing to loop on: answer normally */
     if (f.kind != FAULT_NONE)
         snprintf(o->fault, sizeof o->fault, "%s", f.name);
+    req.schema_mismatch = f.kind == FAULT_SCHEMA_MISMATCH;
 
     size_t len;
     switch (f.kind) {

@@ -36,7 +36,7 @@ static void usage(FILE *out)
           "                       [--threads N] [--max-connections N] [--quiet]\n"
           "                       [--n-ctx N] [--cache llamacpp|anthropic|openai|none]\n"
           "                       [--slots N] [--overflow-style llamacpp|openai|vllm]\n"
-          "                       [--cache-min N] [--cache-ttl-ms N]\n"
+          "                       [--cache-min N] [--cache-ttl-ms N] [--honor-max-tokens]\n"
           "fault modes: none 500 502 503 429 429:S NNNxK 429:SxK hang truncated not_json\n"
           "  bad_shape[:empty_choices|:null_message] invalid_utf8 reset oversized[:MB]\n"
           "  endless_tools slow_stream[:MS] stream_cut[:abort]\n",
@@ -84,6 +84,7 @@ static void parse_args(int argc, char **argv)
         {"overflow-style", required_argument, NULL, 'o'},
         {"cache-min", required_argument, NULL, 'M'},
         {"cache-ttl-ms", required_argument, NULL, 'T'},
+        {"honor-max-tokens", no_argument, NULL, 'X'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -103,6 +104,7 @@ static void parse_args(int argc, char **argv)
         case 'n': g_cfg.n_ctx = num_arg("n-ctx", optarg, 100000000); break;
         case 's': g_cfg.slots = num_arg("slots", optarg, 256); break;
         case 'M': g_cfg.cache_min = num_arg("cache-min", optarg, 100000000); break;
+        case 'X': g_cfg.honor_max_tokens = true; break;
         case 'T': g_cfg.cache_ttl_ms = num_arg("cache-ttl-ms", optarg, 86400000); break;
         case 'c': g_cfg.cache = (enum cache_mode)word_arg("cache", optarg, CACHE_MODES); break;
         case 'o':

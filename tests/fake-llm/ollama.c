@@ -141,6 +141,21 @@ json_t *ollama_to_chat(json_t *body, struct api_error *err)
     json_object_set_new(out, "stream", json_boolean(!stream || json_is_true(stream)));
     if (json_object_get(body, "tools"))
         json_object_set(out, "tools", json_object_get(body, "tools"));
+    json_t *format = json_object_get(body, "format");
+    if (json_is_string(format) && !*json_string_value(format))
+        format = NULL; /* "": no format, as Ollama reads it */
+    if (format && !(json_is_string(format) && strcmp(json_string_value(format), "json") == 0) &&
+        !json_is_object(format))
+        DIALECT_BAD("invalid format: expected \"json\" or a JSON schema");
+    if (format)
+        json_object_set_new(out, "response_format",
+                            json_is_object(format)
+                                ? json_pack("{s:s,s:{s:s,s:O}}", "type", "json_schema",
+                                            "json_schema", "name", "format", "schema", format)
+                                : json_pack("{s:s}", "type", "json_object"));
+    json_t *predict = json_object_get(opts, "num_predict");
+    if (json_is_integer(predict))
+        json_object_set(out, "max_tokens", predict);
     json_decref(pending);
     return out;
 fail:

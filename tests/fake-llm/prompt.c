@@ -48,7 +48,7 @@ static bool is_alnum(unsigned char c)
     return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z');
 }
 
-/* Token ends of s (appended to r->ends). */
+/* r->ends from r->text: where each token ends. */
 static void tokenize(struct rendered *r)
 {
     const unsigned char *s = (const unsigned char *)r->text.data;
@@ -69,16 +69,6 @@ static void tokenize(struct rendered *r)
         }
         r->ends[r->ntok++] = i;
     }
-}
-
-size_t prompt_count_tokens(const char *s, size_t n)
-{
-    struct rendered r = {0};
-    buf_append(&r.text, s, n);
-    tokenize(&r);
-    size_t t = r.ntok;
-    rendered_free(&r);
-    return t;
 }
 
 /* Tokens a and b share from the start (both tokenized). */
@@ -276,7 +266,8 @@ void prompt_render_anthropic(const json_t *native, struct rendered *r)
     tokenize(r);
 }
 
-char *prompt_render_reply(const struct chat_reply *rep, size_t *len)
+/* The answer as the next prompt renders it after "<|assistant|>\n" (malloc'd). */
+static char *render_reply(const struct chat_reply *rep, size_t *len)
 {
     buf_t b = {0};
     if (rep->content && *rep->content) {
@@ -314,10 +305,11 @@ static bool have_last;
 static struct anthropic_entry *aentries;
 static size_t naentries, aentries_cap;
 
-static void copy_rendered(struct rendered *dst, const struct rendered *src, size_t bytes)
+/* dst becomes a copy of src's text and tokens (not its blocks: caches need none). */
+static void copy_rendered(struct rendered *dst, const struct rendered *src)
 {
     buf_free(&dst->text);
-    buf_append(&dst->text, src->text.data, bytes);
+    buf_append(&dst->text, src->text.data, src->text.len);
     tokenize(dst);
 }
 
@@ -362,7 +354,7 @@ static void account_llamacpp(const struct rendered *r, struct prompt_stats *st)
     st->cached_tokens = lcp < r->ntok ? lcp : (r->ntok ? r->ntok - 1 : 0);
     st->slot = (int)i;
     st->extends = s->prompt_len ? is_prefix(&s->held, s->prompt_len, r) : -1;
-    copy_rendered(&s->held, r, r->text.len);
+    copy_rendered(&s->held, r);
     s->prompt_len = r->text.len;
     s->last_used = ++slot_clock;
     st->gen = ++s->gen;
@@ -458,7 +450,7 @@ static void account_openai(const struct rendered *r, struct prompt_stats *st)
     st->cached_tokens = best < OPENAI_MIN ? 0 : OPENAI_MIN + (best - OPENAI_MIN) / OPENAI_STEP * OPENAI_STEP;
     if (st->cached_tokens >= r->ntok)
         st->cached_tokens = r->ntok ? r->ntok - 1 : 0;
-    copy_rendered(&recent[oldest], r, r->text.len);
+    copy_rendered(&recent[oldest], r);
     recent_used[oldest] = now;
 }
 
@@ -478,7 +470,7 @@ void prompt_account(const struct rendered *r, struct prompt_stats *st)
             account_anthropic(r, st);
         else if (g_cfg.cache == CACHE_OPENAI)
             account_openai(r, st);
-        copy_rendered(&last_prompt, r, r->text.len);
+        copy_rendered(&last_prompt, r);
         have_last = true;
     }
     st->evaluated = st->prompt_tokens - st->cached_tokens;
@@ -490,7 +482,7 @@ void prompt_answered(const struct prompt_stats *st, const struct chat_reply *rep
     if (!st->valid || st->slot < 0)
         return;
     size_t len;
-    char *text = prompt_render_reply(rep, &len);
+    char *text = render_reply(rep, &len);
     pthread_mutex_lock(&cache_mu);
     struct slot *s = &slots[st->slot];
     if (s->gen == st->gen) { /* the slot still holds this prompt: the answer follows it */
@@ -516,6 +508,26 @@ void prompt_cleanup(void)
 }
 
 /* ------------------------------------------------------------ the window */
+
+void prompt_cut_answer(struct chat_reply *rep, size_t room)
+{
+    if (rep->ncalls || !rep->content)
+        return;
+    size_t len = strlen(rep->content);
+    if (len / 4 + 1 <= room) /* completion_tokens is the answer's bytes/4 + 1 */
+        return;
+    size_t keep = room > 1 ? (room - 1) * 4 : 0;
+    while (keep > 0 && ((unsigned char)rep->content[keep] & 0xC0) == 0x80)
+        keep--; /* never split a UTF-8 sequence */
+    rep->content[keep] = '\0';
+    rep->finish_reason = "length";
+}
+
+void prompt_context_end(const struct prompt_stats *st, struct chat_reply *rep)
+{
+    if (st->valid && st->window)
+        prompt_cut_answer(rep, st->window > st->prompt_tokens ? st->window - st->prompt_tokens : 0);
+}
 
 size_t prompt_window(enum dialect d, const json_t *native)
 {
@@ -555,11 +567,16 @@ static json_t *without_messages(const json_t *body, size_t drop)
 json_t *prompt_ollama_truncate(json_t *body, size_t n_ctx, size_t *dropped)
 {
     *dropped = 0;
-    size_t total = json_array_size(json_object_get(body, "messages"));
+    size_t droppable = 0, i;
+    json_t *m;
+    json_array_foreach(json_object_get(body, "messages"), i, m) {
+        const char *role = chat_role_of(m);
+        droppable += !(role && (strcmp(role, "system") == 0 || strcmp(role, "developer") == 0));
+    }
     json_t *cur = json_incref(body);
     /* server/prompt.go chatPrompt: drop the oldest messages until the prompt fits, always
        keeping the system messages and the latest message */
-    for (size_t drop = 0; n_ctx && drop + 1 < total; drop++) {
+    for (size_t drop = 0; n_ctx && drop + 1 < droppable; drop++) {
         struct rendered r = {0};
         prompt_render_chat(cur, &r);
         size_t n = r.ntok;

@@ -423,6 +423,66 @@ fail:
     return false;
 }
 
+/* response_format: text, json_object, or json_schema {name, schema?, strict?}; strict
+ * schemas must close every object at the root (OpenAI's first complaint). */
+static bool check_response_format(const json_t *rf, struct chat_request *req,
+                                  struct api_error *err)
+{
+    const char *type = json_string_value(json_object_get(rf, "type"));
+    if (!json_is_object(rf) || !type)
+        BAD("invalid_type", "response_format", "Invalid type for 'response_format': expected an "
+            "object with a 'type'.");
+    if (strcmp(type, "text") == 0)
+        return true;
+    if (strcmp(type, "json_object") == 0) {
+        req->response_json = true;
+        return true;
+    }
+    if (strcmp(type, "json_schema") != 0)
+        BAD("invalid_value", "response_format.type", "Invalid value: '%s'. Supported values are: "
+            "'json_object', 'json_schema', and 'text'.", type);
+    json_t *js = json_object_get(rf, "json_schema");
+    if (!json_is_object(js))
+        BAD("missing_required_parameter", "response_format.json_schema",
+            "Missing required parameter: 'response_format.json_schema'.");
+    json_t *name = json_object_get(js, "name"), *schema = json_object_get(js, "schema");
+    if (!json_is_string(name))
+        BAD("missing_required_parameter", "response_format.json_schema.name",
+            "Missing required parameter: 'response_format.json_schema.name'.");
+    if (!valid_tool_name(json_string_value(name)) || json_string_length(name) > 64)
+        BAD("invalid_value", "response_format.json_schema.name", "Invalid "
+            "'response_format.json_schema.name': string does not match pattern. Expected a "
+            "string that matches the pattern '^[a-zA-Z0-9_-]+$'.");
+    if (present(schema) && !json_is_object(schema))
+        BAD("invalid_type", "response_format.json_schema.schema", "Invalid type for "
+            "'response_format.json_schema.schema': expected an object.");
+    if (json_is_true(json_object_get(js, "strict"))) {
+        if (!json_is_false(json_object_get(schema, "additionalProperties")))
+            BAD(NULL, "response_format", "Invalid schema for response_format '%s': In "
+                "context=(), 'additionalProperties' is required to be supplied and to be false.",
+                json_string_value(name));
+        const char *key;
+        json_t *v;
+        json_object_foreach(json_object_get(schema, "properties"), key, v) {
+            bool listed = false;
+            size_t i;
+            json_t *r;
+            json_array_foreach(json_object_get(schema, "required"), i, r)
+                listed |= json_is_string(r) && strcmp(json_string_value(r), key) == 0;
+            if (!listed)
+                BAD(NULL, "response_format", "Invalid schema for response_format '%s': In "
+                    "context=(), 'required' is required to be supplied and to be an array "
+                    "including every key in properties. Missing '%s'.",
+                    json_string_value(name), key);
+        }
+    }
+    req->response_json = true;
+    req->response_schema = json_is_object(schema) ? schema : NULL;
+    return true;
+fail:
+    return false;
+}
+
 static bool check_tool_choice(const json_t *tc, struct chat_request *req, struct api_error *err)
 {
     if (json_is_string(tc)) {
@@ -573,6 +633,9 @@ bool chat_parse(json_t *body, struct chat_request *req, struct api_error *err)
     req->choice = CHOICE_AUTO;
     json_t *tc = json_object_get(body, "tool_choice");
     if (present(tc) && !check_tool_choice(tc, req, err))
+        goto fail;
+    json_t *rf = json_object_get(body, "response_format");
+    if (present(rf) && !check_response_format(rf, req, err))
         goto fail;
 
     json_t *stream = json_object_get(body, "stream");

@@ -29,10 +29,11 @@ def _accepts(port):
 
 
 class RedisServer:
-    def __init__(self, password=None):
+    def __init__(self, password=None, debug=False):
         if not shutil.which("redis-server"):
             raise RuntimeError("redis-server is not installed (scripts/setup.sh installs it)")
         self.password = password
+        self.debug = debug  # DEBUG (e.g. DEBUG SLEEP to stall it) allowed from loopback
         self.dir = tempfile.mkdtemp(prefix="parley-redis-")
         self.port = _free_port()
         self.proc = None
@@ -43,6 +44,8 @@ class RedisServer:
                 "--appendonly", "no", "--dir", self.dir]
         if self.password:
             args += ["--requirepass", self.password]
+        if self.debug:
+            args += ["--enable-debug-command", "local"]
         deadline = time.time() + 10 * SLOW
         while True:
             self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

@@ -106,6 +106,22 @@ class ConnectionCheck(unittest.TestCase):
                              "Incorrect API key provided")
             self.assertEqual(stub.auth, ["Bearer sk-secret"])
 
+    def test_refused_key_quoted_back_by_the_server_is_redacted(self):
+        key = "sk-secret-Quoted9f2c"
+        body = '{"error":{"message":"Incorrect API key provided: Bearer %s"}}' % key
+        with GetStub(401, body) as stub:
+            msg = self.assertFails(options(base_url=stub.root + "/v1", api_key=key),
+                                   "http_status", "the server refused the API key",
+                                   "Incorrect API key provided: Bearer [redacted]")
+            self.assertEqual(stub.auth, ["Bearer " + key])
+        self.assertNotIn("Quoted9f2c", msg)
+
+    def test_a_key_given_as_api_key_env_is_not_quoted(self):
+        # The key put where the variable's name goes: refused, never repeated.
+        msg = self.assertFails(options(api_key_env="sk-secret-proj-Ab12Cd34"), "invalid_options",
+                               "option 'api_key_env': the value looks like an API key")
+        self.assertNotIn("Ab12Cd34", msg)
+
     def test_missing_key(self):
         with GetStub(401, '{"error":"unauthorized"}') as stub:
             self.assertFails(options(base_url=stub.root + "/v1"), "http_status",

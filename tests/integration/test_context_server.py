@@ -244,11 +244,33 @@ class Overflow(unittest.TestCase):
                           body["error"]["message"])
         with FakeLLM("--n-ctx", "100") as fake:  # llama.cpp stops at the context's end instead
             self.assertEqual(chat(fake, msgs, max_tokens=95)[0], 200)
+            long = [{"role": "user", "content": "word " * 70}]  # the echo does not fit the rest
+            status, r = chat(fake, long, max_tokens=1000)
+            self.assertEqual(status, 200)
+            self.assertEqual(r["choices"][0]["finish_reason"], "length")
+            self.assertLessEqual(r["usage"]["prompt_tokens"] + r["usage"]["completion_tokens"],
+                                 100)
         with FakeLLM("--n-ctx", "100") as fake:
             status, body = anthropic(fake, {"messages": msgs, "max_tokens": 95})
             self.assertEqual(status, 400)
             self.assertIn("input length and `max_tokens` exceed context limit",
                           body["error"]["message"])
+
+    def test_honor_max_tokens(self):
+        long = [{"role": "user", "content": "word " * 100}]
+        with FakeLLM("--honor-max-tokens") as fake:
+            _, r = chat(fake, long, max_tokens=10)
+            self.assertEqual(r["choices"][0]["finish_reason"], "length")
+            self.assertLessEqual(r["usage"]["completion_tokens"], 10)
+            _, a = anthropic(fake, {"messages": long, "max_tokens": 10})
+            self.assertEqual(a["stop_reason"], "max_tokens")
+            _, o = ollama(fake, long, options={"num_predict": 10})
+            self.assertEqual(o["done_reason"], "length")
+            _, whole = chat(fake, long, max_tokens=1000)
+            self.assertEqual(whole["choices"][0]["finish_reason"], "stop")
+        with FakeLLM() as fake:  # off by default: the echo stays whole
+            _, r = chat(fake, long, max_tokens=10)
+            self.assertEqual(r["choices"][0]["finish_reason"], "stop")
 
     def test_anthropic(self):
         with FakeLLM("--n-ctx", "100") as fake:
@@ -271,6 +293,11 @@ class Overflow(unittest.TestCase):
             # the model saw fewer messages: the system prompt and the last message kept
             seen = int(r["message"]["content"].split("I have seen ")[1].split(" ")[0])
             self.assertLess(seen, len(msgs))
+            self.assertTrue(r["message"]["content"].startswith('You said: "and now?"'))
+            # however small the window, the system prompt and the last message stay
+            _, tiny = ollama(fake, msgs, options={"num_ctx": 5})
+            self.assertTrue(tiny["message"]["content"].startswith(
+                'You said: "and now?". I have seen 2 messages'), tiny)
             _, echo = ollama(fake, msgs[:-1] + [{"role": "user", "content": "[[echo-system]]"}],
                              options={"num_ctx": 300})
             self.assertEqual(echo["message"]["content"], SYSTEM)
@@ -333,9 +360,13 @@ class ParleyReads(ParleyTestCase):
             with self.subTest(provider=provider), FakeLLM() as fake:
                 base = fake.base_url if provider == "openai" else "http://127.0.0.1:%d" % fake.port
                 run = self.run_ok([{"text": "hello", "conversation_id": "c"},
-                                   {"text": "again", "conversation_id": "c"}],
+                                   {"text": "again", "conversation_id": "c"},
+                                   {"op": "metrics"}],
                                   options(fake, provider=provider, base_url=base))
                 u = self.assertTurnOk(run.by_seq(2))["usage"]
+                first = run.by_seq(1)["usage"]
+                self.assertEqual(run.by_seq(3)["result"]["tokens_prompt_evaluated"],
+                                 first["prompt_tokens_evaluated"] + u["prompt_tokens_evaluated"])
                 log = fake.requests()[-1]
                 self.assertEqual(u["prompt_tokens"], log["prompt_tokens"])
                 self.assertEqual(u["cache_read_tokens"], log["cached_tokens"])

@@ -10,6 +10,7 @@ Anchors (see /work/shared/ANCHORS.md) proven here:
   #8  429 is retried honouring Retry-After and surfaces as rate_limited,
       not as a generic failure.
 """
+import json
 import os
 import resource
 import socket
@@ -354,6 +355,43 @@ class SecretHygiene(FaultTestCase):
         self.assertEqual([r["authorization"] for r in reqs], ["Bearer " + secret] * 2)
         self.assertTurnError(run.by_seq(1), "http_status")
         self.assert_no_secret(run, secret)
+
+    def test_a_server_quoting_the_key_back_is_redacted(self):
+        # Some gateways echo the key in their error text: it reaches no
+        # error_message and no log line, whole or cut off by the text's bound.
+        from test_http_edges import Stub
+        key = "sk-proj-EchoedBack-7f3a9c41d2"
+        said = lambda text: json.dumps({"error": {"message": text}})
+        echo = said("Incorrect API key provided: Bearer %s. Find yours at example.com" % key)
+        cut = said("x" * 480 + " " + key)  # the 500-byte bound cuts the key
+        json_type = {"Content-Type": "application/json"}
+        sse = {"Content-Type": "text/event-stream"}
+        stub = Stub([(500, json_type, echo), (401, json_type, echo),  # 1: retried, then 401
+                     (401, json_type, cut),                          # 2: cut off
+                     (200, json_type, echo)])                        # 3: an error with 200
+        streamed = Stub([(200, sse, "data: %s\n\n" % echo)])
+        for s in (stub, streamed):
+            self.addCleanup(s.close)
+        runs, messages = [], []
+        for server, lines, stream in ((stub, 3, False), (streamed, 1, True)):
+            opts = options(None, base_url=server.base_url, api_key=key, debug_log_bodies=True,
+                           max_retries=1, retry_backoff_ms=10, stream=stream)
+            run = shim([{"text": "t%d" % n} for n in range(lines)], opts,
+                       extra_args=("--log-level", "debug"), timeout=30)
+            self.assertEqual(run.rc, 0, run.stderr)
+            runs.append(run)
+            messages += [run.by_seq(n + 1)["error"]["message"] for n in range(lines)]
+        self.assertEqual((stub.requests, streamed.requests), (4, 1))
+        for m in messages:
+            self.assertIn("[redacted]", m)
+        self.assertIn("Incorrect API key provided: Bearer [redacted]. Find yours", messages[0])
+        self.assertTrue(messages[1].endswith("x [redacted]..."), messages[1])
+        self.assertIn("[redacted]", runs[0].stderr)  # the retry's log line and the debug body
+        for run in runs:
+            for text in ("\n".join(run.raw), run.stderr):
+                self.assertNotIn(key, text)
+                self.assertNotIn("EchoedBack", text)
+                self.assertNotIn("sk-proj-Echo", text)
 
     def test_api_key_not_in_connect_errors(self):
         opts = options(None, base_url="http://127.0.0.1:%d/v1" % closed_port(), api_key=SECRET,

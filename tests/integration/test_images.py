@@ -75,6 +75,33 @@ class Placeholders(ImageCase):
         r2 = self.llm.chat_requests()[1]
         self.assertEqual(messages(r2)[1], user(parts("look", jpg)))
 
+    def test_credentials_and_tokens_of_an_image_url_are_never_kept(self):
+        # Home Assistant's camera proxy: a token in the query, maybe user:pw@.
+        cam = "https://user:pw@ha.local/api/camera_proxy/camera.door?token=f00dfeed#x"
+        shown = "https://ha.local/api/camera_proxy/camera.door"
+        jpg = data_url("image/jpeg", JPEG)
+        for mode in ("placeholder", "keep"):
+            conv = "cam-" + mode
+            run = self.run_ok([
+                {"text": "who is there?", "conversation_id": conv,
+                 "images": [{"url": cam}, {"url": jpg}]},
+                {"text": "and now?", "conversation_id": conv},
+                {"op": "history", "conversation_id": conv},
+            ], options(self.llm, history_images=mode))
+            self.assertTurnOk(run.by_seq(2))
+            r1, r2 = self.llm.chat_requests()[-2:]
+            # this turn sends the image as given: the model's server fetches it
+            self.assertEqual(messages(r1)[1], user(parts("who is there?", cam, jpg)))
+            text = "who is there?\n[image: %s]" % shown
+            stored = (user(text + "\n[image: image/jpeg, %d bytes]" % len(JPEG))
+                      if mode == "placeholder"
+                      else user(parts(text, jpg)))
+            self.assertEqual(messages(r2)[1], stored)
+            self.assertEqual(run.by_seq(3)["result"]["turns"][0]["messages"][0], stored)
+            for line in run.raw:
+                for secret in ("f00dfeed", "user:pw", "#x"):
+                    self.assertNotIn(secret, line)
+
     def test_shim_reads_an_image_file(self):
         with tempfile.TemporaryDirectory() as d:
             path = os.path.join(d, "photo.bin")  # the MIME type comes from the bytes

@@ -8,6 +8,8 @@ committed before it, in order, and nothing of a turn still running.
 import json
 import os
 import signal
+import socket
+import subprocess
 import threading
 import time
 import unittest
@@ -30,9 +32,10 @@ def requests_of(llm, conversation_marker):
 
 class RedisCase(ParleyTestCase):
     maxDiff = None
+    redis_debug = False
 
     def setUp(self):
-        self.redis = RedisServer(PASSWORD)
+        self.redis = RedisServer(PASSWORD, debug=self.redis_debug)
         self.addCleanup(self.redis.stop)
         self.llm = FakeLLM()
         self.addCleanup(self.llm.close)
@@ -240,6 +243,29 @@ class TestRedisFaults(RedisCase):
         self.assertIn("authentication failed", run.stderr)
         self.assert_no_password(run.stderr)
 
+    def test_a_server_quoting_the_password_back_is_redacted(self):
+        # Not Redis: a server on the Redis port that echoes the password in its
+        # error (a proxy might).  The text reaches create()'s error redacted.
+        echo = socket.socket()
+        echo.bind(("127.0.0.1", 0))
+        echo.listen(1)
+        self.addCleanup(echo.close)
+
+        def answer():
+            conn, _ = echo.accept()
+            with conn:
+                conn.recv(4096)
+                conn.sendall(b"-ERR invalid password '%s' for this proxy\r\n" % PASSWORD.encode())
+                conn.recv(4096)
+
+        threading.Thread(target=answer, daemon=True).start()
+        url = "redis://:%s@127.0.0.1:%d" % (PASSWORD, echo.getsockname()[1])
+        run = run_shim([{"text": "hi"}], options(self.llm, history_store=url))
+        self.assertNotEqual(run.rc, 0)
+        self.assertIn("authentication failed: ERR invalid password '[redacted]' for this proxy",
+                      run.stderr)
+        self.assert_no_password(run.stderr, "\n".join(run.raw))
+
     def test_redis_restarted_mid_run(self):
         a = self.host()
         self.assertTurnOk(a.turn({"text": "before", "conversation_id": "c"}))
@@ -281,6 +307,47 @@ class TestRedisFaults(RedisCase):
         self.assertIn("lease", line["error"]["message"])
         hist = a.op("history", conversation_id="c")
         self.assertEqual(hist["error"]["code"], "not_found")
+
+
+class TestRedisStall(RedisCase):
+    redis_debug = True
+
+    def redis_answers(self):
+        """Whether Redis answers an AUTH within 200 ms (not while DEBUG SLEEP holds it)."""
+        try:
+            with socket.create_connection(("127.0.0.1", self.redis.port), timeout=0.2) as c:
+                c.sendall(b"AUTH %s\r\n" % PASSWORD.encode())
+                return c.recv(16).startswith(b"+OK")
+        except OSError:
+            return False
+
+    def test_a_lease_taken_after_its_turn_timed_out_is_given_back(self):
+        # Redis stalls past the command timeout (5 s) and its reconnection (5 s)
+        # while a turn asks for the lease: the turn times out, and the acquire
+        # still runs when Redis wakes.  That lease must not block the next turn
+        # for history_lease_ms.
+        a = self.host(turn_timeout_ms=int(2000 * SLOW), history_lease_ms=60000)
+        self.assertTurnOk(a.turn({"text": "before", "conversation_id": "s"}))
+        stall = subprocess.Popen(["redis-cli", "-p", str(self.redis.port), "DEBUG", "SLEEP", "14"],
+                                 env=dict(os.environ, REDISCLI_AUTH=PASSWORD),
+                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.addCleanup(stall.wait)
+        deadline = time.time() + 10 * SLOW
+        while self.redis_answers():  # until the stall has begun
+            self.assertLess(time.time(), deadline, "DEBUG SLEEP did not stall Redis")
+            time.sleep(0.05)
+        self.assertTurnError(a.turn({"text": "stalled", "conversation_id": "s"}), "timeout")
+        stall.wait(timeout=30)
+        after = None
+        deadline = time.time() + 10 * SLOW
+        while time.time() < deadline:  # the store reconnects by itself
+            after = a.turn({"text": "after", "conversation_id": "s"})
+            if not after.get("error") or after["error"]["code"] != "storage":
+                break
+            time.sleep(0.1)
+        self.assertTurnOk(after)
+        self.assertEqual(user_texts(requests_of(self.llm, "after")[-1]), ["before", "after"])
+        self.assertEqual(self.redis.cli("EXISTS", "parley:lease:0:/0:/s").strip(), "0")
 
 
 if __name__ == "__main__":

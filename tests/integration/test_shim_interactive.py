@@ -309,6 +309,19 @@ class Interactive(unittest.TestCase):
                 sh.type("/quit")
                 self.assertEqual(sh.wait(), 0)
 
+    def test_a_redis_password_holding_at_and_slash_is_masked_whole(self):
+        # The plugin splits redis://:PASSWORD@HOST at the last '@'; so does /options.
+        from redis_server import RedisServer
+        with FakeLLM() as fake, RedisServer("s3cr@t/pw@x") as redis:
+            with PtyShim(self.opts(fake, history_store=redis.url)) as sh:
+                shown = self.command_json(sh, "/options")
+                self.assertEqual(shown["history_store"],
+                                 "redis://********@127.0.0.1:%d" % redis.port)
+                for part in ("s3cr", "t/pw", "@x@"):
+                    self.assertNotIn(part, sh.out)
+                sh.type("/quit")
+                self.assertEqual(sh.wait(), 0)
+
 
 class DemoInteractive(unittest.TestCase):
     """scripts/demo.sh --interactive: a chat with the offline fake LLM."""

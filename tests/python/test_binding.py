@@ -2,6 +2,7 @@
 memory, tools, streaming, cancellation, concurrency, closing, history."""
 import asyncio
 import base64
+import gc
 import json
 import unittest
 
@@ -163,6 +164,45 @@ class ToolTest(AgentCase):
             r = await agent.process("[[tool:t {}]]")
         self.assertTrue(r.steps[1]["is_error"])
         self.assertIn("not JSON", r.steps[1]["content"])
+
+    async def test_nan_and_infinity_are_not_json(self):
+        tools = {"nan": lambda call: {"x": float("nan")}, "inf": lambda call: [float("-inf")],
+                 "text": lambda call: "lone \ud800 surrogate"}
+        async with self.agent(tools=tools) as agent:
+            for name in tools:
+                r = await agent.process("[[tool:%s {}]]" % name)
+                self.assertTrue(r.steps[1]["is_error"], r.steps)
+                self.assertIn("tool %r returned" % name, r.steps[1]["content"])
+        sent = [tool_messages(req)[0]["content"] for req in self.fake.chat_requests()
+                if tool_messages(req)]
+        self.assertEqual(len(sent), 3)
+        for content in sent:  # JSON the server accepts, saying what was wrong
+            self.assertEqual(json.loads(content)["error"], "tool_error")
+        self.assertIn("not JSON", sent[0])
+        self.assertIn("not UTF-8", sent[2])
+
+    async def test_an_exception_whose_text_cannot_be_encoded_is_still_explained(self):
+        class Unprintable(Exception):
+            def __str__(self):
+                raise RuntimeError("no")
+
+        async def surrogate(call):
+            raise LookupError("no device \udc80 here")
+
+        async def unprintable(call):
+            raise Unprintable()
+
+        with self.assertNoLogs("asyncio", level="ERROR"):
+            async with self.agent(tools={"s": surrogate, "u": unprintable}) as agent:
+                a = await agent.process("[[tool:s {}]]")
+                b = await agent.process("[[tool:u {}]]")
+            gc.collect()  # a task whose exception nobody retrieved says so when collected
+            await asyncio.sleep(0)
+        sent = [json.loads(tool_messages(req)[0]["content"])["error_text"]
+                for req in self.fake.chat_requests() if tool_messages(req)]
+        self.assertEqual(sent, ["LookupError: no device \\udc80 here",
+                                "Unprintable: (its message could not be read: RuntimeError)"])
+        self.assertTrue(a.steps[1]["is_error"] and b.steps[1]["is_error"])
 
     async def test_slow_tool_does_not_block_other_turns(self):
         release = asyncio.Event()

@@ -148,7 +148,26 @@ static void test_urls_and_list(void)
     pbuf b = PBUF_INIT;
     image_placeholder(&b, &l.items[0]);
     CHECK_STR(b.data, "[image: https://example.com/door.jpg]");
+    CHECK(!image_url_has_secrets(&l.items[0]));
     image_list_free(&l);
+
+    /* credentials and tokens never reach the placeholder */
+    const char *secret[][2] = {
+        {"https://user:pw@ha.local/api/camera_proxy/camera.door?token=abc123",
+         "[image: https://ha.local/api/camera_proxy/camera.door]"},
+        {"https://u:p@ss@ha.local:8123/x.jpg#frag", "[image: https://ha.local:8123/x.jpg]"},
+        {"http://ha.local?token=t", "[image: http://ha.local]"},
+        {"https://ha.local/a@b.jpg?x=1", "[image: https://ha.local/a@b.jpg]"},
+    };
+    for (size_t i = 0; i < sizeof secret / sizeof secret[0]; i++) {
+        err = parse_one(secret[i][0], 100, &l);
+        CHECK(err == NULL && l.n == 1 && image_url_has_secrets(&l.items[0]));
+        pbuf_reset(&b);
+        image_placeholder(&b, &l.items[0]);
+        CHECK_STR(b.data, secret[i][1]);
+        image_list_free(&l);
+    }
+    pbuf_reset(&b);
 
     err = parse_one("ftp://example.com/a.png", 100, &l);
     CHECK(contains(err, "image 1: the URL must be data:, http: or https: (not ftp:)"));

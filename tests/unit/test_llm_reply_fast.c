@@ -133,7 +133,7 @@ static void test_corpus(void)
     static const char *const fast_seeds[] = {
         "openai_text.json", "openai_tool_calls.json", "llama_cpp_reply.json",
         "vllm_reasoning.json", "length_finish.json", "empty_message.json",
-        "missing_ids_and_args.json", "ollama_v1_tool_call.json"};
+        "missing_ids_and_args.json", "ollama_v1_tool_call.json", "llama_cpp_timings.json"};
     const char *dir = PARLEY_SOURCE_DIR "/tests/fuzz/corpus/fuzz_reply_decode";
     DIR *d = opendir(dir);
     CHECK(d != NULL);

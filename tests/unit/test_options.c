@@ -5,6 +5,7 @@
 
 #include "check.h"
 #include "config/options.h"
+#include "provider/provider.h"
 #include "config/toolset.h"
 
 /* Parse and expect failure with a message containing `needle`. */
@@ -12,7 +13,7 @@ static void expect_error(const char *json, const char *needle)
 {
     parley_options o;
     char *err = NULL;
-    int rc = options_parse(json, &o, &err);
+    int rc = provider_options_parse(json, &o, &err);
     CHECK(rc == -1);
     CHECK(err && strstr(err, needle));
     if (!err || !strstr(err, needle))
@@ -98,6 +99,42 @@ static void test_values(void)
     options_free(&o);
 }
 
+/* A key given where the variable's name goes is refused without quoting it. */
+static void expect_key_refused(const char *value)
+{
+    char json[256];
+    snprintf(json, sizeof json, "{\"model\":\"m\",\"api_key_env\":\"%s\"}", value);
+    parley_options o;
+    char *err = NULL;
+    CHECK(options_parse(json, &o, &err) == -1);
+    CHECK(err && strstr(err, "option 'api_key_env': the value looks like an API key"));
+    CHECK(err && !strstr(err, value));
+    CHECK(err && !strstr(err, value + 8)); /* not even a part after the well-known prefix */
+    if (err && strstr(err, value))
+        fprintf(stderr, "  quoted the key: %s\n", err);
+    free(err);
+}
+
+static void test_key_as_variable_name(void)
+{
+    expect_key_refused("sk-proj-Ab3dEf6hIj9kLm2nOp5qRs8tUv");
+    expect_key_refused("sk-ant-api03-Xy12Zw34Vu56Ts78");
+    expect_key_refused("gsk_a1B2c3D4e5F6g7H8i9J0k1L2m3N4");
+    expect_key_refused("0123456789abcdef0123456789abcdef");
+    expect_key_refused("a0123456789abcdef0123456789abcde");
+    /* an ordinary name, unset, is still named */
+    unsetenv("my_openai_key_2");
+    expect_error("{\"model\":\"m\",\"api_key_env\":\"my_openai_key_2\"}",
+                 "environment variable 'my_openai_key_2' is not set");
+    unsetenv("home_assistant_openai_key_2");
+    expect_error("{\"model\":\"m\",\"api_key_env\":\"home_assistant_openai_key_2\"}",
+                 "'home_assistant_openai_key_2' is not set");
+    expect_error("{\"model\":\"m\",\"api_key_env\":\"\"}", "environment variable '' is not set");
+    unsetenv("PARLEY_KITCHEN_ASSISTANT_OPENAI_API_KEY_2");
+    expect_error("{\"model\":\"m\",\"api_key_env\":\"PARLEY_KITCHEN_ASSISTANT_OPENAI_API_KEY_2\"}",
+                 "'PARLEY_KITCHEN_ASSISTANT_OPENAI_API_KEY_2' is not set");
+}
+
 static void test_errors(void)
 {
     expect_error("", "not valid JSON");
@@ -128,6 +165,7 @@ static void test_errors(void)
     unsetenv("PARLEY_TEST_UNSET");
     expect_error("{\"model\":\"m\",\"api_key_env\":\"PARLEY_TEST_UNSET\"}", "'PARLEY_TEST_UNSET' is not set");
     expect_error("{\"model\":\"m\",\"api_key\":\"a\\nb\"}", "option 'api_key'");
+    test_key_as_variable_name();
 }
 
 /* A misspelt option names the one it most likely meant; a far-off key does not guess. */

@@ -15,13 +15,14 @@ from .tools import ToolCall, tool, tool_declaration
 from .errors import (BadResponse, Busy, Cancelled, ConnectError, ContextOverflow, HttpStatus,
                      InternalError, InvalidInput, InvalidOptions, NoMemory, NotFound,
                      ParleyError, PluginLoadError, RateLimited, StorageError, Timeout, ToolLoop)
-from .plugin import Plugin, candidate_paths, load_plugin, options_schema
+from .plugin import Plugin, candidate_paths, check_connection, load_plugin, options_schema
 
 from ._abi import ABI_VERSION
 
 __all__ = [
     "Agent", "Result", "ToolCall", "tool", "tool_declaration",
-    "Plugin", "load_plugin", "candidate_paths", "options_schema", "ABI_VERSION",
+    "Plugin", "load_plugin", "candidate_paths", "options_schema", "check_connection",
+    "ABI_VERSION",
     "ParleyError", "PluginLoadError", "InvalidInput", "InvalidOptions", "Busy", "Cancelled",
     "Timeout", "ConnectError", "RateLimited", "HttpStatus", "BadResponse", "ToolLoop",
     "NotFound", "NoMemory", "InternalError", "StorageError", "ContextOverflow",

@@ -74,6 +74,8 @@ class Input(Structure):
         # personas and images
         ("persona", c_char_p),
         ("images_json", c_char_p),
+        # structured output
+        ("response_format_json", c_char_p),
     ]
 
 
@@ -101,6 +103,7 @@ RESULT_APPENDED = [
     ("user_message_id", c_char_p),
     ("answer_message_id", c_char_p),
     ("reply_context", c_char_p),
+    ("structured_json", c_char_p),
 ]
 
 

@@ -28,9 +28,16 @@ import weakref
 from . import _abi
 from .errors import Cancelled, InvalidInput, ParleyError
 from .plugin import Plugin, load_plugin
-from .tools import PendingCall, ToolCall, declared_name, tool_declaration, tool_result
+from .tools import PendingCall, ToolCall, declared_name, error_text, tool_declaration, tool_result
 
 _log = logging.getLogger("parley")
+
+
+def _retrieve_tool_failure(task):
+    """A tool task's own failure (the call is completed regardless): logged
+    here, so asyncio never reports "Task exception was never retrieved"."""
+    if not task.cancelled() and task.exception() is not None:
+        _log.error("parley tool task failed", exc_info=task.exception())
 _PY_LEVEL = {0: logging.ERROR, 1: logging.WARNING, 2: logging.INFO, 3: logging.DEBUG}
 
 # Input fields process()/stream() accept as keywords, as in HA's ConversationInput.
@@ -38,7 +45,8 @@ _TEXT_FIELDS = ("language", "device_id", "satellite_id", "agent_id", "extra_syst
                 "interface_type", "interface_message_id", "persona")
 # Input fields given as a dict (or its JSON text): keyword -> parley_input field.
 _JSON_FIELDS = {"context": "context_json", "images": "images_json",
-                "metadata": "metadata_json", "reply_to": "reply_to_json"}
+                "metadata": "metadata_json", "reply_to": "reply_to_json",
+                "response_format": "response_format_json"}
 
 # Set while this thread runs one of our plugin callbacks (a plugin worker).
 _in_callback = threading.local()
@@ -61,6 +69,9 @@ class Result:
     user_message_id: object = None
     answer_message_id: object = None
     reply_context: object = None
+    # With response_format=: the answer as data (a dict), checked against the schema; the
+    # response is the same as JSON text.  None without a response format.
+    structured: object = None
     extra: dict = dataclasses.field(default_factory=dict)  # appended result fields, by C name
 
 
@@ -90,10 +101,11 @@ def _c_str(field, value):
 
 
 class _Turn:
-    def __init__(self, loop, tools, streaming):
+    def __init__(self, loop, tools, streaming, on_reasoning=None):
         self.future = loop.create_future()
         self.queue = asyncio.Queue() if streaming else None
         self.tools = tools
+        self.on_reasoning = on_reasoning
         self.request_id = None
         self.finished = False
         self.calls = set()  # PendingCall of this turn's running tools
@@ -124,6 +136,7 @@ class _Core:
         self.c_log = _abi.LOG_FN(self._c_log)
         self.c_tool_call = _abi.TOOL_CALL_FN(self._c_tool_call)
         self.c_delta = _abi.DELTA_FN(self._c_delta)
+        self.c_reasoning = _abi.DELTA_FN(self._c_reasoning)
         self.c_done = _abi.DONE_FN(self._c_done)
 
     # -- plugin worker thread: copy, hop, never raise ---------------------
@@ -167,6 +180,16 @@ class _Core:
         finally:
             _in_callback.active = False
 
+    def _c_reasoning(self, user_data, _request_id, text, length):
+        _in_callback.active = True
+        try:
+            self._hop(self._on_reasoning, user_data,
+                      ctypes.string_at(text, length).decode("utf-8", "replace"))
+        except BaseException:  # noqa: BLE001
+            pass
+        finally:
+            _in_callback.active = False
+
     def _c_tool_call(self, _host_data, handle, info_ptr):
         _in_callback.active = True
         try:
@@ -200,6 +223,15 @@ class _Core:
         turn = self.turns.get(token)
         if turn is not None and turn.queue is not None:
             turn.queue.put_nowait(("delta", text))
+
+    def _on_reasoning(self, token, text):
+        turn = self.turns.get(token)
+        if turn is None or turn.on_reasoning is None:
+            return
+        if turn.queue is not None:  # stream(): in order with the text deltas
+            turn.queue.put_nowait(("reasoning", text))
+        else:
+            _call_reasoning(turn.on_reasoning, text)
 
     def _on_done(self, token, r):
         turn = self.turns.pop(token, None)
@@ -243,7 +275,8 @@ class _Core:
                       usage=extra.get("usage_json"), stop_reason=extra.get("stop_reason"),
                       user_message_id=extra.get("user_message_id"),
                       answer_message_id=extra.get("answer_message_id"),
-                      reply_context=extra.get("reply_context"), extra=extra, **ids)
+                      reply_context=extra.get("reply_context"),
+                      structured=extra.get("structured_json"), extra=extra, **ids)
 
     def _on_tool_call(self, call, info):
         name = _text(info.get("tool_name")) or ""
@@ -273,6 +306,7 @@ class _Core:
         if turn is not None:
             turn.calls.add(call)
         call.task = self.loop.create_task(self._run_tool(fn, tc, call, turn))
+        call.task.add_done_callback(_retrieve_tool_failure)
 
     async def _run_tool(self, fn, tc, call, turn):
         try:
@@ -282,15 +316,17 @@ class _Core:
             try:
                 result = tool_result(value)
             except (TypeError, ValueError) as e:
-                call.complete(("tool %r returned a value that is not JSON: %s"
-                               % (tc.name, e)).encode(), 1)
+                what = "text that is not UTF-8" if isinstance(e, UnicodeError) else \
+                    "a value that is not JSON"
+                call.complete(("tool %r returned %s: " % (tc.name, what)).encode()
+                              + error_text(e), 1)
             else:
                 call.complete(result, 0)
         except asyncio.CancelledError:
             call.complete(b"cancelled", 1)
             raise
         except Exception as e:  # noqa: BLE001 -- the model is told, as HA does
-            call.complete(("%s: %s" % (type(e).__name__, e)).encode(), 1)
+            call.complete(error_text(e), 1)
         finally:
             call.complete(b"the tool ended without a result", 1)  # no-op if completed
             if turn is not None:
@@ -329,6 +365,17 @@ class _Core:
             for call in left:
                 call.complete(b"the agent was closed", 1)
             _live.discard(self)
+
+
+def _call_reasoning(fn, text):
+    """Run the host's on_reasoning (plain or async) on the loop; its failure is logged,
+    never the turn's."""
+    try:
+        value = fn(text)
+        if inspect.isawaitable(value):
+            asyncio.ensure_future(value)
+    except Exception:  # noqa: BLE001
+        _log.exception("parley on_reasoning callback failed")
 
 
 # Every core not yet destroyed, so interpreter exit can destroy them.
@@ -459,6 +506,9 @@ class Agent:
         if asyncio.get_running_loop() is not core.loop:
             raise RuntimeError("a parley.Agent must be used on the event loop it was created on")
         turn_tools = fields.pop("tools", None) or {}
+        on_reasoning = fields.pop("on_reasoning", None)
+        if on_reasoning is not None and not callable(on_reasoning):
+            raise TypeError("on_reasoning must be a callable(text)")
         given_json = {k: fields.pop(k) for k in _JSON_FIELDS if k in fields}
         unknown = set(fields) - set(_TEXT_FIELDS)
         if unknown:
@@ -480,8 +530,10 @@ class Agent:
                                          for n, fn in turn_tools.items()]).encode()
         if streaming:
             inp.on_delta = core.c_delta
-        return self._submit(_Turn(core.loop, turn_tools, streaming), self._plugin.function(
-            "async_process"), ctypes.byref(inp))
+        if on_reasoning is not None:
+            inp.on_reasoning = core.c_reasoning
+        return self._submit(_Turn(core.loop, turn_tools, streaming, on_reasoning),
+                            self._plugin.function("async_process"), ctypes.byref(inp))
 
     def _submit(self, turn, fn, first_arg):
         """Call fn (async_process or append_message) for `turn`; its done callback
@@ -533,7 +585,13 @@ class Agent:
         {"interface_message_id": ...}: the earlier turn this message answers,
         see Result.reply_context); images (a list of {"url":
         "data:image/...;base64,..." or "https://..."}, or its JSON text);
-        tools ({name: callable}, for this turn only).
+        tools ({name: callable}, for this turn only); response_format
+        ({"name": ..., "schema": {JSON Schema of an object}, "strict"?: bool}, or its
+        JSON text: the answer is that JSON, checked, and Result.structured holds it
+        parsed; a mismatch raises parley.BadResponse saying where); on_reasoning
+        (callable(text), plain or async, run on the loop with each piece of the
+        model's reasoning as it streams; needs "stream": true for pieces, else
+        nothing is called: the whole reasoning is in Result.steps).
         Cancelling the awaiting task cancels the turn in the plugin."""
         turn = self._start(text, conversation_id, fields, streaming=False)
         try:
@@ -576,6 +634,9 @@ class Agent:
                 kind, item = await turn.queue.get()
                 if kind == "error":
                     raise item
+                if kind == "reasoning":  # on_reasoning=, in order with the text
+                    _call_reasoning(turn.on_reasoning, item)
+                    continue
                 yield item
                 if kind == "result":
                     return

@@ -134,7 +134,36 @@ class Plugin:
         """JSON Schema (a dict) of every option, with defaults."""
         return json.loads(self.take_string(self.require("options_schema")()))
 
+    def check_connection(self, options):
+        """Blocking: can these options (a dict, as for Agent) reach the server?
+        {"ok": True, "url": ..., "models": [...]}, or raises the error for the
+        plugin's status (parley.ConnectError, HttpStatus, Timeout, InvalidOptions,
+        BadResponse, ...) carrying its sentence for a person.  Takes at most
+        connect_timeout_ms + request_timeout_ms; use the async
+        parley.check_connection() from an event loop."""
+        fn = self.require("check_connection")
+        text = options if isinstance(options, (str, bytes)) else json.dumps(options)
+        out, err = ctypes.c_void_p(), ctypes.c_void_p()
+        status = fn(text.encode() if isinstance(text, str) else text, ctypes.byref(out),
+                    ctypes.byref(err))
+        result, message = self.take_string(out.value), self.take_string(err.value)
+        if status != _abi.OK:
+            raise self.error(status, message or "check_connection() failed")
+        return json.loads(result)
+
 
 def options_schema(plugin=None):
     """The options JSON Schema of the plugin found by load_plugin(plugin)."""
     return (plugin if isinstance(plugin, Plugin) else load_plugin(plugin)).options_schema()
+
+
+async def check_connection(options, plugin=None):
+    """Check options before saving them (a setup form): the connection check runs
+    on an executor thread, never on the event loop.  Returns {"ok": True, "url",
+    "models": [model ids]}; raises parley.ConnectError / HttpStatus / Timeout /
+    RateLimited / BadResponse / InvalidOptions, whose message says what to fix
+    ("nothing listens at ...; is the server running?").  plugin: a Plugin or a
+    path to parley.so (default: load_plugin())."""
+    import asyncio
+    p = plugin if isinstance(plugin, Plugin) else load_plugin(plugin)
+    return await asyncio.get_running_loop().run_in_executor(None, p.check_connection, options)

@@ -54,12 +54,25 @@ def declared_name(decl):
 
 def tool_result(value):
     """A tool's return value as complete_tool_call's result_json: str as-is
-    (plain text), None as "no output", anything else as JSON."""
+    (plain text), None as "no output", anything else as JSON.  Raises
+    TypeError or ValueError for a value that is not JSON: NaN and infinities
+    (which json.dumps would write as the non-JSON NaN, Infinity), or text
+    that is not UTF-8 (a lone surrogate)."""
     if value is None:
         return None
     if isinstance(value, str):
         return value.encode()
-    return json.dumps(value, ensure_ascii=False).encode()
+    return json.dumps(value, ensure_ascii=False, allow_nan=False).encode()
+
+
+def error_text(e):
+    """"Type: message" of a tool's exception as UTF-8, whatever its message:
+    one whose __str__ raises is named so, a lone surrogate is escaped."""
+    try:
+        message = str(e)
+    except Exception as bad:  # noqa: BLE001 -- the message itself is broken
+        message = "(its message could not be read: %s)" % type(bad).__name__
+    return ("%s: %s" % (type(e).__name__, message)).encode("utf-8", "backslashreplace")
 
 
 class PendingCall:

@@ -1,0 +1,112 @@
+/* response_format.c -- see response_format.h. */
+#include "config/response_format.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "lib/buf.h"
+#include "lib/json_schema.h"
+
+void response_format_free(response_format *rf)
+{
+    if (!rf)
+        return;
+    free(rf->name);
+    free(rf->description);
+    json_decref(rf->schema);
+    free(rf);
+}
+
+/* The name every API accepts for a schema or a tool. */
+static int valid_name(const char *s)
+{
+    size_t n = strlen(s);
+    return n >= 1 && n <= 64 &&
+           strspn(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-") == n;
+}
+
+/* The schema: an object schema (OpenAI's strict mode and Anthropic's tools both want one). */
+static int take_schema(response_format *rf, json_t *schema, char **err)
+{
+    if (!json_is_object(schema)) {
+        *err = pstr_printf("schema: must be a JSON Schema object");
+        return -1;
+    }
+    const char *type = json_string_value(json_object_get(schema, "type"));
+    if (!type || strcmp(type, "object") != 0) {
+        *err = pstr_printf("schema: must describe a JSON object (\"type\": \"object\" at its "
+                           "root), as OpenAI and Anthropic require");
+        return -1;
+    }
+    if (json_schema_check(schema, err) != 0)
+        return -1;
+    rf->schema = json_incref(schema);
+    return 0;
+}
+
+static int read_members(response_format *rf, json_t *root, char **err)
+{
+    const char *key;
+    json_t *v;
+    json_object_foreach(root, key, v) {
+        if (strcmp(key, "name") == 0) {
+            if (!json_is_string(v) || !valid_name(json_string_value(v))) {
+                *err = pstr_printf("name: must be 1 to 64 letters, digits, '_' or '-'");
+                return -1;
+            }
+            free(rf->name);
+            rf->name = strdup(json_string_value(v));
+        } else if (strcmp(key, "description") == 0) {
+            if (!json_is_string(v)) {
+                *err = pstr_printf("description: must be a string");
+                return -1;
+            }
+            rf->description = strdup(json_string_value(v));
+            if (!rf->description)
+                return (*err = pstr_printf("out of memory")), -1;
+        } else if (strcmp(key, "strict") == 0) {
+            if (!json_is_boolean(v)) {
+                *err = pstr_printf("strict: must be true or false");
+                return -1;
+            }
+            rf->strict = json_is_true(v);
+        } else if (strcmp(key, "schema") == 0) {
+            if (!json_is_null(v) && take_schema(rf, v, err) != 0)
+                return -1;
+        } else {
+            char *k = pstr_printf("%.64s", key);
+            *err = pstr_printf("unknown key '%s' (known: name, schema, strict, description)",
+                               k ? k : "?");
+            free(k);
+            return -1;
+        }
+    }
+    if (!rf->name) {
+        *err = pstr_printf("out of memory");
+        return -1;
+    }
+    return 0;
+}
+
+response_format *response_format_parse(const char *json_text, char **err)
+{
+    *err = NULL;
+    json_error_t jerr;
+    json_t *root = json_loads(json_text, JSON_REJECT_DUPLICATES, &jerr);
+    if (!json_is_object(root)) {
+        *err = pstr_printf("must be a JSON object {\"name\", \"schema\", \"strict\"?}%s%s",
+                           root ? "" : ": ", root ? "" : jerr.text);
+        json_decref(root);
+        return NULL;
+    }
+    response_format *rf = calloc(1, sizeof *rf);
+    if (!rf || !(rf->name = strdup(RESPONSE_FORMAT_DEFAULT_NAME)) ||
+        read_members(rf, root, err) != 0) {
+        if (!*err)
+            *err = pstr_printf("out of memory");
+        response_format_free(rf);
+        rf = NULL;
+    }
+    json_decref(root);
+    return rf;
+}
