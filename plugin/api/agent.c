@@ -338,10 +338,14 @@ static store_key key_for(const char *conversation_id)
     return (store_key){.conversation_id = conversation_id, .persona = "", .interface_type = ""};
 }
 
-/* Hand a store read to the host: its JSON in *out, or the status (the message is dropped:
- * the ABI's read functions return a status only). */
-static parley_status read_result(parley_status st, pbuf *b, char *err, char **out)
+/* Hand a store read to the host: its JSON in *out, or the status (the ABI's read functions
+ * return a status only: the store's words, such as which conversation holds a damaged
+ * message, go to the log under `what`; NULL: the caller logged them). */
+static parley_status read_result(parley_agent *a, const char *what, parley_status st, pbuf *b,
+                                 char *err, char **out)
 {
+    if (what && err && st != PARLEY_OK && st != PARLEY_ERR_NOT_FOUND)
+        host_log(&a->host, PARLEY_LOG_WARN, "%s: %s", what, err);
     free(err);
     if (st == PARLEY_OK && !(*out = pbuf_take(b)))
         st = PARLEY_ERR_NO_MEMORY;
@@ -409,7 +413,7 @@ parley_status agent_history_get(parley_agent *a, const char *id, char **out)
     parley_status st = store_get_conversation(a->store, &key, clock_wall_ms(), &b, &err);
     if (st == PARLEY_OK)
         add_context(a, &key, &b);
-    return read_result(st, &b, err, out);
+    return read_result(a, "history_get", st, &b, err, out);
 }
 
 parley_status agent_turn_get(parley_agent *a, const char *turn_id, char **out)
@@ -422,7 +426,7 @@ parley_status agent_turn_get(parley_agent *a, const char *turn_id, char **out)
     pbuf b = PBUF_INIT;
     char *err = NULL;
     parley_status st = store_get_turn(a->store, turn_id, clock_wall_ms(), &b, &err);
-    return read_result(st, &b, err, out);
+    return read_result(a, "turn_get", st, &b, err, out);
 }
 
 parley_status agent_conversations_list(parley_agent *a, char **out)
@@ -435,7 +439,7 @@ parley_status agent_conversations_list(parley_agent *a, char **out)
     pbuf b = PBUF_INIT;
     char *err = NULL;
     parley_status st = store_list(a->store, clock_wall_ms(), &b, &err);
-    return read_result(st, &b, err, out);
+    return read_result(a, "conversations_list", st, &b, err, out);
 }
 
 parley_status agent_history_clear(parley_agent *a, const char *id)
@@ -515,7 +519,7 @@ parley_status agent_history_query(parley_agent *a, const char *query_json, char 
         host_log(&a->host, PARLEY_LOG_WARN, "history_query: %s", err);
     }
     query_request_free(&r);
-    return read_result(st, &b, err, out);
+    return read_result(a, NULL, st, &b, err, out);
 }
 
 parley_status agent_message_get(parley_agent *a, const char *message_id, char **out)
@@ -529,7 +533,7 @@ parley_status agent_message_get(parley_agent *a, const char *message_id, char **
     char *err = NULL;
     parley_status st =
         store_get_message(a->store, message_id, clock_wall_ms(), &b, &err);
-    return read_result(st, &b, err, out);
+    return read_result(a, "message_get", st, &b, err, out);
 }
 
 /* A selector's persona must be one of the current options' personas ("" = none;
@@ -578,7 +582,7 @@ parley_status agent_history_get_by(parley_agent *a, const char *selector_json, c
     if (st == PARLEY_OK)
         add_context(a, &sel.key, &b);
     selector_free(&sel);
-    return read_result(st, &b, err, out);
+    return read_result(a, "history_get_by", st, &b, err, out);
 }
 
 parley_status agent_message_find(parley_agent *a, const char *selector_json, char **out)
@@ -608,7 +612,7 @@ parley_status agent_message_find(parley_agent *a, const char *selector_json, cha
             host_log(&a->host, PARLEY_LOG_WARN, "message_find: %s", err ? err : "store failed");
             *out = status_error_json(st, "history_store", err ? err : "the store failed");
         }
-        st = read_result(st, &b, err, out);
+        st = read_result(a, NULL, st, &b, err, out);
         err = NULL;
     }
     free(err);

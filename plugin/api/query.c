@@ -102,13 +102,37 @@ char *query_cursor(const store_query *q, uint64_t last)
     return pstr_printf("c1.%016" PRIx64 ".%" PRIx64, fingerprint(q), last);
 }
 
-/* The position a cursor continues from; -1 if it is no cursor of this query. */
+/* Up to `max` lowercase hex digits at *p into *v (*p moves past them): how many were read. */
+static size_t hex_digits(const char **p, size_t max, uint64_t *v)
+{
+    size_t n = 0;
+    *v = 0;
+    for (const char *s = *p; n < max; n++, s++) {
+        int d = *s >= '0' && *s <= '9' ? *s - '0' : *s >= 'a' && *s <= 'f' ? *s - 'a' + 10 : -1;
+        if (d < 0)
+            break;
+        *v = *v << 4 | (uint64_t)d;
+    }
+    *p += n;
+    return n;
+}
+
+/*
+ * The position a cursor continues from; -1 if it is no cursor of this query.  Only the
+ * exact text query_cursor writes is one: "c1.", 16 lowercase hex digits, ".", the position
+ * in lowercase hex without leading zeros, 1 .. 2^63 - 1 (a store's row numbers).  A forged
+ * variant ("+5", "0x5", upper case, 17 digits, 2^63) would otherwise read differently on
+ * different stores.
+ */
 static int cursor_position(const store_query *q, const char *cursor, uint64_t *after)
 {
     uint64_t fp, pos;
-    int used = 0;
-    if (sscanf(cursor, "c1.%16" SCNx64 ".%" SCNx64 "%n", &fp, &pos, &used) != 2 ||
-        (size_t)used != strlen(cursor) || pos == 0 || fp != fingerprint(q))
+    const char *p = cursor;
+    if (strncmp(p, "c1.", 3) != 0)
+        return -1;
+    p += 3;
+    if (hex_digits(&p, 16, &fp) != 16 || *p++ != '.' || *p == '0' ||
+        hex_digits(&p, 16, &pos) == 0 || *p || pos > INT64_MAX || fp != fingerprint(q))
         return -1;
     *after = pos;
     return 0;

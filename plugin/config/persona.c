@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "lib/buf.h"
+#include "lib/unicode_name.h"
 #include "lib/utf8.h"
 
 static int valid_name(const char *s)
@@ -43,8 +44,10 @@ static toolset *tool_subset(const char *who, json_t *names, const toolset *agent
             goto done;
         }
         if (!toolset_has(agent_tools, n)) {
-            *err = pstr_printf("option 'personas': persona \"%s\": tool \"%.64s\" is not one of "
-                               "the agent's tools", who, n);
+            char *q = utf8_quotable(n, json_string_length(name), 64);
+            *err = pstr_printf("option 'personas': persona \"%s\": tool \"%s\" is not one of "
+                               "the agent's tools", who, q ? q : "?");
+            free(q);
             goto done;
         }
         size_t k;
@@ -121,6 +124,13 @@ static int parse_one(const char *name, json_t *obj, const toolset *agent_tools, 
                            "without control characters", PERSONA_MAX_NAME);
         return -1;
     }
+    unsigned cp = 0;
+    const char *why = unicode_name_problem(name, strlen(name), &cp);
+    if (why) { /* names that print alike must be one persona: see unicode_name.h */
+        *err = pstr_printf("option 'personas': persona \"%s\": holds U+%04X, %s; write names in "
+                           "NFC without invisible characters", name, cp, why);
+        return -1;
+    }
     if (!json_is_object(obj)) {
         *err = pstr_printf("option 'personas': persona \"%s\": must be an object with a 'prompt'",
                            name);
@@ -133,9 +143,11 @@ static int parse_one(const char *name, json_t *obj, const toolset *agent_tools, 
         while (k < sizeof KEYS / sizeof KEYS[0] && strcmp(KEYS[k], key) != 0)
             k++;
         if (k == sizeof KEYS / sizeof KEYS[0]) {
-            *err = pstr_printf("option 'personas': persona \"%s\": unknown key \"%.64s\" "
+            char *q = utf8_quotable(key, strlen(key), 64);
+            *err = pstr_printf("option 'personas': persona \"%s\": unknown key \"%s\" "
                                "(known: prompt, model, temperature, top_p, max_tokens, tools, "
-                               "max_history_turns)", name, key);
+                               "max_history_turns)", name, q ? q : "?");
+            free(q);
             return -1;
         }
     }
@@ -226,9 +238,16 @@ int persona_check_name(const persona_set *s, const char *name, int all_ok, const
     if (!*name || persona_find(s, name) || (all_ok && strcmp(name, "*") == 0))
         return 0;
     char *names = persona_names(s);
-    *err = pstr_printf("%s: unknown persona \"%.64s\" (%s%s)", where, name,
+    char *q = utf8_quotable(name, strlen(name), 64); /* the host's bytes: maybe not UTF-8 */
+    unsigned cp = 0;
+    const char *why = utf8_valid(name, strlen(name)) ? unicode_name_problem(name, strlen(name), &cp)
+                                                     : NULL;
+    char *hint = why ? pstr_printf("; it holds U+%04X, %s", cp, why) : NULL;
+    *err = pstr_printf("%s: unknown persona \"%s\" (%s%s%s)", where, q ? q : "?",
                        s->n ? "personas: " : "the option 'personas' names none",
-                       s->n && names ? names : "");
+                       s->n && names ? names : "", hint ? hint : "");
+    free(hint);
+    free(q);
     free(names);
     return -1;
 }

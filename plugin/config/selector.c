@@ -30,6 +30,53 @@ static parley_status refuse(selector *sel, const char *bad_key, char **err, char
     return PARLEY_ERR_INVALID_INPUT;
 }
 
+/* The keys a selector (or append_message's message) knows: a bad_key must be static. */
+static const char *const KNOWN_KEYS[] = {"conversation_id", "interface_type", "persona",
+                                         "interface_message_id", "role", "content", "metadata"};
+
+/*
+ * json is not UTF-8: the top-level key whose member (key or value) holds the first byte
+ * that is not, as one of KNOWN_KEYS, else "selector".  A walk over strings and nesting,
+ * as far as that byte: enough to name the key, since the text cannot be parsed.
+ */
+static const char *key_of_bad_byte(const char *json)
+{
+    size_t n = strlen(json), key_start = 0, key_len = 0, start = 0;
+    int depth = 0, in_string = 0, expect_key = 0, is_key = 0;
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)json[i];
+        if (c >= 0x80) {
+            size_t len = utf8_seq_len(json + i, n - i);
+            if (len == 0)
+                break;
+            i += len - 1;
+        } else if (in_string) {
+            if (c == '\\')
+                i++;
+            else if (c == '"' && (in_string = 0, is_key))
+                key_start = start, key_len = i - start;
+        } else if (c == '"') {
+            in_string = 1;
+            is_key = depth == 1 && expect_key;
+            start = i + 1;
+            expect_key = 0;
+        } else if (c == '{' || c == '[') {
+            expect_key = ++depth == 1 && c == '{';
+        } else if (c == '}' || c == ']') {
+            depth--;
+        } else if (c == ',') {
+            expect_key = depth == 1;
+        }
+    }
+    if (in_string && is_key)
+        return "selector"; /* the bad byte is in a key: no name to give */
+    for (size_t k = 0; k < sizeof KNOWN_KEYS / sizeof KNOWN_KEYS[0]; k++)
+        if (strlen(KNOWN_KEYS[k]) == key_len &&
+            memcmp(KNOWN_KEYS[k], json + key_start, key_len) == 0)
+            return KNOWN_KEYS[k];
+    return "selector";
+}
+
 parley_status selector_parse(const char *json, int flags, selector *sel, char **err)
 {
     memset(sel, 0, sizeof *sel);
@@ -37,6 +84,10 @@ parley_status selector_parse(const char *json, int flags, selector *sel, char **
     sel->key.interface_type = "";
     json_error_t jerr;
     sel->root = json ? json_loads(json, JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL, &jerr) : NULL;
+    if (!sel->root && json && !utf8_valid(json, strlen(json))) {
+        const char *key = key_of_bad_byte(json);
+        return refuse(sel, key, err, pstr_printf("%s: not valid UTF-8", key));
+    }
     if (!json_is_object(sel->root))
         return refuse(sel, "selector", err,
                       pstr_printf("selector: must be a JSON object with \"conversation_id\""));

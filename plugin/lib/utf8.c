@@ -60,6 +60,28 @@ int utf8_valid(const char *s, size_t n)
     return 1;
 }
 
+char *utf8_quotable(const char *s, size_t n, size_t max)
+{
+    pbuf b = PBUF_INIT;
+    pbuf_reserve(&b, (n < max ? n : max) + 4);
+    for (size_t i = 0; i < n;) {
+        size_t len = utf8_seq_len(s + i, n - i);
+        unsigned char c = (unsigned char)s[i];
+        if (i + (len ? len : 1) > max) {
+            pbuf_puts(&b, "...");
+            break;
+        }
+        if (len == 0 || c < 0x20 || c == 0x7F) {
+            pbuf_printf(&b, "\\x%02X", c);
+            i++;
+        } else {
+            pbuf_append(&b, s + i, len);
+            i += len;
+        }
+    }
+    return pbuf_take(&b);
+}
+
 void utf8_append_repaired(pbuf *b, const char *s, size_t n)
 {
     for (size_t i = 0; i < n;) {

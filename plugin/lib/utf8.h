@@ -15,4 +15,12 @@ size_t utf8_seq_len(const char *s, size_t n);
 /* Append s[0..n) with every byte that starts no valid character replaced by U+FFFD. */
 void utf8_append_repaired(pbuf *b, const char *s, size_t n);
 
+/* s[0..n) made fit to quote in an error message (malloc'd, NULL out of memory): error
+   text is always valid UTF-8, whatever the input.  Each byte that starts no valid
+   character, and each control character, becomes the four characters \xNN; the rest is
+   kept.  Past `max` bytes of s it stops at a character's start and adds "...", so a long
+   value is never cut inside a character (as "%.64s" would).  Use it wherever input may
+   be quoted before it was found to be UTF-8, or cut. */
+char *utf8_quotable(const char *s, size_t n, size_t max);
+
 #endif

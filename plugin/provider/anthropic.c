@@ -23,7 +23,7 @@
 #include "provider/sse.h"
 
 #define MAX_SSE_SIZE (8u << 20)
-#define MAX_BLOCKS 256
+#define MAX_BLOCKS (LLM_MAX_TOOL_CALLS + 256) /* tool calls, and text and thinking beside */
 
 static int anthropic_headers(const parley_options *o, struct curl_slist **list)
 {
@@ -63,10 +63,11 @@ static void push_message(json_t *out, const char *role, json_t *blocks)
     json_array_append_new(out, json_pack("{s:s,s:o}", "role", role, "content", blocks));
 }
 
-static json_t *assistant_blocks(const json_t *m, int current_turn)
+static json_t *assistant_blocks(const json_t *m, int current_turn, call_renames *ren)
 {
     json_t *blocks = json_array();
     const json_t *calls = json_object_get(m, "tool_calls");
+    json_t *sent = call_renames_assign(ren, calls); /* ids an older Parley stored twice */
     const json_t *thinking = msg_provider_data(m, "anthropic", "thinking");
     /* Thinking goes back unchanged, first, within the tool turn that made it. */
     if (current_turn && json_array_size(calls) > 0 && json_is_array(thinking))
@@ -78,20 +79,21 @@ static json_t *assistant_blocks(const json_t *m, int current_turn)
     size_t i;
     const json_t *call;
     json_array_foreach(calls, i, call) {
-        const char *id = msg_str(call, "id");
+        const char *id = sent ? json_string_value(json_array_get(sent, i)) : msg_str(call, "id");
         const char *name = msg_str(json_object_get(call, "function"), "name");
         json_array_append_new(blocks, json_pack("{s:s,s:s,s:s,s:o}", "type", "tool_use", "id",
                                                 id ? id : "", "name", name ? name : "",
                                                 "input", msg_arguments_object(call)));
     }
+    json_decref(sent);
     if (json_array_size(blocks) == 0) /* the API refuses empty text */
         json_array_append_new(blocks, text_block("(no answer)"));
     return blocks;
 }
 
-static json_t *tool_result_block(const json_t *m)
+static json_t *tool_result_block(const json_t *m, call_renames *ren)
 {
-    const char *id = msg_str(m, "tool_call_id");
+    const char *id = call_renames_result(ren, msg_str(m, "tool_call_id"));
     char *content = msg_text(json_object_get(m, "content"));
     json_t *b = json_pack("{s:s,s:s,s:s}", "type", "tool_result", "tool_use_id", id ? id : "",
                           "content", content ? content : "");
@@ -158,16 +160,19 @@ static json_t *render_messages(const provider_request *r, int cache)
 {
     json_t *out = json_array();
     const json_t *lists[] = {r->history, r->messages};
+    call_renames ren = {NULL, NULL};
     for (size_t l = 0; l < 2; l++) {
         size_t i;
         const json_t *m;
         json_array_foreach(lists[l], i, m) {
             const char *role = msg_role(m);
+            if (strcmp(role, "tool") != 0 && strcmp(role, "assistant") != 0)
+                call_renames_free(&ren); /* results follow their calls directly */
             if (strcmp(role, "assistant") == 0) {
-                push_message(out, "assistant", assistant_blocks(m, l == 1));
+                push_message(out, "assistant", assistant_blocks(m, l == 1, &ren));
             } else if (strcmp(role, "tool") == 0) {
                 json_t *blocks = json_array();
-                json_array_append_new(blocks, tool_result_block(m));
+                json_array_append_new(blocks, tool_result_block(m, &ren));
                 push_message(out, "user", blocks);
             } else if (strcmp(role, "user") == 0) {
                 const json_t *content = json_object_get(m, "content");
@@ -193,6 +198,7 @@ static json_t *render_messages(const provider_request *r, int cache)
     json_t *end = cache ? last_block(out) : NULL;
     if (end)
         json_object_set_new(end, "cache_control", json_pack("{s:s}", "type", "ephemeral"));
+    call_renames_free(&ren);
     return out;
 }
 
@@ -380,6 +386,7 @@ typedef struct block {
 typedef struct builder {
     block *blocks;
     size_t n;
+    size_t ncalls;    /* tool_use blocks started */
     char *stop_reason;
     llm_usage usage;
 } builder;
@@ -421,6 +428,8 @@ static int block_start(builder *b, size_t index, const json_t *cb, char **err)
     block *k = &b->blocks[index];
     if (k->type)
         return (*err = pstr_printf("content block %zu started twice", index)), -1;
+    if (strcmp(type, "tool_use") == 0 && b->ncalls++ == LLM_MAX_TOOL_CALLS)
+        return llm_too_many_calls(err);
     if (!(k->type = strdup(type)))
         return codec_oom(err);
     if (strcmp(type, "tool_use") == 0) {

@@ -21,6 +21,8 @@ char *llm_arguments_text(const json_t *obj);           /* an arguments object as
 /* Fill a call: empty id -> "call_<pos>", NULL/empty arguments -> "{}". */
 int llm_fill_call(llm_tool_call *c, size_t pos, const char *id, const char *name,
                   const char *arguments, char **err);
+/* *err = "the answer has more than LLM_MAX_TOOL_CALLS tool calls"; -1. */
+int llm_too_many_calls(char **err);
 /* Move text into out->content: "" without tool calls, NULL beside them when empty. */
 int llm_set_content(llm_reply *out, pbuf *text, char **err);
 
@@ -44,6 +46,24 @@ json_t *msgs_concat(const json_t *history, const json_t *messages, size_t *first
 /* The tool name of the tool result all[index]: its own "name", else the name of the call with
    its tool_call_id in the assistant message before it; "" if none. */
 const char *msg_tool_name(const json_t *all, size_t index);
+/*
+ * A history an older Parley stored may hold one tool-call id twice in an assistant message
+ * (before llm_reply_claim_ids made them unique in a turn): servers refuse to see it again
+ * ("Duplicate tool call id", "tool_use ids must be unique").  A render sends the second and
+ * later calls with that id as "<id>_<k>" (k = 2, 3, ...; further bumped while taken in the
+ * message) and the tool results after them, in order, the same; the stored text is unchanged.
+ */
+typedef struct call_renames {
+    json_t *queues; /* id -> the ids to send for its results, in order; NULL: none pending */
+    json_t *handed; /* the id call_renames_result last gave (alive until the next call) */
+} call_renames;
+/* An assistant message's tool_calls: a new array of the ids to send when one repeats (the
+   renames then wait for the results), else NULL.  Any earlier renames are dropped. */
+json_t *call_renames_assign(call_renames *r, const json_t *calls);
+/* The id to send for a tool result answering `id`. */
+const char *call_renames_result(call_renames *r, const char *id);
+void call_renames_free(call_renames *r);
+
 /* provider_data.<provider>.<key> of a message, or NULL. */
 const json_t *msg_provider_data(const json_t *msg, const char *name, const char *key);
 

@@ -15,13 +15,13 @@
 #include <strings.h>
 
 #include "lib/buf.h"
+#include "lib/dict.h"
 #include "lib/json_scan.h"
 #include "provider/codec.h"
 #include "provider/sse.h"
 
 #define MAX_ERROR_TEXT 500       /* llm_error_text's bound, in bytes */
 #define MAX_SSE_SIZE (8u << 20)  /* one SSE line, or one event's data */
-#define MAX_STREAM_CALLS 128     /* tool call indexes in a stream: 0..127 */
 
 /* ------------------------------------------------------------------ */
 /* Errors and small helpers                                            */
@@ -414,6 +414,64 @@ void llm_reply_free(llm_reply *r)
 }
 
 /* ------------------------------------------------------------------ */
+/* Call ids unique within a turn                                       */
+/* ------------------------------------------------------------------ */
+
+static const char *id_key(const void *entry) { return entry; }
+
+static void free_id(void *entry, void *ud)
+{
+    (void)ud;
+    free(entry);
+}
+
+void llm_call_ids_free(dict *taken)
+{
+    if (!taken)
+        return;
+    dict_foreach(taken, free_id, NULL);
+    dict_free(taken);
+}
+
+/* "call_<at>_<i>", then "call_<at>_<i>_<k>" for k = 1, 2, ... until no call of
+   the turn has it: a model may well have used the first one itself. */
+static char *fresh_id(const dict *taken, size_t at, size_t i)
+{
+    for (unsigned long k = 0;; k++) {
+        char *id = NULL;
+        int n = k ? asprintf(&id, "call_%zu_%zu_%lu", at, i, k)
+                  : asprintf(&id, "call_%zu_%zu", at, i);
+        if (n < 0)
+            return NULL;
+        if (!dict_find(taken, id))
+            return id;
+        free(id);
+    }
+}
+
+int llm_reply_claim_ids(llm_reply *r, dict **taken, size_t at)
+{
+    if (!*taken && !(*taken = dict_new(id_key)))
+        return -1;
+    for (size_t i = 0; i < r->ncalls; i++) {
+        llm_tool_call *c = &r->calls[i];
+        if (r->ids_minted || !*c->id || dict_find(*taken, c->id)) {
+            char *id = fresh_id(*taken, at, i);
+            if (!id)
+                return -1;
+            free(c->id);
+            c->id = id;
+        }
+        char *copy = strdup(c->id);
+        if (!copy || dict_add(*taken, copy) != 0) {
+            free(copy);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* ------------------------------------------------------------------ */
 /* A whole (non-streamed) response                                     */
 /* ------------------------------------------------------------------ */
 
@@ -438,6 +496,11 @@ static int decode_tool_call(const json_t *call, size_t i, llm_tool_call *dst, ch
     return rc;
 }
 
+int llm_too_many_calls(char **err)
+{
+    return fail(err, "the answer has more than %d tool calls", LLM_MAX_TOOL_CALLS);
+}
+
 static int decode_tool_calls(const json_t *calls, llm_reply *out, char **err)
 {
     if (!calls)
@@ -447,6 +510,8 @@ static int decode_tool_calls(const json_t *calls, llm_reply *out, char **err)
     size_t n = json_array_size(calls);
     if (n == 0)
         return 0;
+    if (n > LLM_MAX_TOOL_CALLS)
+        return llm_too_many_calls(err);
     out->calls = calloc(n, sizeof *out->calls);
     if (!out->calls)
         return fail_oom(err);
@@ -922,10 +987,10 @@ int llm_reply_decode(const char *body, size_t len, llm_reply *out, char **err)
 /* ------------------------------------------------------------------ */
 
 typedef struct stream_call {
+    size_t index;   /* the tool call index the deltas gave (or implied) */
     char *id;       /* the first non-empty id given */
     char *name;     /* the first name given (a non-empty one replaces an empty one) */
     pbuf arguments; /* every piece, concatenated */
-    int used;       /* some delta named this slot; gaps between indexes are skipped */
 } stream_call;
 
 struct llm_stream {
@@ -937,8 +1002,10 @@ struct llm_stream {
     pbuf reasoning;
     const char *reasoning_field; /* the field the reasoning came in, once seen */
     llm_usage usage;
-    stream_call *calls; /* slots by tool call index */
-    size_t nslots;
+    stream_call *calls; /* the calls deltas named, by index ascending: gaps between indexes
+                           take no room, so an index is any integer >= 0 and the number of
+                           calls is bounded only by the stream's size, as a whole body's is */
+    size_t nslots, slots_cap;
     size_t last_slot;   /* the slot the last tool call delta went to ... */
     int has_last_slot;  /* ... if there was one */
     char *finish_reason;
@@ -951,63 +1018,80 @@ struct llm_stream {
     char *error;        /* that error, to repeat to later calls */
 };
 
-static int grow_slots(llm_stream *s, size_t n)
+/* The slot holding call `index`, made when no delta named it before: 0, or -1 (out of
+   memory, or one call too many).  Servers send indexes in order, so a new one is almost
+   always appended. */
+static int open_slot(llm_stream *s, size_t index, size_t *slot, char **err)
 {
-    if (n <= s->nslots)
+    size_t lo = 0, hi = s->nslots;
+    if (hi && s->calls[hi - 1].index < index)
+        lo = hi;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (s->calls[mid].index < index)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    *slot = lo;
+    if (lo < s->nslots && s->calls[lo].index == index)
         return 0;
-    stream_call *calls = realloc(s->calls, n * sizeof *calls);
-    if (!calls)
-        return -1;
-    memset(calls + s->nslots, 0, (n - s->nslots) * sizeof *calls);
-    s->calls = calls;
-    s->nslots = n;
+    if (s->nslots == LLM_MAX_TOOL_CALLS)
+        return llm_too_many_calls(err);
+    if (s->nslots == s->slots_cap) {
+        size_t cap = s->slots_cap ? s->slots_cap * 2 : 4;
+        stream_call *calls = realloc(s->calls, cap * sizeof *calls);
+        if (!calls)
+            return fail_oom(err);
+        s->calls = calls;
+        s->slots_cap = cap;
+    }
+    memmove(&s->calls[lo + 1], &s->calls[lo], (s->nslots - lo) * sizeof *s->calls);
+    memset(&s->calls[lo], 0, sizeof *s->calls);
+    s->calls[lo].index = index;
+    s->nslots++;
+    if (s->has_last_slot && s->last_slot >= lo)
+        s->last_slot++;
     return 0;
 }
 
 /*
- * The slot of a delta without an index.  Servers that omit it (Ollama before
+ * The index of a delta without one.  Servers that omit it (Ollama before
  * 0.5, Gemini, ...) send each call whole, or continue the last call: a delta
  * continues the last call unless it contradicts it -- a known id names its
- * call, and a new id or a second name opens a new call.
+ * call, and a new id or a second name opens a new call (after the last one).
  */
-static size_t implicit_slot(const llm_stream *s, const char *id, const char *name)
+static size_t implicit_index(const llm_stream *s, const char *id, const char *name)
 {
     int has_id = id && *id, has_name = name && *name;
     if (has_id)
         for (size_t i = 0; i < s->nslots; i++)
             if (s->calls[i].id && strcmp(s->calls[i].id, id) == 0)
-                return i;
+                return s->calls[i].index;
+    size_t next = s->nslots ? s->calls[s->nslots - 1].index + 1 : 0;
     if (!s->has_last_slot)
-        return s->nslots;
+        return next;
     const stream_call *last = &s->calls[s->last_slot];
     int new_id = has_id && last->id;
     int new_name = has_name && last->name && *last->name;
-    return new_id || new_name ? s->nslots : s->last_slot;
-}
-
-/* A call delta's slot must be one of the first MAX_STREAM_CALLS; make it exist. */
-static int open_slot(llm_stream *s, size_t slot, char **err)
-{
-    if (slot >= MAX_STREAM_CALLS)
-        return fail(err, "stream has more than %d tool calls", MAX_STREAM_CALLS);
-    return grow_slots(s, slot + 1) == 0 ? 0 : fail_oom(err);
+    return new_id || new_name ? next : last->index;
 }
 
 static int call_slot(llm_stream *s, const json_t *index, const char *id, const char *name,
                      size_t *slot, char **err)
 {
+    size_t at;
     if (!index) {
-        *slot = implicit_slot(s, id, name);
+        at = implicit_index(s, id, name);
     } else if (!json_is_integer(index)) {
         return fail(err, "stream chunk's tool call index is %s, not an integer", type_name(index));
     } else {
         json_int_t i = json_integer_value(index);
-        if (i < 0 || i >= MAX_STREAM_CALLS)
-            return fail(err, "stream chunk's tool call index %lld is out of range (0..%d)",
-                        (long long)i, MAX_STREAM_CALLS - 1);
-        *slot = (size_t)i;
+        if (i < 0)
+            return fail(err, "stream chunk's tool call index %lld is negative", (long long)i);
+        at = (size_t)i;
     }
-    return open_slot(s, *slot, err);
+    return open_slot(s, at, slot, err);
 }
 
 /* Set-once strings: a later value only replaces a missing or empty one. */
@@ -1027,7 +1111,6 @@ static int keep_first(char **dst, const char *value, char **err)
 static int note_call(llm_stream *s, size_t slot, const char *id, const char *name, char **err)
 {
     stream_call *c = &s->calls[slot];
-    c->used = 1;
     s->last_slot = slot;
     s->has_last_slot = 1;
     if (keep_first(&c->id, id && *id ? id : NULL, err) != 0 || keep_first(&c->name, name, err) != 0)
@@ -1150,7 +1233,7 @@ static int apply_chunk(llm_stream *s, const json_t *chunk, char **err)
 typedef struct fast_call_delta {
     fast_call call; /* has_function: a function object (null is none) */
     int has_index;
-    size_t index;   /* 0 .. MAX_STREAM_CALLS - 1 */
+    size_t index;
 } fast_call_delta;
 
 typedef struct fast_chunk_fields {
@@ -1180,7 +1263,7 @@ static int fast_call_delta_member(jscan *s, size_t which, void *ctx)
         return fast_object(s, FAST_FUNCTION_KEYS, 2, fast_function_member, &d->call);
     }
     if (jscan_peek(s) != JSCAN_NUMBER || jscan_number(s, &n) != 0 || !n.is_integer ||
-        n.integer < 0 || n.integer >= MAX_STREAM_CALLS)
+        n.integer < 0)
         return -1; /* call_slot's errors: jansson words them */
     d->has_index = 1;
     d->index = (size_t)n.integer;
@@ -1210,8 +1293,10 @@ static int fast_merge_call(llm_stream *s, const fast_call_delta *d, char **err)
     size_t slot = 0;
     int rc = (d->call.has_id && !id) || (d->call.has_name && !name) ? fail_oom(err) : 0;
     if (rc == 0) {
-        slot = d->has_index ? d->index : implicit_slot(s, id, name);
-        rc = open_slot(s, slot, err) != 0 || note_call(s, slot, id, name, err) != 0 ? -1 : 0;
+        size_t index = d->has_index ? d->index : implicit_index(s, id, name);
+        rc = open_slot(s, index, &slot, err) != 0 || note_call(s, slot, id, name, err) != 0
+                 ? -1
+                 : 0;
     }
     free(id);
     free(name);
@@ -1453,35 +1538,23 @@ static int check_complete(llm_stream *s, char **err)
     return fail(err, "stream ended before [DONE] and without a finish_reason");
 }
 
-static size_t used_slots(const llm_stream *s)
-{
-    size_t n = 0;
-    for (size_t i = 0; i < s->nslots; i++)
-        n += s->calls[i].used ? 1 : 0;
-    return n;
-}
-
 static int build_calls(llm_stream *s, llm_reply *out, char **err)
 {
-    size_t n = used_slots(s);
+    size_t n = s->nslots;
     if (n == 0)
         return 0;
     out->calls = calloc(n, sizeof *out->calls);
     if (!out->calls)
         return fail_oom(err);
     out->ncalls = n;
-    size_t pos = 0;
-    for (size_t i = 0; i < s->nslots; i++) {
+    for (size_t i = 0; i < n; i++) {
         const stream_call *c = &s->calls[i];
-        if (!c->used)
-            continue;
         if (!c->name)
-            return fail(err, "stream tool call %zu has no function name", i);
+            return fail(err, "stream tool call %zu has no function name", c->index);
         if (c->arguments.oom)
             return fail_oom(err);
-        if (fill_call(&out->calls[pos], pos, c->id, c->name, &c->arguments, err) != 0)
+        if (fill_call(&out->calls[i], i, c->id, c->name, &c->arguments, err) != 0)
             return -1;
-        pos++;
     }
     return 0;
 }

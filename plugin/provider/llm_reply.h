@@ -14,8 +14,19 @@
 
 #include <stddef.h>
 
+#include "lib/dict.h"
+
+/*
+ * The most tool calls one answer may hold: the same streamed or not, on every
+ * provider.  More is PARLEY_ERR_BAD_RESPONSE, "the answer has more than 1024
+ * tool calls".  It bounds what a looping or hostile server makes Parley hold
+ * (a stream's calls are gathered as they come) and the host run in one round.
+ */
+#define LLM_MAX_TOOL_CALLS 1024
+
 typedef struct llm_tool_call {
-    char *id;        /* the model's call id; "call_<position>" when the server gave none */
+    char *id;        /* the model's call id; "call_<position>" when the server gave none
+                        (llm_reply_claim_ids makes them unique in the turn) */
     char *name;      /* function name; never NULL, may be "" if the server sent an empty one */
     char *arguments; /* the arguments as JSON TEXT as sent (an object sent instead of a
                         string, as Ollama does, is serialised; missing/empty -> "{}");
@@ -56,6 +67,20 @@ typedef struct llm_reply {
 } llm_reply;
 
 void llm_reply_free(llm_reply *r); /* frees the members; r itself may be on the stack */
+
+/*
+ * Tool-call ids must be unique within a turn, across all its rounds: servers
+ * refuse a history holding one id twice ("Duplicate tool call id"), and models
+ * do send duplicates (two calls "call_1", or "call_1" and none, which the
+ * decoders fill as "call_<position>").  Each call of `r` whose id is empty,
+ * already in `*taken` (the ids of the turn's earlier calls; created on first
+ * use) or minted by the turn (ids_minted) gets a fresh "call_<at>_<i>" (`at`:
+ * where the assistant message stands in the conversation, `i`: the call's
+ * place in the reply) with a further "_<k>" while that is taken too; every id
+ * then goes into `*taken`.  0, or -1 out of memory.
+ */
+int llm_reply_claim_ids(llm_reply *r, dict **taken, size_t at);
+void llm_call_ids_free(dict *taken); /* the set and the ids it holds; NULL is fine */
 
 /*
  * Decode a complete (non-streamed) response body.  message.reasoning_content

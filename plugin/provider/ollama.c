@@ -202,6 +202,8 @@ static int apply_object(ollama_stream *s, const json_t *o, char **err)
             if (args && !json_is_object(args) && !json_is_string(args) && !json_is_null(args))
                 return (*err = pstr_printf("tool call %zu arguments is %s", i,
                                            llm_json_type_name(args))), -1;
+            if (json_array_size(s->calls) == LLM_MAX_TOOL_CALLS)
+                return llm_too_many_calls(err);
             json_array_append(s->calls, (json_t *)c);
         }
     }

@@ -28,13 +28,14 @@ static void put_key(pbuf *b, const char *key)
     pbuf_putc(b, ':');
 }
 
-static void render_tool_calls(pbuf *b, const json_t *calls)
+/* `sent`: the ids to send (call_renames_assign), or NULL for the calls' own. */
+static void render_tool_calls(pbuf *b, const json_t *calls, const json_t *sent)
 {
     pbuf_puts(b, ",\"tool_calls\":[");
     size_t i;
     const json_t *call;
     json_array_foreach(calls, i, call) {
-        const char *id = msg_str(call, "id");
+        const char *id = sent ? json_string_value(json_array_get(sent, i)) : msg_str(call, "id");
         const char *name = msg_str(json_object_get(call, "function"), "name");
         char *args = msg_arguments_text(call);
         pbuf_puts(b, i ? ",{\"id\":" : "{\"id\":");
@@ -52,14 +53,14 @@ static void render_tool_calls(pbuf *b, const json_t *calls)
     pbuf_putc(b, ']');
 }
 
-static void render_message(pbuf *b, const json_t *m, int current_turn)
+static void render_message(pbuf *b, const json_t *m, int current_turn, call_renames *ren)
 {
     const char *role = msg_role(m);
     pbuf_puts(b, "{\"role\":");
     pbuf_json_string(b, role, strlen(role));
     const json_t *content = json_object_get(m, "content");
     if (strcmp(role, "tool") == 0) {
-        const char *id = msg_str(m, "tool_call_id");
+        const char *id = call_renames_result(ren, msg_str(m, "tool_call_id"));
         put_key(b, "tool_call_id");
         pbuf_json_string(b, id ? id : "", id ? strlen(id) : 0);
         put_key(b, "content");
@@ -73,8 +74,9 @@ static void render_message(pbuf *b, const json_t *m, int current_turn)
     put_key(b, "content");
     pbuf_json(b, content ? content : json_null());
     const json_t *calls = json_object_get(m, "tool_calls");
+    json_t *sent = call_renames_assign(ren, calls); /* any other message ends the renames */
     if (strcmp(role, "assistant") == 0 && json_array_size(calls) > 0) {
-        render_tool_calls(b, calls);
+        render_tool_calls(b, calls, sent);
         const char *reasoning = msg_str(m, "reasoning");
         const char *field = json_string_value(msg_provider_data(m, "openai", "reasoning_field"));
         if (current_turn && reasoning && field && strcmp(field, "reasoning_content") == 0) {
@@ -82,6 +84,7 @@ static void render_message(pbuf *b, const json_t *m, int current_turn)
             pbuf_json_string(b, reasoning, strlen(reasoning));
         }
     }
+    json_decref(sent);
     pbuf_putc(b, '}');
 }
 
@@ -118,14 +121,51 @@ static int wire_key(const char *k, size_t n)
     }
 }
 
+/* The ids of one message's tool calls, as stored (escapes and all), to find one given twice
+   (call_renames in codec.h).  More calls than fit: assume a repeat; the JSON path decides. */
+#define SCAN_IDS 32
+typedef struct call_ids {
+    const char *at[SCAN_IDS];
+    size_t len[SCAN_IDS], n;
+    int in_calls, key, want_id; /* in tool_calls; a call's key comes next; its "id" value next */
+} call_ids;
+
+/* A string at depth 3 (a member of a call object) of the scan. */
+static void scan_call_string(call_ids *ids, const char *s, size_t len, int *repeats)
+{
+    if (ids->key) {
+        ids->want_id = len == 2 && memcmp(s, "id", 2) == 0;
+        ids->key = 0;
+        return;
+    }
+    if (!ids->want_id)
+        return;
+    ids->want_id = 0;
+    for (size_t i = 0; i < ids->n; i++)
+        if (ids->len[i] == len && memcmp(ids->at[i], s, len) == 0)
+            *repeats = 1;
+    if (ids->n == SCAN_IDS) {
+        *repeats = 1;
+        return;
+    }
+    ids->at[ids->n] = s;
+    ids->len[ids->n++] = len;
+}
+
 /*
  * p at a message's '{': the byte after its '}', or NULL when the text is not
  * a JSON object.  *as_is: every top-level key is a Chat Completions one.
+ * *repeats: two of its tool calls have the same id (a history an older Parley
+ * stored): the JSON path renders it.
  */
-static const char *scan_message(const char *p, const char *end, int *as_is)
+static const char *scan_message(const char *p, const char *end, int *as_is, int *repeats)
 {
     int depth = 0, expect_key = 0;
+    call_ids ids; /* not zeroed whole: at[] and len[] are read only as far as n */
+    ids.n = 0;
+    ids.in_calls = ids.key = ids.want_id = 0;
     *as_is = 1;
+    *repeats = 0;
     if (p >= end || *p != '{')
         return NULL;
     for (; p < end; p++) {
@@ -134,8 +174,14 @@ static const char *scan_message(const char *p, const char *end, int *as_is)
             const char *close = string_end(p, end);
             if (!close)
                 return NULL;
-            if (depth == 1 && expect_key && !wire_key(p + 1, (size_t)(close - p - 1)))
-                *as_is = 0;
+            size_t len = (size_t)(close - p - 1);
+            if (depth == 1 && expect_key) {
+                if (!wire_key(p + 1, len))
+                    *as_is = 0;
+                ids.in_calls = len == 10 && memcmp(p + 1, "tool_calls", 10) == 0;
+            } else if (depth == 3 && ids.in_calls) {
+                scan_call_string(&ids, p + 1, len, repeats);
+            }
             expect_key = 0;
             p = close;
             break;
@@ -143,14 +189,18 @@ static const char *scan_message(const char *p, const char *end, int *as_is)
         case '{':
         case '[':
             expect_key = ++depth == 1;
+            ids.key = depth == 3 && *p == '{';
             break;
         case '}':
         case ']':
             if (--depth == 0)
                 return p + 1;
+            ids.key = ids.want_id = 0;
             break;
         case ',':
             expect_key = depth == 1;
+            ids.key = depth == 3;
+            ids.want_id = 0;
             break;
         default:
             break;
@@ -196,7 +246,7 @@ static void put_message_separator(pbuf *out, int *first)
    messages copied as they are, with the stored ',' between them (the wire's
    separator too), is one append. */
 static int render_messages_text(pbuf *out, const char *p, size_t len, int *first,
-                                int current_turn, char **err)
+                                int current_turn, call_renames *ren, char **err)
 {
     const char *end = p + len;
     const char *run = NULL, *run_end = NULL; /* as-is messages not copied yet */
@@ -204,14 +254,17 @@ static int render_messages_text(pbuf *out, const char *p, size_t len, int *first
         const char *gap = p;
         while (p < end && (*p == ',' || *p == ' ' || *p == '\n'))
             p++;
-        int as_is = 0;
+        int as_is = 0, repeats = 0;
         const char *next = p < end ? plain_message_end(p, end) : NULL;
         if (next)
             as_is = 1;
-        else if (p < end && !(next = scan_message(p, end, &as_is))) {
+        else if (p < end && !(next = scan_message(p, end, &as_is, &repeats))) {
             *err = pstr_printf("stored history is not a list of JSON objects");
             return -1;
         }
+        /* Renamed calls (codec.h): the message, and those after it until the renames end. */
+        if (repeats || ren->queues)
+            as_is = 0;
         if (as_is && run && gap == run_end && p == gap + 1 && *gap == ',') {
             run_end = next; /* extends the run */
             p = next;
@@ -235,7 +288,7 @@ static int render_messages_text(pbuf *out, const char *p, size_t len, int *first
                 return -1;
             }
             put_message_separator(out, first);
-            render_message(out, m, current_turn);
+            render_message(out, m, current_turn, ren);
             json_decref(m);
         }
         p = next;
@@ -307,20 +360,24 @@ static int openai_encode(pbuf *out, const parley_options *o, const provider_requ
         pbuf_putc(out, '}');
         first = 0;
     }
-    if (r->history_text &&
-        render_messages_text(out, r->history_text, r->history_text_len, &first, 0, err) != 0)
-        return -1;
+    call_renames ren = {NULL, NULL};
+    int rc = r->history_text ? render_messages_text(out, r->history_text, r->history_text_len,
+                                                    &first, 0, &ren, err)
+                             : 0;
     const json_t *lists[] = {r->history_text ? NULL : r->history, r->messages};
-    for (size_t l = 0; l < 2; l++) {
+    for (size_t l = 0; l < 2 && rc == 0; l++) {
         size_t i;
         const json_t *m;
         json_array_foreach(lists[l], i, m) {
             put_message_separator(out, &first);
-            render_message(out, m, l == 1);
+            render_message(out, m, l == 1, &ren);
         }
     }
-    if (r->messages_text &&
-        render_messages_text(out, r->messages_text, r->messages_text_len, &first, 1, err) != 0)
+    if (rc == 0 && r->messages_text)
+        rc = render_messages_text(out, r->messages_text, r->messages_text_len, &first, 1, &ren,
+                                  err);
+    call_renames_free(&ren);
+    if (rc != 0)
         return -1;
     pbuf_putc(out, ']');
     if (strcmp(r->tools_json, "[]") != 0) {

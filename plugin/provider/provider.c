@@ -158,6 +158,74 @@ const char *msg_tool_name(const json_t *all, size_t index)
     return "";
 }
 
+/* Is `id` one of the first n strings of `ids`? */
+static int id_taken(const json_t *ids, size_t n, const char *id)
+{
+    for (size_t i = 0; i < n; i++)
+        if (strcmp(json_string_value(json_array_get(ids, i)), id) == 0)
+            return 1;
+    return 0;
+}
+
+json_t *call_renames_assign(call_renames *r, const json_t *calls)
+{
+    call_renames_free(r);
+    size_t n = json_array_size(calls), i;
+    if (n < 2)
+        return NULL; /* most messages: nothing to repeat */
+    const json_t *call;
+    json_t *given = json_array();
+    int repeats = 0;
+    json_array_foreach(calls, i, call) {
+        const char *id = msg_str(call, "id");
+        repeats |= id_taken(given, i, id ? id : "");
+        json_array_append_new(given, json_string(id ? id : ""));
+    }
+    if (!repeats || json_array_size(given) != n) {
+        json_decref(given);
+        return NULL;
+    }
+    json_t *sent = json_array();
+    r->queues = json_object();
+    for (i = 0; i < n; i++) {
+        const char *id = json_string_value(json_array_get(given, i));
+        char *fresh = NULL;
+        for (int k = 2; id_taken(sent, i, id) && (!fresh || id_taken(given, n, fresh) ||
+                                                  id_taken(sent, i, fresh)); k++) {
+            free(fresh);
+            fresh = pstr_printf("%s_%d", id, k);
+            if (!fresh)
+                break;
+        }
+        json_array_append_new(sent, json_string(fresh ? fresh : id));
+        json_t *q = json_object_get(r->queues, id);
+        if (!q)
+            json_object_set_new(r->queues, id, q = json_array());
+        json_array_append_new(q, json_string(fresh ? fresh : id));
+        free(fresh);
+    }
+    json_decref(given);
+    return sent;
+}
+
+const char *call_renames_result(call_renames *r, const char *id)
+{
+    json_t *q = id ? json_object_get(r->queues, id) : NULL;
+    if (json_array_size(q) == 0)
+        return id;
+    json_decref(r->handed);
+    r->handed = json_incref(json_array_get(q, 0));
+    json_array_remove(q, 0);
+    return json_string_value(r->handed);
+}
+
+void call_renames_free(call_renames *r)
+{
+    json_decref(r->queues);
+    json_decref(r->handed);
+    r->queues = r->handed = NULL;
+}
+
 const json_t *msg_provider_data(const json_t *msg, const char *name, const char *key)
 {
     const json_t *v = json_object_get(json_object_get(json_object_get(msg, "provider_data"),

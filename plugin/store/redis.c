@@ -536,6 +536,32 @@ static parley_status bad_reply(redis_store *s, redisReply *r, char **err)
                 NULL);
 }
 
+/* A turn's or message's JSON that is not what Parley wrote (store_json_object_list): never
+ * spliced into what the store returns.  The storage error names the conversation; the reply
+ * (which may hold the id) is freed after. */
+static parley_status damaged(redis_store *s, redisReply *r, const char *conversation_id,
+                             size_t len, char **err)
+{
+    parley_status st = store_json_damaged(s->addr.name, conversation_id ? conversation_id : "",
+                                          conversation_id ? len : 0, err);
+    freeReplyObject(r);
+    return st;
+}
+
+/* A query leaves a damaged message out and answers with the rest: the log says why. */
+static void skipped_damaged(redis_store *s, const char *conversation_id, size_t len)
+{
+    char *why = NULL;
+    store_json_damaged(s->addr.name, conversation_id, len, &why);
+    if (s->log && why) {
+        char *line = pstr_printf("%s (a query left it out)", why);
+        if (line)
+            s->log(s->log_ud, PARLEY_LOG_WARN, line);
+        free(line);
+    }
+    free(why);
+}
+
 static void count_expired(redis_store *s, long long n)
 {
     if (n > 0)
@@ -888,7 +914,8 @@ static store_lifetime lifetime_of(redisReply *const *f)
     return life;
 }
 
-/* {turn_id, started, finished, msgs} as the ABI's turn JSON. */
+/* {turn_id, started, finished, msgs} as the ABI's turn JSON: 0, -1 when it is not that
+ * shape, -2 when msgs is not message objects (nothing written). */
 static int write_turn(pbuf *out, const redisReply *t)
 {
     size_t len;
@@ -896,6 +923,8 @@ static int write_turn(pbuf *out, const redisReply *t)
     const char *msgs = id ? reply_str(t->element[3], &len) : NULL;
     if (!msgs)
         return -1;
+    if (store_json_object_list(msgs, len) < 1)
+        return -2;
     store_json_turn(out, id, reply_u64(t->element[1]), reply_u64(t->element[2]), msgs, len);
     return 0;
 }
@@ -940,13 +969,19 @@ static parley_status redis_get_conversation(store *base, const store_key *key, u
         store_lifetime life = lifetime_of(r->element + 4);
         store_json_lifetime(out, &life);
         pbuf_puts(out, ",\"turns\":[");
-        for (size_t i = 8; i < r->elements && id; i++) {
+        int rc = 0;
+        for (size_t i = 8; i < r->elements && rc == 0; i++) {
             if (i > 8)
                 pbuf_putc(out, ',');
-            if (write_turn(out, r->element[i]) != 0)
-                id = NULL;
+            rc = write_turn(out, r->element[i]);
         }
         pbuf_puts(out, "]}");
+        if (rc == -2) {
+            out->len = mark;
+            return damaged(s, r, key->conversation_id, strlen(key->conversation_id), err);
+        }
+        if (rc != 0)
+            id = NULL;
     }
     if (!id) {
         out->len = mark;
@@ -974,6 +1009,8 @@ static parley_status redis_get_turn(store *base, const char *turn_id, uint64_t n
     const char *msgs = reply_str(r->element[4], &len);
     if (!conv || !msgs)
         return bad_reply(s, r, err);
+    if (store_json_object_list(msgs, len) < 1)
+        return damaged(s, r, conv, strlen(conv), err);
     pbuf_puts(out, "{\"conversation_id\":");
     pbuf_json_string(out, conv, strlen(conv));
     pbuf_puts(out, ",\"turn\":");
@@ -1112,12 +1149,17 @@ static int message_fields(const redisReply *m, const char *f[11], size_t len[11]
     return 0;
 }
 
+/* A message reply as store_json_message: 0, -1 when it is not that shape, -2 when its JSON
+ * or metadata is not one object (nothing written). */
 static int write_message(pbuf *out, const redisReply *m)
 {
     const char *f[11];
     size_t len[11];
     if (message_fields(m, f, len) != 0)
         return -1;
+    if (store_json_object_list(f[5], len[5]) != 1 ||
+        (len[7] && store_json_object_list(f[7], len[7]) != 1))
+        return -2;
     store_json_message(out, f[1], f[8], len[8], f[9], len[9], f[10], len[10], f[2], f[3],
                        reply_u64(m->element[4]), f[5], len[5], f[6], len[6], f[7], len[7]);
     return 0;
@@ -1216,10 +1258,15 @@ static parley_status redis_query(store *base, const store_query *query, uint64_t
                 *more = 1;
                 break;
             }
+            size_t before = out->len;
             if (*count)
                 pbuf_putc(out, ',');
-            write_message(out, r->element[i]);
             *last = reply_u64(r->element[i]->element[0]);
+            if (write_message(out, r->element[i]) != 0) {
+                out->len = before; /* the rest of the query still answers */
+                skipped_damaged(s, f[8], len[8]);
+                continue;
+            }
             (*count)++;
         }
         if (malformed) {
@@ -1251,7 +1298,13 @@ static parley_status message_reply(redis_store *s, redisReply *r, pbuf *out, cha
     if (st != PARLEY_OK)
         return st;
     size_t mark = out->len;
-    if (write_message(out, r->element[1]) != 0) {
+    int rc = write_message(out, r->element[1]);
+    if (rc == -2) {
+        size_t len;
+        const char *conv = reply_str(r->element[1]->element[8], &len);
+        return damaged(s, r, conv, len, err);
+    }
+    if (rc != 0) {
         out->len = mark;
         return bad_reply(s, r, err);
     }

@@ -307,6 +307,8 @@ typedef struct sqlite_store {
     size_t evicted;
     size_t expired;
     checkpointer ckpt;
+    store_log_fn log;            /* cfg->log: a query skipping a damaged message says so */
+    void *log_ud;
 } sqlite_store;
 
 /* A conversation row, as the operations need it. */
@@ -1039,6 +1041,8 @@ static parley_status sqlite_open(const store_config *cfg, store **out, char **er
     if (s->limits.max_conversations == 0) /* contract says >= 1; stay bounded */
         s->limits.max_conversations = 1;
     s->sync_full = cfg->sync_full;
+    s->log = cfg->log;
+    s->log_ud = cfg->log_ud;
 
     int is_new = 0;
     char *problem = directory_problem(s->path);
@@ -1067,6 +1071,53 @@ static parley_status not_found(char **err)
 {
     set_err(err, NULL);
     return PARLEY_ERR_NOT_FOUND;
+}
+
+/* ---- damaged messages ---- */
+
+/* A read met a message row that is not one JSON object: the file was changed behind the
+   store's back.  Such a row is never spliced into the JSON the store returns (store_json.h).
+   load() and load_turn() leave the check to the turn, on its failure path only: the request
+   renderers already scan every message, and a check per turn would cost ~2 us a KiB. */
+#define SQLITE_DAMAGED (-2)
+
+/* Append column `col` (a message or metadata object) to out: SQLITE_ROW, or SQLITE_DAMAGED
+   with nothing appended. */
+static int put_object_column(sqlite3_stmt *st, int col, pbuf *out)
+{
+    const char *json = (const char *)sqlite3_column_text(st, col);
+    size_t len = (size_t)sqlite3_column_bytes(st, col);
+    if (!json || store_json_object_list(json, len) != 1)
+        return SQLITE_DAMAGED;
+    pbuf_append(out, json, len);
+    return SQLITE_ROW;
+}
+
+/* The storage error naming the conversation; what the read wrote so far is dropped. */
+static parley_status damaged(sqlite_store *s, pbuf *out, size_t mark, const char *conversation_id,
+                             char **err)
+{
+    out->len = mark < out->len ? mark : out->len;
+    char *name = pstr_printf("sqlite store %s", s->path);
+    const char *cid = conversation_id ? conversation_id : "";
+    parley_status st = store_json_damaged(name ? name : "sqlite store", cid, strlen(cid), err);
+    free(name);
+    return st;
+}
+
+/* A query leaves a damaged message out and answers with the rest: the log says why. */
+static void skipped_damaged(sqlite_store *s, const char *conversation_id)
+{
+    char *why = NULL;
+    pbuf none = PBUF_INIT;
+    damaged(s, &none, 0, conversation_id, &why);
+    if (s->log && why) {
+        char *line = pstr_printf("%s (a query left it out)", why);
+        if (line)
+            s->log(s->log_ud, PARLEY_LOG_WARN, line);
+        free(line);
+    }
+    free(why);
 }
 
 /* ---- reading: the read connection, one snapshot per call ---- */
@@ -1469,7 +1520,8 @@ static int put_turns(sqlite_store *s, int64_t conversation, pbuf *out)
         } else {
             pbuf_putc(&messages, ',');
         }
-        pbuf_append(&messages, sqlite3_column_text(st, 4), (size_t)sqlite3_column_bytes(st, 4));
+        if ((rc = put_object_column(st, 4, &messages)) != SQLITE_ROW)
+            break;
     }
     done(st);
     if (messages.oom)
@@ -1500,7 +1552,9 @@ static parley_status sqlite_get_conversation(store *base, const store_key *key, 
         rc = put_turns(s, row.id, out);
         pbuf_puts(out, "]}");
     }
-    parley_status st = finish_json(s, out, mark, rc, "cannot read the conversation", err);
+    parley_status st = rc == SQLITE_DAMAGED
+                           ? damaged(s, out, mark, key->conversation_id, err)
+                           : finish_json(s, out, mark, rc, "cannot read the conversation", err);
     read_end(&s->r);
     pthread_mutex_unlock(&s->r.lock);
     if (idle)
@@ -1520,7 +1574,8 @@ static int put_turn_messages(sqlite_store *s, int64_t turn, pbuf *messages)
         if (!first)
             pbuf_putc(messages, ',');
         first = 0;
-        pbuf_append(messages, sqlite3_column_text(st, 0), (size_t)sqlite3_column_bytes(st, 0));
+        if ((rc = put_object_column(st, 0, messages)) != SQLITE_ROW)
+            break;
     }
     done(st);
     return rc;
@@ -1568,10 +1623,14 @@ static parley_status sqlite_get_turn(store *base, const char *turn_id, uint64_t 
         } else if (rc == SQLITE_ROW) {
             rc = put_found_turn(s, st, turn_id, out);
             found = rc == SQLITE_DONE;
+            if (rc == SQLITE_DAMAGED)
+                damaged(s, out, mark, (const char *)sqlite3_column_text(st, 4), err);
         }
         done(st);
     }
-    parley_status status = finish_json(s, out, mark, rc, "cannot read the turn", err);
+    parley_status status = rc == SQLITE_DAMAGED
+                               ? PARLEY_ERR_STORAGE
+                               : finish_json(s, out, mark, rc, "cannot read the turn", err);
     read_end(&s->r);
     pthread_mutex_unlock(&s->r.lock);
     if (idle)
@@ -1584,7 +1643,9 @@ static parley_status sqlite_get_turn(store *base, const char *turn_id, uint64_t 
 /* Not idle past the timeout (?1 timeout, ?2 now): is_idle() in SQL. */
 #define LIVE_CONVERSATION " NOT (?1 > 0 AND ?2 > c.last_used_ms AND ?2 - c.last_used_ms > ?1)"
 
-static void put_message_row(sqlite3_stmt *st, pbuf *out)
+/* The row as store_json_message: SQLITE_ROW, or SQLITE_DAMAGED (nothing written) when its
+   message or metadata is not one JSON object. */
+static int put_message_row(sqlite3_stmt *st, pbuf *out)
 {
     const char *text[11];
     size_t len[11];
@@ -1594,20 +1655,26 @@ static void put_message_row(sqlite3_stmt *st, pbuf *out)
         if (!text[i])
             text[i] = "";
     }
+    if (store_json_object_list(text[4], len[4]) != 1 ||
+        (len[10] && store_json_object_list(text[10], len[10]) != 1))
+        return SQLITE_DAMAGED;
     store_json_message(out, text[1], text[6], len[6], text[7], len[7], text[8], len[8], text[5],
                        text[2], (uint64_t)sqlite3_column_int64(st, 3), text[4], len[4], text[9],
                        len[9], text[10], len[10]);
+    return SQLITE_ROW;
 }
 
 /* Step a one-message lookup: its row, if any, written as store_json_message
- * (*found = 1).  SQLITE_DONE or the error. */
-static int put_first_message(sqlite3_stmt *st, pbuf *out, int *found)
+ * (*found = 1).  SQLITE_DONE or the error; SQLITE_DAMAGED with *err set. */
+static int put_first_message(sqlite_store *s, sqlite3_stmt *st, pbuf *out, int *found,
+                             char **err)
 {
     int rc = sqlite3_step(st);
-    if (rc == SQLITE_ROW) {
-        put_message_row(st, out);
+    if (rc == SQLITE_ROW && (rc = put_message_row(st, out)) == SQLITE_ROW) {
         *found = 1;
         rc = SQLITE_DONE;
+    } else if (rc == SQLITE_DAMAGED) {
+        damaged(s, out, out->len, (const char *)sqlite3_column_text(st, 6), err);
     }
     return rc;
 }
@@ -1656,15 +1723,21 @@ static parley_status sqlite_query(store *base, const store_query *q, uint64_t no
         if (q->search)
             bind_text(st, 10, q->search);
         sqlite3_bind_int64(st, 11, (int64_t)q->limit + 1); /* one more: is there a next page? */
+        size_t seen = 0;
         while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-            if (*count == q->limit) {
+            if (seen++ == q->limit) {
                 *more = 1;
                 continue; /* (the LIMIT ends the loop at the next step) */
             }
+            size_t before = out->len;
             if (*count)
                 pbuf_putc(out, ',');
-            put_message_row(st, out);
             *last = (uint64_t)sqlite3_column_int64(st, 0);
+            if (put_message_row(st, out) == SQLITE_DAMAGED) {
+                out->len = before; /* the rest of the query still answers */
+                skipped_damaged(s, (const char *)sqlite3_column_text(st, 6));
+                continue;
+            }
             (*count)++;
         }
         sqlite3_finalize(st);
@@ -1695,10 +1768,12 @@ static parley_status sqlite_get_message(store *base, const char *message_id, uin
         sqlite3_bind_int64(st, 1, (int64_t)s->limits.idle_timeout_ms);
         sqlite3_bind_int64(st, 2, (int64_t)now_ms);
         bind_text(st, 3, message_id ? message_id : "");
-        rc = put_first_message(st, out, &found);
+        rc = put_first_message(s, st, out, &found, err);
         sqlite3_finalize(st);
     }
-    parley_status status = finish_json(s, out, mark, rc, "cannot read the message", err);
+    parley_status status = rc == SQLITE_DAMAGED
+                               ? PARLEY_ERR_STORAGE
+                               : finish_json(s, out, mark, rc, "cannot read the message", err);
     read_end(&s->r);
     pthread_mutex_unlock(&s->r.lock);
     return status == PARLEY_OK && !found ? not_found(err) : status;
@@ -1839,10 +1914,12 @@ static parley_status sqlite_find_message(store *base, const store_key *key,
     if (st) {
         sqlite3_bind_int64(st, 1, row.id);
         bind_text(st, 2, interface_message_id);
-        rc = put_first_message(st, out, &found);
+        rc = put_first_message(s, st, out, &found, err);
         done(st);
     }
-    parley_status status = finish_json(s, out, mark, rc, "cannot find the message", err);
+    parley_status status = rc == SQLITE_DAMAGED
+                               ? PARLEY_ERR_STORAGE
+                               : finish_json(s, out, mark, rc, "cannot find the message", err);
     read_end(&s->r);
     pthread_mutex_unlock(&s->r.lock);
     if (idle)

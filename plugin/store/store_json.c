@@ -5,8 +5,13 @@
 #include "store/store_json.h"
 
 #include <inttypes.h>
+#include <jansson.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
+
+#include "lib/json_scan.h"
+#include "lib/utf8.h"
 
 void store_json_timestamp(pbuf *b, uint64_t ms)
 {
@@ -37,6 +42,54 @@ static void time_field(pbuf *b, const char *name, uint64_t ms)
 {
     key(b, name);
     store_json_timestamp(b, ms);
+}
+
+/* The same count by jansson, for what the scanner bails on (\u0000, deep nesting, long
+   integers): the text as an array's elements. */
+static long object_list_slow(const char *text, size_t len)
+{
+    pbuf b = PBUF_INIT;
+    pbuf_putc(&b, '[');
+    pbuf_append(&b, text, len && text[len - 1] == ',' ? len - 1 : len);
+    pbuf_putc(&b, ']');
+    /* valid JSON that jansson refuses by default is still what Parley may have stored */
+    json_t *all = b.oom ? NULL
+                        : json_loadb(b.data, b.len, JSON_ALLOW_NUL | JSON_DECODE_INT_AS_REAL, NULL);
+    pbuf_free(&b);
+    long n = json_is_array(all) && json_array_size(all) > 0 ? (long)json_array_size(all) : -1;
+    for (size_t i = 0; n > 0 && i < json_array_size(all); i++)
+        if (!json_is_object(json_array_get(all, i)))
+            n = -1;
+    json_decref(all);
+    return n;
+}
+
+long store_json_object_list(const char *text, size_t len)
+{
+    jscan s;
+    jscan_init(&s, text, len);
+    for (long n = 1;; n++) {
+        if (jscan_peek(&s) != JSCAN_OBJECT || jscan_skip(&s) != 0)
+            return object_list_slow(text, len);
+        if (s.p == s.end)
+            return n;
+        if (*s.p != ',')
+            return jscan_end(&s) == 0 ? n : object_list_slow(text, len);
+        if (++s.p == s.end)
+            return n;
+    }
+}
+
+parley_status store_json_damaged(const char *store_name, const char *conversation_id,
+                                 size_t conversation_id_len, char **err)
+{
+    if (err) {
+        char *id = utf8_quotable(conversation_id, conversation_id_len, conversation_id_len);
+        *err = pstr_printf("%s: conversation '%s' holds a damaged message (not a JSON object); "
+                           "clear the conversation", store_name, id ? id : "?");
+        free(id);
+    }
+    return PARLEY_ERR_STORAGE;
 }
 
 void store_json_turn(pbuf *b, const char *turn_id, uint64_t started_ms, uint64_t finished_ms,

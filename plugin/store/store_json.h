@@ -50,6 +50,18 @@ void store_json_message(pbuf *b, const char *message_id, const char *conversatio
  *  that order).  Written by get_conversation and list in every backend. */
 void store_json_lifetime(pbuf *b, const store_lifetime *life);
 
+/* How many JSON objects `text` is, joined by ',' (one trailing ',' allowed: load()'s form),
+ * or -1 when it is anything else.  Stored messages are what Parley wrote, but a file or a
+ * Redis key can be changed behind its back: a row holding {"role":"user"}],"x":[{ must not
+ * be spliced into the JSON the ABI returns, nor into a request.  Linear and allocation-free
+ * for what Parley writes (json_scan.h); jansson decides what the scanner leaves to it. */
+long store_json_object_list(const char *text, size_t len);
+
+/* The status and message for a conversation holding such a message:
+ * "<store>: conversation '<id>' holds a damaged message (not a JSON object); clear it". */
+parley_status store_json_damaged(const char *store_name, const char *conversation_id,
+                                 size_t conversation_id_len, char **err);
+
 /* Does the message object `json` have a string "content" holding `needle`
  * (ASCII case-insensitive; needle as plain text, not JSON-escaped)?  The
  * same rule for every backend. */

@@ -13,6 +13,7 @@
 #include "lib/redact.h"
 #include "engine/store_jobs.h"
 #include "engine/tool_handle.h"
+#include "store/store_json.h"
 #include "lib/utf8.h"
 
 static void free_calls(turn *t)
@@ -57,6 +58,7 @@ void turn_free(turn *t)
     pbuf_free(&t->messages);
     free(t->message_index);
     pbuf_free(&t->steps);
+    llm_call_ids_free(t->call_ids);
     pbuf_free(&t->body);
     free(t->stream_error);
     free(t->answer);
@@ -762,12 +764,19 @@ static void turn_request(turn *t)
         return;
     }
     int rendered = render_request(t, &err);
-    if (rendered == 0 && plan_window(t))
+    if (rendered == 0 && plan_window(t)) /* the window moved: render it again */
         rendered = render_request(t, &err);
     if (rendered != 0) {
-        /* Only a store holding something that is not a message gets here. */
-        char *m = pstr_printf("cannot build the request: %s", err ? err : "out of memory");
-        turn_end(t, PARLEY_ERR_INTERNAL, m ? m : "cannot build the request");
+        /* Only a store holding something that is not a message gets here: checked now, on
+           the failure path (store_json_object_list), so every turn does not pay for it. */
+        char *m = NULL;
+        parley_status st = PARLEY_ERR_INTERNAL;
+        if (t->history.len && store_json_object_list(t->history.data, t->history.len) < 0 &&
+            t->conversation_id)
+            st = store_json_damaged("history", t->conversation_id, strlen(t->conversation_id), &m);
+        else
+            m = pstr_printf("cannot build the request: %s", err ? err : "out of memory");
+        turn_end(t, st, m ? m : "cannot build the request");
         free(m);
         free(err);
         return;
@@ -795,6 +804,7 @@ static void turn_request(turn *t)
         turn_end(t, PARLEY_ERR_NO_MEMORY, "out of memory");
         return;
     }
+    t->requests++;
     atomic_fetch_add(&t->env->metrics->llm_requests, 1);
 }
 
@@ -913,7 +923,6 @@ static void account_reply(turn *t, const llm_reply *reply)
     t->usage.cache_read += u->cache_read;
     t->usage.cache_creation += u->cache_creation;
     t->usage.reasoning += u->reasoning;
-    t->replies++;
     if (!t->images.n) /* base64 bytes are not tokens: learn from text alone */
         ctx_learn_factor(t->env->ctx, t->body.len, u->prompt);
     atomic_fetch_add(&m->tokens_prompt, (uint64_t)u->prompt);
@@ -1212,23 +1221,6 @@ static char *call_problem(const turn *t, const turn_call *c)
     return NULL;
 }
 
-/*
- * Calls the server gave no ids (Ollama) are named by where they stand in the
- * conversation: unique in it (Anthropic needs that after a provider switch)
- * and the same whether the answer was streamed or not.
- */
-static void mint_call_ids(turn *t)
-{
-    size_t at = t->nhistory + t->nmessages;
-    for (size_t i = 0; i < t->ncalls; i++) {
-        char *id = pstr_printf("call_%zu_%zu", at, i);
-        if (!id)
-            continue; /* keep the decoder's "call_<i>" */
-        free(t->calls[i].id);
-        t->calls[i].id = id;
-    }
-}
-
 static void turn_dispatch_tools(turn *t, llm_reply *reply)
 {
     free_calls(t);
@@ -1238,6 +1230,11 @@ static void turn_dispatch_tools(turn *t, llm_reply *reply)
         return;
     }
     t->ncalls = reply->ncalls;
+    /* Before anything is sent or stored: ids the calls of the turn do not share. */
+    if (llm_reply_claim_ids(reply, &t->call_ids, t->nhistory + t->nmessages) != 0) {
+        turn_end(t, PARLEY_ERR_NO_MEMORY, "out of memory");
+        return;
+    }
     for (size_t i = 0; i < reply->ncalls; i++) {
         /* Take the strings over from the reply instead of copying them. */
         t->calls[i].id = reply->calls[i].id;
@@ -1245,8 +1242,6 @@ static void turn_dispatch_tools(turn *t, llm_reply *reply)
         t->calls[i].arguments = reply->calls[i].arguments;
         reply->calls[i].id = reply->calls[i].name = reply->calls[i].arguments = NULL;
     }
-    if (reply->ids_minted)
-        mint_call_ids(t);
     record_tool_calls(t, reply);
     t->tool_rounds++;
 
@@ -1855,7 +1850,7 @@ void turn_report(turn *t)
     u = put_count(u, ",\"cache_creation_tokens\":", t->usage.cache_creation);
     u = put_count(u, ",\"prompt_tokens_evaluated\":", t->usage.evaluated);
     u = put_count(u, ",\"reasoning_tokens\":", t->usage.reasoning);
-    u = put_count(u, ",\"requests\":", t->replies);
+    u = put_count(u, ",\"requests\":", t->requests);
     memcpy(u, "}", 2);
     /* The server's words may quote the key back: never pass it on. */
     char *error_message = without_secrets(t, t->end_message);

@@ -164,12 +164,13 @@ struct turn {
     provider_stream *stream;
     char *stream_error;
     llm_usage usage;          /* summed over the turn's requests */
-    int replies;              /* replies decoded */
+    int requests;             /* HTTP requests started, failed and retried ones too */
     char *stop_reason;        /* the last reply's finish_reason */
     llm_overflow overflow;    /* the sizes of the last context-overflow answer (the turn ended
                                  or may end with PARLEY_ERR_CONTEXT_OVERFLOW); zero otherwise */
     turn_call *calls;
     size_t ncalls, calls_pending;
+    dict *call_ids;           /* the ids of every call of the turn so far (llm_reply_claim_ids) */
     store_job *job;           /* the store job in flight, NULL when none */
     int committing;           /* the append is in flight: only its outcome ends the turn */
     int ended;

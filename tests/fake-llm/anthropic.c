@@ -113,6 +113,12 @@ static bool translate_message(json_t *m, size_t i, json_t **open, json_t *msgs,
                 DIALECT_BAD("messages.%zu.content.%zu: tool_use needs id and name", i, k);
             if (!json_is_object(json_object_get(b, "input")))
                 DIALECT_BAD("messages.%zu.content.%zu.input: Input should be a valid dictionary", i, k);
+            size_t j;
+            json_t *seen;
+            json_array_foreach(next_open, j, seen) {
+                if (strcmp(json_string_value(seen), jstr_member(b, "id")) == 0)
+                    DIALECT_BAD("messages.%zu.content.%zu: `tool_use` ids must be unique", i, k);
+            }
             json_array_append_new(next_open, json_string(jstr_member(b, "id")));
             char *args = json_dumps(json_object_get(b, "input"), JSON_COMPACT | JSON_SORT_KEYS);
             json_array_append_new(calls, json_pack("{s:s,s:s,s:{s:s,s:s}}", "id", jstr_member(b, "id"),

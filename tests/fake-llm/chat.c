@@ -295,6 +295,27 @@ static void plain_text(const struct chat_request *req, buf_t *b)
     }
 }
 
+/* "[[call-ids:A,B,...]]": the calls get these ids in order (an empty one is
+   sent as ""), so a test can make a model that repeats or omits ids. */
+static void apply_call_ids(const char *u, struct chat_reply *r)
+{
+    const char *v;
+    size_t n;
+    if (!marker_find(u, "call-ids", &v, &n) || !v)
+        return;
+    r->ids_given = true;
+    for (size_t i = 0; i < r->ncalls; i++) {
+        const char *comma = memchr(v, ',', n);
+        size_t len = comma ? (size_t)(comma - v) : n;
+        free(r->calls[i].id);
+        r->calls[i].id = xstrndup(v, len);
+        if (!comma)
+            return;
+        n -= len + 1;
+        v = comma + 1;
+    }
+}
+
 void chat_reply_build(const struct chat_request *req, unsigned long seq, bool endless_tools,
                       struct chat_reply *out)
 {
@@ -303,10 +324,12 @@ void chat_reply_build(const struct chat_request *req, unsigned long seq, bool en
     if (endless_tools && tools_ok) {
         const char *n = tool_name_at(req->tools, 0);
         add_call(out, seq, n, strlen(n), "{}", 2);
+        apply_call_ids(req->user_text, out);
         out->finish_reason = "tool_calls";
         return;
     }
     if (tools_ok && plan_tool_calls(req, seq, out)) {
+        apply_call_ids(req->user_text, out);
         out->finish_reason = "tool_calls";
         reasoning_apply(req, out);
         return;

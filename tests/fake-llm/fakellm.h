@@ -147,6 +147,7 @@ struct chat_reply {
     char *reasoning; /* [[think:TEXT]]: the reasoning, in the dialect's own field; or NULL */
     long completion_tokens; /* reported instead of the computed count when > 0 */
     bool context_full;      /* [[ctx-full]]: the context window, not max_tokens, cut it */
+    bool ids_given;  /* [[call-ids:...]] named the calls: Ollama sends the ids too */
 };
 
 /* validate.c: validates body and fills req; on failure fills err (a 400). */

@@ -197,8 +197,11 @@ static json_t *calls_json(const struct chat_reply *r)
             json_decref(args);
             args = json_object();
         }
-        json_array_append_new(calls, json_pack("{s:{s:s,s:o}}", "function", "name",
-                                               r->calls[i].name, "arguments", args));
+        json_t *c = json_pack("{s:{s:s,s:o}}", "function", "name", r->calls[i].name, "arguments",
+                              args);
+        if (r->ids_given) /* newer servers name their calls */
+            json_object_set_new(c, "id", json_string(r->calls[i].id));
+        json_array_append_new(calls, c);
     }
     return calls;
 }

@@ -89,6 +89,7 @@ class HttpErrors(FaultTestCase):
         self.assertIn("500", res["error"]["message"])
         self.assertEqual([r["status"] for r in reqs], [500])
         self.assertEqual(self.metrics(run)["llm_retries"], 0)
+        self.assertEqual(res["usage"]["requests"], 1, "a failed request is a request")
 
     def test_500_twice_then_success(self):
         res, reqs, _, run = self.fault_turn("[[fault:500x2]] flaky", None, 3.0, max_retries=2)
@@ -100,6 +101,7 @@ class HttpErrors(FaultTestCase):
         m = self.metrics(run)
         self.assertEqual(m["llm_retries"], 2)
         self.assertEqual(m["llm_requests"], 4)
+        self.assertEqual(res["usage"]["requests"], 3, "retried requests count")
 
     def test_503_exhausts_retries(self):
         res, reqs, _, run = self.fault_turn("[[fault:503x5]] down", "http_status", 3.0,
@@ -107,6 +109,7 @@ class HttpErrors(FaultTestCase):
         self.assertEqual([r["status"] for r in reqs], [503, 503, 503])
         self.assertIn("The server is overloaded or not ready yet.", res["error"]["message"])
         self.assertEqual(self.metrics(run)["llm_retries"], 2)
+        self.assertEqual(res["usage"]["requests"], 3)
 
     def test_429_retry_honours_retry_after(self):
         """Anchor #8: Retry-After: 1 is honoured (retry_backoff_ms is only 10)."""

@@ -12,6 +12,8 @@ the published references:
 """
 import json
 import os
+import shutil
+import sqlite3
 import subprocess
 import tempfile
 import unittest
@@ -113,7 +115,8 @@ class ToolTurns(ProviderCase):
         self.assertEqual(use["input"], {"name": "kitchen"})
         self.assertEqual(second["messages"][2]["content"],
                          [{"type": "tool_result", "tool_use_id": use["id"],
-                           "content": DEMO_RESULT}])
+                           "content": DEMO_RESULT,  # the request's end: the moving breakpoint
+                           "cache_control": {"type": "ephemeral"}}])
         self.assertEqual(reqs[0]["authorization"], None)
 
     def test_ollama(self):
@@ -172,6 +175,122 @@ class ToolTurns(ProviderCase):
             self.assertEqual(body["options"], {"temperature": 0.5, "num_predict": 64,
                                                "num_ctx": 16384})
             self.assertEqual(body["format"], "")
+
+
+class DuplicateCallIds(ProviderCase):
+    """A model that repeats a call id, or names one call and not the next (Parley filled the
+    empty id with "call_<position>", the same "call_1"): ids are made unique in the turn before
+    anything is sent or stored, so no later request is refused ("Duplicate tool call id")."""
+
+    CALLS = '[[tool:turn_on {"name":"kitchen"}]] [[tool:turn_off {"name":"hall"}]] '
+
+    def check(self, provider, stream, ids):
+        lines = [{"text": self.CALLS + "[[call-ids:%s]]" % ids, "conversation_id": "c"},
+                 {"text": "thanks", "conversation_id": "c"},
+                 {"op": "history", "conversation_id": "c"}]
+        run, reqs = self.tool_conversation(provider, stream, lines)
+        first = self.assertTurnOk(run.by_seq(1))
+        self.assertTurnOk(run.by_seq(2))
+        self.assertTrue(all(r["status"] == 200 for r in reqs), reqs)
+        msgs = self.history(run, 3)["turns"][0]["messages"]
+        call_ids = [c["id"] for c in msgs[1]["tool_calls"]]
+        self.assertEqual(len(set(call_ids)), 2, call_ids)
+        self.assertNotIn("", call_ids)
+        if provider != "ollama" or "" not in ids.split(","):
+            self.assertEqual(call_ids[0], "call_1", "the model's first id is kept")
+        else:  # an Ollama reply with a call unnamed: Parley names them all by position
+            self.assertEqual(call_ids, ["call_1_0", "call_1_1"])
+        self.assertEqual([m["tool_call_id"] for m in msgs[2:4]], call_ids)
+        self.assertEqual([s["call_id"] for s in first["steps"] if s["type"] == "tool_call"],
+                         call_ids)
+
+    def test_every_provider_streamed_or_not(self):
+        for provider in PROVIDERS:
+            for stream in (False, True):
+                for ids in ("call_1,call_1", "call_1,"):
+                    with self.subTest(provider=provider, stream=stream, ids=ids):
+                        self.check(provider, stream, ids)
+
+    def test_unique_across_the_rounds_of_a_turn(self):
+        """A model that names every call "call_1", round after round."""
+        lines = [{"text": "[[fault:endless_tools]] [[call-ids:call_1]]", "conversation_id": "c"},
+                 {"op": "history", "conversation_id": "c"}]
+        for provider in PROVIDERS:
+            with self.subTest(provider=provider):
+                run, _ = self.tool_conversation(provider, False, lines, max_tool_iterations=3)
+                self.assertTurnOk(run.by_seq(1))
+                msgs = self.history(run, 2)["turns"][0]["messages"]
+                ids = [c["id"] for m in msgs for c in m.get("tool_calls", [])]
+                self.assertEqual(len(ids), 3, msgs)
+                self.assertEqual(len(set(ids)), 3, ids)
+
+
+class LegacyDuplicateIds(ProviderCase):
+    """A history an older Parley stored with one call id twice in an assistant message (and the
+    results answering both with it) is sent with the second call and its result renamed, so the
+    conversation goes on under every provider; the stored text stays as it was."""
+
+    def test_poisoned_history_goes_on(self):
+        with tempfile.TemporaryDirectory(prefix="parley-legacy-") as d, FakeLLM() as fake:
+            path = os.path.join(d, "history.db")
+            text = '[[tool:turn_on {"name":"kitchen"}]] [[tool:turn_off {"name":"hall"}]]'
+            run = self.run_ok([{"text": text, "conversation_id": "c"}],
+                              provider_options(fake, "openai", history_store="sqlite:" + path),
+                              tools="demo")
+            self.assertTurnOk(run.by_seq(1))
+            db = sqlite3.connect(path)
+            with db:  # what an older Parley stored for "call_1" and ""
+                for row, js in db.execute("SELECT id, json FROM messages ORDER BY id").fetchall():
+                    m = json.loads(js)
+                    for c in m.get("tool_calls", []):
+                        c["id"] = "call_1"
+                    if "tool_call_id" in m:
+                        m["tool_call_id"] = "call_1"
+                    db.execute("UPDATE messages SET json = ? WHERE id = ?",
+                               (json.dumps(m, separators=(",", ":")), row))
+            db.close()
+            for provider in PROVIDERS:
+                for stream in (False, True):
+                    with self.subTest(provider=provider, stream=stream):
+                        copy = os.path.join(d, "%s-%d.db" % (provider, stream))
+                        shutil.copyfile(path, copy)  # each from the same poisoned history
+                        run = self.run_ok([{"text": "and now? [[ask]]", "conversation_id": "c"},
+                                           {"op": "history", "conversation_id": "c"}],
+                                          provider_options(fake, provider, stream=stream,
+                                                           history_store="sqlite:" + copy),
+                                          tools="demo")
+                        self.assertTurnOk(run.by_seq(1))
+                        body = llm_requests(fake, provider)[-1]["body"]
+                        sent = json.dumps(body)
+                        if provider != "ollama":
+                            self.assertIn('"call_1_2"', sent)
+                        # the stored text is unchanged: the renames live in requests only
+                        first = self.history(run, 2)["turns"][0]["messages"]
+                        self.assertEqual([c["id"] for c in first[1]["tool_calls"]],
+                                         ["call_1", "call_1"])
+
+
+class ManyToolCalls(ProviderCase):
+    """One limit on the tool calls of one answer, the same streamed or not, on every provider:
+    129 work (a stream used to stop at 128), 1024 is the most, 1025 is a bad response."""
+
+    def turn(self, provider, stream, n):
+        lines = [{"text": "[[tool:no_such_tool {}]]" * n, "conversation_id": "c"}]
+        with FakeLLM() as fake:
+            run = self.run_ok(lines, provider_options(fake, provider, stream=stream),
+                              tools="demo")
+        return run.by_seq(1)
+
+    def test_same_both_ways(self):
+        for provider in PROVIDERS:
+            for stream in (False, True):
+                with self.subTest(provider=provider, stream=stream):
+                    res = self.assertTurnOk(self.turn(provider, stream, 129))
+                    self.assertEqual(sum(s["type"] == "tool_call" for s in res["steps"]), 129)
+                    res = self.turn(provider, stream, 1025)
+                    self.assertTurnError(res, "bad_response")
+                    self.assertIn("the answer has more than 1024 tool calls",
+                                  res["error"]["message"])
 
 
 class Reasoning(ProviderCase):

@@ -306,8 +306,45 @@ static void test_content_matches(void)
     CHECK(!store_json_content_matches(plain, strlen(plain), "\""));
 }
 
+/* What a read accepts as stored messages: objects joined by ',' (store_json.h). */
+static void test_object_list(void)
+{
+    static const struct {
+        const char *text;
+        long n;
+    } cases[] = {
+        {"{\"role\":\"user\",\"content\":\"x\"}", 1},
+        {"{\"a\":1},{\"b\":[1,{\"c\":\"},{\"}]}", 2},
+        {"{\"a\":1},{\"b\":2},", 2},                      /* load()'s trailing ',' */
+        {"{\"a\":\"\\u0000\"}", 1},                       /* left to jansson, still fine */
+        {"{\"a\":123456789012345678901234}", 1},          /* the same */
+        {"{\"role\":\"user\",\"content\":\"x\"}],\"injected\":[{", -1},
+        {"{\"a\":1}]", -1},
+        {"{\"a\":1} x", -1},
+        {"[{\"a\":1}]", -1},
+        {"\"text\"", -1},
+        {"{\"a\":1},,{\"b\":2}", -1},
+        {",", -1},
+        {"", -1},
+        {"{\"a\":\"\xc3\"}", -1},                         /* invalid UTF-8 */
+        {"{\"a\":1},5", -1},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        long n = store_json_object_list(cases[i].text, strlen(cases[i].text));
+        CHECK(n == cases[i].n);
+        if (n != cases[i].n)
+            fprintf(stderr, "  %s: %ld, expected %ld\n", cases[i].text, n, cases[i].n);
+    }
+    char *err = NULL;
+    CHECK(store_json_damaged("sqlite store f.db", "k\xff\x01" "che", 6, &err) == PARLEY_ERR_STORAGE);
+    CHECK_STR(err, "sqlite store f.db: conversation 'k\\xFF\\x01che' holds a damaged message (not "
+                   "a JSON object); clear the conversation");
+    free(err);
+}
+
 int main(void)
 {
+    test_object_list();
     if (!mkdtemp(tmpdir)) {
         perror("mkdtemp");
         return 2;

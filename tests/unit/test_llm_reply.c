@@ -597,11 +597,8 @@ static void test_stream_tool_call_indexes(void)
     }
     result_free(&res);
 
-    expect_stream_error("data: {\"choices\":[{\"delta\":{\"tool_calls\":[{\"index\":128,\"function\":"
-                        "{\"name\":\"f\"}}]}}]}\n\n",
-                        "index 128 is out of range");
     expect_stream_error("data: {\"choices\":[{\"delta\":{\"tool_calls\":[{\"index\":-1}]}}]}\n\n",
-                        "index -1 is out of range");
+                        "index -1 is negative");
     expect_stream_error("data: {\"choices\":[{\"delta\":{\"tool_calls\":[{\"index\":\"0\"}]}}]}\n\n",
                         "index is a string, not an integer");
     expect_stream_error("data: {\"choices\":[{\"delta\":{\"tool_calls\":[{\"index\":0,\"function\":"
@@ -686,12 +683,12 @@ static void test_stream_odd_tool_calls(void)
     }
     result_free(&res);
 
-    /* More index-less calls than a stream may hold. */
+    /* More index-less calls than an answer may hold. */
     pbuf many = PBUF_INIT;
-    for (int i = 0; i <= 128; i++)
+    for (int i = 0; i <= LLM_MAX_TOOL_CALLS; i++)
         pbuf_printf(&many, "data: {\"choices\":[{\"delta\":{\"tool_calls\":[{\"id\":\"c%d\","
                     "\"function\":{\"name\":\"f\"}}]}}]}\n\n", i);
-    expect_stream_error(many.data, "more than 128 tool calls");
+    expect_stream_error(many.data, "the answer has more than 1024 tool calls");
     pbuf_free(&many);
 
     expect_stream_error("data: {\"choices\":[{\"delta\":{\"tool_calls\":[7]}}]}\n\n",
@@ -878,6 +875,139 @@ static void test_stream_size_limit(void)
     free(big);
 }
 
+/* ---- one limit on tool calls, streamed or not ---- */
+
+static void whole_with_calls(pbuf *b, int n)
+{
+    pbuf_reset(b);
+    pbuf_puts(b, "{\"choices\":[{\"message\":{\"role\":\"assistant\",\"content\":null,\"tool_calls\":[");
+    for (int i = 0; i < n; i++)
+        pbuf_printf(b, "%s{\"id\":\"c%d\",\"type\":\"function\",\"function\":{\"name\":\"f\","
+                       "\"arguments\":\"{}\"}}", i ? "," : "", i);
+    pbuf_puts(b, "]},\"finish_reason\":\"tool_calls\"}]}");
+}
+
+static void stream_with_calls(pbuf *b, int n, int stride)
+{
+    pbuf_reset(b);
+    for (int i = 0; i < n; i++)
+        pbuf_printf(b, "data: {\"choices\":[{\"delta\":{\"tool_calls\":[{\"index\":%d,\"id\":\"c%d\","
+                       "\"function\":{\"name\":\"f\",\"arguments\":\"{}\"}}]}}]}\n\n", i * stride, i);
+    pbuf_puts(b, "data: [DONE]\n\n");
+}
+
+static void test_tool_call_limit(void)
+{
+    pbuf b = PBUF_INIT;
+    llm_reply r;
+    char *err = NULL;
+    /* 129 calls (a stream's old limit was 128) and the most an answer may hold: both ways */
+    static const int fine[] = {129, LLM_MAX_TOOL_CALLS};
+    for (size_t k = 0; k < 2; k++) {
+        whole_with_calls(&b, fine[k]);
+        CHECK(llm_reply_decode(b.data, b.len, &r, &err) == 0 && r.ncalls == (size_t)fine[k]);
+        llm_reply_free(&r);
+        stream_with_calls(&b, fine[k], 1);
+        stream_result res = run_stream(b.data);
+        CHECK(res.rc == 0 && res.reply.ncalls == (size_t)fine[k]);
+        result_free(&res);
+    }
+    /* one more: the same error both ways */
+    whole_with_calls(&b, LLM_MAX_TOOL_CALLS + 1);
+    CHECK(llm_reply_decode(b.data, b.len, &r, &err) == -1);
+    CHECK_STR(err, "the answer has more than 1024 tool calls");
+    free(err);
+    stream_with_calls(&b, LLM_MAX_TOOL_CALLS + 1, 1);
+    expect_stream_error(b.data, "the answer has more than 1024 tool calls");
+    /* sparse indexes take no room: index 128, 5000 and 2^53 + 1 are three calls, in order */
+    stream_result res = run_stream(
+        "data: {\"choices\":[{\"delta\":{\"tool_calls\":[{\"index\":5000,\"id\":\"b\",\"function\":"
+        "{\"name\":\"f\"}},{\"index\":9007199254740993,\"id\":\"c\",\"function\":{\"name\":\"f\"}},"
+        "{\"index\":128,\"id\":\"a\",\"function\":{\"name\":\"f\"}}]}}]}\n\n"
+        "data: {\"choices\":[{\"delta\":{\"tool_calls\":[{\"index\":5000,\"function\":"
+        "{\"arguments\":\"{}\"}}]}}]}\n\ndata: [DONE]\n\n");
+    CHECK(res.rc == 0 && res.reply.ncalls == 3);
+    if (res.reply.ncalls == 3) {
+        CHECK_STR(res.reply.calls[0].id, "a");
+        CHECK_STR(res.reply.calls[1].id, "b");
+        CHECK_STR(res.reply.calls[2].id, "c");
+    }
+    result_free(&res);
+    pbuf_free(&b);
+}
+
+/* ---- call ids unique within a turn ---- */
+
+#define CALL(id) "{\"id\":" id ",\"type\":\"function\",\"function\":{\"name\":\"f\",\"arguments\":\"{}\"}}"
+
+static void decode_calls(const char *id0, const char *id1, llm_reply *r)
+{
+    char body[512];
+    snprintf(body, sizeof body,
+             "{\"choices\":[{\"message\":{\"role\":\"assistant\",\"content\":null,\"tool_calls\":["
+             CALL("%s") "," CALL("%s") "]},\"finish_reason\":\"tool_calls\"}]}", id0, id1);
+    char *err = NULL;
+    CHECK(decode(body, r, &err) == 0 && r->ncalls == 2);
+    free(err);
+}
+
+static void test_claim_ids(void)
+{
+    /* "call_1" twice, and "call_1" beside none (decoded as "call_1": its position) */
+    static const char *pairs[][2] = {{"\"call_1\"", "\"call_1\""}, {"\"call_1\"", "\"\""},
+                                     {"\"call_1\"", "null"}};
+    for (size_t k = 0; k < sizeof pairs / sizeof pairs[0]; k++) {
+        llm_reply r;
+        decode_calls(pairs[k][0], pairs[k][1], &r);
+        CHECK_STR(r.calls[1].id, "call_1"); /* what the decoders make of it */
+        dict *taken = NULL;
+        CHECK(llm_reply_claim_ids(&r, &taken, 3) == 0);
+        CHECK_STR(r.calls[0].id, "call_1");
+        CHECK_STR(r.calls[1].id, "call_3_1");
+        llm_reply_free(&r);
+
+        /* The next round of the turn says "call_1" and "call_3_1" again; a minted id the
+           model already used gets a further suffix. */
+        decode_calls("\"call_3_1\"", "\"call_1\"", &r);
+        CHECK(llm_reply_claim_ids(&r, &taken, 5) == 0);
+        CHECK_STR(r.calls[0].id, "call_5_0");
+        CHECK_STR(r.calls[1].id, "call_5_1");
+        llm_reply_free(&r);
+        decode_calls("\"call_5_1\"", "\"call_5_1\"", &r);
+        CHECK(llm_reply_claim_ids(&r, &taken, 5) == 0);
+        CHECK_STR(r.calls[0].id, "call_5_0_1");
+        CHECK_STR(r.calls[1].id, "call_5_1_1");
+        llm_reply_free(&r);
+        llm_call_ids_free(taken);
+    }
+
+    /* Streamed: the same ids as the whole reply. */
+    stream_result res = run_stream(
+        "data: {\"choices\":[{\"delta\":{\"tool_calls\":[{\"index\":0,\"id\":\"call_1\",\"function\":"
+        "{\"name\":\"f\",\"arguments\":\"{}\"}},{\"index\":1,\"id\":\"\",\"function\":{\"name\":\"g\","
+        "\"arguments\":\"{}\"}}]}}]}\n\ndata: [DONE]\n\n");
+    CHECK(res.rc == 0 && res.reply.ncalls == 2);
+    dict *taken = NULL;
+    CHECK(llm_reply_claim_ids(&res.reply, &taken, 1) == 0);
+    if (res.reply.ncalls == 2) {
+        CHECK_STR(res.reply.calls[0].id, "call_1");
+        CHECK_STR(res.reply.calls[1].id, "call_1_1");
+    }
+    result_free(&res);
+    llm_call_ids_free(taken);
+
+    /* ids_minted (Ollama without ids): every call is named by its place. */
+    llm_reply r;
+    decode_calls("\"x\"", "\"y\"", &r);
+    r.ids_minted = 1;
+    taken = NULL;
+    CHECK(llm_reply_claim_ids(&r, &taken, 2) == 0);
+    CHECK_STR(r.calls[0].id, "call_2_0");
+    CHECK_STR(r.calls[1].id, "call_2_1");
+    llm_reply_free(&r);
+    llm_call_ids_free(taken);
+}
+
 int main(void)
 {
     test_decode_content();
@@ -897,5 +1027,7 @@ int main(void)
     test_stream_endings();
     test_stream_bad_chunks();
     test_stream_size_limit();
+    test_claim_ids();
+    test_tool_call_limit();
     return check_report();
 }

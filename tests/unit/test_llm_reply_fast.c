@@ -555,8 +555,9 @@ static void test_streams(void)
                "\"function\":null},{\"type\":\"function\",\"function\":{\"name\":null,"
                "\"arguments\":null}},{\"index\":127,\"function\":{\"arguments\":\"\"}}]}}]}",
                1);
+    diff_chunk("{\"choices\":[{\"delta\":{\"tool_calls\":[{\"index\":128}]}}]}", 1);
+    diff_chunk("{\"choices\":[{\"delta\":{\"tool_calls\":[{\"index\":9007199254740993}]}}]}", 1);
     static const char *const left[] = {
-        "{\"choices\":[{\"delta\":{\"tool_calls\":[{\"index\":128}]}}]}",
         "{\"choices\":[{\"delta\":{\"tool_calls\":[{\"index\":-1}]}}]}",
         "{\"choices\":[{\"delta\":{\"tool_calls\":[{\"index\":1.0}]}}]}",
         "{\"choices\":[{\"delta\":{\"tool_calls\":[{\"index\":\"0\"}]}}]}",
@@ -581,7 +582,8 @@ static void test_streams(void)
     for (size_t i = 0; i < sizeof left / sizeof *left; i++)
         diff_chunk(left[i], 0);
 
-    /* tool call deltas without indexes: continued, named by id, new ones; then past 128 calls */
+    /* tool call deltas without indexes: continued, named by id, new ones; then past
+       LLM_MAX_TOOL_CALLS calls */
     pbuf b = PBUF_INIT;
     static const char *const deltas[] = {
         "{\"id\":\"a\",\"function\":{\"name\":\"f\",\"arguments\":\"{\\\"x\\\"\"}}",
@@ -595,12 +597,13 @@ static void test_streams(void)
     CHECK(stream_diff(b.data, b.len, 0) == sizeof deltas / sizeof *deltas + 1);
     stream_diff(b.data, b.len, 5);
     pbuf_reset(&b);
-    for (int i = 0; i < 130; i++)
+    for (int i = 0; i < LLM_MAX_TOOL_CALLS + 2; i++)
         pbuf_printf(&b, "data: {\"choices\":[{\"delta\":{\"tool_calls\":[{\"id\":\"c%d\","
                         "\"function\":{\"name\":\"f\"}}]}}]}\n\n",
                     i);
     pbuf_puts(&b, "data: [DONE]\n\n");
-    CHECK(stream_diff(b.data, b.len, 0) == 129); /* the 129th fails, as with jansson */
+    CHECK(stream_diff(b.data, b.len, 0) == LLM_MAX_TOOL_CALLS + 1); /* the one too many fails,
+                                                                        as with jansson */
     pbuf_free(&b);
 
     /* every deletion and some substitutions in the usual stream */

@@ -7,6 +7,7 @@
 
 #include "check.h"
 #include "config/persona.h"
+#include "lib/utf8.h"
 
 static int contains(const char *s, const char *part) { return s && strstr(s, part) != NULL; }
 
@@ -87,6 +88,97 @@ static void test_parse(void)
     toolset_free(agent);
 }
 
+/* Error text quoting a name is UTF-8 whatever the name: bytes that are not, and control
+   characters, as \xNN; a long name cut at a character's start, never inside one. */
+static void test_quoting(void)
+{
+    char *err = NULL;
+    toolset *agent = toolset_parse(TOOLS, NULL, &err);
+    persona_set s;
+    CHECK(persona_set_parse("{\"chef\": {\"prompt\": \"p\"}}", agent, &s, &err) == 0);
+    CHECK(persona_check_name(&s, "\xff\xfe" "chef\x01", 0, "input 'persona'", &err) == -1);
+    CHECK(err && utf8_valid(err, strlen(err)));
+    CHECK(contains(err, "input 'persona': unknown persona \"\\xFF\\xFEchef\\x01\""));
+    free(err);
+    char long_name[128] = "a";
+    for (int i = 0; i < 40; i++)
+        strcat(long_name, "\xc3\xa9"); /* é: 81 bytes, the 64th byte inside a character */
+    CHECK(persona_check_name(&s, long_name, 0, "x", &err) == -1);
+    CHECK(err && utf8_valid(err, strlen(err)));
+    char want[128];
+    snprintf(want, sizeof want, "unknown persona \"%.63s...\"", long_name);
+    CHECK(contains(err, want));
+    free(err);
+    persona_set_free(&s);
+    char json[256];
+    snprintf(json, sizeof json, "{\"a\": {\"prompt\": \"p\", \"tools\": [\"%s\"]}}", long_name);
+    CHECK(persona_set_parse(json, agent, &s, &err) == -1);
+    CHECK(err && utf8_valid(err, strlen(err)));
+    free(err);
+    snprintf(json, sizeof json, "{\"a\": {\"prompt\": \"p\", \"%s\": 1}}", long_name);
+    CHECK(persona_set_parse(json, agent, &s, &err) == -1);
+    CHECK(err && utf8_valid(err, strlen(err)));
+    free(err);
+    toolset_free(agent);
+}
+
+/* Names that print alike must be one persona: invisible characters and names not in NFC are
+   refused (lib/unicode_name.h), by the option and by an input naming a persona. */
+static void test_lookalike_names(void)
+{
+    static const char *const refused[][2] = {
+        {"cafe\xcc\x81", "U+0301"},                 /* NFD café */
+        {"\xe2\x84\xab" "ngstr\xc3\xb6m", "U+212B"}, /* ANGSTROM SIGN */
+        {"\xe2\x84\xa6hm", "U+2126"},                /* OHM SIGN */
+        {"a\xe2\x80\x8b" "b", "U+200B"},             /* zero-width space */
+        {"chef\xe2\x80\x8f", "U+200F"},              /* right-to-left mark */
+        {"\xe2\x80\xae" "fehc", "U+202E"},           /* right-to-left override */
+        {"\xef\xbb\xbf" "chef", "U+FEFF"},           /* byte order mark */
+        {"so\xc2\xad" "le", "U+00AD"},               /* soft hyphen */
+        {"x\xc2\x85y", "U+0085"},                    /* C1 control */
+        {"\xe1\x84\x80\xe1\x85\xa1", "U+1161"},      /* NFD Hangul 가 */
+        {"\xe3\x81\x8b\xe3\x82\x99", "U+3099"},      /* か + voicing mark */
+        {"\xe0\xa4\xa8\xe0\xa4\xbc", "U+093C"},      /* न + nukta (NFC: ऩ) */
+        {"\xe0\xa5\x9b", "U+095B"},                  /* ज़ as one character: a composition exclusion */
+        {"\xe1\xbd\xb1", "U+1F71"},                  /* Greek alpha with oxia */
+        {"\xf0\x9f\x91\xa9\xe2\x80\x8d\xf0\x9f\x8d\xb3", "U+200D"}, /* an emoji ZWJ sequence */
+    };
+    char *err = NULL;
+    persona_set s;
+    for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
+        char json[128];
+        snprintf(json, sizeof json, "{\"%s\": {\"prompt\": \"p\"}}", refused[i][0]);
+        err = NULL;
+        CHECK(persona_set_parse(json, NULL, &s, &err) == -1);
+        CHECK(contains(err, refused[i][1]) && contains(err, "NFC"));
+        if (!contains(err, refused[i][1]))
+            fprintf(stderr, "  %s -> %s\n", refused[i][0], err ? err : "(null)");
+        free(err);
+    }
+    static const char *const fine[] = {
+        "caf\xc3\xa9", "\xc3\x85ngstr\xc3\xb6m", "\xce\xa9", "ab", "\xea\xb0\x80",
+        "\xe3\x81\x8c", "\xe0\xa4\x9c\xe0\xa4\xbc\xe0\xa5\x8b\xe0\xa4\xaf\xe0\xa4\xbe", /* ज़ोया */
+        "\xce\xac", "\xd0\x99", "\xe0\xa4\xa8\xe0\xa4\xae", "chef-2", "\xf0\x9f\x8d\xb3",
+    };
+    for (size_t i = 0; i < sizeof fine / sizeof fine[0]; i++) {
+        char json[128];
+        snprintf(json, sizeof json, "{\"%s\": {\"prompt\": \"p\"}}", fine[i]);
+        err = NULL;
+        CHECK(persona_set_parse(json, NULL, &s, &err) == 0);
+        if (err)
+            fprintf(stderr, "  %s -> %s\n", fine[i], err);
+        free(err);
+        persona_set_free(&s);
+    }
+    /* an input naming a look-alike of a defined persona is told why it is unknown */
+    CHECK(persona_set_parse("{\"caf\xc3\xa9\": {\"prompt\": \"p\"}}", NULL, &s, &err) == 0);
+    err = NULL;
+    CHECK(persona_check_name(&s, "cafe\xcc\x81", 0, "input 'persona'", &err) == -1);
+    CHECK(contains(err, "unknown persona") && contains(err, "it holds U+0301"));
+    free(err);
+    persona_set_free(&s);
+}
+
 /* Worker threads bump counters of new and known personas while a host thread prints them. */
 static persona_metrics shared;
 static atomic_int stop_printing;
@@ -145,6 +237,8 @@ static void test_counters(void)
 
 int main(void)
 {
+    test_quoting();
+    test_lookalike_names();
     test_parse();
     test_counters();
     test_counters_threads();

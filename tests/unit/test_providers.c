@@ -182,6 +182,67 @@ static void check_stored_text_escapes(void)
     options_free(&o);
 }
 
+/* A history an older Parley stored with call ids repeated in one message (codec.h,
+ * call_renames): the later calls and their results are sent renamed, the same from stored
+ * text and from JSON, and the renames end with the block. */
+static void check_repeated_call_ids(void)
+{
+    const char *text =
+        "{\"role\":\"user\",\"content\":\"go\"},"
+        "{\"role\":\"assistant\",\"content\":null,\"tool_calls\":["
+        "{\"id\":\"a\",\"type\":\"function\",\"function\":{\"name\":\"f\",\"arguments\":\"{\\\"id\\\":\\\"a\\\"}\"}},"
+        "{\"id\":\"a\",\"type\":\"function\",\"function\":{\"name\":\"g\",\"arguments\":\"{}\"}},"
+        "{\"id\":\"a_2\",\"type\":\"function\",\"function\":{\"name\":\"h\",\"arguments\":\"{}\"}}]},"
+        "{\"role\":\"tool\",\"tool_call_id\":\"a\",\"content\":\"1\"},"
+        "{\"role\":\"tool\",\"tool_call_id\":\"a\",\"content\":\"2\"},"
+        "{\"role\":\"tool\",\"tool_call_id\":\"a_2\",\"content\":\"3\"},"
+        "{\"role\":\"assistant\",\"content\":\"done\"},"
+        "{\"role\":\"assistant\",\"content\":null,\"tool_calls\":["
+        "{\"id\":\"a\",\"type\":\"function\",\"function\":{\"name\":\"f\",\"arguments\":\"{}\"}}]},"
+        "{\"role\":\"tool\",\"tool_call_id\":\"a\",\"content\":\"4\"},";
+    char list_text[2048];
+    snprintf(list_text, sizeof list_text, "[%.*s]", (int)strlen(text) - 1, text);
+    json_t *list = json_loads(list_text, 0, NULL), *none = json_array();
+    CHECK(list != NULL);
+    for (size_t k = 0; k < 2; k++) {
+        const char *name = k ? "anthropic" : "openai";
+        char opts[96];
+        snprintf(opts, sizeof opts, "{\"provider\":\"%s\",\"model\":\"m\"}", name);
+        parley_options o;
+        char *err = NULL;
+        CHECK(options_parse(opts, &o, &err) == 0);
+        const provider *p = provider_find(name);
+        provider_request from_json = {.history = list, .messages = none, .tools_json = "[]"};
+        provider_request from_text = {.history_text = text, .history_text_len = strlen(text),
+                                      .messages = none, .tools_json = "[]"};
+        pbuf a = PBUF_INIT, b = PBUF_INIT;
+        CHECK(p->encode(&a, &o, &from_json, &err) == 0);
+        CHECK(!p->reads_history_text || p->encode(&b, &o, &from_text, &err) == 0);
+        /* calls a, a, a_2 go as a, a_3, a_2; results in order; the later block is its own */
+        const char *want = k ? "\"id\":\"a\",\"name\":\"f\"" : "\"id\":\"a\",\"type\":\"function\"";
+        CHECK(a.data && strstr(a.data, want));
+        CHECK(a.data && strstr(a.data, "a_3"));
+        if (k == 0) {
+            CHECK(strstr(a.data, "\"tool_call_id\":\"a_3\",\"content\":\"2\""));
+            CHECK(strstr(a.data, "\"tool_call_id\":\"a_2\",\"content\":\"3\""));
+            CHECK(strstr(a.data, "\"tool_call_id\":\"a\",\"content\":\"4\""));
+            json_t *ja = json_loads(a.data, 0, NULL), *jb = json_loads(b.data ? b.data : "", 0, NULL);
+            CHECK(ja && jb && json_equal(ja, jb));
+            json_decref(ja);
+            json_decref(jb);
+        } else {
+            CHECK(strstr(a.data, "\"tool_use_id\":\"a_3\",\"content\":\"2\""));
+            CHECK(strstr(a.data, "\"tool_use_id\":\"a\",\"content\":\"4\""));
+        }
+        pbuf_free(&a);
+        pbuf_free(&b);
+        free(err);
+        options_free(&o);
+    }
+    json_decref(list);
+    json_decref(none);
+}
+
 /* Stored text in every mixture the renderer meets: Parley's plain text
  * messages (copied by the one-memchr fast path, in runs of one append),
  * wire-only messages of other shapes (the general scan), messages with a
@@ -550,6 +611,7 @@ int main(void)
     check_request_rules();
     check_stored_text_escapes();
     check_stored_text_runs();
+    check_repeated_call_ids();
     check_errors();
     check_think_tags();
     return check_report();

@@ -85,6 +85,22 @@ static void test_cursor(void)
     CHECK_STR(refused_field(json), "cursor");
     snprintf(json, sizeof json, "{\"role\":\"user\",\"order\":\"oldest\",\"cursor\":\"%s\"}", cursor);
     CHECK_STR(refused_field(json), "cursor");
+
+    /* Only the canonical text: the same fingerprint, the position written otherwise. */
+    const char *fp = cursor + 3; /* "c1." */
+    static const char *const forged[] = {"8000000000000000", "ffffffffffffffff", "00000000000000002a",
+                                         "+2a", "0x2a", "2A", "02a", "0", "", "2a ", "-2a", " 2a",
+                                         "12345678901234567"};
+    for (size_t i = 0; i < sizeof forged / sizeof forged[0]; i++) {
+        snprintf(json, sizeof json, "{\"role\":\"user\",\"cursor\":\"c1.%.16s.%s\"}", fp, forged[i]);
+        CHECK_STR(refused_field(json), "cursor");
+    }
+    snprintf(json, sizeof json, "{\"role\":\"user\",\"cursor\":\"c1.%.16s.7fffffffffffffff\"}", fp);
+    CHECK_STR(refused_field(json), "ok");
+    char upper[64];
+    snprintf(upper, sizeof upper, "C1.%.16s.2a", fp);
+    snprintf(json, sizeof json, "{\"role\":\"user\",\"cursor\":\"%s\"}", upper);
+    CHECK_STR(refused_field(json), "cursor");
     free(cursor);
 }
 

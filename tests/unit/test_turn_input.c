@@ -5,7 +5,10 @@
 #include <string.h>
 
 #include "check.h"
+#include "config/selector.h"
 #include "engine/config.h"
+#include "lib/utf8.h"
+#include "turn/turn_append.h"
 #include "turn/turn_input.h"
 
 static void done_cb(void *ud, const parley_result *r)
@@ -56,6 +59,42 @@ static turn *check_accepted(agent_config *cfg, fields f)
         fprintf(stderr, "  refused: %s\n", err);
     free(err);
     return t;
+}
+
+/* append_message's message (and any selector) that is not UTF-8 is refused naming the key
+   whose member holds the bad byte, in a message that is UTF-8 itself. */
+static void test_append_bad_utf8(agent_config *cfg)
+{
+    static const struct {
+        const char *json, *key;
+    } cases[] = {
+        {"{\"conversation_id\":\"c\",\"content\":\"x\",\"metadata\":{\"k\":\"\xff\"}}", "metadata"},
+        {"{\"conversation_id\":\"c\",\"metadata\":{\"a\":[\"\\\"\",{\"b\":\"\xc3(\"}]},\"content\":\"x\"}",
+         "metadata"},
+        {"{\"conversation_id\":\"c\",\"content\":\"\xe2\x82\"}", "content"},
+        {"{\"conversation_id\":\"c\xff\",\"content\":\"x\"}", "conversation_id"},
+        {"{\"persona\":\"\xc0\xaf\",\"conversation_id\":\"c\",\"content\":\"x\"}", "persona"},
+        {"{\"conversation_id\":\"c\",\"k\xff\":1,\"content\":\"x\"}", "selector"},
+        {"{\"conversation_id\":\"c\",\"colour\":\"\xff\",\"content\":\"x\"}", "selector"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        parley_status st = PARLEY_OK;
+        char *err = NULL;
+        turn *t = turn_append_accept(cfg, 1, cases[i].json, done_cb, NULL, &st, &err);
+        CHECK(t == NULL && st == PARLEY_ERR_INVALID_INPUT);
+        CHECK(err && utf8_valid(err, strlen(err)));
+        char want[64];
+        snprintf(want, sizeof want, "message_json: %s: not valid UTF-8", cases[i].key);
+        CHECK_STR(err, want);
+        free(err);
+        turn_free(t);
+        selector sel;
+        err = NULL;
+        CHECK(selector_parse(cases[i].json, SELECTOR_OTHER_KEYS, &sel, &err) ==
+              PARLEY_ERR_INVALID_INPUT);
+        CHECK_STR(sel.bad_key, cases[i].key);
+        free(err);
+    }
 }
 
 int main(void)
@@ -153,6 +192,16 @@ int main(void)
     CHECK_STR(reply_outcome_name(REPLY_IN_WINDOW), "in_window");
     CHECK_STR(reply_outcome_name(REPLY_NOT_FOUND), "not_found");
 
+    test_append_bad_utf8(cfg);
+    /* a persona given through the ABI that is not UTF-8 is never quoted raw */
+    parley_input bad_persona = {.struct_size = sizeof bad_persona, .text = "hello",
+                                .conversation_id = "c", .persona = "k\xc3\x28\xff"};
+    st = PARLEY_OK;
+    err = NULL;
+    t = turn_input_accept(cfg, 3, &bad_persona, done_cb, NULL, &st, &err);
+    CHECK(!t && st == PARLEY_ERR_INVALID_INPUT);
+    CHECK(err && utf8_valid(err, strlen(err)) && strstr(err, "\"k\\xC3(\\xFF\""));
+    free(err);
     config_unref(cfg);
     return check_report();
 }
