@@ -116,6 +116,8 @@ parley_status ctx_load(store *s, const store_key *key, size_t max_turns, int sum
         return st;
     }
     w->enabled = 1;
+    free(w->rec.summary); /* a window read again (a busy lease) */
+    free(w->rec.next);
     record_parse(rec.data, rec.len, &w->rec);
     pbuf_free(&rec);
     uint64_t total = w->life.message_count;
@@ -602,6 +604,7 @@ void ctx_describe(const char *record, size_t len, pbuf *out)
         pbuf_puts(out, "null");
     pbuf_printf(out, ",\"summary_covers\":%llu}", (unsigned long long)(r.summary ? r.upto : 0));
     free(r.summary);
+    free(r.next);
 }
 
 const char *ctx_cut_reason_name(ctx_cut_reason why)
