@@ -433,6 +433,7 @@ static void *worker_main(void *arg)
 
 static void worker_free(worker *w)
 {
+    ctx_agent_stop(&w->ctx); /* a window discovery still asking the server */
     store_jobs_stop(w->jobs); /* after the worker: no turn waits for a job now */
     if (w->box)
         inbox_unref(w->box);

@@ -5,6 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "http/context_window.h"
+
 void ctx_window_free(ctx_window *w)
 {
     free(w->end);
@@ -605,6 +607,45 @@ void ctx_describe(const char *record, size_t len, pbuf *out)
     pbuf_printf(out, ",\"summary_covers\":%llu}", (unsigned long long)(r.summary ? r.upto : 0));
     free(r.summary);
     free(r.next);
+}
+
+/* ---- discovery ---- */
+
+static void *discover_main(void *arg)
+{
+    ctx_agent *a = arg;
+    context_window_info info = {0, NULL};
+    char *err = NULL;
+    if (context_window_discover(a->opts, &info, &err) == 0 && info.n_ctx > 0)
+        atomic_store(&a->discovered, info.n_ctx);
+    free(err); /* no answer: the fallback stays (and an overflow answer still teaches) */
+    a->release(a->ref);
+    return NULL;
+}
+
+int ctx_discover_start(ctx_agent *a, const parley_options *o, void *ref,
+                       void (*release)(void *ref))
+{
+    if (a->started) {
+        release(ref);
+        return 0;
+    }
+    a->opts = o;
+    a->ref = ref;
+    a->release = release;
+    a->started = pthread_create(&a->thread, NULL, discover_main, a) == 0 ? 1 : -1;
+    if (a->started < 0) {
+        release(ref);
+        return -1;
+    }
+    return 0;
+}
+
+void ctx_agent_stop(ctx_agent *a)
+{
+    if (a->started == 1)
+        pthread_join(a->thread, NULL);
+    a->started = 0;
 }
 
 const char *ctx_cut_reason_name(ctx_cut_reason why)

@@ -51,9 +51,12 @@
 #ifndef PARLEY_CONTEXT_WINDOW_PLAN_H
 #define PARLEY_CONTEXT_WINDOW_PLAN_H
 
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 
+#include "config/options.h"
 #include "lib/buf.h"
 #include "store/store.h"
 
@@ -97,11 +100,29 @@ typedef struct ctx_record {
  * past what it was asked for must not eat the window. */
 #define CTX_SUMMARY_MAX_BYTES 3000
 
-/* What the agent learns across turns (worker thread only). */
+/* What the agent learns across turns (worker thread only, but `discovered`). */
 typedef struct ctx_agent {
     double factor;           /* server tokens per estimated token; 0 = none learned yet */
-    int64_t window;          /* a window the server named (overflow, discovery); 0 = none */
+    int64_t window;          /* a window the server named in an overflow answer; 0 = none */
+    atomic_llong discovered; /* the window the server said when asked (GET /props, ...),
+                                written by the discovery thread; 0 = not (yet) known */
+    pthread_t thread;        /* the discovery, asked once per agent */
+    int started;
+    const parley_options *opts; /* the discovery's options, kept alive by ref */
+    void *ref;
+    void (*release)(void *ref);
 } ctx_agent;
+
+/*
+ * Ask the server for the model's window (context_window_discover, blocking:
+ * on a thread of its own) unless asked already; `o` stays valid until
+ * release(ref), which the thread calls when done.  The turns meanwhile use
+ * the fallback window.  -1 (release called) when no thread could start.
+ */
+int ctx_discover_start(ctx_agent *a, const parley_options *o, void *ref,
+                       void (*release)(void *ref));
+/* Wait for the discovery (when one runs): the worker's end. */
+void ctx_agent_stop(ctx_agent *a);
 
 /* One turn's view of its conversation's window. */
 typedef struct ctx_window {

@@ -679,10 +679,13 @@ static ctx_budget budget_of(const turn *t)
     const ctx_agent *learned = t->env->ctx;
     ctx_budget b = {.max_turns = (size_t)o->max_history_turns,
                     .factor = learned->factor > 0 ? learned->factor : 1.0};
+    int64_t discovered = atomic_load(&learned->discovered);
     if (o->context_window > 0)
         b.window = o->context_window;
     else if (learned->window > 0)
         b.window = learned->window;
+    else if (discovered > 0)
+        b.window = discovered;
     else if (strcmp(api, "ollama") == 0 && o->num_ctx > 0)
         b.window = o->num_ctx; /* what Parley asks Ollama for */
     else
@@ -730,11 +733,18 @@ static size_t window_len(const turn *t)
     return t->ctx.nturns ? t->ctx.end[t->ctx.nturns - 1] : 0;
 }
 
+static void release_config(void *cfg)
+{
+    config_unref(cfg);
+}
+
 static int plan_window(turn *t)
 {
     if (!t->ctx.enabled || t->ctx_planned)
         return 0;
     t->ctx_planned = 1;
+    if (t->cfg->opts.context_window == 0 && !t->env->ctx->started) /* ask the server, once */
+        ctx_discover_start(t->env->ctx, &t->cfg->opts, config_ref(t->cfg), release_config);
     ctx_budget b = budget_of(t);
     ctx_cut_reason why;
     size_t n = ctx_plan(&t->ctx, &b, body_tokens(t, b.factor), clock_wall_ms(), 0, &why);

@@ -355,6 +355,23 @@ class Hints(ParleyTestCase):
                 self.assertLessEqual(marks, 4)
 
 
+class Discovery(ParleyTestCase):
+    def test_the_window_the_server_names_is_the_budget(self):
+        with FakeLLM("--n-ctx", "2000") as fake:
+            o = options(fake, context_window=0, max_tokens=100)  # 0: ask the server
+            lines = [{"text": "turn %d %s" % (k, FILLER * 6), "conversation_id": "d"}
+                     for k in range(1, 16)] + [{"op": "metrics"}]
+            run = self.run_ok(lines, o)
+            for line in run.turn_lines():
+                self.assertTurnOk(line)
+            self.assertTrue([r for r in fake.requests() if r.get("path") == "/props"])
+            reqs = chat(fake)
+            # the fallback (4096) would have sent more than 2000 tokens from turn 8 on
+            self.assertEqual([r for r in reqs if r.get("overflow")], [])
+            self.assertGreater(metrics_of(run)["context_cuts"], 0)
+            self.assertLessEqual(max(r["prompt_tokens"] for r in reqs), 2000 - 100)
+
+
 class Overflow(ParleyTestCase):
     """A server that refuses a prompt as too long: Parley learns the window,
     cuts and sends again within the same turn."""
