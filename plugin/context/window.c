@@ -36,6 +36,12 @@ static void record_parse(const char *json, size_t len, ctx_record *out)
         out->next = strdup(json_string_value(next));
         out->next_upto = (uint64_t)json_integer_value(next_upto);
     }
+    json_t *lp = json_object_get(root, "lp"), *lb = json_object_get(root, "lb");
+    if (json_is_integer(lp) && json_is_integer(lb) && json_integer_value(lp) >= 0 &&
+        json_integer_value(lb) >= 0) {
+        out->last_prompt = (uint64_t)json_integer_value(lp);
+        out->last_bytes = (uint64_t)json_integer_value(lb);
+    }
     json_t *plen = json_object_get(root, "plen"), *phash = json_object_get(root, "phash");
     if (json_is_integer(plen) && json_is_string(phash)) {
         out->prefix_len = (uint64_t)json_integer_value(plen);
@@ -344,7 +350,8 @@ static int record_put(ctx_window *w, const char *summary, uint64_t upto)
         pbuf_printf(&w->record, ",\"next_upto\":%llu", (unsigned long long)w->rec.next_upto);
     }
     if (w->rec.prefix_hash)
-        pbuf_printf(&w->record, ",\"plen\":%llu,\"phash\":\"%016llx\"",
+        pbuf_printf(&w->record, ",\"lp\":%llu,\"lb\":%llu,\"plen\":%llu,\"phash\":\"%016llx\"",
+                    (unsigned long long)w->rec.last_prompt, (unsigned long long)w->rec.last_bytes,
                     (unsigned long long)w->rec.prefix_len,
                     (unsigned long long)w->rec.prefix_hash);
     pbuf_putc(&w->record, '}');
@@ -593,6 +600,15 @@ int ctx_prefix_kept(const ctx_window *w, const char *prompt, const char *tools,
         return 1;
     fnv f = fnv_stable(prompt, tools, history, history_len, w->rec.prefix_len);
     return f.len == w->rec.prefix_len && (f.h ? f.h : 1) == w->rec.prefix_hash;
+}
+
+int ctx_shrunk(const ctx_window *w, size_t body_bytes, long long prompt, double factor)
+{
+    if (!w->enabled || w->cut != CTX_CUT_NONE || !w->rec.last_prompt || prompt <= 0 ||
+        body_bytes < w->rec.last_bytes + 64)
+        return 0;
+    int64_t growth = ctx_tokens(body_bytes - (size_t)w->rec.last_bytes, factor);
+    return prompt < (long long)w->rec.last_prompt + growth / 2;
 }
 
 void ctx_describe(const char *record, size_t len, pbuf *out)

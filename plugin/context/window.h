@@ -88,6 +88,9 @@ typedef struct ctx_record {
     uint64_t upto;           /* the summary covers the messages before this index */
     char *next;              /* the summary made ahead for the next cut, NULL when none */
     uint64_t next_upto;      /* it covers the messages before this index */
+    uint64_t last_prompt;    /* the prompt tokens the server counted for the turn's last
+                                request, and that request's bytes: what the next one, */
+    uint64_t last_bytes;     /* a little longer, should count at least (ctx_shrunk) */
     uint64_t prefix_len;     /* what the next request should start with: its length */
     uint64_t prefix_hash;    /* and its hash (ctx_prefix_hash); 0 = not known */
 } ctx_record;
@@ -240,6 +243,15 @@ void ctx_set_prefix(ctx_window *w, const char *prompt, const char *tools, const 
 /* 1 when the stored prefix is unknown or kept; 0: a cache break. */
 int ctx_prefix_kept(const ctx_window *w, const char *prompt, const char *tools,
                     const char *history, size_t history_len);
+
+/*
+ * A server that silently drops the start of a prompt too long for it (Ollama
+ * past num_ctx) counts fewer tokens than the previous request of the
+ * conversation although this one is longer.  1 when the first request of a
+ * turn whose window did not move (body_bytes long) was counted as `prompt`
+ * tokens by such a server: it grew by less than half of what it should.
+ */
+int ctx_shrunk(const ctx_window *w, size_t body_bytes, long long prompt, double factor);
 
 /* What history_get shows of a stored record: appends
  * {"window_start":S,"summary":TEXT|null,"summary_covers":U} to out (positions

@@ -933,8 +933,12 @@ static void account_reply(turn *t, const llm_reply *reply)
     t->usage.cache_read += u->cache_read;
     t->usage.cache_creation += u->cache_creation;
     t->usage.reasoning += u->reasoning;
-    if (!t->images.n) /* base64 bytes are not tokens: learn from text alone */
+    if (!t->images.n && !t->truncated) /* base64 bytes are not tokens; a cut prompt lies */
         ctx_learn_factor(t->env->ctx, t->body.len, u->prompt);
+    if (!t->truncated) {
+        t->last_prompt = u->prompt;
+        t->last_bytes = t->body.len;
+    }
     atomic_fetch_add(&m->tokens_prompt, (uint64_t)u->prompt);
     atomic_fetch_add(&m->tokens_completion, (uint64_t)u->completion);
     atomic_fetch_add(&m->tokens_cache_read, (uint64_t)u->cache_read);
@@ -1116,6 +1120,46 @@ static int recover_overflow(turn *t)
 
 static void summary_on_http_done(turn *t, CURLcode code);
 
+/*
+ * Ollama answers a prompt longer than its window after silently dropping the
+ * oldest messages: its prompt_eval_count then counts far fewer tokens than
+ * were sent (by the estimate, once the factor is known).
+ */
+static int ollama_truncated(const turn *t, const llm_usage *u)
+{
+    if (strcmp(t->cfg->prov->name, "ollama") != 0 || !t->ctx.enabled || t->images.n ||
+        u->prompt <= 0 || t->env->ctx->factor <= 0)
+        return 0;
+    double f = t->env->ctx->factor;
+    if (!t->tool_rounds && !t->overflow_retried && ctx_shrunk(&t->ctx, t->body.len, u->prompt, f))
+        return 1; /* longer than the conversation's last request, yet counted shorter */
+    return body_tokens(t, f) > u->prompt + u->prompt * 3 / 10 + 16; /* far fewer than sent */
+}
+
+/* After a silent truncation: what the server kept is its window (and the
+ * answer's room); cut the window's oldest turns and send again, once. */
+static int recover_truncation(turn *t, long long read)
+{
+    if (t->overflow_retried || !t->ctx.enabled)
+        return 0;
+    t->overflow_retried = 1;
+    ctx_budget b = budget_of(t);
+    int64_t sent = body_tokens(t, b.factor);
+    t->env->ctx->window = (int64_t)read + b.reserve + b.window * CTX_MARGIN_PERCENT / 100;
+    b = budget_of(t);
+    ctx_cut_reason why;
+    size_t n = ctx_plan(&t->ctx, &b, sent, clock_wall_ms(), 1, &why);
+    if (!n)
+        return 0;
+    host_log(t->env->host, PARLEY_LOG_WARN,
+             "turn %s: the server read only %lld of about %lld prompt tokens (it dropped the "
+             "oldest messages to fit its window): sending it again without its %zu oldest turns",
+             t->turn_id, read, (long long)sent, n);
+    cut_window(t, n, CTX_CUT_OVERFLOW);
+    turn_request(t);
+    return 1;
+}
+
 void turn_on_http_done(turn *t, CURLcode code)
 {
     if (t->summarizing) {
@@ -1167,11 +1211,23 @@ void turn_on_http_done(turn *t, CURLcode code)
         llm_reply_free(&reply);
         return;
     }
+    t->truncated = ollama_truncated(t, &reply.usage);
+    if (t->truncated && !t->overflow_retried && t->ctx.nturns) {
+        account_reply(t, &reply); /* an answer to part of the prompt: its tokens were spent */
+        long long read = reply.usage.prompt;
+        llm_reply_free(&reply);
+        t->truncated = 0;
+        if (!recover_truncation(t, read))
+            turn_end(t, PARLEY_ERR_CONTEXT_OVERFLOW, "the server dropped the start of the "
+                     "prompt to fit its context window, and it could not be shortened");
+        return;
+    } /* (else the answer stands: the newest message is what the server kept) */
     if (t->overflow_retried == 1) { /* the shorter prompt was answered */
         t->overflow_retried = 2;
         atomic_fetch_add(&t->env->metrics->context_overflows_recovered, 1);
     }
     account_reply(t, &reply);
+    t->truncated = 0;
     if (reply.finish_reason && strcmp(reply.finish_reason, "length") == 0)
         log_cut_short(t, &reply);
     take_answer_call(t, &reply);
@@ -1507,6 +1563,10 @@ static void turn_commit(turn *t)
     uint64_t now = clock_wall_ms();
     store_turn in = {.turn_id = t->turn_id, .started_ms = t->started_wall_ms, .finished_ms = now,
                      .messages = msgs, .nmessages = t->nmessages};
+    if (t->ctx.enabled && t->last_prompt > 0) { /* what the next turn's server count */
+        t->ctx.rec.last_prompt = (uint64_t)t->last_prompt;
+        t->ctx.rec.last_bytes = t->last_bytes;
+    }
     if (t->ctx.enabled) { /* what the next request should start with */
         pbuf turn_text = PBUF_INIT;
         for (size_t i = 0; i < t->nmessages; i++) {

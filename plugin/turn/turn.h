@@ -147,6 +147,9 @@ struct turn {
     ctx_window ctx;           /* where that history starts, its turns, this turn's cuts */
     int ctx_planned;          /* the window was checked against the budget (first request) */
     int overflow_retried;     /* 1: sent again after a context-overflow answer; 2: answered */
+    int truncated;            /* accounting a reply to a silently truncated prompt */
+    long long last_prompt;    /* the last reply's prompt tokens as the server counted them */
+    size_t last_bytes;        /* and its request's body length */
     int summarizing;          /* committed and reported: folding what left the window into
                                  the summary (its request, then its record) */
     int reported;             /* the host's done callback ran (turn_report: once) */

@@ -407,6 +407,21 @@ class Overflow(ParleyTestCase):
                 history = [l for l in run.lines if l.get("op") == "history"][-1]
                 self.assertEqual(len(history["result"]["turns"]), 14)  # nothing lost
 
+    def test_ollama_silent_truncation_recovered(self):
+        with FakeLLM("--n-ctx", "1500") as fake:
+            run = self.conversation(fake, "ollama")
+            for line in run.turn_lines():
+                self.assertTurnOk(line)
+            chats = [r for r in fake.requests() if r.get("path") == "/api/chat"]
+            cut = [r for r in chats if r.get("truncated_messages")]
+            self.assertGreaterEqual(len(cut), 1)  # the server did drop messages, once ...
+            self.assertEqual(metrics_of(run)["context_overflows_recovered"], len(cut))
+            # ... and each time the turn was sent again, shorter, and answered in full
+            for r in cut:
+                after = chats[chats.index(r) + 1]
+                self.assertFalse(after.get("truncated_messages"))
+                self.assertEqual(messages(after)[-1], messages(r)[-1])
+
     def test_newest_turn_alone_too_long_fails_history_unchanged(self):
         with FakeLLM("--n-ctx", "300") as fake:
             o = options(fake)
