@@ -513,6 +513,11 @@ parley_status agent_history_query(parley_agent *a, const char *query_json, char 
         if (more && !cursor)
             b.oom = 1;
         free(cursor);
+        if (r.q.conversation_id && !b.oom) { /* one conversation: its window and summary too */
+            store_key key = {r.q.conversation_id, r.q.persona ? r.q.persona : "",
+                             r.q.interface_type ? r.q.interface_type : ""};
+            add_context(a, &key, &b);
+        }
         if (b.oom)
             st = PARLEY_ERR_NO_MEMORY;
     } else if (err) {

@@ -214,7 +214,8 @@ class Persistence(ContextCase):
 class Summaries(ContextCase):
     def turns(self, o, texts, tools=None, cid="s"):
         lines = [{"text": t, "conversation_id": cid} for t in texts]
-        lines += [{"op": "metrics"}, {"op": "history", "conversation_id": cid}]
+        lines += [{"op": "metrics"}, {"op": "query", "conversation_id": cid, "limit": 1},
+                  {"op": "history", "conversation_id": cid}]
         return self.run_ok(lines, o, tools=tools)
 
     def test_made_ahead_with_the_cached_prompt_and_taken_at_the_cut(self):
@@ -244,6 +245,8 @@ class Summaries(ContextCase):
         ctx = history["context"]  # history_get: the summary and what it covers (turns 1-3)
         self.assertEqual((ctx["window_start"], ctx["summary_covers"]), (6, 6))
         self.assertIn("first 3 exchanges", ctx["summary"])
+        query = [l for l in run.lines if l.get("op") == "query"][-1]["result"]
+        self.assertEqual(query["context"], ctx)  # history_query of the conversation too
 
     def test_transcript_with_another_summary_model(self):
         o = options(self.llm, max_history_turns=4, summary_model="small-model")
