@@ -111,7 +111,8 @@ static const opt_spec SPECS[] = {
      "max_history_turns (all when max_history_turns is 0); 0 = all"},
     {"context_window", OPT_INT, OFF(context_window), 0, 100000000, "0",
      "The model's context window in tokens; 0 = what the server says (else learned from an "
-     "overflow answer), until then num_ctx for Ollama, 200000 for Anthropic, 4096 otherwise"},
+     "overflow answer), until then num_ctx for Ollama, 200000 for Anthropic, 128000 for "
+     "OpenAI's own API, 4096 otherwise"},
     {"context_reserve", OPT_INT, OFF(context_reserve), 0, 10000000, "null",
      "Tokens of the window kept for the answer; null = max_tokens (1024 when it is null)"},
     {"summarize", OPT_BOOL, OFF(summarize), 0, 0, "true",

@@ -688,8 +688,12 @@ static ctx_budget budget_of(const turn *t)
         b.window = discovered;
     else if (strcmp(api, "ollama") == 0 && o->num_ctx > 0)
         b.window = o->num_ctx; /* what Parley asks Ollama for */
+    else if (strcmp(api, "anthropic") == 0)
+        b.window = 200000;
+    else if (!o->base_url || strstr(o->base_url, "://api.openai.com")) /* OpenAI's own API */
+        b.window = 128000;
     else
-        b.window = strcmp(api, "anthropic") == 0 ? 200000 : 4096;
+        b.window = 4096; /* a local server that did not say: llama.cpp's long-standing default */
     if (learned->window > 0 && learned->window < b.window) /* the server knows better */
         b.window = learned->window;
     b.reserve = o->context_reserve >= 0 ? o->context_reserve
