@@ -18,9 +18,11 @@ Reported per policy and cache (and per turn with --per-turn):
               message, tool calls and results, the previous answer), rendered as the fake does
   eval/new    evaluated / new: 1.0 is the physical limit
   max prompt  the largest prompt, against the budget (window - reserve)
-  breaks      requests that did not extend the previous prompt (the fake's extends_previous);
-              in brackets the unplanned ones: breaks less the plugin's planned cuts
-              (metric context_cuts, where the plugin has it)
+  breaks      turn requests that did not extend the conversation's previous request (its
+              system, tools and messages, breakpoints aside); in brackets the unplanned ones:
+              breaks less the plugin's planned cuts (metric context_cuts, where it has one).
+              A summary request in between is no break, but what it did to the server's
+              cache shows in the tokens evaluated.
   summaries   summary requests (those that are not one of the conversation's turns) and their
               evaluated tokens, included in the totals above
 
@@ -135,7 +137,7 @@ def run(args, cache, policy):
         port_file = os.path.join(d, "port")
         fake = subprocess.Popen([fake_bin, "--port", "0", "--port-file", port_file, "--log", log,
                                  "--quiet", "--cache", cache, "--n-ctx", str(args.n_ctx),
-                                 "--honor-max-tokens"],
+                                 "--honor-max-tokens", *args.fake_args.split()],
                                 stdout=subprocess.DEVNULL)
         try:
             deadline = time.time() + 10
@@ -172,7 +174,18 @@ def run(args, cache, policy):
         finally:
             fake.terminate()
             fake.wait()
-    return measure(args, out, requests, policy)
+    r = measure(args, out, requests, policy)
+    r["shim_exit"] = res.returncode  # not 0 after it ran: it failed (crashed, leaked)
+    if res.returncode:
+        r["shim_stderr"] = res.stderr[-2000:]
+    return r
+
+
+def prompt_parts(body):
+    """A request's prompt as a list: its system and tools, then its messages, each as a
+    signature (cache_control and ids left out: a breakpoint that moves changes no prefix)."""
+    parts = [signature({"system": body.get("system")}), signature({"tools": body.get("tools")})]
+    return parts + [signature(m) for m in body.get("messages") or []]
 
 
 def last_user_text(body):
@@ -194,7 +207,8 @@ def measure(args, out, requests, policy):
              for _ in range(args.turns)]
     seen = set()
     summaries = {"count": 0, "prompt": 0, "evaluated": 0}
-    max_prompt, breaks, overflows = 0, 0, 0
+    max_prompt, breaks, server_breaks, overflows = 0, 0, 0, 0
+    previous = None  # the conversation's previous request, as its parts' signatures
     for r in requests:
         if "prompt_tokens" not in r:
             continue  # a discovery request, or one refused before the prompt model
@@ -202,13 +216,18 @@ def measure(args, out, requests, policy):
         m = TAG.match(last_user_text(body))
         max_prompt = max(max_prompt, r["prompt_tokens"])
         overflows += bool(r.get("overflow"))
-        broke = r.get("extends_previous") is False
-        breaks += broke
+        server_breaks += r.get("extends_previous") is False
         if not m:
             summaries["count"] += 1
             summaries["prompt"] += r["prompt_tokens"]
             summaries["evaluated"] += r["evaluated_tokens"]
             continue
+        # a break: the request does not extend the conversation's previous request (what
+        # another request in between did to the server's cache shows in `evaluated`)
+        current = prompt_parts(body)
+        broke = previous is not None and current[:len(previous)] != previous
+        previous = current
+        breaks += broke
         t = turns[int(m.group(1))]
         t["requests"] += 1
         t["prompt"] += r["prompt_tokens"]
@@ -239,6 +258,7 @@ def measure(args, out, requests, policy):
     evaluated_all = total("evaluated") + summaries["evaluated"]
     return {"turns": done, "summaries": summaries, "max_prompt": max_prompt,
             "breaks": breaks, "planned_cuts": cuts, "unplanned_breaks": max(breaks - cuts, 0),
+            "server_breaks": server_breaks,
             "overflows": overflows, "failed": len(failed),
             "failed_codes": sorted({l["error"]["code"] for l in failed}),
             "prompt_avg": (total("prompt") + summaries["prompt"]) / max(len(done), 1),
@@ -255,6 +275,8 @@ def main():
     ap.add_argument("--old-build", help="the build whose plugin runs the old policy (a build of "
                     "0.1 / main before the context engine); default: --build")
     ap.add_argument("--fake", help="the parley-fake-llm to run (default: --build's)")
+    ap.add_argument("--fake-args", default="", help="more options for the fake server, e.g. "
+                    "\"--cache-ram 8\" (llama.cpp's RAM prompt cache)")
     ap.add_argument("--turns", type=int, default=200)
     ap.add_argument("--seed", type=int, default=23)
     ap.add_argument("--n-ctx", type=int, default=16384)
@@ -299,7 +321,11 @@ def main():
     if args.json:
         with open(args.json, "w") as f:
             json.dump(everything, f, indent=1)
-    return 0
+    broken = [k for k, r in everything.items() if r.get("shim_exit")]
+    for k in broken:
+        print("%s: parley-host exited %d: %s" % (k, everything[k]["shim_exit"],
+                                                  everything[k]["shim_stderr"]), file=sys.stderr)
+    return 1 if broken else 0
 
 
 if __name__ == "__main__":

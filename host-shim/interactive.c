@@ -320,7 +320,13 @@ static void show(parley_status st, char *out, const char *what, const char *id) 
     } else if (st == PARLEY_ERR_NOT_FOUND && id) {
         out_printf("parley! %s: no %s '%s'\n", status_str(st), what, id);
     } else {
-        out_printf("parley! %s: %s failed\n", status_str(st), what);
+        /* a store failure comes with the store's words: {"error":{"message"}} */
+        json_t *e = out ? json_loads(out, 0, NULL) : NULL;
+        json_t *error = json_object_get(e, "error");
+        const char *why = json_string_value(json_object_get(error, "message"));
+        out_printf("parley! %s: %s failed%s%s\n", status_str(st), what, why ? ": " : "",
+                   why ? why : "");
+        json_decref(e);
     }
     plugin_free(out);
 }

@@ -317,11 +317,17 @@ static int barrier(void) {
 
 /* The answer of a history function: parsed JSON (out is consumed), or the
  * error.  `what`/`id` name the object for a not_found message. */
+static void op_plugin_error(unsigned long seq, const char *op, parley_status st, char *out);
+
 static void op_answer(unsigned long seq, const char *op, parley_status st, char *out,
                       const char *what, const char *id) {
     if (st == PARLEY_OK) {
         op_reply(seq, op, jparse_plugin(out, json_null(), op), NULL);
         plugin_free(out);
+        return;
+    }
+    if (out && st != PARLEY_ERR_NOT_FOUND) { /* a store failure in the store's words */
+        op_plugin_error(seq, op, st, out);
         return;
     }
     plugin_free(out);

@@ -12,7 +12,8 @@ seconds=${1:-600}
 case $seconds in '' | *[!0-9]*) echo "usage: scripts/fuzz.sh [SECONDS]" >&2; exit 2 ;; esac
 bash scripts/setup.sh
 
-TARGETS=(fuzz_reply_decode fuzz_sse_stream fuzz_options fuzz_jsonl)
+# every target tests/fuzz/CMakeLists.txt declares
+mapfile -t TARGETS < <(sed -n 's/^parley_fuzz_target(\([a-z_0-9]*\).*/\1/p' tests/fuzz/CMakeLists.txt)
 cmake -S . -B build-fuzz -DPARLEY_WERROR=ON -DCMAKE_BUILD_TYPE=Debug -DPARLEY_FUZZ=ON \
   -DCMAKE_C_COMPILER=clang >/dev/null
 cmake --build build-fuzz -j"$(nproc)" --target "${TARGETS[@]}" >/dev/null
@@ -23,7 +24,9 @@ for t in "${TARGETS[@]}"; do
   printf '==== %s: %s s\n' "$t" "$seconds"
   mkdir -p "$dir/corpus-run/$t"
   dict=()
-  case $t in fuzz_reply_decode | fuzz_sse_stream) dict=(-dict=tests/fuzz/llm.dict) ;; esac
+  case $t in fuzz_reply_decode | fuzz_sse_stream | fuzz_anthropic_stream | fuzz_ndjson_stream)
+    dict=(-dict=tests/fuzz/llm.dict) ;;
+  esac
   if ! "$dir/$t" -max_total_time="$seconds" -max_len=65536 -print_final_stats=1 \
       -artifact_prefix="$dir/$t-" "${dict[@]}" "$dir/corpus-run/$t" "tests/fuzz/corpus/$t"; then
     failed+=("$t")

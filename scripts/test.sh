@@ -109,7 +109,8 @@ PARLEY_VALGRIND=1 PARLEY_BUILD_DIR="$PWD/build" PARLEY_TEST_SLOWDOWN=10 \
   count unittest valgrind bash -c "cd tests/integration && python3 -m unittest -v valgrind_check"
 
 step "libFuzzer targets"
-TARGETS="fuzz_reply_decode fuzz_sse_stream fuzz_anthropic_stream fuzz_ndjson_stream fuzz_options fuzz_image fuzz_jsonl" \
+# every target tests/fuzz/CMakeLists.txt declares (a new one cannot be left out)
+TARGETS="$(sed -n 's/^parley_fuzz_target(\([a-z_0-9]*\).*/\1/p' tests/fuzz/CMakeLists.txt | tr '\n' ' ')" \
   build build-fuzz -DCMAKE_BUILD_TYPE=Debug -DPARLEY_FUZZ=ON -DCMAKE_C_COMPILER=clang
 count ctest fuzz ctest --test-dir build-fuzz -V -L fuzz
 

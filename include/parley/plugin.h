@@ -407,7 +407,10 @@ typedef struct parley_plugin {
     const char *(*status_name)(parley_status status);
 
     /* -- History introspection.  Thread-safe against turns in flight: they
-     *    see committed turns only.  *out_json is freed with free_string. -- */
+     *    see committed turns only.  *out_json is freed with free_string.
+     *    On PARLEY_ERR_STORAGE (as for every read function below) *out_json
+     *    is {"error":{"status":"storage","field":"history_store","message"}}
+     *    with the store's reason, also logged. -- */
 
     /** {"conversation_id", "created_at", "last_used_at", "turns":[...]} or NOT_FOUND. */
     /* [any-thread] [blocking: store I/O] */

@@ -338,14 +338,21 @@ static store_key key_for(const char *conversation_id)
     return (store_key){.conversation_id = conversation_id, .persona = "", .interface_type = ""};
 }
 
-/* Hand a store read to the host: its JSON in *out, or the status (the ABI's read functions
- * return a status only: the store's words, such as which conversation holds a damaged
- * message, go to the log under `what`; NULL: the caller logged them). */
+static char *status_error_json(parley_status st, const char *field, const char *message);
+
+/* Hand a store read to the host: its JSON in *out, or the status.  A failure
+ * other than NOT_FOUND is logged as "what: the store's words" (SQLite's reason
+ * for a damaged file) and, unless *out already says something, handed back in
+ * *out as {"error":{"status","field":"history_store","message"}}. */
 static parley_status read_result(parley_agent *a, const char *what, parley_status st, pbuf *b,
                                  char *err, char **out)
 {
-    if (what && err && st != PARLEY_OK && st != PARLEY_ERR_NOT_FOUND)
-        host_log(&a->host, PARLEY_LOG_WARN, "%s: %s", what, err);
+    if (st != PARLEY_OK && st != PARLEY_ERR_NOT_FOUND) {
+        const char *why = err ? err : status_name(st);
+        host_log(&a->host, PARLEY_LOG_WARN, "%s: %s", what, why);
+        if (!*out)
+            *out = status_error_json(st, "history_store", why);
+    }
     free(err);
     if (st == PARLEY_OK && !(*out = pbuf_take(b)))
         st = PARLEY_ERR_NO_MEMORY;
@@ -361,7 +368,6 @@ static parley_status read_result(parley_agent *a, const char *what, parley_statu
  * its reads stay allowed everywhere.  *out (when given) says so in
  * {"error":{...}} form; the host's log says it too.
  */
-static char *status_error_json(parley_status st, const char *field, const char *message);
 
 static int refused_in_callback(parley_agent *a, const char *fn, char **out)
 {
@@ -520,11 +526,9 @@ parley_status agent_history_query(parley_agent *a, const char *query_json, char 
         }
         if (b.oom)
             st = PARLEY_ERR_NO_MEMORY;
-    } else if (err) {
-        host_log(&a->host, PARLEY_LOG_WARN, "history_query: %s", err);
     }
     query_request_free(&r);
-    return read_result(a, NULL, st, &b, err, out);
+    return read_result(a, "history_query", st, &b, err, out);
 }
 
 parley_status agent_message_get(parley_agent *a, const char *message_id, char **out)
@@ -613,11 +617,7 @@ parley_status agent_message_find(parley_agent *a, const char *selector_json, cha
         pbuf b = PBUF_INIT;
         st = store_find_message(a->store, &sel.key, sel.interface_message_id,
                                              clock_wall_ms(), &b, &err);
-        if (st == PARLEY_ERR_STORAGE) { /* the store's words, as the header promises */
-            host_log(&a->host, PARLEY_LOG_WARN, "message_find: %s", err ? err : "store failed");
-            *out = status_error_json(st, "history_store", err ? err : "the store failed");
-        }
-        st = read_result(a, NULL, st, &b, err, out);
+        st = read_result(a, "message_find", st, &b, err, out); /* the store's words */
         err = NULL;
     }
     free(err);
@@ -670,6 +670,9 @@ static json_t *personas_of(parley_agent *a, const store_key *key, parley_status 
         *st = store_query_run(a->store, &q, clock_wall_ms(), &b, &count, &q.after, &more,
                                        &err);
         pbuf_putc(&b, ']');
+        if (*st != PARLEY_OK)
+            host_log(&a->host, PARLEY_LOG_WARN, "history_clear_by: %s",
+                     err ? err : status_name(*st));
         free(err);
         json_t *msgs = *st == PARLEY_OK && !b.oom ? json_loadb(b.data, b.len, 0, NULL) : NULL;
         if (*st == PARLEY_OK && !msgs)
@@ -692,13 +695,18 @@ static json_t *personas_of(parley_agent *a, const store_key *key, parley_status 
 }
 
 /* The store's conversation list, parsed: {"conversations":[...]}.  NULL with *st on failure. */
-static json_t *listed_conversations(parley_agent *a, parley_status *st)
+static json_t *listed_conversations(parley_agent *a, parley_status *st, char **out)
 {
     pbuf b = PBUF_INIT;
     char *err = NULL;
     *st = store_list(a->store, clock_wall_ms(), &b, &err);
-    if (err)
-        host_log(&a->host, PARLEY_LOG_WARN, "conversations list: %s", err);
+    if (*st != PARLEY_OK) { /* logged, and in *out (if given) the store's words */
+        pbuf_free(&b);
+        char *ignored = NULL;
+        read_result(a, "conversations_list", *st, &b, err, out ? out : &ignored);
+        free(ignored);
+        return NULL;
+    }
     free(err);
     json_t *root = *st == PARLEY_OK && !b.oom ? json_loadb(b.data, b.len, 0, NULL) : NULL;
     if (*st == PARLEY_OK && !json_is_object(root))
@@ -761,7 +769,7 @@ parley_status agent_conversations_list_by(parley_agent *a, const char *filter_js
         }
     }
     parley_status st;
-    json_t *root = listed_conversations(a, &st);
+    json_t *root = listed_conversations(a, &st, out);
     json_t *all = json_object_get(root, "conversations");
     json_t *kept = json_array();
     size_t i;
@@ -773,11 +781,13 @@ parley_status agent_conversations_list_by(parley_agent *a, const char *filter_js
             st = PARLEY_ERR_NO_MEMORY;
     }
     json_decref(filter);
-    if (root && (!kept || json_object_set_new(root, "conversations", kept) != 0))
+    if (!root || !kept) { /* (no root: the list failed, st says why) */
+        if (root)
+            st = PARLEY_ERR_NO_MEMORY;
+        json_decref(kept);
+    } else if (json_object_set_new(root, "conversations", kept) != 0) { /* it took kept */
         st = PARLEY_ERR_NO_MEMORY;
-    else
-        kept = NULL;
-    json_decref(kept);
+    }
     if (st == PARLEY_OK && !(*out = json_dumps(root, JSON_COMPACT | JSON_PRESERVE_ORDER)))
         st = PARLEY_ERR_NO_MEMORY;
     json_decref(root);

@@ -89,6 +89,20 @@ static int anthropic(const char *msg, llm_overflow *out)
     return 1;
 }
 
+int llm_overflow_from_text(const char *msg, llm_overflow *out)
+{
+    memset(out, 0, sizeof *out);
+    if (msg && strstr(msg, "exceeds the available context size")) { /* llama.cpp */
+        out->n_prompt = number_after(msg, "request (");
+        out->n_ctx = number_after(msg, "context size (");
+        return 1;
+    }
+    if (anthropic(msg, out) || openai_like(NULL, msg, out))
+        return 1;
+    memset(out, 0, sizeof *out);
+    return 0;
+}
+
 int llm_overflow_parse(long status, const char *body, size_t len, llm_overflow *out)
 {
     memset(out, 0, sizeof *out);

@@ -40,4 +40,11 @@ typedef struct llm_overflow {
  */
 int llm_overflow_parse(long status, const char *body, size_t len, llm_overflow *out);
 
+/*
+ * The same from the server's words alone (an error that came inside a
+ * stream, after HTTP 200, as older llama.cpp servers send it): 1 with *out
+ * filled when msg says the prompt does not fit, else 0.
+ */
+int llm_overflow_from_text(const char *msg, llm_overflow *out);
+
 #endif

@@ -54,6 +54,23 @@ static int add_data(sse_parser *p, const char *value, size_t n, char **err)
     return p->data.oom ? fail(err, "out of memory") : 0;
 }
 
+/* An "error" field's value, as the data {"error": VALUE} of its own event. */
+static int add_error(sse_parser *p, const char *value, size_t n, char **err)
+{
+    pbuf_reset(&p->data);
+    p->has_data = 0;
+    static const char open[] = "{\"error\":";
+    int rc = add_data(p, open, sizeof open - 1, err);
+    if (rc == 0 && p->data.len + n + 1 > p->max_size)
+        rc = fail(err, "stream event larger than the limit (8 MiB)");
+    if (rc == 0) {
+        pbuf_append(&p->data, value, n);
+        pbuf_putc(&p->data, '}');
+        rc = p->data.oom ? fail(err, "out of memory") : 0;
+    }
+    return rc;
+}
+
 /* One complete line, without its line end. */
 static int process_line(sse_parser *p, const char *s, size_t n, char **err)
 {
@@ -63,7 +80,8 @@ static int process_line(sse_parser *p, const char *s, size_t n, char **err)
         return 0; /* a comment, e.g. a keep-alive */
     const char *colon = memchr(s, ':', n);
     size_t name_len = colon ? (size_t)(colon - s) : n;
-    if (!is_field(s, name_len, "data"))
+    int error_field = is_field(s, name_len, "error");
+    if (!is_field(s, name_len, "data") && !error_field)
         return 0; /* event, id, retry and unknown fields mean nothing to us */
     const char *value = colon ? colon + 1 : s + n;
     size_t value_len = n - (size_t)(value - s);
@@ -71,6 +89,10 @@ static int process_line(sse_parser *p, const char *s, size_t n, char **err)
         value++;
         value_len--;
     }
+    if (error_field) /* llama.cpp before Oct 2025 (server_sent_event(sink, "error", ...)):
+                        a streamed request's error as "error: {...}" -- the data
+                        {"error": {...}} every decoder already takes for an error */
+        return add_error(p, value, value_len, err);
     return add_data(p, value, value_len, err);
 }
 

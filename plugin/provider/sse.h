@@ -7,7 +7,10 @@
  * Lines end with CRLF, LF or a lone CR.  Lines starting with ':' are
  * comments; fields other than "data" ("event", "id", "retry", unknown ones)
  * are ignored; "data:" loses one space after the colon; a blank line ends
- * the event.  An event without any data field is not dispatched.
+ * the event.  An event without any data field is not dispatched.  One
+ * exception: an "error" field (llama.cpp's servers before October 2025 send a
+ * streamed request's error as "error: {...}" after HTTP 200) makes its event's
+ * data {"error": VALUE}, the error body the decoders know.
  */
 #ifndef PARLEY_SSE_H
 #define PARLEY_SSE_H

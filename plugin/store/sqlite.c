@@ -48,6 +48,14 @@
  * A side file PATH-lock, held with flock(2) while the store is open, makes
  * a second agent (another process, or the same one: flock locks belong to
  * the open file description) fail with "in use by another agent".
+ *
+ * Files changed under a running store (check_wal, check_lock: a stat(2)
+ * before each write and every second on the checkpointer's thread): a
+ * deleted WAL is copied into the file while it can still be read, then
+ * writes stop; a deleted PATH-lock is made again.  A corruption error on any
+ * connection stops writes and every checkpoint, the one at close included.
+ * Each write reads store_meta inside its transaction, so a second writer
+ * (PATH-lock deleted) cannot make the totals wrong.
  */
 #include "store/store.h"
 
@@ -60,6 +68,7 @@
 #include <string.h>
 #include <sys/file.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "store/store_json.h"
@@ -186,6 +195,7 @@ enum stmt_id {
     S_TURN_BY_IID,
     S_TURNS_AFTER,
     S_MESSAGE_BY_IID,
+    S_READ_META,
     S_CONTEXT_GET,
     S_CONTEXT_SET,
     S_COUNT
@@ -255,6 +265,10 @@ static const char *const stmt_sql[S_COUNT] = {
                       " AND id > ?2 LIMIT ?3)",
     [S_MESSAGE_BY_IID] = MESSAGE_COLUMNS " WHERE m.conversation = ?1"
                          " AND m.interface_message_id = ?2 ORDER BY m.id DESC LIMIT 1",
+    /* a write's starting totals and LRU position, read inside its transaction */
+    [S_READ_META] = "SELECT conversations, turns, message_bytes,"
+                    " (SELECT coalesce(max(use_seq), 0) FROM conversations)"
+                    " FROM store_meta WHERE id = 1",
     [S_CONTEXT_GET] = "SELECT context FROM conversations WHERE id = ?1",
     [S_CONTEXT_SET] = "UPDATE conversations SET context = ?2 WHERE id = ?1",
 };
@@ -279,7 +293,9 @@ typedef struct checkpointer {
     sqlite3 *db;
 } checkpointer;
 
-/* What store_meta holds, mirrored in memory (written in the same transaction). */
+/* What store_meta holds: read at the start of each write transaction (another
+ * writer may have changed it: a second agent whose PATH-lock was deleted),
+ * updated by the write, written back in the same transaction. */
 typedef struct totals {
     int64_t conversations;
     int64_t turns;
@@ -307,9 +323,27 @@ typedef struct sqlite_store {
     size_t evicted;
     size_t expired;
     checkpointer ckpt;
-    store_log_fn log;            /* cfg->log: a query skipping a damaged message says so */
+    store_log_fn log;            /* cfg->log, kept: damage found after open, a query
+                                    skipping a damaged message */
     void *log_ud;
+    char *wal_path;              /* PATH-wal */
+    dev_t wal_dev;               /* the WAL SQLite has open, as stat(2) saw it */
+    ino_t wal_ino;
+    int wal_known;               /* wal_dev/wal_ino are set */
+    int lock_lost_said;          /* the log said another agent holds a new PATH-lock */
+    int stopped;                 /* atomic: a STOP_* reason; writes are refused from then on */
+    pthread_mutex_t stop_lock;   /* guards stop_why */
+    char stop_why[200];          /* SQLite's words for a corruption, or what happened */
 } sqlite_store;
+
+/* Why writes stopped (sqlite_store.stopped): the WAL that SQLite writes was
+ * unlinked or replaced (whatever it holds dies with the process), or a
+ * connection met a corruption error (copying the WAL into the file would
+ * spread the damage: nothing is checkpointed from then on, not even at close). */
+enum { STOP_WAL_LOST = 1, STOP_DAMAGED = 2 };
+
+/* The rc begin() returns when writes are stopped: end_write() says why. */
+#define WRITES_STOPPED (-1)
 
 /* A conversation row, as the operations need it. */
 typedef struct conv_row {
@@ -339,6 +373,50 @@ static parley_status fail_with(char **err, parley_status st, const char *path, c
     return st;
 }
 
+static void store_say(sqlite_store *s, parley_log_level level, char *message)
+{
+    if (s->log && message)
+        s->log(s->log_ud, level, message);
+    free(message);
+}
+
+/* Stop writes for good with `reason` (a STOP_* bit; `why` says it to the
+ * caller of every later write).  Returns 1 the first time that reason is
+ * set, so that the caller says it once in the log. */
+static int stop_writes(sqlite_store *s, int reason, const char *why)
+{
+    pthread_mutex_lock(&s->stop_lock);
+    int before = __atomic_fetch_or(&s->stopped, reason, __ATOMIC_SEQ_CST);
+    if (!(before & reason) && (reason == STOP_DAMAGED || !before))
+        snprintf(s->stop_why, sizeof s->stop_why, "%s", why); /* damage is what to say */
+    pthread_mutex_unlock(&s->stop_lock);
+    return !(before & reason);
+}
+
+static int stopped(sqlite_store *s, int reason)
+{
+    return __atomic_load_n(&s->stopped, __ATOMIC_SEQ_CST) & reason;
+}
+
+static int is_corruption(int rc)
+{
+    return (rc & 0xff) == SQLITE_CORRUPT || (rc & 0xff) == SQLITE_NOTADB;
+}
+
+/* A connection met a corruption error: no more writes, and no checkpoint
+ * from then on (it would copy what may be a damaged WAL into the file). */
+static void note_damage(sqlite_store *s, const char *sqlite_says)
+{
+    char why[sizeof s->stop_why];
+    snprintf(why, sizeof why,
+             "damaged (%s): writes are stopped and nothing more is copied from its WAL into "
+             "the file; move the file and its -wal and -shm aside or restore a backup, then "
+             "recreate the agent",
+             sqlite_says);
+    if (stop_writes(s, STOP_DAMAGED, why))
+        store_say(s, PARLEY_LOG_ERROR, pstr_printf("sqlite store %s: %s", s->path, why));
+}
+
 /* A failed SQLite call, as a status and a message (taken before any rollback
  * replaces the connection's error text). */
 static parley_status fail_sqlite(sqlite_store *s, sqlite3 *db, char **err, const char *what,
@@ -347,6 +425,8 @@ static parley_status fail_sqlite(sqlite_store *s, sqlite3 *db, char **err, const
     const char *why = db ? sqlite3_errmsg(db) : sqlite3_errstr(rc);
     if (!why || !*why || strcmp(why, "not an error") == 0)
         why = sqlite3_errstr(rc);
+    if (is_corruption(rc))
+        note_damage(s, why);
     parley_status st = (rc & 0xff) == SQLITE_NOMEM ? PARLEY_ERR_NO_MEMORY : PARLEY_ERR_STORAGE;
     return fail_with(err, st, s->path, what, why);
 }
@@ -415,11 +495,39 @@ static int run_with_id(sqlite_store *s, enum stmt_id id, int64_t row)
 
 /* ---- transactions ---- */
 
-static int begin(sqlite_store *s)
+static void check_wal(sqlite_store *s);
+
+/* The totals and the largest use_seq as the file holds them now, inside the
+ * write transaction: whoever else wrote, this write starts from the truth. */
+static int read_meta(sqlite_store *s, totals *t)
 {
     int rc;
+    sqlite3_stmt *st = stmt(&s->w, S_READ_META, &rc);
+    if (!st)
+        return rc;
+    if ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        t->conversations = sqlite3_column_int64(st, 0);
+        t->turns = sqlite3_column_int64(st, 1);
+        t->message_bytes = sqlite3_column_int64(st, 2);
+        s->last_use_seq = sqlite3_column_int64(st, 3);
+    }
+    done(st);
+    return rc == SQLITE_ROW ? SQLITE_OK : rc == SQLITE_DONE ? SQLITE_CORRUPT : rc;
+}
+
+/* Begin a write transaction (w.lock held) with *t the file's totals;
+ * WRITES_STOPPED when writes are stopped (end_write() says why). */
+static int begin(sqlite_store *s, totals *t)
+{
+    *t = s->totals;
+    check_wal(s);
+    if (stopped(s, STOP_WAL_LOST | STOP_DAMAGED))
+        return WRITES_STOPPED;
+    int rc;
     sqlite3_stmt *st = stmt(&s->w, S_BEGIN, &rc);
-    return st ? run(st) : rc;
+    if (st && (rc = run(st)) == SQLITE_OK)
+        rc = read_meta(s, t);
+    return rc;
 }
 
 static int commit(sqlite_store *s, const totals *t)
@@ -455,6 +563,12 @@ static void rollback(sqlite_store *s)
 static parley_status end_write(sqlite_store *s, int rc, const totals *t, const char *what,
                                char **err)
 {
+    if (rc == WRITES_STOPPED) {
+        pthread_mutex_lock(&s->stop_lock);
+        parley_status st = fail_with(err, PARLEY_ERR_STORAGE, s->path, what, s->stop_why);
+        pthread_mutex_unlock(&s->stop_lock);
+        return st;
+    }
     if (rc == SQLITE_OK)
         rc = commit(s, t);
     if (rc == SQLITE_OK) {
@@ -531,9 +645,9 @@ static int delete_conversation(sqlite_store *s, const conv_row *row, totals *t)
 static void forget_idle(sqlite_store *s, int64_t id, uint64_t now_ms)
 {
     pthread_mutex_lock(&s->w.lock);
-    totals t = s->totals;
+    totals t;
     conv_row row;
-    int rc = begin(s), gone = 0;
+    int rc = begin(s, &t), gone = 0;
     sqlite3_stmt *st = rc == SQLITE_OK ? stmt(&s->w, S_CONVERSATION_BY_ROW, &rc) : NULL;
     if (st) {
         sqlite3_bind_int64(st, 1, id);
@@ -572,27 +686,59 @@ static int lru_tail(sqlite_store *s, conv_row *row)
 
 /* ---- opening: checks that read only ---- */
 
+/* Why `path`, which lstat(2) says is not a regular file, cannot be a store
+ * (malloc'd).  A symbolic link is refused rather than followed: SQLite names
+ * its -wal and -shm files after the path it is given, so a link would put
+ * them beside the link, not beside the file they belong to. */
+static char *not_a_file(const char *path, mode_t mode)
+{
+    if (S_ISLNK(mode)) {
+        char *real = realpath(path, NULL);
+        char *problem = real ? pstr_printf("a symbolic link (to %s): give the real path of the "
+                                           "file, not a link to it",
+                                           real)
+                             : pstr_printf("a symbolic link (to nothing that exists): give the "
+                                           "real path of the file, not a link to it");
+        free(real);
+        return problem;
+    }
+    const char *kind = S_ISDIR(mode)                    ? "a directory"
+                       : S_ISFIFO(mode)                 ? "a FIFO (named pipe)"
+                       : S_ISSOCK(mode)                 ? "a socket"
+                       : S_ISCHR(mode) || S_ISBLK(mode) ? "a device"
+                                                        : "something else";
+    return pstr_printf("not a regular file (it is %s): give the path of a store file, or of "
+                       "one to create",
+                       kind);
+}
+
 /* Why the file at `path` cannot be a store (malloc'd), or NULL when it can;
- * *is_new when it is missing or empty. */
+ * *is_new when it is missing or empty.  The type is checked before anything
+ * is opened, and the open cannot block (O_NONBLOCK: opening a FIFO for
+ * reading would wait for a writer forever) nor follow a link. */
 static char *header_problem(const char *path, int *is_new)
 {
     *is_new = 0;
-    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    struct stat st;
+    if (lstat(path, &st) == 0 && !S_ISREG(st.st_mode))
+        return not_a_file(path, st.st_mode);
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
     if (fd < 0 && errno == ENOENT) {
         *is_new = 1;
         return NULL;
     }
     if (fd < 0)
         return pstr_printf("cannot open it: %s", strerror(errno));
-    struct stat st;
     unsigned char h[100];
-    ssize_t got = fstat(fd, &st) == 0 ? read(fd, h, sizeof h) : -1;
+    ssize_t got = -1;
+    if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode)) /* (replaced since the lstat) */
+        got = read(fd, h, sizeof h);
     int saved = errno;
     close(fd);
+    if (!S_ISREG(st.st_mode))
+        return not_a_file(path, st.st_mode);
     if (got < 0)
         return pstr_printf("cannot read it: %s", strerror(saved));
-    if (!S_ISREG(st.st_mode))
-        return pstr_printf("not a regular file");
     if (got == 0) {
         *is_new = 1; /* created but never written (a crash at creation) */
         return NULL;
@@ -643,15 +789,23 @@ static char *take_lock(sqlite_store *s)
     char *lock_path = pstr_printf("%s-lock", s->path);
     if (!lock_path)
         return NULL;
-    int fd = open(lock_path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
+    /* O_NONBLOCK: a FIFO in its place must not block the open */
+    const int flags = O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK;
+    int fd = open(lock_path, O_RDWR | O_CREAT | O_EXCL | flags, 0600);
     s->lock_created = fd >= 0;
     if (fd < 0)
-        fd = open(lock_path, O_RDWR | O_CLOEXEC | O_NOFOLLOW);
-    if (fd < 0)
-        fd = open(lock_path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW); /* a read-only directory */
+        fd = open(lock_path, O_RDWR | flags);
+    if (fd < 0 && errno != ELOOP)
+        fd = open(lock_path, O_RDONLY | flags); /* a read-only directory */
     char *problem = NULL;
+    struct stat st;
     if (fd < 0) {
-        problem = pstr_printf("cannot open its lock file %s: %s", lock_path, strerror(errno));
+        problem = errno == ELOOP
+                      ? pstr_printf("its lock file %s is a symbolic link: remove it", lock_path)
+                      : pstr_printf("cannot open its lock file %s: %s", lock_path, strerror(errno));
+    } else if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        problem = pstr_printf("its lock file %s is not a regular file: remove it", lock_path);
+        close(fd);
     } else if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
         problem = errno == EWOULDBLOCK
                       ? pstr_printf("in use by another agent (%s is locked); one store file "
@@ -808,13 +962,80 @@ static int configure(sqlite_store *s)
  * the WAL into the database with PASSIVE checkpoints (they never block an
  * append). */
 
+/* A checkpoint, unless a corruption error was seen (it would copy a damaged
+ * WAL into the file); a corruption error it meets stops writes. */
+static int checkpoint(sqlite_store *s, sqlite3 *db, int mode, int *log_pages, int *copied)
+{
+    if (stopped(s, STOP_DAMAGED))
+        return SQLITE_CORRUPT;
+    int rc = sqlite3_wal_checkpoint_v2(db, NULL, mode, log_pages, copied);
+    if (is_corruption(rc))
+        note_damage(s, sqlite3_errmsg(db));
+    return rc;
+}
+
+/* Remember which file PATH-wal is now: the WAL SQLite opened and keeps open
+ * (a read opens it: switching a new file to WAL mode does not). */
+static void remember_wal(sqlite_store *s)
+{
+    struct stat st;
+    int64_t one = 0;
+    query_int(s->w.db, "SELECT count(*) FROM store_meta", &one);
+    s->wal_known = s->wal_path && stat(s->wal_path, &st) == 0;
+    if (s->wal_known) {
+        s->wal_dev = st.st_dev;
+        s->wal_ino = st.st_ino;
+    }
+}
+
+/*
+ * The WAL deleted (or replaced) under a running agent: SQLite goes on writing
+ * to the open, unlinked file, and every turn in it, acknowledged or not, dies
+ * with the process.  One stat(2), before each write and every second (the
+ * checkpointer), notices it; the turns are still readable through the open
+ * file, so a FULL checkpoint copies them into the database file (and syncs
+ * it), then writes stop: a new turn would only go to the deleted file.
+ * Called with w.lock held.
+ */
+static void check_wal(sqlite_store *s)
+{
+    struct stat st;
+    if (!s->wal_known || stopped(s, STOP_WAL_LOST))
+        return;
+    if (stat(s->wal_path, &st) == 0 ? st.st_dev == s->wal_dev && st.st_ino == s->wal_ino
+                                    : errno != ENOENT)
+        return;
+    stop_writes(s, STOP_WAL_LOST,
+                "its WAL (the -wal file) was deleted or replaced while the agent ran, so a "
+                "turn written now would be lost: recreate the agent to go on");
+    int log_pages = -1, copied = -1;
+    int rc = checkpoint(s, s->w.db, SQLITE_CHECKPOINT_FULL, &log_pages, &copied);
+    if (rc == SQLITE_OK && copied == log_pages)
+        store_say(s, PARLEY_LOG_WARN,
+                  pstr_printf("sqlite store %s: %s was deleted or replaced while the agent ran; "
+                              "the %d pages it held (every committed turn) were copied into the "
+                              "file. Writes are stopped: recreate the agent to go on",
+                              s->path, s->wal_path, log_pages));
+    else
+        store_say(s, PARLEY_LOG_ERROR,
+                  pstr_printf("sqlite store %s: %s was deleted or replaced while the agent ran, "
+                              "and the turns it held could not be copied into the file (%s): "
+                              "they are lost when this agent ends. Writes are stopped",
+                              s->path, s->wal_path,
+                              rc == SQLITE_OK            ? "a reader held them back"
+                              : stopped(s, STOP_DAMAGED) ? "the store is damaged"
+                                                         : sqlite3_errmsg(s->w.db)));
+}
+
 static int on_wal_commit(void *ud, sqlite3 *db, const char *name, int pages)
 {
-    checkpointer *c = &((sqlite_store *)ud)->ckpt;
+    sqlite_store *s = ud;
+    checkpointer *c = &s->ckpt;
+    (void)name;
     if (pages < CHECKPOINT_PAGES)
         return SQLITE_OK;
     if (!c->running || pages >= CHECKPOINT_INLINE_PAGES) {
-        sqlite3_wal_checkpoint_v2(db, name, SQLITE_CHECKPOINT_PASSIVE, NULL, NULL);
+        checkpoint(s, db, SQLITE_CHECKPOINT_PASSIVE, NULL, NULL);
         return SQLITE_OK;
     }
     pthread_mutex_lock(&c->lock);
@@ -826,20 +1047,82 @@ static int on_wal_commit(void *ud, sqlite3 *db, const char *name, int pages)
     return SQLITE_OK;
 }
 
+/*
+ * PATH-lock deleted (or replaced) while the agent runs: nothing would stop a
+ * second agent from opening the file.  The checkpointer looks every second:
+ * a lock file nobody holds is made again and locked (the old one, unlinked,
+ * protects nothing); one another agent holds already means two agents write
+ * this file, which the log says once (their writes stay whole and the totals
+ * right: each write reads them inside its transaction).
+ */
+static void check_lock(sqlite_store *s)
+{
+    struct stat ours, named;
+    char *lock_path = pstr_printf("%s-lock", s->path);
+    if (!lock_path || s->lock_fd < 0 || fstat(s->lock_fd, &ours) != 0 ||
+        (stat(lock_path, &named) == 0 && named.st_dev == ours.st_dev &&
+         named.st_ino == ours.st_ino)) {
+        free(lock_path);
+        return;
+    }
+    int fd = open(lock_path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, 0600);
+    struct stat st;
+    if (fd >= 0 && fstat(fd, &st) == 0 && S_ISREG(st.st_mode) &&
+        flock(fd, LOCK_EX | LOCK_NB) == 0) {
+        close(s->lock_fd);
+        s->lock_fd = fd;
+        store_say(s, PARLEY_LOG_WARN,
+                  pstr_printf("sqlite store %s: its lock file %s was deleted while the agent "
+                              "ran; made again and locked",
+                              s->path, lock_path));
+    } else if (fd < 0) {
+        if (!s->lock_lost_said++)
+            store_say(s, PARLEY_LOG_WARN,
+                      pstr_printf("sqlite store %s: its lock file %s was deleted while the "
+                                  "agent ran and cannot be made again: %s",
+                                  s->path, lock_path, strerror(errno)));
+    } else {
+        close(fd);
+        if (!s->lock_lost_said++)
+            store_say(s, PARLEY_LOG_WARN,
+                      pstr_printf("sqlite store %s: its lock file %s was deleted while the "
+                                  "agent ran, and another agent has opened the file since: two "
+                                  "agents write one file (each turn stays whole and the totals "
+                                  "right, but each agent evicts by its own limits); destroy one "
+                                  "of them",
+                                  s->path, lock_path));
+    }
+    free(lock_path);
+}
+
+/* How often the checkpointer looks at the WAL and lock files when no commit wakes it. */
+#define WAL_CHECK_MS 1000
+
 static void *checkpoint_loop(void *arg)
 {
-    checkpointer *c = arg;
+    sqlite_store *s = arg;
+    checkpointer *c = &s->ckpt;
     pthread_mutex_lock(&c->lock);
     for (;;) {
-        while (!c->pending && !c->stop)
-            pthread_cond_wait(&c->wake, &c->lock);
+        struct timespec until;
+        clock_gettime(CLOCK_MONOTONIC, &until);
+        until.tv_sec += WAL_CHECK_MS / 1000;
+        while (!c->pending && !c->stop &&
+               pthread_cond_timedwait(&c->wake, &c->lock, &until) != ETIMEDOUT)
+            ;
         if (c->stop)
             break;
+        int pending = c->pending;
         c->pending = 0;
         pthread_mutex_unlock(&c->lock);
         /* A failure (I/O error, disk full) leaves the WAL as it is: the
          * next commit past the threshold tries again. */
-        sqlite3_wal_checkpoint_v2(c->db, NULL, SQLITE_CHECKPOINT_PASSIVE, NULL, NULL);
+        if (pending)
+            checkpoint(s, c->db, SQLITE_CHECKPOINT_PASSIVE, NULL, NULL);
+        pthread_mutex_lock(&s->w.lock);
+        check_wal(s);
+        pthread_mutex_unlock(&s->w.lock);
+        check_lock(s);
         pthread_mutex_lock(&c->lock);
     }
     pthread_mutex_unlock(&c->lock);
@@ -854,14 +1137,21 @@ static void checkpointer_start(sqlite_store *s)
     sqlite3_wal_hook(s->w.db, on_wal_commit, s);
     if (pthread_mutex_init(&c->lock, NULL) != 0)
         return;
-    if (pthread_cond_init(&c->wake, NULL) != 0) {
+    pthread_condattr_t attr;
+    int made = pthread_condattr_init(&attr) == 0;
+    if (made) { /* timed waits on the monotonic clock: a clock step does not stall checks */
+        made = pthread_condattr_setclock(&attr, CLOCK_MONOTONIC) == 0 &&
+               pthread_cond_init(&c->wake, &attr) == 0;
+        pthread_condattr_destroy(&attr);
+    }
+    if (!made) {
         pthread_mutex_destroy(&c->lock);
         return;
     }
     if (sqlite3_open_v2(s->path, &c->db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX, NULL) ==
         SQLITE_OK) {
         sqlite3_busy_timeout(c->db, SQLITE_STORE_BUSY_TIMEOUT_MS);
-        c->running = pthread_create(&c->thread, NULL, checkpoint_loop, c) == 0;
+        c->running = pthread_create(&c->thread, NULL, checkpoint_loop, s) == 0;
     }
     if (!c->running) {
         sqlite3_close(c->db);
@@ -882,20 +1172,141 @@ static void checkpointer_stop(sqlite_store *s)
     pthread_mutex_unlock(&c->lock);
     pthread_join(c->thread, NULL);
     c->running = 0;
+    if (stopped(s, STOP_DAMAGED))
+        sqlite3_db_config(c->db, SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, 1, NULL);
     sqlite3_close(c->db); /* first: the main connection, closing last, checkpoints */
     c->db = NULL;
     pthread_cond_destroy(&c->wake);
     pthread_mutex_destroy(&c->lock);
 }
 
-static void close_connection(conn *c)
+/* Close a connection; after a corruption error without the checkpoint SQLite
+ * does when the last connection closes (the WAL is left as it is). */
+static void close_connection(sqlite_store *s, conn *c)
 {
     for (int i = 0; i < S_COUNT; i++) {
         sqlite3_finalize(c->stmts[i]);
         c->stmts[i] = NULL;
     }
+    if (c->db && stopped(s, STOP_DAMAGED))
+        sqlite3_db_config(c->db, SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, 1, NULL);
     sqlite3_close(c->db);
     c->db = NULL;
+}
+
+static uint32_t be32(const unsigned char *p)
+{
+    return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
+}
+
+static uint32_t le32(const unsigned char *p)
+{
+    return (uint32_t)p[3] << 24 | (uint32_t)p[2] << 16 | (uint32_t)p[1] << 8 | p[0];
+}
+
+/* SQLite's WAL checksum (wal.c, walChecksumBytes): over 32-bit words in the
+ * byte order the WAL's magic number names, s0 += w0 + s1, s1 += w1 + s0. */
+static void wal_checksum(int big_endian, const unsigned char *p, size_t n, uint32_t sum[2])
+{
+    for (size_t i = 0; i + 8 <= n; i += 8) {
+        const unsigned char *w = p + i;
+        uint32_t w0 = big_endian ? be32(w) : le32(w), w1 = big_endian ? be32(w + 4) : le32(w + 4);
+        sum[0] += w0 + sum[1];
+        sum[1] += w1 + sum[0];
+    }
+}
+
+static int read_full(int fd, unsigned char *p, size_t n)
+{
+    size_t got = 0;
+    while (got < n) {
+        ssize_t r = read(fd, p + got, n - got);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0)
+            break;
+        got += (size_t)r;
+    }
+    return got == n;
+}
+
+/* How many frames of the WAL are in use (mxFrame of the wal-index header at
+ * the start of PATH-shm, two equal copies in native byte order: SQLite's
+ * documented WAL-index format), or 0 when that cannot be read. */
+static uint32_t wal_frames_in_use(const char *shm_path)
+{
+    int fd = open(shm_path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+    unsigned char h[96];
+    uint32_t frames = 0;
+    if (fd >= 0 && read_full(fd, h, sizeof h) && memcmp(h, h + 48, 48) == 0 && h[12])
+        memcpy(&frames, h + 16, sizeof frames); /* isInit set; mxFrame */
+    if (fd >= 0)
+        close(fd);
+    return frames;
+}
+
+/*
+ * Does the WAL at `path` fail its own checksums?  SQLite checks them only
+ * when it rebuilds its index of the WAL (at the first open after the last
+ * close); a live WAL damaged after that is copied as it is by the checkpoint
+ * of the last close, into the database file.  So before that close: the WAL
+ * header's checksum, and the chain of checksums of the frames in use (those
+ * the checkpoint copies: frames past them, a crash's torn write or an older
+ * generation's tail, are not read).
+ */
+static int wal_is_damaged(const char *path, const char *shm_path)
+{
+    uint32_t in_use = wal_frames_in_use(shm_path);
+    int fd = in_use ? open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK) : -1;
+    if (fd < 0)
+        return 0; /* nothing to copy, or nothing we can read */
+    unsigned char h[32], *frame = NULL;
+    int damaged = 0;
+    if (read_full(fd, h, sizeof h)) {
+        uint32_t magic = be32(h), page = be32(h + 8), sum[2] = {0, 0};
+        int big_endian = magic & 1;
+        wal_checksum(big_endian, h, 24, sum);
+        damaged = (magic & ~1u) != 0x377f0682 || page < 512 || page > 65536 ||
+                  (page & (page - 1)) || sum[0] != be32(h + 24) || sum[1] != be32(h + 28);
+        frame = damaged ? NULL : malloc(24 + (size_t)page);
+        for (uint32_t i = 0; frame && !damaged && i < in_use; i++) {
+            if (!read_full(fd, frame, 24 + (size_t)page) || memcmp(frame + 8, h + 16, 8) != 0) {
+                damaged = 1; /* cut short, or not of the header's generation (its salts) */
+                break;
+            }
+            wal_checksum(big_endian, frame, 8, sum);
+            wal_checksum(big_endian, frame + 24, page, sum);
+            damaged = sum[0] != be32(frame + 16) || sum[1] != be32(frame + 20);
+        }
+    }
+    free(frame);
+    close(fd);
+    return damaged;
+}
+
+static void disconnect(sqlite_store *s)
+{
+    checkpointer_stop(s);
+    close_connection(s, &s->r);
+    /* The last close copies the WAL into the file: never a damaged one. */
+    char *shm_path = pstr_printf("%s-shm", s->path);
+    if (s->w.db && s->wal_known && shm_path && !stopped(s, STOP_DAMAGED | STOP_WAL_LOST) &&
+        wal_is_damaged(s->wal_path, shm_path))
+        note_damage(s, "its WAL fails its checksums");
+    free(shm_path);
+    close_connection(s, &s->w); /* last: it checkpoints and removes the WAL */
+}
+
+static void free_store(sqlite_store *s)
+{
+    if (s->lock_fd >= 0)
+        close(s->lock_fd); /* after SQLite let go of the file */
+    pthread_mutex_destroy(&s->w.lock);
+    pthread_mutex_destroy(&s->r.lock);
+    pthread_mutex_destroy(&s->stop_lock);
+    free(s->wal_path);
+    free(s->path);
+    free(s);
 }
 
 static void sqlite_close(store *base)
@@ -903,15 +1314,15 @@ static void sqlite_close(store *base)
     sqlite_store *s = (sqlite_store *)base;
     if (!s)
         return;
-    checkpointer_stop(s);
-    close_connection(&s->r);
-    close_connection(&s->w); /* last: it checkpoints and removes the WAL */
-    if (s->lock_fd >= 0)
-        close(s->lock_fd); /* after SQLite let go of the file */
-    pthread_mutex_destroy(&s->w.lock);
-    pthread_mutex_destroy(&s->r.lock);
-    free(s->path);
-    free(s);
+    disconnect(s);
+    free_store(s);
+}
+
+/* Does `path` name anything (a file SQLite may leave behind)? */
+static int exists(const char *path)
+{
+    struct stat st;
+    return path && lstat(path, &st) == 0;
 }
 
 /* parley_content_matches(json, needle): the search rule every backend shares (store_json.h). */
@@ -1002,6 +1413,9 @@ static parley_status connect_checked(sqlite_store *s, const store_config *cfg, i
         return fail_sqlite(s, s->w.db, err, "cannot configure it", rc);
     if ((rc = open_reader(s)) != SQLITE_OK)
         return fail_sqlite(s, s->r.db, err, "cannot open it for reading", rc);
+    remember_wal(s);
+    s->log = cfg->log;       /* from now on what any call finds is said in the log (not at open: */
+    s->log_ud = cfg->log_ud; /* a refusal says it to the caller), before the thread starts */
     checkpointer_start(s);
     if (sqlite3_db_readonly(s->w.db, "main") == 1)
         say(cfg, PARLEY_LOG_WARN,
@@ -1023,14 +1437,20 @@ static parley_status sqlite_open(const store_config *cfg, store **out, char **er
     sqlite_store *s = calloc(1, sizeof *s);
     int locks = 0;
     if (s && (s->path = strdup(cfg->location)) != NULL &&
+        (s->wal_path = pstr_printf("%s-wal", s->path)) != NULL &&
         pthread_mutex_init(&s->w.lock, NULL) == 0 && ++locks &&
-        pthread_mutex_init(&s->r.lock, NULL) == 0)
+        pthread_mutex_init(&s->r.lock, NULL) == 0 && ++locks &&
+        pthread_mutex_init(&s->stop_lock, NULL) == 0)
         locks++;
-    if (locks < 2) {
-        if (locks == 1)
+    if (locks < 3) {
+        if (locks >= 1)
             pthread_mutex_destroy(&s->w.lock);
-        if (s)
+        if (locks == 2)
+            pthread_mutex_destroy(&s->r.lock);
+        if (s) {
+            free(s->wal_path);
             free(s->path);
+        }
         free(s);
         set_err(err, strdup("sqlite store: out of memory"));
         return PARLEY_ERR_NO_MEMORY;
@@ -1041,8 +1461,6 @@ static parley_status sqlite_open(const store_config *cfg, store **out, char **er
     if (s->limits.max_conversations == 0) /* contract says >= 1; stay bounded */
         s->limits.max_conversations = 1;
     s->sync_full = cfg->sync_full;
-    s->log = cfg->log;
-    s->log_ud = cfg->log_ud;
 
     int is_new = 0;
     char *problem = directory_problem(s->path);
@@ -1057,11 +1475,24 @@ static parley_status sqlite_open(const store_config *cfg, store **out, char **er
         sqlite_close(&s->base);
         return PARLEY_ERR_STORAGE;
     }
+    char *shm_path = pstr_printf("%s-shm", s->path);
+    int had_wal = exists(s->wal_path), had_shm = exists(shm_path);
     parley_status st = connect_checked(s, cfg, is_new, err);
     if (st != PARLEY_OK) {
-        sqlite_close(&s->base);
+        /* A refused file is left as it was: without the -wal and -shm files
+         * SQLite made for it (and keeps: no checkpoint on close), removed
+         * while PATH-lock is still held, nor a PATH-lock this open made. */
+        disconnect(s);
+        if (!had_wal)
+            unlink(s->wal_path);
+        if (!had_shm && shm_path)
+            unlink(shm_path);
+        free(shm_path);
+        forget_lock_file(s);
+        free_store(s);
         return st;
     }
+    free(shm_path);
     *out = &s->base;
     return PARLEY_OK;
 }
@@ -1454,10 +1885,10 @@ static parley_status sqlite_append(store *base, const store_key *key, const stor
                          "a turn needs a conversation id, a turn id and messages (interface "
                          "message ids of at most 256 bytes)");
     pthread_mutex_lock(&s->w.lock);
-    totals t = s->totals;
+    totals t;
     size_t evicted = 0, expired = 0;
     int stored = 0;
-    int rc = begin(s);
+    int rc = begin(s, &t);
     if (rc == SQLITE_OK)
         rc = append_in_transaction(s, key, turn, now_ms, &t, &evicted, &expired, &stored);
     parley_status st = end_write(s, rc, &t, "cannot store the turn", err);
@@ -1856,8 +2287,8 @@ static parley_status sqlite_set_interface_message_id(store *base, const char *tu
     int found = 0;
     int64_t idle = 0;
     pthread_mutex_lock(&s->w.lock);
-    totals t = s->totals;
-    int rc = begin(s);
+    totals t;
+    int rc = begin(s, &t);
     sqlite3_stmt *st = rc == SQLITE_OK ? stmt(&s->w, S_IID_TARGET, &rc) : NULL;
     if (st) {
         bind_text(st, 1, turn_id);
@@ -2038,9 +2469,9 @@ static parley_status sqlite_forget(store *base, const store_key *key, char **err
 {
     sqlite_store *s = (sqlite_store *)base;
     pthread_mutex_lock(&s->w.lock);
-    totals t = s->totals;
+    totals t;
     int found = 1;
-    int rc = begin(s);
+    int rc = begin(s, &t);
     if (rc == SQLITE_OK && !key) {
         rc = sqlite3_exec(s->w.db, "DELETE FROM messages; DELETE FROM turns;"
                                  " DELETE FROM conversations;", NULL, NULL, NULL);
@@ -2071,10 +2502,10 @@ static parley_status sqlite_expire(store *base, uint64_t now_ms, size_t *expired
     int more = 1;
     while (more && st == PARLEY_OK) {
         pthread_mutex_lock(&s->w.lock);
-        totals t = s->totals;
+        totals t;
         size_t batch = 0;
         more = 0;
-        int rc = begin(s);
+        int rc = begin(s, &t);
         while (rc == SQLITE_OK) {
             conv_row tail;
             if ((rc = lru_tail(s, &tail)) != SQLITE_ROW) {
@@ -2168,10 +2599,10 @@ static parley_status sqlite_context_set(store *base, const store_key *key, const
 {
     sqlite_store *s = (sqlite_store *)base;
     pthread_mutex_lock(&s->w.lock);
-    totals t = s->totals;
+    totals t;
     conv_row row;
     int found = 0;
-    int rc = begin(s);
+    int rc = begin(s, &t);
     if (rc == SQLITE_OK) {
         rc = find_conversation(&s->w, key, &row);
         found = rc == SQLITE_ROW && !is_idle(s, row.last_used_ms, now_ms);

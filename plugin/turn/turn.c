@@ -907,16 +907,22 @@ static void explain_http_error(turn *t, char **msg, int *retryable)
 /* The server said the prompt does not fit its context window: keep the sizes it
  * named (t->overflow) and say so in *msg, which explain_http_error then extends
  * with the server's own words.  No retry: the same prompt cannot fit. */
+static char *overflow_message(const llm_overflow *o, const char *server_text)
+{
+    const char *sep = server_text ? ": " : "";
+    const char *text = server_text ? server_text : "";
+    return o->n_prompt && o->n_ctx
+               ? pstr_printf("the prompt does not fit the model's context window "
+                             "(%lld tokens > %lld)%s%s", o->n_prompt, o->n_ctx, sep, text)
+               : pstr_printf("the prompt does not fit the model's context window%s%s", sep, text);
+}
+
 static int is_overflow(turn *t, char **msg)
 {
     const pbuf *b = &t->http->body;
     if (!llm_overflow_parse(http_call_status(t->http), b->data, b->len, &t->overflow))
         return 0;
-    const llm_overflow *o = &t->overflow;
-    char *m = o->n_prompt && o->n_ctx
-                  ? pstr_printf("the prompt does not fit the model's context window "
-                                "(%lld tokens > %lld)", o->n_prompt, o->n_ctx)
-                  : pstr_printf("the prompt does not fit the model's context window");
+    char *m = overflow_message(&t->overflow, NULL);
     if (m) {
         free(*msg);
         *msg = m;
@@ -1178,6 +1184,11 @@ void turn_on_http_done(turn *t, CURLcode code)
     if (st == PARLEY_ERR_HTTP_STATUS || st == PARLEY_ERR_RATE_LIMITED ||
         st == PARLEY_ERR_CONTEXT_OVERFLOW)
         explain_http_error(t, &msg, &retryable);
+    if (st == PARLEY_ERR_BAD_RESPONSE && !msg && t->stream_error &&
+        llm_overflow_from_text(t->stream_error, &t->overflow)) {
+        st = PARLEY_ERR_CONTEXT_OVERFLOW; /* said inside the stream (older llama.cpp) */
+        msg = overflow_message(&t->overflow, t->stream_error);
+    }
     if (st == PARLEY_ERR_BAD_RESPONSE && !msg && t->stream_error)
         msg = pstr_printf("bad streamed response: %s", t->stream_error);
     int64_t retry_after = t->http->retry_after_ms;

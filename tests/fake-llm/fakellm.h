@@ -234,7 +234,7 @@ void ollama_ndjson_build(const struct chat_request *req, const struct chat_reply
 /* ------------------------------------------------------------ prompt.c */
 
 enum cache_mode { CACHE_LLAMACPP, CACHE_ANTHROPIC, CACHE_OPENAI, CACHE_NONE };
-enum overflow_style { OVERFLOW_LLAMACPP, OVERFLOW_OPENAI, OVERFLOW_VLLM };
+enum overflow_style { OVERFLOW_LLAMACPP, OVERFLOW_OPENAI, OVERFLOW_VLLM, OVERFLOW_LLAMACPP_OLD };
 
 /* A prompt in the fake's canonical text, its tokens, and (Anthropic) its blocks. */
 struct rendered {
@@ -367,6 +367,7 @@ struct config {
     size_t n_ctx;                /* --n-ctx: context window in tokens, 0 = unlimited */
     enum cache_mode cache;       /* --cache */
     size_t slots;                /* --slots (llamacpp mode) */
+    size_t cache_ram;            /* --cache-ram: prompts kept in llama.cpp's RAM cache, 0 = off */
     enum overflow_style overflow_style; /* --overflow-style (OpenAI-dialect overflow shape) */
     size_t cache_min;            /* --cache-min: anthropic mode's minimum cacheable prefix */
     uint64_t cache_ttl_ms;       /* --cache-ttl-ms: anthropic/openai cache lifetime */

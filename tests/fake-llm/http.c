@@ -171,6 +171,25 @@ static long max_answer_tokens(const json_t *native)
     return json_is_integer(v) ? (long)json_integer_value(v) : -1;
 }
 
+/* llama.cpp before October 2025 answered a streamed request that failed before its
+ * first token with HTTP 200 and one "error: {...}" line (server_sent_event(sink, "error",
+ * error_data): the error object itself, not under "error").  Takes body. */
+static void legacy_stream_error(char *body, size_t len, struct outcome *o)
+{
+    json_t *root = json_loadb(body, len, 0, NULL);
+    size_t n;
+    char *inner = json_dump_compact(json_object_get(root, "error"), &n);
+    buf_t b = {0};
+    buf_puts(&b, "error: ");
+    buf_append(&b, inner, n);
+    buf_puts(&b, "\n\n");
+    free(inner);
+    json_decref(root);
+    free(body);
+    o->status = MHD_HTTP_OK;
+    o->resp = buffer_response(b.data, b.len, "text/event-stream");
+}
+
 /* The prompt model (prompt.c): count the prompt, refuse it when it does not fit the
  * window, else match it against the prompt cache.  false: o holds the overflow answer. */
 static bool model_prompt(enum dialect dialect, const json_t *body, const json_t *native,
@@ -190,7 +209,11 @@ static bool model_prompt(enum dialect dialect, const json_t *body, const json_t 
         o->ps.valid = o->ps.overflow = true;
         o->ps.prompt_tokens = rp.ntok;
         o->ps.slot = o->ps.extends = -1;
-        set_json(o, 400, refusal, len);
+        if (g_cfg.overflow_style == OVERFLOW_LLAMACPP_OLD && dialect == DIALECT_OPENAI &&
+            json_is_true(json_object_get(native, "stream")))
+            legacy_stream_error(refusal, len, o);
+        else
+            set_json(o, 400, refusal, len);
     } else {
         prompt_account(&rp, &o->ps);
     }

@@ -35,8 +35,9 @@ static void usage(FILE *out)
           "                       [--log FILE] [--latency-ms N] [--fault MODE]\n"
           "                       [--threads N] [--max-connections N] [--quiet]\n"
           "                       [--n-ctx N] [--cache llamacpp|anthropic|openai|none]\n"
-          "                       [--slots N] [--overflow-style llamacpp|openai|vllm]\n"
+          "                       [--slots N] [--overflow-style llamacpp|openai|vllm|llamacpp-old]\n"
           "                       [--cache-min N] [--cache-ttl-ms N] [--honor-max-tokens]\n"
+          "                       [--cache-ram N]\n"
           "fault modes: none 500 502 503 429 429:S NNNxK 429:SxK hang truncated not_json\n"
           "  bad_shape[:empty_choices|:null_message] invalid_utf8 reset oversized[:MB]\n"
           "  endless_tools slow_stream[:MS] stream_cut[:abort]\n",
@@ -55,7 +56,7 @@ static unsigned long num_arg(const char *opt, const char *s, unsigned long max)
 
 /* In enum cache_mode's and enum overflow_style's order. */
 static const char *const CACHE_MODES[] = {"llamacpp", "anthropic", "openai", "none", NULL};
-static const char *const OVERFLOW_STYLES[] = {"llamacpp", "openai", "vllm", NULL};
+static const char *const OVERFLOW_STYLES[] = {"llamacpp", "openai", "vllm", "llamacpp-old", NULL};
 
 static int word_arg(const char *opt, const char *s, const char *const *words)
 {
@@ -85,6 +86,7 @@ static void parse_args(int argc, char **argv)
         {"cache-min", required_argument, NULL, 'M'},
         {"cache-ttl-ms", required_argument, NULL, 'T'},
         {"honor-max-tokens", no_argument, NULL, 'X'},
+        {"cache-ram", required_argument, NULL, 'R'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -105,6 +107,7 @@ static void parse_args(int argc, char **argv)
         case 's': g_cfg.slots = num_arg("slots", optarg, 256); break;
         case 'M': g_cfg.cache_min = num_arg("cache-min", optarg, 100000000); break;
         case 'X': g_cfg.honor_max_tokens = true; break;
+        case 'R': g_cfg.cache_ram = num_arg("cache-ram", optarg, 4096); break;
         case 'T': g_cfg.cache_ttl_ms = num_arg("cache-ttl-ms", optarg, 86400000); break;
         case 'c': g_cfg.cache = (enum cache_mode)word_arg("cache", optarg, CACHE_MODES); break;
         case 'o':

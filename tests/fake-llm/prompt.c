@@ -319,8 +319,10 @@ static bool is_prefix(const struct rendered *prev, size_t prev_len, const struct
 }
 
 /* llama.cpp's get_available_slot: the idle slot whose cached tokens cover the largest
- * fraction of the new prompt, above --slot-prompt-similarity; else the least recently used. */
-static size_t choose_slot(const struct rendered *r, size_t *lcp)
+ * fraction of the new prompt, above --slot-prompt-similarity; else the least recently used
+ * (the last of equals, as its `<=` picks).  *update_cache: the slot is about to lose most of
+ * what it holds (chosen by LRU, or keeping under half of it): --cache-ram saves it first. */
+static size_t choose_slot(const struct rendered *r, size_t *lcp, bool *update_cache)
 {
     size_t best = SIZE_MAX;
     double best_sim = 0;
@@ -335,25 +337,75 @@ static size_t choose_slot(const struct rendered *r, size_t *lcp)
             *lcp = l;
         }
     }
-    if (best != SIZE_MAX)
+    if (best != SIZE_MAX) {
+        *update_cache = (double)*lcp / (double)slots[best].held.ntok < 0.5;
         return best;
+    }
     for (size_t i = 0; i < g_cfg.slots; i++)
-        if (best == SIZE_MAX || slots[i].last_used < slots[best].last_used)
+        if (best == SIZE_MAX || slots[i].last_used <= slots[best].last_used)
             best = i;
     *lcp = token_lcp(&slots[best].held, r);
+    *update_cache = true;
     return best;
+}
+
+/* --cache-ram: llama.cpp's RAM prompt cache (server_prompt_cache).  prompt_save keeps what
+ * the slot holds; prompt_load gives the slot the saved prompt that keeps more of itself and
+ * covers more of the new prompt than the slot does, none that would keep under a quarter of
+ * itself.  At most --cache-ram prompts are kept, the oldest dropped first. */
+static struct rendered *ram;
+static size_t nram;
+
+static void ram_save(const struct rendered *held)
+{
+    if (nram == g_cfg.cache_ram) {
+        rendered_free(&ram[0]);
+        memmove(ram, ram + 1, (nram - 1) * sizeof *ram);
+        memset(&ram[--nram], 0, sizeof *ram);
+    }
+    copy_rendered(&ram[nram++], held);
+}
+
+static void ram_load(struct slot *s, const struct rendered *r, size_t *lcp)
+{
+    double keep_best = (double)*lcp / (double)s->held.ntok;
+    double sim_best = (double)*lcp / (double)r->ntok;
+    size_t best = SIZE_MAX;
+    for (size_t i = 0; i < nram; i++) {
+        size_t l = token_lcp(&ram[i], r);
+        double keep = (double)l / (double)ram[i].ntok, sim = (double)l / (double)r->ntok;
+        if (keep < 0.25) /* "don't trash large prompts" */
+            continue;
+        if (keep_best < keep && sim_best < sim) {
+            keep_best = keep;
+            sim_best = sim;
+            best = i;
+        }
+    }
+    if (best != SIZE_MAX) {
+        copy_rendered(&s->held, &ram[best]);
+        *lcp = token_lcp(&s->held, r);
+    }
 }
 
 static void account_llamacpp(const struct rendered *r, struct prompt_stats *st)
 {
     if (!slots)
         slots = calloc(g_cfg.slots, sizeof *slots);
-    size_t lcp = 0, i = choose_slot(r, &lcp);
+    if (!ram && g_cfg.cache_ram)
+        ram = calloc(g_cfg.cache_ram, sizeof *ram);
+    size_t lcp = 0;
+    bool update_cache = false;
+    size_t i = choose_slot(r, &lcp, &update_cache);
     struct slot *s = &slots[i];
-    /* at least one token is evaluated, for the logits ("we have to evaluate at least 1 token") */
-    st->cached_tokens = lcp < r->ntok ? lcp : (r->ntok ? r->ntok - 1 : 0);
     st->slot = (int)i;
     st->extends = s->prompt_len ? is_prefix(&s->held, s->prompt_len, r) : -1;
+    if (update_cache && g_cfg.cache_ram && s->held.ntok && r->ntok) {
+        ram_save(&s->held);
+        ram_load(s, r, &lcp);
+    }
+    /* at least one token is evaluated, for the logits ("we have to evaluate at least 1 token") */
+    st->cached_tokens = lcp < r->ntok ? lcp : (r->ntok ? r->ntok - 1 : 0);
     copy_rendered(&s->held, r);
     s->prompt_len = r->text.len;
     s->last_used = ++slot_clock;
@@ -499,6 +551,11 @@ void prompt_cleanup(void)
         rendered_free(&slots[i].held);
     free(slots);
     slots = NULL;
+    for (size_t i = 0; i < nram; i++)
+        rendered_free(&ram[i]);
+    free(ram);
+    ram = NULL;
+    nram = 0;
     for (size_t i = 0; i < OPENAI_KEEP; i++)
         rendered_free(&recent[i]);
     rendered_free(&last_prompt);
@@ -630,7 +687,8 @@ char *prompt_overflow_body(enum dialect d, size_t n, size_t ctx, long max_tokens
 {
     if (d == DIALECT_OLLAMA || ctx == 0)
         return NULL; /* Ollama truncates instead (prompt_ollama_truncate) */
-    bool llamacpp = d == DIALECT_OPENAI && g_cfg.overflow_style == OVERFLOW_LLAMACPP;
+    bool llamacpp = d == DIALECT_OPENAI && (g_cfg.overflow_style == OVERFLOW_LLAMACPP ||
+                                            g_cfg.overflow_style == OVERFLOW_LLAMACPP_OLD);
     /* llama.cpp refuses n_tokens >= n_ctx (a slot needs one free cell to decode) and lets
        max_tokens run into the end of the context; the others count the answer too */
     bool prompt_over = llamacpp ? n >= ctx : n > ctx;
@@ -650,7 +708,7 @@ char *prompt_overflow_body(enum dialect d, size_t n, size_t ctx, long max_tokens
         api_error_free(&e);
         return s;
     }
-    if (g_cfg.overflow_style == OVERFLOW_LLAMACPP)
+    if (llamacpp)
         return llamacpp_overflow(n, ctx, len);
     if (g_cfg.overflow_style == OVERFLOW_VLLM)
         return vllm_overflow(n, ctx, max_tokens, len);

@@ -131,6 +131,23 @@ class LlamaCppCache(unittest.TestCase):
                 if slots == 2:
                     self.assertNotEqual(log[2]["slot"], log[3]["slot"])
 
+    def test_cache_ram(self):
+        # one slot, a conversation interrupted by an unrelated request (a summary, say)
+        a = conversation(3)
+        other = [{"role": "user", "content": "summarize " * 50}]
+        for ram, restored in (("4", True), ("0", False)):
+            with self.subTest(cache_ram=ram), FakeLLM("--cache-ram", ram) as fake:
+                chat(fake, a[:4])
+                chat(fake, other)
+                _, r = chat(fake, a[:6])
+                log = fake.chat_requests()[-1]
+                self.assertFalse(log["extends_previous"])  # the slot held the other prompt
+                cached = r["usage"]["prompt_tokens_details"]["cached_tokens"]
+                if restored:  # the conversation's prefix came back from RAM
+                    self.assertGreater(cached, log["prompt_tokens"] // 2)
+                else:
+                    self.assertLess(cached, 10)
+
     def test_tokenizer_is_not_chars_over_four(self):
         with FakeLLM("--cache", "none") as fake:
             def tokens(text):
@@ -349,6 +366,16 @@ class ParleyReads(ParleyTestCase):
                 history = run.by_seq(2)
                 self.assertTrue((history.get("error") or {}).get("code") == "not_found" or
                                 history["result"]["turns"] == [], history)
+
+    def test_overflow_inside_a_stream(self):
+        # llama.cpp before October 2025: HTTP 200, then "error: {...}" (the fake's llamacpp-old)
+        with FakeLLM("--n-ctx", "200", "--overflow-style", "llamacpp-old") as fake:
+            opts = options(fake, stream=True, max_tokens=10)
+            run = self.run_ok([{"text": "hello " * 200, "conversation_id": "c"}], opts)
+            line = self.assertTurnError(run.by_seq(1), "context_overflow")
+            self.assertRegex(line["error"]["message"],
+                             r"context window \(\d+ tokens > 200\): .*exceeds the available")
+            self.assertEqual(fake.chat_requests()[0]["status"], 200)
 
     def test_other_400_stays_http_status(self):
         with FakeLLM() as fake:

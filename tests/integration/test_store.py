@@ -127,6 +127,27 @@ class Refusals(StoreCase):
             self.assertEqual(f.read(), b"my shopping list\n" * 10)
         self.assertEqual(self.llm.chat_requests(), [])
 
+    def test_fifo_is_refused_at_once(self):
+        # Opening a FIFO for reading used to wait for a writer: create() never returned.
+        path = os.path.join(self.dir.name, "pipe.db")
+        os.mkfifo(path)
+        run = self.run_agent(path)
+        self.assertNotEqual(run.rc, 0)
+        self.assertIn(path, run.stderr)
+        self.assertIn("not a regular file (it is a FIFO (named pipe))", run.stderr)
+        self.assertLess(run.elapsed, 20 * SLOW)
+        self.assertFalse(os.path.exists(path + "-lock"))
+
+    def test_symbolic_link_is_named_as_one(self):
+        self.run_ok([{"text": "hi", "conversation_id": "x"}], self.opts())
+        link = os.path.join(self.dir.name, "link.db")
+        os.symlink(self.path, link)
+        run = self.run_agent(link)
+        self.assertNotEqual(run.rc, 0)
+        self.assertIn("%s: a symbolic link (to %s): give the real path"
+                      % (link, os.path.realpath(self.path)), run.stderr)
+        self.assertNotIn("Too many levels", run.stderr)
+
     def test_second_agent_on_a_store_in_use_is_refused(self):
         o = self.opts()
         with tempfile.TemporaryDirectory() as d:
@@ -145,6 +166,72 @@ class Refusals(StoreCase):
                 first.wait(timeout=30 * SLOW)
                 first.stdout.close()
         self.assertEqual(first.returncode, 0)
+
+
+class WalDeleted(StoreCase):
+    def test_turns_survive_the_wal_deleted_then_kill_9(self):
+        # The WAL deleted under the running agent, then a crash: before, every turn (none had
+        # been checkpointed) was gone with the deleted file.
+        o = self.opts()
+        with tempfile.TemporaryDirectory() as d:
+            proc = subprocess.Popen(_shim_args(d, o, None, 1, ()), stdin=subprocess.PIPE,
+                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            try:
+                ok = []
+                for i in range(5):
+                    proc.stdin.write(json.dumps({"text": "turn %d" % i,
+                                                 "conversation_id": "w"}) + "\n")
+                    proc.stdin.flush()
+                    ok.append(json.loads(proc.stdout.readline())["turn_id"])
+                os.unlink(self.path + "-wal")
+                time.sleep(2.5)  # the agent looks every second
+                proc.stdin.write(json.dumps({"text": "after", "conversation_id": "w"}) + "\n")
+                proc.stdin.flush()
+                after = json.loads(proc.stdout.readline())
+            finally:
+                proc.kill()
+                proc.wait(timeout=30 * SLOW)
+                stderr = proc.stderr.read()
+                for f in (proc.stdin, proc.stdout, proc.stderr):
+                    f.close()
+        self.assertEqual(after["error"]["code"], "storage", after)
+        self.assertIn("deleted or replaced", after["error"]["message"])
+        self.assertIn("were copied into the file", stderr)
+        run = self.run_ok([{"op": "history", "conversation_id": "w"}], o)
+        self.assertEqual([t["turn_id"] for t in run.by_seq(1)["result"]["turns"]], ok)
+
+
+class Damaged(StoreCase):
+    """A file damaged past its schema: every read op says SQLite's reason, in
+    its answer and in the log, not just `storage`."""
+
+    def test_every_read_says_why(self):
+        self.run_ok([{"text": "hi %d" % i, "conversation_id": "c%d" % i} for i in range(3)],
+                    self.opts())
+        db = sqlite3.connect(self.path)
+        try:
+            root = db.execute("SELECT rootpage FROM sqlite_schema WHERE name = 'conversations'"
+                              ).fetchone()[0]
+            page = db.execute("PRAGMA page_size").fetchone()[0]
+        finally:
+            db.close()
+        with open(self.path, "r+b") as f:  # the conversations table; its indexes stay
+            f.seek((root - 1) * page)
+            f.write(b"\x5a" * page)
+        run = run_shim([{"op": "history", "conversation_id": "c1"}, {"op": "list"},
+                        {"op": "query", "conversation_id": "c1"},
+                        {"op": "history", "conversation_id": "c1", "persona": ""},
+                        {"op": "list", "filter": {"interface_type": ""}}], self.opts())
+        self.assertEqual(run.rc, 0, run.stderr)
+        for seq, name in ((1, "history_get"), (2, "conversations_list"),
+                          (3, "history_query"), (4, "history_get_by"),
+                          (5, "conversations_list")):
+            error = run.by_seq(seq)["error"]
+            self.assertEqual(error["code"], "storage")
+            self.assertIn(self.path, error["message"])
+            self.assertIn("malformed", error["message"])
+            self.assertIn(name + ": sqlite store " + self.path, run.stderr)
+        self.assertIn("malformed", run.stderr)
 
 
 # The schema version 1 DDL exactly as Parley 0.1 created it (plugin/store/sqlite.c, schema_v1).

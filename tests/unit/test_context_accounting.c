@@ -156,6 +156,48 @@ static void test_overflow(void)
     CHECK(!llm_overflow_parse(400, "", 0, &o));
 }
 
+/* llama.cpp before October 2025: a streamed request's error as an "error:" SSE field. */
+static void test_stream_error_field(void)
+{
+    const char *stream = "error: {\"code\":400,\"message\":\"request (5000 tokens) exceeds the "
+                         "available context size (4096 tokens), try increasing it\",\"type\":"
+                         "\"exceed_context_size_error\",\"n_prompt_tokens\":5000,\"n_ctx\":4096}\n\n";
+    for (size_t piece = 1; piece <= strlen(stream); piece += 13) {
+        llm_stream *s = llm_stream_new(NULL, NULL);
+        char *err = NULL;
+        int rc = 0;
+        for (size_t off = 0; rc == 0 && off < strlen(stream); off += piece) {
+            size_t n = strlen(stream) - off < piece ? strlen(stream) - off : piece;
+            rc = llm_stream_feed(s, stream + off, n, &err);
+        }
+        CHECK(rc == -1 && err && strstr(err, "exceeds the available context size"));
+        llm_overflow o;
+        CHECK(llm_overflow_from_text(err, &o) && o.n_prompt == 5000 && o.n_ctx == 4096);
+        free(err);
+        llm_stream_free(s);
+    }
+    /* the other fields still mean nothing, and data lines as before */
+    stream_diff("event: x\nid: 1\nerrors: nope\ndata: {\"choices\":[{\"delta\":{\"content\":"
+                "\"hi\"},\"finish_reason\":\"stop\"}]}\n\ndata: [DONE]\n\n",
+                strlen("event: x\nid: 1\nerrors: nope\ndata: {\"choices\":[{\"delta\":{\"content\":"
+                       "\"hi\"},\"finish_reason\":\"stop\"}]}\n\ndata: [DONE]\n\n"), 0);
+}
+
+static void test_overflow_text(void)
+{
+    llm_overflow o;
+    CHECK(llm_overflow_from_text("server returned an error: request (9000 tokens) exceeds the "
+                                 "available context size (8192 tokens), try increasing it", &o));
+    CHECK(o.n_prompt == 9000 && o.n_ctx == 8192);
+    CHECK(llm_overflow_from_text("This model's maximum context length is 4096 tokens. However, "
+                                 "your request has 5000 input tokens.", &o));
+    CHECK(o.n_prompt == 5000 && o.n_ctx == 4096);
+    CHECK(llm_overflow_from_text("prompt is too long: 210000 tokens > 200000 maximum", &o));
+    CHECK(o.n_prompt == 210000 && o.n_ctx == 200000);
+    CHECK(!llm_overflow_from_text("stream ended before [DONE]", &o) && o.n_ctx == 0);
+    CHECK(!llm_overflow_from_text(NULL, &o));
+}
+
 static void test_window_parsers(void)
 {
     const char *props = "{\"default_generation_settings\":{\"id\":0,\"n_ctx\":16384,\"params\":{}},"
@@ -184,6 +226,8 @@ int main(void)
     test_settle();
     test_ollama();
     test_overflow();
+    test_overflow_text();
+    test_stream_error_field();
     test_window_parsers();
     return check_report();
 }
