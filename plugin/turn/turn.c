@@ -742,6 +742,14 @@ static void release_config(void *cfg)
     config_unref(cfg);
 }
 
+/* What comes before the history in every request of the turn, for the cache
+ * break check: the prompt and the turn's extra prompt (malloc'd; NULL on OOM). */
+static char *stable_prompt(const turn *t)
+{
+    return pstr_printf("%s\x1f%s", t->opts->prompt ? t->opts->prompt : "",
+                       t->extra_system_prompt ? t->extra_system_prompt : "");
+}
+
 static int plan_window(turn *t)
 {
     if (!t->ctx.enabled || t->ctx_planned)
@@ -752,8 +760,11 @@ static int plan_window(turn *t)
     ctx_budget b = budget_of(t);
     ctx_cut_reason why;
     size_t n = ctx_plan(&t->ctx, &b, body_tokens(t, b.factor), clock_wall_ms(), 0, &why);
-    if (why == CTX_CUT_NONE && !ctx_prefix_kept(&t->ctx, t->opts->prompt, toolset_json(t->tools),
-                                                t->history.data, window_len(t))) {
+    char *stable = why == CTX_CUT_NONE ? stable_prompt(t) : NULL;
+    int kept = !stable || ctx_prefix_kept(&t->ctx, stable, toolset_json(t->tools),
+                                          t->history.data, window_len(t));
+    free(stable);
+    if (!kept) {
         atomic_fetch_add(&t->env->metrics->cache_breaks, 1);
         host_log(t->env->host, PARLEY_LOG_INFO,
                  "turn %s: this request does not extend the conversation's previous one (the "
@@ -1588,10 +1599,12 @@ static void turn_commit(turn *t)
             pbuf_append(&turn_text, msgs[i].json, msgs[i].json_len);
             pbuf_putc(&turn_text, ',');
         }
-        ctx_set_prefix(&t->ctx, t->opts->prompt, toolset_json(t->tools), t->history.data,
+        char *stable = stable_prompt(t);
+        ctx_set_prefix(&t->ctx, stable ? stable : "", toolset_json(t->tools), t->history.data,
                        window_len(t), turn_text.data, turn_text.len);
-        if (turn_text.oom)
-            t->ctx.rec.prefix_hash = 0;
+        if (turn_text.oom || !stable)
+            t->ctx.rec.prefix_hash = 0; /* unknown: the next turn checks nothing */
+        free(stable);
         pbuf_free(&turn_text);
     }
     if (t->ctx.enabled && ctx_record_write(&t->ctx) == 0) { /* the window's start goes with it */

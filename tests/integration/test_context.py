@@ -191,6 +191,11 @@ class Persistence(ContextCase):
             run = self.run_ok([{"text": "two", "conversation_id": "p"},
                                {"text": "three", "conversation_id": "p"}, {"op": "metrics"}], o)
             self.assertEqual(metrics_of(run)["cache_breaks"], 1)
+            # so is an extra_system_prompt that changes from one turn to the next
+            run = self.run_ok([{"text": "a", "conversation_id": "p", "extra_system_prompt": "x"},
+                               {"text": "b", "conversation_id": "p", "extra_system_prompt": "y"},
+                               {"op": "metrics"}], o)
+            self.assertEqual(metrics_of(run)["cache_breaks"], 2)
 
     def test_shared_on_redis(self):
         redis = RedisServer("ctx-pw")
