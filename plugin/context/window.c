@@ -111,8 +111,7 @@ static void skip_messages(pbuf *text, size_t k, pbuf *into)
 }
 
 parley_status ctx_load(store *s, const store_key *key, size_t max_turns, int summarize,
-                       uint64_t now_ms, pbuf *history, size_t *nmessages, ctx_window *w,
-                       char **err)
+                       uint64_t now_ms, pbuf *history, size_t *nmessages, ctx_window *w, char **err)
 {
     *nmessages = 0;
     pbuf rec = {0};
@@ -180,8 +179,7 @@ size_t ctx_reply_window(const ctx_window *w, size_t max_turns)
     if (!w->enabled || !w->nturns)
         return max_turns;
     if (max_turns && w->nturns > max_turns) /* the turn bound will cut to its low mark */
-        return max_turns * CTX_LOW_MARK_PERCENT / 100 ? max_turns * CTX_LOW_MARK_PERCENT / 100
-                                                      : 1;
+        return max_turns * CTX_LOW_MARK_PERCENT / 100 ? max_turns * CTX_LOW_MARK_PERCENT / 100 : 1;
     return w->nturns;
 }
 
@@ -197,8 +195,8 @@ static int split_one(void *ud, size_t offset, size_t len)
     static const char USER[] = "{\"role\":\"user\"";
     split_state *s = ud;
     ctx_window *w = s->w;
-    int opens = !w->nturns || (len >= sizeof USER - 1 &&
-                               memcmp(s->text + offset, USER, sizeof USER - 1) == 0);
+    int opens = !w->nturns ||
+                (len >= sizeof USER - 1 && memcmp(s->text + offset, USER, sizeof USER - 1) == 0);
     if (opens) {
         if (w->nturns == s->cap) {
             size_t cap = s->cap ? 2 * s->cap : 16;
@@ -279,9 +277,9 @@ size_t ctx_plan(const ctx_window *w, const ctx_budget *b, int64_t body_tokens, u
     int64_t low = fixed + (limit > fixed ? (limit - fixed) * CTX_LOW_MARK_PERCENT / 100 : 0);
     size_t low_turns = SIZE_MAX;
     if (b->max_turns)
-        low_turns = b->max_turns * CTX_LOW_MARK_PERCENT / 100 ? b->max_turns *
-                                                                    CTX_LOW_MARK_PERCENT / 100
-                                                              : 1;
+        low_turns = b->max_turns * CTX_LOW_MARK_PERCENT / 100
+                        ? b->max_turns * CTX_LOW_MARK_PERCENT / 100
+                        : 1;
     size_t n = 0;
     while (n < w->nturns) {
         size_t kept = w->nturns - n;
@@ -352,16 +350,12 @@ static int record_put(ctx_window *w, const char *summary, uint64_t upto)
     if (w->rec.prefix_hash)
         pbuf_printf(&w->record, ",\"lp\":%llu,\"lb\":%llu,\"plen\":%llu,\"phash\":\"%016llx\"",
                     (unsigned long long)w->rec.last_prompt, (unsigned long long)w->rec.last_bytes,
-                    (unsigned long long)w->rec.prefix_len,
-                    (unsigned long long)w->rec.prefix_hash);
+                    (unsigned long long)w->rec.prefix_len, (unsigned long long)w->rec.prefix_hash);
     pbuf_putc(&w->record, '}');
     return w->record.oom ? -1 : 0;
 }
 
-int ctx_record_write(ctx_window *w)
-{
-    return record_put(w, w->rec.summary, w->rec.upto);
-}
+int ctx_record_write(ctx_window *w) { return record_put(w, w->rec.summary, w->rec.upto); }
 
 int ctx_record_write_summary(ctx_window *w, const char *summary)
 {
@@ -394,7 +388,8 @@ size_t ctx_ahead_turns(const ctx_window *w, const ctx_budget *b, int64_t body_to
         return 0;
     if (w->rec.next && w->rec.next_upto > w->first) /* one is waiting */
         return 0;
-    int near = body_tokens > limit_of(b) * 8 / 10 || (b->max_turns && w->nturns + 1 >= b->max_turns);
+    int near =
+        body_tokens > limit_of(b) * 8 / 10 || (b->max_turns && w->nturns + 1 >= b->max_turns);
     if (!near)
         return 0;
     /* What the cut will drop when it comes: by the turn bound, the window of
@@ -447,8 +442,7 @@ void ctx_take_next(ctx_window *w)
 
 const char *ctx_summary(const ctx_window *w)
 {
-    return w->enabled && w->summarize && w->rec.summary && *w->rec.summary ? w->rec.summary
-                                                                           : NULL;
+    return w->enabled && w->summarize && w->rec.summary && *w->rec.summary ? w->rec.summary : NULL;
 }
 
 /* ---- the summary's input ---- */
@@ -478,7 +472,8 @@ static void put_line(pbuf *b, const json_t *m)
     const json_t *calls = json_object_get(m, "tool_calls");
     size_t i;
     const json_t *call;
-    json_array_foreach(calls, i, call) {
+    json_array_foreach(calls, i, call)
+    {
         const json_t *f = json_object_get(call, "function");
         const char *name = json_string_value(json_object_get(f, "name"));
         const char *args = json_string_value(json_object_get(f, "arguments"));
@@ -523,8 +518,7 @@ char *ctx_summary_input(const ctx_window *w, size_t max_bytes)
     }
     size_t i;
     const json_t *m;
-    json_array_foreach(msgs, i, m)
-        put_line(&lines, m);
+    json_array_foreach(msgs, i, m) put_line(&lines, m);
     json_decref(msgs);
     size_t room = max_bytes > b.len + 256 ? max_bytes - b.len : 256;
     if (lines.len > room) {
@@ -561,7 +555,7 @@ void ctx_learn_factor(ctx_agent *a, size_t body_bytes, long long prompt_tokens)
 
 typedef struct fnv {
     uint64_t h;
-    uint64_t len, limit;   /* bytes taken so far; stop at limit */
+    uint64_t len, limit; /* bytes taken so far; stop at limit */
 } fnv;
 
 static void fnv_add(fnv *f, const char *p, size_t n)
@@ -593,8 +587,8 @@ void ctx_set_prefix(ctx_window *w, const char *prompt, const char *tools, const 
     w->rec.prefix_hash = f.h ? f.h : 1;
 }
 
-int ctx_prefix_kept(const ctx_window *w, const char *prompt, const char *tools,
-                    const char *history, size_t history_len)
+int ctx_prefix_kept(const ctx_window *w, const char *prompt, const char *tools, const char *history,
+                    size_t history_len)
 {
     if (!w->rec.prefix_hash)
         return 1;
@@ -639,8 +633,7 @@ static void *discover_main(void *arg)
     return NULL;
 }
 
-int ctx_discover_start(ctx_agent *a, const parley_options *o, void *ref,
-                       void (*release)(void *ref))
+int ctx_discover_start(ctx_agent *a, const parley_options *o, void *ref, void (*release)(void *ref))
 {
     if (a->started) {
         release(ref);

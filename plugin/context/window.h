@@ -74,25 +74,26 @@
 /* Why a window moved (metrics, logs). */
 typedef enum ctx_cut_reason {
     CTX_CUT_NONE,
-    CTX_CUT_TOKENS,     /* over the token budget */
-    CTX_CUT_TURNS,      /* over max_history_turns */
-    CTX_CUT_IDLE,       /* a free moment after an idle gap */
-    CTX_CUT_STORE,      /* the start was no longer in the store (history_keep_turns) */
-    CTX_CUT_OVERFLOW    /* the server said the prompt did not fit */
+    CTX_CUT_TOKENS,  /* over the token budget */
+    CTX_CUT_TURNS,   /* over max_history_turns */
+    CTX_CUT_IDLE,    /* a free moment after an idle gap */
+    CTX_CUT_STORE,   /* the start was no longer in the store (history_keep_turns) */
+    CTX_CUT_OVERFLOW /* the server said the prompt did not fit */
 } ctx_cut_reason;
 
 /* The conversation's context record, as stored (JSON: {"start":N,"summary":S,"upto":M}). */
 typedef struct ctx_record {
-    uint64_t start;          /* lifetime message index of the first message sent */
-    char *summary;           /* the running summary, NULL when there is none */
-    uint64_t upto;           /* the summary covers the messages before this index */
-    char *next;              /* the summary made ahead for the next cut, NULL when none */
-    uint64_t next_upto;      /* it covers the messages before this index */
-    uint64_t last_prompt;    /* the prompt tokens the server counted for the turn's last
-                                request, and that request's bytes: what the next one, */
-    uint64_t last_bytes;     /* a little longer, should count at least (ctx_shrunk) */
-    uint64_t prefix_len;     /* what the next request should start with: its length */
-    uint64_t prefix_hash;    /* and its hash (ctx_prefix_hash); 0 = not known */
+    uint64_t start;       /* lifetime message index of the first message sent */
+    char *summary;        /* the running summary, NULL when there is none */
+    uint64_t upto;        /* the summary covers the messages before this index */
+    char *next;           /* the summary made ahead for the next cut, NULL when none */
+    uint64_t next_upto;   /* it covers the messages before this index */
+    /* The prompt tokens the server counted for the turn's last request, and that request's
+     * bytes: what the next request, a little longer, should count at least (ctx_shrunk). */
+    uint64_t last_prompt;
+    uint64_t last_bytes;
+    uint64_t prefix_len;  /* what the next request should start with: its length */
+    uint64_t prefix_hash; /* and its hash (ctx_prefix_hash); 0 = not known */
 } ctx_record;
 
 /* How many messages before the window's start a turn loads to fold into the
@@ -129,27 +130,27 @@ void ctx_agent_stop(ctx_agent *a);
 
 /* One turn's view of its conversation's window. */
 typedef struct ctx_window {
-    int enabled;             /* the store keeps context records: the window is planned */
-    ctx_record rec;          /* as loaded */
-    store_lifetime life;     /* the conversation at load */
-    uint64_t first;          /* lifetime index of the first message in the history held */
-    int start_lost;          /* the record's start lies before what the store still holds */
-    size_t nturns;           /* whole turns in the history held */
-    size_t *end;             /* byte offset just past turn i (its last ',') */
-    size_t *nmsgs;           /* messages of turn i */
-    ctx_cut_reason cut;      /* why this turn moved the start (NONE: it did not) */
-    size_t cut_turns;        /* turns this turn's cuts dropped */
-    pbuf record;             /* the record the commit writes */
-    int summarize;           /* fold what leaves the window into the summary */
-    pbuf dropped;            /* the messages before the start not yet in the summary ("m,m,") */
-    uint64_t dropped_from;   /* lifetime index of dropped's first message */
+    int enabled;           /* the store keeps context records: the window is planned */
+    ctx_record rec;        /* as loaded */
+    store_lifetime life;   /* the conversation at load */
+    uint64_t first;        /* lifetime index of the first message in the history held */
+    int start_lost;        /* the record's start lies before what the store still holds */
+    size_t nturns;         /* whole turns in the history held */
+    size_t *end;           /* byte offset just past turn i (its last ',') */
+    size_t *nmsgs;         /* messages of turn i */
+    ctx_cut_reason cut;    /* why this turn moved the start (NONE: it did not) */
+    size_t cut_turns;      /* turns this turn's cuts dropped */
+    pbuf record;           /* the record the commit writes */
+    int summarize;         /* fold what leaves the window into the summary */
+    pbuf dropped;          /* the messages before the start not yet in the summary ("m,m,") */
+    uint64_t dropped_from; /* lifetime index of dropped's first message */
 } ctx_window;
 
 typedef struct ctx_budget {
-    int64_t window;          /* the model's context, tokens */
-    int64_t reserve;         /* kept for the answer */
-    size_t max_turns;        /* max_history_turns; 0 = no bound */
-    double factor;           /* correction factor (1 when none is known) */
+    int64_t window;   /* the model's context, tokens */
+    int64_t reserve;  /* kept for the answer */
+    size_t max_turns; /* max_history_turns; 0 = no bound */
+    double factor;    /* correction factor (1 when none is known) */
 } ctx_budget;
 
 void ctx_window_free(ctx_window *w);
@@ -241,8 +242,8 @@ const char *ctx_cut_reason_name(ctx_cut_reason why);
 void ctx_set_prefix(ctx_window *w, const char *prompt, const char *tools, const char *history,
                     size_t history_len, const char *turn, size_t turn_len);
 /* 1 when the stored prefix is unknown or kept; 0: a cache break. */
-int ctx_prefix_kept(const ctx_window *w, const char *prompt, const char *tools,
-                    const char *history, size_t history_len);
+int ctx_prefix_kept(const ctx_window *w, const char *prompt, const char *tools, const char *history,
+                    size_t history_len);
 
 /*
  * A server that silently drops the start of a prompt too long for it (Ollama

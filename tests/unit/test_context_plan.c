@@ -15,7 +15,8 @@
 #define U(t) "{\"role\":\"user\",\"content\":\"" t "\"},"
 #define A(t) "{\"role\":\"assistant\",\"content\":\"" t "\"},"
 #define CALL "{\"role\":\"assistant\",\"content\":null,\"tool_calls\":[{\"id\":\"c1\"}]},"
-#define RESULT "{\"role\":\"tool\",\"tool_call_id\":\"c1\",\"content\":\"{\\\"role\\\":\\\"user\\\"}\"},"
+#define RESULT \
+    "{\"role\":\"tool\",\"tool_call_id\":\"c1\",\"content\":\"{\\\"role\\\":\\\"user\\\"}\"},"
 
 static void window_of(ctx_window *w, pbuf *h, const char *text)
 {
@@ -90,8 +91,13 @@ static void test_next_summary_takes_the_cut(void)
 
 static void test_records_that_do_not_parse(void)
 {
-    const char *bad[] = {"", "not json", "[1,2]", "{\"start\":-5}", "{\"start\":\"x\"}",
-                         "{\"summary\":\"s\"}", "{\"start\":3,\"summary\":7,\"upto\":1}"};
+    const char *bad[] = {"",
+                         "not json",
+                         "[1,2]",
+                         "{\"start\":-5}",
+                         "{\"start\":\"x\"}",
+                         "{\"summary\":\"s\"}",
+                         "{\"start\":3,\"summary\":7,\"upto\":1}"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         pbuf out = PBUF_INIT;
         ctx_describe(bad[i], strlen(bad[i]), &out);
