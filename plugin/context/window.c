@@ -2,6 +2,7 @@
 #include "context/window.h"
 
 #include <jansson.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -535,7 +536,19 @@ char *ctx_summary_input(const ctx_window *w, size_t max_bytes)
     return pbuf_take(&b);
 }
 
-void ctx_learn_factor(ctx_agent *a, size_t body_bytes, long long prompt_tokens)
+ctx_model *ctx_model_of(ctx_agent *a, const char *model)
+{
+    const char *name = model ? model : "";
+    for (size_t i = 0; i < CTX_MODELS; i++)
+        if (a->models[i].name[0] && strncmp(a->models[i].name, name, CTX_MODEL_NAME - 1) == 0)
+            return &a->models[i];
+    ctx_model *m = &a->models[a->next_slot++ % CTX_MODELS];
+    memset(m, 0, sizeof *m);
+    snprintf(m->name, sizeof m->name, "%s", *name ? name : "?");
+    return m;
+}
+
+void ctx_learn_factor(ctx_model *a, size_t body_bytes, long long prompt_tokens)
 {
     if (prompt_tokens <= 0 || body_bytes < 64)
         return;

@@ -104,10 +104,19 @@ typedef struct ctx_record {
  * past what it was asked for must not eat the window. */
 #define CTX_SUMMARY_MAX_BYTES 3000
 
+/* What the agent learns of one model (a persona may name another). */
+#define CTX_MODELS 8
+#define CTX_MODEL_NAME 96
+typedef struct ctx_model {
+    char name[CTX_MODEL_NAME]; /* "" = a free slot */
+    double factor;             /* server tokens per estimated token; 0 = none learned yet */
+    int64_t window;            /* a window the server named (overflow, truncation); 0 = none */
+} ctx_model;
+
 /* What the agent learns across turns (worker thread only, but `discovered`). */
 typedef struct ctx_agent {
-    double factor;           /* server tokens per estimated token; 0 = none learned yet */
-    int64_t window;          /* a window the server named in an overflow answer; 0 = none */
+    ctx_model models[CTX_MODELS]; /* by model name; the oldest slot is reused */
+    unsigned next_slot;
     atomic_llong discovered; /* the window the server said when asked (GET /props, ...),
                                 written by the discovery thread; 0 = not (yet) known */
     pthread_t thread;        /* the discovery, asked once per agent */
@@ -225,9 +234,12 @@ const char *ctx_summary(const ctx_window *w);
  * a summary request must fit the window too).  malloc'd, NULL on OOM. */
 char *ctx_summary_input(const ctx_window *w, size_t max_bytes);
 
+/* What the agent learned of `model` (a slot made for it when it has none). */
+ctx_model *ctx_model_of(ctx_agent *a, const char *model);
+
 /* Learn the correction factor from a request of body_bytes the server counted
  * as prompt_tokens. */
-void ctx_learn_factor(ctx_agent *a, size_t body_bytes, long long prompt_tokens);
+void ctx_learn_factor(ctx_model *m, size_t body_bytes, long long prompt_tokens);
 
 const char *ctx_cut_reason_name(ctx_cut_reason why);
 

@@ -676,10 +676,10 @@ static ctx_budget budget_of(const turn *t)
 {
     const parley_options *o = t->opts;
     const char *api = t->cfg->prov->name;
-    const ctx_agent *learned = t->env->ctx;
+    const ctx_model *learned = ctx_model_of(t->env->ctx, t->opts->model);
     ctx_budget b = {.max_turns = (size_t)o->max_history_turns,
                     .factor = learned->factor > 0 ? learned->factor : 1.0};
-    int64_t discovered = atomic_load(&learned->discovered);
+    int64_t discovered = atomic_load(&t->env->ctx->discovered);
     if (o->context_window > 0)
         b.window = o->context_window;
     else if (learned->window > 0)
@@ -955,7 +955,7 @@ static void account_reply(turn *t, const llm_reply *reply)
     t->usage.cache_creation += u->cache_creation;
     t->usage.reasoning += u->reasoning;
     if (!t->images.n && !t->truncated) /* base64 bytes are not tokens; a cut prompt lies */
-        ctx_learn_factor(t->env->ctx, t->body.len, u->prompt);
+        ctx_learn_factor(ctx_model_of(t->env->ctx, t->opts->model), t->body.len, u->prompt);
     if (!t->truncated) {
         t->last_prompt = u->prompt;
         t->last_bytes = t->body.len;
@@ -1120,7 +1120,7 @@ static int recover_overflow(turn *t)
     if (t->overflow_retried || !t->ctx.enabled)
         return 0;
     t->overflow_retried = 1;
-    ctx_agent *learned = t->env->ctx;
+    ctx_model *learned = ctx_model_of(t->env->ctx, t->opts->model);
     if (t->overflow.n_ctx > 0)
         learned->window = t->overflow.n_ctx;
     if (t->overflow.n_prompt > 0 && !t->images.n)
@@ -1149,9 +1149,11 @@ static void summary_on_http_done(turn *t, CURLcode code);
 static int ollama_truncated(const turn *t, const llm_usage *u)
 {
     if (strcmp(t->cfg->prov->name, "ollama") != 0 || !t->ctx.enabled || t->images.n ||
-        u->prompt <= 0 || t->env->ctx->factor <= 0)
+        u->prompt <= 0)
         return 0;
-    double f = t->env->ctx->factor;
+    double f = ctx_model_of(t->env->ctx, t->opts->model)->factor;
+    if (f <= 0)
+        return 0;
     if (!t->tool_rounds && !t->overflow_retried && ctx_shrunk(&t->ctx, t->body.len, u->prompt, f))
         return 1; /* longer than the conversation's last request, yet counted shorter */
     return body_tokens(t, f) > u->prompt + u->prompt * 3 / 10 + 16; /* far fewer than sent */
@@ -1166,7 +1168,8 @@ static int recover_truncation(turn *t, long long read)
     t->overflow_retried = 1;
     ctx_budget b = budget_of(t);
     int64_t sent = body_tokens(t, b.factor);
-    t->env->ctx->window = (int64_t)read + b.reserve + b.window * CTX_MARGIN_PERCENT / 100;
+    ctx_model_of(t->env->ctx, t->opts->model)->window =
+        (int64_t)read + b.reserve + b.window * CTX_MARGIN_PERCENT / 100;
     b = budget_of(t);
     ctx_cut_reason why;
     size_t n = ctx_plan(&t->ctx, &b, sent, clock_wall_ms(), 1, &why);
