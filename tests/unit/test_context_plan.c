@@ -131,8 +131,27 @@ static void test_summary_input_clipped(void)
     pbuf_free(&h);
 }
 
+static void test_factor_per_model(void)
+{
+    ctx_agent a;
+    memset(&a, 0, sizeof a);
+    ctx_model *big = ctx_model_of(&a, "big"), *small = ctx_model_of(&a, "small");
+    CHECK(big != small && ctx_model_of(&a, "big") == big);
+    ctx_learn_factor(big, 4000, 1500);  /* the server counts 1.5 per estimated token */
+    ctx_learn_factor(small, 4000, 800); /* and 0.8 here */
+    CHECK(big->factor > 1.4 && big->factor < 1.6);
+    CHECK(small->factor > 0.7 && small->factor < 0.9);
+    for (int i = 0; i < CTX_MODELS; i++) { /* more models than slots: the oldest goes */
+        char name[16];
+        snprintf(name, sizeof name, "m%d", i);
+        CHECK(ctx_model_of(&a, name)->factor == 0);
+    }
+    CHECK(ctx_model_of(&a, "big")->factor == 0);
+}
+
 int main(void)
 {
+    test_factor_per_model();
     test_split_whole_turns();
     test_plan_low_mark();
     test_next_summary_takes_the_cut();
