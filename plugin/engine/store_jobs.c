@@ -60,6 +60,7 @@ void store_job_free(store_job *job)
     free((void *)job->turn.messages);
     if (job->kind == STORE_JOB_SET_CONTEXT)
         free((void *)job->turn.context); /* its own copy */
+    free(job->expected);
     free(job->err);
     pbuf_free(&job->loaded);
     ctx_window_free(&job->ctx);
@@ -95,7 +96,8 @@ static void run(store *s, store_job *job)
         break;
     case STORE_JOB_SET_CONTEXT:
         job->status = store_context_set(s, &key, job->turn.context, job->turn.context_len,
-                                        job->now_ms, &job->err);
+                                        job->expected, job->expected_len, job->now_ms,
+                                        &job->err);
         break;
     case STORE_JOB_APPEND:
         job->status = store_append(s, &key, &job->turn, job->now_ms, &job->err);

@@ -51,6 +51,8 @@ typedef struct store_job {
     int plan_window;          /* LOAD: read the context record and load from its start */
     int summarize;            /* LOAD with plan_window: also what the summary has not folded */
     store_turn turn;          /* messages[] owned by the job, their JSON borrowed */
+    char *expected;           /* SET_CONTEXT: the record it replaces (owned), NULL: any */
+    size_t expected_len;
     uint64_t now_ms;
 
     /* what came of it, set by the store thread */

@@ -1402,7 +1402,8 @@ static parley_status memory_context_get(store *s, const store_key *key, uint64_t
 }
 
 static parley_status memory_context_set(store *s, const store_key *key, const char *json,
-                                        size_t len, uint64_t now_ms, char **err)
+                                        size_t len, const char *expected, size_t expected_len,
+                                        uint64_t now_ms, char **err)
 {
     memory_store *m = (memory_store *)s;
     char *owned;
@@ -1412,16 +1413,22 @@ static parley_status memory_context_set(store *s, const store_key *key, const ch
     parley_status st = PARLEY_OK;
     pthread_mutex_lock(&m->lock);
     conversation *c = find_live(m, k, now_ms);
-    context_record *r = c ? context_record_new(json, len) : NULL;
+    const context_record *cur = c && c->has_context ? dict_find(m->contexts, c->key) : NULL;
+    int moved = c && expected && (cur ? cur->len != expected_len ||
+                                            memcmp(cur->json, expected, expected_len) != 0
+                                      : expected_len != 0);
+    context_record *r = c && !moved ? context_record_new(json, len) : NULL;
     if (!c) {
         st = PARLEY_ERR_NOT_FOUND;
+    } else if (moved) {
+        st = PARLEY_ERR_BUSY;
     } else if (!r || set_context_locked(m, c, r) != 0) {
         free(r);
         st = PARLEY_ERR_NO_MEMORY;
     }
     pthread_mutex_unlock(&m->lock);
     free(owned);
-    return st == PARLEY_OK ? st : fail(err, st);
+    return st == PARLEY_OK || st == PARLEY_ERR_BUSY ? st : fail(err, st);
 }
 
 const store_backend store_memory_backend = {

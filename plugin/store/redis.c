@@ -1722,7 +1722,8 @@ static parley_status redis_context_get(store *base, const store_key *key, uint64
 }
 
 static parley_status redis_context_set(store *base, const store_key *key, const char *json,
-                                       size_t len, uint64_t now_ms, char **err)
+                                       size_t len, const char *expected, size_t expected_len,
+                                       uint64_t now_ms, char **err)
 {
     redis_store *s = (redis_store *)base;
     char *cid = conversation_key(key);
@@ -1732,6 +1733,8 @@ static parley_status redis_context_set(store *base, const store_key *key, const 
     args_init(&a, s, now_ms);
     arg_str(&a, cid);
     arg_bytes(&a, json, len);
+    arg_str(&a, expected ? "1" : "0");
+    arg_bytes(&a, expected ? expected : "", expected ? expected_len : 0);
     redisReply *r;
     parley_status st = run_script(s, SCRIPT_CONTEXT_SET, &a, 1, &r, err);
     if (st == PARLEY_OK) {
@@ -1740,10 +1743,10 @@ static parley_status redis_context_set(store *base, const store_key *key, const 
             st = bad_reply(s, r, err);
         } else {
             freeReplyObject(r);
-            if (!written) {
+            if (written != 1) {
                 if (err)
                     *err = NULL;
-                st = PARLEY_ERR_NOT_FOUND;
+                st = written == 2 ? PARLEY_ERR_BUSY : PARLEY_ERR_NOT_FOUND;
             }
         }
     }

@@ -692,10 +692,14 @@
     "local h = redis.call('HMGET', ckey(cid), 'ctx', 'lm', 'mc', 'tc', 'roles')\n"              \
     "return {0, h[1] or '', h[2] or 0, h[3] or 0, h[4] or 0, h[5] or 0}\n"
 
-/* ARGV[4] = CID, 5 = the context record.  -> 1 written, 0 no such live conversation */
+/* ARGV[4] = CID, 5 = the context record, 6 = "1" when 7 is the record expected.
+ * -> 1 written, 0 no such live conversation, 2 the record is not the one expected */
 #define REDIS_LUA_CONTEXT_SET                                                                  \
     "local cid = ARGV[4]\n"                                                                     \
     "if state(cid) ~= 'live' then return 0 end\n"                                               \
+    "if ARGV[6] == '1' and (redis.call('HGET', ckey(cid), 'ctx') or '') ~= ARGV[7] then\n"      \
+    "  return 2\n"                                                                              \
+    "end\n"                                                                                     \
     "redis.call('HSET', ckey(cid), 'ctx', ARGV[5])\n"                                           \
     "return 1\n"
 

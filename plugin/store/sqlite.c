@@ -2594,8 +2594,29 @@ static parley_status sqlite_context_get(store *base, const store_key *key, uint6
     return status;
 }
 
+/* 1 when conversation row `id`'s record (on the write connection) is not `expected`. */
+static int context_moved(sqlite_store *s, int64_t id, const char *expected, size_t len, int *rc)
+{
+    sqlite3_stmt *st = stmt(&s->w, S_CONTEXT_GET, rc);
+    if (!st)
+        return 0;
+    sqlite3_bind_int64(st, 1, id);
+    int moved = 0;
+    if ((*rc = sqlite3_step(st)) == SQLITE_ROW) {
+        const void *cur = sqlite3_column_text(st, 0);
+        size_t n = cur ? (size_t)sqlite3_column_bytes(st, 0) : 0;
+        moved = n != len || (n && memcmp(cur, expected, n) != 0);
+        *rc = SQLITE_OK;
+    } else if (*rc == SQLITE_DONE) {
+        *rc = SQLITE_OK;
+    }
+    done(st);
+    return moved;
+}
+
 static parley_status sqlite_context_set(store *base, const store_key *key, const char *json,
-                                        size_t len, uint64_t now_ms, char **err)
+                                        size_t len, const char *expected, size_t expected_len,
+                                        uint64_t now_ms, char **err)
 {
     sqlite_store *s = (sqlite_store *)base;
     pthread_mutex_lock(&s->w.lock);
@@ -2608,10 +2629,14 @@ static parley_status sqlite_context_set(store *base, const store_key *key, const
         found = rc == SQLITE_ROW && !is_idle(s, row.last_used_ms, now_ms);
         rc = rc == SQLITE_ROW || rc == SQLITE_DONE ? SQLITE_OK : rc;
     }
-    if (rc == SQLITE_OK && found)
+    int moved = rc == SQLITE_OK && found && expected &&
+                context_moved(s, row.id, expected, expected_len, &rc);
+    if (rc == SQLITE_OK && found && !moved)
         rc = write_context(s, row.id, json, len);
     parley_status st = end_write(s, rc, &t, "cannot write the context record", err);
     pthread_mutex_unlock(&s->w.lock);
+    if (st == PARLEY_OK && moved)
+        return PARLEY_ERR_BUSY;
     return st == PARLEY_OK && !found ? not_found(err) : st;
 }
 

@@ -90,9 +90,10 @@ parley_status store_context_get(store *s, const store_key *key, uint64_t now_ms,
 }
 
 parley_status store_context_set(store *s, const store_key *key, const char *json, size_t len,
-                                uint64_t now_ms, char **err)
+                                const char *expected, size_t expected_len, uint64_t now_ms,
+                                char **err)
 {
-    return s->backend->context_set(s, key, json, len, now_ms, err);
+    return s->backend->context_set(s, key, json, len, expected, expected_len, now_ms, err);
 }
 
 parley_status store_append(store *s, const store_key *key, const store_turn *turn,

@@ -325,13 +325,17 @@ typedef struct store_backend {
                                  store_lifetime *life, char **err);
 
     /*
-     * Replace the record of `key` (json: one compact JSON object, len bytes).
+     * Replace the record of `key` (json: one compact JSON object, len bytes)
+     * -- when `expected` is not NULL, only if the record is still exactly
+     * those expected_len bytes ("" when it has none): else PARLEY_ERR_BUSY
+     * and nothing changes (another host's turn wrote it meanwhile).
      * PARLEY_ERR_NOT_FOUND when the conversation is unknown or expired: a
      * record is never written for a conversation the store does not hold.
      * Changes nothing else (not the LRU order, not last_used).
      */
     parley_status (*context_set)(store *s, const store_key *key, const char *json, size_t len,
-                                 uint64_t now_ms, char **err);
+                                 const char *expected, size_t expected_len, uint64_t now_ms,
+                                 char **err);
 } store_backend;
 
 /* The first member of every backend's store object. */
@@ -370,7 +374,8 @@ parley_status store_load(store *s, const store_key *key, size_t last_turns, uint
 parley_status store_context_get(store *s, const store_key *key, uint64_t now_ms, pbuf *out,
                                 store_lifetime *life, char **err);
 parley_status store_context_set(store *s, const store_key *key, const char *json, size_t len,
-                                uint64_t now_ms, char **err);
+                                const char *expected, size_t expected_len, uint64_t now_ms,
+                                char **err);
 parley_status store_append(store *s, const store_key *key, const store_turn *turn,
                            uint64_t now_ms, char **err);
 parley_status store_get_conversation(store *s, const store_key *key, uint64_t now_ms, pbuf *out,

@@ -1805,7 +1805,15 @@ static void summary_on_http_done(turn *t, CURLcode code)
     const char *summary = reply.content;
     while (summary && (*summary == ' ' || *summary == '\n'))
         summary++;
-    if (st != PARLEY_OK || !summary || !*summary) {
+    /* the record the commit wrote: the summary replaces it only if no other host's turn
+       has written one since (a shared store) */
+    size_t expected_len = t->ctx.record.len;
+    char *expected = malloc(expected_len + 1);
+    if (expected)
+        memcpy(expected, t->ctx.record.data ? t->ctx.record.data : "", expected_len + 1);
+    if (!expected) {
+        summary_end(t, 0, "out of memory");
+    } else if (st != PARLEY_OK || !summary || !*summary) {
         summary_end(t, 0, st != PARLEY_OK ? (err ? err : msg ? msg : status_name(st))
                                           : "an empty answer");
     } else if ((t->summary_ahead ? ctx_record_write_next(&t->ctx, summary, t->summary_ahead)
@@ -1820,6 +1828,9 @@ static void summary_on_http_done(turn *t, CURLcode code)
                 memcpy(copy, t->ctx.record.data, t->ctx.record.len + 1);
                 job->turn.context = copy;
                 job->turn.context_len = t->ctx.record.len;
+                job->expected = expected;
+                job->expected_len = expected_len;
+                expected = NULL; /* the job's */
                 job->owner = t;
                 t->job = job;
             }
@@ -1831,11 +1842,13 @@ static void summary_on_http_done(turn *t, CURLcode code)
         } else {
             char *serr = NULL;
             parley_status sst = store_context_set(t->env->store, &key, t->ctx.record.data,
-                                                  t->ctx.record.len, clock_wall_ms(), &serr);
+                                                  t->ctx.record.len, expected, expected_len,
+                                                  clock_wall_ms(), &serr);
             summary_saved(t, sst, serr);
             free(serr);
         }
     }
+    free(expected);
     free(msg);
     free(err);
     llm_reply_free(&reply);

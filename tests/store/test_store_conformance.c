@@ -1526,7 +1526,7 @@ static parley_status set_context(harness *h, const char *id, const char *json, u
 {
     store_key key = {id, "", ""};
     char *err = NULL;
-    parley_status st = store_context_set(h->s, &key, json, strlen(json), now_ms, &err);
+    parley_status st = store_context_set(h->s, &key, json, strlen(json), NULL, 0, now_ms, &err);
     free(err);
     return st;
 }
@@ -1569,6 +1569,14 @@ static void test_v5_context(const backend_case *bc)
     CHECK_CONTEXT(&h, "a", 3000, "3 {\"start\":2,\"summary\":\"caf\u00e9\"}");
     append_at(&h, "b", 4, USER("b"), 3000);
     CHECK_CONTEXT(&h, "b", 3000, "1 "); /* per conversation */
+    /* Compare and set: only over the record expected ("" = none) */
+    store_key b = {"b", "", ""};
+    CHECK(store_context_set(h.s, &b, "{\"x\":1}", 7, "{}", 2, 3000, NULL) == PARLEY_ERR_BUSY);
+    CHECK(store_context_set(h.s, &b, "{\"x\":1}", 7, "", 0, 3000, NULL) == PARLEY_OK);
+    CHECK(store_context_set(h.s, &b, "{\"x\":2}", 7, "{\"x\":9}", 7, 3000, NULL) ==
+          PARLEY_ERR_BUSY);
+    CHECK(store_context_set(h.s, &b, "{\"x\":2}", 7, "{\"x\":1}", 7, 3000, NULL) == PARLEY_OK);
+    CHECK_CONTEXT(&h, "b", 3000, "1 {\"x\":2}");
     if (bc->durable) {
         reopen(&h);
         CHECK_CONTEXT(&h, "a", 3000, "3 {\"start\":2,\"summary\":\"caf\u00e9\"}");
