@@ -14,7 +14,7 @@ import tempfile
 import time
 import unittest
 
-from harness import FakeLLM, InteractiveShim, ParleyTestCase, messages, options, run_shim
+from harness import SLOW, FakeLLM, InteractiveShim, ParleyTestCase, messages, options, run_shim
 from redis_server import RedisServer
 
 TOOLS = [
@@ -321,7 +321,7 @@ class Summaries(ContextCase):
         self.addCleanup(b.close)
         for k in range(1, 7):
             self.assertTurnOk(a.turn({"text": "fact %d" % k, "conversation_id": "r"}))
-        deadline = time.time() + 10
+        deadline = time.time() + 10 * SLOW
         while a.op("metrics")["result"]["summaries_made"] < 1 and time.time() < deadline:
             time.sleep(0.02)  # made after turn 6 was reported
         self.assertEqual(a.op("metrics")["result"]["summaries_made"], 1)
@@ -367,16 +367,22 @@ class Discovery(ParleyTestCase):
     def test_the_window_the_server_names_is_the_budget(self):
         with FakeLLM("--n-ctx", "2000") as fake:
             o = options(fake, context_window=0, max_tokens=100)  # 0: ask the server
-            lines = [{"text": "turn %d %s" % (k, FILLER * 6), "conversation_id": "d"}
-                     for k in range(1, 16)] + [{"op": "metrics"}]
-            run = self.run_ok(lines, o)
-            for line in run.turn_lines():
-                self.assertTurnOk(line)
-            self.assertTrue([r for r in fake.requests() if r.get("path") == "/props"])
+            sh = InteractiveShim(o)
+            self.addCleanup(sh.close)
+            self.assertTurnOk(sh.turn({"text": "hello", "conversation_id": "d"}))
+            deadline = time.time() + 10 * SLOW  # the question runs beside the turns
+            while not [r for r in fake.requests() if r.get("path") == "/props"]:
+                self.assertLess(time.time(), deadline, "no GET /props")
+                time.sleep(0.02)
+            time.sleep(0.3 * SLOW)  # and its answer is read
+            for k in range(1, 16):
+                self.assertTurnOk(sh.turn({"text": "turn %d %s" % (k, FILLER * 6),
+                                           "conversation_id": "d"}))
+            m = sh.op("metrics")["result"]
             reqs = chat(fake)
             # the fallback (4096) would have sent more than 2000 tokens from turn 8 on
             self.assertEqual([r for r in reqs if r.get("overflow")], [])
-            self.assertGreater(metrics_of(run)["context_cuts"], 0)
+            self.assertGreater(m["context_cuts"], 0)
             self.assertLessEqual(max(r["prompt_tokens"] for r in reqs), 2000 - 100)
 
 
