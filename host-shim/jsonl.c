@@ -280,6 +280,7 @@ static void handle_turn(unsigned long seq, const struct jsonl_turn *req,
         .persona = req->persona,
         .images_json = images,
         .response_format_json = req->response_format_json,
+        .timestamp = req->timestamp,
     };
     submit_tracked(seq, NULL, &in, NULL, concurrency);
     free(images); /* async_process copied what it keeps */
@@ -302,7 +303,8 @@ static void handle_append(unsigned long seq, const char *message_json,
 /* Barrier ops first wait for every submitted turn (docs/shim.md). */
 static int is_barrier(enum jsonl_op_kind kind) {
     /* update_options is no barrier: turns in flight finish under their options. */
-    return kind != JSONL_OP_CANCEL && kind != JSONL_OP_SLEEP && kind != JSONL_OP_UPDATE_OPTIONS;
+    return kind != JSONL_OP_CANCEL && kind != JSONL_OP_SLEEP && kind != JSONL_OP_UPDATE_OPTIONS &&
+           kind != JSONL_OP_PERSONA_PUT && kind != JSONL_OP_PERSONA_REMOVE;
 }
 
 /* Wait until every submitted turn has completed and its line is written.
@@ -315,10 +317,23 @@ static int barrier(void) {
     return shim_interrupted() ? -1 : 0;
 }
 
-/* The answer of a history function: parsed JSON (out is consumed), or the
- * error.  `what`/`id` name the object for a not_found message. */
+/* Why the history function this thread just called failed, in the plugin's words
+ * (parley_plugin.last_error; malloc'd), or NULL from a plugin without it. */
+static char *plugin_words(void) {
+    const parley_plugin *pl = g_shim.pl;
+    if (!PARLEY_HAS_FIELD(pl, parley_plugin, last_error) || !pl->last_error)
+        return NULL;
+    char *words = pl->last_error();
+    char *copy = words ? strdup(words) : NULL;
+    plugin_free(words);
+    return copy;
+}
+
 static void op_plugin_error(unsigned long seq, const char *op, parley_status st, char *out);
 
+/* The answer of a history function: parsed JSON (out is consumed), or the
+ * error in the plugin's words (else: `what`/`id` name the object for a
+ * not_found message). */
 static void op_answer(unsigned long seq, const char *op, parley_status st, char *out,
                       const char *what, const char *id) {
     if (st == PARLEY_OK) {
@@ -331,9 +346,10 @@ static void op_answer(unsigned long seq, const char *op, parley_status st, char 
         return;
     }
     plugin_free(out);
-    char *msg = NULL;
-    int n = st == PARLEY_ERR_NOT_FOUND && what ? asprintf(&msg, "no %s '%s'", what, id)
-                                               : asprintf(&msg, "%s: %s", op, status_str(st));
+    char *msg = plugin_words();
+    int n = msg ? 0
+            : st == PARLEY_ERR_NOT_FOUND && what ? asprintf(&msg, "no %s '%s'", what, id)
+                                                 : asprintf(&msg, "%s: %s", op, status_str(st));
     op_reply(seq, op, NULL, jerror(st, n < 0 ? NULL : msg));
     free(msg);
 }
@@ -475,8 +491,9 @@ static void handle_op(unsigned long seq, const struct jsonl_op *op) {
                   "set_interface_message_id"))
             break;
         st = pl->set_interface_message_id(ag, id, op->value);
-        char *msg = NULL;
-        int n = st == PARLEY_ERR_NOT_FOUND
+        char *msg = st == PARLEY_OK ? NULL : plugin_words();
+        int n = msg                        ? 0
+                : st == PARLEY_ERR_NOT_FOUND
                     ? asprintf(&msg, "no stored turn '%s'", id)
                     : st == PARLEY_ERR_INVALID_INPUT
                           ? asprintf(&msg, "interface_message_id: must be 1 to 256 bytes of "
@@ -499,6 +516,21 @@ static void handle_op(unsigned long seq, const struct jsonl_op *op) {
         st = live_options_apply(json_loads(op->json, 0, NULL), &msg);
         op_reply(seq, name, NULL, st == PARLEY_OK ? NULL : jerror(st, msg));
         free(msg);
+        break;
+    }
+    case JSONL_OP_PERSONA_PUT:
+    case JSONL_OP_PERSONA_REMOVE: { /* like update_options: turns in flight keep theirs */
+        int put = op->kind == JSONL_OP_PERSONA_PUT;
+        if (lacks(seq, name, PARLEY_HAS_FIELD(pl, parley_plugin, persona_remove)
+                                 ? (put ? (const void *)pl->persona_put
+                                        : (const void *)pl->persona_remove)
+                                 : NULL,
+                  name))
+            break;
+        char *msg = NULL;
+        st = put ? pl->persona_put(ag, id, op->json, &msg) : pl->persona_remove(ag, id, &msg);
+        op_reply(seq, name, NULL, st == PARLEY_OK ? NULL : jerror(st, msg ? msg : status_str(st)));
+        plugin_free(msg);
         break;
     }
     case JSONL_OP_SLEEP: /* stop reading for a while; turns keep running */

@@ -66,6 +66,7 @@ static const struct str_field {
     {"persona", offsetof(struct jsonl_turn, persona)},
     {"interface_type", offsetof(struct jsonl_turn, interface_type)},
     {"interface_message_id", offsetof(struct jsonl_turn, interface_message_id)},
+    {"timestamp", offsetof(struct jsonl_turn, timestamp)},
 };
 #define NSTR (sizeof str_fields / sizeof str_fields[0])
 
@@ -175,6 +176,8 @@ static const struct op_def {
     {"find", JSONL_OP_FIND, "*"},
     {"set_interface_message_id", JSONL_OP_SET_INTERFACE_MESSAGE_ID, "turn_id"},
     {"append", JSONL_OP_APPEND, "*"},
+    {"persona_put", JSONL_OP_PERSONA_PUT, "name"},
+    {"persona_remove", JSONL_OP_PERSONA_REMOVE, "name"},
 };
 
 static const struct op_def *find_op(const char *name) {
@@ -191,6 +194,8 @@ static const char *op_arg_problem(const struct op_def *def, json_t *arg) {
     case JSONL_OP_TURN:
     case JSONL_OP_MESSAGE:
     case JSONL_OP_SET_INTERFACE_MESSAGE_ID:
+    case JSONL_OP_PERSONA_PUT:
+    case JSONL_OP_PERSONA_REMOVE:
         return json_is_string(arg) ? NULL : "\"%s\" must be a string";
     case JSONL_OP_CLEAR:
         return !arg || json_is_string(arg) || json_is_null(arg) ? NULL
@@ -214,8 +219,8 @@ static const char *op_arg_problem(const struct op_def *def, json_t *arg) {
     }
 }
 
-/* history and clear also take "persona": the conversation under that persona
- * (history_get_by / history_clear_by; clear: "*" = under every persona). */
+/* history and clear also take "persona" and "interface_type": the conversation under
+ * that key (history_get_by / history_clear_by; clear: persona "*" = under every persona). */
 static int takes_persona(const struct op_def *def) {
     return def->kind == JSONL_OP_HISTORY || def->kind == JSONL_OP_CLEAR;
 }
@@ -228,15 +233,21 @@ static struct problem op_problem(json_t *obj, const char *name, const struct op_
     const char *key;
     json_t *v;
     json_object_foreach(obj, key, v) {
-        if (takes_persona(def) && strcmp(key, "persona") == 0) {
+        if (takes_persona(def) &&
+            (strcmp(key, "persona") == 0 || strcmp(key, "interface_type") == 0)) {
             if (!json_is_string(v))
-                return (struct problem){"\"%s\" must be a string", "persona"};
+                return (struct problem){"\"%s\" must be a string", key};
             if (!json_is_string(json_object_get(obj, def->arg)))
-                return (struct problem){"\"persona\" needs a \"%s\"", def->arg};
+                return (struct problem){strcmp(key, "persona") == 0
+                                            ? "\"persona\" needs a \"%s\""
+                                            : "\"interface_type\" needs a \"%s\"",
+                                        def->arg};
             continue;
         }
         if (def->kind == JSONL_OP_SET_INTERFACE_MESSAGE_ID &&
             strcmp(key, "interface_message_id") == 0)
+            continue; /* its second key, checked below */
+        if (def->kind == JSONL_OP_PERSONA_PUT && strcmp(key, "persona") == 0)
             continue; /* its second key, checked below */
         if (strcmp(key, "op") != 0 && (!def->arg || strcmp(key, def->arg) != 0))
             return (struct problem){"unknown key \"%s\"", key};
@@ -244,6 +255,8 @@ static struct problem op_problem(json_t *obj, const char *name, const struct op_
     if (def->kind == JSONL_OP_SET_INTERFACE_MESSAGE_ID &&
         !json_is_string(json_object_get(obj, "interface_message_id")))
         return (struct problem){"\"%s\" must be a string", "interface_message_id"};
+    if (def->kind == JSONL_OP_PERSONA_PUT && !json_is_object(json_object_get(obj, "persona")))
+        return (struct problem){"\"%s\" must be an object (the persona's settings)", "persona"};
     json_t *arg = def->arg ? json_object_get(obj, def->arg) : NULL;
     return (struct problem){op_arg_problem(def, arg), def->arg};
 }
@@ -270,7 +283,12 @@ static int parse_op(json_t *obj, json_t *jop, struct jsonl_line *l) {
     if (def->kind == JSONL_OP_SET_INTERFACE_MESSAGE_ID &&
         dup_opt(json_string_value(json_object_get(obj, "interface_message_id")), &l->op.value) < 0)
         return -1;
-    if (takes_persona(def) && json_object_get(obj, "persona")) { /* a selector */
+    if (def->kind == JSONL_OP_PERSONA_PUT &&
+        !(l->op.json = json_dumps(json_object_get(obj, "persona"), SHIM_JSON_COMPACT)))
+        return -1;
+    if (takes_persona(def) &&
+        (json_object_get(obj, "persona") || json_object_get(obj, "interface_type"))) {
+        /* a selector */
         json_object_del(obj, "op");
         if (!(l->op.json = json_dumps(obj, SHIM_JSON_COMPACT)))
             return -1;

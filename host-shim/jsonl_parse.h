@@ -31,6 +31,8 @@ enum jsonl_op_kind {
     JSONL_OP_FIND,
     JSONL_OP_SET_INTERFACE_MESSAGE_ID,
     JSONL_OP_APPEND,
+    JSONL_OP_PERSONA_PUT,    /* id: the name; json: the persona's settings */
+    JSONL_OP_PERSONA_REMOVE, /* id: the name */
 };
 
 /* Longest "ms" a sleep op accepts: one day. */
@@ -63,6 +65,7 @@ struct jsonl_turn {
     char *metadata_json; /* "metadata": a JSON object, serialized compactly */
     char *reply_to_json; /* "reply_to": a JSON object, serialized compactly */
     char *response_format_json; /* "response_format": a JSON object, serialized compactly */
+    char *timestamp;     /* RFC 3339: when the user said it (the plugin checks it) */
 };
 
 struct jsonl_op {

@@ -16,6 +16,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "metrics_http.h"
 #include "shim.h"
 
 struct shim g_shim = {
@@ -32,7 +33,7 @@ static sigset_t sig_set;
 static void usage(FILE *f) {
     fputs("usage: parley-host --plugin PATH --options FILE [--set KEY=JSON]...\n"
           "                   [--tools FILE|demo] [--jsonl] [--concurrency N]\n"
-          "                   [--log-level error|warn|info|debug]\n"
+          "                   [--log-level error|warn|info|debug] [--metrics-listen ADDR:PORT]\n"
           "       parley-host --plugin PATH --options FILE [--set KEY=JSON]... --check\n"
           "       parley-host --plugin PATH --print-schema\n"
           "\n"
@@ -45,6 +46,8 @@ static void usage(FILE *f) {
           "  --concurrency N     JSONL: at most N turns in flight (1..100000, default 1)\n"
           "  --log-level LEVEL   plugin/host messages shown on stderr (default warn)\n"
           "  --check             check the connection (list the server's models), then exit\n"
+          "  --metrics-listen ADDR:PORT  serve Prometheus metrics at http://ADDR:PORT/metrics\n"
+          "                      (loopback only: 127.0.0.1, localhost, [::1])\n"
           "  --print-schema      print the options' JSON Schema, then exit\n"
           "\n"
           "Interactive mode (default): type a message, or /help for commands.\n"
@@ -228,7 +231,7 @@ int main(int argc, char **argv) {
     signal(SIGPIPE, SIG_IGN); /* a closed stdout must not kill us mid-destroy */
 
     enum { OPT_PLUGIN = 1, OPT_OPTIONS, OPT_SET, OPT_TOOLS, OPT_JSONL, OPT_CONC, OPT_LOG, OPT_HELP,
-           OPT_CHECK, OPT_SCHEMA };
+           OPT_CHECK, OPT_SCHEMA, OPT_METRICS };
     static const struct option longopts[] = {
         {"plugin", required_argument, NULL, OPT_PLUGIN},
         {"options", required_argument, NULL, OPT_OPTIONS},
@@ -240,9 +243,11 @@ int main(int argc, char **argv) {
         {"help", no_argument, NULL, OPT_HELP},
         {"check", no_argument, NULL, OPT_CHECK},
         {"print-schema", no_argument, NULL, OPT_SCHEMA},
+        {"metrics-listen", required_argument, NULL, OPT_METRICS},
         {NULL, 0, NULL, 0},
     };
     const char *plugin_path = NULL, *options_path = NULL, *tools_spec = NULL;
+    const char *metrics_listen = NULL;
     int jsonl = 0, check = 0, print_schema = 0;
     unsigned long concurrency = 1;
     /* --set values are applied after the options file, in order. */
@@ -268,6 +273,16 @@ int main(int argc, char **argv) {
         case OPT_JSONL: jsonl = 1; break;
         case OPT_CHECK: check = 1; break;
         case OPT_SCHEMA: print_schema = 1; break;
+        case OPT_METRICS: {
+            char *merr = NULL;
+            if (metrics_http_parse(optarg, &merr) != 0) {
+                rc = usage_error("%s", merr ? merr : "--metrics-listen: bad address");
+                free(merr);
+                goto out_args;
+            }
+            metrics_listen = optarg;
+            break;
+        }
         case OPT_CONC: {
             char *end;
             errno = 0;
@@ -397,8 +412,18 @@ int main(int argc, char **argv) {
         goto out_sig;
     }
     plugin_free(cerr);
+    char *merr = NULL;
+    if (metrics_listen && metrics_http_start(metrics_listen, &merr) != 0) {
+        fprintf(stderr, "parley-host: %s\n", merr ? merr : "--metrics-listen failed");
+        free(merr);
+        pl->destroy(g_shim.agent);
+        g_shim.agent = NULL;
+        rc = 2;
+        goto out_sig;
+    }
 
     rc = jsonl ? run_jsonl(concurrency) : run_interactive();
+    metrics_http_stop(); /* before destroy: the server reads the agent */
 
     /* destroy() cancels what is still in flight; the done callbacks run on
      * this thread and still write their lines. */

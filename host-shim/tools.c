@@ -448,7 +448,14 @@ void tools_on_call(void *host_data, parley_tool_call *call, const parley_tool_ca
                            : NULL;
     const char *call_id = PARLEY_HAS_FIELD(info, parley_tool_call_info, call_id) ? info->call_id
                                                                                 : NULL;
+    const char *iface = PARLEY_HAS_FIELD(info, parley_tool_call_info, interface_type)
+                            ? info->interface_type : NULL;
+    const char *persona = PARLEY_HAS_FIELD(info, parley_tool_call_info, persona) ? info->persona
+                                                                                : NULL;
     diag(PARLEY_LOG_DEBUG, "tool call %s %s", name ? name : "(null)", args ? args : "(null)");
+    if (iface || persona)
+        diag(PARLEY_LOG_DEBUG, "  from interface %s, persona %s", iface ? iface : "(none)",
+             persona ? persona : "(none)");
     interactive_tool_started(info);
     const struct tool *t = find_tool(name);
     if (!t) {

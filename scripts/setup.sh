@@ -4,7 +4,8 @@
 set -euo pipefail
 
 PACKAGES=(build-essential cmake pkg-config libjansson-dev libcurl4-openssl-dev libsqlite3-dev
-          libmicrohttpd-dev libhiredis-dev redis-server python3 clang valgrind openssl)
+          libmicrohttpd-dev libhiredis-dev redis-server python3 clang valgrind openssl
+          prometheus)
 
 missing=()
 for p in "${PACKAGES[@]}"; do

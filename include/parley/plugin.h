@@ -170,6 +170,10 @@ typedef struct parley_tool_call_info {
     const char *satellite_id;
     const char *agent_id;
     const char *context_json;
+    /* -- Appended after ABI 1.0: read only within struct_size. -- */
+    const char *interface_type; /* where the turn came from ("telegram"), NULL for none: a
+                                   tool that answers on the same channel knows which */
+    const char *persona;        /* the persona the turn speaks as, NULL for the agent's own */
 } parley_tool_call_info;
 
 /**
@@ -219,7 +223,8 @@ typedef void (*parley_delta_fn)(void *user_data, parley_request_id request_id, c
  */
 typedef struct parley_input {
     uint32_t struct_size;
-    const char *text;                /* what the user said; required, non-empty */
+    const char *text;                /* what the user said; required, non-empty
+                                        but for "" with images_json (no caption) */
     const char *conversation_id;     /* NULL: a new id (auto_create_conversation_id) or a
                                         stateless turn; else continue/start that conversation */
     const char *language;            /* e.g. "en" */
@@ -270,6 +275,11 @@ typedef struct parley_input {
                                           answer is checked against it: the result's
                                           structured_json holds it parsed; an answer that
                                           does not match fails the turn (bad_response) */
+    /* host timestamps (docs/history.md), appended after the fields above */
+    const char *timestamp;           /* NULL, or when the user said it, RFC 3339
+                                        ("2026-11-22T19:31:00Z", "...00.250+01:00"): the
+                                        turn's messages are stored with this time instead of
+                                        Parley's clock (history_query's since/until read it) */
 } parley_input;
 
 /** The outcome of one turn.  Valid only during the done callback. */
@@ -417,7 +427,8 @@ typedef struct parley_plugin {
     parley_status (*history_get)(parley_agent *agent, const char *conversation_id,
                                  char **out_json);
 
-    /** {"conversation_id", "turn": {...}} for a turn_id, or NOT_FOUND. */
+    /** {"conversation_id", "turn": {...}, "persona", "interface_type", "messages": [the
+     *  turn's messages in history_query's form]} for a turn_id, or NOT_FOUND. */
     /* [any-thread] [blocking: store I/O] */
     parley_status (*turn_get)(parley_agent *agent, const char *turn_id, char **out_json);
 
@@ -483,7 +494,7 @@ typedef struct parley_plugin {
      * persona, role, since, until (RFC 3339), search (ASCII-case-insensitive
      * text in a message's content), limit (1..10000, default 100), order
      * ("newest" default, or "oldest"), cursor (a next_cursor of the same
-     * query).  PARLEY_OK: *out_json = {"messages":[message...],
+     * query), turn_id, interface_message_id.  PARLEY_OK: *out_json = {"messages":[message...],
      * "next_cursor":"..."|null}, where message = {"message_id",
      * "conversation_id","interface_type","persona","turn_id","role",
      * "created_at","message":{...}}.
@@ -551,9 +562,9 @@ typedef struct parley_plugin {
     /**
      * Add a message to a conversation without calling the model (an
      * announcement: "the washing machine has finished").  message_json =
-     * {"conversation_id", "content", "role"?: "assistant" (default) or
-     * "system", "interface_type"?, "persona"?, "interface_message_id"?,
-     * "metadata"?: {...}}.  Like async_process: it waits behind the turns
+     * {"conversation_id", "content", "role"?: "assistant" (default), "user"
+     * or "system", "interface_type"?, "persona"?, "interface_message_id"?,
+     * "metadata"?: {...}, "timestamp"?: RFC 3339, stored as its created_at}.  Like async_process: it waits behind the turns
      * already accepted on that conversation (never lands inside one), is
      * stored as a turn of one message, and the model sees it in later turns.
      * `done` is called exactly once, on the worker thread, with
@@ -566,6 +577,56 @@ typedef struct parley_plugin {
     parley_status (*append_message)(parley_agent *agent, const char *message_json,
                                     parley_done_fn done, void *user_data,
                                     parley_request_id *request_id, char **error);
+
+    /**
+     * Why the history function just called on this thread failed, in words a
+     * person can act on ("no conversation \"42\" under persona \"chef\"",
+     * "selector 'persona': unknown persona \"pirate\" (personas: \"chef\")", the
+     * store's own error).  Covers history_get, turn_get, history_clear,
+     * history_query, message_get, history_get_by, history_clear_by,
+     * conversations_list_by, message_find and set_interface_message_id:
+     * each forgets the thread's previous message when called and leaves
+     * one when it fails.  NULL when there is none.  Free with free_string.
+     * Call it on the thread that made the failing call, right after it.
+     */
+    /* [any-thread] [callback-ok] */
+    char *(*last_error)(void);
+
+    /**
+     * Add one persona to a live agent, or replace the one of that name, without
+     * sending the whole options again: persona_json is its settings as in the
+     * `personas` option ({"prompt": "You are a chef.", "temperature": 0.9}).
+     * Validated as create() validates `personas`: on any error nothing changes,
+     * PARLEY_ERR_INVALID_INPUT and *error (if not NULL; free with free_string)
+     * names the field ("name: ...", "persona_json: ...unknown key...").
+     * Every history is kept (a replaced persona keeps its conversations); turns
+     * in flight finish under the persona they started with; turns accepted
+     * after this returns use the new one.  Any thread, also from a callback.
+     */
+    /* [any-thread] [callback-ok] */
+    parley_status (*persona_put)(parley_agent *agent, const char *name,
+                                 const char *persona_json, char **error);
+
+    /**
+     * Remove one persona from a live agent: later turns naming it are
+     * INVALID_INPUT.  Its conversations stay in the store (persona_put of the
+     * same name brings them back; history_clear_by with persona "*" reaches
+     * them).  NOT_FOUND when there is no such persona; INVALID_INPUT for an
+     * empty name.  *error as for persona_put.
+     */
+    /* [any-thread] [callback-ok] */
+    parley_status (*persona_remove)(parley_agent *agent, const char *name, char **error);
+
+    /**
+     * The metrics in the Prometheus text exposition format (0.0.4), for a
+     * scraper (the shim serves it at /metrics): parley_* counters, monotonic
+     * for the agent's life, and gauges of what is true now, labelled by
+     * persona, interface_type, reason, outcome (never a conversation id);
+     * docs/abi.md lists them.  *out_text is freed with free_string.  Any
+     * thread.  The JSON `metrics` stays as it is.
+     */
+    /* [any-thread] [blocking: store I/O]: the store's counts */
+    parley_status (*metrics_prometheus)(parley_agent *agent, char **out_text);
 } parley_plugin;
 
 /**

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "api/agent_api.h"
+#include "api/last_error.h"
 #include "lib/buf.h"
 #include "lib/clock.h"
 #include "lib/host_log.h"
@@ -353,11 +354,48 @@ static parley_status read_result(parley_agent *a, const char *what, parley_statu
         if (!*out)
             *out = status_error_json(st, "history_store", why);
     }
+    else if (st != PARLEY_OK && err)
+        last_error_set("%s", err); /* the store's words, for last_error */
     free(err);
     if (st == PARLEY_OK && !(*out = pbuf_take(b)))
         st = PARLEY_ERR_NO_MEMORY;
     pbuf_free(b);
     return st;
+}
+
+/* last_error for a conversation that is not there, naming its whole key. */
+static parley_status no_conversation(parley_status st, const store_key *k)
+{
+    if (st != PARLEY_ERR_NOT_FOUND)
+        return st;
+    last_error_set("no conversation \"%s\"%s%s%s%s%s%s", k->conversation_id,
+                   *k->persona ? " under persona \"" : "", k->persona, *k->persona ? "\"" : "",
+                   *k->interface_type ? " on interface \"" : "", k->interface_type,
+                   *k->interface_type ? "\"" : "");
+    return st;
+}
+
+/*
+ * A conversation's answer *out with "messages_kept": how many messages its kept turns
+ * hold now, next to "message_count", how many were ever added (trimming by
+ * history_keep_turns drops the former, never the latter).
+ */
+static parley_status count_kept(parley_status st, char **out)
+{
+    if (st != PARLEY_OK)
+        return st;
+    json_t *root = json_loads(*out, 0, NULL); /* read only: the answer keeps its bytes */
+    json_t *turns = json_object_get(root, "turns");
+    size_t kept = 0, i;
+    json_t *t;
+    json_array_foreach(turns, i, t)
+        kept += json_array_size(json_object_get(t, "messages"));
+    int ok = json_is_array(turns) && (*out)[0] == '{';
+    json_decref(root);
+    char *text = ok ? pstr_printf("{\"messages_kept\":%zu,%s", kept, *out + 1) : NULL;
+    free(*out);
+    *out = text;
+    return text ? PARLEY_OK : PARLEY_ERR_NO_MEMORY;
 }
 
 /*
@@ -408,6 +446,7 @@ static void add_context(parley_agent *a, const store_key *key, pbuf *b)
 
 parley_status agent_history_get(parley_agent *a, const char *id, char **out)
 {
+    last_error_clear();
     if (!a || !id || !out)
         return PARLEY_ERR_INVALID_INPUT;
     *out = NULL;
@@ -419,11 +458,58 @@ parley_status agent_history_get(parley_agent *a, const char *id, char **out)
     parley_status st = store_get_conversation(a->store, &key, clock_wall_ms(), &b, &err);
     if (st == PARLEY_OK)
         add_context(a, &key, &b);
-    return read_result(a, "history_get", st, &b, err, out);
+    return count_kept(no_conversation(read_result(a, "history_get", st, &b, err, out), &key),
+                      out);
+}
+
+/*
+ * What a store's turn record does not say, added to turn_get's answer *out: the
+ * conversation's "persona" and "interface_type", and the turn's "messages" in
+ * history_query's form (message_id, created_at, interface ids, metadata).  From a query
+ * by turn_id; a store without queries leaves the answer as it was.
+ */
+static parley_status describe_turn(parley_agent *a, const char *turn_id, char **out)
+{
+    store_query q = {.turn_id = turn_id, .until_ms = UINT64_MAX, .limit = STORE_QUERY_MAX_LIMIT};
+    pbuf b = PBUF_INIT;
+    size_t count = 0;
+    uint64_t last = 0;
+    int more = 0;
+    char *err = NULL;
+    pbuf_putc(&b, '[');
+    parley_status st =
+        store_query_run(a->store, &q, clock_wall_ms(), &b, &count, &last, &more, &err);
+    pbuf_putc(&b, ']');
+    json_t *msgs = st == PARLEY_OK && !b.oom ? json_loadb(b.data, b.len, 0, NULL) : NULL;
+    json_t *root = msgs ? json_loads(*out, 0, NULL) : NULL;
+    pbuf_free(&b);
+    if (st != PARLEY_OK) {
+        last_error_set("%s", err ? err : status_name(st));
+        free(err);
+        return st;
+    }
+    free(err);
+    json_t *first = json_array_get(msgs, 0);
+    const char *persona = json_string_value(json_object_get(first, "persona"));
+    const char *iface = json_string_value(json_object_get(first, "interface_type"));
+    char *text = NULL;
+    if (json_is_object(root) &&
+        json_object_set_new(root, "persona", json_string(persona ? persona : "")) == 0 &&
+        json_object_set_new(root, "interface_type", json_string(iface ? iface : "")) == 0 &&
+        json_object_set(root, "messages", msgs) == 0)
+        text = json_dumps(root, JSON_COMPACT | JSON_PRESERVE_ORDER);
+    json_decref(root);
+    json_decref(msgs);
+    if (!text)
+        return PARLEY_ERR_NO_MEMORY;
+    free(*out);
+    *out = text;
+    return PARLEY_OK;
 }
 
 parley_status agent_turn_get(parley_agent *a, const char *turn_id, char **out)
 {
+    last_error_clear();
     if (!a || !turn_id || !out)
         return PARLEY_ERR_INVALID_INPUT;
     *out = NULL;
@@ -432,7 +518,14 @@ parley_status agent_turn_get(parley_agent *a, const char *turn_id, char **out)
     pbuf b = PBUF_INIT;
     char *err = NULL;
     parley_status st = store_get_turn(a->store, turn_id, clock_wall_ms(), &b, &err);
-    return read_result(a, "turn_get", st, &b, err, out);
+    st = read_result(a, "turn_get", st, &b, err, out);
+    if (st == PARLEY_ERR_NOT_FOUND)
+        last_error_set("no turn \"%s\" is stored", turn_id);
+    if (st == PARLEY_OK && (st = describe_turn(a, turn_id, out)) != PARLEY_OK) {
+        free(*out);
+        *out = NULL;
+    }
+    return st;
 }
 
 parley_status agent_conversations_list(parley_agent *a, char **out)
@@ -448,25 +541,44 @@ parley_status agent_conversations_list(parley_agent *a, char **out)
     return read_result(a, "conversations_list", st, &b, err, out);
 }
 
+static json_t *listed_conversations(parley_agent *a, parley_status *st, char **out);
+static void count_clear(parley_agent *a, const char *persona);
+
 parley_status agent_history_clear(parley_agent *a, const char *id)
 {
+    last_error_clear();
     if (!a)
         return PARLEY_ERR_INVALID_INPUT;
     if (refused_in_callback(a, "history_clear", NULL))
         return PARLEY_ERR_INVALID_INPUT;
     store_key key = key_for(id);
     char *err = NULL;
+    parley_status lst; /* clear-all: whose conversations it forgets, for the metrics */
+    json_t *listed = id ? NULL : listed_conversations(a, &lst, NULL);
     parley_status st = store_forget(a->store, id ? &key : NULL, &err);
-    if (err)
+    if (st == PARLEY_OK && id)
+        count_clear(a, "");
+    json_t *forgotten = st == PARLEY_OK ? json_object_get(listed, "conversations") : NULL;
+    size_t i;
+    json_t *c;
+    json_array_foreach(forgotten, i, c) { /* a clear of each, as clearing them one by one */
+        const char *persona = json_string_value(json_object_get(c, "persona"));
+        count_clear(a, persona ? persona : "");
+    }
+    json_decref(listed);
+    if (err) {
         host_log(&a->host, PARLEY_LOG_WARN, "history_clear: %s", err);
+        last_error_set("%s", err);
+    }
     free(err);
-    return st;
+    return id ? no_conversation(st, &key) : st;
 }
 
 /* {"error":{"status":..,"field":..,"message":..}}: how a read function whose only
  * channel is out_json names what was wrong. */
 static char *status_error_json(parley_status st, const char *field, const char *message)
 {
+    last_error_set("%s", message);
     pbuf b = PBUF_INIT;
     pbuf_puts(&b, "{\"error\":{\"status\":");
     pbuf_json_string(&b, status_name(st), strlen(status_name(st)));
@@ -487,6 +599,7 @@ static char *input_error_json(const char *field, const char *message)
 
 parley_status agent_history_query(parley_agent *a, const char *query_json, char **out)
 {
+    last_error_clear();
     if (!a || !out)
         return PARLEY_ERR_INVALID_INPUT;
     *out = NULL;
@@ -533,6 +646,7 @@ parley_status agent_history_query(parley_agent *a, const char *query_json, char 
 
 parley_status agent_message_get(parley_agent *a, const char *message_id, char **out)
 {
+    last_error_clear();
     if (!a || !message_id || !out)
         return PARLEY_ERR_INVALID_INPUT;
     *out = NULL;
@@ -542,7 +656,10 @@ parley_status agent_message_get(parley_agent *a, const char *message_id, char **
     char *err = NULL;
     parley_status st =
         store_get_message(a->store, message_id, clock_wall_ms(), &b, &err);
-    return read_result(a, "message_get", st, &b, err, out);
+    st = read_result(a, "message_get", st, &b, err, out);
+    if (st == PARLEY_ERR_NOT_FOUND)
+        last_error_set("no message \"%s\" is stored", message_id);
+    return st;
 }
 
 /* A selector's persona must be one of the current options' personas ("" = none;
@@ -563,10 +680,12 @@ static void count_clear(parley_agent *a, const char *persona)
     persona_counters *c = *persona ? persona_metrics_for(&a->persona_metrics, persona) : NULL;
     if (c)
         atomic_fetch_add(&c->clears, 1);
+    atomic_fetch_add(&a->persona_metrics.series.host_clears, 1);
 }
 
 parley_status agent_history_get_by(parley_agent *a, const char *selector_json, char **out)
 {
+    last_error_clear();
     if (!a || !out)
         return PARLEY_ERR_INVALID_INPUT;
     *out = NULL;
@@ -590,12 +709,15 @@ parley_status agent_history_get_by(parley_agent *a, const char *selector_json, c
         store_get_conversation(a->store, &sel.key, clock_wall_ms(), &b, &err);
     if (st == PARLEY_OK)
         add_context(a, &sel.key, &b);
+    st = count_kept(no_conversation(read_result(a, "history_get_by", st, &b, err, out), &sel.key),
+                    out);
     selector_free(&sel);
-    return read_result(a, "history_get_by", st, &b, err, out);
+    return st;
 }
 
 parley_status agent_message_find(parley_agent *a, const char *selector_json, char **out)
 {
+    last_error_clear();
     if (!a || !out)
         return PARLEY_ERR_INVALID_INPUT;
     *out = NULL;
@@ -628,6 +750,7 @@ parley_status agent_message_find(parley_agent *a, const char *selector_json, cha
 parley_status agent_set_interface_message_id(parley_agent *a, const char *turn_id,
                                              const char *interface_message_id)
 {
+    last_error_clear();
     if (!a || !turn_id)
         return PARLEY_ERR_INVALID_INPUT;
     if (refused_in_callback(a, "set_interface_message_id", NULL))
@@ -638,16 +761,24 @@ parley_status agent_set_interface_message_id(parley_agent *a, const char *turn_i
     if (!valid) { /* no out channel: the host's log says why */
         host_log(&a->host, PARLEY_LOG_WARN, "set_interface_message_id: interface_message_id must "
                  "be 1 to %d bytes of UTF-8", STORE_MAX_INTERFACE_MESSAGE_ID);
+        last_error_set("interface_message_id: must be 1 to %d bytes of UTF-8",
+                       STORE_MAX_INTERFACE_MESSAGE_ID);
         return PARLEY_ERR_INVALID_INPUT;
     }
-    if (strlen(turn_id) != STORE_ID_LEN)
-        return PARLEY_ERR_NOT_FOUND; /* not a turn id Parley gave: no such turn */
+    if (strlen(turn_id) != STORE_ID_LEN) { /* not a turn id Parley gave: no such turn */
+        last_error_set("no turn \"%s\" is stored", turn_id);
+        return PARLEY_ERR_NOT_FOUND;
+    }
     char *err = NULL;
     parley_status st = store_set_interface_message_id(
         a->store, turn_id, interface_message_id, clock_wall_ms(), NULL, &err);
     if (st != PARLEY_OK && st != PARLEY_ERR_NOT_FOUND)
         host_log(&a->host, PARLEY_LOG_WARN, "set_interface_message_id: %s",
                  err ? err : status_name(st));
+    if (st == PARLEY_ERR_NOT_FOUND)
+        last_error_set("no turn \"%s\" is stored", turn_id);
+    else if (st != PARLEY_OK)
+        last_error_set("%s", err ? err : status_name(st));
     free(err);
     return st;
 }
@@ -728,6 +859,7 @@ static int listed_field_is(json_t *conversation, const char *member, const char 
 
 parley_status agent_conversations_list_by(parley_agent *a, const char *filter_json, char **out)
 {
+    last_error_clear();
     if (!a || !out)
         return PARLEY_ERR_INVALID_INPUT;
     *out = NULL;
@@ -796,6 +928,7 @@ parley_status agent_conversations_list_by(parley_agent *a, const char *filter_js
 
 parley_status agent_history_clear_by(parley_agent *a, const char *selector_json)
 {
+    last_error_clear();
     if (!a)
         return PARLEY_ERR_INVALID_INPUT;
     if (refused_in_callback(a, "history_clear_by", NULL))
@@ -804,11 +937,13 @@ parley_status agent_history_clear_by(parley_agent *a, const char *selector_json)
     char *err = NULL;
     if (selector_parse(selector_json, SELECTOR_EVERY_PERSONA, &sel, &err) != PARLEY_OK) {
         host_log(&a->host, PARLEY_LOG_WARN, "history_clear_by: %s", err ? err : "invalid");
+        last_error_set("%s", err ? err : "invalid selector");
         free(err);
         return PARLEY_ERR_INVALID_INPUT;
     }
     if (check_selector_persona(a, &sel, &err) != 0) {
         host_log(&a->host, PARLEY_LOG_WARN, "history_clear_by: %s", err ? err : "invalid");
+        last_error_set("%s", err ? err : "invalid selector");
         free(err);
         selector_free(&sel);
         return PARLEY_ERR_INVALID_INPUT;
@@ -842,9 +977,14 @@ parley_status agent_history_clear_by(parley_agent *a, const char *selector_json)
         }
         json_decref(personas);
     }
-    if (err)
+    if (err) {
         host_log(&a->host, PARLEY_LOG_WARN, "history_clear_by: %s", err);
+        last_error_set("%s", err);
+    }
     free(err);
+    if (st == PARLEY_ERR_NOT_FOUND && sel.every_persona)
+        sel.key.persona = ""; /* named without the "*" */
+    st = no_conversation(st, &sel.key);
     selector_free(&sel);
     return st;
 }

@@ -4,6 +4,9 @@
 
 #include "api/agent_api.h"
 #include "api/connection_check.h"
+#include "api/last_error.h"
+#include "api/personas_live.h"
+#include "api/prometheus.h"
 #include "config/options.h"
 #include "provider/provider.h"
 #include "lib/plugin_status.h"
@@ -39,6 +42,10 @@ static const parley_plugin PLUGIN = {
     .message_find = agent_message_find,
     .set_interface_message_id = agent_set_interface_message_id,
     .append_message = agent_append_message,
+    .last_error = last_error_copy,
+    .persona_put = agent_persona_put,
+    .persona_remove = agent_persona_remove,
+    .metrics_prometheus = agent_metrics_prometheus,
 };
 
 PARLEY_EXPORT const parley_plugin *parley_plugin_entry(uint32_t host_abi_version)

@@ -100,7 +100,8 @@ static const opt_spec SPECS[] = {
     {"retry_max_delay_ms", OPT_INT, OFF(retry_max_delay_ms), 0, 600000, "20000",
      "Longest wait before a retry, Retry-After included"},
     {"history_store", OPT_STRING, OFF(history_store), 0, 0, "\"memory\"",
-     "Where conversations are kept: \"memory\" (lost on restart) or \"sqlite:PATH\" (a file)"},
+     "Where conversations are kept: \"memory\" (lost on restart), \"sqlite:PATH\" (a file) or "
+     "\"redis://[:PASSWORD@]HOST:PORT[/DB]\" (a Redis server several hosts share)"},
     {"history_sync", OPT_STRING, OFF(history_sync), 0, 0, "\"normal\"",
      "\"normal\": a committed turn survives a process crash; \"full\": also a power loss "
      "(every commit is flushed to disk)"},

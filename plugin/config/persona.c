@@ -285,6 +285,7 @@ void persona_metrics_init(persona_metrics *m)
 {
     pthread_mutex_init(&m->lock, NULL);
     m->head = NULL;
+    series_init(&m->series);
 }
 
 void persona_metrics_destroy(persona_metrics *m)
@@ -296,6 +297,7 @@ void persona_metrics_destroy(persona_metrics *m)
     }
     m->head = NULL;
     pthread_mutex_destroy(&m->lock);
+    series_destroy(&m->series);
 }
 
 void persona_metrics_json(persona_metrics *m, pbuf *out)

@@ -20,6 +20,7 @@
 
 #include "lib/buf.h"
 #include "config/options.h"
+#include "config/series.h"
 #include "config/toolset.h"
 
 /* Longest persona name (bytes). */
@@ -81,6 +82,7 @@ typedef struct persona_counters {
 typedef struct persona_metrics {
     pthread_mutex_t lock;
     persona_counters *head;
+    series_metrics series; /* the same turns by (persona, interface_type), and switches */
 } persona_metrics;
 
 void persona_metrics_init(persona_metrics *m);

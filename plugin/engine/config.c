@@ -56,6 +56,7 @@ static void config_free(agent_config *c)
     toolset_free(c->tools);
     persona_set_free(&c->personas);
     options_free(&c->opts);
+    free(c->options_json);
     free(c);
 }
 
@@ -84,7 +85,7 @@ agent_config *config_new(const char *options_json, char **err)
         config_free(c);
         return NULL;
     }
-    if (setup_http(c) != 0) {
+    if (setup_http(c) != 0 || !(c->options_json = strdup(options_json ? options_json : "{}"))) {
         *err = pstr_printf("out of memory");
         config_free(c);
         return NULL;

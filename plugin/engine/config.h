@@ -32,6 +32,8 @@ typedef struct agent_config {
     char *url;                   /* <base_url> + the provider's path */
     char *display_url;           /* url without credentials, query or fragment: for messages */
     struct curl_slist *headers;
+    char *options_json;          /* the options text it was made from: persona_put and
+                                    persona_remove make the next snapshot from it */
 } agent_config;
 
 /* Parse and validate options_json into a new snapshot (one reference), or

@@ -178,9 +178,10 @@ static json_t *render_messages(const provider_request *r, int cache)
                 const json_t *content = json_object_get(m, "content");
                 char *text = msg_text(content);
                 json_t *blocks = json_array();
-                json_array_append_new(blocks, text_block(text ? text : ""));
-                free(text);
                 append_image_blocks(blocks, content);
+                if (text && (*text || !json_array_size(blocks))) /* no empty text block */
+                    json_array_insert_new(blocks, 0, text_block(text));
+                free(text);
                 push_message(out, "user", blocks);
             } else if (strcmp(role, "system") == 0) {
                 push_message(out, "user", system_note_blocks(m));

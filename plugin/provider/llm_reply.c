@@ -263,9 +263,62 @@ static int is_error_body(const json_t *root) { return member(root, "error") != N
 static int fail_server_error(const json_t *root, char **err)
 {
     char *text = json_error_text(root);
-    int rc = fail(err, "server returned an error: %s", text ? text : "(no message)");
+    const json_t *e = json_is_array(root) ? member(json_array_get(root, 0), "error")
+                                          : member(root, "error");
+    const json_t *t = json_is_object(e) ? member(e, "type") : NULL;
+    const json_t *c = json_is_object(e) ? member(e, "code") : NULL;
+    /* the server's words, cleaned like the message (no control characters, bounded) */
+    char *type = json_is_string(t) ? clean_text(json_string_value(t), json_string_length(t), 64)
+                                   : NULL;
+    char *code = json_is_string(c) ? clean_text(json_string_value(c), json_string_length(c), 64)
+                                   : NULL;
+    int rc = fail(err, LLM_SERVER_ERROR "%s%s%s%s%s%s%s%s", text ? text : "(no message)",
+                  type || code ? " (" : "", type ? "type " : "", type ? type : "",
+                  type && code ? ", " : "", code ? "code " : "", code ? code : "",
+                  type || code ? ")" : "");
+    free(type);
+    free(code);
     free(text);
     return rc;
+}
+
+parley_status llm_server_error_status(const char *decode_error, int *retryable)
+{
+    static const struct {
+        const char *word; /* lower case; found anywhere in the text, ignoring case */
+        parley_status status;
+        int retry;
+    } classes[] = { /* first match wins: a key problem before anything it may mention */
+        {"invalid_api_key", PARLEY_ERR_HTTP_STATUS, 0},
+        {"authentication", PARLEY_ERR_HTTP_STATUS, 0},
+        {"unauthorized", PARLEY_ERR_HTTP_STATUS, 0},
+        {"api key", PARLEY_ERR_HTTP_STATUS, 0},
+        {"permission", PARLEY_ERR_HTTP_STATUS, 0},
+        {"insufficient_quota", PARLEY_ERR_RATE_LIMITED, 0},
+        {"rate_limit", PARLEY_ERR_RATE_LIMITED, 1},
+        {"rate limit", PARLEY_ERR_RATE_LIMITED, 1},
+        {"too many requests", PARLEY_ERR_RATE_LIMITED, 1},
+        {"overloaded", PARLEY_ERR_HTTP_STATUS, 1},
+        {"server_error", PARLEY_ERR_HTTP_STATUS, 1},
+        {"api_error", PARLEY_ERR_HTTP_STATUS, 1},
+        {"unavailable", PARLEY_ERR_HTTP_STATUS, 1},
+        {"invalid_request", PARLEY_ERR_HTTP_STATUS, 0},
+        {"not_found", PARLEY_ERR_HTTP_STATUS, 0},
+        {"not found", PARLEY_ERR_HTTP_STATUS, 0}, /* Ollama: "model 'x' not found" */
+        {"context_length", PARLEY_ERR_HTTP_STATUS, 0},
+    };
+    *retryable = 0;
+    size_t prefix = strlen(LLM_SERVER_ERROR);
+    if (!decode_error || strncmp(decode_error, LLM_SERVER_ERROR, prefix) != 0)
+        return PARLEY_ERR_BAD_RESPONSE;
+    const char *text = decode_error + prefix;
+    for (size_t i = 0; i < sizeof classes / sizeof classes[0]; i++) {
+        if (find_ci(text, strlen(text), classes[i].word)) {
+            *retryable = classes[i].retry;
+            return classes[i].status;
+        }
+    }
+    return PARLEY_ERR_BAD_RESPONSE;
 }
 
 /* ------------------------------------------------------------------ */

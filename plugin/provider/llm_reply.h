@@ -14,6 +14,7 @@
 
 #include <stddef.h>
 
+#include "lib/plugin_status.h"
 #include "lib/dict.h"
 
 /*
@@ -110,6 +111,24 @@ int llm_reply_decode_jansson(const char *body, size_t len, llm_reply *out, char 
  * there is nothing readable.  At most ~500 bytes; control characters removed.
  */
 char *llm_error_text(const char *body, size_t len);
+
+/*
+ * The words every decoder starts its error with when the reply was the server's error
+ * object instead of an answer: a 200 body {"error":{...}} (mock servers, some proxies),
+ * an SSE error event, Anthropic {"type":"error"}, an Ollama {"error":"..."} line.  The
+ * text goes on with the object's message and its type / code.
+ */
+#define LLM_SERVER_ERROR "server returned an error: "
+
+/*
+ * What such an error (a decoder's *err starting with LLM_SERVER_ERROR) stands for, read
+ * from its type / code (or, where the server gives none, its message), as the HTTP status
+ * it would have come with: an invalid key or a refused permission is "http_status" and not
+ * retried; a rate limit "rate_limited", retried (a spent quota: not); an overloaded or
+ * failing server "http_status", retried; a bad request or an unknown model "http_status",
+ * not retried.  Anything else, and any other decode error: "bad_response", not retried.
+ */
+parley_status llm_server_error_status(const char *decode_error, int *retryable);
 
 /* ---- streaming ---- */
 

@@ -198,6 +198,8 @@ typedef struct memory_store {
     stored_turn *store_newest;
     uint64_t next_seq;          /* a message's position: 1, 2, ... in append order */
     size_t nturns;
+    size_t nmessages;           /* of those turns */
+    size_t trimmed;             /* turns dropped by keep_turns, since open */
     size_t message_bytes;
     size_t evicted;
     size_t expired;
@@ -317,6 +319,7 @@ static void drop_oldest_turn(memory_store *m, conversation *c)
         c->newest = NULL;
     c->nturns--;
     m->nturns--;
+    m->nmessages -= t->nmessages;
     m->message_bytes -= t->length;
     dict_remove(m->by_turn_id, (const char *)t->turn_id);
     if (t->has_identity)
@@ -390,6 +393,7 @@ static void free_all_entries(memory_store *m)
     m->lru_head = m->lru_tail = NULL;
     m->store_oldest = m->store_newest = NULL;
     m->nturns = 0;
+    m->nmessages = 0;
     m->message_bytes = 0;
 }
 
@@ -705,6 +709,7 @@ static void link_turn(memory_store *m, conversation *c, stored_turn *t)
     c->newest = t;
     c->nturns++;
     m->nturns++;
+    m->nmessages += t->nmessages;
     m->message_bytes += t->length;
 }
 
@@ -723,8 +728,10 @@ static void count_lifetime(conversation *c, const stored_turn *t)
 
 static void trim_turns(memory_store *m, conversation *c)
 {
-    while (m->limits.keep_turns && c->nturns > m->limits.keep_turns)
+    while (m->limits.keep_turns && c->nturns > m->limits.keep_turns) {
         drop_oldest_turn(m, c);
+        m->trimmed++;
+    }
 }
 
 /*
@@ -1004,6 +1011,8 @@ static parley_status memory_stats(store *s, store_stats *out, char **err)
     pthread_mutex_lock(&m->lock);
     out->conversations = dict_size(m->by_key);
     out->turns = m->nturns;
+    out->messages = m->nmessages;
+    out->trimmed = m->trimmed;
     out->message_bytes = m->message_bytes;
     out->evicted = m->evicted;
     out->expired = m->expired;
@@ -1122,6 +1131,12 @@ static int query_turn(query_run *r, const stored_turn *t)
         if (q->search && *q->search &&
             !store_json_content_matches(json, t->messages[i].length, q->search))
             continue;
+        if (q->interface_message_id) {
+            identity_parts who = identity_at(t, ti, i);
+            if (who.interface_id_len != strlen(q->interface_message_id) ||
+                memcmp(who.interface_id, q->interface_message_id, who.interface_id_len) != 0)
+                continue;
+        }
         if (r->count == q->limit) {
             r->more = 1;
             return 1;
@@ -1140,6 +1155,12 @@ static void query_walk(query_run *r)
 {
     const store_query *q = r->q;
     memory_store *m = r->m;
+    if (q->turn_id) { /* one turn: found by its id, not by walking them all */
+        const stored_turn *t = turn_named(m, q->turn_id);
+        if (t)
+            query_turn(r, t);
+        return;
+    }
     if (q->conversation_id && q->persona && q->interface_type) {
         store_key key = {q->conversation_id, q->persona, q->interface_type};
         char *owned;

@@ -128,6 +128,7 @@ typedef struct redis_store {
     pthread_mutex_t lock;       /* guards conn: one call at a time */
     redis_conn conn;
     atomic_size_t evicted;
+    atomic_size_t trimmed; /* turns the append script dropped by keep_turns, since open */
     atomic_size_t expired;
 
     /* Leases: the list, and the thread that renews them on its own connection. */
@@ -892,6 +893,8 @@ static parley_status redis_append(store *base, const store_key *key, const store
             long long evicted = reply_int(r->element[1]);
             atomic_fetch_add(&s->evicted, evicted > 0 ? (size_t)evicted : 0);
             count_expired(s, reply_int(r->element[2]));
+            long long trimmed = r->elements > 3 ? reply_int(r->element[3]) : 0;
+            atomic_fetch_add(&s->trimmed, trimmed > 0 ? (size_t)trimmed : 0);
             freeReplyObject(r);
         }
     }
@@ -1117,15 +1120,17 @@ static parley_status redis_stats(store *base, store_stats *out, char **err)
     args_init(&a, s, 0);
     redisReply *r;
     parley_status st = run_script(s, SCRIPT_STATS, &a, 1, &r, err);
-    if (st == PARLEY_OK && !is_array(r, 3))
+    if (st == PARLEY_OK && !is_array(r, 4))
         st = bad_reply(s, r, err);
     if (st == PARLEY_OK) {
         out->conversations = (size_t)reply_int(r->element[0]);
         out->turns = (size_t)reply_int(r->element[1]);
         out->message_bytes = (size_t)reply_int(r->element[2]);
+        out->messages = (size_t)reply_int(r->element[3]);
         freeReplyObject(r);
     }
     out->evicted = atomic_load(&s->evicted);
+    out->trimmed = atomic_load(&s->trimmed);
     out->expired = atomic_load(&s->expired);
     return st;
 }
@@ -1147,6 +1152,12 @@ static int message_fields(const redisReply *m, const char *f[11], size_t len[11]
         if (!(f[i] = reply_str(m->element[i], &len[i])))
             return -1;
     return 0;
+}
+
+/* Does a message's field equal the query's filter (NULL: any)? */
+static int field_is(const char *field, size_t len, const char *want)
+{
+    return !want || (strlen(want) == len && memcmp(field, want, len) == 0);
 }
 
 /* A message reply as store_json_message: 0, -1 when it is not that shape, -2 when its JSON
@@ -1252,7 +1263,9 @@ static parley_status redis_query(store *base, const store_query *query, uint64_t
             const char *f[11];
             size_t len[11];
             malformed = message_fields(r->element[i], f, len) != 0;
-            if (malformed || (search && !store_json_content_matches(f[5], len[5], search)))
+            if (malformed || (search && !store_json_content_matches(f[5], len[5], search)) ||
+                !field_is(f[2], len[2], q->turn_id) ||
+                !field_is(f[6], len[6], q->interface_message_id))
                 continue;
             if (*count == q->limit) {
                 *more = 1;

@@ -256,7 +256,9 @@
     "           bit.bor(tonumber(redis.call('HGET', ck, 'roles')) or 0, tonumber(ARGV[19])))\n" \
     "redis.call('RPUSH', tk, tid)\n"                                                            \
     "redis.call('HINCRBY', ck, 'bytes', #ARGV[12])\n"                                           \
+    "local trimmed = 0\n"                                                                       \
     "while keep > 0 and redis.call('LLEN', tk) > keep do\n"                                     \
+    "  trimmed = trimmed + 1\n"                                                                 \
     "  local old = redis.call('LPOP', tk)\n"                                                    \
     "  redis.call('HINCRBY', ck, 'bytes', -redis.call('HSTRLEN', turnkey(old), 'msgs'))\n"      \
     "  drop_turn(old)\n"                                                                        \
@@ -278,7 +280,7 @@
     "  end\n"                                                                                   \
     "end\n"                                                                                     \
     "if ours then redis.call('DEL', lease) end\n"                                               \
-    "return {1, evicted, expired}\n"
+    "return {1, evicted, expired, trimmed}\n"
 
 
 /* ARGV[4] = CID.
@@ -367,8 +369,8 @@
 
 
 
-/* -> {conversations, turns, message bytes} (read only: like the memory store,
- *    it counts conversations idle but not yet forgotten) */
+/* -> {conversations, turns, message bytes, messages} (read only: like the memory store,
+ *    it counts conversations idle but not yet forgotten; messages: P msg's entries) */
 #define REDIS_LUA_STATS                                                                        \
     "local nc, nt, nb = 0, 0, 0\n"                                                             \
     "for _, cid in ipairs(redis.call('ZRANGE', LRU, 0, -1)) do\n"                              \
@@ -379,7 +381,7 @@
     "    nb = nb + tonumber(c[2])\n"                                                           \
     "  end\n"                                                                                  \
     "end\n"                                                                                    \
-    "return {nc, nt, nb}\n"
+    "return {nc, nt, nb, redis.call('HLEN', P .. 'msg')}\n"
 
 /* Leases: ARGV[4] = CID, 5 = token, 6 = lease ms.
  * acquire -> {1} taken, or {0, ms left on the holder's lease} */

@@ -300,6 +300,7 @@ typedef struct totals {
     int64_t conversations;
     int64_t turns;
     int64_t message_bytes;
+    int64_t trimmed; /* turns dropped by keep_turns since open: not stored in the file */
 } totals;
 
 /* One connection and its cached statements, used under its own mutex. */
@@ -1767,6 +1768,7 @@ static int trim_turns(sqlite_store *s, conv_row *row, totals *t)
             row->message_bytes -= bytes;
             t->turns--;
             t->message_bytes -= bytes;
+            t->trimmed++;
         }
     }
     return rc;
@@ -2114,7 +2116,7 @@ static int put_first_message(sqlite_store *s, sqlite3_stmt *st, pbuf *out, int *
 static char *query_sql(const store_query *q)
 {
     return sqlite3_mprintf(MESSAGE_COLUMNS " WHERE" LIVE_CONVERSATION
-                           " AND m.created_ms BETWEEN ?3 AND ?4%s%s%s%s%s%s"
+                           " AND m.created_ms BETWEEN ?3 AND ?4%s%s%s%s%s%s%s%s"
                            " ORDER BY m.id %s LIMIT ?11",
                            q->conversation_id ? " AND c.conversation_id = ?5" : "",
                            q->persona ? " AND c.persona = ?6" : "",
@@ -2122,6 +2124,8 @@ static char *query_sql(const store_query *q)
                            q->role ? " AND m.role = ?8" : "",
                            !q->after ? "" : q->newest_first ? " AND m.id < ?9" : " AND m.id > ?9",
                            q->search && *q->search ? " AND parley_content_matches(m.json, ?10)" : "",
+                           q->turn_id ? " AND t.turn_id = ?12" : "",
+                           q->interface_message_id ? " AND m.interface_message_id = ?13" : "",
                            q->newest_first ? "DESC" : "ASC");
 }
 
@@ -2154,6 +2158,10 @@ static parley_status sqlite_query(store *base, const store_query *q, uint64_t no
         if (q->search)
             bind_text(st, 10, q->search);
         sqlite3_bind_int64(st, 11, (int64_t)q->limit + 1); /* one more: is there a next page? */
+        if (q->turn_id)
+            bind_text(st, 12, q->turn_id);
+        if (q->interface_message_id)
+            bind_text(st, 13, q->interface_message_id);
         size_t seen = 0;
         while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
             if (seen++ == q->limit) {
@@ -2475,7 +2483,7 @@ static parley_status sqlite_forget(store *base, const store_key *key, char **err
     if (rc == SQLITE_OK && !key) {
         rc = sqlite3_exec(s->w.db, "DELETE FROM messages; DELETE FROM turns;"
                                  " DELETE FROM conversations;", NULL, NULL, NULL);
-        t = (totals){0, 0, 0};
+        t = (totals){0, 0, 0, s->totals.trimmed}; /* trimmed: since open, not what is held */
     } else if (rc == SQLITE_OK) {
         conv_row row;
         rc = find_conversation(&s->w, key, &row);
@@ -2542,9 +2550,17 @@ static parley_status sqlite_stats(store *base, store_stats *out, char **err)
     out->conversations = (size_t)s->totals.conversations;
     out->turns = (size_t)s->totals.turns;
     out->message_bytes = (size_t)s->totals.message_bytes;
+    out->trimmed = (size_t)s->totals.trimmed;
     out->evicted = s->evicted;
     out->expired = s->expired;
     pthread_mutex_unlock(&s->w.lock);
+    int64_t messages = 0; /* not kept as a total: counted (what a scrape pays, not a turn) */
+    pthread_mutex_lock(&s->r.lock);
+    if (read_begin(&s->r) == SQLITE_OK &&
+        query_int(s->r.db, "SELECT count(*) FROM messages", &messages) == SQLITE_OK)
+        out->messages = (size_t)messages;
+    read_end(&s->r);
+    pthread_mutex_unlock(&s->r.lock);
     return PARLEY_OK;
 }
 

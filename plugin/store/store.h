@@ -144,6 +144,9 @@ typedef struct store_stats {
     size_t message_bytes;        /* bytes of stored message JSON */
     size_t evicted;              /* conversations forgotten by max_conversations, since open */
     size_t expired;              /* conversations forgotten by the idle timeout, since open */
+    size_t messages;             /* messages of the stored turns, now */
+    size_t trimmed;              /* turns dropped to keep keep_turns per conversation, since
+                                    open (by this process, for a shared store) */
 } store_stats;
 
 /* Version 3: a query over stored messages (borrowed for the call).  Every
@@ -163,6 +166,9 @@ typedef struct store_query {
     int newest_first;            /* order: 1 newest first, 0 oldest first */
     uint64_t after;              /* a position returned earlier: continue strictly beyond
                                     it in this order; 0: from the start */
+    const char *turn_id;         /* NULL: any turn; else only that turn's messages */
+    const char *interface_message_id; /* NULL: any; else only messages carrying that
+                                    interface id */
 } store_query;
 
 typedef struct store_backend {

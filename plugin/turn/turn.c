@@ -8,6 +8,7 @@
 #include <sys/random.h>
 
 #include "lib/clock.h"
+#include "lib/rfc3339.h"
 #include "lib/host_log.h"
 #include "lib/json_schema.h"
 #include "lib/redact.h"
@@ -122,7 +123,7 @@ static void message_close(turn *t, const char *role, size_t start)
     m->offset = start;
     m->len = t->messages.len - start;
     m->role = role;
-    m->created_ms = clock_wall_ms();
+    m->created_ms = turn_clock_ms(t);
     t->nmessages++;
 }
 
@@ -156,7 +157,8 @@ static void record_stored_user(turn *t)
     pbuf_puts(&text, t->text);
     for (size_t i = 0; i < t->images.n; i++) {
         if (placeholder || image_url_has_secrets(&t->images.items[i])) {
-            pbuf_putc(&text, '\n');
+            if (text.len) /* a photo without a caption: no empty first line */
+                pbuf_putc(&text, '\n');
             image_placeholder(&text, &t->images.items[i]);
         }
     }
@@ -190,11 +192,15 @@ static void record_user_message(turn *t)
     if (!t->images.n) {
         put_str(m, t->text);
     } else {
-        pbuf_puts(m, "[{\"type\":\"text\",\"text\":");
-        put_str(m, t->text);
-        pbuf_putc(m, '}');
+        pbuf_putc(m, '[');
+        if (*t->text) { /* a photo without a caption has no text part */
+            pbuf_puts(m, "{\"type\":\"text\",\"text\":");
+            put_str(m, t->text);
+            pbuf_puts(m, "},");
+        }
         for (size_t i = 0; i < t->images.n; i++) {
-            pbuf_puts(m, ",{\"type\":\"image_url\",\"image_url\":{\"url\":");
+            pbuf_puts(m, i ? ",{" : "{");
+            pbuf_puts(m, "\"type\":\"image_url\",\"image_url\":{\"url\":");
             put_str(m, t->images.items[i].url);
             pbuf_puts(m, "}}");
         }
@@ -385,10 +391,33 @@ static int wait_for_store(turn *t, store_job *job)
 
 static void turn_load_history(turn *t);
 
+uint64_t turn_clock_ms(const turn *t)
+{
+    uint64_t now = clock_wall_ms();
+    if (!t->host_time_ms)
+        return now;
+    if (!t->nmessages || t->append) /* the user's message (or the appended one): as given */
+        return t->host_time_ms;
+    return t->host_time_ms + (now > t->started_wall_ms ? now - t->started_wall_ms : 0);
+}
+
+int turn_set_host_time(turn *t, const char *text, const char *field, char **err)
+{
+    if (!text)
+        return 0;
+    if (rfc3339_parse(text, &t->host_time_ms) != 0 || t->host_time_ms == 0) {
+        t->host_time_ms = 0;
+        *err = pstr_printf("%s: must be an RFC 3339 time after 1970, e.g. "
+                           "\"2026-11-22T19:31:00Z\" or \"2026-11-22T20:31:00.250+01:00\"", field);
+        return -1;
+    }
+    return 0;
+}
+
 /* append_message's turn: one message, stored as it is, without the model. */
 static void append_commit(turn *t)
 {
-    t->message_index[0].created_ms = clock_wall_ms();
+    t->message_index[0].created_ms = turn_clock_ms(t);
     turn_commit(t);
 }
 
@@ -399,6 +428,12 @@ void turn_begin(turn *t)
     if (t->persona_name && env->persona_metrics &&
         (t->counters = persona_metrics_for(env->persona_metrics, t->persona_name)) && !t->append)
         atomic_fetch_add(&t->counters->turns, 1);
+    if (env->persona_metrics) { /* the labelled series (series.h) */
+        t->series = series_for(&env->persona_metrics->series, t->persona, t->interface_type);
+        if (!t->append)
+            series_turn_begins(&env->persona_metrics->series, t->conversation_id,
+                               t->interface_type, t->persona);
+    }
     if (t->append) { /* append_message: its lane reached it; store it, no model */
         if (env->jobs && store_shared(env->store)) {
             turn_load_history(t); /* a shared store: take the lease first (turn_on_history) */
@@ -514,6 +549,7 @@ void turn_on_history(turn *t, parley_status status, const char *message)
 static void on_stream_text(void *ud, const char *text, size_t len)
 {
     turn *t = ud;
+    t->streamed |= len > 0;
     if (t->on_delta && len)
         t->on_delta(t->user_data, t->id, text, len);
 }
@@ -521,6 +557,7 @@ static void on_stream_text(void *ud, const char *text, size_t len)
 static void on_stream_reasoning(void *ud, const char *text, size_t len)
 {
     turn *t = ud;
+    t->streamed |= len > 0;
     if (t->on_reasoning && len)
         t->on_reasoning(t->user_data, t->id, text, len);
 }
@@ -724,6 +761,8 @@ static void cut_window(turn *t, size_t n, ctx_cut_reason why)
     atomic_fetch_add(&t->env->metrics->context_cuts, 1);
     if (t->counters)
         atomic_fetch_add(&t->counters->truncations, 1);
+    if (t->series)
+        atomic_fetch_add(&t->series->history_cut, 1);
     host_log(t->env->host, PARLEY_LOG_DEBUG,
              "turn %s: the context window starts %zu turns later (%s), at message %llu",
              t->turn_id, n, ctx_cut_reason_name(why), (unsigned long long)t->ctx.first);
@@ -813,6 +852,7 @@ static void turn_request(turn *t)
         host_log(t->env->host, PARLEY_LOG_DEBUG, "turn %s request: %s", t->turn_id, t->body.data);
     provider_stream_free(t->stream);
     t->stream = NULL;
+    t->streamed = 0;
     llm_sink sink = {on_stream_text, on_stream_reasoning, t};
     if (t->cfg->opts.stream &&
         !(t->stream = provider_stream_new(t->cfg->prov, t->cfg->opts.strip_think_tags, &sink))) {
@@ -1203,8 +1243,14 @@ void turn_on_http_done(turn *t, CURLcode code)
         st = PARLEY_ERR_CONTEXT_OVERFLOW; /* said inside the stream (older llama.cpp) */
         msg = overflow_message(&t->overflow, t->stream_error);
     }
-    if (st == PARLEY_ERR_BAD_RESPONSE && !msg && t->stream_error)
-        msg = pstr_printf("bad streamed response: %s", t->stream_error);
+    if (st == PARLEY_ERR_BAD_RESPONSE && !msg && t->stream_error) {
+        st = llm_server_error_status(t->stream_error, &retryable); /* an error event? */
+        retryable &= !t->streamed; /* the host has part of this answer: never twice */
+        msg = st == PARLEY_ERR_BAD_RESPONSE
+                  ? pstr_printf("bad streamed response: %s", t->stream_error)
+                  : pstr_printf("LLM server error (an error event in the stream): %s",
+                                t->stream_error + strlen(LLM_SERVER_ERROR));
+    }
     int64_t retry_after = t->http->retry_after_ms;
     timer_disarm(t->env->timers, &t->wait); /* the stream idle timer, if any */
     if (st != PARLEY_OK) {
@@ -1231,15 +1277,22 @@ void turn_on_http_done(turn *t, CURLcode code)
     int rc = decode_reply(t, &reply, &err);
     http_call_free(t->http);
     t->http = NULL;
-    t->attempt = 0;
-    if (rc != 0) {
-        char *m = pstr_printf("bad response from the LLM server: %s", err ? err : "undecodable");
-        turn_end(t, PARLEY_ERR_BAD_RESPONSE, m);
+    if (rc != 0) { /* an error object with a 200 says what went wrong: classify it */
+        int again = 0;
+        parley_status est = llm_server_error_status(err, &again);
+        char *m = est == PARLEY_ERR_BAD_RESPONSE
+                      ? pstr_printf("bad response from the LLM server: %s",
+                                    err ? err : "undecodable")
+                      : pstr_printf("LLM server error (in a 200 answer): %s",
+                                    err + strlen(LLM_SERVER_ERROR));
+        if (!(again && maybe_retry(t, est, m, -1)))
+            turn_end(t, est, m);
         free(m);
         free(err);
         llm_reply_free(&reply);
         return;
     }
+    t->attempt = 0;
     t->truncated = ollama_truncated(t, &reply.usage);
     if (t->truncated && !t->overflow_retried && t->ctx.nturns) {
         account_reply(t, &reply); /* an answer to part of the prompt: its tokens were spent */
@@ -1376,6 +1429,8 @@ static void turn_dispatch_tools(turn *t, llm_reply *reply)
             .satellite_id = t->satellite_id,
             .agent_id = t->agent_id,
             .context_json = t->context_json,
+            .interface_type = t->interface_type && *t->interface_type ? t->interface_type : NULL,
+            .persona = t->persona_name,
         };
         /* The host cannot end the turn from here: cancel and results go through the inbox. */
         t->env->host->tool_call(t->env->host->host_data, given, &info);
@@ -1590,7 +1645,9 @@ static void turn_commit(turn *t)
     timer_disarm(env->timers, &t->deadline);
     timer_disarm(env->timers, &t->wait);
     uint64_t now = clock_wall_ms();
-    store_turn in = {.turn_id = t->turn_id, .started_ms = t->started_wall_ms, .finished_ms = now,
+    store_turn in = {.turn_id = t->turn_id,
+                     .started_ms = t->host_time_ms ? t->host_time_ms : t->started_wall_ms,
+                     .finished_ms = turn_clock_ms(t),
                      .messages = msgs, .nmessages = t->nmessages};
     if (t->ctx.enabled && t->last_prompt > 0) { /* what the next turn's server count */
         t->ctx.rec.last_prompt = (uint64_t)t->last_prompt;
@@ -1870,13 +1927,17 @@ void turn_on_committed(turn *t, parley_status status, const char *message)
 {
     t->job = NULL;
     t->committing = 0;
+    if (t->summarizing) { /* the summary's record, not the turn */
+        summary_saved(t, status, message);
+        return;
+    }
     if (status == PARLEY_OK && t->counters) {
         atomic_fetch_add(&t->counters->turns_stored, 1);
         atomic_fetch_add(&t->counters->messages_stored, t->nmessages);
     }
-    if (t->summarizing) {
-        summary_saved(t, status, message);
-        return;
+    if (status == PARLEY_OK && t->series) {
+        atomic_fetch_add(&t->series->turns_stored, 1);
+        atomic_fetch_add(&t->series->messages_stored, t->nmessages);
     }
     if (status == PARLEY_OK) {
         t->lease_held = 0; /* the append gave it back (store.h v2) */
@@ -1998,6 +2059,13 @@ void turn_report(turn *t)
         atomic_fetch_add(&m->turns_cancelled, 1);
     else
         atomic_fetch_add(&m->turns_failed, 1);
+    if (!t->series && t->env->persona_metrics) /* ended before it began (cancelled queued) */
+        t->series = series_for(&t->env->persona_metrics->series, t->persona, t->interface_type);
+    if (t->series) /* (NULL: no memory) */
+        atomic_fetch_add(status == PARLEY_OK                ? &t->series->turns_ok
+                         : status == PARLEY_ERR_CANCELLED ? &t->series->turns_cancelled
+                                                          : &t->series->turns_failed,
+                         1);
     if (status != PARLEY_OK && status != PARLEY_ERR_CANCELLED)
         host_log(t->env->host, PARLEY_LOG_INFO, "turn %s failed: %s: %s", t->turn_id,
                  status_name(status), r.error_message);

@@ -116,6 +116,7 @@ struct turn {
     char *persona_name;       /* the input's persona, NULL for none */
     const persona_spec *persona_def; /* its settings, in cfg; NULL: the agent's own */
     persona_counters *counters; /* the persona's metrics; NULL without a persona (or OOM) */
+    series_counters *series;  /* its (persona, interface_type) metrics, from turn_begin */
     const parley_options *opts; /* what its requests use: &cfg->opts, or persona_opts */
     parley_options *persona_opts; /* with a persona: cfg->opts with its overrides (a shallow
                                  copy: strings borrowed from cfg), else NULL; out of line,
@@ -142,6 +143,8 @@ struct turn {
     /* progress */
     uint64_t accepted_mono_ms;  /* when async_process took it: the deadline's start */
     uint64_t started_wall_ms;
+    uint64_t host_time_ms;    /* the input's timestamp (0: none): the turn's messages are
+                                 stored on the host's clock (turn_clock_ms) */
     pbuf history;             /* the last turns of the conversation, loaded at turn_begin */
     size_t nhistory;          /* how many messages that is */
     ctx_window ctx;           /* where that history starts, its turns, this turn's cuts */
@@ -166,6 +169,7 @@ struct turn {
     http_call *http;
     provider_stream *stream;
     char *stream_error;
+    int streamed;             /* this request's stream gave the host text: it is not retried */
     llm_usage usage;          /* summed over the turn's requests */
     int requests;             /* HTTP requests started, failed and retried ones too */
     char *stop_reason;        /* the last reply's finish_reason */
@@ -197,6 +201,15 @@ struct turn {
 };
 
 void turn_free(turn *t);
+
+/* Now, on the clock the turn's messages are stored with: when the input gave a timestamp,
+ * that time for its first message (the user's, or the appended one) and that time plus the
+ * time since the turn began for the rest; else the wall clock. */
+uint64_t turn_clock_ms(const turn *t);
+
+/* The host's timestamp `text` (NULL: none) as t->host_time_ms: 0, or -1 with *err naming
+ * `field` when it is not an RFC 3339 time after 1970. */
+int turn_set_host_time(turn *t, const char *text, const char *field, char **err);
 
 /* Set t->opts from t->cfg and t->persona_def: 0, or -1 out of memory. */
 int turn_apply_persona(turn *t);

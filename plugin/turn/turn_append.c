@@ -27,7 +27,8 @@ static int check_message_keys(json_t *root, size_t max_bytes, const char **role,
                               const char **content, char **metadata, char **err)
 {
     static const char *const known[] = {"conversation_id", "interface_type", "persona",
-                                        "interface_message_id", "role", "content", "metadata"};
+                                        "interface_message_id", "role", "content", "metadata",
+                                        "timestamp"};
     const char *key;
     json_t *v;
     json_object_foreach(root, key, v) {
@@ -37,13 +38,16 @@ static int check_message_keys(json_t *root, size_t max_bytes, const char **role,
         if (i == sizeof known / sizeof known[0])
             return refuse(err, pstr_printf("message_json: unknown key \"%s\" (expected "
                                            "conversation_id, content, role, interface_type, "
-                                           "persona, interface_message_id, metadata)", key));
+                                           "persona, interface_message_id, metadata, "
+                                           "timestamp)", key));
     }
     json_t *r = json_object_get(root, "role");
     *role = r ? json_string_value(r) : "assistant";
-    if (!*role || (strcmp(*role, "assistant") != 0 && strcmp(*role, "system") != 0))
-        return refuse(err, pstr_printf("message_json 'role': must be \"assistant\" (the default) "
-                                       "or \"system\""));
+    if (!*role || (strcmp(*role, "assistant") != 0 && strcmp(*role, "system") != 0 &&
+                   strcmp(*role, "user") != 0))
+        return refuse(err, pstr_printf("message_json 'role': must be \"assistant\" (the default), "
+                                       "\"user\" or \"system\" (a tool message belongs to a "
+                                       "turn)"));
     json_t *c = json_object_get(root, "content");
     *content = json_string_value(c);
     if (!*content || !**content || strlen(*content) != json_string_length(c))
@@ -78,7 +82,9 @@ static int record_the_message(turn *t, const char *role, const char *content)
     turn_message *m = &t->message_index[0];
     m->offset = 0;
     m->len = t->messages.len;
-    m->role = strcmp(role, "system") == 0 ? "system" : "assistant"; /* static, as turn.h wants */
+    m->role = strcmp(role, "system") == 0 ? "system"   /* static, as turn.h wants */
+              : strcmp(role, "user") == 0 ? "user"
+                                          : "assistant";
     t->message_index_cap = t->nmessages = 1;
     return uuid4(m->id) == 0 ? 0 : -1;
 }
@@ -91,6 +97,12 @@ static int build(turn *t, agent_config *cfg, const selector *sel, char **err)
                                 &t->metadata, err);
     if (rc != 0)
         return rc;
+    json_t *ts = json_object_get(sel->root, "timestamp");
+    if (ts && !json_is_string(ts))
+        return refuse(err, pstr_printf("message_json 'timestamp': must be a string, an RFC 3339 "
+                                       "time"));
+    if (turn_set_host_time(t, json_string_value(ts), "message_json 'timestamp'", err) != 0)
+        return -1;
     const char *persona = sel->key.persona;
     if (*persona) {
         if (persona_check_name(&cfg->personas, persona, 0, "message_json 'persona'", err) != 0)

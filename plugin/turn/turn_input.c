@@ -110,8 +110,9 @@ static int copy_identity(turn *t, size_t max, const parley_input *in, char **err
 static int copy_input(turn *t, const agent_config *cfg, const parley_input *in, char **err)
 {
     size_t max = (size_t)cfg->opts.max_input_bytes;
-    if (!in->text || !*in->text) {
-        *err = pstr_printf("input 'text': required, and must not be empty");
+    if (!in->text || (!*in->text && !in->images_json)) { /* images_json: a photo, no caption */
+        *err = pstr_printf("input 'text': required, and must not be empty (it may be \"\" "
+                           "only when images_json shows images)");
         return -1;
     }
     const struct { const char *name, *src; char **dst; } fields[] = {
@@ -140,6 +141,8 @@ static int copy_input(turn *t, const agent_config *cfg, const parley_input *in, 
         }
     }
     int rc = copy_identity(t, max, in, err);
+    if (rc == 0)
+        rc = turn_set_host_time(t, in->timestamp, "input 'timestamp'", err);
     if (rc != 0)
         return rc;
     const toolset *base = t->persona_def && t->persona_def->tools ? t->persona_def->tools
@@ -351,6 +354,10 @@ turn *turn_input_accept(agent_config *cfg, parley_request_id id, const parley_in
         rc = copy_input(t, cfg, &copy, err);
     if (rc == 0)
         rc = accept_images(t, cfg, &copy, err);
+    if (rc == 0 && !*t->text && !t->images.n) {
+        *err = pstr_printf("input 'text': must not be empty when images_json shows no image");
+        rc = -1;
+    }
     if (rc == 0)
         rc = accept_response_format(t, cfg, &copy, err);
     if (rc == 0)

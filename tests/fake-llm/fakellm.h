@@ -80,6 +80,8 @@ enum fault_kind {
                             keep-alive comments, 0 = send nothing */
     FAULT_HEADER_FLOOD,  /* arg: KiB of extra response headers (command line only) */
     FAULT_SCHEMA_MISMATCH, /* structured output: an answer that breaks the schema */
+    FAULT_ERROR_200,     /* status NNN's error object with a 200; arg 1: a streamed request
+                            gets it as an event of its stream instead */
 };
 
 enum { SHAPE_NO_CHOICES, SHAPE_EMPTY_CHOICES, SHAPE_NULL_MESSAGE };
@@ -99,6 +101,9 @@ bool fault_fires(const struct fault *f, const char *body, size_t len);
 void faults_cleanup(void);
 
 struct MHD_Response *fault_status_response(const struct fault *f);
+/* FAULT_ERROR_200's body: f->status's error object in dialect d's own shape (its
+   type and code), as one SSE event / NDJSON line when `event` is set. */
+char *fault_error_body(const struct fault *f, int dialect, bool event, size_t *len);
 /* Adds arg KiB of "X-Flood-N: aaaa..." headers to resp. */
 void fault_header_flood(struct MHD_Response *resp, unsigned long kib);
 struct MHD_Response *fault_oversized_response(const char *model, unsigned long seq,

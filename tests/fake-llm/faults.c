@@ -124,6 +124,12 @@ bool fault_parse(const char *s, size_t n, struct fault *out)
             return false;
         f.kind = FAULT_DONE_HOLD;
         f.arg = v;
+    } else if (has_prefix(s, n, "error200:", &r) || has_prefix(s, n, "error_event:", &r)) {
+        if (!parse_ulong(s + r, n - r, &v) || v < 400 || v > 999)
+            return false;
+        f.kind = FAULT_ERROR_200;
+        f.status = (unsigned)v;
+        f.arg = s[5] == '_'; /* error_event: */
     } else if (IS("header_flood")) {
         f.kind = FAULT_HEADER_FLOOD;
         f.arg = 400;
@@ -198,10 +204,69 @@ void faults_cleanup(void)
 
 /* ---- error-status faults ---- */
 
+static void status_error(unsigned st, struct api_error *e);
+
 struct MHD_Response *fault_status_response(const struct fault *f)
 {
     struct api_error e = {0};
-    unsigned st = f->status;
+    status_error(f->status, &e);
+    size_t len;
+    char *json = api_error_json(&e, &len);
+    api_error_free(&e);
+    struct MHD_Response *resp =
+        MHD_create_response_from_buffer(len, json, MHD_RESPMEM_MUST_FREE);
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "application/json");
+    if (f->retry_after >= 0) {
+        char ra[32];
+        snprintf(ra, sizeof ra, "%ld", f->retry_after);
+        MHD_add_response_header(resp, "Retry-After", ra);
+    }
+    return resp;
+}
+
+/* Anthropic's error type for an HTTP status (its errors page). */
+static const char *anthropic_type(unsigned st)
+{
+    return st == 401   ? "authentication_error"
+           : st == 403 ? "permission_error"
+           : st == 404 ? "not_found_error"
+           : st == 429 ? "rate_limit_error"
+           : st == 529 ? "overloaded_error"
+           : st >= 500 ? "api_error"
+                       : "invalid_request_error";
+}
+
+char *fault_error_body(const struct fault *f, int dialect, bool event, size_t *len)
+{
+    struct api_error e = {0};
+    status_error(f->status, &e);
+    json_t *o;
+    if (dialect == DIALECT_ANTHROPIC)
+        o = json_pack("{s:s,s:{s:s,s:s}}", "type", "error", "error", "type",
+                      anthropic_type(f->status), "message", e.message);
+    else if (dialect == DIALECT_OLLAMA)
+        o = json_pack("{s:s}", "error", e.message);
+    else
+        o = json_pack("{s:{s:s,s:s,s:s?}}", "error", "message", e.message, "type", e.type,
+                      "code", e.code);
+    api_error_free(&e);
+    char *json = json_dump_compact(o, len);
+    json_decref(o);
+    if (!event)
+        return json;
+    const char *pre = dialect == DIALECT_ANTHROPIC ? "event: error\ndata: "
+                      : dialect == DIALECT_OPENAI  ? "data: "
+                                                   : "";
+    const char *post = dialect == DIALECT_OLLAMA ? "\n" : "\n\n";
+    char *framed = xmalloc(strlen(pre) + *len + strlen(post) + 1);
+    *len = (size_t)sprintf(framed, "%s%s%s", pre, json, post);
+    free(json);
+    return framed;
+}
+
+static void status_error(unsigned st, struct api_error *e_out)
+{
+    struct api_error e = {0};
     if (st == 429)
         api_error_set(&e, st, "rate_limit_error", NULL, "rate_limit_exceeded",
                       "Rate limit reached for requests");
@@ -220,19 +285,7 @@ struct MHD_Response *fault_status_response(const struct fault *f)
         api_error_set(&e, st, "server_error", NULL, NULL, "Fake server error %u.", st);
     else
         api_error_set(&e, st, "invalid_request_error", NULL, NULL, "Fake client error %u.", st);
-
-    size_t len;
-    char *json = api_error_json(&e, &len);
-    api_error_free(&e);
-    struct MHD_Response *resp =
-        MHD_create_response_from_buffer(len, json, MHD_RESPMEM_MUST_FREE);
-    MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "application/json");
-    if (f->retry_after >= 0) {
-        char ra[32];
-        snprintf(ra, sizeof ra, "%ld", f->retry_after);
-        MHD_add_response_header(resp, "Retry-After", ra);
-    }
-    return resp;
+    *e_out = e;
 }
 
 /* ---- header_flood: more response headers than a client should accept ---- */

@@ -319,6 +319,15 @@ static void handle_chat(struct MHD_Connection *conn, const struct request *r, js
         set_json(o, MHD_HTTP_OK, json, len);
         break;
     }
+    case FAULT_ERROR_200: { /* a proxy's or mock's error with a 200, or inside the stream */
+        bool event = f.arg && req.stream;
+        char *json = fault_error_body(&f, dialect, event, &len);
+        o->status = MHD_HTTP_OK;
+        o->resp = buffer_response(json, len, !event ? "application/json"
+                                             : dialect == DIALECT_OLLAMA ? "application/x-ndjson"
+                                                                         : "text/event-stream");
+        break;
+    }
     case FAULT_OVERSIZED:
         o->status = MHD_HTTP_OK;
         o->resp = fault_oversized_response(req.model, seq, f.arg);

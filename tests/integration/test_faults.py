@@ -189,6 +189,38 @@ class BadResponses(FaultTestCase):
                 self.assertIn(words, res["error"]["message"])
                 self.assertEqual(self.metrics(run)["llm_retries"], 0)
 
+    def test_error_object_in_a_200_is_classified_by_its_type(self):
+        """Mock servers and proxies send {"error": {...}} with status 200, or as an event of
+        the stream: read its type / code as the status it stands for, streamed or not, in
+        each provider's shape -- not bad_response with the advice to retry."""
+        from test_providers import llm_requests, provider_options
+        expect = {401: ("http_status", 1, "API key"),   # an invalid key: never retried
+                  429: ("rate_limited", 3, "Rate limit"),  # retried, then rate_limited
+                  400: ("http_status", 1, "Fake client error")}
+        with FakeLLM() as fake:
+            for provider in ("openai", "anthropic", "ollama"):
+                for stream in (False, True):
+                    for status, (code, tries, words) in expect.items():
+                        fault = "error_event" if stream else "error200"
+                        with self.subTest(provider=provider, stream=stream, status=status):
+                            before = len(llm_requests(fake, provider))
+                            run = shim([{"text": "[[fault:%s:%d]] x" % (fault, status),
+                                         "conversation_id": "e"},
+                                        {"op": "history", "conversation_id": "e"}],
+                                       provider_options(fake, provider, stream=stream,
+                                                        max_retries=2, retry_backoff_ms=1),
+                                       timeout=30)
+                            if provider == "ollama" and status == 400:
+                                code = "bad_response"  # a bare message, no type: unknown
+                            res = self.assertTurnError(run.by_seq(1), code)
+                            self.assertIn(words, res["error"]["message"])
+                            if code != "bad_response":
+                                self.assertIn("LLM server error", res["error"]["message"])
+                            reqs = llm_requests(fake, provider)[before:]
+                            self.assertEqual(len(reqs), tries, reqs)
+                            self.assertEqual({r["status"] for r in reqs}, {200})
+                            self.assertEqual(run.by_seq(2)["error"]["code"], "not_found")
+
     def test_reset_mid_response(self):
         """The server sends headers and half the body, then drops the connection.
 

@@ -165,6 +165,49 @@ class Providers(ImageCase):
         self.assertEqual(bodies[1]["messages"][1]["images"], [base64.b64encode(JPEG).decode()])
 
 
+class NoCaption(ImageCase):
+    """A photo without a caption: text "" with images is a turn (no empty text part is
+    sent: Anthropic refuses empty text blocks); "" without an image is still refused."""
+
+    def test_photo_without_caption_on_every_provider(self):
+        from test_providers import llm_requests, provider_options
+        png = data_url("image/png", PNG)
+        for provider in ("openai", "anthropic", "ollama"):
+            with self.subTest(provider=provider):
+                before = len(llm_requests(self.llm, provider))
+                run = self.run_ok([{"text": "", "conversation_id": "n", "images": [{"url": png}]},
+                                   {"text": "what was it?", "conversation_id": "n"},
+                                   {"op": "history", "conversation_id": "n"}],
+                                  provider_options(self.llm, provider))
+                self.assertTurnOk(run.by_seq(1))
+                self.assertTurnOk(run.by_seq(2))
+                first, second = [r["body"] for r in llm_requests(self.llm, provider)[before:]]
+                stored = run.by_seq(3)["result"]["turns"][0]["messages"][0]
+                self.assertEqual(stored, user("[image: image/png, 2 KB]"))
+                if provider == "openai":
+                    self.assertEqual(first["messages"][-1],
+                                     user([{"type": "image_url", "image_url": {"url": png}}]))
+                    self.assertEqual(second["messages"][1], user("[image: image/png, 2 KB]"))
+                elif provider == "anthropic":
+                    self.assertEqual(first["messages"][0]["content"], [
+                        {"type": "image", "source": {"type": "base64", "media_type": "image/png",
+                                                     "data": base64.b64encode(PNG).decode()}}])
+                else:
+                    self.assertEqual(first["messages"][-1],
+                                     {"role": "user", "content": "",
+                                      "images": [base64.b64encode(PNG).decode()]})
+
+    def test_empty_text_without_an_image_is_refused(self):
+        run = self.run_ok([{"text": "", "conversation_id": "e"},
+                           {"text": "", "conversation_id": "e", "images": []},
+                           {"op": "history", "conversation_id": "e"}], options(self.llm))
+        for seq in (1, 2):
+            err = self.assertTurnError(run.by_seq(seq), "invalid_input")["error"]
+            self.assertIn("input 'text'", err["message"])
+        self.assertEqual(run.by_seq(3)["error"]["code"], "not_found")
+        self.assertEqual(self.llm.chat_requests(), [])
+
+
 class Refusals(ImageCase):
     BAD = [
         ([{"url": "data:image/png;base64,iVBOR!!"}], "image 1: the data is not valid base64"),

@@ -96,6 +96,223 @@ class MessageOpsCase(ParleyTestCase):
                           assistant(fake_reply("start the washing machine", 2, 1)),
                           assistant(WASHING), user("thanks")])
 
+    def test_user_appends_are_ordered_like_turns_and_reach_every_provider(self):
+        """role "user": what a person said, recorded without an answer (a group chat
+        before the assistant is addressed, a command handled locally).  Appended while
+        a turn is in flight it lands after that turn; later turns send it to the model
+        in its place (Anthropic: merged with the next user message, as roles alternate)."""
+        fake = self.fake("--latency-ms", str(int(300 * SLOW)))
+        for provider in ("openai", "anthropic", "ollama"):
+            with self.subTest(provider=provider):
+                base = fake.base_url if provider == "openai" else "http://127.0.0.1:%d" % fake.port
+                cid = "u-" + provider
+                lines = [{"text": "hello", "conversation_id": cid},
+                         {"op": "append", "conversation_id": cid, "role": "user",
+                          "content": "Mum: dinner at 7"},
+                         {"text": "what did mum say?", "conversation_id": cid},
+                         {"op": "history", "conversation_id": cid},
+                         {"op": "query", "conversation_id": cid, "role": "user",
+                          "order": "oldest"}]
+                before = len(fake.requests())
+                run = self.run_ok(lines, self.opts(fake, provider=provider, base_url=base),
+                                  concurrency=4)
+                first, appended, second = run.by_seq(1), run.by_seq(2), run.by_seq(3)
+                self.assertTurnOk(first)
+                self.assertTurnOk(second)
+                self.assertIsNone(appended["error"], appended)
+                self.assertEqual(appended["usage"]["requests"], 0, "no model call")
+                history = run.by_seq(4)["result"]
+                self.assertEqual(self.turn_ids(history),
+                                 [first["turn_id"], appended["turn_id"], second["turn_id"]])
+                self.assertEqual(history["turns"][1]["messages"], [user("Mum: dinner at 7")])
+                queried = run.by_seq(5)["result"]["messages"]
+                self.assertEqual([m["message"]["content"] for m in queried],
+                                 ["hello", "Mum: dinner at 7", "what did mum say?"])
+                self.assertEqual(queried[1]["message_id"], appended["answer_message_id"])
+                reqs = [r for r in fake.requests()[before:] if r.get("path") == PATHS[provider]]
+                self.assertEqual(len(reqs), 2)
+                sent = reqs[1]["body"]["messages"]
+                if provider == "anthropic":
+                    self.assertEqual([m["role"] for m in sent], ["user", "assistant", "user"])
+                    self.assertEqual(sent[2]["content"],
+                                     [{"type": "text", "text": "Mum: dinner at 7"},
+                                      {"type": "text", "text": "what did mum say?",
+                                       "cache_control": {"type": "ephemeral"}}])
+                else:
+                    tail = [{"role": m["role"], "content": m["content"]} for m in sent[-3:]]
+                    self.assertEqual(tail, [assistant(fake_reply("hello", 2, 1)),
+                                            user("Mum: dinner at 7"),
+                                            user("what did mum say?")])
+
+    def test_host_timestamps_are_created_at_and_since_until_read_them(self):
+        """A simulator on simulated time, a bridge importing earlier messages: the host's
+        RFC 3339 time (any offset) is the stored created_at, and since/until select on it."""
+        self.fake()
+        lines = [{"op": "append", "conversation_id": "t", "role": "user",
+                  "content": "sent last year", "timestamp": "2025-03-01T08:00:00+02:00"},
+                 {"text": "simulated morning", "conversation_id": "t",
+                  "timestamp": "2025-06-01T09:30:00.250Z"},
+                 {"text": "now", "conversation_id": "t"},
+                 {"op": "query", "conversation_id": "t", "order": "oldest",
+                  "until": "2025-12-31T00:00:00Z"},
+                 {"op": "query", "conversation_id": "t", "order": "oldest",
+                  "since": "2025-05-01T00:00:00Z", "until": "2025-07-01T00:00:00Z"},
+                 {"op": "history", "conversation_id": "t"}]
+        run = self.run_ok(lines, self.opts())
+        self.assertIsNone(run.by_seq(1)["error"], run.by_seq(1))
+        self.assertTurnOk(run.by_seq(2))
+        self.assertTurnOk(run.by_seq(3))
+        old = run.by_seq(4)["result"]["messages"]
+        self.assertEqual([m["message"]["content"] for m in old],
+                         ["sent last year", "simulated morning",
+                          fake_reply("simulated morning", 3, 2)])
+        self.assertEqual(old[0]["created_at"][:19], "2025-03-01T06:00:00")
+        self.assertEqual(old[1]["created_at"][:23], "2025-06-01T09:30:00.250")
+        self.assertTrue(old[2]["created_at"].startswith("2025-06-01T09:30:"), old[2])
+        june = run.by_seq(5)["result"]["messages"]
+        self.assertEqual([m["message_id"] for m in june], [m["message_id"] for m in old[1:]])
+        turns = run.by_seq(6)["result"]["turns"]
+        self.assertEqual(turns[1]["started_at"][:23], "2025-06-01T09:30:00.250")
+        self.assertTrue(turns[2]["started_at"] > "2026", turns[2])
+
+    def test_bad_timestamps_are_refused_by_name_and_change_nothing(self):
+        self.fake()
+        bad = ["yesterday", "2025-13-01T00:00:00Z", "2025-06-01T09:30:00", "1969-12-31T23:59:59Z",
+               "2025-06-01", ""]
+        lines = [{"text": "hello", "conversation_id": "b"},
+                 {"op": "history", "conversation_id": "b"}]
+        for ts in bad:
+            lines.append({"text": "x", "conversation_id": "b", "timestamp": ts})
+            lines.append({"op": "append", "conversation_id": "b", "content": "x",
+                          "timestamp": ts})
+        lines.append({"op": "append", "conversation_id": "b", "content": "x", "timestamp": 5})
+        lines.append({"op": "history", "conversation_id": "b"})
+        run = self.run_ok(lines, self.opts())
+        for seq in range(3, 3 + 2 * len(bad) + 1):
+            line = run.by_seq(seq)
+            self.assertEqual(line["error"]["code"], "invalid_input", line)
+            self.assertIn("'timestamp'", line["error"]["message"], line)
+        self.assertEqual(run.raw_result(2), run.raw_result(len(lines)), "history unchanged")
+        self.assertEqual(len(self.llm.chat_requests()), 1)
+
+    def test_refused_ops_carry_the_plugins_words(self):
+        """A refused op's line says why (parley_plugin.last_error), not just the code; a
+        conversation not found is named with its persona."""
+        self.fake()
+        nobody = "00000000-0000-4000-8000-000000000000"
+        lines = [{"text": "hi", "conversation_id": "c", "persona": "chef"},
+                 {"op": "clear", "conversation_id": "c", "persona": "pirate"},
+                 {"op": "history", "conversation_id": "nobody", "persona": "chef"},
+                 {"op": "clear", "conversation_id": "nobody", "persona": "chef"},
+                 {"op": "clear", "conversation_id": "nobody", "persona": "*"},
+                 {"op": "turn", "turn_id": nobody},
+                 {"op": "message", "message_id": nobody},
+                 {"op": "set_interface_message_id", "turn_id": nobody,
+                  "interface_message_id": "x"},
+                 {"op": "history", "conversation_id": "c", "persona": "chef"}]
+        run = self.run_ok(lines, self.opts(personas={"chef": {"prompt": "You are a chef."}}))
+        self.assertTurnOk(run.by_seq(1))
+        expected = {2: ("invalid_input", 'unknown persona "pirate"'),
+                    3: ("not_found", 'no conversation "nobody" under persona "chef"'),
+                    4: ("not_found", 'no conversation "nobody" under persona "chef"'),
+                    5: ("not_found", 'no conversation "nobody"'),
+                    6: ("not_found", 'no turn "%s" is stored' % nobody),
+                    7: ("not_found", 'no message "%s" is stored' % nobody),
+                    8: ("not_found", 'no turn "%s" is stored' % nobody)}
+        for seq, (code, words) in expected.items():
+            line = run.by_seq(seq)
+            self.assertEqual(line["error"]["code"], code, line)
+            self.assertIn(words, line["error"]["message"], line)
+        self.assertEqual(len(run.by_seq(9)["result"]["turns"]), 1, "nothing was cleared")
+
+    def test_history_ops_take_the_whole_key(self):
+        """history/clear take interface_type (and persona); turn says which interface and
+        persona its turn belongs to and gives its messages with ids and times; query
+        filters by turn_id and interface_message_id."""
+        self.fake()
+        lines = [{"text": "hi", "conversation_id": "42", "interface_type": "telegram",
+                  "persona": "chef", "interface_message_id": "tg-1"},
+                 {"text": "hello", "conversation_id": "42", "interface_type": "web"},
+                 {"op": "history", "conversation_id": "42", "interface_type": "telegram",
+                  "persona": "chef"},
+                 {"op": "history", "conversation_id": "42", "interface_type": "web"},
+                 {"op": "turn", "turn_id": None},  # filled in below
+                 {"op": "query", "turn_id": None, "order": "oldest"},
+                 {"op": "query", "interface_message_id": "tg-1"},
+                 {"op": "query", "turn_id": 7},
+                 {"op": "clear", "conversation_id": "42", "interface_type": "web"},
+                 {"op": "history", "conversation_id": "42", "interface_type": "web"},
+                 {"op": "history", "conversation_id": "42", "interface_type": 5},
+                 {"op": "turn", "turn_id": "x", "interface_type": "web"}]
+        with InteractiveShim(self.opts(personas={"chef": {"prompt": "You are a chef."}})) as sh:
+            tg = self.assertTurnOk(sh.turn(lines[0]))
+            web = self.assertTurnOk(sh.turn(lines[1]))
+            lines[4]["turn_id"] = lines[5]["turn_id"] = tg["turn_id"]
+            out = [sh.op(l["op"], **{k: v for k, v in l.items() if k != "op"})
+                   for l in lines[2:]]
+        h_tg, h_web, turn, by_turn, by_iid, bad_turn, cleared, gone, bad_key, turn_key = out
+        self.assertEqual([t["turn_id"] for t in h_tg["result"]["turns"]], [tg["turn_id"]])
+        self.assertEqual([t["turn_id"] for t in h_web["result"]["turns"]], [web["turn_id"]])
+        t = turn["result"]
+        self.assertEqual((t["conversation_id"], t["persona"], t["interface_type"]),
+                         ("42", "chef", "telegram"))
+        self.assertEqual([m["message_id"] for m in t["messages"]],
+                         [tg["user_message_id"], tg["answer_message_id"]])
+        self.assertEqual(t["messages"][0]["interface_message_id"], "tg-1")
+        self.assertTrue(all(m["created_at"] for m in t["messages"]))
+        self.assertEqual(by_turn["result"]["messages"], t["messages"])
+        self.assertEqual([m["message_id"] for m in by_iid["result"]["messages"]],
+                         [tg["user_message_id"]])
+        self.assertEqual(bad_turn["error"]["code"], "invalid_input")
+        self.assertIn("turn_id", bad_turn["error"]["message"])
+        self.assertIsNone(cleared["error"], cleared)
+        self.assertEqual(gone["error"]["code"], "not_found")
+        self.assertIn('on interface "web"', gone["error"]["message"])
+        self.assertEqual(bad_key["error"]["code"], "invalid_input")
+        self.assertIn("interface_type", bad_key["error"]["message"])
+        self.assertEqual(turn_key["error"]["code"], "invalid_input")
+
+    def test_personas_added_replaced_and_removed_at_run_time_keep_every_history(self):
+        self.fake()
+        chef, chef2, pirate = "You are a chef.", "You are a French chef.", "You are a pirate."
+        lines = [{"text": "soup?", "conversation_id": "k", "persona": "chef"},
+                 {"op": "persona_put", "name": "pirate", "persona": {"prompt": pirate}},
+                 {"text": "ahoy", "conversation_id": "k", "persona": "pirate"},
+                 {"op": "persona_put", "name": "chef", "persona": {"prompt": chef2}},
+                 {"text": "bread?", "conversation_id": "k", "persona": "chef"},
+                 {"op": "persona_remove", "name": "pirate"},
+                 {"text": "still there?", "conversation_id": "k", "persona": "pirate"},
+                 {"op": "persona_put", "name": "chef", "persona": {"prompt": "x", "colour": "red"}},
+                 {"op": "persona_put", "name": "", "persona": {"prompt": "x"}},
+                 {"op": "persona_put", "name": "chef", "persona": "not an object"},
+                 {"op": "persona_remove", "name": "nobody"},
+                 {"op": "persona_put", "name": "pirate", "persona": {"prompt": pirate}},
+                 {"op": "history", "conversation_id": "k", "persona": "pirate"},
+                 {"op": "history", "conversation_id": "k", "persona": "chef"},
+                 {"text": "more?", "conversation_id": "k", "persona": "chef"}]
+        run = self.run_ok(lines, self.opts(personas={"chef": {"prompt": chef}}))
+        for seq in (1, 3, 5):
+            self.assertTurnOk(run.by_seq(seq))
+        for seq in (2, 4, 6, 12):
+            self.assertIsNone(run.by_seq(seq)["error"], run.by_seq(seq))
+        self.assertTurnError(run.by_seq(7), "invalid_input")
+        self.assertIn('unknown persona "pirate"', run.by_seq(7)["error"]["message"])
+        refused = {8: ("invalid_input", "colour"), 9: ("invalid_input", "name"),
+                   10: ("invalid_input", "persona"), 11: ("not_found", 'no persona "nobody"')}
+        for seq, (code, words) in refused.items():
+            self.assertEqual(run.by_seq(seq)["error"]["code"], code, run.by_seq(seq))
+            self.assertIn(words, run.by_seq(seq)["error"]["message"], run.by_seq(seq))
+        reqs = self.llm.chat_requests()
+        self.assertEqual(len(reqs), 4)
+        self.assertEqual(messages(reqs[1])[0], {"role": "system", "content": pirate})
+        # the replaced chef speaks with its new prompt and keeps its conversation
+        self.assertEqual(messages(reqs[2])[0], {"role": "system", "content": chef2})
+        self.assertEqual(messages(reqs[2])[1], user("soup?"))
+        # the refusals changed nothing: the French chef stayed
+        self.assertEqual(messages(reqs[3])[0], {"role": "system", "content": chef2})
+        self.assertEqual(len(run.by_seq(13)["result"]["turns"]), 1, "pirate's history came back")
+        self.assertEqual(len(run.by_seq(14)["result"]["turns"]), 2)
+
     def test_append_queued_behind_a_turn_can_be_cancelled(self):
         self.fake("--latency-ms", str(int(600 * SLOW)))
         lines = [{"text": "slow one", "conversation_id": "c"},
@@ -118,7 +335,7 @@ class MessageOpsCase(ParleyTestCase):
                 ({"conversation_id": "c", "content": ""}, "content"),
                 ({"conversation_id": "c", "content": 5}, "content"),
                 ({"conversation_id": "c", "content": "y" * 65}, "content"),
-                ({"conversation_id": "c", "content": "x", "role": "user"}, "role"),
+                ({"conversation_id": "c", "content": "x", "role": "bot"}, "role"),
                 ({"conversation_id": "c", "content": "x", "role": "tool"}, "role"),
                 ({"conversation_id": "c", "content": "x", "metadata": [1]}, "metadata"),
                 ({"conversation_id": "c", "content": "x", "metadata": "{}"}, "metadata"),
@@ -316,6 +533,8 @@ class MessageOpsCase(ParleyTestCase):
         run = self.run_ok(lines, self.opts(history_keep_turns=2))
         history = run.by_seq(5)["result"]
         self.assertEqual(len(history["turns"]), 2, "kept: the last two")
+        self.assertEqual(history["messages_kept"], 3, "the note's turn and the last one")
+        self.assertEqual(history["message_count"], 7, "ever added")
         listed = [c for c in run.by_seq(6)["result"]["conversations"]
                   if c["conversation_id"] == "c"]
         self.assertEqual(len(listed), 1)

@@ -49,6 +49,21 @@ class TurnTest(AgentCase):
                           {"user_id": "u42"}))
         system = harness.messages(self.fake.chat_requests()[0])[0]["content"]
         self.assertTrue(system.endswith("\n\nSpeak German."), system)
+        self.assertEqual((call.interface_type, call.persona), (None, None))
+
+    async def test_tools_are_told_the_interface_and_persona(self):
+        seen = []
+
+        async def reply_here(call):
+            seen.append((call.interface_type, call.persona, call.conversation_id))
+            return "sent"
+
+        async with self.agent(tools={"reply_here": reply_here},
+                              personas={"chef": {"prompt": "You are a chef."}}) as agent:
+            await agent.process("[[tool:reply_here {}]] go", "42", interface_type="telegram",
+                                persona="chef")
+            await agent.process("[[tool:reply_here {}]] go", "42", interface_type="web")
+        self.assertEqual(seen, [("telegram", "chef", "42"), ("web", None, "42")])
 
     async def test_persona_and_images_reach_the_request(self):
         png = "data:image/png;base64," + base64.b64encode(b"\x89PNG\r\n\x1a\n" + bytes(8)).decode()

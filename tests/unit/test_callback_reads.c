@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "api/agent_api.h"
+#include "api/prometheus.h"
 #include "check.h"
 
 typedef struct probe {
@@ -16,7 +17,7 @@ typedef struct probe {
     pthread_cond_t cv;
     int done;
     parley_agent *agent;
-    parley_status get, query, metrics, clear; /* what each call answered in the callback */
+    parley_status get, query, metrics, clear, prom; /* what each call answered in the callback */
     char *get_json;
 } probe;
 
@@ -30,6 +31,9 @@ static void on_done(void *ud, const parley_result *r)
     free(out);
     out = NULL;
     p->metrics = agent_metrics(p->agent, &out);
+    free(out);
+    out = NULL;
+    p->prom = agent_metrics_prometheus(p->agent, &out);
     free(out);
     p->clear = agent_history_clear(p->agent, "nobody");
     pthread_mutex_lock(&p->mu);
@@ -77,6 +81,7 @@ int main(void)
           strstr(p.get_json, "history_get may not be called from inside a callback"));
     CHECK(p.query == PARLEY_ERR_INVALID_INPUT);
     CHECK(p.metrics == PARLEY_ERR_INVALID_INPUT);
+    CHECK(p.prom == PARLEY_ERR_INVALID_INPUT);
     CHECK(p.clear == PARLEY_ERR_INVALID_INPUT);
     free(p.get_json);
     /* the same calls from this (a host) thread work */
@@ -92,6 +97,7 @@ int main(void)
     CHECK(p.get_json && strstr(p.get_json, "\"content\":\"hi\""));
     CHECK(p.query == PARLEY_OK);
     CHECK(p.metrics == PARLEY_OK);
+    CHECK(p.prom == PARLEY_OK);
     CHECK(p.clear == PARLEY_ERR_NOT_FOUND);
     free(p.get_json);
     agent_destroy(p.agent);

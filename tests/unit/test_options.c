@@ -224,6 +224,11 @@ static void test_schema_presentation(void)
     CHECK_STR(json_string_value(json_object_get(key, "format")), "password");
     CHECK_STR(json_string_value(json_object_get(json_object_get(props, "base_url"), "format")), "uri");
     CHECK(json_object_get(json_object_get(props, "model"), "writeOnly") == NULL);
+    /* Every store history_store accepts is named where a settings form shows it. */
+    const char *stores = json_string_value(
+        json_object_get(json_object_get(props, "history_store"), "description"));
+    CHECK(stores && strstr(stores, "\"memory\"") && strstr(stores, "\"sqlite:PATH\"") &&
+          strstr(stores, "redis://"));
     json_t *items = json_object_get(json_object_get(props, "tools"), "items");
     CHECK_STR(json_string_value(json_object_get(items, "type")), "object");
     CHECK_STR(json_string_value(json_object_get(json_object_get(props, "model"), "x-group")), "basic");

@@ -40,6 +40,9 @@ class ToolCallInfo(Structure):
         ("satellite_id", c_char_p),
         ("agent_id", c_char_p),
         ("context_json", c_char_p),
+        # appended after ABI 1.0 (fields_within reads only what the plugin's struct_size holds)
+        ("interface_type", c_char_p),
+        ("persona", c_char_p),
     ]
 
 
@@ -76,6 +79,8 @@ class Input(Structure):
         ("images_json", c_char_p),
         # structured output
         ("response_format_json", c_char_p),
+        # host timestamps
+        ("timestamp", c_char_p),
     ]
 
 
@@ -164,6 +169,10 @@ PLUGIN_FUNCTIONS = [
     ("set_interface_message_id", CFUNCTYPE(c_int, _P, c_char_p, c_char_p)),
     ("append_message", CFUNCTYPE(c_int, _P, c_char_p, DONE_FN, c_void_p, POINTER(c_uint64),
                                  _PP)),
+    ("last_error", CFUNCTYPE(_P)),
+    ("persona_put", CFUNCTYPE(c_int, _P, c_char_p, c_char_p, _PP)),
+    ("persona_remove", CFUNCTYPE(c_int, _P, c_char_p, _PP)),
+    ("metrics_prometheus", CFUNCTYPE(c_int, _P, _PP)),
     # Further appended functions go here, in header order.
 ]
 

@@ -17,6 +17,7 @@ import atexit
 import contextlib
 import ctypes
 import dataclasses
+import datetime
 import inspect
 import itertools
 import json
@@ -42,11 +43,19 @@ _PY_LEVEL = {0: logging.ERROR, 1: logging.WARNING, 2: logging.INFO, 3: logging.D
 
 # Input fields process()/stream() accept as keywords, as in HA's ConversationInput.
 _TEXT_FIELDS = ("language", "device_id", "satellite_id", "agent_id", "extra_system_prompt",
-                "interface_type", "interface_message_id", "persona")
+                "interface_type", "interface_message_id", "persona", "timestamp")
 # Input fields given as a dict (or its JSON text): keyword -> parley_input field.
 _JSON_FIELDS = {"context": "context_json", "images": "images_json",
                 "metadata": "metadata_json", "reply_to": "reply_to_json",
                 "response_format": "response_format_json"}
+
+
+
+def _rfc3339(value):
+    """A timestamp= as the plugin reads it: a datetime with its offset, or RFC 3339 text
+    as given (a naive datetime has no offset: the plugin refuses it by name)."""
+    return value.isoformat() if isinstance(value, datetime.datetime) else value
+
 
 # Set while this thread runs one of our plugin callbacks (a plugin worker).
 _in_callback = threading.local()
@@ -299,7 +308,9 @@ class _Core:
                           device_id=_text(info.get("device_id")),
                           satellite_id=_text(info.get("satellite_id")),
                           agent_id=_text(info.get("agent_id")),
-                          context=json.loads(ctx) if ctx else None)
+                          context=json.loads(ctx) if ctx else None,
+                          interface_type=_text(info.get("interface_type")),
+                          persona=_text(info.get("persona")))
         except ValueError as e:
             call.complete(("parley binding: bad tool call: %s" % e).encode(), 1)
             return
@@ -515,6 +526,8 @@ class Agent:
             raise TypeError("unknown input field(s) %s; known: %s, %s, tools"
                             % (", ".join(sorted(unknown)), ", ".join(_TEXT_FIELDS),
                                ", ".join(_JSON_FIELDS)))
+        if "timestamp" in fields:
+            fields["timestamp"] = _rfc3339(fields["timestamp"])
         inp = _abi.Input(struct_size=ctypes.sizeof(_abi.Input), text=_c_str("text", text))
         if conversation_id is not None:
             inp.conversation_id = _c_str("conversation_id", conversation_id)
@@ -585,6 +598,8 @@ class Agent:
         {"interface_message_id": ...}: the earlier turn this message answers,
         see Result.reply_context); images (a list of {"url":
         "data:image/...;base64,..." or "https://..."}, or its JSON text);
+        timestamp (RFC 3339 text or an aware datetime: when the user said it,
+        stored as the messages' created_at instead of Parley's clock);
         tools ({name: callable}, for this turn only); response_format
         ({"name": ..., "schema": {JSON Schema of an object}, "strict"?: bool}, or its
         JSON text: the answer is that JSON, checked, and Result.structured holds it
@@ -609,12 +624,15 @@ class Agent:
         announcement); returns its Result (response = content, turn_id,
         answer_message_id = the stored message's id) once it is stored.  It
         waits behind the turns already started on that conversation, and later
-        turns send it to the model.  role: "assistant" or "system" (a note).
+        turns send it to the model.  role: "assistant", "user" (what a person
+        said, recorded without an answer) or "system" (a note).
         fields: interface_type, persona, interface_message_id (str), metadata
-        (a dict).  Bad input raises parley.InvalidInput naming the key, and
+        (a dict), timestamp (RFC 3339 text or an aware datetime: its created_at).  Bad input raises parley.InvalidInput naming the key, and
         nothing is stored.  Cancelling the awaiting task cancels it while it
         waits."""
         message = dict(fields, conversation_id=conversation_id, content=content, role=role)
+        if "timestamp" in message:
+            message["timestamp"] = _rfc3339(message["timestamp"])
         turn = self._start_append({k: v for k, v in message.items() if v is not None})
         try:
             return await turn.future
@@ -658,8 +676,9 @@ class Agent:
                 status = fn(handle, *args, ctypes.byref(out)) if returns_json \
                     else fn(handle, *args)
             text = self._plugin.take_string(out.value) if returns_json else None
-            if status != _abi.OK:
-                raise self._plugin.error(status, _named_problem(text) or "%s(%s)" % (
+            if status != _abi.OK:  # the plugin's words, read on this thread right after
+                words = _named_problem(text) or self._plugin.last_error()
+                raise self._plugin.error(status, words or "%s(%s)" % (
                     name, ", ".join(repr(a.decode()) for a in args if a is not None)))
             return json.loads(text) if text is not None else None
 
@@ -713,9 +732,56 @@ class Agent:
 
         await core.loop.run_in_executor(None, run)
 
+    async def _options_call(self, name, *args):
+        """A function taking (agent, ..., char **error): raises its error, else None."""
+        fn = self._plugin.require(name)
+        core = self._core
+
+        def run():
+            err = ctypes.c_void_p()
+            with core.using() as handle:
+                status = fn(handle, *args, ctypes.byref(err))
+            message = self._plugin.take_string(err.value)
+            if status != _abi.OK:
+                raise self._plugin.error(status, message or "%s() failed" % name)
+
+        await core.loop.run_in_executor(None, run)
+
+    async def put_persona(self, name, settings):
+        """Add a persona to the live agent, or replace the one called `name`:
+        settings as in the `personas` option ({"prompt": ..., ...}).  Every
+        history is kept; turns already started finish as they began.  A bad
+        name or setting raises parley.InvalidInput naming it, changing nothing."""
+        await self._options_call("persona_put", _c_str("name", name),
+                                 json.dumps(settings).encode())
+
+    async def remove_persona(self, name):
+        """Remove a persona from the live agent (later turns naming it raise
+        parley.InvalidInput); its conversations stay stored and come back with
+        put_persona.  parley.NotFound when there is no such persona."""
+        await self._options_call("persona_remove", _c_str("name", name))
+
     async def metrics(self):
         """Counters and gauges (turns, errors, retries, in_flight, ...)."""
         return await self._call("metrics")
+
+    async def metrics_prometheus(self):
+        """The metrics in the Prometheus text exposition format (str), to serve at a
+        /metrics endpoint: parley_* counters and gauges, labelled by persona,
+        interface_type, reason (docs/abi.md, "Prometheus metrics")."""
+        fn = self._plugin.require("metrics_prometheus")
+        core = self._core
+
+        def run():
+            out = ctypes.c_void_p()
+            with core.using() as handle:
+                status = fn(handle, ctypes.byref(out))
+            text = self._plugin.take_string(out.value)
+            if status != _abi.OK:
+                raise self._plugin.error(status, "metrics_prometheus() failed")
+            return text
+
+        return await core.loop.run_in_executor(None, run)
 
     async def query(self, **filters):
         """history_query: {"messages": [...], "next_cursor": str or None}.

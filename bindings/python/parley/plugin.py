@@ -127,6 +127,12 @@ class Plugin:
         finally:
             self.function("free_string")(ptr)
 
+    def last_error(self):
+        """Why the history function this thread just called failed, in the plugin's
+        words (parley_plugin.last_error), or None (also from a plugin without it)."""
+        fn = self.function("last_error")
+        return self.take_string(fn()) if fn is not None else None
+
     def error(self, code, message, **turn):
         return error_for(code, self.status_name(code), message, **turn)
 

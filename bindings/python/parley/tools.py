@@ -20,6 +20,8 @@ class ToolCall:
     satellite_id: object = None
     agent_id: object = None
     context: object = None  # dict from the input's context, or None
+    interface_type: object = None  # where the turn came from ("telegram"), or None
+    persona: object = None  # the persona the turn speaks as, or None for the agent's own
 
 
 def tool(description=None, parameters=None):
