@@ -147,7 +147,7 @@ static int append_joined(store *h, const char *id, const char *tid, const char *
         m[0].metadata_len = strlen(m[0].metadata);
         m[1].interface_message_id = answer_id;
     }
-    store_turn in = {tid, clock_ms - 900, clock_ms, m, 2};
+    store_turn in = {tid, clock_ms - 900, clock_ms, m, 2, NULL, 0};
     store_key key = {id, "", ""};
     return B->append(h, &key, &in, clock_ms++, NULL) == PARLEY_OK ? 0 : -1;
 }

@@ -583,7 +583,8 @@ static parley_agent *make_agent(const parley_plugin *p, struct result *r, long m
     char *options = NULL;
     if (asprintf(&options,
                  "{\"base_url\":\"http://127.0.0.1:%d/v1\",\"model\":\"fake-model\","
-                 "\"tools\":%s,\"max_history_turns\":%d,\"max_in_flight\":%ld,"
+                 /* Parley's own cost: summary requests are context_bench.py's subject */
+                 "\"tools\":%s,\"max_history_turns\":%d,\"summarize\":false,\"max_in_flight\":%ld,"
                  "\"max_connections\":%ld,"
                  "\"max_conversations\":%ld,\"turn_timeout_ms\":%d,\"request_timeout_ms\":%d,"
                  "\"history_store\":\"%s\",\"history_sync\":\"%s\"}",

@@ -164,7 +164,8 @@ static parley_agent *make_agent(const parley_plugin *p, const char *store, const
         snprintf(history, sizeof history, "memory");
     if (asprintf(&options,
                  "{\"base_url\":\"http://127.0.0.1:%d/v1\",\"model\":\"fake-model\","
-                 "\"max_history_turns\":20,\"max_in_flight\":100000,\"turn_timeout_ms\":120000,"
+                 "\"max_history_turns\":20,\"summarize\":false,\"max_in_flight\":100000,"
+                 "\"turn_timeout_ms\":120000,"
                  "\"request_timeout_ms\":120000,\"history_store\":\"%s\","
                  "\"history_key_prefix\":\"%s\"}",
                  llm_port, history, prefix) < 0)

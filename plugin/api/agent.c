@@ -16,6 +16,7 @@
 #include "lib/host_log.h"
 #include "api/query.h"
 #include "config/selector.h"
+#include "context/window.h"
 #include "engine/tool_handle.h"
 #include "turn/turn.h"
 #include "turn/turn_append.h"
@@ -57,7 +58,11 @@ static int open_store(parley_agent *a, const store_backend *backend, char **err)
         *err = pstr_printf("option 'history_store': unknown store");
         return -1;
     }
-    int64_t keep = o->history_keep_turns < 0 ? o->max_history_turns : o->history_keep_turns;
+    /* Kept well beyond what is sent, so reply_to and queries reach older turns. */
+    int64_t keep = o->history_keep_turns;
+    if (keep < 0)
+        keep = o->max_history_turns == 0 ? 0
+               : o->max_history_turns * 4 > 200 ? o->max_history_turns * 4 : 200;
     store_config cfg = {
         .location = location,
         .limits = {.keep_turns = (size_t)keep,
@@ -416,6 +421,29 @@ static int refused_in_callback(parley_agent *a, const char *fn, char **out)
     return 1;
 }
 
+/* A conversation's JSON in b gets its context (the window's start, the
+ * summary and what it covers: context/window.h) as "context", when the store
+ * keeps a record for it.  A failure to read it leaves b as it was. */
+static void add_context(parley_agent *a, const store_key *key, pbuf *b)
+{
+    pbuf rec = PBUF_INIT, ctx = PBUF_INIT;
+    store_lifetime life;
+    char *err = NULL;
+    if (store_context_get(a->store, key, clock_wall_ms(), &rec, &life, &err) == PARLEY_OK &&
+        rec.len && !rec.oom && b->len && b->data[b->len - 1] == '}') {
+        ctx_describe(rec.data, rec.len, &ctx);
+        if (!ctx.oom) {
+            b->len--;
+            pbuf_puts(b, ",\"context\":");
+            pbuf_append(b, ctx.data, ctx.len);
+            pbuf_putc(b, '}');
+        }
+    }
+    free(err);
+    pbuf_free(&rec);
+    pbuf_free(&ctx);
+}
+
 parley_status agent_history_get(parley_agent *a, const char *id, char **out)
 {
     last_error_clear();
@@ -428,6 +456,8 @@ parley_status agent_history_get(parley_agent *a, const char *id, char **out)
     pbuf b = PBUF_INIT;
     char *err = NULL;
     parley_status st = store_get_conversation(a->store, &key, clock_wall_ms(), &b, &err);
+    if (st == PARLEY_OK)
+        add_context(a, &key, &b);
     return count_kept(no_conversation(read_result(a, "history_get", st, &b, err, out), &key),
                       out);
 }
@@ -602,6 +632,11 @@ parley_status agent_history_query(parley_agent *a, const char *query_json, char 
         if (more && !cursor)
             b.oom = 1;
         free(cursor);
+        if (r.q.conversation_id && !b.oom) { /* one conversation: its window and summary too */
+            store_key key = {r.q.conversation_id, r.q.persona ? r.q.persona : "",
+                             r.q.interface_type ? r.q.interface_type : ""};
+            add_context(a, &key, &b);
+        }
         if (b.oom)
             st = PARLEY_ERR_NO_MEMORY;
     }
@@ -672,6 +707,8 @@ parley_status agent_history_get_by(parley_agent *a, const char *selector_json, c
     pbuf b = PBUF_INIT;
     parley_status st =
         store_get_conversation(a->store, &sel.key, clock_wall_ms(), &b, &err);
+    if (st == PARLEY_OK)
+        add_context(a, &sel.key, &b);
     st = count_kept(no_conversation(read_result(a, "history_get_by", st, &b, err, out), &sel.key),
                     out);
     selector_free(&sel);
@@ -972,6 +1009,24 @@ static parley_status append_token_metrics(const agent_counters *m, char **out)
     return *out ? PARLEY_OK : PARLEY_ERR_NO_MEMORY;
 }
 
+/* The context engine's counters (context/window.h), added the same way. */
+static parley_status append_context_metrics(const agent_counters *m, char **out)
+{
+    pbuf b = PBUF_INIT;
+    pbuf_append(&b, *out, strlen(*out) - 1);
+    pbuf_printf(&b,
+                ",\"context_cuts\":%llu,\"context_overflows_recovered\":%llu,"
+                "\"summaries_made\":%llu,\"summaries_failed\":%llu,\"cache_breaks\":%llu}",
+                (unsigned long long)m->context_cuts,
+                (unsigned long long)m->context_overflows_recovered,
+                (unsigned long long)m->summaries_made, (unsigned long long)m->summaries_failed,
+                (unsigned long long)m->cache_breaks);
+    free(*out);
+    *out = b.oom ? NULL : pbuf_take(&b);
+    pbuf_free(&b);
+    return *out ? PARLEY_OK : PARLEY_ERR_NO_MEMORY;
+}
+
 parley_status agent_metrics(parley_agent *a, char **out)
 {
     if (!a || !out)
@@ -1012,5 +1067,6 @@ parley_status agent_metrics(parley_agent *a, char **out)
         *out = NULL;
         return PARLEY_ERR_NO_MEMORY;
     }
-    return append_token_metrics(m, out);
+    parley_status st = append_token_metrics(m, out);
+    return st == PARLEY_OK ? append_context_metrics(m, out) : st;
 }

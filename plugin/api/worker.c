@@ -47,6 +47,7 @@ struct worker {
     agent_counters *metrics;
     persona_metrics *persona_metrics;
     turn_env env;            /* what every turn sees */
+    ctx_agent ctx;           /* env.ctx points here */
     pthread_t thread;
 };
 
@@ -227,6 +228,9 @@ static void on_store_job(worker *w, store_job *job)
         t->history = job->loaded;
         t->nhistory = job->nmessages;
         job->loaded = swap;
+        ctx_window window = t->ctx; /* and what it found of the window */
+        t->ctx = job->ctx;
+        job->ctx = window;
         t->lease_held = job->lease_taken;
         t->lease_retry_ms = job->lease_retry_ms;
         reply_context_take_result(&t->reply, &job->reply);
@@ -429,6 +433,7 @@ static void *worker_main(void *arg)
 
 static void worker_free(worker *w)
 {
+    ctx_agent_stop(&w->ctx); /* a window discovery still asking the server */
     store_jobs_stop(w->jobs); /* after the worker: no turn waits for a job now */
     if (w->box)
         inbox_unref(w->box);
@@ -484,6 +489,7 @@ worker *worker_start(const worker_setup *setup, char **err)
         .persona_metrics = w->persona_metrics,
         .ended = on_turn_ended,
         .worker = w,
+        .ctx = &w->ctx,
     };
     if (pthread_create(&w->thread, NULL, worker_main, w) != 0) {
         *err = pstr_printf("could not start the worker thread");

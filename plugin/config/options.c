@@ -108,7 +108,21 @@ static const opt_spec SPECS[] = {
     {"max_history_turns", OPT_INT, OFF(max_history_turns), 0, 100000, "20",
      "Whole turns of history sent with each request (the last N); 0 = all that are kept"},
     {"history_keep_turns", OPT_INT, OFF(history_keep_turns), 0, 100000000, "null",
-     "Whole turns kept per conversation, oldest dropped; null = max_history_turns; 0 = all"},
+     "Whole turns kept per conversation, oldest dropped; null = the larger of 200 and 4 x "
+     "max_history_turns (all when max_history_turns is 0); 0 = all"},
+    {"context_window", OPT_INT, OFF(context_window), 0, 100000000, "0",
+     "The model's context window in tokens; 0 = what the server says (else learned from an "
+     "overflow answer), until then num_ctx for Ollama, 200000 for Anthropic, 128000 for "
+     "OpenAI's own API, 4096 otherwise"},
+    {"context_reserve", OPT_INT, OFF(context_reserve), 0, 10000000, "null",
+     "Tokens of the window kept for the answer; null = max_tokens (1024 when it is null)"},
+    {"summarize", OPT_BOOL, OFF(summarize), 0, 0, "true",
+     "Turns that leave the window are folded into a running summary sent after the system "
+     "prompt"},
+    {"summary_model", OPT_NSTRING, OFF(summary_model), 0, 0, "null",
+     "Model that writes the summaries; null = the agent's (or persona's) model"},
+    {"prompt_cache_key", OPT_BOOL, OFF(prompt_cache_key), 0, 0, "null",
+     "openai: send the conversation as prompt_cache_key; null = only to OpenAI's own API"},
     {"max_conversations", OPT_INT, OFF(max_conversations), 1, 100000000, "10000",
      "Conversations kept; the least recently used is forgotten beyond it"},
     {"history_idle_timeout_s", OPT_INT, OFF(history_idle_timeout_s), 0, 31536000, "0",
@@ -231,8 +245,8 @@ static int set_value(parley_options *o, const opt_spec *s, json_t *v, char **err
         *dst = json_is_null(v) ? NULL : strdup(json_string_value(v));
         return json_is_null(v) || *dst ? 0 : -1;
     }
-    case OPT_BOOL:
-        *(int *)field = json_is_true(v);
+    case OPT_BOOL: /* null (where allowed): -1, "unset" */
+        *(int *)field = json_is_null(v) ? -1 : json_is_true(v);
         return 0;
     case OPT_INT: {
         if (json_is_null(v)) {
@@ -732,7 +746,7 @@ static const char *schema_type(const opt_spec *s)
     switch (s->type) {
     case OPT_STRING:
     case OPT_NSTRING: return null_ok ? "[\"string\",\"null\"]" : "\"string\"";
-    case OPT_BOOL: return "\"boolean\"";
+    case OPT_BOOL: return null_ok ? "[\"boolean\",\"null\"]" : "\"boolean\"";
     case OPT_INT: return null_ok ? "[\"integer\",\"null\"]" : "\"integer\"";
     case OPT_NUMBER: return null_ok ? "[\"number\",\"null\"]" : "\"number\"";
     case OPT_TOOLS: return "\"array\"";

@@ -73,6 +73,12 @@ typedef struct parley_options {
     int prompt_cache;            /* Anthropic: cache_control on the system prompt and tools */
     char *keep_alive;            /* Ollama: JSON text (a string or number); NULL = not sent */
     int64_t num_ctx;             /* Ollama: context window; 0 = not sent */
+    /* the context (context/window.h) */
+    int64_t context_window;      /* tokens; 0 = discovered / learned / a default */
+    int64_t context_reserve;     /* tokens kept for the answer; -1 (null) = from max_tokens */
+    int summarize;               /* fold turns that leave the window into a summary */
+    char *summary_model;         /* NULL = the request's model */
+    int prompt_cache_key;        /* openai: 1 send, 0 never, -1 (null) OpenAI's API only */
     char *think;                 /* Ollama: JSON text (true/false/"high"...); NULL = not sent */
     /* tools, continued */
     char *tool_choice;           /* "auto", "none", "required" or a tool's name */

@@ -14,6 +14,12 @@ typedef struct agent_counters {
     atomic_uint_fast64_t llm_requests, llm_retries, tool_calls, tool_errors, tool_timeouts;
     atomic_uint_fast64_t rejected_busy, rejected_invalid;
     atomic_int_fast64_t in_flight;
+    /* the context (context/window.h) */
+    atomic_uint_fast64_t context_cuts;      /* planned moves of a window's start */
+    atomic_uint_fast64_t context_overflows_recovered; /* overflow answers cut and sent again */
+    atomic_uint_fast64_t summaries_made, summaries_failed;
+    atomic_uint_fast64_t cache_breaks;      /* requests that did not extend their
+                                               conversation's previous one, unplanned */
 } agent_counters;
 
 #endif

@@ -58,8 +58,12 @@ void store_job_free(store_job *job)
     free(job->persona);
     free(job->interface_type);
     free((void *)job->turn.messages);
+    if (job->kind == STORE_JOB_SET_CONTEXT)
+        free((void *)job->turn.context); /* its own copy */
+    free(job->expected);
     free(job->err);
     pbuf_free(&job->loaded);
+    ctx_window_free(&job->ctx);
     reply_context_free(&job->reply);
     free(job);
 }
@@ -76,15 +80,24 @@ static void run(store *s, store_job *job)
                 break; /* BUSY: the turn tries again later */
             job->lease_taken = 1;
         }
-        job->status = store_load(s, &key, job->last_turns, job->now_ms, &job->loaded,
-                                &job->nmessages, &job->err);
+        job->status = job->plan_window
+                          ? ctx_load(s, &key, job->last_turns, job->summarize, job->now_ms,
+                                     &job->loaded, &job->nmessages, &job->ctx, &job->err)
+                          : store_load(s, &key, job->last_turns, job->now_ms, &job->loaded,
+                                       &job->nmessages, &job->err);
         if (job->status == PARLEY_OK && reply_context_wanted(&job->reply))
-            job->status = reply_context_load(s, &key, job->window_turns, job->now_ms,
-                                             &job->reply, &job->err);
+            job->status = reply_context_load(s, &key,
+                                             ctx_reply_window(&job->ctx, job->window_turns),
+                                             job->now_ms, &job->reply, &job->err);
         break;
     case STORE_JOB_RELEASE_LEASE:
         store_lease_release(s, &key);
         job->status = PARLEY_OK;
+        break;
+    case STORE_JOB_SET_CONTEXT:
+        job->status = store_context_set(s, &key, job->turn.context, job->turn.context_len,
+                                        job->expected, job->expected_len, job->now_ms,
+                                        &job->err);
         break;
     case STORE_JOB_APPEND:
         job->status = store_append(s, &key, &job->turn, job->now_ms, &job->err);

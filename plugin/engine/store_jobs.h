@@ -22,6 +22,7 @@
 
 #include "lib/buf.h"
 #include "engine/inbox.h"
+#include "context/window.h"
 #include "engine/reply_context.h"
 #include "store/store.h"
 
@@ -34,7 +35,8 @@ typedef enum store_job_kind {
     STORE_JOB_LOAD,
     STORE_JOB_APPEND,
     STORE_JOB_EXPIRE,
-    STORE_JOB_RELEASE_LEASE
+    STORE_JOB_RELEASE_LEASE,
+    STORE_JOB_SET_CONTEXT     /* the context record in turn.context (the job's own copy) */
 } store_job_kind;
 
 typedef struct store_job {
@@ -45,8 +47,12 @@ typedef struct store_job {
 
     /* what to do (LOAD, APPEND: key; LOAD: last_turns; APPEND: turn) */
     char *conversation_id, *persona, *interface_type; /* copies */
-    size_t last_turns;
+    size_t last_turns;        /* LOAD: max_history_turns (0 = no bound) */
+    int plan_window;          /* LOAD: read the context record and load from its start */
+    int summarize;            /* LOAD with plan_window: also what the summary has not folded */
     store_turn turn;          /* messages[] owned by the job, their JSON borrowed */
+    char *expected;           /* SET_CONTEXT: the record it replaces (owned), NULL: any */
+    size_t expected_len;
     uint64_t now_ms;
 
     /* what came of it, set by the store thread */
@@ -54,6 +60,7 @@ typedef struct store_job {
     char *err;                /* malloc'd, or NULL */
     pbuf loaded;              /* LOAD: the messages, "m1,m2," */
     size_t nmessages;         /* LOAD */
+    ctx_window ctx;           /* LOAD with plan_window: the window found (moves to the turn) */
     int lease_taken;          /* LOAD: the lease is now held (give it back when the turn ends) */
     /* LOAD of a turn with reply_to: the turn it names, asked in the same store
      * call (reply_context.h); its result moves to the turn */

@@ -140,7 +140,23 @@ static json_t *system_note_blocks(const json_t *m)
     return blocks;
 }
 
-static json_t *render_messages(const provider_request *r)
+/* The last content block of the last message in out, or NULL. */
+static json_t *last_block(json_t *out)
+{
+    json_t *content = json_object_get(json_array_get(out, json_array_size(out) - 1), "content");
+    return json_array_get(content, json_array_size(content) - 1);
+}
+
+/*
+ * With prompt caching, a breakpoint that moves with the conversation: on the
+ * last block of the request, after the history and this turn's messages so
+ * far (besides the system prompt's and the tools': three of the API's four).
+ * The next request (the next tool round, or the next turn) repeats everything
+ * up to it, so the server reads it from the cache and writes only what is
+ * new.  A prefix shorter than the model's minimum (1024-4096 tokens) is simply
+ * not cached: the API neither refuses nor charges for the mark.
+ */
+static json_t *render_messages(const provider_request *r, int cache)
 {
     json_t *out = json_array();
     const json_t *lists[] = {r->history, r->messages};
@@ -180,6 +196,9 @@ static json_t *render_messages(const provider_request *r)
         json_array_append_new(blocks, text_block("(start of the conversation)"));
         json_array_insert_new(out, 0, json_pack("{s:s,s:o}", "role", "user", "content", blocks));
     }
+    json_t *end = cache ? last_block(out) : NULL;
+    if (end)
+        json_object_set_new(end, "cache_control", json_pack("{s:s}", "type", "ephemeral"));
     call_renames_free(&ren);
     return out;
 }
@@ -284,7 +303,7 @@ static int anthropic_encode(pbuf *out, const parley_options *o, const provider_r
                              (json_int_t)max_tokens(o));
     if (r->system && *r->system)
         json_object_set_new(body, "system", render_system(r, o->prompt_cache));
-    json_object_set_new(body, "messages", render_messages(r));
+    json_object_set_new(body, "messages", render_messages(r, o->prompt_cache));
     int host_tools = strcmp(r->tools_json, "[]") != 0;
     int forced = r->response_format && o->thinking_budget_tokens <= 0;
     if (host_tools || forced) {

@@ -295,6 +295,17 @@ static int render_messages_text(pbuf *out, const char *p, size_t len, int *first
     }
 }
 
+/* prompt_cache_key routes a conversation's requests to the same cache on
+ * OpenAI's servers; another server may refuse a key it does not know, so it
+ * is sent only to OpenAI's (base_url unset or at api.openai.com) unless the
+ * option says otherwise. */
+static int wants_cache_key(const parley_options *o)
+{
+    if (o->prompt_cache_key >= 0)
+        return o->prompt_cache_key;
+    return !o->base_url || strstr(o->base_url, "://api.openai.com") != NULL;
+}
+
 /* "none" on the last round; else the tool_choice option's: "required" or a function. */
 static void put_tool_choice(pbuf *out, const provider_request *r)
 {
@@ -389,6 +400,10 @@ static int openai_encode(pbuf *out, const parley_options *o, const provider_requ
     if (o->reasoning_effort) {
         put_key(out, "reasoning_effort");
         pbuf_json_string(out, o->reasoning_effort, strlen(o->reasoning_effort));
+    }
+    if (r->cache_key && wants_cache_key(o)) {
+        put_key(out, "prompt_cache_key");
+        pbuf_json_string(out, r->cache_key, strlen(r->cache_key));
     }
     render_extra_body(out, o);
     pbuf_putc(out, '}');

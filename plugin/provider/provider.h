@@ -49,6 +49,8 @@ typedef struct provider_request {
                                  tool_choice, first request of a turn).  Not with
                                  tool_choice_none, nor without tools */
     const response_format *response_format; /* the answer as JSON of this form; NULL: text */
+    const char *cache_key;    /* the conversation, for a server's cache routing
+                                 (OpenAI's prompt_cache_key); NULL: stateless */
 } provider_request;
 
 typedef struct provider {

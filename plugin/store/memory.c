@@ -166,8 +166,18 @@ struct conversation {
     uint32_t turn_count;
     uint16_t id_len;            /* the conversation id is key[0..id_len) */
     uint8_t roles;              /* STORE_ROLE_* ever seen */
+    uint8_t has_context;        /* m->contexts holds its context record (version 5) */
     char key[];
 };
+
+/* A conversation's context record (store.h version 5), kept beside it in
+ * m->contexts (keyed by the conversation's key, read through it) so that
+ * conversations without one pay nothing. */
+typedef struct context_record {
+    const conversation *conv;
+    size_t len;
+    char json[];
+} context_record;
 
 static uint32_t saturating_add(uint32_t a, uint32_t b)
 {
@@ -181,6 +191,7 @@ typedef struct memory_store {
     dict *by_key;               /* conversation key -> conversation */
     dict *by_turn_id;           /* turn id -> stored_turn */
     dict *identities;           /* turn id -> turn_identity, for turns with has_identity */
+    dict *contexts;             /* conversation key -> context_record, for has_context */
     conversation *lru_head;     /* most recently used */
     conversation *lru_tail;     /* next to evict or expire */
     stored_turn *store_oldest;  /* every turn, in append order */
@@ -220,6 +231,11 @@ static stored_turn *turn_named(const memory_store *m, const char *turn_id)
     uint8_t id[16];
     return turn_id && turn_id_parse(turn_id, id) == 0 ? dict_find(m->by_turn_id, (const char *)id)
                                                       : NULL;
+}
+
+static const char *context_key(const void *entry)
+{
+    return ((const context_record *)entry)->conv->key;
 }
 
 static const char *identity_key(const void *entry)
@@ -319,6 +335,8 @@ static void drop_all_turns(memory_store *m, conversation *c)
 
 static void forget_conversation(memory_store *m, conversation *c)
 {
+    if (c->has_context)
+        free(dict_remove(m->contexts, c->key));
     drop_all_turns(m, c);
     lru_unlink(m, c);
     dict_remove(m->by_key, c->key);
@@ -361,6 +379,7 @@ static void free_entry(void *entry, void *ud)
 static void free_all_entries(memory_store *m)
 {
     dict_foreach(m->identities, free_entry, NULL); /* first: their keys live in the turns */
+    dict_foreach(m->contexts, free_entry, NULL);   /* and in the conversations */
     conversation *c = m->lru_head;
     while (c) {
         conversation *next = c->less_recent;
@@ -385,19 +404,23 @@ static void forget_all(memory_store *m)
     dict *by_key = dict_new(conversation_key);
     dict *by_turn_id = dict_new_fixed(turn_key, sizeof(((stored_turn *)0)->turn_id));
     dict *identities = dict_new_fixed(identity_key, sizeof(((stored_turn *)0)->turn_id));
-    if (by_key && by_turn_id && identities) {
+    dict *contexts = dict_new(context_key);
+    if (by_key && by_turn_id && identities && contexts) {
         free_all_entries(m);
         dict_free(m->by_key);
         dict_free(m->by_turn_id);
         dict_free(m->identities);
+        dict_free(m->contexts);
         m->by_key = by_key;
         m->by_turn_id = by_turn_id;
         m->identities = identities;
+        m->contexts = contexts;
         return;
     }
     dict_free(by_key);
     dict_free(by_turn_id);
     dict_free(identities);
+    dict_free(contexts);
     while (m->lru_head)
         forget_conversation(m, m->lru_head);
 }
@@ -418,11 +441,13 @@ static parley_status memory_open(const store_config *cfg, store **out, char **er
     m->by_key = dict_new(conversation_key);
     m->by_turn_id = dict_new_fixed(turn_key, sizeof(((stored_turn *)0)->turn_id));
     m->identities = dict_new_fixed(identity_key, sizeof(((stored_turn *)0)->turn_id));
-    if (!m->by_key || !m->by_turn_id || !m->identities ||
+    m->contexts = dict_new(context_key);
+    if (!m->by_key || !m->by_turn_id || !m->identities || !m->contexts ||
         pthread_mutex_init(&m->lock, NULL) != 0) {
         dict_free(m->by_key);
         dict_free(m->by_turn_id);
         dict_free(m->identities);
+        dict_free(m->contexts);
         free(m);
         return fail(err, PARLEY_ERR_NO_MEMORY);
     }
@@ -439,6 +464,7 @@ static void memory_close(store *s)
     dict_free(m->by_key);
     dict_free(m->by_turn_id);
     dict_free(m->identities);
+    dict_free(m->contexts);
     pthread_mutex_destroy(&m->lock);
     free(m);
 }
@@ -714,8 +740,42 @@ static void trim_turns(memory_store *m, conversation *c)
  * fallible step the store only frees, links and counts.  `ti` (may be NULL)
  * is t's identity.
  */
+/* Give conversation c the context record r (a new allocation), replacing its
+ * old one; r == NULL drops the old one.  -1 (nothing changed) on OOM. */
+static int set_context_locked(memory_store *m, conversation *c, context_record *r)
+{
+    if (!r) {
+        if (c->has_context)
+            free(dict_remove(m->contexts, c->key));
+        c->has_context = 0;
+        return 0;
+    }
+    r->conv = c;
+    if (c->has_context) {
+        free(dict_replace(m->contexts, r));
+        return 0;
+    }
+    if (dict_add(m->contexts, r) != 0)
+        return -1;
+    c->has_context = 1;
+    return 0;
+}
+
+static context_record *context_record_new(const char *json, size_t len)
+{
+    context_record *r = malloc(sizeof *r + len + 1);
+    if (r) {
+        r->conv = NULL;
+        r->len = len;
+        memcpy(r->json, json, len);
+        r->json[len] = '\0';
+    }
+    return r;
+}
+
 static parley_status append_locked(memory_store *m, const char *k, const char *conversation_id,
-                                   stored_turn *t, turn_identity *ti, uint64_t now_ms)
+                                   stored_turn *t, turn_identity *ti, context_record *ctx,
+                                   uint64_t now_ms)
 {
     conversation *c = dict_find(m->by_key, k);
     int created = (c == NULL);
@@ -730,7 +790,10 @@ static parley_status append_locked(memory_store *m, const char *k, const char *c
         }
     }
     int added = dict_add(m->by_turn_id, t) == 0;
-    if (!added || (ti && dict_add(m->identities, ti) != 0)) {
+    int with_ti = added && (!ti || dict_add(m->identities, ti) == 0);
+    if (!with_ti || (ctx && set_context_locked(m, c, ctx) != 0)) {
+        if (with_ti && ti)
+            dict_remove(m->identities, (const char *)t->turn_id);
         if (added)
             dict_remove(m->by_turn_id, (const char *)t->turn_id);
         if (created) {
@@ -746,6 +809,8 @@ static parley_status append_locked(memory_store *m, const char *k, const char *c
         c->created_ms = now_ms;
         c->message_count = c->turn_count = 0;
         c->roles = 0;
+        if (!ctx)
+            set_context_locked(m, c, NULL);
         m->expired++;
     }
     count_lifetime(c, t);
@@ -779,20 +844,25 @@ static parley_status memory_append(store *s, const store_key *key, const store_t
     stored_turn *t = k ? stored_turn_new(turn, &ids) : NULL;
     int oom = 0;
     turn_identity *ti = t ? identity_from_input(turn, t, &oom) : NULL;
+    context_record *ctx = NULL;
+    if (t && turn->context && !(ctx = context_record_new(turn->context, turn->context_len)))
+        oom = 1;
     if (!t || oom) {
         free(t);
+        free(ti);
         free(owned);
         return fail(err, PARLEY_ERR_NO_MEMORY);
     }
     pthread_mutex_lock(&m->lock);
     parley_status st = dict_find(m->by_turn_id, (const char *)t->turn_id)
                            ? PARLEY_OK /* already stored: a retried append */
-                           : append_locked(m, k, key->conversation_id, t, ti, now_ms);
+                           : append_locked(m, k, key->conversation_id, t, ti, ctx, now_ms);
     int stored = st == PARLEY_OK && t->conv;
     pthread_mutex_unlock(&m->lock);
     if (!stored) {
         free(t);
         free(ti);
+        free(ctx);
     }
     free(owned);
     return st == PARLEY_OK ? st : fail(err, st);
@@ -1325,6 +1395,63 @@ static parley_status memory_load_turn(store *s, const store_key *key, const char
     return finish_json(out, mark, err);
 }
 
+/* ---- the context record (version 5) ---- */
+
+static parley_status memory_context_get(store *s, const store_key *key, uint64_t now_ms,
+                                        pbuf *out, store_lifetime *life, char **err)
+{
+    memory_store *m = (memory_store *)s;
+    char *owned;
+    const char *k = key_text(key, &owned);
+    *life = (store_lifetime){0, 0, 0, 0};
+    if (!k)
+        return fail(err, PARLEY_ERR_NO_MEMORY);
+    size_t mark = out->len;
+    pthread_mutex_lock(&m->lock);
+    conversation *c = find_live(m, k, now_ms);
+    if (c) {
+        const stored_turn *newest = c->newest;
+        *life = (store_lifetime){created_ms_of(newest, newest->nmessages - 1), c->message_count,
+                                 c->turn_count, c->roles};
+        const context_record *r = c->has_context ? dict_find(m->contexts, c->key) : NULL;
+        if (r)
+            pbuf_append(out, r->json, r->len);
+    }
+    pthread_mutex_unlock(&m->lock);
+    free(owned);
+    return finish_json(out, mark, err);
+}
+
+static parley_status memory_context_set(store *s, const store_key *key, const char *json,
+                                        size_t len, const char *expected, size_t expected_len,
+                                        uint64_t now_ms, char **err)
+{
+    memory_store *m = (memory_store *)s;
+    char *owned;
+    const char *k = key_text(key, &owned);
+    if (!k)
+        return fail(err, PARLEY_ERR_NO_MEMORY);
+    parley_status st = PARLEY_OK;
+    pthread_mutex_lock(&m->lock);
+    conversation *c = find_live(m, k, now_ms);
+    const context_record *cur = c && c->has_context ? dict_find(m->contexts, c->key) : NULL;
+    int moved = c && expected && (cur ? cur->len != expected_len ||
+                                            memcmp(cur->json, expected, expected_len) != 0
+                                      : expected_len != 0);
+    context_record *r = c && !moved ? context_record_new(json, len) : NULL;
+    if (!c) {
+        st = PARLEY_ERR_NOT_FOUND;
+    } else if (moved) {
+        st = PARLEY_ERR_BUSY;
+    } else if (!r || set_context_locked(m, c, r) != 0) {
+        free(r);
+        st = PARLEY_ERR_NO_MEMORY;
+    }
+    pthread_mutex_unlock(&m->lock);
+    free(owned);
+    return st == PARLEY_OK || st == PARLEY_ERR_BUSY ? st : fail(err, st);
+}
+
 const store_backend store_memory_backend = {
     .version = STORE_BACKEND_VERSION,
     .scheme = "memory",
@@ -1344,4 +1471,6 @@ const store_backend store_memory_backend = {
     .set_interface_message_id = memory_set_interface_message_id,
     .find_message = memory_find_message,
     .load_turn = memory_load_turn,
+    .context_get = memory_context_get,
+    .context_set = memory_context_set,
 };

@@ -69,6 +69,8 @@ enum {
     SCRIPT_LOAD_TURN,
     SCRIPT_SET_INTERFACE_ID,
     SCRIPT_UPGRADE,
+    SCRIPT_CONTEXT_GET,
+    SCRIPT_CONTEXT_SET,
     SCRIPT_COUNT
 };
 
@@ -86,6 +88,8 @@ static const char *const SCRIPTS[SCRIPT_COUNT] = {
     REDIS_LUA_PRELUDE REDIS_LUA_FIND_IMID REDIS_LUA_LOAD_TURN,
     REDIS_LUA_PRELUDE REDIS_LUA_SET_INTERFACE_ID,
     REDIS_LUA_PRELUDE REDIS_LUA_UPGRADE,
+    REDIS_LUA_PRELUDE REDIS_LUA_CONTEXT_GET,
+    REDIS_LUA_PRELUDE REDIS_LUA_CONTEXT_SET,
 };
 
 typedef struct redis_address {
@@ -878,6 +882,8 @@ static parley_status redis_append(store *base, const store_key *key, const store
     arg_u64(&a, roles);
     arg_u64(&a, turn->messages[turn->nmessages - 1].created_ms);
     arg_bytes(&a, identity.data ? identity.data : "", identity.len);
+    arg_str(&a, turn->context ? "1" : "0");
+    arg_bytes(&a, turn->context ? turn->context : "", turn->context ? turn->context_len : 0);
     redisReply *r;
     parley_status st = run_script(s, SCRIPT_APPEND, &a, 1, &r, err);
     if (st == PARLEY_OK) {
@@ -1695,6 +1701,72 @@ static void *renewer_main(void *arg)
     return NULL;
 }
 
+/* ---- the context record (version 5) ---- */
+
+static parley_status redis_context_get(store *base, const store_key *key, uint64_t now_ms,
+                                       pbuf *out, store_lifetime *life, char **err)
+{
+    redis_store *s = (redis_store *)base;
+    *life = (store_lifetime){0, 0, 0, 0};
+    char *cid = conversation_key(key);
+    if (!cid)
+        return PARLEY_ERR_NO_MEMORY;
+    script_args a;
+    args_init(&a, s, now_ms);
+    arg_str(&a, cid);
+    redisReply *r;
+    parley_status st = run_script(s, SCRIPT_CONTEXT_GET, &a, 1, &r, err);
+    if (st == PARLEY_OK) {
+        size_t len;
+        const char *record = is_array(r, 6) ? reply_str(r->element[1], &len) : NULL;
+        if (!record) {
+            st = bad_reply(s, r, err);
+        } else {
+            count_expired(s, reply_int(r->element[0]));
+            *life = lifetime_of(r->element + 2);
+            pbuf_append(out, record, len);
+            freeReplyObject(r);
+            if (out->oom)
+                st = PARLEY_ERR_NO_MEMORY;
+        }
+    }
+    free(cid);
+    return st;
+}
+
+static parley_status redis_context_set(store *base, const store_key *key, const char *json,
+                                       size_t len, const char *expected, size_t expected_len,
+                                       uint64_t now_ms, char **err)
+{
+    redis_store *s = (redis_store *)base;
+    char *cid = conversation_key(key);
+    if (!cid)
+        return PARLEY_ERR_NO_MEMORY;
+    script_args a;
+    args_init(&a, s, now_ms);
+    arg_str(&a, cid);
+    arg_bytes(&a, json, len);
+    arg_str(&a, expected ? "1" : "0");
+    arg_bytes(&a, expected ? expected : "", expected ? expected_len : 0);
+    redisReply *r;
+    parley_status st = run_script(s, SCRIPT_CONTEXT_SET, &a, 1, &r, err);
+    if (st == PARLEY_OK) {
+        long long written = r && r->type == REDIS_REPLY_INTEGER ? r->integer : -1;
+        if (written < 0) {
+            st = bad_reply(s, r, err);
+        } else {
+            freeReplyObject(r);
+            if (written != 1) {
+                if (err)
+                    *err = NULL;
+                st = written == 2 ? PARLEY_ERR_BUSY : PARLEY_ERR_NOT_FOUND;
+            }
+        }
+    }
+    free(cid);
+    return st;
+}
+
 const store_backend store_redis_backend = {
     .version = STORE_BACKEND_VERSION,
     .scheme = "redis",
@@ -1716,4 +1788,6 @@ const store_backend store_redis_backend = {
     .set_interface_message_id = redis_set_interface_message_id,
     .find_message = redis_find_message,
     .load_turn = redis_load_turn,
+    .context_get = redis_context_get,
+    .context_set = redis_context_set,
 };

@@ -11,7 +11,9 @@
  * (the conversation id qualified by persona and interface, see redis.c):
  *   P c:CID      hash   id, persona, iface, created, last_used, bytes, and its
  *                       lifetime (store.h version 4): lm (last message ms),
- *                       mc (messages), tc (turns), roles (STORE_ROLE_* bits)
+ *                       mc (messages), tc (turns), roles (STORE_ROLE_* bits),
+ *                       and ctx, the context engine's record (store.h
+ *                       version 5), when it has one
  *   P t:CID      list   turn ids, oldest first
  *   P turn:TID   hash   cid, started, finished, n (messages), msgs (the
  *                       messages joined by ','), meta ("id\trole\tms\n" per
@@ -194,7 +196,8 @@
  * (0 = all), 15 = max conversations, 16 = TTL ms (0 = none), 17 = lease token
  * ("" = no lease: no fencing), 18 = lens, 19 = the turn's STORE_ROLE_* bits,
  * 20 = its last message's created ms, 21 = per message "LEN:interface message
- * id" and "LEN:metadata" ("" when no message has either).
+ * id" and "LEN:metadata" ("" when no message has either), 22 = "1" when 23
+ * is the conversation's new context record.
  * -> {appended 0/1, evicted, expired}, or the error "LEASE ..." when the
  *    lease on CID is no longer ours (nothing written).  A committed turn
  *    gives its lease back here: one round trip less per turn. */
@@ -223,6 +226,7 @@
     "  upgrade(cid)\n"                                                                          \
     "end\n"                                                                                     \
     "redis.call('HSET', ck, 'last_used', ARGV[2])\n"                                            \
+    "if ARGV[22] == '1' then redis.call('HSET', ck, 'ctx', ARGV[23]) end\n"                     \
     "local ms = meta_of(ARGV[13])\n"                                                            \
     "local first = redis.call('INCRBY', POS, #ms) - #ms + 1\n"                                  \
     "redis.call('HSET', tt, 'cid', cid, 'started', ARGV[9], 'finished', ARGV[10],\n"            \
@@ -680,6 +684,26 @@
     "  return {1, '', expired}\n"                                                               \
     "end\n"                                                                                     \
     "return {0, '(' .. last, expired}\n"
+
+
+/* ARGV[4] = CID.  -> {expired 0/1, the context record or "", lm, mc, tc, roles} */
+#define REDIS_LUA_CONTEXT_GET                                                                  \
+    "local cid = ARGV[4]\n"                                                                     \
+    "local st = state(cid)\n"                                                                   \
+    "if st ~= 'live' then return {st == 'expired' and 1 or 0, '', 0, 0, 0, 0} end\n"            \
+    "local h = redis.call('HMGET', ckey(cid), 'ctx', 'lm', 'mc', 'tc', 'roles')\n"              \
+    "return {0, h[1] or '', h[2] or 0, h[3] or 0, h[4] or 0, h[5] or 0}\n"
+
+/* ARGV[4] = CID, 5 = the context record, 6 = "1" when 7 is the record expected.
+ * -> 1 written, 0 no such live conversation, 2 the record is not the one expected */
+#define REDIS_LUA_CONTEXT_SET                                                                  \
+    "local cid = ARGV[4]\n"                                                                     \
+    "if state(cid) ~= 'live' then return 0 end\n"                                               \
+    "if ARGV[6] == '1' and (redis.call('HGET', ckey(cid), 'ctx') or '') ~= ARGV[7] then\n"      \
+    "  return 2\n"                                                                              \
+    "end\n"                                                                                     \
+    "redis.call('HSET', ckey(cid), 'ctx', ARGV[5])\n"                                           \
+    "return 1\n"
 
 
 #endif

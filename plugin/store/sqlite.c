@@ -2,7 +2,7 @@
  * sqlite.c -- the durable store: one SQLite file (see store.h; the file
  * format, what survives what and the migration path are in docs/history.md).
  *
- * Schema version 2 (PRAGMA user_version = 2, application_id = "Prly"):
+ * Schema version 3 (PRAGMA user_version = 3, application_id = "Prly"):
  *   store_meta     one row: how many conversations, turns and message bytes
  *                  the file holds, so that opening a store reads no table;
  *   conversations  one row per (persona, interface_type, conversation_id),
@@ -10,7 +10,9 @@
  *                  (larger = committed to more recently; the memory store's
  *                  list order, which wall-clock times cannot give when two
  *                  commits share a millisecond or the clock steps back), and
- *                  (v2) its lifetime (store_lifetime), kept across trimming;
+ *                  (v2) its lifetime (store_lifetime), kept across trimming,
+ *                  and (v3) `context`, the context engine's record (store.h
+ *                  version 5; NULL: none), deleted with its row;
  *   turns          one row per turn, `turn_id` UNIQUE (appends are idempotent);
  *   messages       one row per message, in order within its turn, with (v2)
  *                  the host's interface_message_id and metadata (NULL: none)
@@ -25,10 +27,11 @@
  * message or a reply's turn by the interface's id within a conversation;
  * partial: only messages that have one).
  *
- * A file is created as version 1 and upgraded to 2 in the same transaction,
+ * A file is created as version 1 and upgraded to 3 in the same transaction,
  * so new files and upgraded ones have exactly the same schema, and the
- * upgrade runs on every new file.  A version-1 file is upgraded in place
- * when it is opened (one transaction; on failure it is refused unchanged).
+ * upgrades run on every new file.  A version-1 or 2 file is upgraded in
+ * place when it is opened (one transaction; on failure it is refused
+ * unchanged).
  *
  * Opening never modifies a file it does not recognise: the header is read
  * with plain read(2) first (not SQLite, not ours, corrupt header, newer
@@ -71,7 +74,7 @@
 #include "store/store_json.h"
 
 #define SQLITE_STORE_APPLICATION_ID 0x50726c79 /* "Prly" */
-#define SQLITE_STORE_SCHEMA_VERSION 2
+#define SQLITE_STORE_SCHEMA_VERSION 3
 #define SQLITE_STORE_BUSY_TIMEOUT_MS 5000
 
 static const char schema_v1[] =
@@ -142,6 +145,11 @@ static const char migration_v2[] =
     " WHERE interface_message_id IS NOT NULL;"
     "PRAGMA user_version = 2;";
 
+/* Version 2 -> 3: the context engine's record of each conversation (NULL: none yet). */
+static const char migration_v3[] =
+    "ALTER TABLE conversations ADD COLUMN context TEXT;"
+    "PRAGMA user_version = 3;";
+
 /* The conversation columns read_conv_row() reads, in its order. */
 #define CONV_COLUMNS                                                                      \
     "id, created_ms, last_used_ms, turns, message_bytes, last_message_ms, message_count," \
@@ -188,6 +196,8 @@ enum stmt_id {
     S_TURNS_AFTER,
     S_MESSAGE_BY_IID,
     S_READ_META,
+    S_CONTEXT_GET,
+    S_CONTEXT_SET,
     S_COUNT
 };
 
@@ -259,6 +269,8 @@ static const char *const stmt_sql[S_COUNT] = {
     [S_READ_META] = "SELECT conversations, turns, message_bytes,"
                     " (SELECT coalesce(max(use_seq), 0) FROM conversations)"
                     " FROM store_meta WHERE id = 1",
+    [S_CONTEXT_GET] = "SELECT context FROM conversations WHERE id = ?1",
+    [S_CONTEXT_SET] = "UPDATE conversations SET context = ?2 WHERE id = ?1",
 };
 
 /* The WAL is copied into the database file when it holds this many pages (SQLite's
@@ -856,8 +868,9 @@ static int exec_transaction(sqlite3 *db, const char *sql)
  * already names the store). */
 static int create_schema(sqlite3 *db)
 {
-    char *sql = sqlite3_mprintf("%s PRAGMA application_id = %d; PRAGMA user_version = 1; %s",
-                                schema_v1, SQLITE_STORE_APPLICATION_ID, migration_v2);
+    char *sql = sqlite3_mprintf("%s PRAGMA application_id = %d; PRAGMA user_version = 1; %s %s",
+                                schema_v1, SQLITE_STORE_APPLICATION_ID, migration_v2,
+                                migration_v3);
     if (!sql)
         return SQLITE_NOMEM;
     int rc = exec_transaction(db, sql);
@@ -914,6 +927,15 @@ static char *schema_problem(sqlite_store *s, int *rc, int *empty, int64_t *versi
         return NULL;
     if (version >= 2 && v2_columns != 7)
         return pstr_printf("corrupt (columns missing from schema version 2)");
+    int64_t v3_columns = 0;
+    if (version >= 3 &&
+        (*rc = query_int(s->w.db,
+                         "SELECT count(*) FROM pragma_table_info('conversations')"
+                         " WHERE name = 'context'",
+                         &v3_columns)) != SQLITE_OK)
+        return NULL;
+    if (version >= 3 && v3_columns != 1)
+        return pstr_printf("corrupt (columns missing from schema version 3)");
     if ((*rc = query_int(s->w.db, "SELECT conversations FROM store_meta WHERE id = 1",
                          &s->totals.conversations)) != SQLITE_OK ||
         (*rc = query_int(s->w.db, "SELECT turns FROM store_meta WHERE id = 1",
@@ -1370,15 +1392,22 @@ static parley_status connect_checked(sqlite_store *s, const store_config *cfg, i
         if ((rc = create_schema(s->w.db)) != SQLITE_OK)
             return fail_sqlite(s, s->w.db, err, "cannot create the store", rc);
         say(cfg, PARLEY_LOG_INFO, pstr_printf("sqlite store %s: created", s->path));
-    } else if (version == 1) {
+    } else if (version < SQLITE_STORE_SCHEMA_VERSION) {
         /* Still no checkpoint on close: a failed upgrade leaves the file as it was. */
-        if ((rc = exec_transaction(s->w.db, migration_v2)) != SQLITE_OK)
-            return fail_sqlite(s, s->w.db, err,
-                               "cannot upgrade it from schema version 1 to 2 (the file is "
-                               "unchanged; it needs to be writable once)",
-                               rc);
+        char *sql = sqlite3_mprintf("%s %s", version == 1 ? migration_v2 : "", migration_v3);
+        rc = sql ? exec_transaction(s->w.db, sql) : SQLITE_NOMEM;
+        sqlite3_free(sql);
+        if (rc != SQLITE_OK) {
+            char what[128];
+            snprintf(what, sizeof what,
+                     "cannot upgrade it from schema version %lld to %d (the file is unchanged; "
+                     "it needs to be writable once)",
+                     (long long)version, SQLITE_STORE_SCHEMA_VERSION);
+            return fail_sqlite(s, s->w.db, err, what, rc);
+        }
         say(cfg, PARLEY_LOG_INFO,
-            pstr_printf("sqlite store %s: upgraded from schema version 1 to 2", s->path));
+            pstr_printf("sqlite store %s: upgraded from schema version %lld to %d", s->path,
+                        (long long)version, SQLITE_STORE_SCHEMA_VERSION));
     }
     sqlite3_db_config(s->w.db, SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, 0, NULL);
     if ((rc = configure(s)) != SQLITE_OK)
@@ -1786,6 +1815,19 @@ static int update_conversation(sqlite_store *s, const conv_row *row, int64_t use
 }
 
 /* The whole append, inside one transaction; the caller commits or rolls back. */
+/* The context record of conversation row `id` (NULL: none), inside the caller's transaction. */
+static int write_context(sqlite_store *s, int64_t id, const char *json, size_t len)
+{
+    int rc;
+    sqlite3_stmt *st = stmt(&s->w, S_CONTEXT_SET, &rc);
+    if (!st)
+        return rc;
+    sqlite3_bind_int64(st, 1, id);
+    if (json)
+        sqlite3_bind_text(st, 2, json, (int)len, SQLITE_TRANSIENT);
+    return run(st);
+}
+
 static int append_in_transaction(sqlite_store *s, const store_key *key, const store_turn *turn,
                                  uint64_t now_ms, totals *t, size_t *evicted, size_t *expired,
                                  int *stored)
@@ -1797,6 +1839,7 @@ static int append_in_transaction(sqlite_store *s, const store_key *key, const st
         return rc;
     int64_t use_seq = s->last_use_seq + 1;
     conv_row row;
+    int restarted = 0;
     rc = find_conversation(&s->w, key, &row);
     if (rc == SQLITE_DONE) {
         if ((rc = insert_conversation(s, key, now_ms, use_seq, &row)) != SQLITE_OK)
@@ -1812,7 +1855,8 @@ static int append_in_transaction(sqlite_store *s, const store_key *key, const st
         t->message_bytes -= row.message_bytes;
         row.turns = row.message_bytes = 0;
         row.created_ms = (int64_t)now_ms;
-        row.life = (store_lifetime){0, 0, 0, 0}; /* forgotten: its lifetime too */
+        row.life = (store_lifetime){0, 0, 0, 0}; /* forgotten: its lifetime and record too */
+        restarted = 1;
         (*expired)++;
     }
     if ((rc = insert_turn(s, row.id, turn)) != SQLITE_OK)
@@ -1826,6 +1870,8 @@ static int append_in_transaction(sqlite_store *s, const store_key *key, const st
     t->message_bytes += bytes;
     if ((rc = trim_turns(s, &row, t)) != SQLITE_OK ||
         (rc = update_conversation(s, &row, use_seq)) != SQLITE_OK ||
+        ((turn->context || restarted) &&
+         (rc = write_context(s, row.id, turn->context, turn->context_len)) != SQLITE_OK) ||
         (rc = evict_beyond_limit(s, row.id, now_ms, t, evicted, expired)) != SQLITE_OK)
         return rc;
     *stored = 1;
@@ -2518,6 +2564,98 @@ static parley_status sqlite_stats(store *base, store_stats *out, char **err)
     return PARLEY_OK;
 }
 
+/* ---- the context record (version 5) ---- */
+
+static parley_status sqlite_context_get(store *base, const store_key *key, uint64_t now_ms,
+                                        pbuf *out, store_lifetime *life, char **err)
+{
+    sqlite_store *s = (sqlite_store *)base;
+    size_t mark = out->len;
+    *life = (store_lifetime){0, 0, 0, 0};
+    conv_row row = {.id = 0};
+    int64_t idle = 0;
+    pthread_mutex_lock(&s->r.lock);
+    int rc = read_begin(&s->r);
+    if (rc == SQLITE_OK)
+        rc = find_live(s, key, now_ms, &row, &idle);
+    if (rc == SQLITE_ROW) {
+        *life = row.life;
+        sqlite3_stmt *st = stmt(&s->r, S_CONTEXT_GET, &rc);
+        if (st) {
+            sqlite3_bind_int64(st, 1, row.id);
+            if ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+                const unsigned char *text = sqlite3_column_text(st, 0); /* NULL: none */
+                if (text)
+                    pbuf_append(out, text, (size_t)sqlite3_column_bytes(st, 0));
+                rc = SQLITE_DONE;
+            }
+            done(st);
+        }
+    }
+    parley_status status = PARLEY_OK;
+    if (rc != SQLITE_DONE)
+        status = fail_sqlite(s, s->r.db, err, "cannot read the context record", rc);
+    read_end(&s->r);
+    pthread_mutex_unlock(&s->r.lock);
+    if (idle)
+        forget_idle(s, idle, now_ms);
+    if (status == PARLEY_OK && out->oom) {
+        set_err(err, pstr_printf("sqlite store %s: out of memory", s->path));
+        status = PARLEY_ERR_NO_MEMORY;
+    }
+    if (status != PARLEY_OK) {
+        out->len = mark < out->len ? mark : out->len;
+        *life = (store_lifetime){0, 0, 0, 0};
+    }
+    return status;
+}
+
+/* 1 when conversation row `id`'s record (on the write connection) is not `expected`. */
+static int context_moved(sqlite_store *s, int64_t id, const char *expected, size_t len, int *rc)
+{
+    sqlite3_stmt *st = stmt(&s->w, S_CONTEXT_GET, rc);
+    if (!st)
+        return 0;
+    sqlite3_bind_int64(st, 1, id);
+    int moved = 0;
+    if ((*rc = sqlite3_step(st)) == SQLITE_ROW) {
+        const void *cur = sqlite3_column_text(st, 0);
+        size_t n = cur ? (size_t)sqlite3_column_bytes(st, 0) : 0;
+        moved = n != len || (n && memcmp(cur, expected, n) != 0);
+        *rc = SQLITE_OK;
+    } else if (*rc == SQLITE_DONE) {
+        *rc = SQLITE_OK;
+    }
+    done(st);
+    return moved;
+}
+
+static parley_status sqlite_context_set(store *base, const store_key *key, const char *json,
+                                        size_t len, const char *expected, size_t expected_len,
+                                        uint64_t now_ms, char **err)
+{
+    sqlite_store *s = (sqlite_store *)base;
+    pthread_mutex_lock(&s->w.lock);
+    totals t;
+    conv_row row;
+    int found = 0;
+    int rc = begin(s, &t);
+    if (rc == SQLITE_OK) {
+        rc = find_conversation(&s->w, key, &row);
+        found = rc == SQLITE_ROW && !is_idle(s, row.last_used_ms, now_ms);
+        rc = rc == SQLITE_ROW || rc == SQLITE_DONE ? SQLITE_OK : rc;
+    }
+    int moved = rc == SQLITE_OK && found && expected &&
+                context_moved(s, row.id, expected, expected_len, &rc);
+    if (rc == SQLITE_OK && found && !moved)
+        rc = write_context(s, row.id, json, len);
+    parley_status st = end_write(s, rc, &t, "cannot write the context record", err);
+    pthread_mutex_unlock(&s->w.lock);
+    if (st == PARLEY_OK && moved)
+        return PARLEY_ERR_BUSY;
+    return st == PARLEY_OK && !found ? not_found(err) : st;
+}
+
 const store_backend store_sqlite_backend = {
     .version = STORE_BACKEND_VERSION,
     .scheme = "sqlite",
@@ -2537,4 +2675,6 @@ const store_backend store_sqlite_backend = {
     .set_interface_message_id = sqlite_set_interface_message_id,
     .find_message = sqlite_find_message,
     .load_turn = sqlite_load_turn,
+    .context_get = sqlite_context_get,
+    .context_set = sqlite_context_set,
 };

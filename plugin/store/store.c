@@ -36,7 +36,7 @@ static const char *missing_method(const store_backend *b)
     REQUIRE(open) REQUIRE(close) REQUIRE(load) REQUIRE(append) REQUIRE(get_conversation)
     REQUIRE(get_turn) REQUIRE(list) REQUIRE(forget) REQUIRE(expire) REQUIRE(stats)
     REQUIRE(query) REQUIRE(get_message) REQUIRE(set_interface_message_id)
-    REQUIRE(find_message) REQUIRE(load_turn)
+    REQUIRE(find_message) REQUIRE(load_turn) REQUIRE(context_get) REQUIRE(context_set)
 #undef REQUIRE
     if (!b->lease_acquire != !b->lease_release)
         return b->lease_acquire ? "lease_release" : "lease_acquire";
@@ -81,6 +81,19 @@ parley_status store_load(store *s, const store_key *key, size_t last_turns, uint
                          pbuf *out, size_t *nmessages, char **err)
 {
     return s->backend->load(s, key, last_turns, now_ms, out, nmessages, err);
+}
+
+parley_status store_context_get(store *s, const store_key *key, uint64_t now_ms, pbuf *out,
+                                store_lifetime *life, char **err)
+{
+    return s->backend->context_get(s, key, now_ms, out, life, err);
+}
+
+parley_status store_context_set(store *s, const store_key *key, const char *json, size_t len,
+                                const char *expected, size_t expected_len, uint64_t now_ms,
+                                char **err)
+{
+    return s->backend->context_set(s, key, json, len, expected, expected_len, now_ms, err);
 }
 
 parley_status store_append(store *s, const store_key *key, const store_turn *turn,

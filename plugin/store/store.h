@@ -59,7 +59,7 @@
 #include "lib/buf.h"
 #include "lib/plugin_status.h"
 
-#define STORE_BACKEND_VERSION 4
+#define STORE_BACKEND_VERSION 5
 
 /* Longest conversation id, and the length of turn and message ids (UUIDs). */
 #define STORE_MAX_CONVERSATION_ID 256
@@ -96,6 +96,11 @@ typedef struct store_turn {
     uint64_t finished_ms;
     const store_message *messages;
     size_t nmessages;            /* >= 1 */
+    /* version 5: when not NULL, the conversation's context record (context_set)
+     * becomes these bytes in the same atomic step as the turn (ignored by a
+     * retried append that finds the turn stored) */
+    const char *context;
+    size_t context_len;
 } store_turn;
 
 /* Version 4: what a conversation did over its whole life.  Kept when turns
@@ -307,6 +312,36 @@ typedef struct store_backend {
                                const char *interface_message_id, size_t window_turns,
                                uint64_t now_ms, pbuf *out, size_t *nmessages, char *turn_id_out,
                                int *in_window, char **err);
+
+    /* ---- version 5: the context engine's record ----
+     *
+     * One small JSON object per conversation that the context engine writes
+     * and reads (context/window.h: where the history sent starts, the
+     * running summary); the store never interprets it.  It lives and dies
+     * with its conversation: forgetting, evicting or expiring the
+     * conversation forgets it too.
+     */
+
+    /*
+     * The record of `key` appended to out ("" when it has none, or the
+     * conversation is unknown or expired at now_ms), and *life the
+     * conversation's lifetime (all 0 when unknown), both read at one moment.
+     */
+    parley_status (*context_get)(store *s, const store_key *key, uint64_t now_ms, pbuf *out,
+                                 store_lifetime *life, char **err);
+
+    /*
+     * Replace the record of `key` (json: one compact JSON object, len bytes)
+     * -- when `expected` is not NULL, only if the record is still exactly
+     * those expected_len bytes ("" when it has none): else PARLEY_ERR_BUSY
+     * and nothing changes (another host's turn wrote it meanwhile).
+     * PARLEY_ERR_NOT_FOUND when the conversation is unknown or expired: a
+     * record is never written for a conversation the store does not hold.
+     * Changes nothing else (not the LRU order, not last_used).
+     */
+    parley_status (*context_set)(store *s, const store_key *key, const char *json, size_t len,
+                                 const char *expected, size_t expected_len, uint64_t now_ms,
+                                 char **err);
 } store_backend;
 
 /* The first member of every backend's store object. */
@@ -342,6 +377,11 @@ int store_shared(const store *s);         /* several processes share it: turns t
 
 parley_status store_load(store *s, const store_key *key, size_t last_turns, uint64_t now_ms,
                          pbuf *out, size_t *nmessages, char **err);
+parley_status store_context_get(store *s, const store_key *key, uint64_t now_ms, pbuf *out,
+                                store_lifetime *life, char **err);
+parley_status store_context_set(store *s, const store_key *key, const char *json, size_t len,
+                                const char *expected, size_t expected_len, uint64_t now_ms,
+                                char **err);
 parley_status store_append(store *s, const store_key *key, const store_turn *turn,
                            uint64_t now_ms, char **err);
 parley_status store_get_conversation(store *s, const store_key *key, uint64_t now_ms, pbuf *out,

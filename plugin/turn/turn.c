@@ -53,6 +53,7 @@ void turn_free(turn *t)
     free(t->own_interface_type);
     toolset_free(t->own_tools);
     pbuf_free(&t->history);
+    ctx_window_free(&t->ctx);
     json_decref(t->history_msgs);
     free(t->stop_reason);
     pbuf_free(&t->messages);
@@ -449,9 +450,8 @@ void turn_begin(turn *t)
 }
 
 /*
- * The last max_history_turns turns: what this turn sends (a persona counts
- * the turns its limit leaves out, so one more is read and dropped again in
- * turn_on_history).  With a store
+ * The conversation's window (context/window.h): its history from the start
+ * its context record names, at most max_history_turns turns.  With a store
  * several processes share (store.h v2), the read thread first takes the
  * conversation's lease; while another process holds it the job comes back
  * PARLEY_ERR_BUSY and the turn waits on its wait timer and tries again
@@ -463,8 +463,6 @@ static void turn_load_history(turn *t)
     const turn_env *env = t->env;
     store_key key = key_of(t);
     size_t last = (size_t)t->opts->max_history_turns;
-    if (last && (t->counters || t->cfg->opts.history_keep_turns > t->opts->max_history_turns))
-        last++; /* one more than is sent: whether the window cuts the history (metrics) */
     if (t->append)
         last = 1; /* an append only takes the lease: read as little as the store allows */
     size_t window = (size_t)t->opts->max_history_turns; /* what is sent: reply_to's window */
@@ -472,6 +470,8 @@ static void turn_load_history(turn *t)
         store_job *job = store_job_new(STORE_JOB_LOAD, &key);
         if (job) {
             job->last_turns = last;
+            job->plan_window = !t->append;
+            job->summarize = t->opts->summarize;
             job->window_turns = window;
             if (reply_context_copy_target(&job->reply, &t->reply) != 0) {
                 store_job_free(job);
@@ -484,48 +484,15 @@ static void turn_load_history(turn *t)
     size_t n = 0;
     char *err = NULL;
     uint64_t now = clock_wall_ms();
-    parley_status st = store_load(env->store, &key, last, now, &t->history, &n,
-                                                 &err);
+    parley_status st = t->append ? store_load(env->store, &key, last, now, &t->history, &n, &err)
+                                 : ctx_load(env->store, &key, last, t->opts->summarize, now,
+                                            &t->history, &n, &t->ctx, &err);
     if (st == PARLEY_OK && reply_context_wanted(&t->reply))
-        st = reply_context_load(env->store, &key, window, now, &t->reply, &err);
+        st = reply_context_load(env->store, &key, ctx_reply_window(&t->ctx, window), now,
+                                &t->reply, &err);
     t->nhistory = n;
     turn_on_history(t, st, err);
     free(err);
-}
-
-/*
- * Where each top-level message of stored text ("m,m,") starts, counting those
- * that open a turn: a turn's first message is its user message, which Parley
- * always writes as {"role":"user",...}.  When the text holds more than
- * `keep` turns, drop the oldest and return 1.
- */
-static int drop_oldest_turn(pbuf *history, size_t keep)
-{
-    static const char USER[] = "{\"role\":\"user\"";
-    size_t turns = 0, second = 0;
-    int depth = 0, in_string = 0;
-    for (size_t i = 0; i < history->len; i++) {
-        char c = history->data[i];
-        if (in_string) {
-            if (c == '\\')
-                i++;
-            else if (c == '"')
-                in_string = 0;
-        } else if (c == '"') {
-            in_string = 1;
-        } else if (c == '{' || c == '[') {
-            if (depth++ == 0 && c == '{' && history->len - i >= sizeof USER - 1 &&
-                memcmp(history->data + i, USER, sizeof USER - 1) == 0 && ++turns == 2)
-                second = i;
-        } else if (c == '}' || c == ']') {
-            depth--;
-        }
-    }
-    if (turns <= keep || !second)
-        return 0;
-    memmove(history->data, history->data + second, history->len - second + 1);
-    history->len -= second;
-    return 1;
 }
 
 /*
@@ -569,13 +536,6 @@ void turn_on_history(turn *t, parley_status status, const char *message)
     if (t->append) { /* the lease is ours: other hosts' turns on this conversation wait */
         append_commit(t);
         return;
-    }
-    if (t->opts->max_history_turns &&
-        drop_oldest_turn(&t->history, (size_t)t->opts->max_history_turns)) {
-        if (t->counters)
-            atomic_fetch_add(&t->counters->truncations, 1);
-        if (t->series)
-            atomic_fetch_add(&t->series->history_cut, 1);
     }
     add_reply_context(t);
     record_user_message(t);
@@ -647,20 +607,30 @@ static int stream_sink(void *owner, const char *data, size_t len)
  * The system prompt of every request: the persona's or the agent's, then
  * this turn's extra one, then the note on a replied-to turn sent again.
  */
-static char *system_prompt(const turn *t)
+#define SUMMARY_HEADING "Summary of the earlier conversation (its older turns are not shown):\n"
+
+static char *system_prompt(const turn *t, size_t *fixed_len)
 {
     const char *note = t->reply.outcome == REPLY_INCLUDED ? REPLY_CONTEXT_NOTE : NULL;
+    const char *summary = ctx_summary(&t->ctx);
+    char *heading = summary ? pstr_printf("%s%s", SUMMARY_HEADING, summary) : NULL;
+    if (summary && !heading)
+        return NULL;
     /* JSON mode without a schema: the model must be told (OpenAI refuses a request
        whose messages never say "JSON"). */
     const char *json_note = t->format && !t->format->schema ? JSON_ANSWER_NOTE : NULL;
-    const char *parts[] = {t->opts->prompt, t->extra_system_prompt, note, json_note};
+    /* the stable part first (the prompt, the summary), then what changes per turn */
+    const char *parts[] = {t->opts->prompt, heading, t->extra_system_prompt, note, json_note};
     enum { NPARTS = sizeof parts / sizeof parts[0] };
     size_t lens[NPARTS], total = 0;
     for (size_t i = 0; i < NPARTS; i++) /* the non-empty parts, "\n\n" between them */
         total += (lens[i] = parts[i] ? strlen(parts[i]) : 0) + 2;
     char *out = malloc(total + 1), *o = out;
-    if (!out)
+    if (!out) {
+        free(heading);
         return NULL;
+    }
+    *fixed_len = 0;
     for (size_t i = 0; i < NPARTS; i++) {
         if (!lens[i])
             continue;
@@ -670,8 +640,11 @@ static char *system_prompt(const turn *t)
         }
         memcpy(o, parts[i], lens[i]);
         o += lens[i];
+        if (i < 2)
+            *fixed_len = (size_t)(o - out);
     }
     *o = '\0';
+    free(heading);
     return out;
 }
 
@@ -704,13 +677,13 @@ static int render_request(turn *t, char **err)
     json_t *messages = prov->reads_history_text
                            ? NULL
                            : provider_parse_messages(t->messages.data, t->messages.len, err);
-    char *system = system_prompt(t);
+    size_t fixed_len = 0;
+    char *system = system_prompt(t, &fixed_len);
     int rc = -1;
     if ((messages || prov->reads_history_text) && system) {
-        const char *prompt = t->opts->prompt;
         provider_request r = {
             .system = system,
-            .system_fixed_len = prompt ? strlen(prompt) : 0,
+            .system_fixed_len = fixed_len,
             .history = t->history_msgs,
             .history_text = prov->reads_history_text ? stored : NULL,
             .history_text_len = t->history.len,
@@ -721,6 +694,7 @@ static int render_request(turn *t, char **err)
             .tool_choice_none = tools_refused(t),
             .tool_choice = forced_tool_choice(t),
             .response_format = t->format,
+            .cache_key = t->conversation_id,
         };
         rc = prov->encode(&t->body, t->opts, &r, err); /* the persona's model, sampling */
     } else if (!*err) {
@@ -731,6 +705,121 @@ static int render_request(turn *t, char **err)
     return rc;
 }
 
+/* An image costs the model about this many tokens, whatever its base64 length. */
+#define IMAGE_TOKENS 1000
+
+/* What the turn may send: the window, the reserve, the turn bound, the factor. */
+static ctx_budget budget_of(const turn *t)
+{
+    const parley_options *o = t->opts;
+    const char *api = t->cfg->prov->name;
+    const ctx_model *learned = ctx_model_of(t->env->ctx, t->opts->model);
+    ctx_budget b = {.max_turns = (size_t)o->max_history_turns,
+                    .factor = learned->factor > 0 ? learned->factor : 1.0};
+    int64_t discovered = atomic_load(&t->env->ctx->discovered);
+    if (o->context_window > 0)
+        b.window = o->context_window;
+    else if (learned->window > 0)
+        b.window = learned->window;
+    else if (discovered > 0)
+        b.window = discovered;
+    else if (strcmp(api, "ollama") == 0 && o->num_ctx > 0)
+        b.window = o->num_ctx; /* what Parley asks Ollama for */
+    else if (strcmp(api, "anthropic") == 0)
+        b.window = 200000;
+    else if (!o->base_url || strstr(o->base_url, "://api.openai.com")) /* OpenAI's own API */
+        b.window = 128000;
+    else
+        b.window = 4096; /* a local server that did not say: llama.cpp's long-standing default */
+    if (learned->window > 0 && learned->window < b.window) /* the server knows better */
+        b.window = learned->window;
+    b.reserve = o->context_reserve >= 0 ? o->context_reserve
+                : o->max_tokens > 0       ? o->max_tokens
+                                          : 1024;
+    if (b.reserve > b.window / 2) /* a max_tokens near the window must leave room to ask */
+        b.reserve = b.window / 2;
+    return b;
+}
+
+/* The request body in estimated tokens, images counted as IMAGE_TOKENS. */
+static int64_t body_tokens(const turn *t, double factor)
+{
+    size_t image_bytes = 0;
+    for (size_t i = 0; i < t->images.n; i++)
+        image_bytes += strlen(t->images.items[i].url);
+    size_t text = t->body.len > image_bytes ? t->body.len - image_bytes : 0;
+    return ctx_tokens(text, factor) + (int64_t)t->images.n * IMAGE_TOKENS;
+}
+
+/* Cut n oldest turns of the window (a planned cut: counted, logged). */
+static void cut_window(turn *t, size_t n, ctx_cut_reason why)
+{
+    size_t msgs = ctx_cut(&t->ctx, &t->history, n, why);
+    t->nhistory = t->nhistory > msgs ? t->nhistory - msgs : 0;
+    json_decref(t->history_msgs); /* parsed again without them, if the codec parses */
+    t->history_msgs = NULL;
+    atomic_fetch_add(&t->env->metrics->context_cuts, 1);
+    if (t->counters)
+        atomic_fetch_add(&t->counters->truncations, 1);
+    if (t->series)
+        atomic_fetch_add(&t->series->history_cut, 1);
+    host_log(t->env->host, PARLEY_LOG_DEBUG,
+             "turn %s: the context window starts %zu turns later (%s), at message %llu",
+             t->turn_id, n, ctx_cut_reason_name(why), (unsigned long long)t->ctx.first);
+}
+
+/* Before the turn's first request: keep the window within the budget
+ * (context/window.h).  1 when the history changed (render again). */
+/* The bytes of t->history that are the window (reply context may follow). */
+static size_t window_len(const turn *t)
+{
+    return t->ctx.nturns ? t->ctx.end[t->ctx.nturns - 1] : 0;
+}
+
+static void release_config(void *cfg)
+{
+    config_unref(cfg);
+}
+
+/* What comes before the history in every request of the turn, for the cache
+ * break check: the prompt and the turn's extra prompt (malloc'd; NULL on OOM). */
+static char *stable_prompt(const turn *t)
+{
+    return pstr_printf("%s\x1f%s", t->opts->prompt ? t->opts->prompt : "",
+                       t->extra_system_prompt ? t->extra_system_prompt : "");
+}
+
+static int plan_window(turn *t)
+{
+    if (!t->ctx.enabled || t->ctx_planned)
+        return 0;
+    t->ctx_planned = 1;
+    if (t->cfg->opts.context_window == 0 && !t->env->ctx->started) /* ask the server, once */
+        ctx_discover_start(t->env->ctx, &t->cfg->opts, config_ref(t->cfg), release_config);
+    ctx_budget b = budget_of(t);
+    ctx_cut_reason why;
+    size_t n = ctx_plan(&t->ctx, &b, body_tokens(t, b.factor), clock_wall_ms(), 0, &why);
+    char *stable = why == CTX_CUT_NONE ? stable_prompt(t) : NULL;
+    int kept = !stable || ctx_prefix_kept(&t->ctx, stable, toolset_json(t->tools),
+                                          t->history.data, window_len(t));
+    free(stable);
+    if (!kept) {
+        atomic_fetch_add(&t->env->metrics->cache_breaks, 1);
+        host_log(t->env->host, PARLEY_LOG_INFO,
+                 "turn %s: this request does not extend the conversation's previous one (the "
+                 "prompt, the tools or the stored history changed): the server reads it again",
+                 t->turn_id);
+    }
+    if (why == CTX_CUT_NONE)
+        return 0;
+    int use_next = 0;
+    n = ctx_cut_for_next(&t->ctx, &b, body_tokens(t, b.factor), n, &use_next);
+    cut_window(t, n, why);
+    if (use_next) /* the summary made ahead takes the cut turns' place */
+        ctx_take_next(&t->ctx);
+    return n > 0 || use_next;
+}
+
 static void turn_request(turn *t)
 {
     char *err = NULL;
@@ -738,7 +827,10 @@ static void turn_request(turn *t)
         turn_end(t, PARLEY_ERR_NO_MEMORY, "out of memory building the request");
         return;
     }
-    if (render_request(t, &err) != 0) {
+    int rendered = render_request(t, &err);
+    if (rendered == 0 && plan_window(t)) /* the window moved: render it again */
+        rendered = render_request(t, &err);
+    if (rendered != 0) {
         /* Only a store holding something that is not a message gets here: checked now, on
            the failure path (store_json_object_list), so every turn does not pay for it. */
         char *m = NULL;
@@ -902,6 +994,12 @@ static void account_reply(turn *t, const llm_reply *reply)
     t->usage.cache_read += u->cache_read;
     t->usage.cache_creation += u->cache_creation;
     t->usage.reasoning += u->reasoning;
+    if (!t->images.n && !t->truncated) /* base64 bytes are not tokens; a cut prompt lies */
+        ctx_learn_factor(ctx_model_of(t->env->ctx, t->opts->model), t->body.len, u->prompt);
+    if (!t->truncated) {
+        t->last_prompt = u->prompt;
+        t->last_bytes = t->body.len;
+    }
     atomic_fetch_add(&m->tokens_prompt, (uint64_t)u->prompt);
     atomic_fetch_add(&m->tokens_completion, (uint64_t)u->completion);
     atomic_fetch_add(&m->tokens_cache_read, (uint64_t)u->cache_read);
@@ -1050,8 +1148,88 @@ static void finish_answer(turn *t, const llm_reply *reply, const char *content)
     turn_commit(t);
 }
 
+/*
+ * The server refused the prompt as longer than its window: learn the window
+ * (and the tokens it counted) from its answer, cut the window's oldest turns
+ * down to the low mark, and send again -- once per turn.  0 when that cannot
+ * help (no window, nothing left to cut, already tried): the turn then fails
+ * with context_overflow, its history unchanged.
+ */
+static int recover_overflow(turn *t)
+{
+    if (t->overflow_retried || !t->ctx.enabled)
+        return 0;
+    t->overflow_retried = 1;
+    ctx_model *learned = ctx_model_of(t->env->ctx, t->opts->model);
+    if (t->overflow.n_ctx > 0)
+        learned->window = t->overflow.n_ctx;
+    if (t->overflow.n_prompt > 0 && !t->images.n)
+        ctx_learn_factor(learned, t->body.len, t->overflow.n_prompt);
+    ctx_budget b = budget_of(t);
+    ctx_cut_reason why;
+    size_t n = ctx_plan(&t->ctx, &b, body_tokens(t, b.factor), clock_wall_ms(), 1, &why);
+    if (!n)
+        return 0;
+    host_log(t->env->host, PARLEY_LOG_WARN,
+             "turn %s: the prompt did not fit the model's context window (%lld tokens > %lld): "
+             "sending it again without its %zu oldest turns",
+             t->turn_id, t->overflow.n_prompt, t->overflow.n_ctx, n);
+    cut_window(t, n, CTX_CUT_OVERFLOW);
+    turn_request(t);
+    return 1;
+}
+
+static void summary_on_http_done(turn *t, CURLcode code);
+
+/*
+ * Ollama answers a prompt longer than its window after silently dropping the
+ * oldest messages: its prompt_eval_count then counts far fewer tokens than
+ * were sent (by the estimate, once the factor is known).
+ */
+static int ollama_truncated(const turn *t, const llm_usage *u)
+{
+    if (strcmp(t->cfg->prov->name, "ollama") != 0 || !t->ctx.enabled || t->images.n ||
+        u->prompt <= 0)
+        return 0;
+    double f = ctx_model_of(t->env->ctx, t->opts->model)->factor;
+    if (f <= 0)
+        return 0;
+    if (!t->tool_rounds && !t->overflow_retried && ctx_shrunk(&t->ctx, t->body.len, u->prompt, f))
+        return 1; /* longer than the conversation's last request, yet counted shorter */
+    return body_tokens(t, f) > u->prompt + u->prompt * 3 / 10 + 16; /* far fewer than sent */
+}
+
+/* After a silent truncation: what the server kept is its window (and the
+ * answer's room); cut the window's oldest turns and send again, once. */
+static int recover_truncation(turn *t, long long read)
+{
+    if (t->overflow_retried || !t->ctx.enabled)
+        return 0;
+    t->overflow_retried = 1;
+    ctx_budget b = budget_of(t);
+    int64_t sent = body_tokens(t, b.factor);
+    ctx_model_of(t->env->ctx, t->opts->model)->window =
+        (int64_t)read + b.reserve + b.window * CTX_MARGIN_PERCENT / 100;
+    b = budget_of(t);
+    ctx_cut_reason why;
+    size_t n = ctx_plan(&t->ctx, &b, sent, clock_wall_ms(), 1, &why);
+    if (!n)
+        return 0;
+    host_log(t->env->host, PARLEY_LOG_WARN,
+             "turn %s: the server read only %lld of about %lld prompt tokens (it dropped the "
+             "oldest messages to fit its window): sending it again without its %zu oldest turns",
+             t->turn_id, read, (long long)sent, n);
+    cut_window(t, n, CTX_CUT_OVERFLOW);
+    turn_request(t);
+    return 1;
+}
+
 void turn_on_http_done(turn *t, CURLcode code)
 {
+    if (t->summarizing) {
+        summary_on_http_done(t, code);
+        return;
+    }
     char *msg = NULL;
     int retryable = 0;
     parley_status st = http_call_outcome(t->http, code, &msg, &retryable);
@@ -1078,6 +1256,10 @@ void turn_on_http_done(turn *t, CURLcode code)
     if (st != PARLEY_OK) {
         http_call_free(t->http);
         t->http = NULL;
+        if (st == PARLEY_ERR_CONTEXT_OVERFLOW && recover_overflow(t)) {
+            free(msg);
+            return;
+        }
         if (!(retryable && maybe_retry(t, st, msg, retry_after)))
             turn_end(t, st, msg ? msg : status_name(st));
         free(msg);
@@ -1111,7 +1293,23 @@ void turn_on_http_done(turn *t, CURLcode code)
         return;
     }
     t->attempt = 0;
+    t->truncated = ollama_truncated(t, &reply.usage);
+    if (t->truncated && !t->overflow_retried && t->ctx.nturns) {
+        account_reply(t, &reply); /* an answer to part of the prompt: its tokens were spent */
+        long long read = reply.usage.prompt;
+        llm_reply_free(&reply);
+        t->truncated = 0;
+        if (!recover_truncation(t, read))
+            turn_end(t, PARLEY_ERR_CONTEXT_OVERFLOW, "the server dropped the start of the "
+                     "prompt to fit its context window, and it could not be shortened");
+        return;
+    } /* (else the answer stands: the newest message is what the server kept) */
+    if (t->overflow_retried == 1) { /* the shorter prompt was answered */
+        t->overflow_retried = 2;
+        atomic_fetch_add(&t->env->metrics->context_overflows_recovered, 1);
+    }
     account_reply(t, &reply);
+    t->truncated = 0;
     if (reply.finish_reason && strcmp(reply.finish_reason, "length") == 0)
         log_cut_short(t, &reply);
     take_answer_call(t, &reply);
@@ -1451,6 +1649,28 @@ static void turn_commit(turn *t)
                      .started_ms = t->host_time_ms ? t->host_time_ms : t->started_wall_ms,
                      .finished_ms = turn_clock_ms(t),
                      .messages = msgs, .nmessages = t->nmessages};
+    if (t->ctx.enabled && t->last_prompt > 0) { /* what the next turn's server count */
+        t->ctx.rec.last_prompt = (uint64_t)t->last_prompt;
+        t->ctx.rec.last_bytes = t->last_bytes;
+    }
+    if (t->ctx.enabled) { /* what the next request should start with */
+        pbuf turn_text = PBUF_INIT;
+        for (size_t i = 0; i < t->nmessages; i++) {
+            pbuf_append(&turn_text, msgs[i].json, msgs[i].json_len);
+            pbuf_putc(&turn_text, ',');
+        }
+        char *stable = stable_prompt(t);
+        ctx_set_prefix(&t->ctx, stable ? stable : "", toolset_json(t->tools), t->history.data,
+                       window_len(t), turn_text.data, turn_text.len);
+        if (turn_text.oom || !stable)
+            t->ctx.rec.prefix_hash = 0; /* unknown: the next turn checks nothing */
+        free(stable);
+        pbuf_free(&turn_text);
+    }
+    if (t->ctx.enabled && ctx_record_write(&t->ctx) == 0) { /* the window's start goes with it */
+        in.context = t->ctx.record.data;
+        in.context_len = t->ctx.record.len;
+    }
     store_key key = key_of(t);
     if (env->jobs) { /* WAIT committing: the store's write thread appends */
         store_job *job = store_job_new(STORE_JOB_APPEND, &key);
@@ -1469,10 +1689,248 @@ static void turn_commit(turn *t)
     free(err);
 }
 
+/* ======================================================================
+ * 6b. The summary: after the commit, off the answer's path
+ * ====================================================================== */
+
+static const char SUMMARY_PROMPT[] =
+    "You keep a running summary of a conversation between a user and an assistant, for the "
+    "assistant to read later in place of the turns it covers. You get the summary so far and "
+    "the turns that follow it. Write the updated summary: the facts, names, preferences, "
+    "requests, decisions and open questions worth remembering, including what the tools "
+    "returned, in the conversation's language, at most 250 words. Write only the summary.";
+
+static void summary_saved(turn *t, parley_status status, const char *message);
+
+/* The summary made ahead: the conversation's own request (which the server
+ * has cached), then this. */
+static const char AHEAD_PROMPT[] =
+    "Before the conversation goes on: write the summary of the earlier conversation (shown "
+    "after the instructions at the top, if there is one) updated with the first %zu "
+    "exchanges of the conversation below it (an exchange: a user message, any tool calls and "
+    "results, and the answer). Keep the facts, names, preferences, requests, decisions and "
+    "open questions worth remembering, including what the tools returned, in the "
+    "conversation's language, at most 250 words. Write only the summary.";
+
+/* The summary is done (made, failed or given up): the turn ends as it was reported. */
+static void summary_end(turn *t, int made, const char *why)
+{
+    t->summarizing = 0;
+    atomic_fetch_add(made ? &t->env->metrics->summaries_made : &t->env->metrics->summaries_failed,
+                     1);
+    if (!made)
+        host_log(t->env->host, PARLEY_LOG_WARN,
+                 "turn %s: the conversation's summary could not be updated (%s): its turns are "
+                 "kept and folded in later", t->turn_id, why ? why : "failed");
+    turn_end(t, PARLEY_OK, NULL);
+}
+
+/* The summary request's body, in the codec's form, into t->body. */
+static int render_summary(turn *t, char **err)
+{
+    ctx_budget b = budget_of(t); /* its request must fit the window: about 3/4 of it */
+    double bytes = (double)(b.window - b.reserve) * CTX_BYTES_PER_TOKEN * 0.75 / b.factor;
+    char *input = ctx_summary_input(&t->ctx, bytes > 1024 ? (size_t)bytes : 1024);
+    json_t *msg = input ? json_pack("{s:s,s:s}", "role", "user", "content", input) : NULL;
+    json_t *msgs = msg ? json_pack("[O]", msg) : NULL;
+    json_t *none = json_array();
+    char *text = msg ? json_dumps(msg, JSON_COMPACT) : NULL;
+    char *text_list = text ? pstr_printf("%s,", text) : NULL;
+    parley_options o = *t->opts; /* a shallow copy: the summary's own model, no stream */
+    o.stream = 0;
+    if (o.summary_model)
+        o.model = o.summary_model;
+    if (o.max_tokens <= 0 || o.max_tokens > 600)
+        o.max_tokens = 600;
+    int rc = -1;
+    if (msgs && none && text_list) {
+        int as_text = t->cfg->prov->reads_history_text; /* the codec's form (render_request) */
+        provider_request r = {
+            .system = SUMMARY_PROMPT,
+            .system_fixed_len = sizeof SUMMARY_PROMPT - 1,
+            .history = as_text ? NULL : none,
+            .history_text = as_text ? "" : NULL,
+            .messages = as_text ? NULL : msgs,
+            .messages_text = as_text ? text_list : NULL,
+            .messages_text_len = strlen(text_list),
+            .tools_json = "[]",
+        };
+        rc = t->cfg->prov->encode(&t->body, &o, &r, err);
+    }
+    free(input);
+    free(text);
+    free(text_list);
+    json_decref(msg);
+    json_decref(msgs);
+    json_decref(none);
+    return rc;
+}
+
+/* The request for the summary made ahead of the next cut: this turn's own
+ * last request plus its answer and the instruction, in the conversation's
+ * codec and options (so the server reads all but the instruction from its
+ * cache), without streaming or tools, into t->body. */
+static int render_ahead(turn *t, size_t k, char **err)
+{
+    char *instruction = pstr_printf(AHEAD_PROMPT, k);
+    if (!instruction)
+        return -1;
+    size_t mark = t->messages.len;
+    pbuf_puts(&t->messages, mark ? ",{\"role\":\"user\",\"content\":"
+                                 : "{\"role\":\"user\",\"content\":");
+    pbuf_json_string(&t->messages, instruction, strlen(instruction));
+    pbuf_putc(&t->messages, '}');
+    free(instruction);
+    parley_options o = *t->opts; /* a shallow copy: one answer, not streamed */
+    o.stream = 0;
+    const parley_options *saved = t->opts;
+    int rounds = t->tool_rounds;
+    t->opts = &o;
+    t->tool_rounds = (int)t->cfg->opts.max_tool_iterations; /* tool_choice "none" */
+    int rc = t->messages.oom ? -1 : render_request(t, err);
+    t->opts = saved;
+    t->tool_rounds = rounds;
+    t->messages.len = mark; /* the turn's messages as committed */
+    if (t->messages.data)
+        t->messages.data[mark] = '\0';
+    return rc;
+}
+
+/*
+ * After the commit: when turns left the window (this turn's cut, or earlier
+ * ones a summary has not folded yet), report the turn to the host now and ask
+ * the model for the summary so far plus those turns; or, when the window
+ * nears its limit, for the summary made ahead of the next cut.  The conversation's
+ * lane stays with this turn until the summary is stored (or given up), so
+ * the next turn of the conversation reads it.  1 when started.
+ */
+static int summary_start(turn *t)
+{
+    if (!t->ctx.enabled || !t->ctx.summarize || t->append)
+        return 0;
+    size_t ahead = 0;
+    const char *own = t->opts->summary_model;
+    /* Ahead of the cut only with the conversation's own model: another model
+     * has none of its prompt cached, so the turns' transcript costs it less. */
+    if (!t->ctx.dropped.len) {
+        if ((own && strcmp(own, t->opts->model) != 0) || t->format) /* not its own answer */
+            return 0;
+        ctx_budget b = budget_of(t);
+        int64_t tokens = body_tokens(t, b.factor) + ctx_tokens(strlen(t->answer), b.factor);
+        if (!(ahead = ctx_ahead_turns(&t->ctx, &b, tokens)))
+            return 0;
+    }
+    t->summary_ahead = ahead;
+    char *err = NULL;
+    if ((ahead ? render_ahead(t, ahead, &err) : render_summary(t, &err)) != 0) {
+        host_log(t->env->host, PARLEY_LOG_WARN, "turn %s: no summary request: %s", t->turn_id,
+                 err ? err : "out of memory");
+        free(err);
+        atomic_fetch_add(&t->env->metrics->summaries_failed, 1);
+        return 0;
+    }
+    pbuf_fit(&t->body);
+    t->end_status = PARLEY_OK;
+    t->end_message = NULL;
+    if (t->steps.len)
+        pbuf_putc(&t->steps, ']');
+    turn_report(t); /* the answer is the host's now */
+    t->summarizing = 1;
+    provider_stream_free(t->stream);
+    t->stream = NULL;
+    t->http = http_call_start(t->env->pool, &t->cfg->http, t->body.data, t->body.len, t, NULL);
+    if (!t->http) {
+        summary_end(t, 0, "could not start the HTTP request");
+        return 1;
+    }
+    atomic_fetch_add(&t->env->metrics->llm_requests, 1);
+    return 1;
+}
+
+static void summary_on_http_done(turn *t, CURLcode code)
+{
+    char *msg = NULL;
+    int retryable = 0;
+    parley_status st = http_call_outcome(t->http, code, &msg, &retryable);
+    llm_reply reply;
+    memset(&reply, 0, sizeof reply);
+    char *err = NULL;
+    if (st == PARLEY_OK && decode_reply(t, &reply, &err) != 0)
+        st = PARLEY_ERR_BAD_RESPONSE;
+    http_call_free(t->http);
+    t->http = NULL;
+    const char *summary = reply.content;
+    while (summary && (*summary == ' ' || *summary == '\n'))
+        summary++;
+    /* the record the commit wrote: the summary replaces it only if no other host's turn
+       has written one since (a shared store) */
+    size_t expected_len = t->ctx.record.len;
+    char *expected = malloc(expected_len + 1);
+    if (expected)
+        memcpy(expected, t->ctx.record.data ? t->ctx.record.data : "", expected_len + 1);
+    if (!expected) {
+        summary_end(t, 0, "out of memory");
+    } else if (st != PARLEY_OK || !summary || !*summary) {
+        summary_end(t, 0, st != PARLEY_OK ? (err ? err : msg ? msg : status_name(st))
+                                          : "an empty answer");
+    } else if ((t->summary_ahead ? ctx_record_write_next(&t->ctx, summary, t->summary_ahead)
+                                 : ctx_record_write_summary(&t->ctx, summary)) != 0) {
+        summary_end(t, 0, "out of memory");
+    } else { /* the record: the same start, the new summary up to it */
+        store_key key = key_of(t);
+        if (t->env->jobs) {
+            store_job *job = store_job_new(STORE_JOB_SET_CONTEXT, &key);
+            char *copy = job ? malloc(t->ctx.record.len + 1) : NULL;
+            if (copy) { /* the job's own: the turn may end before it runs */
+                memcpy(copy, t->ctx.record.data, t->ctx.record.len + 1);
+                job->turn.context = copy;
+                job->turn.context_len = t->ctx.record.len;
+                job->expected = expected;
+                job->expected_len = expected_len;
+                expected = NULL; /* the job's */
+                job->owner = t;
+                t->job = job;
+            }
+            if (!copy || store_jobs_submit(t->env->jobs, job) != 0) {
+                t->job = NULL;
+                store_job_free(job);
+                summary_end(t, 0, "out of memory");
+            }
+        } else {
+            char *serr = NULL;
+            parley_status sst = store_context_set(t->env->store, &key, t->ctx.record.data,
+                                                  t->ctx.record.len, expected, expected_len,
+                                                  clock_wall_ms(), &serr);
+            summary_saved(t, sst, serr);
+            free(serr);
+        }
+    }
+    free(expected);
+    free(msg);
+    free(err);
+    llm_reply_free(&reply);
+}
+
+static void summary_saved(turn *t, parley_status status, const char *message)
+{
+    t->job = NULL;
+    if (status != PARLEY_OK) {
+        char *m = pstr_printf("could not store it: %s", message ? message : status_name(status));
+        summary_end(t, 0, m ? m : "could not store it");
+        free(m);
+        return;
+    }
+    summary_end(t, 1, NULL);
+}
+
 void turn_on_committed(turn *t, parley_status status, const char *message)
 {
     t->job = NULL;
     t->committing = 0;
+    if (t->summarizing) { /* the summary's record, not the turn */
+        summary_saved(t, status, message);
+        return;
+    }
     if (status == PARLEY_OK && t->counters) {
         atomic_fetch_add(&t->counters->turns_stored, 1);
         atomic_fetch_add(&t->counters->messages_stored, t->nmessages);
@@ -1483,7 +1941,8 @@ void turn_on_committed(turn *t, parley_status status, const char *message)
     }
     if (status == PARLEY_OK) {
         t->lease_held = 0; /* the append gave it back (store.h v2) */
-        turn_end(t, PARLEY_OK, NULL);
+        if (!summary_start(t))
+            turn_end(t, PARLEY_OK, NULL);
         return;
     }
     char *m = pstr_printf("could not store the turn: %s", message ? message : status_name(status));
@@ -1525,7 +1984,7 @@ void turn_end(turn *t, parley_status status, const char *message)
         t->job->owner = NULL;
         t->job = NULL;
     }
-    if (t->steps.len)
+    if (t->steps.len && !t->reported)
         pbuf_putc(&t->steps, ']');
     t->end_status = status;
     t->end_message = status == PARLEY_OK ? NULL : (message ? message : status_name(status));
@@ -1554,6 +2013,9 @@ static char *put_count(char *o, const char *key, long long v)
 
 void turn_report(turn *t)
 {
+    if (t->reported)
+        return;
+    t->reported = 1;
     parley_status status = t->end_status;
     const char *answer = t->answer;
     char usage[400], *u = usage;

@@ -51,6 +51,7 @@
 #include <stdint.h>
 
 #include "lib/buf.h"
+#include "context/window.h"
 #include "engine/config.h"
 #include "engine/counters.h"
 #include "provider/image.h"
@@ -81,6 +82,7 @@ typedef struct turn_env {
     persona_metrics *persona_metrics; /* per-persona counters (persona.h) */
     void (*ended)(void *worker, turn *t); /* the turn ended: report it and free it */
     void *worker;
+    ctx_agent *ctx;            /* what the agent learned of the model's tokens and window */
 } turn_env;
 
 /* One tool call of the current round. */
@@ -145,6 +147,16 @@ struct turn {
                                  stored on the host's clock (turn_clock_ms) */
     pbuf history;             /* the last turns of the conversation, loaded at turn_begin */
     size_t nhistory;          /* how many messages that is */
+    ctx_window ctx;           /* where that history starts, its turns, this turn's cuts */
+    int ctx_planned;          /* the window was checked against the budget (first request) */
+    int overflow_retried;     /* 1: sent again after a context-overflow answer; 2: answered */
+    int truncated;            /* accounting a reply to a silently truncated prompt */
+    long long last_prompt;    /* the last reply's prompt tokens as the server counted them */
+    size_t last_bytes;        /* and its request's body length */
+    int summarizing;          /* committed and reported: folding what left the window into
+                                 the summary (its request, then its record) */
+    int reported;             /* the host's done callback ran (turn_report: once) */
+    size_t summary_ahead;     /* summarizing ahead of the next cut: the turns it covers */
     json_t *history_msgs;     /* the same, parsed once for a codec that needs it parsed */
     pbuf messages;            /* this turn's messages, comma-joined: what gets committed */
     turn_message *message_index; /* one per message of `messages` */

@@ -80,6 +80,9 @@ def options(fake=None, **overrides):
         "request_timeout_ms": int(10000 * SLOW),
         "connect_timeout_ms": int(2000 * SLOW),
         "retry_backoff_ms": 10,
+        # A known window: no discovery requests (GET /props...) beside the tests' own,
+        # which would shift the fake's request numbers (test_context.py tests discovery).
+        "context_window": 32768,
     }
     o.update(overrides)
     return o

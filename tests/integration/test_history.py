@@ -127,19 +127,39 @@ class Recall(HistoryCase):
             'Your first message was: "What did I say first?'))
 
 
+def window_start(n_stored, start, sent, limit):
+    """Where the history sent starts (a turn index) before the turn that
+    follows n_stored turns, the window having started at `start`: the
+    context engine's rule for small turns (docs/history.md, "How the context
+    is built").  It stays put until the window exceeds max_history_turns
+    (`sent`, 0 = no bound) or the store no longer holds its start (`limit`
+    turns kept, 0 = all); then it moves once, down to half of `sent`."""
+    first_kept = max(0, n_stored - limit) if limit else 0
+    lost = start < first_kept
+    held = n_stored - max(start, first_kept)
+    if sent and (n_stored - start > sent or lost):
+        return n_stored - min(max(1, sent // 2), held)
+    return first_kept if lost else start
+
+
+def default_keep(sent):
+    """history_keep_turns when null: well more than is sent."""
+    return max(200, 4 * sent) if sent else 0
+
+
 class Truncation(HistoryCase):
     def run_plain(self, n_turns, max_hist, snapshots=True, keep=None):
         """n_turns plain turns on one id, a history op after each (when
-        snapshots); checks every request (the last max_hist turns sent) and
-        snapshot (the last `keep` turns kept; None: max_hist) exactly."""
+        snapshots); checks every request (the window of window_start) and
+        snapshot (the last `keep` turns kept; None: default_keep) exactly."""
         llm = self.server()
-        o = options(llm)
+        o = options(llm, summarize=False)  # the window alone (summaries: test_context.py)
         if max_hist is not None:
             o["max_history_turns"] = max_hist
         if keep is not None:
             o["history_keep_turns"] = keep
         sent = max_hist if max_hist is not None else 20
-        limit = keep if keep is not None else sent
+        limit = keep if keep is not None else default_keep(sent)
         texts = ["turn %d of %d" % (k, n_turns) for k in range(1, n_turns + 1)]
         lines = []
         for t in texts:
@@ -154,9 +174,10 @@ class Truncation(HistoryCase):
         reqs = llm.chat_requests()
         self.assertEqual(len(reqs), n_turns)
         stored = []  # every turn ever completed: [user, assistant]
+        start = 0
         for k, (text, res, req) in enumerate(zip(texts, results, reqs), start=1):
-            kept = stored if limit == 0 else stored[-limit:] if limit else []
-            kept = kept if sent == 0 else kept[-sent:]
+            start = window_start(len(stored), start, sent, limit)
+            kept = stored[start:]
             want = [SYS] + [m for pair in kept for m in pair] + [user(text)]
             self.assertEqual(messages(req), want, "request of turn %d" % k)
             self.assertEqual(res["response"], fake_reply(text, len(want), len(kept) + 1))
@@ -213,7 +234,8 @@ class Truncation(HistoryCase):
         for t in texts:
             lines.append({"text": t, "conversation_id": "tools"})
             lines.append({"op": "history", "conversation_id": "tools"})
-        o = options(llm, max_history_turns=max_hist, max_tool_iterations=2)
+        o = options(llm, max_history_turns=max_hist, max_tool_iterations=2, summarize=False)
+        start = 0
         run = self.run_ok(lines, o, tools=TOOLS)
         results = run.turn_lines()
         snaps = [self.history_turns(l) for l in run.lines if l.get("op") == "history"]
@@ -223,8 +245,9 @@ class Truncation(HistoryCase):
             before = snaps[k - 1] if k else []
             after = snaps[k]
             n = len(before)
-            # The history op shows at most max_history_turns whole turns.
-            self.assertEqual(len(after), min(k + 1, max_hist) if max_hist else k + 1)
+            # The store keeps well more than is sent: every turn so far.
+            self.assertEqual(len(after), k + 1)
+            start = window_start(n, start, max_hist, default_keep(max_hist))
             this = after[-1]
             self.assertEqual(this["turn_id"], res["turn_id"])
             self.assertEqual(this["messages"][0], user(text))
@@ -235,7 +258,7 @@ class Truncation(HistoryCase):
             # Every request of this turn starts with exactly the stored turns, whole.
             reqs = self.requests_for(llm, text)
             self.assertGreaterEqual(len(reqs), 1, text)
-            prefix = [SYS] + flatten(before)
+            prefix = [SYS] + flatten(before[start:])
             for r in reqs:
                 msgs = messages(r)
                 self.assertEqual(msgs[:len(prefix)], prefix, "turn %d request #%s" % (k + 1, r["seq"]))
@@ -243,7 +266,7 @@ class Truncation(HistoryCase):
                 # The rest is this turn's own messages so far, as stored.
                 rest = msgs[len(prefix):]
                 self.assertEqual(rest, as_sent(this["messages"][:len(rest)]))
-            self.assertLessEqual(n, max_hist if max_hist else n)
+            self.assertLessEqual(n - start, max_hist if max_hist else n)
 
         # The turns really contained tool steps (else the test proves nothing).
         t3 = snaps[2][-1]["messages"]

@@ -136,7 +136,8 @@ class MessageOpsCase(ParleyTestCase):
                     self.assertEqual([m["role"] for m in sent], ["user", "assistant", "user"])
                     self.assertEqual(sent[2]["content"],
                                      [{"type": "text", "text": "Mum: dinner at 7"},
-                                      {"type": "text", "text": "what did mum say?"}])
+                                      {"type": "text", "text": "what did mum say?",
+                                       "cache_control": {"type": "ephemeral"}}])
                 else:
                     tail = [{"role": m["role"], "content": m["content"]} for m in sent[-3:]]
                     self.assertEqual(tail, [assistant(fake_reply("hello", 2, 1)),
@@ -424,14 +425,16 @@ class MessageOpsCase(ParleyTestCase):
                         {"role": "assistant", "content": [{"type": "text", "text": WASHING}]},
                         {"role": "user", "content": [
                             {"type": "text", "text": "[system note] " + AWAY},
-                            {"type": "text", "text": "anything new?"}]}])
+                            {"type": "text", "text": "anything new?",  # the request's end:
+                             "cache_control": {"type": "ephemeral"}}]}])  # prompt_cache
                     self.assertEqual([m["role"] for m in mid["messages"]],
                                      ["user", "assistant", "user"])
                     self.assertEqual(mid["messages"][1]["content"][-1],
                                      {"type": "text", "text": WASHING})
                     self.assertEqual(mid["messages"][2]["content"],
                                      [{"type": "text", "text": "[system note] " + AWAY},
-                                      {"type": "text", "text": "thanks"}])
+                                      {"type": "text", "text": "thanks",
+                                       "cache_control": {"type": "ephemeral"}}])
                 else:
                     tail = [{"role": m["role"], "content": m["content"]}
                             for m in fresh["messages"][1:]]

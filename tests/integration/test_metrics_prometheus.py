@@ -76,6 +76,7 @@ class PrometheusCase(ParleyTestCase):
         port = free_port()
         with FakeLLM() as fake:
             opts = options(fake, history_store=self.store(), max_history_turns=1,
+                           summarize=False,  # no summary requests beside the turns'
                            history_keep_turns=5,
                            personas={"chef": {"prompt": "You are a chef."}})
             with InteractiveShim(opts, extra_args=("--metrics-listen", "127.0.0.1:%d" % port)) \
@@ -133,11 +134,12 @@ class PrometheusCase(ParleyTestCase):
                 self.assertGreaterEqual(after.get(key, 0), v, key)
 
     def test_turns_the_store_trims_are_counted(self):
-        """With history_keep_turns at its default (= max_history_turns) the window never cuts:
-        the store drops the older turns, and parley_history_trimmed_turns_total says so."""
+        """With history_keep_turns = max_history_turns the store drops the older turns, and
+        parley_history_trimmed_turns_total says so."""
         port = free_port()
         with FakeLLM() as fake:
-            opts = options(fake, history_store=self.store(), max_history_turns=2)
+            opts = options(fake, history_store=self.store(), max_history_turns=2,
+                           history_keep_turns=2, summarize=False)
             with InteractiveShim(opts, extra_args=("--metrics-listen", "127.0.0.1:%d" % port)) \
                     as sh:
                 for text in ("one", "two", "three", "four"):

@@ -42,7 +42,8 @@ class PersonaCase(ParleyTestCase):
         self.addCleanup(self.llm.close)
 
     def opts(self, **kw):
-        o = options(self.llm, personas=PERSONAS)  # tools: the shim adds TOOLS
+        # tools: the shim adds TOOLS; summaries (test_context.py) would add requests
+        o = options(self.llm, personas=PERSONAS, summarize=False)
         o.update(kw)
         return o
 
@@ -207,7 +208,7 @@ class Metrics(PersonaCase):
             {"text": "b2", "conversation_id": "m", "persona": "butler"},
             {"text": "b3", "conversation_id": "m", "persona": "butler"},
             {"op": "metrics"},
-        ], self.opts(), tools=TOOLS)
+        ], self.opts(summarize=False), tools=TOOLS)
         m = run.by_seq(6)["result"]["personas"]
         self.assertEqual(m["chef"], {"turns": 2, "turns_stored": 2, "messages_stored": 4,
                                      "truncations": 0, "clears": 0})

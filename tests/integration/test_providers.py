@@ -115,7 +115,8 @@ class ToolTurns(ProviderCase):
         self.assertEqual(use["input"], {"name": "kitchen"})
         self.assertEqual(second["messages"][2]["content"],
                          [{"type": "tool_result", "tool_use_id": use["id"],
-                           "content": DEMO_RESULT}])
+                           "content": DEMO_RESULT,  # the request's end: the moving breakpoint
+                           "cache_control": {"type": "ephemeral"}}])
         self.assertEqual(reqs[0]["authorization"], None)
 
     def test_ollama(self):

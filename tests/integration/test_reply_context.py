@@ -61,7 +61,7 @@ class ReplyContextCase(ParleyTestCase):
         return lines
 
     def test_reply_outside_the_window_is_sent_whole_and_marked(self):
-        o = options(self.llm, max_history_turns=2, history_keep_turns=0)
+        o = options(self.llm, max_history_turns=2, history_keep_turns=0, summarize=False)
         with shim(self, o, tools="demo") as sh:
             first, _, third, fourth = self.conversation(sh)
             old = self.turn_messages(sh, first["turn_id"])
@@ -89,7 +89,7 @@ class ReplyContextCase(ParleyTestCase):
         self.assertNotIn(NOTE, json.dumps(messages(reqs[-2])))
 
     def test_reply_inside_the_window_is_not_repeated(self):
-        o = options(self.llm, max_history_turns=2, history_keep_turns=0)
+        o = options(self.llm, max_history_turns=2, history_keep_turns=0, summarize=False)
         with shim(self, o, tools="demo") as sh:
             _, _, third, fourth = self.conversation(sh)
             window = self.turn_messages(sh, third["turn_id"]) + \
@@ -103,7 +103,7 @@ class ReplyContextCase(ParleyTestCase):
                          [user("about that")])
 
     def test_reply_by_interface_message_id(self):
-        o = options(self.llm, max_history_turns=1, history_keep_turns=0)
+        o = options(self.llm, max_history_turns=1, history_keep_turns=0, summarize=False)
         with shim(self, o, tools="demo") as sh:
             first = self.conversation(sh, n_plain=2, first={"interface_message_id": "tg-100"},
                                       interface_type="telegram")[0]
@@ -128,7 +128,7 @@ class ReplyContextCase(ParleyTestCase):
                  {"text": "two", "conversation_id": "a",
                   "reply_to": {"interface_message_id": "nobody"}},
                  {"text": "three", "conversation_id": "b"}]
-        run = self.run_ok(lines, options(self.llm, max_history_turns=1, history_keep_turns=0))
+        run = self.run_ok(lines, options(self.llm, max_history_turns=1, history_keep_turns=0, summarize=False))
         for seq, ctx in ((2, "not_found"), (3, "not_found")):
             line = self.assertTurnOk(run.by_seq(seq))
             self.assertEqual(line["reply_context"], ctx)
@@ -136,7 +136,7 @@ class ReplyContextCase(ParleyTestCase):
         for r in self.llm.chat_requests():
             self.assertEqual(messages(r)[0], {"role": "system", "content": PROMPT})
         # a turn of another conversation is not a match
-        with shim(self, options(self.llm, max_history_turns=1, history_keep_turns=0)) as sh:
+        with shim(self, options(self.llm, max_history_turns=1, history_keep_turns=0, summarize=False)) as sh:
             theirs = sh.turn({"text": "in b", "conversation_id": "b"})
             sh.turn({"text": "in a", "conversation_id": "a"})
             sh.turn({"text": "again a", "conversation_id": "a"})
@@ -146,8 +146,8 @@ class ReplyContextCase(ParleyTestCase):
         self.assertNotIn("in b", json.dumps(messages(self.llm.chat_requests()[-1])))
 
     def test_a_turn_no_longer_kept_is_not_found(self):
-        # history_keep_turns defaults to max_history_turns: what left the window is gone
-        with shim(self, options(self.llm, max_history_turns=1)) as sh:
+        # history_keep_turns 1: what left the store is gone
+        with shim(self, options(self.llm, max_history_turns=1, history_keep_turns=1, summarize=False)) as sh:
             first = sh.turn({"text": "old", "conversation_id": "k", "interface_message_id": "k1"})
             sh.turn({"text": "newer", "conversation_id": "k"})
             reply = sh.turn({"text": "that", "conversation_id": "k",
@@ -240,7 +240,7 @@ class ReplyContextProviders(ParleyTestCase):
             for stream in (False, True):
                 with self.subTest(provider=provider, stream=stream), FakeLLM() as fake:
                     o = provider_options(fake, provider, stream=stream, max_history_turns=1,
-                                         history_keep_turns=0)
+                                         history_keep_turns=0, summarize=False)
                     with shim(self, o, tools="demo") as sh:
                         first = sh.turn({"text": TOOL_TEXT, "conversation_id": "p",
                                          "interface_message_id": "p-1"})
@@ -300,7 +300,8 @@ class ReplyContextRedis(ParleyTestCase):
         redis = RedisServer()
         self.addCleanup(redis.stop)
         with FakeLLM() as llm:
-            o = options(llm, history_store=redis.url, max_history_turns=1, history_keep_turns=0)
+            o = options(llm, history_store=redis.url, max_history_turns=1, history_keep_turns=0,
+                        summarize=False)
             with shim(self, o, tools="demo") as sh:
                 first = sh.turn({"text": TOOL_TEXT, "conversation_id": "r",
                                  "interface_message_id": "r-1"})

@@ -299,7 +299,7 @@ class Upgrade(StoreCase):
                          [("home", 4, 2, ["user", "assistant"])])
         db = sqlite3.connect(self.path)
         try:
-            self.assertEqual(db.execute("PRAGMA user_version").fetchone()[0], 2)
+            self.assertEqual(db.execute("PRAGMA user_version").fetchone()[0], 3)
         finally:
             db.close()
 

@@ -9,7 +9,7 @@ from support import AgentCase, harness, parley
 class IdentityTest(AgentCase):
 
     async def test_metadata_interface_id_and_reply(self):
-        async with self.agent(max_history_turns=1, history_keep_turns=0) as agent:
+        async with self.agent(max_history_turns=1, history_keep_turns=0, summarize=False) as agent:
             first = await agent.process("the blue box", "c", interface_type="telegram",
                                         interface_message_id="tg-1",
                                         metadata={"from": "anna", "n": 1})

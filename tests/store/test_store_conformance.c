@@ -70,6 +70,7 @@ typedef struct harness {
     char *location;
     store_limits limits;
     store *s;
+    const char *context;  /* version 5: the record the next appends carry (NULL: none) */
 } harness;
 
 static store *open_at(const backend_case *bc, const char *location, store_limits limits,
@@ -84,7 +85,8 @@ static store *open_at(const backend_case *bc, const char *location, store_limits
 static harness start(const backend_case *bc, size_t keep_turns, size_t max_conversations,
                      uint64_t idle_timeout_ms)
 {
-    harness h = {bc, fresh_location(bc), {keep_turns, max_conversations, idle_timeout_ms}, NULL};
+    harness h = {bc, fresh_location(bc), {keep_turns, max_conversations, idle_timeout_ms}, NULL,
+                 NULL};
     char *err = NULL;
     h.s = open_at(bc, h.location, h.limits, &err);
     if (!h.s)
@@ -172,7 +174,8 @@ static parley_status append_full(harness *h, const char *persona, const char *if
         n++;
         p = end ? end + 1 : p + len;
     }
-    store_turn turn = {tid, now_ms > 500 ? now_ms - 500 : 0, now_ms, msgs, n};
+    store_turn turn = {tid, now_ms > 500 ? now_ms - 500 : 0, now_ms, msgs, n, h->context,
+                       h->context ? strlen(h->context) : 0};
     store_key key = {id, persona, iface};
     return store_append(h->s, &key, &turn, now_ms, err);
 }
@@ -684,14 +687,14 @@ static void test_bad_append_changes_nothing(const backend_case *bc)
     append_at(&h, "a", 1, USER("a"), 1);
     char *before = snapshot(&h);
     store_key key = {"a", "", ""};
-    store_turn empty = {"00000009-0000-4000-8000-000000000009", 1, 2, NULL, 0};
+    store_turn empty = {"00000009-0000-4000-8000-000000000009", 1, 2, NULL, 0, NULL, 0};
     char *err = NULL;
     CHECK(store_append(h.s, &key, &empty, 2, &err) != PARLEY_OK);
     CHECK(err != NULL);
     free(err);
     err = NULL;
     store_message no_json = {"m", "user", 1, NULL, 3, NULL, NULL, 0};
-    store_turn bad = {"00000009-0000-4000-8000-000000000009", 1, 2, &no_json, 1};
+    store_turn bad = {"00000009-0000-4000-8000-000000000009", 1, 2, &no_json, 1, NULL, 0};
     CHECK(store_append(h.s, &key, &bad, 2, &err) != PARLEY_OK);
     free(err);
     char *after = snapshot(&h);
@@ -1500,6 +1503,101 @@ static void test_v4(const backend_case *bc)
         test_v4_reopen(bc);
 }
 
+/* ---- version 5: the context record ---- */
+
+/* "<turn count> <record>" of conversation id at now_ms, or "error". */
+static char *context_of(harness *h, const char *id, uint64_t now_ms)
+{
+    store_key key = {id, "", ""};
+    pbuf out = {0};
+    store_lifetime life = {99, 99, 99, 99};
+    char *err = NULL;
+    parley_status st = store_context_get(h->s, &key, now_ms, &out, &life, &err);
+    char *text = st == PARLEY_OK ? pstr_printf("%llu %s", (unsigned long long)life.turn_count,
+                                               out.data ? out.data : "")
+                                 : strdup("error");
+    CHECK(st != PARLEY_OK || life.turn_count || !life.message_count);
+    free(err);
+    pbuf_free(&out);
+    return text;
+}
+
+static parley_status set_context(harness *h, const char *id, const char *json, uint64_t now_ms)
+{
+    store_key key = {id, "", ""};
+    char *err = NULL;
+    parley_status st = store_context_set(h->s, &key, json, strlen(json), NULL, 0, now_ms, &err);
+    free(err);
+    return st;
+}
+
+#define CHECK_CONTEXT(h, id, now, want)                                                        \
+    do {                                                                                       \
+        char *got_ = context_of(h, id, now);                                                   \
+        CHECK_STR(got_, want);                                                                 \
+        free(got_);                                                                            \
+    } while (0)
+
+static void test_v5_context(const backend_case *bc)
+{
+    harness h = start(bc, 2, 10, 60000);
+    CHECK_CONTEXT(&h, "a", 1000, "0 "); /* unknown: nothing */
+    CHECK(set_context(&h, "a", "{\"start\":1}", 1000) == PARLEY_ERR_NOT_FOUND);
+    CHECK_CONTEXT(&h, "a", 1000, "0 ");
+    append_at(&h, "a", 1, TURN1, 1000);
+    CHECK_CONTEXT(&h, "a", 1000, "1 ");
+    CHECK(set_context(&h, "a", "{\"start\":1}", 1000) == PARLEY_OK);
+    CHECK_CONTEXT(&h, "a", 1000, "1 {\"start\":1}");
+    append_at(&h, "a", 2, QA(2), 2000); /* a turn without a record keeps it */
+    CHECK_CONTEXT(&h, "a", 2000, "2 {\"start\":1}");
+    {
+        store_key a = {"a", "", ""};
+        pbuf out = {0};
+        store_lifetime life;
+        CHECK(store_context_get(h.s, &a, 2000, &out, &life, NULL) == PARLEY_OK);
+        CHECK(life.message_count == 6 && life.turn_count == 2);
+        CHECK(life.last_message_ms == 1991);
+        pbuf_free(&out);
+    }
+    h.context = "{\"start\":2,\"summary\":\"caf\u00e9\"}"; /* the turn carries a new one */
+    append_at(&h, "a", 3, QA(3), 3000);
+    h.context = NULL;
+    CHECK_CONTEXT(&h, "a", 3000, "3 {\"start\":2,\"summary\":\"caf\u00e9\"}");
+    h.context = "{\"start\":9}"; /* a retried append changes nothing */
+    append_at(&h, "a", 3, QA(3), 3000);
+    h.context = NULL;
+    CHECK_CONTEXT(&h, "a", 3000, "3 {\"start\":2,\"summary\":\"caf\u00e9\"}");
+    append_at(&h, "b", 4, USER("b"), 3000);
+    CHECK_CONTEXT(&h, "b", 3000, "1 "); /* per conversation */
+    /* Compare and set: only over the record expected ("" = none) */
+    store_key b = {"b", "", ""};
+    CHECK(store_context_set(h.s, &b, "{\"x\":1}", 7, "{}", 2, 3000, NULL) == PARLEY_ERR_BUSY);
+    CHECK(store_context_set(h.s, &b, "{\"x\":1}", 7, "", 0, 3000, NULL) == PARLEY_OK);
+    CHECK(store_context_set(h.s, &b, "{\"x\":2}", 7, "{\"x\":9}", 7, 3000, NULL) ==
+          PARLEY_ERR_BUSY);
+    CHECK(store_context_set(h.s, &b, "{\"x\":2}", 7, "{\"x\":1}", 7, 3000, NULL) == PARLEY_OK);
+    CHECK_CONTEXT(&h, "b", 3000, "1 {\"x\":2}");
+    if (bc->durable) {
+        reopen(&h);
+        CHECK_CONTEXT(&h, "a", 3000, "3 {\"start\":2,\"summary\":\"caf\u00e9\"}");
+    }
+    /* Forgetting the conversation forgets its record. */
+    store_key a = {"a", "", ""};
+    CHECK(store_forget(h.s, &a, NULL) == PARLEY_OK);
+    CHECK_CONTEXT(&h, "a", 3000, "0 ");
+    append_at(&h, "a", 5, USER("again"), 4000);
+    CHECK_CONTEXT(&h, "a", 4000, "1 ");
+    /* An idle conversation restarts without it. */
+    CHECK(set_context(&h, "a", "{\"start\":1}", 4000) == PARLEY_OK);
+    append_at(&h, "a", 6, USER("later"), 4000 + 60001 + 1000);
+    CHECK_CONTEXT(&h, "a", 4000 + 60001 + 1000, "1 ");
+    /* Clearing everything clears every record. */
+    CHECK(set_context(&h, "a", "{\"start\":1}", 70000) == PARLEY_OK);
+    CHECK(store_forget(h.s, NULL, NULL) == PARLEY_OK);
+    CHECK_CONTEXT(&h, "a", 70000, "0 ");
+    stop(&h);
+}
+
 /* ---- durable backends ---- */
 
 static void write_file(const char *path, const void *data, size_t len)
@@ -1631,9 +1729,9 @@ static void test_refuses_foreign_files(const backend_case *bc)
     /* A newer schema. */
     char *newer = make_store_file(bc);
     CHECK(sqlite3_open(newer, &db) == SQLITE_OK);
-    CHECK(sqlite3_exec(db, "PRAGMA user_version = 3;", NULL, NULL, NULL) == SQLITE_OK);
+    CHECK(sqlite3_exec(db, "PRAGMA user_version = 4;", NULL, NULL, NULL) == SQLITE_OK);
     sqlite3_close(db);
-    check_refused(bc, newer, "newer Parley (schema version 3; this one reads up to 2)");
+    check_refused(bc, newer, "newer Parley (schema version 4; this one reads up to 3)");
     free(newer);
 
     /* Corrupt: a damaged header; a damaged schema page. */
@@ -1819,7 +1917,7 @@ static void test_failing_writes(const backend_case *bc)
     store_config cfg = {.location = path, .limits = limits, .sync_full = 1};
     store *s = NULL;
     CHECK(store_open(bc->backend, &cfg, &s, NULL) == PARLEY_OK);
-    harness full = {bc, path, limits, s};
+    harness full = {bc, path, limits, s, NULL};
     append_at(&full, "a", 1, USER("a"), 1000);
     char *before = snapshot(&full);
     FAULT_VFS_SET(fail_syncs, SQLITE_IOERR_FSYNC);
@@ -1848,7 +1946,7 @@ static int read_only_checks(const backend_case *bc, const char *dir)
     char *path = pstr_printf("%s/read-only.db", dir);
     store_limits limits = {0, 10, 0};
     char *err = NULL;
-    harness h = {bc, path, limits, open_at(bc, path, limits, &err)};
+    harness h = {bc, path, limits, open_at(bc, path, limits, &err), NULL};
     free(err);
     CHECK(h.s != NULL);
     append_at(&h, "a", 1, TURN1, 1000);
@@ -1973,7 +2071,7 @@ static void test_reads_do_not_wait_for_writes(const backend_case *bc)
     store_config cfg = {.location = path, .limits = limits, .sync_full = 1};
     store *s = NULL;
     CHECK(store_open(bc->backend, &cfg, &s, NULL) == PARLEY_OK);
-    harness h = {bc, path, limits, s};
+    harness h = {bc, path, limits, s, NULL};
     append_at(&h, "other", 1, USER("other"), 1000);
     unsigned long syncs = FAULT_VFS_GET(syncs);
     FAULT_VFS_SET(sync_delay_ms, delay_ms);
@@ -2035,6 +2133,7 @@ int main(void)
         test_bad_append_changes_nothing(bc);
         test_concurrent_use(bc);
         test_v4(bc);
+        test_v5_context(bc);
         if (bc->durable) {
             test_reopen_keeps_everything(bc);
             test_refuses_foreign_files(bc);

@@ -175,7 +175,7 @@ static parley_status put(store *s, const char *iface, const char *conv, unsigned
                                       meta && meta[count] ? strlen(meta[count]) : 0};
         p = bar ? bar + 1 : colon + 1 + tlen;
     }
-    store_turn turn = {tid, now - 100, now, msgs, count};
+    store_turn turn = {tid, now - 100, now, msgs, count, NULL, 0};
     store_key key = {conv, "", iface};
     char *err = NULL;
     parley_status st = B->append(s, &key, &turn, now, &err);
@@ -275,10 +275,10 @@ static void test_upgrade_from_v1(int with_id_index)
                                             "\"metadata\":{\"chat\":7},\"message\":"));
     free(m);
     B->close(s);
-    CHECK(pragma_int(path, "PRAGMA user_version") == 2);
+    CHECK(pragma_int(path, "PRAGMA user_version") == 3);
     CHECK(pragma_int(path, "SELECT count(*) FROM sqlite_schema WHERE name IN"
                            " ('messages_by_message_id', 'messages_by_interface_id')") == 2);
-    /* Reopened: version 2 as it is, everything still there. */
+    /* Reopened: version 3 as it is, everything still there. */
     s = open_ok(path, 2, 0);
     if (s) {
         m = find(s, "telegram", "kitchen", "tg-500", 6000, &st);
@@ -321,7 +321,7 @@ static void test_failed_upgrade_changes_nothing(void)
     char *path = fresh_path();
     make_v1_file(path, 0);
     FAULT_VFS_SET(fail_writes, SQLITE_FULL);
-    check_refused_unchanged(path, "cannot upgrade it from schema version 1 to 2",
+    check_refused_unchanged(path, "cannot upgrade it from schema version 1 to 3",
                             "the file is unchanged");
     FAULT_VFS_SET(fail_writes, 0);
     CHECK(pragma_int(path, "PRAGMA user_version") == 1);
@@ -332,7 +332,7 @@ static void test_failed_upgrade_changes_nothing(void)
         CHECK(n == 4);
         B->close(s);
     }
-    CHECK(pragma_int(path, "PRAGMA user_version") == 2);
+    CHECK(pragma_int(path, "PRAGMA user_version") == 3);
     free(path);
 }
 
@@ -357,7 +357,7 @@ static int read_only_checks(const char *dir)
     char *path = pstr_printf("%s/v1-read-only.db", dir);
     make_v1_file(path, 1);
     CHECK(chmod(path, 0400) == 0);
-    check_refused_unchanged(path, "cannot upgrade it from schema version 1 to 2", NULL);
+    check_refused_unchanged(path, "cannot upgrade it from schema version 1 to 3", NULL);
     free(path);
     return check_failed - failed_before;
 }
