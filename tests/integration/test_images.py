@@ -137,7 +137,9 @@ class Providers(ImageCase):
             {"type": "text", "text": "see"},
             {"type": "image", "source": {"type": "base64", "media_type": "image/png",
                                          "data": base64.b64encode(PNG).decode()}},
-            {"type": "image", "source": {"type": "url", "url": "https://example.com/door.jpg"}}])
+            # the context engine's moving cache breakpoint sits on the request's last block
+            {"type": "image", "source": {"type": "url", "url": "https://example.com/door.jpg"},
+             "cache_control": {"type": "ephemeral"}}])
         self.assertEqual(bodies[1]["messages"][0]["content"], [
             {"type": "text", "text": "see\n[image: image/png, 2 KB]\n"
                                      "[image: https://example.com/door.jpg]"}])
@@ -191,7 +193,8 @@ class NoCaption(ImageCase):
                 elif provider == "anthropic":
                     self.assertEqual(first["messages"][0]["content"], [
                         {"type": "image", "source": {"type": "base64", "media_type": "image/png",
-                                                     "data": base64.b64encode(PNG).decode()}}])
+                                                     "data": base64.b64encode(PNG).decode()},
+                         "cache_control": {"type": "ephemeral"}}])  # the moving breakpoint
                 else:
                     self.assertEqual(first["messages"][-1],
                                      {"role": "user", "content": "",

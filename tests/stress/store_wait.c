@@ -77,11 +77,14 @@ static void gate_pass(int *hold, int *waiting)
     pthread_mutex_unlock(&G.mu);
 }
 
-static parley_status gated_load(store *s, const store_key *key, size_t last_turns, uint64_t now_ms,
-                                pbuf *out, size_t *nmessages, char **err)
+/* A turn's history read begins with the conversation's context record (the
+ * context engine's window start; a new conversation needs nothing more), so
+ * that is where the load gate stands: one gate, and one count, per turn read. */
+static parley_status gated_context_get(store *s, const store_key *key, uint64_t now_ms, pbuf *out,
+                                       store_lifetime *life, char **err)
 {
     gate_pass(&G.hold_load, &G.loads_waiting);
-    parley_status st = store_memory_backend.load(s, key, last_turns, now_ms, out, nmessages, err);
+    parley_status st = store_memory_backend.context_get(s, key, now_ms, out, life, err);
     pthread_mutex_lock(&G.mu);
     G.loads++;
     pthread_cond_broadcast(&G.cv);
@@ -134,7 +137,7 @@ static void gated_init(void)
     gated.scheme = "gated";
     gated.blocking = 1;
     gated.open = gated_open;
-    gated.load = gated_load;
+    gated.context_get = gated_context_get;
     gated.append = gated_append;
     gated.expire = gated_expire;
 }
@@ -189,7 +192,7 @@ static const char *base_url;
 static parley_agent *new_agent_with(const char *more_options)
 {
     char opts[512];
-    snprintf(opts, sizeof opts, "{\"base_url\":\"%s\",\"model\":\"fake-model\"%s}", base_url,
+    snprintf(opts, sizeof opts, "{\"base_url\":\"%s\",\"model\":\"fake-model\",\"context_window\":32768%s}", base_url,
              more_options);
     char *err = NULL;
     parley_agent *a = agent_create_with_store(NULL, opts, &gated, &err);
@@ -560,7 +563,7 @@ static void test_open_failure(void)
     store_backend refusing = gated;
     refusing.open = refusing_open;
     char opts[512];
-    snprintf(opts, sizeof opts, "{\"base_url\":\"%s\",\"model\":\"fake-model\"}", base_url);
+    snprintf(opts, sizeof opts, "{\"base_url\":\"%s\",\"model\":\"fake-model\",\"context_window\":32768}", base_url);
     char *err = NULL;
     parley_agent *a = agent_create_with_store(NULL, opts, &refusing, &err);
     CHECK(a == NULL);

@@ -521,7 +521,8 @@ int main(int argc, char **argv)
     char opts[1024];
     snprintf(opts, sizeof opts,
              "{\"base_url\":\"%s\",\"model\":\"fake-model\",\"prompt\":\"Stress.\","
-             "\"max_history_turns\":0,\"max_retries\":2,\"retry_backoff_ms\":20,"
+             "\"max_history_turns\":0,\"summarize\":false,\"context_window\":1000000,"
+             "\"max_retries\":2,\"retry_backoff_ms\":20,"
              "\"request_timeout_ms\":60000,\"turn_timeout_ms\":300000}",
              argv[2]);
     parley_host host = {.struct_size = sizeof host, .log = on_log};
