@@ -7,7 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const char *sniff_mime(const unsigned char *p, size_t n) {
+static const char *sniff_mime(const unsigned char *p, size_t n)
+{
     if (n >= 8 && memcmp(p, "\x89PNG\r\n\x1a\n", 8) == 0)
         return "image/png";
     if (n >= 3 && memcmp(p, "\xff\xd8\xff", 3) == 0)
@@ -19,13 +20,15 @@ static const char *sniff_mime(const unsigned char *p, size_t n) {
     return NULL;
 }
 
-static char *fail(char **err, const char *fmt, const char *path, const char *why) {
+static char *fail(char **err, const char *fmt, const char *path, const char *why)
+{
     if (asprintf(err, fmt, path, why) < 0)
         *err = NULL;
     return NULL;
 }
 
-char *shim_image_data_url(const char *path, char **err) {
+char *shim_image_data_url(const char *path, char **err)
+{
     *err = NULL;
     FILE *f = fopen(path, "rb");
     if (!f)
@@ -37,9 +40,10 @@ char *shim_image_data_url(const char *path, char **err) {
     if (!data)
         return fail(err, "image %s: %s", path, "out of memory");
     const char *mime = sniff_mime(data, n);
-    const char *why = read_error ? "could not be read"
+    const char *why = read_error                ? "could not be read"
                       : n > SHIM_IMAGE_MAX_FILE ? "larger than 64 MiB"
-                      : !mime ? "not a PNG, JPEG, WebP or GIF file" : NULL;
+                      : !mime                   ? "not a PNG, JPEG, WebP or GIF file"
+                                                : NULL;
     if (why) {
         free(data);
         return fail(err, "image %s: %s", path, why);
@@ -65,7 +69,8 @@ char *shim_image_data_url(const char *path, char **err) {
     return url;
 }
 
-char *shim_images_resolve(const char *images_json, char **err) {
+char *shim_images_resolve(const char *images_json, char **err)
+{
     *err = NULL;
     json_t *arr = json_loads(images_json, 0, NULL);
     char *out = NULL;
@@ -75,7 +80,8 @@ char *shim_images_resolve(const char *images_json, char **err) {
     }
     size_t i;
     json_t *item;
-    json_array_foreach(arr, i, item) {
+    json_array_foreach(arr, i, item)
+    {
         const char *path = json_string_value(json_object_get(item, "path"));
         if (!path)
             continue; /* {"url"} or anything else: the plugin checks it and names it */

@@ -17,11 +17,10 @@
 
 #define RBUF_SIZE 65536
 
-int shim_interrupted(void) {
-    return atomic_load(&g_shim.interrupted) != 0;
-}
+int shim_interrupted(void) { return atomic_load(&g_shim.interrupted) != 0; }
 
-int lr_init(struct line_reader *lr, int fd) {
+int lr_init(struct line_reader *lr, int fd)
+{
     memset(lr, 0, sizeof *lr);
     lr->fd = fd;
     lr->rbuf = malloc(RBUF_SIZE);
@@ -34,7 +33,8 @@ int lr_init(struct line_reader *lr, int fd) {
     return 0;
 }
 
-void lr_free(struct line_reader *lr) {
+void lr_free(struct line_reader *lr)
+{
     free(lr->rbuf);
     free(lr->line);
     lr->rbuf = lr->line = NULL;
@@ -42,7 +42,8 @@ void lr_free(struct line_reader *lr) {
 
 /* Append to the current line, or just count it once past the limit: an
  * over-long line is consumed but never stored whole. */
-static int lr_append(struct line_reader *lr, const char *p, size_t n) {
+static int lr_append(struct line_reader *lr, const char *p, size_t n)
+{
     if (lr->too_long)
         return 0;
     /* +1: room for the '\r' of a CRLF line, stripped in lr_next. */
@@ -67,7 +68,8 @@ static int lr_append(struct line_reader *lr, const char *p, size_t n) {
 }
 
 /* Wait until fd is readable; -1 if a signal asked us to stop. */
-static int wait_readable(int fd) {
+static int wait_readable(int fd)
+{
     struct pollfd p[2] = {{.fd = fd, .events = POLLIN}, {.fd = g_shim.wake_fd, .events = POLLIN}};
     for (;;) {
         if (shim_interrupted())
@@ -83,7 +85,8 @@ static int wait_readable(int fd) {
     }
 }
 
-enum lr_status lr_next(struct line_reader *lr) {
+enum lr_status lr_next(struct line_reader *lr)
+{
     lr->len = 0;
     lr->too_long = 0;
     int have = 0; /* bytes of this line seen (an unterminated last line counts) */
@@ -128,7 +131,8 @@ enum lr_status lr_next(struct line_reader *lr) {
     return LR_LINE;
 }
 
-int shim_sleep_ms(long ms) {
+int shim_sleep_ms(long ms)
+{
     struct pollfd p = {.fd = g_shim.wake_fd, .events = POLLIN};
     struct timespec end, now;
     clock_gettime(CLOCK_MONOTONIC, &end);
@@ -142,8 +146,8 @@ int shim_sleep_ms(long ms) {
         if (shim_interrupted())
             return -1;
         clock_gettime(CLOCK_MONOTONIC, &now);
-        long long left_ns = (long long)(end.tv_sec - now.tv_sec) * 1000000000LL +
-                            (end.tv_nsec - now.tv_nsec);
+        long long left_ns =
+            (long long)(end.tv_sec - now.tv_sec) * 1000000000LL + (end.tv_nsec - now.tv_nsec);
         if (left_ns <= 0)
             return 0;
         long long left = (left_ns + 999999) / 1000000; /* round up: never wake early */

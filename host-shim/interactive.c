@@ -30,7 +30,7 @@ static pthread_mutex_t live_mu = PTHREAD_MUTEX_INITIALIZER;
 static struct live_step {
     char *call_id;
     int result_shown;
-} *live;
+} * live;
 static size_t nlive, live_cap;
 static int interactive_on; /* set by run_interactive: JSONL mode prints no steps */
 
@@ -41,7 +41,8 @@ static char *conv_id;
 static char *persona;
 static json_t *pending_images;
 
-static void print_value(const char *prefix, json_t *v, const char *suffix) {
+static void print_value(const char *prefix, json_t *v, const char *suffix)
+{
     /* Strings as their text, anything else as compact JSON. */
     char *dumped = json_is_string(v) ? NULL : json_dumps(v, SHIM_JSON_COMPACT);
     const char *s = json_is_string(v) ? json_string_value(v) : dumped ? dumped : "";
@@ -51,7 +52,8 @@ static void print_value(const char *prefix, json_t *v, const char *suffix) {
 }
 
 /* "  -> name args"; args borrowed, NULL printed as {}. */
-static void print_call_value(const char *name, json_t *args) {
+static void print_call_value(const char *name, json_t *args)
+{
     char *prefix = NULL;
     if (asprintf(&prefix, "  -> %s ", name ? name : "?") < 0)
         prefix = NULL;
@@ -63,7 +65,8 @@ static void print_call_value(const char *name, json_t *args) {
 
 /* The same from the callback's arguments_json: JSON text, or raw text the
  * model sent that is not JSON. */
-static void print_call(const char *name, const char *args_json) {
+static void print_call(const char *name, const char *args_json)
+{
     json_t *args = args_json ? json_loads(args_json, JSON_DECODE_ANY, NULL) : NULL;
     if (!args && args_json)
         args = jstr(args_json);
@@ -72,7 +75,8 @@ static void print_call(const char *name, const char *args_json) {
 }
 
 /* "  <- content [(error)]": content is JSON text or plain text. */
-static void print_result(const char *content, int is_error) {
+static void print_result(const char *content, int is_error)
+{
     json_t *v = content ? json_loads(content, JSON_DECODE_ANY, NULL) : NULL;
     if (!v)
         v = content ? jstr(content) : json_null();
@@ -80,14 +84,16 @@ static void print_result(const char *content, int is_error) {
     json_decref(v);
 }
 
-static struct live_step *live_find(const char *call_id) {
+static struct live_step *live_find(const char *call_id)
+{
     for (size_t i = 0; call_id && i < nlive; i++)
         if (strcmp(live[i].call_id, call_id) == 0)
             return &live[i];
     return NULL;
 }
 
-static void live_reset(void) {
+static void live_reset(void)
+{
     pthread_mutex_lock(&live_mu);
     for (size_t i = 0; i < nlive; i++)
         free(live[i].call_id);
@@ -95,15 +101,15 @@ static void live_reset(void) {
     pthread_mutex_unlock(&live_mu);
 }
 
-void interactive_tool_started(const parley_tool_call_info *info) {
+void interactive_tool_started(const parley_tool_call_info *info)
+{
     if (!interactive_on)
         return;
     const char *id = PARLEY_HAS_FIELD(info, parley_tool_call_info, call_id) ? info->call_id : NULL;
-    const char *name = PARLEY_HAS_FIELD(info, parley_tool_call_info, tool_name) ? info->tool_name
-                                                                                : NULL;
-    const char *args = PARLEY_HAS_FIELD(info, parley_tool_call_info, arguments_json)
-                           ? info->arguments_json
-                           : NULL;
+    const char *name =
+        PARLEY_HAS_FIELD(info, parley_tool_call_info, tool_name) ? info->tool_name : NULL;
+    const char *args =
+        PARLEY_HAS_FIELD(info, parley_tool_call_info, arguments_json) ? info->arguments_json : NULL;
     pthread_mutex_lock(&live_mu);
     if (id && nlive == live_cap) {
         size_t cap = live_cap ? live_cap * 2 : 8;
@@ -121,7 +127,8 @@ void interactive_tool_started(const parley_tool_call_info *info) {
     pthread_mutex_unlock(&live_mu);
 }
 
-void interactive_tool_finished(const char *call_id, const char *result, int is_error) {
+void interactive_tool_finished(const char *call_id, const char *result, int is_error)
+{
     if (!interactive_on)
         return;
     pthread_mutex_lock(&live_mu);
@@ -134,12 +141,14 @@ void interactive_tool_finished(const char *call_id, const char *result, int is_e
 }
 
 /* The result's tool steps that were not printed live. */
-static void print_missed_steps(const char *steps_json) {
+static void print_missed_steps(const char *steps_json)
+{
     json_t *steps = steps_json ? json_loads(steps_json, JSON_DECODE_ANY, NULL) : NULL;
     size_t i;
     json_t *s;
     pthread_mutex_lock(&live_mu);
-    json_array_foreach(steps, i, s) {
+    json_array_foreach(steps, i, s)
+    {
         const char *type = json_string_value(json_object_get(s, "type"));
         const char *id = json_string_value(json_object_get(s, "call_id"));
         struct live_step *seen = live_find(id);
@@ -158,7 +167,8 @@ static void print_missed_steps(const char *steps_json) {
     json_decref(steps);
 }
 
-static void on_delta(void *user_data, parley_request_id request_id, const char *text, size_t len) {
+static void on_delta(void *user_data, parley_request_id request_id, const char *text, size_t len)
+{
     (void)user_data;
     (void)request_id;
     cur.ndeltas++;
@@ -169,7 +179,8 @@ static void on_delta(void *user_data, parley_request_id request_id, const char *
         out_text(text, len);
 }
 
-static void on_done(void *user_data, const parley_result *r) {
+static void on_done(void *user_data, const parley_result *r)
+{
     (void)user_data;
 #define FIELD(f, dflt) (PARLEY_HAS_FIELD(r, parley_result, f) ? r->f : (dflt))
     parley_status status = FIELD(status, PARLEY_ERR_INTERNAL);
@@ -201,7 +212,8 @@ static void on_done(void *user_data, const parley_result *r) {
 
 /* Wait for the turn's done callback.  On a terminal, show "thinking… Ns"
  * until output comes; the first Ctrl-C cancels the turn (a second quits). */
-static void wait_turn(parley_request_id rid) {
+static void wait_turn(parley_request_id rid)
+{
     int tty = isatty(1);
     struct timespec start, now;
     clock_gettime(CLOCK_REALTIME, &start);
@@ -234,7 +246,8 @@ static void wait_turn(parley_request_id rid) {
     out_status(NULL);
 }
 
-static void run_turn(const char *text) {
+static void run_turn(const char *text)
+{
     pthread_mutex_lock(&g_shim.mu);
     char *cid = conv_id ? strdup(conv_id) : NULL;
     cur.done = 0;
@@ -274,7 +287,8 @@ static void run_turn(const char *text) {
 
 /* /say TEXT: append_message into the current conversation (no model call);
  * the done callback prints it like an answer. */
-static void say(const char *cid, const char *text) {
+static void say(const char *cid, const char *text)
+{
     const parley_plugin *pl = g_shim.pl;
     if (!PARLEY_HAS_FIELD(pl, parley_plugin, append_message) || !pl->append_message) {
         out_printf("parley! invalid_input: this plugin has no append_message\n");
@@ -310,7 +324,8 @@ static void say(const char *cid, const char *text) {
 }
 
 /* Print a snapshot (history, list, metrics) pretty, or the error. */
-static void show(parley_status st, char *out, const char *what, const char *id) {
+static void show(parley_status st, char *out, const char *what, const char *id)
+{
     if (st == PARLEY_OK) {
         json_t *v = out ? json_loads(out, JSON_DECODE_ANY, NULL) : NULL;
         char *pretty = v ? json_dumps(v, SHIM_JSON_PRETTY) : NULL;
@@ -333,12 +348,15 @@ static void show(parley_status st, char *out, const char *what, const char *id) 
 
 /* One line per message: "role: text", tool calls as "-> name args", tool
  * results as "<- content". */
-static void print_history_compact(const char *json) {
+static void print_history_compact(const char *json)
+{
     json_t *h = json ? json_loads(json, 0, NULL) : NULL;
     size_t i, j, k;
     json_t *turn, *m, *call;
-    json_array_foreach(json_object_get(h, "turns"), i, turn) {
-        json_array_foreach(json_object_get(turn, "messages"), j, m) {
+    json_array_foreach(json_object_get(h, "turns"), i, turn)
+    {
+        json_array_foreach(json_object_get(turn, "messages"), j, m)
+        {
             const char *role = json_string_value(json_object_get(m, "role"));
             json_t *content = json_object_get(m, "content");
             char *prefix = NULL;
@@ -356,7 +374,8 @@ static void print_history_compact(const char *json) {
             } else if (content && !json_is_null(content)) {
                 print_value(prefix, content, ""); /* content parts: compact JSON */
             }
-            json_array_foreach(json_object_get(m, "tool_calls"), k, call) {
+            json_array_foreach(json_object_get(m, "tool_calls"), k, call)
+            {
                 json_t *fn = json_object_get(call, "function");
                 const char *name = json_string_value(json_object_get(fn, "name"));
                 const char *args = json_string_value(json_object_get(fn, "arguments"));
@@ -373,7 +392,8 @@ static void print_history_compact(const char *json) {
 
 /* /search TEXT: history_query over every conversation, newest first, one line
  * per message: "[conversation_id created_at] role: text". */
-static void search(const char *text) {
+static void search(const char *text)
+{
     json_t *q = json_pack("{s:s, s:i}", "search", text, "limit", 20);
     char *qs = q ? json_dumps(q, SHIM_JSON_COMPACT) : NULL;
     json_decref(q);
@@ -382,14 +402,16 @@ static void search(const char *text) {
     free(qs);
     json_t *r = out ? json_loads(out, 0, NULL) : NULL;
     if (st != PARLEY_OK) {
-        const char *why = json_string_value(json_object_get(json_object_get(r, "error"), "message"));
+        const char *why =
+            json_string_value(json_object_get(json_object_get(r, "error"), "message"));
         out_printf("search: %s%s%s\n", status_str(st), why ? ": " : "", why ? why : "");
     } else if (json_array_size(json_object_get(r, "messages")) == 0) {
         out_printf("(no message holds \"%s\")\n", text);
     }
     size_t i;
     json_t *m;
-    json_array_foreach(st == PARLEY_OK ? json_object_get(r, "messages") : NULL, i, m) {
+    json_array_foreach(st == PARLEY_OK ? json_object_get(r, "messages") : NULL, i, m)
+    {
         const char *content =
             json_string_value(json_object_get(json_object_get(m, "message"), "content"));
         char *line = strdup(content ? content : "");
@@ -409,7 +431,8 @@ static void search(const char *text) {
  * as a new string with the user-info masked, or NULL when it has none.  The
  * user-info ends at the last '@', as the plugin reads it: for Redis anywhere
  * (its password may hold '@', '/', '?' or '#'), else within the authority. */
-static json_t *masked_credentials(json_t *v) {
+static json_t *masked_credentials(json_t *v)
+{
     const char *s = json_string_value(v);
     const char *scheme_end = s ? strstr(s, "://") : NULL;
     if (!scheme_end)
@@ -434,14 +457,16 @@ static json_t *masked_credentials(json_t *v) {
 /* The options create() got, completed with the schema's defaults; secrets
  * (writeOnly in the schema, and credentials inside URLs such as a Redis
  * history_store's password) masked.  Returns a new object. */
-static json_t *effective_options(void) {
+static json_t *effective_options(void)
+{
     char *text = g_shim.pl->options_schema();
     json_t *schema = text ? json_loads(text, 0, NULL) : NULL;
     plugin_free(text);
     json_t *eff = json_object();
     const char *name;
     json_t *p;
-    json_object_foreach(json_object_get(schema, "properties"), name, p) {
+    json_object_foreach(json_object_get(schema, "properties"), name, p)
+    {
         json_t *v = g_shim.options ? json_object_get(g_shim.options, name) : NULL;
         if (!v)
             v = json_object_get(p, "default");
@@ -461,19 +486,21 @@ static json_t *effective_options(void) {
     return eff;
 }
 
-static void banner(void) {
+static void banner(void)
+{
     json_t *o = effective_options();
     const char *model = json_string_value(json_object_get(o, "model"));
     const char *url = json_string_value(json_object_get(o, "base_url"));
     size_t ntools = json_array_size(json_object_get(o, "tools"));
     out_printf("parley %s: model %s at %s%s, %zu tool%s. /help for commands.\n",
-               g_shim.pl->version ? g_shim.pl->version : "?", model ? model : "?",
-               url ? url : "?", json_is_true(json_object_get(o, "stream")) ? ", streaming" : "",
-               ntools, ntools == 1 ? "" : "s");
+               g_shim.pl->version ? g_shim.pl->version : "?", model ? model : "?", url ? url : "?",
+               json_is_true(json_object_get(o, "stream")) ? ", streaming" : "", ntools,
+               ntools == 1 ? "" : "s");
     json_decref(o);
 }
 
-static void help(void) {
+static void help(void)
+{
     out_printf("Type a message to talk to the agent.  Commands:\n"
                "  /new      start a new conversation (forget the conversation id)\n"
                "  /id       show the current conversation id\n"
@@ -496,7 +523,8 @@ static void help(void) {
 }
 
 /* The selector of conversation `cid` under the current persona (compact JSON, malloc'd). */
-static char *persona_selector(const char *cid) {
+static char *persona_selector(const char *cid)
+{
     json_t *sel = json_pack("{s:s,s:s}", "conversation_id", cid, "persona", persona);
     char *text = sel ? json_dumps(sel, JSON_COMPACT) : NULL;
     json_decref(sel);
@@ -504,7 +532,8 @@ static char *persona_selector(const char *cid) {
 }
 
 /* history_get (no persona) or history_get_by (the current persona). */
-static parley_status history_of(const char *cid, char **out) {
+static parley_status history_of(const char *cid, char **out)
+{
     const parley_plugin *pl = g_shim.pl;
     if (!persona)
         return pl->history_get(g_shim.agent, cid, out);
@@ -516,7 +545,8 @@ static parley_status history_of(const char *cid, char **out) {
     return st;
 }
 
-static parley_status clear_of(const char *cid) {
+static parley_status clear_of(const char *cid)
+{
     const parley_plugin *pl = g_shim.pl;
     if (!persona)
         return pl->history_clear(g_shim.agent, cid);
@@ -529,7 +559,8 @@ static parley_status clear_of(const char *cid) {
 }
 
 /* Returns 1 to quit. */
-static int command(const char *cmd) {
+static int command(const char *cmd)
+{
     const parley_plugin *pl = g_shim.pl;
     char *out = NULL;
     /* Only this thread changes conv_id between turns; no turn runs now. */
@@ -618,12 +649,14 @@ static int command(const char *cmd) {
     return 0;
 }
 
-static void trim(char *s, size_t *len) {
+static void trim(char *s, size_t *len)
+{
     while (*len > 0 && (s[*len - 1] == '\r' || s[*len - 1] == ' ' || s[*len - 1] == '\t'))
         s[--*len] = '\0';
 }
 
-int run_interactive(void) {
+int run_interactive(void)
+{
     struct line_reader lr;
     if (lr_init(&lr, 0) < 0) {
         diag(PARLEY_LOG_ERROR, "out of memory");
@@ -666,7 +699,8 @@ int run_interactive(void) {
     return 0;
 }
 
-void interactive_free(void) {
+void interactive_free(void)
+{
     free(conv_id);
     conv_id = NULL;
     free(persona);

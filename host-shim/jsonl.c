@@ -26,7 +26,7 @@
 struct turn {
     struct turn *prev, *next; /* in-flight list, under g_shim.mu */
     unsigned long seq;
-    const char *op;           /* "append" for an append line; NULL for a conversation line */
+    const char *op; /* "append" for an append line; NULL for a conversation line */
     parley_request_id id;
     int refs;
     /* Written only by the delta callback, read by the done callback: both
@@ -34,7 +34,7 @@ struct turn {
     size_t ndeltas;
     char *streamed;
     size_t slen, scap;
-    char *reasoning;         /* on_reasoning deltas, joined */
+    char *reasoning; /* on_reasoning deltas, joined */
     size_t rlen, rcap;
 };
 
@@ -42,7 +42,8 @@ struct turn {
 static struct turn *inflight;
 static unsigned long in_flight;
 
-static void link_turn(struct turn *t) {
+static void link_turn(struct turn *t)
+{
     t->next = inflight;
     if (inflight)
         inflight->prev = t;
@@ -50,7 +51,8 @@ static void link_turn(struct turn *t) {
     in_flight++;
 }
 
-static void unlink_turn(struct turn *t) {
+static void unlink_turn(struct turn *t)
+{
     if (t->prev)
         t->prev->next = t->next;
     else
@@ -62,7 +64,8 @@ static void unlink_turn(struct turn *t) {
     pthread_cond_broadcast(&g_shim.cv);
 }
 
-static void free_turn(struct turn *t) {
+static void free_turn(struct turn *t)
+{
     free(t->streamed);
     free(t->reasoning);
     free(t);
@@ -70,14 +73,13 @@ static void free_turn(struct turn *t) {
 
 /* Drop one reference; the caller holds g_shim.mu.  Returns the turn when it
  * must be freed (after unlocking). */
-static struct turn *unref_locked(struct turn *t) {
-    return --t->refs == 0 ? t : NULL;
-}
+static struct turn *unref_locked(struct turn *t) { return --t->refs == 0 ? t : NULL; }
 
 /* ---- output lines -------------------------------------------------------- */
 
 /* {"seq":N,"error":{...}}: a line that started no turn and is no op. */
-static void error_line(unsigned long seq, json_t *error) {
+static void error_line(unsigned long seq, json_t *error)
+{
     json_t *line = json_object();
     json_object_set_new(line, "seq", json_integer((json_int_t)seq));
     json_object_set_new(line, "error", error);
@@ -86,7 +88,8 @@ static void error_line(unsigned long seq, json_t *error) {
 }
 
 /* {"seq":N,"op":..,"result":..,"error":..}; result and error are stolen. */
-static void op_reply(unsigned long seq, const char *op, json_t *result, json_t *error) {
+static void op_reply(unsigned long seq, const char *op, json_t *result, json_t *error)
+{
     json_t *line = json_object();
     json_object_set_new(line, "seq", json_integer((json_int_t)seq));
     json_object_set_new(line, "op", jstr(op));
@@ -98,7 +101,8 @@ static void op_reply(unsigned long seq, const char *op, json_t *result, json_t *
 
 /* An invalid_input answer, "line N: <what>": an op reply when the line named
  * an op (op non-NULL), else an error line. */
-static void invalid_line(unsigned long seq, const char *op, const char *what) {
+static void invalid_line(unsigned long seq, const char *op, const char *what)
+{
     char *msg = NULL;
     if (asprintf(&msg, "line %lu: %s", seq, what) < 0)
         msg = NULL; /* jerror_code then falls back to the code */
@@ -110,14 +114,16 @@ static void invalid_line(unsigned long seq, const char *op, const char *what) {
         error_line(seq, error);
 }
 
-static void no_memory_line(unsigned long seq) {
+static void no_memory_line(unsigned long seq)
+{
     error_line(seq, jerror_code("no_memory", "parley-host: out of memory"));
 }
 
 /* ---- plugin callbacks ----------------------------------------------------- */
 
 /* Append to a growing text; on OOM keep what we have (the count still tells the truth). */
-static void append_text(char **buf, size_t *blen, size_t *bcap, const char *text, size_t len) {
+static void append_text(char **buf, size_t *blen, size_t *bcap, const char *text, size_t len)
+{
     if (!text || len == 0)
         return;
     if (*blen + len + 1 > *bcap) {
@@ -134,7 +140,8 @@ static void append_text(char **buf, size_t *blen, size_t *bcap, const char *text
     *blen += len;
 }
 
-static void on_delta(void *user_data, parley_request_id request_id, const char *text, size_t len) {
+static void on_delta(void *user_data, parley_request_id request_id, const char *text, size_t len)
+{
     (void)request_id;
     struct turn *t = user_data;
     t->ndeltas++;
@@ -142,13 +149,15 @@ static void on_delta(void *user_data, parley_request_id request_id, const char *
 }
 
 static void on_reasoning(void *user_data, parley_request_id request_id, const char *text,
-                         size_t len) {
+                         size_t len)
+{
     (void)request_id;
     struct turn *t = user_data;
     append_text(&t->reasoning, &t->rlen, &t->rcap, text, len);
 }
 
-static void on_done(void *user_data, const parley_result *r) {
+static void on_done(void *user_data, const parley_result *r)
+{
     struct turn *t = user_data;
 #define FIELD(f, dflt) (PARLEY_HAS_FIELD(r, parley_result, f) ? r->f : (dflt))
     parley_status status = FIELD(status, PARLEY_ERR_INTERNAL);
@@ -185,8 +194,8 @@ static void on_done(void *user_data, const parley_result *r) {
             json_object_set_new(line, identity[i][0], jstr(identity[i][1]));
     const char *structured = FIELD(structured_json, NULL); /* with a response_format */
     if (structured)
-        json_object_set_new(line, "structured", jparse_plugin(structured, json_null(),
-                                                              "structured_json"));
+        json_object_set_new(line, "structured",
+                            jparse_plugin(structured, json_null(), "structured_json"));
 #undef FIELD
     /* Written before the turn leaves the in-flight set: a barrier that sees
      * in_flight == 0 knows every result line is out. */
@@ -206,7 +215,8 @@ static void on_done(void *user_data, const parley_result *r) {
 /* Start a turn (`in`) or an append (`append_json`) and track it until its done
  * callback; then wait for a free slot. */
 static void submit_tracked(unsigned long seq, const char *op, const parley_input *in,
-                           const char *append_json, unsigned long concurrency) {
+                           const char *append_json, unsigned long concurrency)
+{
     struct turn *t = calloc(1, sizeof *t);
     if (!t) {
         no_memory_line(seq);
@@ -252,8 +262,8 @@ static void submit_tracked(unsigned long seq, const char *op, const parley_input
 }
 
 /* Submit one validated conversation line; then wait for a free slot. */
-static void handle_turn(unsigned long seq, const struct jsonl_turn *req,
-                        unsigned long concurrency) {
+static void handle_turn(unsigned long seq, const struct jsonl_turn *req, unsigned long concurrency)
+{
     char *images = NULL, *why = NULL;
     if (req->images_json && !(images = shim_images_resolve(req->images_json, &why))) {
         invalid_line(seq, NULL, why ? why : "out of memory");
@@ -287,8 +297,8 @@ static void handle_turn(unsigned long seq, const struct jsonl_turn *req,
 }
 
 /* An append line: append_message, answered like a turn (by its done callback). */
-static void handle_append(unsigned long seq, const char *message_json,
-                          unsigned long concurrency) {
+static void handle_append(unsigned long seq, const char *message_json, unsigned long concurrency)
+{
     const parley_plugin *pl = g_shim.pl;
     if (!PARLEY_HAS_FIELD(pl, parley_plugin, append_message) || !pl->append_message) {
         op_reply(seq, "append", NULL,
@@ -301,7 +311,8 @@ static void handle_append(unsigned long seq, const char *message_json,
 /* ---- control lines ------------------------------------------------------- */
 
 /* Barrier ops first wait for every submitted turn (docs/shim.md). */
-static int is_barrier(enum jsonl_op_kind kind) {
+static int is_barrier(enum jsonl_op_kind kind)
+{
     /* update_options is no barrier: turns in flight finish under their options. */
     return kind != JSONL_OP_CANCEL && kind != JSONL_OP_SLEEP && kind != JSONL_OP_UPDATE_OPTIONS &&
            kind != JSONL_OP_PERSONA_PUT && kind != JSONL_OP_PERSONA_REMOVE;
@@ -309,7 +320,8 @@ static int is_barrier(enum jsonl_op_kind kind) {
 
 /* Wait until every submitted turn has completed and its line is written.
  * Returns -1 when a signal cut the wait short. */
-static int barrier(void) {
+static int barrier(void)
+{
     pthread_mutex_lock(&g_shim.mu);
     while (in_flight > 0 && !shim_interrupted())
         pthread_cond_wait(&g_shim.cv, &g_shim.mu);
@@ -319,7 +331,8 @@ static int barrier(void) {
 
 /* Why the history function this thread just called failed, in the plugin's words
  * (parley_plugin.last_error; malloc'd), or NULL from a plugin without it. */
-static char *plugin_words(void) {
+static char *plugin_words(void)
+{
     const parley_plugin *pl = g_shim.pl;
     if (!PARLEY_HAS_FIELD(pl, parley_plugin, last_error) || !pl->last_error)
         return NULL;
@@ -335,7 +348,8 @@ static void op_plugin_error(unsigned long seq, const char *op, parley_status st,
  * error in the plugin's words (else: `what`/`id` name the object for a
  * not_found message). */
 static void op_answer(unsigned long seq, const char *op, parley_status st, char *out,
-                      const char *what, const char *id) {
+                      const char *what, const char *id)
+{
     if (st == PARLEY_OK) {
         op_reply(seq, op, jparse_plugin(out, json_null(), op), NULL);
         plugin_free(out);
@@ -347,7 +361,7 @@ static void op_answer(unsigned long seq, const char *op, parley_status st, char 
     }
     plugin_free(out);
     char *msg = plugin_words();
-    int n = msg ? 0
+    int n = msg                                  ? 0
             : st == PARLEY_ERR_NOT_FOUND && what ? asprintf(&msg, "no %s '%s'", what, id)
                                                  : asprintf(&msg, "%s: %s", op, status_str(st));
     op_reply(seq, op, NULL, jerror(st, n < 0 ? NULL : msg));
@@ -356,21 +370,27 @@ static void op_answer(unsigned long seq, const char *op, parley_status st, char 
 
 /* An error whose words are in the plugin's {"error":{..,"message"}} (invalid_input from a
  * query: it says which key; storage: what the store cannot do). */
-static void op_plugin_error(unsigned long seq, const char *op, parley_status st, char *out) {
+static void op_plugin_error(unsigned long seq, const char *op, parley_status st, char *out)
+{
     json_t *answer = out ? json_loads(out, 0, NULL) : NULL;
-    const char *msg = json_string_value(json_object_get(json_object_get(answer, "error"), "message"));
-    op_reply(seq, op, NULL, jerror(st, msg ? msg : st == PARLEY_ERR_INVALID_INPUT
-                                                       ? "invalid query" : status_str(st)));
+    const char *msg =
+        json_string_value(json_object_get(json_object_get(answer, "error"), "message"));
+    op_reply(seq, op, NULL,
+             jerror(st, msg                              ? msg
+                        : st == PARLEY_ERR_INVALID_INPUT ? "invalid query"
+                                                         : status_str(st)));
     json_decref(answer);
     plugin_free(out);
 }
 
-static void op_input_error(unsigned long seq, const char *op, char *out) {
+static void op_input_error(unsigned long seq, const char *op, char *out)
+{
     op_plugin_error(seq, op, PARLEY_ERR_INVALID_INPUT, out);
 }
 
 /* A plugin older than the function `what`: say so instead of calling it. */
-static int lacks(unsigned long seq, const char *op, const void *fn, const char *what) {
+static int lacks(unsigned long seq, const char *op, const void *fn, const char *what)
+{
     if (fn)
         return 0;
     char *msg = NULL;
@@ -381,7 +401,8 @@ static int lacks(unsigned long seq, const char *op, const void *fn, const char *
     return 1;
 }
 
-static void op_cancel(unsigned long seq, long long target) {
+static void op_cancel(unsigned long seq, long long target)
+{
     parley_request_id id = 0;
     pthread_mutex_lock(&g_shim.mu);
     for (struct turn *t = inflight; t; t = t->next)
@@ -404,7 +425,8 @@ static void op_cancel(unsigned long seq, long long target) {
 }
 
 /* Run one validated op line and write its answer. */
-static void handle_op(unsigned long seq, const struct jsonl_op *op) {
+static void handle_op(unsigned long seq, const struct jsonl_op *op)
+{
     if (is_barrier(op->kind) && barrier() < 0)
         return; /* interrupted: the run is ending, no answer */
 
@@ -416,9 +438,11 @@ static void handle_op(unsigned long seq, const struct jsonl_op *op) {
     /* (Call, then pass `out`: argument evaluation order is unspecified.) */
     switch (op->kind) {
     case JSONL_OP_HISTORY:
-        if (op->json && !(PARLEY_HAS_FIELD(pl, parley_plugin, history_get_by) && pl->history_get_by)) {
-            op_reply(seq, name, NULL, jerror(PARLEY_ERR_INVALID_INPUT,
-                                             "this plugin has no history_get_by (\"persona\")"));
+        if (op->json &&
+            !(PARLEY_HAS_FIELD(pl, parley_plugin, history_get_by) && pl->history_get_by)) {
+            op_reply(seq, name, NULL,
+                     jerror(PARLEY_ERR_INVALID_INPUT,
+                            "this plugin has no history_get_by (\"persona\")"));
             break;
         }
         st = op->json ? pl->history_get_by(ag, op->json, &out) : pl->history_get(ag, id, &out);
@@ -449,9 +473,11 @@ static void handle_op(unsigned long seq, const struct jsonl_op *op) {
         op_answer(seq, name, st, out, NULL, NULL);
         break;
     case JSONL_OP_CLEAR:
-        if (op->json && !(PARLEY_HAS_FIELD(pl, parley_plugin, history_clear_by) && pl->history_clear_by)) {
-            op_reply(seq, name, NULL, jerror(PARLEY_ERR_INVALID_INPUT,
-                                             "this plugin has no history_clear_by (\"persona\")"));
+        if (op->json &&
+            !(PARLEY_HAS_FIELD(pl, parley_plugin, history_clear_by) && pl->history_clear_by)) {
+            op_reply(seq, name, NULL,
+                     jerror(PARLEY_ERR_INVALID_INPUT,
+                            "this plugin has no history_clear_by (\"persona\")"));
             break;
         }
         st = op->json ? pl->history_clear_by(ag, op->json) : pl->history_clear(ag, id);
@@ -472,33 +498,35 @@ static void handle_op(unsigned long seq, const struct jsonl_op *op) {
         op_answer(seq, name, st, out, "message", id);
         break;
     case JSONL_OP_FIND:
-        if (lacks(seq, name, PARLEY_HAS_FIELD(pl, parley_plugin, message_find) ? pl->message_find
-                                                                             : NULL,
+        if (lacks(seq, name,
+                  PARLEY_HAS_FIELD(pl, parley_plugin, message_find) ? pl->message_find : NULL,
                   "message_find"))
             break;
         st = pl->message_find(ag, id, &out);
         if (st == PARLEY_ERR_NOT_FOUND)
-            op_reply(seq, name, NULL, jerror(st, "no message with that interface_message_id in "
-                                                 "that conversation"));
+            op_reply(seq, name, NULL,
+                     jerror(st, "no message with that interface_message_id in "
+                                "that conversation"));
         else if (st != PARLEY_OK && out)
             op_plugin_error(seq, name, st, out);
         else
             op_answer(seq, name, st, out, NULL, NULL);
         break;
     case JSONL_OP_SET_INTERFACE_MESSAGE_ID: {
-        if (lacks(seq, name, PARLEY_HAS_FIELD(pl, parley_plugin, set_interface_message_id)
-                                 ? pl->set_interface_message_id : NULL,
+        if (lacks(seq, name,
+                  PARLEY_HAS_FIELD(pl, parley_plugin, set_interface_message_id)
+                      ? pl->set_interface_message_id
+                      : NULL,
                   "set_interface_message_id"))
             break;
         st = pl->set_interface_message_id(ag, id, op->value);
         char *msg = st == PARLEY_OK ? NULL : plugin_words();
-        int n = msg                        ? 0
-                : st == PARLEY_ERR_NOT_FOUND
-                    ? asprintf(&msg, "no stored turn '%s'", id)
-                    : st == PARLEY_ERR_INVALID_INPUT
-                          ? asprintf(&msg, "interface_message_id: must be 1 to 256 bytes of "
-                                           "UTF-8")
-                          : asprintf(&msg, "%s: %s", name, status_str(st));
+        int n = msg                          ? 0
+                : st == PARLEY_ERR_NOT_FOUND ? asprintf(&msg, "no stored turn '%s'", id)
+                : st == PARLEY_ERR_INVALID_INPUT
+                    ? asprintf(&msg, "interface_message_id: must be 1 to 256 bytes of "
+                                     "UTF-8")
+                    : asprintf(&msg, "%s: %s", name, status_str(st));
         op_reply(seq, name, NULL, st == PARLEY_OK ? NULL : jerror(st, n < 0 ? NULL : msg));
         free(msg);
         break;
@@ -521,10 +549,10 @@ static void handle_op(unsigned long seq, const struct jsonl_op *op) {
     case JSONL_OP_PERSONA_PUT:
     case JSONL_OP_PERSONA_REMOVE: { /* like update_options: turns in flight keep theirs */
         int put = op->kind == JSONL_OP_PERSONA_PUT;
-        if (lacks(seq, name, PARLEY_HAS_FIELD(pl, parley_plugin, persona_remove)
-                                 ? (put ? (const void *)pl->persona_put
-                                        : (const void *)pl->persona_remove)
-                                 : NULL,
+        if (lacks(seq, name,
+                  PARLEY_HAS_FIELD(pl, parley_plugin, persona_remove)
+                      ? (put ? (const void *)pl->persona_put : (const void *)pl->persona_remove)
+                      : NULL,
                   name))
             break;
         char *msg = NULL;
@@ -542,8 +570,8 @@ static void handle_op(unsigned long seq, const struct jsonl_op *op) {
 
 /* ---- the loop --------------------------------------------------------------- */
 
-static void handle_line(unsigned long seq, const struct jsonl_line *l,
-                        unsigned long concurrency) {
+static void handle_line(unsigned long seq, const struct jsonl_line *l, unsigned long concurrency)
+{
     switch (l->kind) {
     case JSONL_BLANK: /* no answer */
         break;
@@ -562,7 +590,8 @@ static void handle_line(unsigned long seq, const struct jsonl_line *l,
     }
 }
 
-int run_jsonl(unsigned long concurrency) {
+int run_jsonl(unsigned long concurrency)
+{
     struct line_reader lr;
     if (lr_init(&lr, 0) < 0) {
         diag(PARLEY_LOG_ERROR, "out of memory");

@@ -28,7 +28,8 @@ struct problem {
 
 /* ---- helpers --------------------------------------------------------------- */
 
-static int blank(const char *s, size_t n) {
+static int blank(const char *s, size_t n)
+{
     for (size_t i = 0; i < n; i++)
         if (s[i] != ' ' && s[i] != '\t' && s[i] != '\r')
             return 0;
@@ -36,12 +37,14 @@ static int blank(const char *s, size_t n) {
 }
 
 /* *out = a copy of s, or NULL for NULL.  -1 when out of memory. */
-static int dup_opt(const char *s, char **out) {
+static int dup_opt(const char *s, char **out)
+{
     *out = s ? strdup(s) : NULL;
     return s && !*out ? -1 : 0;
 }
 
-static int set_invalid(struct jsonl_line *l, struct problem p) {
+static int set_invalid(struct jsonl_line *l, struct problem p)
+{
     l->kind = JSONL_INVALID;
     if (asprintf(&l->invalid.message, p.fmt, p.arg) < 0) {
         l->invalid.message = NULL;
@@ -70,11 +73,13 @@ static const struct str_field {
 };
 #define NSTR (sizeof str_fields / sizeof str_fields[0])
 
-static char **str_slot(struct jsonl_turn *t, size_t i) {
+static char **str_slot(struct jsonl_turn *t, size_t i)
+{
     return (char **)((char *)t + str_fields[i].off);
 }
 
-static int known_turn_key(const char *key) {
+static int known_turn_key(const char *key)
+{
     if (strcmp(key, "text") == 0 || strcmp(key, "context") == 0 || strcmp(key, "tools") == 0 ||
         strcmp(key, "images") == 0 || strcmp(key, "metadata") == 0 ||
         strcmp(key, "reply_to") == 0 || strcmp(key, "response_format") == 0)
@@ -85,10 +90,12 @@ static int known_turn_key(const char *key) {
     return 0;
 }
 
-static struct problem turn_problem(json_t *obj) {
+static struct problem turn_problem(json_t *obj)
+{
     const char *key;
     json_t *v;
-    json_object_foreach(obj, key, v) {
+    json_object_foreach(obj, key, v)
+    {
         if (!known_turn_key(key))
             return (struct problem){"unknown key \"%s\"", key};
     }
@@ -123,14 +130,16 @@ static struct problem turn_problem(json_t *obj) {
 }
 
 /* Compact JSON of v, or NULL when absent or null (its type is checked). */
-static int dump_opt(json_t *v, char **out) {
+static int dump_opt(json_t *v, char **out)
+{
     int want = v && !json_is_null(v);
     *out = want ? json_dumps(v, SHIM_JSON_COMPACT) : NULL;
     return want && !*out ? -1 : 0;
 }
 
 /* Copy a valid turn line out of obj. */
-static int build_turn(json_t *obj, struct jsonl_turn *t) {
+static int build_turn(json_t *obj, struct jsonl_turn *t)
+{
     if (dup_opt(json_string_value(json_object_get(obj, "text")), &t->text) < 0)
         return -1;
     for (size_t i = 0; i < NSTR; i++)
@@ -147,7 +156,8 @@ static int build_turn(json_t *obj, struct jsonl_turn *t) {
     return dump_opt(json_object_get(obj, "tools"), &t->tools_json);
 }
 
-static int parse_turn(json_t *obj, struct jsonl_line *l) {
+static int parse_turn(json_t *obj, struct jsonl_line *l)
+{
     struct problem p = turn_problem(obj);
     if (p.fmt)
         return set_invalid(l, p);
@@ -180,7 +190,8 @@ static const struct op_def {
     {"persona_remove", JSONL_OP_PERSONA_REMOVE, "name"},
 };
 
-static const struct op_def *find_op(const char *name) {
+static const struct op_def *find_op(const char *name)
+{
     for (size_t i = 0; i < sizeof ops / sizeof ops[0]; i++)
         if (strcmp(ops[i].name, name) == 0)
             return &ops[i];
@@ -188,7 +199,8 @@ static const struct op_def *find_op(const char *name) {
 }
 
 /* What is wrong with the op's argument: a format naming def->arg, or NULL. */
-static const char *op_arg_problem(const struct op_def *def, json_t *arg) {
+static const char *op_arg_problem(const struct op_def *def, json_t *arg)
+{
     switch (def->kind) {
     case JSONL_OP_HISTORY:
     case JSONL_OP_TURN:
@@ -212,8 +224,9 @@ static const char *op_arg_problem(const struct op_def *def, json_t *arg) {
     case JSONL_OP_UPDATE_OPTIONS:
         return json_is_object(arg) ? NULL : "\"%s\" must be an object";
     case JSONL_OP_LIST:
-        return !arg || json_is_null(arg) || json_is_object(arg) ? NULL
-                                                                : "\"%s\" must be an object or null";
+        return !arg || json_is_null(arg) || json_is_object(arg)
+                   ? NULL
+                   : "\"%s\" must be an object or null";
     default:
         return NULL;
     }
@@ -221,18 +234,21 @@ static const char *op_arg_problem(const struct op_def *def, json_t *arg) {
 
 /* history and clear also take "persona" and "interface_type": the conversation under
  * that key (history_get_by / history_clear_by; clear: persona "*" = under every persona). */
-static int takes_persona(const struct op_def *def) {
+static int takes_persona(const struct op_def *def)
+{
     return def->kind == JSONL_OP_HISTORY || def->kind == JSONL_OP_CLEAR;
 }
 
-static struct problem op_problem(json_t *obj, const char *name, const struct op_def *def) {
+static struct problem op_problem(json_t *obj, const char *name, const struct op_def *def)
+{
     if (!def)
         return (struct problem){"unknown op \"%s\"", name};
     if (def->arg && strcmp(def->arg, "*") == 0)
         return (struct problem){NULL, NULL}; /* the plugin checks every key */
     const char *key;
     json_t *v;
-    json_object_foreach(obj, key, v) {
+    json_object_foreach(obj, key, v)
+    {
         if (takes_persona(def) &&
             (strcmp(key, "persona") == 0 || strcmp(key, "interface_type") == 0)) {
             if (!json_is_string(v))
@@ -261,7 +277,8 @@ static struct problem op_problem(json_t *obj, const char *name, const struct op_
     return (struct problem){op_arg_problem(def, arg), def->arg};
 }
 
-static int parse_op(json_t *obj, json_t *jop, struct jsonl_line *l) {
+static int parse_op(json_t *obj, json_t *jop, struct jsonl_line *l)
+{
     /* Not even an op name to echo: a plain error line. */
     if (!json_is_string(jop))
         return set_invalid(l, (struct problem){"%s", "\"op\" must be a string"});
@@ -274,8 +291,7 @@ static int parse_op(json_t *obj, json_t *jop, struct jsonl_line *l) {
     l->kind = JSONL_OP;
     l->op.kind = def->kind;
     l->op.name = def->name;
-    if (def->kind == JSONL_OP_QUERY || def->kind == JSONL_OP_FIND ||
-        def->kind == JSONL_OP_APPEND) {
+    if (def->kind == JSONL_OP_QUERY || def->kind == JSONL_OP_FIND || def->kind == JSONL_OP_APPEND) {
         json_object_del(obj, "op");
         return (l->op.id = json_dumps(obj, SHIM_JSON_COMPACT)) ? 0 : -1;
     }
@@ -301,13 +317,15 @@ static int parse_op(json_t *obj, json_t *jop, struct jsonl_line *l) {
 
 /* ---- lines --------------------------------------------------------------- */
 
-static int decode_error(struct jsonl_line *l, const char *text) {
+static int decode_error(struct jsonl_line *l, const char *text)
+{
     l->kind = JSONL_INVALID;
     l->invalid.message = utf8_repaired(text, strlen(text), NULL);
     return l->invalid.message ? 0 : -1;
 }
 
-static int parse_nonblank(const char *line, size_t len, struct jsonl_line *l) {
+static int parse_nonblank(const char *line, size_t len, struct jsonl_line *l)
+{
     /* DECODE_ANY: any other value is "not a JSON object", not a syntax error. */
     json_error_t je;
     json_t *obj = json_loadb(line, len, JSON_DECODE_ANY | JSON_REJECT_DUPLICATES, &je);
@@ -325,7 +343,8 @@ static int parse_nonblank(const char *line, size_t len, struct jsonl_line *l) {
     return rc;
 }
 
-int jsonl_parse_line(const char *line, size_t len, struct jsonl_line *out) {
+int jsonl_parse_line(const char *line, size_t len, struct jsonl_line *out)
+{
     memset(out, 0, sizeof *out);
     if (blank(line, len)) {
         out->kind = JSONL_BLANK;
@@ -338,7 +357,8 @@ int jsonl_parse_line(const char *line, size_t len, struct jsonl_line *out) {
     return 0;
 }
 
-void jsonl_line_free(struct jsonl_line *l) {
+void jsonl_line_free(struct jsonl_line *l)
+{
     free(l->invalid.message);
     free(l->invalid.op);
     free(l->turn.text);

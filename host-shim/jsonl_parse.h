@@ -60,12 +60,12 @@ struct jsonl_turn {
     char *context_json; /* a JSON object, serialized compactly */
     char *tools_json;   /* a JSON array, serialized compactly */
     char *persona;
-    char *images_json;  /* a JSON array ({"url"} or {"path"}), serialized compactly */
+    char *images_json; /* a JSON array ({"url"} or {"path"}), serialized compactly */
     char *interface_message_id;
-    char *metadata_json; /* "metadata": a JSON object, serialized compactly */
-    char *reply_to_json; /* "reply_to": a JSON object, serialized compactly */
+    char *metadata_json;        /* "metadata": a JSON object, serialized compactly */
+    char *reply_to_json;        /* "reply_to": a JSON object, serialized compactly */
     char *response_format_json; /* "response_format": a JSON object, serialized compactly */
-    char *timestamp;     /* RFC 3339: when the user said it (the plugin checks it) */
+    char *timestamp;            /* RFC 3339: when the user said it (the plugin checks it) */
 };
 
 struct jsonl_op {

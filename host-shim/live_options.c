@@ -14,7 +14,8 @@
 
 static json_t *owned; /* the options object this file made current, if any */
 
-parley_status live_options_apply(json_t *next, char **msg) {
+parley_status live_options_apply(json_t *next, char **msg)
+{
     *msg = NULL;
     const parley_plugin *pl = g_shim.pl;
     if (!next) {
@@ -54,7 +55,8 @@ parley_status live_options_apply(json_t *next, char **msg) {
     return PARLEY_OK;
 }
 
-void live_options_free(void) {
+void live_options_free(void)
+{
     json_decref(owned);
     owned = NULL;
 }

@@ -30,7 +30,8 @@ static int wake_pipe[2] = {-1, -1};
 static pthread_t sig_thread;
 static sigset_t sig_set;
 
-static void usage(FILE *f) {
+static void usage(FILE *f)
+{
     fputs("usage: parley-host --plugin PATH --options FILE [--set KEY=JSON]...\n"
           "                   [--tools FILE|demo] [--jsonl] [--concurrency N]\n"
           "                   [--log-level error|warn|info|debug] [--metrics-listen ADDR:PORT]\n"
@@ -55,7 +56,8 @@ static void usage(FILE *f) {
           f);
 }
 
-static int usage_error(const char *fmt, const char *arg) {
+static int usage_error(const char *fmt, const char *arg)
+{
     fputs("parley-host: ", stderr);
     fprintf(stderr, fmt, arg);
     fputs("\n(try parley-host --help)\n", stderr);
@@ -64,7 +66,8 @@ static int usage_error(const char *fmt, const char *arg) {
 
 /* SIGINT/SIGTERM are blocked everywhere (threads inherit the mask) and
  * taken here, where it is safe to lock, broadcast and write. */
-static void *signal_thread(void *arg) {
+static void *signal_thread(void *arg)
+{
     (void)arg;
     for (;;) {
         int sig = 0;
@@ -94,7 +97,8 @@ static void *signal_thread(void *arg) {
 }
 
 /* --set KEY=JSON: JSON if it parses, else the text as a string. */
-static int apply_set(json_t *options, const char *arg) {
+static int apply_set(json_t *options, const char *arg)
+{
     const char *eq = strchr(arg, '=');
     /* The value is never echoed: it may be the API key. */
     if (!eq || eq == arg)
@@ -114,7 +118,8 @@ static int apply_set(json_t *options, const char *arg) {
     return 0;
 }
 
-static int parse_level(const char *s, parley_log_level *out) {
+static int parse_level(const char *s, parley_log_level *out)
+{
     static const char *names[] = {"error", "warn", "info", "debug"};
     for (int i = 0; i < 4; i++) {
         if (strcmp(s, names[i]) == 0) {
@@ -127,7 +132,8 @@ static int parse_level(const char *s, parley_log_level *out) {
 
 /* dlopen the plugin and take its function table; NULL (after saying why) on
  * failure.  Returns the dlopen handle. */
-static void *load_plugin(const char *path, const parley_plugin **out) {
+static void *load_plugin(const char *path, const parley_plugin **out)
+{
     void *dl = dlopen(path, RTLD_NOW | RTLD_LOCAL);
     if (!dl) {
         fprintf(stderr, "parley-host: cannot load plugin: %s\n", dlerror());
@@ -170,7 +176,8 @@ static void *load_plugin(const char *path, const parley_plugin **out) {
 }
 
 /* --print-schema: the options' JSON Schema, pretty, on stdout. */
-static int run_print_schema(const char *plugin_path) {
+static int run_print_schema(const char *plugin_path)
+{
     void *dl = load_plugin(plugin_path, &g_shim.pl);
     if (!dl)
         return 2;
@@ -191,7 +198,8 @@ static int run_print_schema(const char *plugin_path) {
 /* --check: the plugin's connection check; its JSON on stdout, exit 0 when the
  * server answered with its models, else {"ok":false,"error":{code,message}}
  * and exit 1. */
-static int run_check(const char *options_json) {
+static int run_check(const char *options_json)
+{
     const parley_plugin *pl = g_shim.pl;
     if (!PARLEY_HAS_FIELD(pl, parley_plugin, check_connection) || !pl->check_connection) {
         fprintf(stderr, "parley-host: this plugin has no check_connection\n");
@@ -217,7 +225,8 @@ static int run_check(const char *options_json) {
     return st == PARLEY_OK ? 0 : 1;
 }
 
-int main(int argc, char **argv) {
+int main(int argc, char **argv)
+{
     /* Before any thread exists (ours or the plugin's), so all inherit it. */
     sigemptyset(&sig_set);
     sigaddset(&sig_set, SIGINT);
@@ -230,8 +239,19 @@ int main(int argc, char **argv) {
     signal(SIGTERM, SIG_DFL);
     signal(SIGPIPE, SIG_IGN); /* a closed stdout must not kill us mid-destroy */
 
-    enum { OPT_PLUGIN = 1, OPT_OPTIONS, OPT_SET, OPT_TOOLS, OPT_JSONL, OPT_CONC, OPT_LOG, OPT_HELP,
-           OPT_CHECK, OPT_SCHEMA, OPT_METRICS };
+    enum {
+        OPT_PLUGIN = 1,
+        OPT_OPTIONS,
+        OPT_SET,
+        OPT_TOOLS,
+        OPT_JSONL,
+        OPT_CONC,
+        OPT_LOG,
+        OPT_HELP,
+        OPT_CHECK,
+        OPT_SCHEMA,
+        OPT_METRICS
+    };
     static const struct option longopts[] = {
         {"plugin", required_argument, NULL, OPT_PLUGIN},
         {"options", required_argument, NULL, OPT_OPTIONS},
@@ -260,9 +280,15 @@ int main(int argc, char **argv) {
     opterr = 0;
     while ((c = getopt_long(argc, argv, "+h", longopts, NULL)) != -1) {
         switch (c) {
-        case OPT_PLUGIN: plugin_path = optarg; break;
-        case OPT_OPTIONS: options_path = optarg; break;
-        case OPT_SET: sets[nsets++] = optarg; break;
+        case OPT_PLUGIN:
+            plugin_path = optarg;
+            break;
+        case OPT_OPTIONS:
+            options_path = optarg;
+            break;
+        case OPT_SET:
+            sets[nsets++] = optarg;
+            break;
         case OPT_TOOLS:
             if (tools_spec) {
                 rc = usage_error("%s", "--tools given more than once");
@@ -270,9 +296,15 @@ int main(int argc, char **argv) {
             }
             tools_spec = optarg;
             break;
-        case OPT_JSONL: jsonl = 1; break;
-        case OPT_CHECK: check = 1; break;
-        case OPT_SCHEMA: print_schema = 1; break;
+        case OPT_JSONL:
+            jsonl = 1;
+            break;
+        case OPT_CHECK:
+            check = 1;
+            break;
+        case OPT_SCHEMA:
+            print_schema = 1;
+            break;
         case OPT_METRICS: {
             char *merr = NULL;
             if (metrics_http_parse(optarg, &merr) != 0) {
@@ -297,8 +329,8 @@ int main(int argc, char **argv) {
         }
         case OPT_LOG:
             if (parse_level(optarg, &g_shim.log_level) < 0) {
-                rc = usage_error("--log-level must be error, warn, info or debug, got '%s'",
-                                 optarg);
+                rc =
+                    usage_error("--log-level must be error, warn, info or debug, got '%s'", optarg);
                 goto out_args;
             }
             break;

@@ -18,14 +18,16 @@ static int at_line_start = 1; /* the last byte written was '\n' (or nothing yet)
 static int status_shown;      /* a transient status is on the current line */
 
 /* Under out_mu: erase the status line before real output takes its place. */
-static void clear_status_locked(void) {
+static void clear_status_locked(void)
+{
     if (status_shown) {
         fputs("\r\033[K", stdout);
         status_shown = 0;
     }
 }
 
-void out_json_line(json_t *value) {
+void out_json_line(json_t *value)
+{
     char *s = json_dumps(value, SHIM_JSON_COMPACT);
     if (!s) {
         /* Only on OOM: every string we build is valid UTF-8. */
@@ -42,7 +44,8 @@ void out_json_line(json_t *value) {
     free(s);
 }
 
-void out_text(const char *s, size_t len) {
+void out_text(const char *s, size_t len)
+{
     pthread_mutex_lock(&out_mu);
     clear_status_locked();
     fwrite(s, 1, len, stdout);
@@ -52,7 +55,8 @@ void out_text(const char *s, size_t len) {
     pthread_mutex_unlock(&out_mu);
 }
 
-void out_status(const char *text) {
+void out_status(const char *text)
+{
     pthread_mutex_lock(&out_mu);
     if (at_line_start) { /* never on a line that streamed text is still filling */
         clear_status_locked();
@@ -65,7 +69,8 @@ void out_status(const char *text) {
     pthread_mutex_unlock(&out_mu);
 }
 
-void out_end_line(void) {
+void out_end_line(void)
+{
     pthread_mutex_lock(&out_mu);
     clear_status_locked();
     if (!at_line_start) {
@@ -76,20 +81,23 @@ void out_end_line(void) {
     pthread_mutex_unlock(&out_mu);
 }
 
-void out_input_echoed(void) {
+void out_input_echoed(void)
+{
     pthread_mutex_lock(&out_mu);
     at_line_start = 1;
     pthread_mutex_unlock(&out_mu);
 }
 
-int out_at_line_start(void) {
+int out_at_line_start(void)
+{
     pthread_mutex_lock(&out_mu);
     int r = at_line_start;
     pthread_mutex_unlock(&out_mu);
     return r;
 }
 
-void out_printf(const char *fmt, ...) {
+void out_printf(const char *fmt, ...)
+{
     char *s = NULL;
     va_list ap;
     va_start(ap, fmt);
@@ -101,19 +109,25 @@ void out_printf(const char *fmt, ...) {
     free(s);
 }
 
-const char *log_level_name(parley_log_level level) {
+const char *log_level_name(parley_log_level level)
+{
     switch (level) {
-    case PARLEY_LOG_ERROR: return "error";
-    case PARLEY_LOG_WARN: return "warn";
-    case PARLEY_LOG_INFO: return "info";
-    case PARLEY_LOG_DEBUG: return "debug";
+    case PARLEY_LOG_ERROR:
+        return "error";
+    case PARLEY_LOG_WARN:
+        return "warn";
+    case PARLEY_LOG_INFO:
+        return "info";
+    case PARLEY_LOG_DEBUG:
+        return "debug";
     }
     return "?";
 }
 
 /* stderr is unbuffered: format first and write once, so messages from
  * several threads do not interleave mid-line. */
-static void err_line(const char *prefix, const char *fmt, va_list ap) {
+static void err_line(const char *prefix, const char *fmt, va_list ap)
+{
     char *msg = NULL;
     if (vasprintf(&msg, fmt, ap) < 0)
         return;
@@ -121,7 +135,8 @@ static void err_line(const char *prefix, const char *fmt, va_list ap) {
     free(msg);
 }
 
-void diag(parley_log_level level, const char *fmt, ...) {
+void diag(parley_log_level level, const char *fmt, ...)
+{
     if (level != PARLEY_LOG_ERROR && level > g_shim.log_level)
         return;
     char prefix[32];
@@ -135,14 +150,16 @@ void diag(parley_log_level level, const char *fmt, ...) {
     va_end(ap);
 }
 
-void host_log(void *host_data, parley_log_level level, const char *message) {
+void host_log(void *host_data, parley_log_level level, const char *message)
+{
     const struct shim *s = host_data;
     if ((int)level > (int)s->log_level)
         return;
     fprintf(stderr, "parley[%s]: %s\n", log_level_name(level), message ? message : "");
 }
 
-json_t *jstrn(const char *s, size_t len) {
+json_t *jstrn(const char *s, size_t len)
+{
     if (!s)
         return json_null();
     json_t *j = json_stringn(s, len);
@@ -158,11 +175,10 @@ json_t *jstrn(const char *s, size_t len) {
     return j ? j : json_null();
 }
 
-json_t *jstr(const char *s) {
-    return s ? jstrn(s, strlen(s)) : json_null();
-}
+json_t *jstr(const char *s) { return s ? jstrn(s, strlen(s)) : json_null(); }
 
-json_t *jparse_plugin(const char *text, json_t *if_null, const char *what) {
+json_t *jparse_plugin(const char *text, json_t *if_null, const char *what)
+{
     if (!text)
         return if_null;
     json_decref(if_null);
@@ -175,38 +191,53 @@ json_t *jparse_plugin(const char *text, json_t *if_null, const char *what) {
     return jstr(text);
 }
 
-const char *json_error_reason(const json_error_t *e) {
+const char *json_error_reason(const json_error_t *e)
+{
     switch (json_error_code(e)) {
-    case json_error_out_of_memory: return "out of memory";
-    case json_error_stack_overflow: return "nested too deeply";
-    case json_error_invalid_utf8: return "not valid UTF-8";
-    case json_error_premature_end_of_input: return "the text ends too early";
-    case json_error_end_of_input_expected: return "unexpected text after the JSON value";
-    case json_error_null_character: return "a \\u0000 escape in a string";
-    case json_error_null_byte_in_key: return "a NUL byte in a key";
-    case json_error_numeric_overflow: return "a number too large";
-    case json_error_duplicate_key: return "a key given more than once";
-    default: return "invalid syntax";
+    case json_error_out_of_memory:
+        return "out of memory";
+    case json_error_stack_overflow:
+        return "nested too deeply";
+    case json_error_invalid_utf8:
+        return "not valid UTF-8";
+    case json_error_premature_end_of_input:
+        return "the text ends too early";
+    case json_error_end_of_input_expected:
+        return "unexpected text after the JSON value";
+    case json_error_null_character:
+        return "a \\u0000 escape in a string";
+    case json_error_null_byte_in_key:
+        return "a NUL byte in a key";
+    case json_error_numeric_overflow:
+        return "a number too large";
+    case json_error_duplicate_key:
+        return "a key given more than once";
+    default:
+        return "invalid syntax";
     }
 }
 
-const char *status_str(parley_status status) {
+const char *status_str(parley_status status)
+{
     const char *n = g_shim.pl ? g_shim.pl->status_name(status) : NULL;
     return n ? n : "unknown";
 }
 
-json_t *jerror_code(const char *code, const char *message) {
+json_t *jerror_code(const char *code, const char *message)
+{
     json_t *e = json_object();
     json_object_set_new(e, "code", jstr(code));
     json_object_set_new(e, "message", jstr(message ? message : code));
     return e;
 }
 
-json_t *jerror(parley_status status, const char *message) {
+json_t *jerror(parley_status status, const char *message)
+{
     return jerror_code(status_str(status), message);
 }
 
-void plugin_free(char *s) {
+void plugin_free(char *s)
+{
     if (s)
         g_shim.pl->free_string(s);
 }

@@ -23,7 +23,7 @@
 
 /* Dump flags for every JSON the shim prints: keys in insertion order. */
 #define SHIM_JSON_COMPACT (JSON_COMPACT | JSON_PRESERVE_ORDER | JSON_ENCODE_ANY)
-#define SHIM_JSON_PRETTY (JSON_INDENT(2) | JSON_PRESERVE_ORDER | JSON_ENCODE_ANY)
+#define SHIM_JSON_PRETTY  (JSON_INDENT(2) | JSON_PRESERVE_ORDER | JSON_ENCODE_ANY)
 
 /* Process-wide state.  One agent per process, so a global keeps every
  * callback signature simple; host_data still points here. */
@@ -43,7 +43,7 @@ struct shim {
      * quitting; a second Ctrl-C before it ended quits. */
     atomic_int turn_in_flight;
     atomic_int cancel_requested;
-    int wake_fd;            /* read end of a pipe that becomes readable on a signal */
+    int wake_fd; /* read end of a pipe that becomes readable on a signal */
 };
 
 extern struct shim g_shim;

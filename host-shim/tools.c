@@ -20,8 +20,8 @@ enum tool_kind { TOOL_CANNED, TOOL_DEMO_ON, TOOL_DEMO_OFF, TOOL_DEMO_STATE };
 struct tool {
     enum tool_kind kind;
     char *name;
-    json_t *decl;  /* {"name","description","parameters"} as sent in options */
-    char *result;  /* canned result as JSON text; NULL = "no output" */
+    json_t *decl; /* {"name","description","parameters"} as sent in options */
+    char *result; /* canned result as JSON text; NULL = "no output" */
     int is_error;
     long delay_ms;
     int from_thread;
@@ -62,16 +62,16 @@ struct pending {
 
 static pthread_mutex_t q_mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t q_cv;
-static struct pending *q_head;      /* delayed calls, sorted by due time */
-static struct pending *never_head;  /* calls we deliberately never answer */
+static struct pending *q_head;     /* delayed calls, sorted by due time */
+static struct pending *never_head; /* calls we deliberately never answer */
 static int q_stop;
 static int q_started;
 static pthread_t q_thread;
 
 /* call_id: the call's id when the result is the host's answer (shown live in
  * interactive mode), NULL for teardown answers nobody reads. */
-static void complete(parley_tool_call *call, const char *call_id, const char *result,
-                     int is_error) {
+static void complete(parley_tool_call *call, const char *call_id, const char *result, int is_error)
+{
     if (call_id)
         interactive_tool_finished(call_id, result, is_error);
     parley_status st = g_shim.pl->complete_tool_call(call, result, is_error);
@@ -80,14 +80,16 @@ static void complete(parley_tool_call *call, const char *call_id, const char *re
 }
 
 /* Complete with a JSON value we built (stolen). */
-static void complete_json(parley_tool_call *call, const char *call_id, json_t *v, int is_error) {
+static void complete_json(parley_tool_call *call, const char *call_id, json_t *v, int is_error)
+{
     char *s = json_dumps(v, SHIM_JSON_COMPACT);
     json_decref(v);
     complete(call, call_id, s, is_error);
     free(s);
 }
 
-static json_t *error_obj(const char *fmt, const char *arg) {
+static json_t *error_obj(const char *fmt, const char *arg)
+{
     char *msg = NULL;
     if (asprintf(&msg, fmt, arg) < 0)
         return json_pack("{s:s}", "error", "out of memory");
@@ -97,7 +99,8 @@ static json_t *error_obj(const char *fmt, const char *arg) {
     return v;
 }
 
-static json_t *device_json(const struct device *d, int with_type) {
+static json_t *device_json(const struct device *d, int with_type)
+{
     json_t *v = json_object();
     json_object_set_new(v, "ok", json_true());
     json_object_set_new(v, "name", json_string(d->name));
@@ -108,7 +111,8 @@ static json_t *device_json(const struct device *d, int with_type) {
 }
 
 /* Run one demo tool; returns the result and sets *is_error. */
-static json_t *demo_call(enum tool_kind kind, const char *arguments_json, int *is_error) {
+static json_t *demo_call(enum tool_kind kind, const char *arguments_json, int *is_error)
+{
     *is_error = 1;
     json_t *args = arguments_json ? json_loads(arguments_json, 0, NULL) : json_object();
     if (!json_is_object(args)) {
@@ -160,7 +164,8 @@ static json_t *demo_call(enum tool_kind kind, const char *arguments_json, int *i
 
 /* ---- loading ------------------------------------------------------------ */
 
-static json_t *make_decl(const char *name, const char *description, json_t *parameters) {
+static json_t *make_decl(const char *name, const char *description, json_t *parameters)
+{
     json_t *d = json_object();
     json_object_set_new(d, "name", json_string(name));
     json_object_set_new(d, "description", json_string(description));
@@ -168,7 +173,8 @@ static json_t *make_decl(const char *name, const char *description, json_t *para
     return d;
 }
 
-static struct tool *add_tool(void) {
+static struct tool *add_tool(void)
+{
     struct tool *nt = realloc(tools, (ntools + 1) * sizeof *tools);
     if (!nt)
         return NULL;
@@ -178,14 +184,16 @@ static struct tool *add_tool(void) {
     return t;
 }
 
-static const struct tool *find_tool(const char *name) {
+static const struct tool *find_tool(const char *name)
+{
     for (size_t i = 0; name && i < ntools; i++)
         if (strcmp(tools[i].name, name) == 0)
             return &tools[i];
     return NULL;
 }
 
-static int load_demo(char **err) {
+static int load_demo(char **err)
+{
     static const char devices_text[] =
         "Devices: kitchen, bedroom, living room (lights) and coffee maker (switch).";
     static const struct {
@@ -228,13 +236,15 @@ oom:
     return -1;
 }
 
-static int entry_error(char **err, const char *path, size_t i, const char *msg) {
+static int entry_error(char **err, const char *path, size_t i, const char *msg)
+{
     if (asprintf(err, "%s: tools[%zu]: %s", path, i, msg) < 0)
         *err = NULL;
     return -1;
 }
 
-static int get_bool(json_t *e, const char *key, int *out, int *bad) {
+static int get_bool(json_t *e, const char *key, int *out, int *bad)
+{
     json_t *v = json_object_get(e, key);
     if (!v)
         return 0;
@@ -246,12 +256,13 @@ static int get_bool(json_t *e, const char *key, int *out, int *bad) {
     return 0;
 }
 
-static int load_file(const char *path, char **err) {
+static int load_file(const char *path, char **err)
+{
     json_error_t je;
     json_t *root = json_load_file(path, JSON_REJECT_DUPLICATES, &je);
     if (!root) {
-        int n = je.line > 0 ? asprintf(err, "%s:%d:%d: not valid JSON: %s", path, je.line, je.column,
-                                             json_error_reason(&je))
+        int n = je.line > 0 ? asprintf(err, "%s:%d:%d: not valid JSON: %s", path, je.line,
+                                       je.column, json_error_reason(&je))
                             : asprintf(err, "%s", je.text);
         if (n < 0)
             *err = NULL;
@@ -266,15 +277,17 @@ static int load_file(const char *path, char **err) {
     }
     size_t i;
     json_t *e;
-    json_array_foreach(arr, i, e) {
+    json_array_foreach(arr, i, e)
+    {
         if (!json_is_object(e)) {
             entry_error(err, path, i, "not an object");
             goto out;
         }
         const char *key;
         json_t *v;
-        json_object_foreach(e, key, v) {
-            static const char *known[] = {"name",  "description", "parameters", "result",
+        json_object_foreach(e, key, v)
+        {
+            static const char *known[] = {"name",  "description", "parameters",  "result",
                                           "error", "delay_ms",    "from_thread", "never"};
             int ok = 0;
             for (size_t k = 0; k < sizeof known / sizeof known[0]; k++)
@@ -354,14 +367,16 @@ out:
     return rc;
 }
 
-int tools_load(const char *spec, char **err) {
+int tools_load(const char *spec, char **err)
+{
     *err = NULL;
     if (strcmp(spec, "demo") == 0)
         return load_demo(err);
     return load_file(spec, err);
 }
 
-int tools_declare(json_t *options, char **err) {
+int tools_declare(json_t *options, char **err)
+{
     *err = NULL;
     if (ntools == 0)
         return 0;
@@ -380,13 +395,15 @@ int tools_declare(json_t *options, char **err) {
 
 /* ---- completer thread --------------------------------------------------- */
 
-static int ts_before(const struct timespec *a, const struct timespec *b) {
+static int ts_before(const struct timespec *a, const struct timespec *b)
+{
     return a->tv_sec < b->tv_sec || (a->tv_sec == b->tv_sec && a->tv_nsec < b->tv_nsec);
 }
 
 /* Completes queued calls when due; once stopping, completes the rest at
  * once (after destroy() the plugin simply discards them). */
-static void *completer(void *arg) {
+static void *completer(void *arg)
+{
     (void)arg;
     pthread_mutex_lock(&q_mu);
     for (;;) {
@@ -415,7 +432,8 @@ static void *completer(void *arg) {
     return NULL;
 }
 
-int tools_start(char **err) {
+int tools_start(char **err)
+{
     *err = NULL;
     int need = 0;
     for (size_t i = 0; i < ntools; i++)
@@ -439,19 +457,19 @@ int tools_start(char **err) {
     return 0;
 }
 
-void tools_on_call(void *host_data, parley_tool_call *call, const parley_tool_call_info *info) {
+void tools_on_call(void *host_data, parley_tool_call *call, const parley_tool_call_info *info)
+{
     (void)host_data;
-    const char *name = PARLEY_HAS_FIELD(info, parley_tool_call_info, tool_name) ? info->tool_name
-                                                                                : NULL;
-    const char *args = PARLEY_HAS_FIELD(info, parley_tool_call_info, arguments_json)
-                           ? info->arguments_json
-                           : NULL;
-    const char *call_id = PARLEY_HAS_FIELD(info, parley_tool_call_info, call_id) ? info->call_id
-                                                                                : NULL;
-    const char *iface = PARLEY_HAS_FIELD(info, parley_tool_call_info, interface_type)
-                            ? info->interface_type : NULL;
-    const char *persona = PARLEY_HAS_FIELD(info, parley_tool_call_info, persona) ? info->persona
-                                                                                : NULL;
+    const char *name =
+        PARLEY_HAS_FIELD(info, parley_tool_call_info, tool_name) ? info->tool_name : NULL;
+    const char *args =
+        PARLEY_HAS_FIELD(info, parley_tool_call_info, arguments_json) ? info->arguments_json : NULL;
+    const char *call_id =
+        PARLEY_HAS_FIELD(info, parley_tool_call_info, call_id) ? info->call_id : NULL;
+    const char *iface =
+        PARLEY_HAS_FIELD(info, parley_tool_call_info, interface_type) ? info->interface_type : NULL;
+    const char *persona =
+        PARLEY_HAS_FIELD(info, parley_tool_call_info, persona) ? info->persona : NULL;
     diag(PARLEY_LOG_DEBUG, "tool call %s %s", name ? name : "(null)", args ? args : "(null)");
     if (iface || persona)
         diag(PARLEY_LOG_DEBUG, "  from interface %s, persona %s", iface ? iface : "(none)",
@@ -506,7 +524,8 @@ void tools_on_call(void *host_data, parley_tool_call *call, const parley_tool_ca
     pthread_mutex_unlock(&q_mu);
 }
 
-void tools_shutdown(void) {
+void tools_shutdown(void)
+{
     if (q_started) {
         pthread_mutex_lock(&q_mu);
         q_stop = 1;
