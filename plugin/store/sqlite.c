@@ -2592,21 +2592,13 @@ static parley_status sqlite_context_get(store *base, const store_key *key, uint6
             done(st);
         }
     }
-    parley_status status = PARLEY_OK;
-    if (rc != SQLITE_DONE)
-        status = fail_sqlite(s, s->r.db, err, "cannot read the context record", rc);
+    parley_status status = finish_json(s, out, mark, rc, "cannot read the context record", err);
     read_end(&s->r);
     pthread_mutex_unlock(&s->r.lock);
     if (idle)
         forget_idle(s, idle, now_ms);
-    if (status == PARLEY_OK && out->oom) {
-        set_err(err, pstr_printf("sqlite store %s: out of memory", s->path));
-        status = PARLEY_ERR_NO_MEMORY;
-    }
-    if (status != PARLEY_OK) {
-        out->len = mark < out->len ? mark : out->len;
+    if (status != PARLEY_OK)
         *life = (store_lifetime){0, 0, 0, 0};
-    }
     return status;
 }
 
