@@ -1208,8 +1208,9 @@ static int recover_truncation(turn *t, long long read)
     t->overflow_retried = 1;
     ctx_budget b = budget_of(t);
     int64_t sent = body_tokens(t, b.factor);
+    /* the window whose limit (less the reserve and the margin of itself) is what it read */
     ctx_model_of(t->env->ctx, t->opts->model)->window =
-        (int64_t)read + b.reserve + b.window * CTX_MARGIN_PERCENT / 100;
+        ((int64_t)read + b.reserve) * 100 / (100 - CTX_MARGIN_PERCENT);
     b = budget_of(t);
     ctx_cut_reason why;
     size_t n = ctx_plan(&t->ctx, &b, sent, clock_wall_ms(), 1, &why);
@@ -1816,8 +1817,11 @@ static int summary_start(turn *t)
         if ((own && strcmp(own, t->opts->model) != 0) || t->format) /* not its own answer */
             return 0;
         ctx_budget b = budget_of(t);
-        int64_t tokens = body_tokens(t, b.factor) + ctx_tokens(strlen(t->answer), b.factor);
-        if (!(ahead = ctx_ahead_turns(&t->ctx, &b, tokens)))
+        int64_t tokens = body_tokens(t, b.factor) + ctx_tokens(strlen(t->answer), b.factor) +
+                         ctx_tokens(sizeof AHEAD_PROMPT, b.factor);
+        /* its request must fit too (else the cut's transcript makes the summary) */
+        if (tokens > b.window - b.reserve - b.window * CTX_MARGIN_PERCENT / 100 ||
+            !(ahead = ctx_ahead_turns(&t->ctx, &b, tokens)))
             return 0;
     }
     t->summary_ahead = ahead;

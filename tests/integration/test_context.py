@@ -152,15 +152,15 @@ class Budget(ContextCase):
         self.assertEqual(over, [], "summary requests over the window")
         self.check_window_moves(reqs, cuts, m["summaries_made"])
 
-    def test_turn_bound_cuts_to_half(self):
+    def test_turn_bound_cuts_to_a_third(self):
         o = options(self.llm, max_history_turns=6, summarize=False)
         lines = [{"text": "short %d" % k, "conversation_id": "c"} for k in range(1, 16)]
         lines.append({"op": "metrics"})
         run = self.run_ok(lines, o)
         reqs = self.llm.chat_requests()
         sent = [(len(messages(r)) - 2) // 2 for r in reqs]  # history turns per request
-        # grows to 6, cut to 3 when a 7th would be sent, grows again
-        self.assertEqual(sent, [0, 1, 2, 3, 4, 5, 6, 3, 4, 5, 6, 3, 4, 5, 6])
+        # grows to 6, cut to 2 (a third of 6) when a 7th would be sent, grows again
+        self.assertEqual(sent, [0, 1, 2, 3, 4, 5, 6, 2, 3, 4, 5, 6, 2, 3, 4])
         self.assertEqual(metrics_of(run)["context_cuts"], 2)
         self.check_window_moves(reqs, 2)
 
@@ -172,16 +172,16 @@ class Persistence(ContextCase):
                         history_store="sqlite:" + os.path.join(d, "h.db"))
             first = [{"text": "before %d" % k, "conversation_id": "r"} for k in range(1, 8)]
             run = self.run_ok(first + [{"op": "metrics"}], o)
-            self.assertEqual(metrics_of(run)["context_cuts"], 1)  # at turn 6: 5 > 4, kept 2
+            self.assertEqual(metrics_of(run)["context_cuts"], 1)  # at turn 6: 5 > 4, kept 1
             run = self.run_ok([{"text": "after", "conversation_id": "r"}, {"op": "metrics"}], o)
             self.assertEqual(metrics_of(run)["context_cuts"], 0)
             self.assertEqual(metrics_of(run)["cache_breaks"], 0)
         reqs = self.llm.chat_requests()
         self.assertEqual(len(reqs), 8)
         # The request after the restart extends the last one before it: the
-        # window kept its start (turn 4), it did not start over at turn 1.
+        # window kept its start (turn 5), it did not start over at turn 1.
         self.assertTrue(extends(reqs[6], reqs[7]), messages(reqs[7]))
-        self.assertEqual(messages(reqs[7])[1]["content"], "before 4")
+        self.assertEqual(messages(reqs[7])[1]["content"], "before 5")
 
     def test_a_changed_prompt_is_a_cache_break(self):
         with tempfile.TemporaryDirectory(prefix="parley-ctx-") as d:
@@ -212,7 +212,7 @@ class Persistence(ContextCase):
         self.assertEqual(ma["cache_breaks"] + mb["cache_breaks"], 0)  # across hosts too
         reqs = self.llm.chat_requests()
         self.assertEqual(len(reqs), 12)
-        self.assertEqual(cuts, 3)  # at turns 6, 9 and 12 (index 5, 8, 11)
+        self.assertEqual(cuts, 2)  # at turns 6 and 10 (index 5, 9): 5 > 4, kept 1
         self.check_window_moves(reqs, cuts)
 
 
@@ -262,10 +262,10 @@ class Summaries(ContextCase):
         [req] = summaries(self.llm)
         self.assertEqual(req["body"]["model"], "small-model")
         text = messages(req)[-1]["content"]
-        # what left the window (turns 1-3 at turn 6's cut), never the system prompt
-        for k in (1, 2, 3):
+        # what left the window (turns 1-4 at turn 6's cut), never the system prompt
+        for k in (1, 2, 3, 4):
             self.assertIn("user: fact %d\n" % k, text)
-        self.assertNotIn("fact 4", text)
+        self.assertNotIn("fact 5", text)
         self.assertNotIn("You are a test assistant", text)
         reqs = chat(self.llm)
         self.assertNotIn("Summary of the earlier conversation", messages(reqs[5])[0]["content"])

@@ -51,10 +51,19 @@ static void test_plan_low_mark(void)
     ctx_budget b = {.window = 100000, .reserve = 1000, .max_turns = 4, .factor = 1.0};
     ctx_cut_reason why;
     size_t n = ctx_plan(&w, &b, 1000, 0, 0, &why);
-    CHECK(n == 3 && why == CTX_CUT_TURNS); /* 5 > 4: down to half of 4 */
+    CHECK(n == 4 && why == CTX_CUT_TURNS); /* 5 > 4: down to a third of 4 (one turn) */
+    b.max_turns = 20; /* 21 > 20: down to a third of 20 */
+    ctx_window_free(&w);
+    window_of(&w, &h, "");
+    for (int i = 0; i < 21; i++)
+        pbuf_puts(&h, U("q") A("a"));
+    CHECK(ctx_split(&w, &h) == 0 && w.nturns == 21);
+    CHECK(ctx_plan(&w, &b, 1000, 0, 0, &why) == 15 && why == CTX_CUT_TURNS);
+    ctx_window_free(&w);
+    window_of(&w, &h, U("1") A("1") U("2") A("2") U("3") A("3") U("4") A("4") U("5") A("5"));
     b.max_turns = 0;
     CHECK(ctx_plan(&w, &b, 1000, 0, 0, &why) == 0 && why == CTX_CUT_NONE);
-    b.window = 1000; /* over the tokens: down to half of the history budget */
+    b.window = 1000; /* over the tokens: down to a third of the history budget */
     b.reserve = 100;
     n = ctx_plan(&w, &b, 1000, 0, 0, &why);
     CHECK(why == CTX_CUT_TOKENS && n >= 1 && n <= 5);
