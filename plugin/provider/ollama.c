@@ -102,7 +102,16 @@ static int ollama_encode(pbuf *out, const parley_options *o, const provider_requ
     if (r->system && *r->system)
         json_array_append_new(msgs, json_pack("{s:s,s:s}", "role", "system", "content", r->system));
     size_t first_current = 0;
-    json_t *all = msgs_concat(r->history, r->messages, &first_current);
+    /* the turn note (provider.h): in the turn's user message, after the history */
+    json_t *noted =
+        r->turn_note && *r->turn_note ? msgs_with_turn_note(r->messages, r->turn_note) : NULL;
+    if (r->turn_note && *r->turn_note && !noted) {
+        json_decref(body);
+        json_decref(msgs);
+        return codec_oom(err);
+    }
+    json_t *all = msgs_concat(r->history, noted ? noted : r->messages, &first_current);
+    json_decref(noted);
     for (size_t i = 0; i < json_array_size(all); i++)
         json_array_append_new(msgs, render_message(all, i, i >= first_current));
     json_decref(all);

@@ -51,6 +51,10 @@ typedef struct provider_request {
     const response_format *response_format; /* the answer as JSON of this form; NULL: text */
     const char *cache_key;    /* the conversation, for a server's cache routing
                                  (OpenAI's prompt_cache_key); NULL: stateless */
+    const char *turn_note;    /* what changes from turn to turn (extra_system_prompt, ...),
+                                 sent after the stable prefix: in the turn's user message
+                                 (messages' first), after its text; never stored.  NULL:
+                                 none */
 } provider_request;
 
 typedef struct provider {
