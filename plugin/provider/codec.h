@@ -26,7 +26,7 @@ int llm_too_many_calls(char **err);
 /* Move text into out->content: "" without tool calls, NULL beside them when empty. */
 int llm_set_content(llm_reply *out, pbuf *text, char **err);
 
-/* ---- rendering neutral messages (provider.c) ---- */
+/* ---- rendering neutral messages ---- */
 
 /* Member `key` as a string, or NULL. */
 const char *msg_str(const json_t *msg, const char *key);
