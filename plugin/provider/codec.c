@@ -1,16 +1,27 @@
 /*
- * codec.c -- the code every provider's codec shares (codec.h): reading Parley's
- * neutral messages, the request parts every codec renders alike, and the small
- * pieces of the decoders.
+ * codec.c -- the code every provider's codec shares (codec.h), and the neutral
+ * reply's own functions (llm_reply.h): reading Parley's neutral messages, the
+ * request parts every codec renders alike, the words of a decoder's errors,
+ * the server's error text, and filling an llm_reply.
  *
- * Apart from provider.c, which is what the turn sees (the registry and the
- * reasoning rules on top of every decoder): a codec includes codec.h, the
- * turn never does, and neither half needs the other's code to be read.
+ * Every decoder funnels into the same finishing steps (codec_fill_call and
+ * llm_set_content), which is what makes a streamed reply identical to the same
+ * reply sent whole, whichever the provider.  Apart from provider.c, which is
+ * what the turn sees (the registry, the reasoning rules on top of every
+ * decoder), and from each codec's own file: one per API.
  */
 #include "provider/codec.h"
 
+#include <jansson.h>
+#include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
+
+#include "lib/dict.h"
+
+#define MAX_ERROR_TEXT 500 /* llm_error_text's bound, in bytes */
 
 /* ---- neutral messages ---- */
 
@@ -271,11 +282,7 @@ int codec_bearer_header(const parley_options *o, struct curl_slist **list)
 
 /* ---- small shared pieces of the decoders ---- */
 
-int codec_oom(char **err)
-{
-    *err = pstr_printf("out of memory");
-    return -1;
-}
+int codec_oom(char **err) { return codec_fail(err, "out of memory"); }
 
 long long codec_count(const json_t *obj, const char *key)
 {
@@ -304,5 +311,437 @@ int codec_stream_dead(codec_stream_state *st, int finishing, char **err)
         return -1;
     }
     st->finished = finishing;
+    return 0;
+}
+
+/* ---- errors, worded alike by every decoder ---- */
+
+int codec_fail(char **err, const char *fmt, ...)
+{
+    if (!err)
+        return -1;
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(NULL, 0, fmt, ap);
+    va_end(ap);
+    *err = n >= 0 ? malloc((size_t)n + 1) : NULL;
+    if (*err) {
+        va_start(ap, fmt);
+        vsnprintf(*err, (size_t)n + 1, fmt, ap);
+        va_end(ap);
+    }
+    return -1;
+}
+
+static const char *type_name(const json_t *v)
+{
+    switch (json_typeof(v)) {
+    case JSON_OBJECT: return "an object";
+    case JSON_ARRAY: return "an array";
+    case JSON_STRING: return "a string";
+    case JSON_INTEGER:
+    case JSON_REAL: return "a number";
+    case JSON_TRUE:
+    case JSON_FALSE: return "a boolean";
+    case JSON_NULL: return "null";
+    }
+    return "of an unknown type";
+}
+
+const char *llm_json_type_name(const json_t *v) { return v ? type_name(v) : "missing"; }
+
+const json_t *codec_member(const json_t *obj, const char *key)
+{
+    const json_t *v = json_object_get(obj, key);
+    return json_is_null(v) ? NULL : v;
+}
+
+int codec_optional_string(const json_t *obj, const char *key, const char *what,
+                           const char **out, char **err)
+{
+    const json_t *v = codec_member(obj, key);
+    *out = NULL;
+    if (!v)
+        return 0;
+    if (!json_is_string(v))
+        return codec_fail(err, "%s %s is %s, not a string", what, key, type_name(v));
+    *out = json_string_value(v);
+    return 0;
+}
+
+/* Length of the valid UTF-8 character at s (no overlongs, no surrogates,
+   nothing above U+10FFFF), or 0 when s does not start one. */
+static size_t utf8_char_len(const unsigned char *s, size_t n)
+{
+    unsigned char lo = 0x80, hi = 0xBF; /* the range allowed for the second byte */
+    size_t len;
+    if (s[0] < 0x80)
+        return 1;
+    if (s[0] >= 0xC2 && s[0] <= 0xDF) {
+        len = 2;
+    } else if (s[0] >= 0xE0 && s[0] <= 0xEF) {
+        len = 3;
+        lo = s[0] == 0xE0 ? 0xA0 : 0x80;
+        hi = s[0] == 0xED ? 0x9F : 0xBF;
+    } else if (s[0] >= 0xF0 && s[0] <= 0xF4) {
+        len = 4;
+        lo = s[0] == 0xF0 ? 0x90 : 0x80;
+        hi = s[0] == 0xF4 ? 0x8F : 0xBF;
+    } else {
+        return 0;
+    }
+    if (n < len || s[1] < lo || s[1] > hi)
+        return 0;
+    for (size_t i = 2; i < len; i++)
+        if ((s[i] & 0xC0) != 0x80)
+            return 0;
+    return len;
+}
+
+/* C0, DEL and C1 controls: they would garble a log line or a UI. */
+static int is_control_char(const unsigned char *s, size_t len)
+{
+    if (len == 1)
+        return s[0] < 0x20 || s[0] == 0x7F;
+    return len == 2 && s[0] == 0xC2 && s[1] < 0xA0;
+}
+
+/*
+ * Server text made safe to show and to embed in JSON: valid UTF-8 only
+ * (invalid bytes dropped), control characters turned into spaces, runs of
+ * spaces collapsed, trimmed, at most `max` bytes cut on a character boundary
+ * ("..." then appended).  NULL when nothing is left (or out of memory).
+ */
+static char *clean_text(const char *text, size_t n, size_t max)
+{
+    const unsigned char *s = (const unsigned char *)text;
+    pbuf out = PBUF_INIT;
+    int space_pending = 0;
+    for (size_t i = 0; i < n;) {
+        size_t len = utf8_char_len(s + i, n - i);
+        if (len == 0) {
+            i++;
+            continue;
+        }
+        if (s[i] == ' ' || is_control_char(s + i, len)) {
+            space_pending = out.len > 0;
+        } else if (out.len + (size_t)space_pending + len > max) {
+            pbuf_puts(&out, "...");
+            break;
+        } else {
+            if (space_pending)
+                pbuf_putc(&out, ' ');
+            space_pending = 0;
+            pbuf_append(&out, s + i, len);
+        }
+        i += len;
+    }
+    if (out.len == 0) {
+        pbuf_free(&out);
+        return NULL;
+    }
+    return pbuf_take(&out);
+}
+
+char *llm_clean_text(const char *text, size_t n) { return clean_text(text, n, MAX_ERROR_TEXT); }
+
+int codec_fail_not_json(char **err, const char *what, const json_error_t *jerr)
+{
+    char *why = clean_text(jerr->text, strlen(jerr->text), MAX_ERROR_TEXT);
+    int rc = codec_fail(err, "%s is not JSON: %s (at byte %d)", what, why ? why : "parse error",
+                  jerr->position);
+    free(why);
+    return rc;
+}
+
+/* ---- the server's error text ---- */
+
+/* The message string of a JSON error body, or NULL. */
+static const json_t *json_error_message(const json_t *root)
+{
+    if (json_is_array(root)) /* Gemini's OpenAI endpoint wraps its errors in a list */
+        root = json_array_get(root, 0);
+    if (!json_is_object(root))
+        return NULL;
+    const json_t *error = codec_member(root, "error");
+    if (json_is_string(error)) /* Ollama */
+        return error;
+    if (json_is_object(error)) { /* OpenAI, llama.cpp, vLLM */
+        const json_t *message = codec_member(error, "message");
+        return json_is_string(message) ? message : NULL;
+    }
+    const json_t *message = codec_member(root, "message"); /* older vLLM: {"object":"error",...} */
+    if (json_is_string(message))
+        return message;
+    const json_t *detail = codec_member(root, "detail"); /* FastAPI-based servers */
+    return json_is_string(detail) ? detail : NULL;
+}
+
+static char *json_error_text(const json_t *root)
+{
+    if (json_is_string(root))
+        return clean_text(json_string_value(root), json_string_length(root), MAX_ERROR_TEXT);
+    const json_t *message = json_error_message(root);
+    if (!message)
+        return NULL;
+    return clean_text(json_string_value(message), json_string_length(message), MAX_ERROR_TEXT);
+}
+
+/* Where `needle` (lower case ASCII) first occurs in hay[0..n), ignoring case. */
+static const char *find_ci(const char *hay, size_t n, const char *needle)
+{
+    size_t m = strlen(needle);
+    for (size_t i = 0; i + m <= n; i++)
+        if (strncasecmp(hay + i, needle, m) == 0)
+            return hay + i;
+    return NULL;
+}
+
+static int looks_like_html(const char *body, size_t len)
+{
+    size_t i = 0;
+    while (i < len && (body[i] == ' ' || body[i] == '\t' || body[i] == '\r' || body[i] == '\n'))
+        i++;
+    return i < len && body[i] == '<';
+}
+
+/* The text of the first <tag ...>...</tag> (proxies' error pages put the
+   status in <title> and <h1>), or NULL. */
+static char *html_element_text(const char *body, size_t len, const char *open, const char *close)
+{
+    const char *end = body + len;
+    const char *start = find_ci(body, len, open);
+    if (!start)
+        return NULL;
+    const char *gt = memchr(start, '>', (size_t)(end - start));
+    if (!gt)
+        return NULL;
+    const char *text = gt + 1;
+    const char *stop = find_ci(text, (size_t)(end - text), close);
+    if (!stop)
+        return NULL;
+    return clean_text(text, (size_t)(stop - text), MAX_ERROR_TEXT);
+}
+
+char *llm_error_text(const char *body, size_t len)
+{
+    if (!body || len == 0)
+        return NULL;
+    json_t *root = json_loadb(body, len, JSON_DECODE_ANY, NULL);
+    if (root && (json_is_object(root) || json_is_array(root) || json_is_string(root))) {
+        char *text = json_error_text(root);
+        json_decref(root);
+        return text;
+    }
+    json_decref(root); /* a bare number or literal reads fine as plain text */
+    if (looks_like_html(body, len)) {
+        char *title = html_element_text(body, len, "<title", "</title");
+        return title ? title : html_element_text(body, len, "<h1", "</h1");
+    }
+    return clean_text(body, len, MAX_ERROR_TEXT);
+}
+
+int codec_fail_server_error(const json_t *root, char **err)
+{
+    char *text = json_error_text(root);
+    const json_t *e = json_is_array(root) ? codec_member(json_array_get(root, 0), "error")
+                                          : codec_member(root, "error");
+    const json_t *t = json_is_object(e) ? codec_member(e, "type") : NULL;
+    const json_t *c = json_is_object(e) ? codec_member(e, "code") : NULL;
+    /* the server's words, cleaned like the message (no control characters, bounded) */
+    char *type = json_is_string(t) ? clean_text(json_string_value(t), json_string_length(t), 64)
+                                   : NULL;
+    char *code = json_is_string(c) ? clean_text(json_string_value(c), json_string_length(c), 64)
+                                   : NULL;
+    int rc = codec_fail(err, LLM_SERVER_ERROR "%s%s%s%s%s%s%s%s", text ? text : "(no message)",
+                  type || code ? " (" : "", type ? "type " : "", type ? type : "",
+                  type && code ? ", " : "", code ? "code " : "", code ? code : "",
+                  type || code ? ")" : "");
+    free(type);
+    free(code);
+    free(text);
+    return rc;
+}
+
+parley_status llm_server_error_status(const char *decode_error, int *retryable)
+{
+    static const struct {
+        const char *word; /* lower case; found anywhere in the text, ignoring case */
+        parley_status status;
+        int retry;
+    } classes[] = { /* first match wins: a key problem before anything it may mention */
+        {"invalid_api_key", PARLEY_ERR_HTTP_STATUS, 0},
+        {"authentication", PARLEY_ERR_HTTP_STATUS, 0},
+        {"unauthorized", PARLEY_ERR_HTTP_STATUS, 0},
+        {"api key", PARLEY_ERR_HTTP_STATUS, 0},
+        {"permission", PARLEY_ERR_HTTP_STATUS, 0},
+        {"insufficient_quota", PARLEY_ERR_RATE_LIMITED, 0},
+        {"rate_limit", PARLEY_ERR_RATE_LIMITED, 1},
+        {"rate limit", PARLEY_ERR_RATE_LIMITED, 1},
+        {"too many requests", PARLEY_ERR_RATE_LIMITED, 1},
+        {"overloaded", PARLEY_ERR_HTTP_STATUS, 1},
+        {"server_error", PARLEY_ERR_HTTP_STATUS, 1},
+        {"api_error", PARLEY_ERR_HTTP_STATUS, 1},
+        {"unavailable", PARLEY_ERR_HTTP_STATUS, 1},
+        {"invalid_request", PARLEY_ERR_HTTP_STATUS, 0},
+        {"not_found", PARLEY_ERR_HTTP_STATUS, 0},
+        {"not found", PARLEY_ERR_HTTP_STATUS, 0}, /* Ollama: "model 'x' not found" */
+        {"context_length", PARLEY_ERR_HTTP_STATUS, 0},
+    };
+    *retryable = 0;
+    size_t prefix = strlen(LLM_SERVER_ERROR);
+    if (!decode_error || strncmp(decode_error, LLM_SERVER_ERROR, prefix) != 0)
+        return PARLEY_ERR_BAD_RESPONSE;
+    const char *text = decode_error + prefix;
+    for (size_t i = 0; i < sizeof classes / sizeof classes[0]; i++) {
+        if (find_ci(text, strlen(text), classes[i].word)) {
+            *retryable = classes[i].retry;
+            return classes[i].status;
+        }
+    }
+    return PARLEY_ERR_BAD_RESPONSE;
+}
+
+/* ---- filling a reply ---- */
+
+/* Reals are printed with 15 digits when that reads back exactly, so 0.1 stays "0.1" rather
+ * than jansson's default "0.10000000000000001"; else with 17. */
+char *llm_arguments_text(const json_t *obj)
+{
+    char *text = json_dumps(obj, JSON_COMPACT | JSON_REAL_PRECISION(15));
+    if (!text)
+        return NULL;
+    json_t *back = json_loads(text, 0, NULL);
+    int exact = back && json_equal(back, obj);
+    json_decref(back);
+    if (exact)
+        return text;
+    free(text);
+    return json_dumps(obj, JSON_COMPACT | JSON_REAL_PRECISION(17));
+}
+
+int codec_fill_call(llm_tool_call *c, size_t pos, const char *id, const char *name,
+                     const pbuf *args, char **err)
+{
+    if (id && *id)
+        c->id = strdup(id);
+    else if (asprintf(&c->id, "call_%zu", pos) < 0)
+        c->id = NULL;
+    c->name = strdup(name);
+    c->arguments = strdup(args->len ? args->data : "{}");
+    if (!c->id || !c->name || !c->arguments)
+        return codec_oom(err);
+    return 0;
+}
+
+int llm_fill_call(llm_tool_call *c, size_t pos, const char *id, const char *name,
+                  const char *arguments, char **err)
+{
+    pbuf args = PBUF_INIT;
+    if (arguments)
+        pbuf_puts(&args, arguments);
+    int rc = args.oom ? codec_oom(err) : codec_fill_call(c, pos, id, name, &args, err);
+    pbuf_free(&args);
+    return rc;
+}
+
+int llm_too_many_calls(char **err)
+{
+    return codec_fail(err, "the answer has more than %d tool calls", LLM_MAX_TOOL_CALLS);
+}
+
+int llm_set_content(llm_reply *out, pbuf *text, char **err)
+{
+    if (text->oom)
+        return codec_oom(err);
+    if (text->len > 0)
+        out->content = pbuf_take(text);
+    else if (out->ncalls == 0)
+        out->content = strdup("");
+    else
+        return 0;
+    return out->content ? 0 : codec_oom(err);
+}
+
+void llm_reply_free(llm_reply *r)
+{
+    if (!r)
+        return;
+    for (size_t i = 0; i < r->ncalls; i++) {
+        free(r->calls[i].id);
+        free(r->calls[i].name);
+        free(r->calls[i].arguments);
+    }
+    free(r->calls);
+    free(r->content);
+    free(r->finish_reason);
+    free(r->reasoning);
+    free(r->provider_data);
+    memset(r, 0, sizeof *r);
+}
+
+void llm_usage_settle(llm_usage *u)
+{
+    if (u->cache_read == 0)
+        u->cache_read = u->timings_cached;
+    if (u->prompt == 0 && u->evaluated > 0)
+        u->prompt = u->evaluated + u->cache_read;
+    if (u->evaluated == 0 && u->prompt > u->cache_read)
+        u->evaluated = u->prompt - u->cache_read;
+}
+
+/* ---- call ids unique within a turn ---- */
+
+static const char *id_key(const void *entry) { return entry; }
+
+static void free_id(void *entry, void *ud)
+{
+    (void)ud;
+    free(entry);
+}
+
+void llm_call_ids_free(dict *taken)
+{
+    if (!taken)
+        return;
+    dict_foreach(taken, free_id, NULL);
+    dict_free(taken);
+}
+
+/* "call_<at>_<i>", then "call_<at>_<i>_<k>" for k = 1, 2, ... until no call of
+   the turn has it: a model may well have used the first one itself. */
+static char *fresh_id(const dict *taken, size_t at, size_t i)
+{
+    for (unsigned long k = 0;; k++) {
+        char *id = NULL;
+        int n = k ? asprintf(&id, "call_%zu_%zu_%lu", at, i, k)
+                  : asprintf(&id, "call_%zu_%zu", at, i);
+        if (n < 0)
+            return NULL;
+        if (!dict_find(taken, id))
+            return id;
+        free(id);
+    }
+}
+
+int llm_reply_claim_ids(llm_reply *r, dict **taken, size_t at)
+{
+    if (!*taken && !(*taken = dict_new(id_key)))
+        return -1;
+    for (size_t i = 0; i < r->ncalls; i++) {
+        llm_tool_call *c = &r->calls[i];
+        if (r->ids_minted || !*c->id || dict_find(*taken, c->id)) {
+            char *id = fresh_id(*taken, at, i);
+            if (!id)
+                return -1;
+            free(c->id);
+            c->id = id;
+        }
+        char *copy = strdup(c->id);
+        if (!copy || dict_add(*taken, copy) != 0) {
+            free(copy);
+            return -1;
+        }
+    }
     return 0;
 }

@@ -1,325 +1,21 @@
 /*
- * llm_reply.c -- see llm_reply.h.
- *
- * Both decoders funnel into the same two finishing steps (fill_call and
- * set_content), which is what makes a streamed reply identical to the same
- * reply sent whole.
+ * openai_stream.c -- OpenAI's Chat Completions replies decoded: a whole JSON
+ * body and a Server-Sent-Events stream of chat.completion.chunk objects (see
+ * llm_reply.h); the code every codec shares is codec.c.
  */
 #include "provider/llm_reply.h"
 
 #include <jansson.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 
 #include "lib/buf.h"
-#include "lib/dict.h"
 #include "lib/json_scan.h"
 #include "provider/codec.h"
 #include "provider/sse.h"
 
-#define MAX_ERROR_TEXT 500       /* llm_error_text's bound, in bytes */
 #define MAX_SSE_SIZE (8u << 20)  /* one SSE line, or one event's data */
-
-/* ------------------------------------------------------------------ */
-/* Errors and small helpers                                            */
-/* ------------------------------------------------------------------ */
-
-static int fail(char **err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-
-/* Sets *err to the formatted message (NULL if even that allocation fails). */
-static int fail(char **err, const char *fmt, ...)
-{
-    if (!err)
-        return -1;
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(NULL, 0, fmt, ap);
-    va_end(ap);
-    *err = n >= 0 ? malloc((size_t)n + 1) : NULL;
-    if (*err) {
-        va_start(ap, fmt);
-        vsnprintf(*err, (size_t)n + 1, fmt, ap);
-        va_end(ap);
-    }
-    return -1;
-}
-
-static int fail_oom(char **err) { return fail(err, "out of memory"); }
-
-static const char *type_name(const json_t *v)
-{
-    switch (json_typeof(v)) {
-    case JSON_OBJECT: return "an object";
-    case JSON_ARRAY: return "an array";
-    case JSON_STRING: return "a string";
-    case JSON_INTEGER:
-    case JSON_REAL: return "a number";
-    case JSON_TRUE:
-    case JSON_FALSE: return "a boolean";
-    case JSON_NULL: return "null";
-    }
-    return "of an unknown type";
-}
-
-/* A member that is missing and one that is null mean the same to us. */
-static const json_t *member(const json_t *obj, const char *key)
-{
-    const json_t *v = json_object_get(obj, key);
-    return json_is_null(v) ? NULL : v;
-}
-
-/* *out = the string member `key`, or NULL when absent; other types are errors. */
-static int optional_string(const json_t *obj, const char *key, const char *what,
-                           const char **out, char **err)
-{
-    const json_t *v = member(obj, key);
-    *out = NULL;
-    if (!v)
-        return 0;
-    if (!json_is_string(v))
-        return fail(err, "%s %s is %s, not a string", what, key, type_name(v));
-    *out = json_string_value(v);
-    return 0;
-}
-
-/* Length of the valid UTF-8 character at s (no overlongs, no surrogates,
-   nothing above U+10FFFF), or 0 when s does not start one. */
-static size_t utf8_char_len(const unsigned char *s, size_t n)
-{
-    unsigned char lo = 0x80, hi = 0xBF; /* the range allowed for the second byte */
-    size_t len;
-    if (s[0] < 0x80)
-        return 1;
-    if (s[0] >= 0xC2 && s[0] <= 0xDF) {
-        len = 2;
-    } else if (s[0] >= 0xE0 && s[0] <= 0xEF) {
-        len = 3;
-        lo = s[0] == 0xE0 ? 0xA0 : 0x80;
-        hi = s[0] == 0xED ? 0x9F : 0xBF;
-    } else if (s[0] >= 0xF0 && s[0] <= 0xF4) {
-        len = 4;
-        lo = s[0] == 0xF0 ? 0x90 : 0x80;
-        hi = s[0] == 0xF4 ? 0x8F : 0xBF;
-    } else {
-        return 0;
-    }
-    if (n < len || s[1] < lo || s[1] > hi)
-        return 0;
-    for (size_t i = 2; i < len; i++)
-        if ((s[i] & 0xC0) != 0x80)
-            return 0;
-    return len;
-}
-
-/* C0, DEL and C1 controls: they would garble a log line or a UI. */
-static int is_control_char(const unsigned char *s, size_t len)
-{
-    if (len == 1)
-        return s[0] < 0x20 || s[0] == 0x7F;
-    return len == 2 && s[0] == 0xC2 && s[1] < 0xA0;
-}
-
-/*
- * Server text made safe to show and to embed in JSON: valid UTF-8 only
- * (invalid bytes dropped), control characters turned into spaces, runs of
- * spaces collapsed, trimmed, at most `max` bytes cut on a character boundary
- * ("..." then appended).  NULL when nothing is left (or out of memory).
- */
-static char *clean_text(const char *text, size_t n, size_t max)
-{
-    const unsigned char *s = (const unsigned char *)text;
-    pbuf out = PBUF_INIT;
-    int space_pending = 0;
-    for (size_t i = 0; i < n;) {
-        size_t len = utf8_char_len(s + i, n - i);
-        if (len == 0) {
-            i++;
-            continue;
-        }
-        if (s[i] == ' ' || is_control_char(s + i, len)) {
-            space_pending = out.len > 0;
-        } else if (out.len + (size_t)space_pending + len > max) {
-            pbuf_puts(&out, "...");
-            break;
-        } else {
-            if (space_pending)
-                pbuf_putc(&out, ' ');
-            space_pending = 0;
-            pbuf_append(&out, s + i, len);
-        }
-        i += len;
-    }
-    if (out.len == 0) {
-        pbuf_free(&out);
-        return NULL;
-    }
-    return pbuf_take(&out);
-}
-
-static int fail_not_json(char **err, const char *what, const json_error_t *jerr)
-{
-    char *why = clean_text(jerr->text, strlen(jerr->text), MAX_ERROR_TEXT);
-    int rc = fail(err, "%s is not JSON: %s (at byte %d)", what, why ? why : "parse error",
-                  jerr->position);
-    free(why);
-    return rc;
-}
-
-/* ------------------------------------------------------------------ */
-/* The server's error text                                             */
-/* ------------------------------------------------------------------ */
-
-/* The message string of a JSON error body, or NULL. */
-static const json_t *json_error_message(const json_t *root)
-{
-    if (json_is_array(root)) /* Gemini's OpenAI endpoint wraps its errors in a list */
-        root = json_array_get(root, 0);
-    if (!json_is_object(root))
-        return NULL;
-    const json_t *error = member(root, "error");
-    if (json_is_string(error)) /* Ollama */
-        return error;
-    if (json_is_object(error)) { /* OpenAI, llama.cpp, vLLM */
-        const json_t *message = member(error, "message");
-        return json_is_string(message) ? message : NULL;
-    }
-    const json_t *message = member(root, "message"); /* older vLLM: {"object":"error",...} */
-    if (json_is_string(message))
-        return message;
-    const json_t *detail = member(root, "detail"); /* FastAPI-based servers */
-    return json_is_string(detail) ? detail : NULL;
-}
-
-static char *json_error_text(const json_t *root)
-{
-    if (json_is_string(root))
-        return clean_text(json_string_value(root), json_string_length(root), MAX_ERROR_TEXT);
-    const json_t *message = json_error_message(root);
-    if (!message)
-        return NULL;
-    return clean_text(json_string_value(message), json_string_length(message), MAX_ERROR_TEXT);
-}
-
-/* Where `needle` (lower case ASCII) first occurs in hay[0..n), ignoring case. */
-static const char *find_ci(const char *hay, size_t n, const char *needle)
-{
-    size_t m = strlen(needle);
-    for (size_t i = 0; i + m <= n; i++)
-        if (strncasecmp(hay + i, needle, m) == 0)
-            return hay + i;
-    return NULL;
-}
-
-static int looks_like_html(const char *body, size_t len)
-{
-    size_t i = 0;
-    while (i < len && (body[i] == ' ' || body[i] == '\t' || body[i] == '\r' || body[i] == '\n'))
-        i++;
-    return i < len && body[i] == '<';
-}
-
-/* The text of the first <tag ...>...</tag> (proxies' error pages put the
-   status in <title> and <h1>), or NULL. */
-static char *html_element_text(const char *body, size_t len, const char *open, const char *close)
-{
-    const char *end = body + len;
-    const char *start = find_ci(body, len, open);
-    if (!start)
-        return NULL;
-    const char *gt = memchr(start, '>', (size_t)(end - start));
-    if (!gt)
-        return NULL;
-    const char *text = gt + 1;
-    const char *stop = find_ci(text, (size_t)(end - text), close);
-    if (!stop)
-        return NULL;
-    return clean_text(text, (size_t)(stop - text), MAX_ERROR_TEXT);
-}
-
-char *llm_error_text(const char *body, size_t len)
-{
-    if (!body || len == 0)
-        return NULL;
-    json_t *root = json_loadb(body, len, JSON_DECODE_ANY, NULL);
-    if (root && (json_is_object(root) || json_is_array(root) || json_is_string(root))) {
-        char *text = json_error_text(root);
-        json_decref(root);
-        return text;
-    }
-    json_decref(root); /* a bare number or literal reads fine as plain text */
-    if (looks_like_html(body, len)) {
-        char *title = html_element_text(body, len, "<title", "</title");
-        return title ? title : html_element_text(body, len, "<h1", "</h1");
-    }
-    return clean_text(body, len, MAX_ERROR_TEXT);
-}
-
-/* An {"error": ...} member says the server failed, even with a 200 status. */
-static int is_error_body(const json_t *root) { return member(root, "error") != NULL; }
-
-static int fail_server_error(const json_t *root, char **err)
-{
-    char *text = json_error_text(root);
-    const json_t *e = json_is_array(root) ? member(json_array_get(root, 0), "error")
-                                          : member(root, "error");
-    const json_t *t = json_is_object(e) ? member(e, "type") : NULL;
-    const json_t *c = json_is_object(e) ? member(e, "code") : NULL;
-    /* the server's words, cleaned like the message (no control characters, bounded) */
-    char *type = json_is_string(t) ? clean_text(json_string_value(t), json_string_length(t), 64)
-                                   : NULL;
-    char *code = json_is_string(c) ? clean_text(json_string_value(c), json_string_length(c), 64)
-                                   : NULL;
-    int rc = fail(err, LLM_SERVER_ERROR "%s%s%s%s%s%s%s%s", text ? text : "(no message)",
-                  type || code ? " (" : "", type ? "type " : "", type ? type : "",
-                  type && code ? ", " : "", code ? "code " : "", code ? code : "",
-                  type || code ? ")" : "");
-    free(type);
-    free(code);
-    free(text);
-    return rc;
-}
-
-parley_status llm_server_error_status(const char *decode_error, int *retryable)
-{
-    static const struct {
-        const char *word; /* lower case; found anywhere in the text, ignoring case */
-        parley_status status;
-        int retry;
-    } classes[] = { /* first match wins: a key problem before anything it may mention */
-        {"invalid_api_key", PARLEY_ERR_HTTP_STATUS, 0},
-        {"authentication", PARLEY_ERR_HTTP_STATUS, 0},
-        {"unauthorized", PARLEY_ERR_HTTP_STATUS, 0},
-        {"api key", PARLEY_ERR_HTTP_STATUS, 0},
-        {"permission", PARLEY_ERR_HTTP_STATUS, 0},
-        {"insufficient_quota", PARLEY_ERR_RATE_LIMITED, 0},
-        {"rate_limit", PARLEY_ERR_RATE_LIMITED, 1},
-        {"rate limit", PARLEY_ERR_RATE_LIMITED, 1},
-        {"too many requests", PARLEY_ERR_RATE_LIMITED, 1},
-        {"overloaded", PARLEY_ERR_HTTP_STATUS, 1},
-        {"server_error", PARLEY_ERR_HTTP_STATUS, 1},
-        {"api_error", PARLEY_ERR_HTTP_STATUS, 1},
-        {"unavailable", PARLEY_ERR_HTTP_STATUS, 1},
-        {"invalid_request", PARLEY_ERR_HTTP_STATUS, 0},
-        {"not_found", PARLEY_ERR_HTTP_STATUS, 0},
-        {"not found", PARLEY_ERR_HTTP_STATUS, 0}, /* Ollama: "model 'x' not found" */
-        {"context_length", PARLEY_ERR_HTTP_STATUS, 0},
-    };
-    *retryable = 0;
-    size_t prefix = strlen(LLM_SERVER_ERROR);
-    if (!decode_error || strncmp(decode_error, LLM_SERVER_ERROR, prefix) != 0)
-        return PARLEY_ERR_BAD_RESPONSE;
-    const char *text = decode_error + prefix;
-    for (size_t i = 0; i < sizeof classes / sizeof classes[0]; i++) {
-        if (find_ci(text, strlen(text), classes[i].word)) {
-            *retryable = classes[i].retry;
-            return classes[i].status;
-        }
-    }
-    return PARLEY_ERR_BAD_RESPONSE;
-}
 
 /* ------------------------------------------------------------------ */
 /* Pieces both decoders share                                          */
@@ -333,16 +29,16 @@ static int append_text_parts(pbuf *text, const json_t *parts, const char *what, 
     const json_t *part;
     json_array_foreach(parts, i, part) {
         if (!json_is_object(part))
-            return fail(err, "%s part %zu is %s, not an object", what, i, type_name(part));
+            return codec_fail(err, "%s part %zu is %s, not an object", what, i, llm_json_type_name(part));
         const char *type, *part_text;
-        if (optional_string(part, "type", what, &type, err) != 0)
+        if (codec_optional_string(part, "type", what, &type, err) != 0)
             return -1;
         if (type && strcmp(type, "text") != 0)
             continue;
-        if (optional_string(part, "text", what, &part_text, err) != 0)
+        if (codec_optional_string(part, "text", what, &part_text, err) != 0)
             return -1;
         if (!part_text)
-            return fail(err, "%s part %zu has no text", what, i);
+            return codec_fail(err, "%s part %zu has no text", what, i);
         pbuf_append(text, part_text, strlen(part_text));
     }
     return 0;
@@ -359,27 +55,8 @@ static int append_content(pbuf *text, const json_t *content, const char *what, c
         if (append_text_parts(text, content, what, err) != 0)
             return -1;
     } else
-        return fail(err, "%s is %s, expected a string", what, type_name(content));
-    return text->oom ? fail_oom(err) : 0;
-}
-
-/*
- * Compact JSON text of an arguments object (Ollama sends objects).  Reals
- * are printed with 15 digits when that reads back exactly, so 0.1 stays
- * "0.1" rather than jansson's default "0.10000000000000001"; else with 17.
- */
-static char *arguments_object_text(const json_t *obj)
-{
-    char *text = json_dumps(obj, JSON_COMPACT | JSON_REAL_PRECISION(15));
-    if (!text)
-        return NULL;
-    json_t *back = json_loads(text, 0, NULL);
-    int exact = back && json_equal(back, obj);
-    json_decref(back);
-    if (exact)
-        return text;
-    free(text);
-    return json_dumps(obj, JSON_COMPACT | JSON_REAL_PRECISION(17));
+        return codec_fail(err, "%s is %s, expected a string", what, llm_json_type_name(content));
+    return text->oom ? codec_oom(err) : 0;
 }
 
 /* Append a call's arguments: a string (or a piece of one) as is, an object
@@ -391,136 +68,31 @@ static int append_arguments(pbuf *args, const json_t *value, const char *what, c
     if (json_is_string(value)) {
         pbuf_append(args, json_string_value(value), json_string_length(value));
     } else if (json_is_object(value)) {
-        char *text = arguments_object_text(value);
+        char *text = llm_arguments_text(value);
         if (!text)
-            return fail_oom(err);
+            return codec_oom(err);
         pbuf_puts(args, text);
         free(text);
     } else {
-        return fail(err, "%s arguments is %s, expected a string or an object", what,
-                    type_name(value));
+        return codec_fail(err, "%s arguments is %s, expected a string or an object", what,
+                    llm_json_type_name(value));
     }
-    return args->oom ? fail_oom(err) : 0;
-}
-
-/* Fill one decoded call.  `pos` is its place in the reply: a missing or
-   empty id becomes "call_<pos>", missing or empty arguments "{}". */
-static int fill_call(llm_tool_call *c, size_t pos, const char *id, const char *name,
-                     const pbuf *args, char **err)
-{
-    if (id && *id)
-        c->id = strdup(id);
-    else if (asprintf(&c->id, "call_%zu", pos) < 0)
-        c->id = NULL;
-    c->name = strdup(name);
-    c->arguments = strdup(args->len ? args->data : "{}");
-    if (!c->id || !c->name || !c->arguments)
-        return fail_oom(err);
-    return 0;
-}
-
-/* Empty text is "no content" beside tool calls (NULL), and "" without them. */
-static int set_content(llm_reply *out, pbuf *text, char **err)
-{
-    if (text->oom)
-        return fail_oom(err);
-    if (text->len > 0)
-        out->content = pbuf_take(text);
-    else if (out->ncalls == 0)
-        out->content = strdup("");
-    else
-        return 0;
-    return out->content ? 0 : fail_oom(err);
+    return args->oom ? codec_oom(err) : 0;
 }
 
 /* Keep the choice's finish_reason when it has one (a later chunk's wins). */
 static int take_finish_reason(const json_t *choice, char **dst, const char *what, char **err)
 {
     const char *reason;
-    if (optional_string(choice, "finish_reason", what, &reason, err) != 0)
+    if (codec_optional_string(choice, "finish_reason", what, &reason, err) != 0)
         return -1;
     if (!reason)
         return 0;
     char *copy = strdup(reason);
     if (!copy)
-        return fail_oom(err);
+        return codec_oom(err);
     free(*dst);
     *dst = copy;
-    return 0;
-}
-
-void llm_reply_free(llm_reply *r)
-{
-    if (!r)
-        return;
-    for (size_t i = 0; i < r->ncalls; i++) {
-        free(r->calls[i].id);
-        free(r->calls[i].name);
-        free(r->calls[i].arguments);
-    }
-    free(r->calls);
-    free(r->content);
-    free(r->finish_reason);
-    free(r->reasoning);
-    free(r->provider_data);
-    memset(r, 0, sizeof *r);
-}
-
-/* ------------------------------------------------------------------ */
-/* Call ids unique within a turn                                       */
-/* ------------------------------------------------------------------ */
-
-static const char *id_key(const void *entry) { return entry; }
-
-static void free_id(void *entry, void *ud)
-{
-    (void)ud;
-    free(entry);
-}
-
-void llm_call_ids_free(dict *taken)
-{
-    if (!taken)
-        return;
-    dict_foreach(taken, free_id, NULL);
-    dict_free(taken);
-}
-
-/* "call_<at>_<i>", then "call_<at>_<i>_<k>" for k = 1, 2, ... until no call of
-   the turn has it: a model may well have used the first one itself. */
-static char *fresh_id(const dict *taken, size_t at, size_t i)
-{
-    for (unsigned long k = 0;; k++) {
-        char *id = NULL;
-        int n = k ? asprintf(&id, "call_%zu_%zu_%lu", at, i, k)
-                  : asprintf(&id, "call_%zu_%zu", at, i);
-        if (n < 0)
-            return NULL;
-        if (!dict_find(taken, id))
-            return id;
-        free(id);
-    }
-}
-
-int llm_reply_claim_ids(llm_reply *r, dict **taken, size_t at)
-{
-    if (!*taken && !(*taken = dict_new(id_key)))
-        return -1;
-    for (size_t i = 0; i < r->ncalls; i++) {
-        llm_tool_call *c = &r->calls[i];
-        if (r->ids_minted || !*c->id || dict_find(*taken, c->id)) {
-            char *id = fresh_id(*taken, at, i);
-            if (!id)
-                return -1;
-            free(c->id);
-            c->id = id;
-        }
-        char *copy = strdup(c->id);
-        if (!copy || dict_add(*taken, copy) != 0) {
-            free(copy);
-            return -1;
-        }
-    }
     return 0;
 }
 
@@ -531,27 +103,22 @@ int llm_reply_claim_ids(llm_reply *r, dict **taken, size_t at)
 static int decode_tool_call(const json_t *call, size_t i, llm_tool_call *dst, char **err)
 {
     if (!json_is_object(call))
-        return fail(err, "response's tool call %zu is %s, not an object", i, type_name(call));
-    const json_t *function = member(call, "function");
+        return codec_fail(err, "response's tool call %zu is %s, not an object", i, llm_json_type_name(call));
+    const json_t *function = codec_member(call, "function");
     if (!json_is_object(function))
-        return fail(err, "response's tool call %zu has no function object", i);
+        return codec_fail(err, "response's tool call %zu has no function object", i);
     const char *id, *name;
-    if (optional_string(call, "id", "response's tool call", &id, err) != 0 ||
-        optional_string(function, "name", "response's tool call function", &name, err) != 0)
+    if (codec_optional_string(call, "id", "response's tool call", &id, err) != 0 ||
+        codec_optional_string(function, "name", "response's tool call function", &name, err) != 0)
         return -1;
     if (!name)
-        return fail(err, "response's tool call %zu has no function name", i);
+        return codec_fail(err, "response's tool call %zu has no function name", i);
     pbuf args = PBUF_INIT;
-    int rc = append_arguments(&args, member(function, "arguments"), "response's tool call", err);
+    int rc = append_arguments(&args, codec_member(function, "arguments"), "response's tool call", err);
     if (rc == 0)
-        rc = fill_call(dst, i, id, name, &args, err);
+        rc = codec_fill_call(dst, i, id, name, &args, err);
     pbuf_free(&args);
     return rc;
-}
-
-int llm_too_many_calls(char **err)
-{
-    return fail(err, "the answer has more than %d tool calls", LLM_MAX_TOOL_CALLS);
 }
 
 static int decode_tool_calls(const json_t *calls, llm_reply *out, char **err)
@@ -559,7 +126,7 @@ static int decode_tool_calls(const json_t *calls, llm_reply *out, char **err)
     if (!calls)
         return 0;
     if (!json_is_array(calls))
-        return fail(err, "response's tool_calls is %s, not an array", type_name(calls));
+        return codec_fail(err, "response's tool_calls is %s, not an array", llm_json_type_name(calls));
     size_t n = json_array_size(calls);
     if (n == 0)
         return 0;
@@ -567,7 +134,7 @@ static int decode_tool_calls(const json_t *calls, llm_reply *out, char **err)
         return llm_too_many_calls(err);
     out->calls = calloc(n, sizeof *out->calls);
     if (!out->calls)
-        return fail_oom(err);
+        return codec_oom(err);
     out->ncalls = n; /* all zeroed, so llm_reply_free can clean up a partial decode */
     for (size_t i = 0; i < n; i++)
         if (decode_tool_call(json_array_get(calls, i), i, &out->calls[i], err) != 0)
@@ -585,28 +152,22 @@ static int note_reasoning_field(llm_reply *out, const char *field, char **err)
     if (strcmp(field, "reasoning_content") != 0)
         return 0;
     out->provider_data = strdup("{\"openai\":{\"reasoning_field\":\"reasoning_content\"}}");
-    return out->provider_data ? 0 : fail_oom(err);
+    return out->provider_data ? 0 : codec_oom(err);
 }
 
 static int decode_reasoning(const json_t *message, llm_reply *out, char **err)
 {
     for (size_t i = 0; i < sizeof REASONING_FIELDS / sizeof REASONING_FIELDS[0]; i++) {
         const char *text;
-        if (optional_string(message, REASONING_FIELDS[i], "response's message", &text, err) != 0)
+        if (codec_optional_string(message, REASONING_FIELDS[i], "response's message", &text, err) != 0)
             return -1;
         if (!text || !*text)
             continue;
         if (!(out->reasoning = strdup(text)))
-            return fail_oom(err);
+            return codec_oom(err);
         return note_reasoning_field(out, REASONING_FIELDS[i], err);
     }
     return 0;
-}
-
-static long long usage_count(const json_t *obj, const char *key)
-{
-    const json_t *v = json_object_get(obj, key);
-    return json_is_integer(v) && json_integer_value(v) > 0 ? (long long)json_integer_value(v) : 0;
 }
 
 /* usage of a response or of a stream chunk; anything malformed counts as absent. */
@@ -614,11 +175,11 @@ static void read_usage(const json_t *usage, llm_usage *u)
 {
     if (!json_is_object(usage))
         return;
-    u->prompt = usage_count(usage, "prompt_tokens");
-    u->completion = usage_count(usage, "completion_tokens");
-    u->cache_read = usage_count(json_object_get(usage, "prompt_tokens_details"), "cached_tokens");
+    u->prompt = codec_count(usage, "prompt_tokens");
+    u->completion = codec_count(usage, "completion_tokens");
+    u->cache_read = codec_count(json_object_get(usage, "prompt_tokens_details"), "cached_tokens");
     u->reasoning =
-        usage_count(json_object_get(usage, "completion_tokens_details"), "reasoning_tokens");
+        codec_count(json_object_get(usage, "completion_tokens_details"), "reasoning_tokens");
 }
 
 /* llama.cpp's `timings` (non-streamed reply, or a stream's last chunk): what it
@@ -627,18 +188,8 @@ static void read_timings(const json_t *timings, llm_usage *u)
 {
     if (!json_is_object(timings))
         return;
-    u->evaluated = usage_count(timings, "prompt_n");
-    u->timings_cached = usage_count(timings, "cache_n");
-}
-
-void llm_usage_settle(llm_usage *u)
-{
-    if (u->cache_read == 0)
-        u->cache_read = u->timings_cached;
-    if (u->prompt == 0 && u->evaluated > 0)
-        u->prompt = u->evaluated + u->cache_read;
-    if (u->evaluated == 0 && u->prompt > u->cache_read)
-        u->evaluated = u->prompt - u->cache_read;
+    u->evaluated = codec_count(timings, "prompt_n");
+    u->timings_cached = codec_count(timings, "cache_n");
 }
 
 static int decode_message(const json_t *message, llm_reply *out, char **err)
@@ -646,11 +197,11 @@ static int decode_message(const json_t *message, llm_reply *out, char **err)
     pbuf text = PBUF_INIT;
     int rc = decode_reasoning(message, out, err);
     if (rc == 0)
-        rc = append_content(&text, member(message, "content"), "response's message content", err);
+        rc = append_content(&text, codec_member(message, "content"), "response's message content", err);
     if (rc == 0)
-        rc = decode_tool_calls(member(message, "tool_calls"), out, err);
+        rc = decode_tool_calls(codec_member(message, "tool_calls"), out, err);
     if (rc == 0)
-        rc = set_content(out, &text, err);
+        rc = llm_set_content(out, &text, err);
     pbuf_free(&text);
     return rc;
 }
@@ -658,28 +209,28 @@ static int decode_message(const json_t *message, llm_reply *out, char **err)
 static int decode_root(const json_t *root, llm_reply *out, char **err)
 {
     if (!json_is_object(root))
-        return fail(err, "response is not a JSON object (it is %s)", type_name(root));
-    if (is_error_body(root))
-        return fail_server_error(root, err);
-    const json_t *choices = member(root, "choices");
+        return codec_fail(err, "response is not a JSON object (it is %s)", llm_json_type_name(root));
+    if (codec_member(root, "error"))
+        return codec_fail_server_error(root, err);
+    const json_t *choices = codec_member(root, "choices");
     if (!choices)
-        return fail(err, "response has no choices");
+        return codec_fail(err, "response has no choices");
     if (!json_is_array(choices))
-        return fail(err, "response's choices is %s, not an array", type_name(choices));
+        return codec_fail(err, "response's choices is %s, not an array", llm_json_type_name(choices));
     if (json_array_size(choices) == 0)
-        return fail(err, "response has no choices (empty array)");
+        return codec_fail(err, "response has no choices (empty array)");
     const json_t *choice = json_array_get(choices, 0);
     if (!json_is_object(choice))
-        return fail(err, "response's choices[0] is %s, not an object", type_name(choice));
-    const json_t *message = member(choice, "message");
+        return codec_fail(err, "response's choices[0] is %s, not an object", llm_json_type_name(choice));
+    const json_t *message = codec_member(choice, "message");
     if (!message)
-        return fail(err, "response's choices[0] has no message");
+        return codec_fail(err, "response's choices[0] has no message");
     if (!json_is_object(message))
-        return fail(err, "response's choices[0] message is %s, not an object", type_name(message));
+        return codec_fail(err, "response's choices[0] message is %s, not an object", llm_json_type_name(message));
     if (take_finish_reason(choice, &out->finish_reason, "response's choices[0]", err) != 0)
         return -1;
-    read_usage(member(root, "usage"), &out->usage);
-    read_timings(member(root, "timings"), &out->usage);
+    read_usage(codec_member(root, "usage"), &out->usage);
+    read_timings(codec_member(root, "timings"), &out->usage);
     return decode_message(message, out, err);
 }
 
@@ -691,7 +242,7 @@ int llm_reply_decode_jansson(const char *body, size_t len, llm_reply *out, char 
     json_error_t jerr;
     json_t *root = json_loadb(body ? body : "", body ? len : 0, JSON_DECODE_ANY, &jerr);
     if (!root)
-        return fail_not_json(err, "response", &jerr);
+        return codec_fail_not_json(err, "response", &jerr);
     int rc = decode_root(root, out, err);
     json_decref(root);
     if (rc != 0)
@@ -788,7 +339,7 @@ static int fast_optional_string(jscan *s, jscan_str *out, int *has)
     return jscan_string(s, out);
 }
 
-/* usage_count: a positive integer, else 0 (never an error). */
+/* codec_count: a positive integer, else 0 (never an error). */
 static int fast_usage_count(jscan *s, long long *out)
 {
     jscan_num n;
@@ -968,7 +519,7 @@ static int fast_dup(char **dst, const jscan_str *str)
     return *dst ? 0 : -1;
 }
 
-/* The llm_reply decode_message and fill_call make of the same members. */
+/* The llm_reply decode_message and codec_fill_call make of the same members. */
 static int fast_build(const fast_reply *f, llm_reply *out)
 {
     for (size_t i = 0; i < sizeof REASONING_FIELDS / sizeof REASONING_FIELDS[0]; i++) {
@@ -1095,7 +646,7 @@ static int open_slot(llm_stream *s, size_t index, size_t *slot, char **err)
         size_t cap = s->slots_cap ? s->slots_cap * 2 : 4;
         stream_call *calls = realloc(s->calls, cap * sizeof *calls);
         if (!calls)
-            return fail_oom(err);
+            return codec_oom(err);
         s->calls = calls;
         s->slots_cap = cap;
     }
@@ -1137,11 +688,11 @@ static int call_slot(llm_stream *s, const json_t *index, const char *id, const c
     if (!index) {
         at = implicit_index(s, id, name);
     } else if (!json_is_integer(index)) {
-        return fail(err, "stream chunk's tool call index is %s, not an integer", type_name(index));
+        return codec_fail(err, "stream chunk's tool call index is %s, not an integer", llm_json_type_name(index));
     } else {
         json_int_t i = json_integer_value(index);
         if (i < 0)
-            return fail(err, "stream chunk's tool call index %lld is negative", (long long)i);
+            return codec_fail(err, "stream chunk's tool call index %lld is negative", (long long)i);
         at = (size_t)i;
     }
     return open_slot(s, at, slot, err);
@@ -1154,7 +705,7 @@ static int keep_first(char **dst, const char *value, char **err)
         return 0;
     char *copy = strdup(value);
     if (!copy)
-        return fail_oom(err);
+        return codec_oom(err);
     free(*dst);
     *dst = copy;
     return 0;
@@ -1174,23 +725,23 @@ static int note_call(llm_stream *s, size_t slot, const char *id, const char *nam
 static int merge_tool_call(llm_stream *s, const json_t *delta, char **err)
 {
     if (!json_is_object(delta))
-        return fail(err, "stream chunk's tool call is %s, not an object", type_name(delta));
-    const json_t *function = member(delta, "function");
+        return codec_fail(err, "stream chunk's tool call is %s, not an object", llm_json_type_name(delta));
+    const json_t *function = codec_member(delta, "function");
     if (function && !json_is_object(function))
-        return fail(err, "stream chunk's tool call function is %s, not an object",
-                    type_name(function));
+        return codec_fail(err, "stream chunk's tool call function is %s, not an object",
+                    llm_json_type_name(function));
     const char *id, *name = NULL;
-    if (optional_string(delta, "id", "stream chunk's tool call", &id, err) != 0 ||
+    if (codec_optional_string(delta, "id", "stream chunk's tool call", &id, err) != 0 ||
         (function &&
-         optional_string(function, "name", "stream chunk's tool call function", &name, err) != 0))
+         codec_optional_string(function, "name", "stream chunk's tool call function", &name, err) != 0))
         return -1;
     size_t slot = 0;
-    if (call_slot(s, member(delta, "index"), id, name, &slot, err) != 0 ||
+    if (call_slot(s, codec_member(delta, "index"), id, name, &slot, err) != 0 ||
         note_call(s, slot, id, name, err) != 0)
         return -1;
     if (!function)
         return 0;
-    return append_arguments(&s->calls[slot].arguments, member(function, "arguments"),
+    return append_arguments(&s->calls[slot].arguments, codec_member(function, "arguments"),
                             "stream chunk's tool call", err);
 }
 
@@ -1199,7 +750,7 @@ static int merge_tool_calls(llm_stream *s, const json_t *calls, char **err)
     if (!calls)
         return 0;
     if (!json_is_array(calls))
-        return fail(err, "stream chunk's tool_calls is %s, not an array", type_name(calls));
+        return codec_fail(err, "stream chunk's tool_calls is %s, not an array", llm_json_type_name(calls));
     size_t i;
     const json_t *call;
     json_array_foreach(calls, i, call) {
@@ -1213,14 +764,14 @@ static int apply_reasoning_delta(llm_stream *s, const json_t *delta, char **err)
 {
     for (size_t i = 0; i < sizeof REASONING_FIELDS / sizeof REASONING_FIELDS[0]; i++) {
         const char *text;
-        if (optional_string(delta, REASONING_FIELDS[i], "stream chunk's delta", &text, err) != 0)
+        if (codec_optional_string(delta, REASONING_FIELDS[i], "stream chunk's delta", &text, err) != 0)
             return -1;
         if (!text || !*text)
             continue;
         size_t n = strlen(text);
         pbuf_append(&s->reasoning, text, n);
         if (s->reasoning.oom)
-            return fail_oom(err);
+            return codec_oom(err);
         if (!s->reasoning_field)
             s->reasoning_field = REASONING_FIELDS[i];
         if (s->on_reasoning)
@@ -1235,36 +786,36 @@ static int apply_delta(llm_stream *s, const json_t *delta, char **err)
     if (apply_reasoning_delta(s, delta, err) != 0)
         return -1;
     size_t before = s->content.len;
-    if (append_content(&s->content, member(delta, "content"), "stream chunk's delta content",
+    if (append_content(&s->content, codec_member(delta, "content"), "stream chunk's delta content",
                        err) != 0)
         return -1;
     if (s->content.len > before && s->on_text)
         s->on_text(s->ud, s->content.data + before, s->content.len - before);
-    return merge_tool_calls(s, member(delta, "tool_calls"), err);
+    return merge_tool_calls(s, codec_member(delta, "tool_calls"), err);
 }
 
 static int apply_chunk(llm_stream *s, const json_t *chunk, char **err)
 {
     if (!json_is_object(chunk))
-        return fail(err, "stream chunk is not a JSON object (it is %s)", type_name(chunk));
-    if (is_error_body(chunk))
-        return fail_server_error(chunk, err);
-    if (json_is_object(member(chunk, "usage")))
-        read_usage(member(chunk, "usage"), &s->usage); /* the last chunk, or its own one */
-    read_timings(member(chunk, "timings"), &s->usage);
-    const json_t *choices = member(chunk, "choices");
+        return codec_fail(err, "stream chunk is not a JSON object (it is %s)", llm_json_type_name(chunk));
+    if (codec_member(chunk, "error"))
+        return codec_fail_server_error(chunk, err);
+    if (json_is_object(codec_member(chunk, "usage")))
+        read_usage(codec_member(chunk, "usage"), &s->usage); /* the last chunk, or its own one */
+    read_timings(codec_member(chunk, "timings"), &s->usage);
+    const json_t *choices = codec_member(chunk, "choices");
     if (!choices)
         return 0; /* e.g. a usage-only chunk */
     if (!json_is_array(choices))
-        return fail(err, "stream chunk's choices is %s, not an array", type_name(choices));
+        return codec_fail(err, "stream chunk's choices is %s, not an array", llm_json_type_name(choices));
     if (json_array_size(choices) == 0)
         return 0; /* the final usage chunk of stream_options.include_usage */
     const json_t *choice = json_array_get(choices, 0);
     if (!json_is_object(choice))
-        return fail(err, "stream chunk's choices[0] is %s, not an object", type_name(choice));
-    const json_t *delta = member(choice, "delta");
+        return codec_fail(err, "stream chunk's choices[0] is %s, not an object", llm_json_type_name(choice));
+    const json_t *delta = codec_member(choice, "delta");
     if (delta && !json_is_object(delta))
-        return fail(err, "stream chunk's delta is %s, not an object", type_name(delta));
+        return codec_fail(err, "stream chunk's delta is %s, not an object", llm_json_type_name(delta));
     if (delta && apply_delta(s, delta, err) != 0)
         return -1;
     return take_finish_reason(choice, &s->finish_reason, "stream chunk's choices[0]", err);
@@ -1344,7 +895,7 @@ static int fast_merge_call(llm_stream *s, const fast_call_delta *d, char **err)
     char *id = d->call.has_id ? jscan_str_dup(&d->call.id) : NULL;
     char *name = d->call.has_name ? jscan_str_dup(&d->call.name) : NULL;
     size_t slot = 0;
-    int rc = (d->call.has_id && !id) || (d->call.has_name && !name) ? fail_oom(err) : 0;
+    int rc = (d->call.has_id && !id) || (d->call.has_name && !name) ? codec_oom(err) : 0;
     if (rc == 0) {
         size_t index = d->has_index ? d->index : implicit_index(s, id, name);
         rc = open_slot(s, index, &slot, err) != 0 || note_call(s, slot, id, name, err) != 0
@@ -1357,7 +908,7 @@ static int fast_merge_call(llm_stream *s, const fast_call_delta *d, char **err)
         return rc;
     pbuf *arguments = &s->calls[slot].arguments;
     jscan_str_append(arguments, &d->call.arguments);
-    return arguments->oom ? fail_oom(err) : 0;
+    return arguments->oom ? codec_oom(err) : 0;
 }
 
 static const fast_key FAST_DELTA_KEYS[] = {
@@ -1442,7 +993,7 @@ static int fast_chunk_apply(llm_stream *s, const fast_chunk_fields *f, char **er
         size_t before = s->reasoning.len;
         jscan_str_append(&s->reasoning, &f->reasoning[i]);
         if (s->reasoning.oom)
-            return fail_oom(err);
+            return codec_oom(err);
         if (!s->reasoning_field)
             s->reasoning_field = REASONING_FIELDS[i];
         if (s->on_reasoning)
@@ -1453,7 +1004,7 @@ static int fast_chunk_apply(llm_stream *s, const fast_chunk_fields *f, char **er
         size_t before = s->content.len;
         jscan_str_append(&s->content, &f->content);
         if (s->content.oom)
-            return fail_oom(err);
+            return codec_oom(err);
         if (s->on_text)
             s->on_text(s->ud, s->content.data + before, f->content.len);
     }
@@ -1463,7 +1014,7 @@ static int fast_chunk_apply(llm_stream *s, const fast_chunk_fields *f, char **er
     if (f->has_finish_reason) {
         char *copy = jscan_str_dup(&f->finish_reason);
         if (!copy)
-            return fail_oom(err);
+            return codec_oom(err);
         free(s->finish_reason);
         s->finish_reason = copy;
     }
@@ -1517,7 +1068,7 @@ static int on_event(void *ud, const char *data, size_t len, char **err)
     json_error_t jerr;
     json_t *chunk = json_loadb(data, len, JSON_DECODE_ANY, &jerr);
     if (!chunk)
-        return fail_not_json(err, "stream chunk", &jerr);
+        return codec_fail_not_json(err, "stream chunk", &jerr);
     int rc = apply_chunk(s, chunk, err);
     json_decref(chunk);
     return rc;
@@ -1554,7 +1105,7 @@ static int die(llm_stream *s, char *msg, char **err)
 
 static int repeat_error(const llm_stream *s, char **err)
 {
-    return fail(err, "%s", s->error ? s->error : "out of memory");
+    return codec_fail(err, "%s", s->error ? s->error : "out of memory");
 }
 
 int llm_stream_feed(llm_stream *s, const char *data, size_t len, char **err)
@@ -1564,7 +1115,7 @@ int llm_stream_feed(llm_stream *s, const char *data, size_t len, char **err)
     if (s->failed)
         return repeat_error(s, err);
     if (s->finished)
-        return fail(err, "stream fed after it finished");
+        return codec_fail(err, "stream fed after it finished");
     if (s->done || len == 0)
         return 0;
     char *msg = NULL;
@@ -1581,14 +1132,14 @@ static int check_complete(llm_stream *s, char **err)
     if (s->done)
         return 0;
     if (sse_has_partial_line(&s->sse))
-        return fail(err, "stream ended mid-line, before [DONE]");
+        return codec_fail(err, "stream ended mid-line, before [DONE]");
     if (sse_flush(&s->sse, err) < 0) /* the last event's blank line may be missing */
         return -1;
     if (s->done || s->finish_reason)
         return 0;
     if (s->events == 0)
-        return fail(err, "stream ended before [DONE], without any data event");
-    return fail(err, "stream ended before [DONE] and without a finish_reason");
+        return codec_fail(err, "stream ended before [DONE], without any data event");
+    return codec_fail(err, "stream ended before [DONE] and without a finish_reason");
 }
 
 static int build_calls(llm_stream *s, llm_reply *out, char **err)
@@ -1598,15 +1149,15 @@ static int build_calls(llm_stream *s, llm_reply *out, char **err)
         return 0;
     out->calls = calloc(n, sizeof *out->calls);
     if (!out->calls)
-        return fail_oom(err);
+        return codec_oom(err);
     out->ncalls = n;
     for (size_t i = 0; i < n; i++) {
         const stream_call *c = &s->calls[i];
         if (!c->name)
-            return fail(err, "stream tool call %zu has no function name", c->index);
+            return codec_fail(err, "stream tool call %zu has no function name", c->index);
         if (c->arguments.oom)
-            return fail_oom(err);
-        if (fill_call(&out->calls[i], i, c->id, c->name, &c->arguments, err) != 0)
+            return codec_oom(err);
+        if (codec_fill_call(&out->calls[i], i, c->id, c->name, &c->arguments, err) != 0)
             return -1;
     }
     return 0;
@@ -1614,7 +1165,7 @@ static int build_calls(llm_stream *s, llm_reply *out, char **err)
 
 static int build_reply(llm_stream *s, llm_reply *out, char **err)
 {
-    if (build_calls(s, out, err) != 0 || set_content(out, &s->content, err) != 0) {
+    if (build_calls(s, out, err) != 0 || llm_set_content(out, &s->content, err) != 0) {
         llm_reply_free(out);
         return -1;
     }
@@ -1622,7 +1173,7 @@ static int build_reply(llm_stream *s, llm_reply *out, char **err)
     s->finish_reason = NULL;
     out->usage = s->usage;
     if (s->reasoning.len) {
-        int rc = (out->reasoning = pbuf_take(&s->reasoning)) ? 0 : fail_oom(err);
+        int rc = (out->reasoning = pbuf_take(&s->reasoning)) ? 0 : codec_oom(err);
         if (rc == 0 && s->reasoning_field)
             rc = note_reasoning_field(out, s->reasoning_field, err);
         if (rc != 0) {
@@ -1641,7 +1192,7 @@ int llm_stream_finish(llm_stream *s, llm_reply *out, char **err)
     if (s->failed)
         return repeat_error(s, err);
     if (s->finished)
-        return fail(err, "stream already finished");
+        return codec_fail(err, "stream already finished");
     s->finished = 1;
     char *msg = NULL;
     if (check_complete(s, &msg) != 0 || build_reply(s, out, &msg) != 0)
@@ -1670,26 +1221,3 @@ void llm_stream_free(llm_stream *s)
     free(s->error);
     free(s);
 }
-
-/* ------------------------------------------------------------------ */
-/* Shared with the other providers' decoders (provider/codec.h)        */
-/* ------------------------------------------------------------------ */
-
-const char *llm_json_type_name(const json_t *v) { return v ? type_name(v) : "missing"; }
-
-char *llm_clean_text(const char *text, size_t n) { return clean_text(text, n, MAX_ERROR_TEXT); }
-
-char *llm_arguments_text(const json_t *obj) { return arguments_object_text(obj); }
-
-int llm_fill_call(llm_tool_call *c, size_t pos, const char *id, const char *name,
-                  const char *arguments, char **err)
-{
-    pbuf args = PBUF_INIT;
-    if (arguments)
-        pbuf_puts(&args, arguments);
-    int rc = args.oom ? fail_oom(err) : fill_call(c, pos, id, name, &args, err);
-    pbuf_free(&args);
-    return rc;
-}
-
-int llm_set_content(llm_reply *out, pbuf *text, char **err) { return set_content(out, text, err); }
