@@ -56,8 +56,9 @@ char *msg_text(const json_t *content)
 const char *msg_image_url(const json_t *part)
 {
     const char *type = msg_str(part, "type");
-    return type && strcmp(type, "image_url") == 0 ? msg_str(json_object_get(part, "image_url"), "url")
-                                                  : NULL;
+    return type && strcmp(type, "image_url") == 0
+               ? msg_str(json_object_get(part, "image_url"), "url")
+               : NULL;
 }
 
 json_t *msg_arguments_object(const json_t *call)
@@ -161,8 +162,9 @@ json_t *call_renames_assign(call_renames *r, const json_t *calls)
     for (i = 0; i < n; i++) {
         const char *id = json_string_value(json_array_get(given, i));
         char *fresh = NULL;
-        for (int k = 2; id_taken(sent, i, id) && (!fresh || id_taken(given, n, fresh) ||
-                                                  id_taken(sent, i, fresh)); k++) {
+        for (int k = 2; id_taken(sent, i, id) &&
+                        (!fresh || id_taken(given, n, fresh) || id_taken(sent, i, fresh));
+             k++) {
             free(fresh);
             fresh = pstr_printf("%s_%d", id, k);
             if (!fresh)
@@ -199,8 +201,8 @@ void call_renames_free(call_renames *r)
 
 const json_t *msg_provider_data(const json_t *msg, const char *name, const char *key)
 {
-    const json_t *v = json_object_get(json_object_get(json_object_get(msg, "provider_data"),
-                                                      name), key);
+    const json_t *v =
+        json_object_get(json_object_get(json_object_get(msg, "provider_data"), name), key);
     return json_is_null(v) ? NULL : v;
 }
 
@@ -255,8 +257,9 @@ void render_extra_body(pbuf *b, const parley_options *o)
 int codec_body_text(pbuf *out, json_t *body, const parley_options *o, char **err)
 {
     pbuf_reset(out);
-    char *text = body ? json_dumps(body, JSON_COMPACT | JSON_PRESERVE_ORDER |
-                                             JSON_REAL_PRECISION(15)) : NULL;
+    char *text =
+        body ? json_dumps(body, JSON_COMPACT | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(15))
+             : NULL;
     json_decref(body);
     if (text) {
         pbuf_append(out, text, strlen(text) - 1); /* extra_body goes before the brace */
@@ -336,14 +339,20 @@ int codec_fail(char **err, const char *fmt, ...)
 static const char *type_name(const json_t *v)
 {
     switch (json_typeof(v)) {
-    case JSON_OBJECT: return "an object";
-    case JSON_ARRAY: return "an array";
-    case JSON_STRING: return "a string";
+    case JSON_OBJECT:
+        return "an object";
+    case JSON_ARRAY:
+        return "an array";
+    case JSON_STRING:
+        return "a string";
     case JSON_INTEGER:
-    case JSON_REAL: return "a number";
+    case JSON_REAL:
+        return "a number";
     case JSON_TRUE:
-    case JSON_FALSE: return "a boolean";
-    case JSON_NULL: return "null";
+    case JSON_FALSE:
+        return "a boolean";
+    case JSON_NULL:
+        return "null";
     }
     return "of an unknown type";
 }
@@ -356,8 +365,8 @@ const json_t *codec_member(const json_t *obj, const char *key)
     return json_is_null(v) ? NULL : v;
 }
 
-int codec_optional_string(const json_t *obj, const char *key, const char *what,
-                           const char **out, char **err)
+int codec_optional_string(const json_t *obj, const char *key, const char *what, const char **out,
+                          char **err)
 {
     const json_t *v = codec_member(obj, key);
     *out = NULL;
@@ -449,7 +458,7 @@ int codec_fail_not_json(char **err, const char *what, const json_error_t *jerr)
 {
     char *why = clean_text(jerr->text, strlen(jerr->text), MAX_ERROR_TEXT);
     int rc = codec_fail(err, "%s is not JSON: %s (at byte %d)", what, why ? why : "parse error",
-                  jerr->position);
+                        jerr->position);
     free(why);
     return rc;
 }
@@ -549,14 +558,14 @@ int codec_fail_server_error(const json_t *root, char **err)
     const json_t *t = json_is_object(e) ? codec_member(e, "type") : NULL;
     const json_t *c = json_is_object(e) ? codec_member(e, "code") : NULL;
     /* the server's words, cleaned like the message (no control characters, bounded) */
-    char *type = json_is_string(t) ? clean_text(json_string_value(t), json_string_length(t), 64)
-                                   : NULL;
-    char *code = json_is_string(c) ? clean_text(json_string_value(c), json_string_length(c), 64)
-                                   : NULL;
+    char *type =
+        json_is_string(t) ? clean_text(json_string_value(t), json_string_length(t), 64) : NULL;
+    char *code =
+        json_is_string(c) ? clean_text(json_string_value(c), json_string_length(c), 64) : NULL;
     int rc = codec_fail(err, LLM_SERVER_ERROR "%s%s%s%s%s%s%s%s", text ? text : "(no message)",
-                  type || code ? " (" : "", type ? "type " : "", type ? type : "",
-                  type && code ? ", " : "", code ? "code " : "", code ? code : "",
-                  type || code ? ")" : "");
+                        type || code ? " (" : "", type ? "type " : "", type ? type : "",
+                        type && code ? ", " : "", code ? "code " : "", code ? code : "",
+                        type || code ? ")" : "");
     free(type);
     free(code);
     free(text);
@@ -569,7 +578,8 @@ parley_status llm_server_error_status(const char *decode_error, int *retryable)
         const char *word; /* lower case; found anywhere in the text, ignoring case */
         parley_status status;
         int retry;
-    } classes[] = { /* first match wins: a key problem before anything it may mention */
+    } classes[] = {
+        /* first match wins: a key problem before anything it may mention */
         {"invalid_api_key", PARLEY_ERR_HTTP_STATUS, 0},
         {"authentication", PARLEY_ERR_HTTP_STATUS, 0},
         {"unauthorized", PARLEY_ERR_HTTP_STATUS, 0},
@@ -621,7 +631,7 @@ char *llm_arguments_text(const json_t *obj)
 }
 
 int codec_fill_call(llm_tool_call *c, size_t pos, const char *id, const char *name,
-                     const pbuf *args, char **err)
+                    const pbuf *args, char **err)
 {
     if (id && *id)
         c->id = strdup(id);
@@ -714,8 +724,8 @@ static char *fresh_id(const dict *taken, size_t at, size_t i)
 {
     for (unsigned long k = 0;; k++) {
         char *id = NULL;
-        int n = k ? asprintf(&id, "call_%zu_%zu_%lu", at, i, k)
-                  : asprintf(&id, "call_%zu_%zu", at, i);
+        int n =
+            k ? asprintf(&id, "call_%zu_%zu_%lu", at, i, k) : asprintf(&id, "call_%zu_%zu", at, i);
         if (n < 0)
             return NULL;
         if (!dict_find(taken, id))

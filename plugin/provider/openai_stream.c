@@ -1,12 +1,12 @@
 /*
- * openai_stream.c -- OpenAI's Chat Completions replies decoded: a whole JSON
- * body and a Server-Sent-Events stream of chat.completion.chunk objects (see
- * llm_reply.h); the code every codec shares is codec.c.
+ * openai_stream.c -- OpenAI's streamed Chat Completions reply decoded
+ * (openai_decode.h): Server-Sent Events (sse.c) of chat.completion.chunk
+ * objects, merged as they come into the llm_reply the same answer sent whole
+ * would give (openai_reply.c reads the members for both).
  */
-#include "provider/llm_reply.h"
+#include "provider/openai_decode.h"
 
 #include <jansson.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -15,576 +15,7 @@
 #include "provider/codec.h"
 #include "provider/sse.h"
 
-#define MAX_SSE_SIZE (8u << 20)  /* one SSE line, or one event's data */
-
-/* ------------------------------------------------------------------ */
-/* Pieces both decoders share                                          */
-/* ------------------------------------------------------------------ */
-
-/* Append the text parts of an array content ([{"type":"text","text":..}]);
-   parts of other types (images, ...) carry no text for us. */
-static int append_text_parts(pbuf *text, const json_t *parts, const char *what, char **err)
-{
-    size_t i;
-    const json_t *part;
-    json_array_foreach(parts, i, part) {
-        if (!json_is_object(part))
-            return codec_fail(err, "%s part %zu is %s, not an object", what, i, llm_json_type_name(part));
-        const char *type, *part_text;
-        if (codec_optional_string(part, "type", what, &type, err) != 0)
-            return -1;
-        if (type && strcmp(type, "text") != 0)
-            continue;
-        if (codec_optional_string(part, "text", what, &part_text, err) != 0)
-            return -1;
-        if (!part_text)
-            return codec_fail(err, "%s part %zu has no text", what, i);
-        pbuf_append(text, part_text, strlen(part_text));
-    }
-    return 0;
-}
-
-/* Append a message's (or a delta's) content: a string, null, or text parts. */
-static int append_content(pbuf *text, const json_t *content, const char *what, char **err)
-{
-    if (!content || json_is_null(content))
-        return 0;
-    if (json_is_string(content))
-        pbuf_append(text, json_string_value(content), json_string_length(content));
-    else if (json_is_array(content)) {
-        if (append_text_parts(text, content, what, err) != 0)
-            return -1;
-    } else
-        return codec_fail(err, "%s is %s, expected a string", what, llm_json_type_name(content));
-    return text->oom ? codec_oom(err) : 0;
-}
-
-/* Append a call's arguments: a string (or a piece of one) as is, an object
-   serialised; absent adds nothing. */
-static int append_arguments(pbuf *args, const json_t *value, const char *what, char **err)
-{
-    if (!value || json_is_null(value))
-        return 0;
-    if (json_is_string(value)) {
-        pbuf_append(args, json_string_value(value), json_string_length(value));
-    } else if (json_is_object(value)) {
-        char *text = llm_arguments_text(value);
-        if (!text)
-            return codec_oom(err);
-        pbuf_puts(args, text);
-        free(text);
-    } else {
-        return codec_fail(err, "%s arguments is %s, expected a string or an object", what,
-                    llm_json_type_name(value));
-    }
-    return args->oom ? codec_oom(err) : 0;
-}
-
-/* Keep the choice's finish_reason when it has one (a later chunk's wins). */
-static int take_finish_reason(const json_t *choice, char **dst, const char *what, char **err)
-{
-    const char *reason;
-    if (codec_optional_string(choice, "finish_reason", what, &reason, err) != 0)
-        return -1;
-    if (!reason)
-        return 0;
-    char *copy = strdup(reason);
-    if (!copy)
-        return codec_oom(err);
-    free(*dst);
-    *dst = copy;
-    return 0;
-}
-
-/* ------------------------------------------------------------------ */
-/* A whole (non-streamed) response                                     */
-/* ------------------------------------------------------------------ */
-
-static int decode_tool_call(const json_t *call, size_t i, llm_tool_call *dst, char **err)
-{
-    if (!json_is_object(call))
-        return codec_fail(err, "response's tool call %zu is %s, not an object", i, llm_json_type_name(call));
-    const json_t *function = codec_member(call, "function");
-    if (!json_is_object(function))
-        return codec_fail(err, "response's tool call %zu has no function object", i);
-    const char *id, *name;
-    if (codec_optional_string(call, "id", "response's tool call", &id, err) != 0 ||
-        codec_optional_string(function, "name", "response's tool call function", &name, err) != 0)
-        return -1;
-    if (!name)
-        return codec_fail(err, "response's tool call %zu has no function name", i);
-    pbuf args = PBUF_INIT;
-    int rc = append_arguments(&args, codec_member(function, "arguments"), "response's tool call", err);
-    if (rc == 0)
-        rc = codec_fill_call(dst, i, id, name, &args, err);
-    pbuf_free(&args);
-    return rc;
-}
-
-static int decode_tool_calls(const json_t *calls, llm_reply *out, char **err)
-{
-    if (!calls)
-        return 0;
-    if (!json_is_array(calls))
-        return codec_fail(err, "response's tool_calls is %s, not an array", llm_json_type_name(calls));
-    size_t n = json_array_size(calls);
-    if (n == 0)
-        return 0;
-    if (n > LLM_MAX_TOOL_CALLS)
-        return llm_too_many_calls(err);
-    out->calls = calloc(n, sizeof *out->calls);
-    if (!out->calls)
-        return codec_oom(err);
-    out->ncalls = n; /* all zeroed, so llm_reply_free can clean up a partial decode */
-    for (size_t i = 0; i < n; i++)
-        if (decode_tool_call(json_array_get(calls, i), i, &out->calls[i], err) != 0)
-            return -1;
-    return 0;
-}
-
-/* The OpenAI-compatible servers' two names for the reasoning text. */
-static const char *const REASONING_FIELDS[] = {"reasoning_content", "reasoning"};
-
-/* DeepSeek wants reasoning_content sent back with the tool calls it came with;
-   remember that the server used that field. */
-static int note_reasoning_field(llm_reply *out, const char *field, char **err)
-{
-    if (strcmp(field, "reasoning_content") != 0)
-        return 0;
-    out->provider_data = strdup("{\"openai\":{\"reasoning_field\":\"reasoning_content\"}}");
-    return out->provider_data ? 0 : codec_oom(err);
-}
-
-static int decode_reasoning(const json_t *message, llm_reply *out, char **err)
-{
-    for (size_t i = 0; i < sizeof REASONING_FIELDS / sizeof REASONING_FIELDS[0]; i++) {
-        const char *text;
-        if (codec_optional_string(message, REASONING_FIELDS[i], "response's message", &text, err) != 0)
-            return -1;
-        if (!text || !*text)
-            continue;
-        if (!(out->reasoning = strdup(text)))
-            return codec_oom(err);
-        return note_reasoning_field(out, REASONING_FIELDS[i], err);
-    }
-    return 0;
-}
-
-/* usage of a response or of a stream chunk; anything malformed counts as absent. */
-static void read_usage(const json_t *usage, llm_usage *u)
-{
-    if (!json_is_object(usage))
-        return;
-    u->prompt = codec_count(usage, "prompt_tokens");
-    u->completion = codec_count(usage, "completion_tokens");
-    u->cache_read = codec_count(json_object_get(usage, "prompt_tokens_details"), "cached_tokens");
-    u->reasoning =
-        codec_count(json_object_get(usage, "completion_tokens_details"), "reasoning_tokens");
-}
-
-/* llama.cpp's `timings` (non-streamed reply, or a stream's last chunk): what it
-   evaluated and what it reused from the slot's cache.  Not an object: absent. */
-static void read_timings(const json_t *timings, llm_usage *u)
-{
-    if (!json_is_object(timings))
-        return;
-    u->evaluated = codec_count(timings, "prompt_n");
-    u->timings_cached = codec_count(timings, "cache_n");
-}
-
-static int decode_message(const json_t *message, llm_reply *out, char **err)
-{
-    pbuf text = PBUF_INIT;
-    int rc = decode_reasoning(message, out, err);
-    if (rc == 0)
-        rc = append_content(&text, codec_member(message, "content"), "response's message content", err);
-    if (rc == 0)
-        rc = decode_tool_calls(codec_member(message, "tool_calls"), out, err);
-    if (rc == 0)
-        rc = llm_set_content(out, &text, err);
-    pbuf_free(&text);
-    return rc;
-}
-
-static int decode_root(const json_t *root, llm_reply *out, char **err)
-{
-    if (!json_is_object(root))
-        return codec_fail(err, "response is not a JSON object (it is %s)", llm_json_type_name(root));
-    if (codec_member(root, "error"))
-        return codec_fail_server_error(root, err);
-    const json_t *choices = codec_member(root, "choices");
-    if (!choices)
-        return codec_fail(err, "response has no choices");
-    if (!json_is_array(choices))
-        return codec_fail(err, "response's choices is %s, not an array", llm_json_type_name(choices));
-    if (json_array_size(choices) == 0)
-        return codec_fail(err, "response has no choices (empty array)");
-    const json_t *choice = json_array_get(choices, 0);
-    if (!json_is_object(choice))
-        return codec_fail(err, "response's choices[0] is %s, not an object", llm_json_type_name(choice));
-    const json_t *message = codec_member(choice, "message");
-    if (!message)
-        return codec_fail(err, "response's choices[0] has no message");
-    if (!json_is_object(message))
-        return codec_fail(err, "response's choices[0] message is %s, not an object", llm_json_type_name(message));
-    if (take_finish_reason(choice, &out->finish_reason, "response's choices[0]", err) != 0)
-        return -1;
-    read_usage(codec_member(root, "usage"), &out->usage);
-    read_timings(codec_member(root, "timings"), &out->usage);
-    return decode_message(message, out, err);
-}
-
-int llm_reply_decode_jansson(const char *body, size_t len, llm_reply *out, char **err)
-{
-    memset(out, 0, sizeof *out);
-    if (err)
-        *err = NULL;
-    json_error_t jerr;
-    json_t *root = json_loadb(body ? body : "", body ? len : 0, JSON_DECODE_ANY, &jerr);
-    if (!root)
-        return codec_fail_not_json(err, "response", &jerr);
-    int rc = decode_root(root, out, err);
-    json_decref(root);
-    if (rc != 0)
-        llm_reply_free(out);
-    return rc;
-}
-
-/* ------------------------------------------------------------------ */
-/* A whole response: the fast path                                     */
-/* ------------------------------------------------------------------ */
-
-/*
- * One strict pass of json_scan over the usual shape, without building a
- * tree: the members decode_root reads are noted as spans of the body, every
- * other member is skipped (and still validated), and the reply's strings
- * are copied out at the end -- one allocation each.
- *
- * Whenever the body is not one this path reads exactly as decode_root does,
- * it answers "not mine" and llm_reply_decode runs the jansson decoder
- * instead, which stays the authority and the only author of error
- * messages.  So: anything that would fail to decode (an "error" member, a
- * member of the wrong type, no choices, a call without a name, ...), text
- * parts, arguments sent as an object, a repeated or escaped key among those
- * read, more than FAST_MAX_CALLS calls, and whatever json_scan bails on.
- */
-
-#define FAST_MAX_CALLS 16
-
-typedef struct fast_call {
-    jscan_str id, name, arguments;
-    int has_id, has_name, has_arguments; /* present and not null */
-    int has_function;
-} fast_call;
-
-typedef struct fast_reply {
-    jscan_str content, finish_reason;
-    jscan_str reasoning[2]; /* by REASONING_FIELDS */
-    int has_content, has_finish_reason, has_reasoning[2], has_message;
-    fast_call calls[FAST_MAX_CALLS];
-    size_t ncalls;
-    llm_usage usage;
-} fast_reply;
-
-typedef struct fast_key {
-    const char *name;
-    size_t len;
-} fast_key;
-
-#define FAST_KEY(s) {s, sizeof(s) - 1}
-
-/* Reads the member value of keys[which]: 0, or -1 (not mine). */
-typedef int (*fast_member_fn)(jscan *s, size_t which, void *ctx);
-
-/* An object whose `keys` go to on_member, each at most once; other members
-   are skipped. */
-static int fast_object(jscan *s, const fast_key *keys, size_t nkeys, fast_member_fn on_member,
-                       void *ctx)
-{
-    if (jscan_object_open(s) != 0)
-        return -1;
-    unsigned seen = 0;
-    jscan_str key;
-    int rc;
-    while ((rc = jscan_object_next(s, &key)) == 1) {
-        if (key.escaped)
-            return -1; /* it might spell one of ours */
-        size_t which = 0;
-        while (which < nkeys && !jscan_str_is(&key, keys[which].name, keys[which].len))
-            which++;
-        if (which == nkeys) {
-            if (jscan_skip(s) != 0)
-                return -1;
-            continue;
-        }
-        if (seen & (1u << which))
-            return -1; /* jansson keeps the last one: let it */
-        seen |= 1u << which;
-        if (on_member(s, which, ctx) != 0)
-            return -1;
-    }
-    return rc;
-}
-
-/* A string member that decode_root treats null as absent and refuses as
-   anything else. */
-static int fast_optional_string(jscan *s, jscan_str *out, int *has)
-{
-    jscan_type t = jscan_peek(s);
-    if (t == JSCAN_NULL)
-        return jscan_skip(s);
-    if (t != JSCAN_STRING)
-        return -1;
-    *has = 1;
-    return jscan_string(s, out);
-}
-
-/* codec_count: a positive integer, else 0 (never an error). */
-static int fast_usage_count(jscan *s, long long *out)
-{
-    jscan_num n;
-    if (jscan_peek(s) != JSCAN_NUMBER)
-        return jscan_skip(s);
-    if (jscan_number(s, &n) != 0)
-        return -1;
-    *out = n.is_integer && n.integer > 0 ? n.integer : 0;
-    return 0;
-}
-
-static int fast_count_member(jscan *s, size_t which, void *ctx)
-{
-    (void)which;
-    return fast_usage_count(s, ctx);
-}
-
-/* {"cached_tokens": n} or {"reasoning_tokens": n}; anything but an object counts 0. */
-static int fast_usage_details(jscan *s, const fast_key *key, long long *out)
-{
-    if (jscan_peek(s) != JSCAN_OBJECT)
-        return jscan_skip(s);
-    return fast_object(s, key, 1, fast_count_member, out);
-}
-
-static const fast_key FAST_USAGE_KEYS[] = {
-    FAST_KEY("prompt_tokens"), FAST_KEY("completion_tokens"),
-    FAST_KEY("prompt_tokens_details"), FAST_KEY("completion_tokens_details")};
-static const fast_key FAST_CACHED_KEY = FAST_KEY("cached_tokens");
-static const fast_key FAST_REASONING_KEY = FAST_KEY("reasoning_tokens");
-
-static int fast_usage_member(jscan *s, size_t which, void *ctx)
-{
-    llm_usage *u = ctx;
-    switch (which) {
-    case 0: return fast_usage_count(s, &u->prompt);
-    case 1: return fast_usage_count(s, &u->completion);
-    case 2: return fast_usage_details(s, &FAST_CACHED_KEY, &u->cache_read);
-    default: return fast_usage_details(s, &FAST_REASONING_KEY, &u->reasoning);
-    }
-}
-
-static const fast_key FAST_TIMINGS_KEYS[] = {FAST_KEY("prompt_n"), FAST_KEY("cache_n")};
-
-static int fast_timings_member(jscan *s, size_t which, void *ctx)
-{
-    llm_usage *u = ctx;
-    return fast_usage_count(s, which == 0 ? &u->evaluated : &u->timings_cached);
-}
-
-/* read_timings: an object sets both counts (0 for what is absent); else nothing. */
-static int fast_timings(jscan *s, llm_usage *u, int *has)
-{
-    if (jscan_peek(s) != JSCAN_OBJECT)
-        return jscan_skip(s);
-    *has = 1;
-    return fast_object(s, FAST_TIMINGS_KEYS, 2, fast_timings_member, u);
-}
-
-static const fast_key FAST_FUNCTION_KEYS[] = {FAST_KEY("name"), FAST_KEY("arguments")};
-
-static int fast_function_member(jscan *s, size_t which, void *ctx)
-{
-    fast_call *c = ctx;
-    if (which == 0)
-        return fast_optional_string(s, &c->name, &c->has_name);
-    return fast_optional_string(s, &c->arguments, &c->has_arguments);
-}
-
-static const fast_key FAST_CALL_KEYS[] = {FAST_KEY("id"), FAST_KEY("function")};
-
-static int fast_call_member(jscan *s, size_t which, void *ctx)
-{
-    fast_call *c = ctx;
-    if (which == 0)
-        return fast_optional_string(s, &c->id, &c->has_id);
-    if (jscan_peek(s) != JSCAN_OBJECT)
-        return -1;
-    c->has_function = 1;
-    return fast_object(s, FAST_FUNCTION_KEYS, 2, fast_function_member, c);
-}
-
-static int fast_tool_calls(jscan *s, fast_reply *f)
-{
-    if (jscan_array_open(s) != 0)
-        return -1;
-    int rc;
-    while ((rc = jscan_array_next(s)) == 1) {
-        if (f->ncalls == FAST_MAX_CALLS || jscan_peek(s) != JSCAN_OBJECT)
-            return -1;
-        fast_call *c = &f->calls[f->ncalls++];
-        if (fast_object(s, FAST_CALL_KEYS, 2, fast_call_member, c) != 0 || !c->has_function ||
-            !c->has_name)
-            return -1;
-    }
-    return rc;
-}
-
-static const fast_key FAST_MESSAGE_KEYS[] = {
-    FAST_KEY("content"), FAST_KEY("reasoning_content"), FAST_KEY("reasoning"),
-    FAST_KEY("tool_calls")};
-
-static int fast_message_member(jscan *s, size_t which, void *ctx)
-{
-    fast_reply *f = ctx;
-    switch (which) {
-    case 0: return fast_optional_string(s, &f->content, &f->has_content);
-    case 1: return fast_optional_string(s, &f->reasoning[0], &f->has_reasoning[0]);
-    case 2: return fast_optional_string(s, &f->reasoning[1], &f->has_reasoning[1]);
-    default:
-        if (jscan_peek(s) == JSCAN_NULL)
-            return jscan_skip(s);
-        return fast_tool_calls(s, f);
-    }
-}
-
-static const fast_key FAST_CHOICE_KEYS[] = {FAST_KEY("message"), FAST_KEY("finish_reason")};
-
-static int fast_choice_member(jscan *s, size_t which, void *ctx)
-{
-    fast_reply *f = ctx;
-    if (which == 1)
-        return fast_optional_string(s, &f->finish_reason, &f->has_finish_reason);
-    if (jscan_peek(s) != JSCAN_OBJECT)
-        return -1;
-    f->has_message = 1;
-    return fast_object(s, FAST_MESSAGE_KEYS, 4, fast_message_member, f);
-}
-
-/* choices[0] is read, the others only validated. */
-static int fast_choices(jscan *s, fast_reply *f)
-{
-    if (jscan_array_open(s) != 0 || jscan_array_next(s) != 1 || jscan_peek(s) != JSCAN_OBJECT ||
-        fast_object(s, FAST_CHOICE_KEYS, 2, fast_choice_member, f) != 0 || !f->has_message)
-        return -1;
-    int rc;
-    while ((rc = jscan_array_next(s)) == 1)
-        if (jscan_skip(s) != 0)
-            return -1;
-    return rc;
-}
-
-static const fast_key FAST_ROOT_KEYS[] = {FAST_KEY("choices"), FAST_KEY("usage"),
-                                          FAST_KEY("timings"), FAST_KEY("error")};
-
-static int fast_root_member(jscan *s, size_t which, void *ctx)
-{
-    fast_reply *f = ctx;
-    switch (which) {
-    case 0: return fast_choices(s, f);
-    case 1:
-        if (jscan_peek(s) != JSCAN_OBJECT)
-            return jscan_skip(s); /* read_usage ignores a usage that is no object */
-        return fast_object(s, FAST_USAGE_KEYS, 4, fast_usage_member, &f->usage);
-    case 2: {
-        int has = 0;
-        return fast_timings(s, &f->usage, &has);
-    }
-    default: return -1; /* an error member, even null: decode_root's call */
-    }
-}
-
-/* The body's shape, read into *f: 0, or -1 (not mine). */
-static int fast_scan(const char *body, size_t len, fast_reply *f)
-{
-    jscan s;
-    jscan_init(&s, body, len);
-    if (jscan_peek(&s) != JSCAN_OBJECT ||
-        fast_object(&s, FAST_ROOT_KEYS, 4, fast_root_member, f) != 0 || jscan_end(&s) != 0)
-        return -1;
-    return f->has_message ? 0 : -1; /* no choices: decode_root's error */
-}
-
-static int fast_dup(char **dst, const jscan_str *str)
-{
-    *dst = jscan_str_dup(str);
-    return *dst ? 0 : -1;
-}
-
-/* The llm_reply decode_message and codec_fill_call make of the same members. */
-static int fast_build(const fast_reply *f, llm_reply *out)
-{
-    for (size_t i = 0; i < sizeof REASONING_FIELDS / sizeof REASONING_FIELDS[0]; i++) {
-        if (!f->has_reasoning[i] || f->reasoning[i].len == 0)
-            continue;
-        if (fast_dup(&out->reasoning, &f->reasoning[i]) != 0 ||
-            note_reasoning_field(out, REASONING_FIELDS[i], NULL) != 0)
-            return -1;
-        break;
-    }
-    if (f->ncalls) {
-        if (!(out->calls = calloc(f->ncalls, sizeof *out->calls)))
-            return -1;
-        out->ncalls = f->ncalls;
-    }
-    for (size_t i = 0; i < f->ncalls; i++) {
-        const fast_call *c = &f->calls[i];
-        llm_tool_call *dst = &out->calls[i];
-        if (c->has_id && c->id.len > 0 ? fast_dup(&dst->id, &c->id) != 0
-                                       : asprintf(&dst->id, "call_%zu", i) < 0)
-            return -1;
-        if (fast_dup(&dst->name, &c->name) != 0)
-            return -1;
-        dst->arguments = c->has_arguments && c->arguments.len > 0 ? jscan_str_dup(&c->arguments)
-                                                                  : strdup("{}");
-        if (!dst->arguments)
-            return -1;
-    }
-    if (f->has_content && f->content.len > 0) {
-        if (fast_dup(&out->content, &f->content) != 0)
-            return -1;
-    } else if (f->ncalls == 0 && !(out->content = strdup(""))) {
-        return -1;
-    }
-    if (f->has_finish_reason && fast_dup(&out->finish_reason, &f->finish_reason) != 0)
-        return -1;
-    out->usage = f->usage;
-    return 0;
-}
-
-int llm_reply_decode_fast(const char *body, size_t len, llm_reply *out)
-{
-    memset(out, 0, sizeof *out);
-    if (!body)
-        return 0;
-    fast_reply f;
-    memset(&f, 0, sizeof f);
-    if (fast_scan(body, len, &f) != 0)
-        return 0;
-    if (fast_build(&f, out) != 0) { /* out of memory: the jansson path reports it */
-        llm_reply_free(out);
-        return 0;
-    }
-    return 1;
-}
-
-int llm_reply_decode(const char *body, size_t len, llm_reply *out, char **err)
-{
-    if (llm_reply_decode_fast(body, len, out)) {
-        if (err)
-            *err = NULL;
-        return 0;
-    }
-    return llm_reply_decode_jansson(body, len, out, err);
-}
+#define MAX_SSE_SIZE (8u << 20) /* one SSE line, or one event's data */
 
 /* ------------------------------------------------------------------ */
 /* A streamed response                                                 */
@@ -610,8 +41,8 @@ struct llm_stream {
                            take no room, so an index is any integer >= 0 and the number of
                            calls is bounded only by the stream's size, as a whole body's is */
     size_t nslots, slots_cap;
-    size_t last_slot;   /* the slot the last tool call delta went to ... */
-    int has_last_slot;  /* ... if there was one */
+    size_t last_slot;  /* the slot the last tool call delta went to ... */
+    int has_last_slot; /* ... if there was one */
     char *finish_reason;
     size_t events;      /* data events seen, to word the "ended early" error */
     int done;           /* [DONE] seen: the rest of the body is ignored */
@@ -688,7 +119,8 @@ static int call_slot(llm_stream *s, const json_t *index, const char *id, const c
     if (!index) {
         at = implicit_index(s, id, name);
     } else if (!json_is_integer(index)) {
-        return codec_fail(err, "stream chunk's tool call index is %s, not an integer", llm_json_type_name(index));
+        return codec_fail(err, "stream chunk's tool call index is %s, not an integer",
+                          llm_json_type_name(index));
     } else {
         json_int_t i = json_integer_value(index);
         if (i < 0)
@@ -725,15 +157,16 @@ static int note_call(llm_stream *s, size_t slot, const char *id, const char *nam
 static int merge_tool_call(llm_stream *s, const json_t *delta, char **err)
 {
     if (!json_is_object(delta))
-        return codec_fail(err, "stream chunk's tool call is %s, not an object", llm_json_type_name(delta));
+        return codec_fail(err, "stream chunk's tool call is %s, not an object",
+                          llm_json_type_name(delta));
     const json_t *function = codec_member(delta, "function");
     if (function && !json_is_object(function))
         return codec_fail(err, "stream chunk's tool call function is %s, not an object",
-                    llm_json_type_name(function));
+                          llm_json_type_name(function));
     const char *id, *name = NULL;
     if (codec_optional_string(delta, "id", "stream chunk's tool call", &id, err) != 0 ||
-        (function &&
-         codec_optional_string(function, "name", "stream chunk's tool call function", &name, err) != 0))
+        (function && codec_optional_string(function, "name", "stream chunk's tool call function",
+                                           &name, err) != 0))
         return -1;
     size_t slot = 0;
     if (call_slot(s, codec_member(delta, "index"), id, name, &slot, err) != 0 ||
@@ -741,8 +174,8 @@ static int merge_tool_call(llm_stream *s, const json_t *delta, char **err)
         return -1;
     if (!function)
         return 0;
-    return append_arguments(&s->calls[slot].arguments, codec_member(function, "arguments"),
-                            "stream chunk's tool call", err);
+    return openai_append_arguments(&s->calls[slot].arguments, codec_member(function, "arguments"),
+                                   "stream chunk's tool call", err);
 }
 
 static int merge_tool_calls(llm_stream *s, const json_t *calls, char **err)
@@ -750,7 +183,8 @@ static int merge_tool_calls(llm_stream *s, const json_t *calls, char **err)
     if (!calls)
         return 0;
     if (!json_is_array(calls))
-        return codec_fail(err, "stream chunk's tool_calls is %s, not an array", llm_json_type_name(calls));
+        return codec_fail(err, "stream chunk's tool_calls is %s, not an array",
+                          llm_json_type_name(calls));
     size_t i;
     const json_t *call;
     json_array_foreach(calls, i, call) {
@@ -762,9 +196,10 @@ static int merge_tool_calls(llm_stream *s, const json_t *calls, char **err)
 
 static int apply_reasoning_delta(llm_stream *s, const json_t *delta, char **err)
 {
-    for (size_t i = 0; i < sizeof REASONING_FIELDS / sizeof REASONING_FIELDS[0]; i++) {
+    for (size_t i = 0; i < OPENAI_NREASONING; i++) {
         const char *text;
-        if (codec_optional_string(delta, REASONING_FIELDS[i], "stream chunk's delta", &text, err) != 0)
+        if (codec_optional_string(delta, openai_reasoning_fields[i], "stream chunk's delta", &text,
+                                  err) != 0)
             return -1;
         if (!text || !*text)
             continue;
@@ -773,7 +208,7 @@ static int apply_reasoning_delta(llm_stream *s, const json_t *delta, char **err)
         if (s->reasoning.oom)
             return codec_oom(err);
         if (!s->reasoning_field)
-            s->reasoning_field = REASONING_FIELDS[i];
+            s->reasoning_field = openai_reasoning_fields[i];
         if (s->on_reasoning)
             s->on_reasoning(s->ud, text, n);
         return 0;
@@ -786,8 +221,8 @@ static int apply_delta(llm_stream *s, const json_t *delta, char **err)
     if (apply_reasoning_delta(s, delta, err) != 0)
         return -1;
     size_t before = s->content.len;
-    if (append_content(&s->content, codec_member(delta, "content"), "stream chunk's delta content",
-                       err) != 0)
+    if (openai_append_content(&s->content, codec_member(delta, "content"),
+                              "stream chunk's delta content", err) != 0)
         return -1;
     if (s->content.len > before && s->on_text)
         s->on_text(s->ud, s->content.data + before, s->content.len - before);
@@ -797,28 +232,33 @@ static int apply_delta(llm_stream *s, const json_t *delta, char **err)
 static int apply_chunk(llm_stream *s, const json_t *chunk, char **err)
 {
     if (!json_is_object(chunk))
-        return codec_fail(err, "stream chunk is not a JSON object (it is %s)", llm_json_type_name(chunk));
+        return codec_fail(err, "stream chunk is not a JSON object (it is %s)",
+                          llm_json_type_name(chunk));
     if (codec_member(chunk, "error"))
         return codec_fail_server_error(chunk, err);
     if (json_is_object(codec_member(chunk, "usage")))
-        read_usage(codec_member(chunk, "usage"), &s->usage); /* the last chunk, or its own one */
-    read_timings(codec_member(chunk, "timings"), &s->usage);
+        openai_read_usage(codec_member(chunk, "usage"),
+                          &s->usage); /* the last chunk, or its own one */
+    openai_read_timings(codec_member(chunk, "timings"), &s->usage);
     const json_t *choices = codec_member(chunk, "choices");
     if (!choices)
         return 0; /* e.g. a usage-only chunk */
     if (!json_is_array(choices))
-        return codec_fail(err, "stream chunk's choices is %s, not an array", llm_json_type_name(choices));
+        return codec_fail(err, "stream chunk's choices is %s, not an array",
+                          llm_json_type_name(choices));
     if (json_array_size(choices) == 0)
         return 0; /* the final usage chunk of stream_options.include_usage */
     const json_t *choice = json_array_get(choices, 0);
     if (!json_is_object(choice))
-        return codec_fail(err, "stream chunk's choices[0] is %s, not an object", llm_json_type_name(choice));
+        return codec_fail(err, "stream chunk's choices[0] is %s, not an object",
+                          llm_json_type_name(choice));
     const json_t *delta = codec_member(choice, "delta");
     if (delta && !json_is_object(delta))
-        return codec_fail(err, "stream chunk's delta is %s, not an object", llm_json_type_name(delta));
+        return codec_fail(err, "stream chunk's delta is %s, not an object",
+                          llm_json_type_name(delta));
     if (delta && apply_delta(s, delta, err) != 0)
         return -1;
-    return take_finish_reason(choice, &s->finish_reason, "stream chunk's choices[0]", err);
+    return openai_take_finish_reason(choice, &s->finish_reason, "stream chunk's choices[0]", err);
 }
 
 /*
@@ -831,7 +271,7 @@ static int apply_chunk(llm_stream *s, const json_t *chunk, char **err)
  * "error" member and anything else go to the jansson path, untouched.
  */
 
-#define FAST_CHUNK_NOT_MINE 1
+#define FAST_CHUNK_NOT_MINE  1
 #define FAST_CHUNK_MAX_CALLS 16 /* tool call deltas in one chunk */
 
 typedef struct fast_call_delta {
@@ -842,7 +282,7 @@ typedef struct fast_call_delta {
 
 typedef struct fast_chunk_fields {
     jscan_str content, finish_reason;
-    jscan_str reasoning[2]; /* by REASONING_FIELDS */
+    jscan_str reasoning[2]; /* by openai_reasoning_fields */
     int has_content, has_finish_reason, has_reasoning[2], has_usage, has_timings;
     llm_usage usage;
     fast_call_delta calls[FAST_CHUNK_MAX_CALLS];
@@ -857,17 +297,16 @@ static int fast_call_delta_member(jscan *s, size_t which, void *ctx)
     fast_call_delta *d = ctx;
     jscan_num n;
     if (which == 1)
-        return fast_optional_string(s, &d->call.id, &d->call.has_id);
+        return openai_fast_optional_string(s, &d->call.id, &d->call.has_id);
     if (jscan_peek(s) == JSCAN_NULL) /* no index, no function */
         return jscan_skip(s);
     if (which == 2) {
         if (jscan_peek(s) != JSCAN_OBJECT)
             return -1;
         d->call.has_function = 1;
-        return fast_object(s, FAST_FUNCTION_KEYS, 2, fast_function_member, &d->call);
+        return openai_fast_function(s, &d->call);
     }
-    if (jscan_peek(s) != JSCAN_NUMBER || jscan_number(s, &n) != 0 || !n.is_integer ||
-        n.integer < 0)
+    if (jscan_peek(s) != JSCAN_NUMBER || jscan_number(s, &n) != 0 || !n.is_integer || n.integer < 0)
         return -1; /* call_slot's errors: jansson words them */
     d->has_index = 1;
     d->index = (size_t)n.integer;
@@ -883,7 +322,7 @@ static int fast_call_deltas(jscan *s, fast_chunk_fields *f)
         if (f->ncalls == FAST_CHUNK_MAX_CALLS || jscan_peek(s) != JSCAN_OBJECT)
             return -1;
         fast_call_delta *d = &f->calls[f->ncalls++];
-        if (fast_object(s, FAST_CALL_DELTA_KEYS, 3, fast_call_delta_member, d) != 0)
+        if (openai_fast_object(s, FAST_CALL_DELTA_KEYS, 3, fast_call_delta_member, d) != 0)
             return -1;
     }
     return rc;
@@ -898,9 +337,8 @@ static int fast_merge_call(llm_stream *s, const fast_call_delta *d, char **err)
     int rc = (d->call.has_id && !id) || (d->call.has_name && !name) ? codec_oom(err) : 0;
     if (rc == 0) {
         size_t index = d->has_index ? d->index : implicit_index(s, id, name);
-        rc = open_slot(s, index, &slot, err) != 0 || note_call(s, slot, id, name, err) != 0
-                 ? -1
-                 : 0;
+        rc =
+            open_slot(s, index, &slot, err) != 0 || note_call(s, slot, id, name, err) != 0 ? -1 : 0;
     }
     free(id);
     free(name);
@@ -911,18 +349,21 @@ static int fast_merge_call(llm_stream *s, const fast_call_delta *d, char **err)
     return arguments->oom ? codec_oom(err) : 0;
 }
 
-static const fast_key FAST_DELTA_KEYS[] = {
-    FAST_KEY("content"), FAST_KEY("reasoning_content"), FAST_KEY("reasoning"),
-    FAST_KEY("tool_calls")};
+static const fast_key FAST_DELTA_KEYS[] = {FAST_KEY("content"), FAST_KEY("reasoning_content"),
+                                           FAST_KEY("reasoning"), FAST_KEY("tool_calls")};
 
 static int fast_delta_member(jscan *s, size_t which, void *ctx)
 {
     fast_chunk_fields *f = ctx;
     switch (which) {
-    case 0: return fast_optional_string(s, &f->content, &f->has_content);
-    case 1: return fast_optional_string(s, &f->reasoning[0], &f->has_reasoning[0]);
-    case 2: return fast_optional_string(s, &f->reasoning[1], &f->has_reasoning[1]);
-    default: return jscan_peek(s) == JSCAN_NULL ? jscan_skip(s) : fast_call_deltas(s, f);
+    case 0:
+        return openai_fast_optional_string(s, &f->content, &f->has_content);
+    case 1:
+        return openai_fast_optional_string(s, &f->reasoning[0], &f->has_reasoning[0]);
+    case 2:
+        return openai_fast_optional_string(s, &f->reasoning[1], &f->has_reasoning[1]);
+    default:
+        return jscan_peek(s) == JSCAN_NULL ? jscan_skip(s) : fast_call_deltas(s, f);
     }
 }
 
@@ -932,12 +373,12 @@ static int fast_chunk_choice_member(jscan *s, size_t which, void *ctx)
 {
     fast_chunk_fields *f = ctx;
     if (which == 1)
-        return fast_optional_string(s, &f->finish_reason, &f->has_finish_reason);
+        return openai_fast_optional_string(s, &f->finish_reason, &f->has_finish_reason);
     if (jscan_peek(s) == JSCAN_NULL)
         return jscan_skip(s);
     if (jscan_peek(s) != JSCAN_OBJECT)
         return -1;
-    return fast_object(s, FAST_DELTA_KEYS, 4, fast_delta_member, f);
+    return openai_fast_object(s, FAST_DELTA_KEYS, 4, fast_delta_member, f);
 }
 
 /* choices: null or [] carry nothing; of more, choices[0] is read. */
@@ -951,7 +392,7 @@ static int fast_chunk_choices(jscan *s, fast_chunk_fields *f)
     if (rc != 1)
         return rc;
     if (jscan_peek(s) != JSCAN_OBJECT ||
-        fast_object(s, FAST_CHUNK_CHOICE_KEYS, 2, fast_chunk_choice_member, f) != 0)
+        openai_fast_object(s, FAST_CHUNK_CHOICE_KEYS, 2, fast_chunk_choice_member, f) != 0)
         return -1;
     while ((rc = jscan_array_next(s)) == 1)
         if (jscan_skip(s) != 0)
@@ -959,25 +400,31 @@ static int fast_chunk_choices(jscan *s, fast_chunk_fields *f)
     return rc;
 }
 
+static const fast_key FAST_CHUNK_ROOT_KEYS[] = {FAST_KEY("choices"), FAST_KEY("usage"),
+                                                FAST_KEY("timings"), FAST_KEY("error")};
+
 static int fast_chunk_root_member(jscan *s, size_t which, void *ctx)
 {
     fast_chunk_fields *f = ctx;
     switch (which) {
-    case 0: return fast_chunk_choices(s, f);
+    case 0:
+        return fast_chunk_choices(s, f);
     case 1:
         if (jscan_peek(s) != JSCAN_OBJECT)
             return jscan_skip(s);
         f->has_usage = 1;
-        return fast_object(s, FAST_USAGE_KEYS, 4, fast_usage_member, &f->usage);
-    case 2: return fast_timings(s, &f->usage, &f->has_timings);
-    default: return -1;
+        return openai_fast_usage(s, &f->usage);
+    case 2:
+        return openai_fast_timings(s, &f->usage, &f->has_timings);
+    default:
+        return -1;
     }
 }
 
 /* Apply a scanned chunk: 0, or -1 with *err set (out of memory). */
 static int fast_chunk_apply(llm_stream *s, const fast_chunk_fields *f, char **err)
 {
-    if (f->has_usage) { /* read_usage sets these four, 0 for what is absent */
+    if (f->has_usage) { /* openai_read_usage sets these four, 0 for what is absent */
         s->usage.prompt = f->usage.prompt;
         s->usage.completion = f->usage.completion;
         s->usage.cache_read = f->usage.cache_read;
@@ -987,7 +434,7 @@ static int fast_chunk_apply(llm_stream *s, const fast_chunk_fields *f, char **er
         s->usage.evaluated = f->usage.evaluated;
         s->usage.timings_cached = f->usage.timings_cached;
     }
-    for (size_t i = 0; i < sizeof REASONING_FIELDS / sizeof REASONING_FIELDS[0]; i++) {
+    for (size_t i = 0; i < OPENAI_NREASONING; i++) {
         if (!f->has_reasoning[i] || f->reasoning[i].len == 0)
             continue;
         size_t before = s->reasoning.len;
@@ -995,7 +442,7 @@ static int fast_chunk_apply(llm_stream *s, const fast_chunk_fields *f, char **er
         if (s->reasoning.oom)
             return codec_oom(err);
         if (!s->reasoning_field)
-            s->reasoning_field = REASONING_FIELDS[i];
+            s->reasoning_field = openai_reasoning_fields[i];
         if (s->on_reasoning)
             s->on_reasoning(s->ud, s->reasoning.data + before, f->reasoning[i].len);
         break;
@@ -1029,7 +476,7 @@ static int fast_chunk(llm_stream *s, const char *data, size_t len, char **err)
     jscan scan;
     jscan_init(&scan, data, len);
     if (jscan_peek(&scan) != JSCAN_OBJECT ||
-        fast_object(&scan, FAST_ROOT_KEYS, 4, fast_chunk_root_member, &f) != 0 ||
+        openai_fast_object(&scan, FAST_CHUNK_ROOT_KEYS, 4, fast_chunk_root_member, &f) != 0 ||
         jscan_end(&scan) != 0)
         return FAST_CHUNK_NOT_MINE;
     return fast_chunk_apply(s, &f, err);
@@ -1175,7 +622,7 @@ static int build_reply(llm_stream *s, llm_reply *out, char **err)
     if (s->reasoning.len) {
         int rc = (out->reasoning = pbuf_take(&s->reasoning)) ? 0 : codec_oom(err);
         if (rc == 0 && s->reasoning_field)
-            rc = note_reasoning_field(out, s->reasoning_field, err);
+            rc = openai_note_reasoning_field(out, s->reasoning_field, err);
         if (rc != 0) {
             llm_reply_free(out);
             return -1;

@@ -5,7 +5,7 @@
 
 #include "lib/buf.h"
 #include "check.h"
-#include "provider/llm_reply.h"
+#include "provider/openai_decode.h"
 #include "reply_diff.h"
 
 /* ---- helpers ---- */
