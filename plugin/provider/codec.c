@@ -298,21 +298,20 @@ int codec_stream_die(codec_stream_state *st, char *msg, char **err)
     st->failed = 1;
     free(st->error);
     st->error = msg ? msg : strdup("out of memory");
-    *err = st->error ? strdup(st->error) : NULL;
+    if (err)
+        *err = st->error ? strdup(st->error) : NULL;
     return -1;
 }
 
 int codec_stream_dead(codec_stream_state *st, int finishing, char **err)
 {
-    *err = NULL;
-    if (st->failed) {
-        *err = pstr_printf("%s", st->error ? st->error : "out of memory");
-        return -1;
-    }
-    if (st->finished) {
-        *err = pstr_printf(finishing ? "stream already finished" : "stream fed after it finished");
-        return -1;
-    }
+    if (err)
+        *err = NULL;
+    if (st->failed)
+        return codec_fail(err, "%s", st->error ? st->error : "out of memory");
+    if (st->finished)
+        return codec_fail(err, "%s",
+                          finishing ? "stream already finished" : "stream fed after it finished");
     st->finished = finishing;
     return 0;
 }

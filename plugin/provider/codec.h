@@ -103,9 +103,11 @@ typedef struct codec_stream_state {
     int failed, finished;
     char *error;
 } codec_stream_state;
-/* Fail for good with msg (owned; NULL = out of memory); *err gets a copy.  Returns -1. */
+/* Fail for good with msg (owned; NULL = out of memory); *err gets a copy (err may be NULL).
+   Returns -1. */
 int codec_stream_die(codec_stream_state *st, char *msg, char **err);
-/* -1 with *err when the stream already failed (or, with finishing, already finished). */
+/* -1 with *err when the stream already failed (its error again) or finished ("stream fed
+   after it finished", "stream already finished"); else 0, and with finishing it now is. */
 int codec_stream_dead(codec_stream_state *st, int finishing, char **err);
 
 #endif

@@ -44,13 +44,11 @@ struct llm_stream {
     size_t last_slot;  /* the slot the last tool call delta went to ... */
     int has_last_slot; /* ... if there was one */
     char *finish_reason;
-    size_t events;      /* data events seen, to word the "ended early" error */
-    int done;           /* [DONE] seen: the rest of the body is ignored */
-    int finished;       /* llm_stream_finish was called */
-    int failed;         /* an error was returned: the stream is dead */
-    int jansson_only;   /* llm_stream_disable_fast_path: every chunk goes to jansson */
-    size_t fast_chunks; /* chunks the fast path applied (for the tests) */
-    char *error;        /* that error, to repeat to later calls */
+    size_t events;         /* data events seen, to word the "ended early" error */
+    int done;              /* [DONE] seen: the rest of the body is ignored */
+    int jansson_only;      /* llm_stream_disable_fast_path: every chunk goes to jansson */
+    size_t fast_chunks;    /* chunks the fast path applied (for the tests) */
+    codec_stream_state st; /* finished, or failed and its error, repeated to later calls */
 };
 
 /* The slot holding call `index`, made when no delta named it before: 0, or -1 (out of
@@ -539,35 +537,15 @@ llm_stream *llm_stream_new(llm_text_fn on_text, void *ud)
     return llm_stream_new_sink(&sink);
 }
 
-/* Kill the stream with `msg` (owned; NULL meaning out of memory) and hand a
-   copy to the caller. */
-static int die(llm_stream *s, char *msg, char **err)
-{
-    s->failed = 1;
-    s->error = msg ? msg : strdup("out of memory");
-    if (err)
-        *err = s->error ? strdup(s->error) : NULL;
-    return -1;
-}
-
-static int repeat_error(const llm_stream *s, char **err)
-{
-    return codec_fail(err, "%s", s->error ? s->error : "out of memory");
-}
-
 int llm_stream_feed(llm_stream *s, const char *data, size_t len, char **err)
 {
-    if (err)
-        *err = NULL;
-    if (s->failed)
-        return repeat_error(s, err);
-    if (s->finished)
-        return codec_fail(err, "stream fed after it finished");
+    if (codec_stream_dead(&s->st, 0, err) != 0)
+        return -1;
     if (s->done || len == 0)
         return 0;
     char *msg = NULL;
     if (sse_feed(&s->sse, data, len, &msg) < 0)
-        return die(s, msg, err);
+        return codec_stream_die(&s->st, msg, err);
     return 0;
 }
 
@@ -634,16 +612,11 @@ static int build_reply(llm_stream *s, llm_reply *out, char **err)
 int llm_stream_finish(llm_stream *s, llm_reply *out, char **err)
 {
     memset(out, 0, sizeof *out);
-    if (err)
-        *err = NULL;
-    if (s->failed)
-        return repeat_error(s, err);
-    if (s->finished)
-        return codec_fail(err, "stream already finished");
-    s->finished = 1;
+    if (codec_stream_dead(&s->st, 1, err) != 0)
+        return -1;
     char *msg = NULL;
     if (check_complete(s, &msg) != 0 || build_reply(s, out, &msg) != 0)
-        return die(s, msg, err);
+        return codec_stream_die(&s->st, msg, err);
     return 0;
 }
 
@@ -665,6 +638,6 @@ void llm_stream_free(llm_stream *s)
     }
     free(s->calls);
     free(s->finish_reason);
-    free(s->error);
+    free(s->st.error);
     free(s);
 }
