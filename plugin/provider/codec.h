@@ -1,8 +1,8 @@
 /*
  * codec.h -- helpers the provider codecs share (not for the turn), in codec.c.
  *
- * Each codec is one file per API (openai.c with openai_reply.c and
- * openai_stream.c, anthropic.c, ollama.c); what they have in common is here,
+ * Each API's codec is in files of its own (openai.c, openai_reply.c and
+ * openai_stream.c; anthropic.c; ollama.c); what they have in common is here,
  * so every provider words its errors alike and fills an llm_reply the same way.
  */
 #ifndef PARLEY_PROVIDER_CODEC_H

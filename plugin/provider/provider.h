@@ -1,7 +1,8 @@
 /*
  * provider.h -- one LLM provider's wire format, as a codec (in the manner of
- * curl's lib/vtls/ and SQLite's sqlite3_vfs: this one interface, one file per
- * API).  Everything server-specific lives behind it:
+ * curl's lib/vtls/ and SQLite's sqlite3_vfs: this one interface, and each API's
+ * codec in files of its own, named after it).  Everything server-specific
+ * lives behind it:
  *
  *   endpoint     the request URL path and the provider's own headers
  *   encode       request body from Parley's neutral messages (docs/history.md),
@@ -11,8 +12,8 @@
  *   error_text   the server's own words from an error body
  *   retryable    whether an HTTP error status is worth another attempt
  *
- * The turn sees only this table and the helpers below; the HTTP layer knows
- * no server at all.  Codecs: openai.c (Chat Completions, default; its
+ * The turn sees only this table and the helpers below; the HTTP transport
+ * (http/llm_http.c) knows no server at all.  Codecs: openai.c (Chat Completions, default; its
  * decoders, the largest, are openai_reply.c and openai_stream.c),
  * anthropic.c (Messages), ollama.c (native /api/chat).  What they share is
  * codec.h; the reply they all fill, llm_reply.h.
