@@ -283,6 +283,11 @@ int codec_bearer_header(const parley_options *o, struct curl_slist **list)
     return 0;
 }
 
+long long codec_default_window(const parley_options *o)
+{
+    return !o->base_url || strstr(o->base_url, "://api.openai.com") ? 128000 : 4096;
+}
+
 /* ---- small shared pieces of the decoders ---- */
 
 int codec_oom(char **err) { return codec_fail(err, "out of memory"); }

@@ -80,6 +80,11 @@ int codec_body_text(pbuf *out, json_t *body, const parley_options *o, char **err
 /* "Authorization: Bearer <api_key>" when there is a key.  0 or -1 (OOM). */
 int codec_bearer_header(const parley_options *o, struct curl_slist **list);
 
+/* The window to assume of a server that did not say (OpenAI's default_window, and
+   Ollama's without num_ctx): 128000 without a base_url (the default) or for OpenAI's own API, else
+   4096 (a local server: llama.cpp's long-standing default). */
+long long codec_default_window(const parley_options *o);
+
 /* ---- small shared pieces of the decoders ---- */
 
 /* *err = the formatted message (NULL if even that allocation fails; err may be NULL); -1. */
