@@ -16,7 +16,9 @@
 
 typedef struct parley_options {
     /* LLM endpoint */
-    char *provider;              /* a codec of provider/provider.h's registry: checked there */
+    char *provider;              /* a codec of provider/provider.h's registry: checked, and
+                                    when not given set to its first, by provider_options_parse
+                                    (options_parse leaves it NULL) */
     char *base_url;              /* without trailing '/'; the provider's default when not given */
     char *model;
     char *api_key;               /* resolved from api_key or api_key_env; NULL = none */
@@ -92,7 +94,9 @@ typedef struct parley_options {
 int options_parse(const char *json_text, parley_options *opts, char **err);
 void options_free(parley_options *opts);
 
-/* JSON Schema of every option with its default and description (malloc'd). */
+/* JSON Schema of every option with its default and description (malloc'd); what the
+   provider registry knows (the `provider` option's names and default, the providers'
+   URLs) is added by provider_options_schema. */
 char *options_schema(void);
 
 #endif
