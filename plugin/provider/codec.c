@@ -94,8 +94,7 @@ json_t *msgs_with_turn_note(const json_t *messages, const char *note)
     int noted = 0, failed = !out;
     size_t i;
     json_t *m;
-    json_array_foreach(messages, i, m)
-    {
+    json_array_foreach(messages, i, m) {
         if (failed)
             break;
         if (noted || strcmp(msg_role(m), "user") != 0) {
