@@ -263,7 +263,7 @@ static json_t *render_messages(const provider_request *r, int slots)
             if (l == 0) {
                 c.before = last_block(out);
                 c.before_at = nblocks;
-            } else if (i == 0) { /* the turn's own user message, then the note */
+            } else if (!c.user) { /* the turn's own user message, then the note */
                 c.user = last_block(out);
                 c.user_at = nblocks;
                 if (r->turn_note && *r->turn_note) {
