@@ -104,7 +104,8 @@ static const opt_spec SPECS[] = {
      "\"normal\": a committed turn survives a process crash; \"full\": also a power loss "
      "(every commit is flushed to disk)"},
     {"max_history_turns", OPT_INT, OFF(max_history_turns), 0, 100000, "20",
-     "Whole turns of history sent with each request (the last N); 0 = all that are kept"},
+     "The most whole turns of history sent with each request (beyond it the window moves on, "
+     "once, to a third of it); 0 = no bound on turns (the token budget still applies)"},
     {"history_keep_turns", OPT_INT, OFF(history_keep_turns), 0, 100000000, "null",
      "Whole turns kept per conversation, oldest dropped; null = the larger of 200 and 4 x "
      "max_history_turns (all when max_history_turns is 0); 0 = all"},
