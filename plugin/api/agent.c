@@ -14,6 +14,7 @@
 #include "lib/buf.h"
 #include "lib/clock.h"
 #include "lib/host_log.h"
+#include "lib/json_keys.h"
 #include "api/query.h"
 #include "config/selector.h"
 #include "context/window.h"
@@ -874,19 +875,24 @@ parley_status agent_conversations_list_by(parley_agent *a, const char *filter_js
             *out = input_error_json("filter", "must be a JSON object");
             return PARLEY_ERR_INVALID_INPUT;
         }
-        const char *key;
-        json_t *v;
-        json_object_foreach(filter, key, v) {
-            int persona = strcmp(key, "persona") == 0;
-            if ((!persona && strcmp(key, "interface_type") != 0) || !json_is_string(v)) {
-                *out = input_error_json(key, persona || strcmp(key, "interface_type") == 0
-                                                 ? "must be a string"
-                                                 : "unknown key (expected persona, interface_type)");
-                json_decref(filter);
-                return PARLEY_ERR_INVALID_INPUT;
-            }
-            *(persona ? &want_persona : &want_interface) = json_string_value(v);
+        static const char *const known[] = {"persona", "interface_type", NULL};
+        char *why = NULL;
+        parley_status st = json_keys_check(filter, known, "filter", &why);
+        json_t *persona = json_object_get(filter, "persona");
+        json_t *interface = json_object_get(filter, "interface_type");
+        const char *field = st != PARLEY_OK                            ? "filter"
+                            : persona && !json_is_string(persona)     ? "persona"
+                            : interface && !json_is_string(interface) ? "interface_type"
+                                                                      : NULL;
+        if (field) {
+            *out = why || st == PARLEY_OK ? input_error_json(field, why ? why : "must be a string")
+                                          : NULL;
+            free(why);
+            json_decref(filter);
+            return st == PARLEY_OK ? PARLEY_ERR_INVALID_INPUT : st;
         }
+        want_persona = json_string_value(persona);
+        want_interface = json_string_value(interface);
     }
     char *err = NULL;
     if (want_persona && *want_persona) {

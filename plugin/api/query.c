@@ -11,6 +11,7 @@
 #include <time.h>
 
 #include "lib/buf.h"
+#include "lib/json_keys.h"
 #include "lib/rfc3339.h"
 
 int query_parse_time(const char *s, uint64_t *ms) { return rfc3339_parse(s, ms); }
@@ -105,6 +106,15 @@ parley_status query_parse(const char *json, query_request *r, const char **field
     r->root = json ? json_loads(json, JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL, &jerr) : json_object();
     if (!json_is_object(r->root))
         return refuse(r, field, err, "query", "must be a JSON object");
+    static const char *const known[] = {"conversation_id", "interface_type", "persona", "role",
+                                        "since", "until", "search", "limit", "order", "cursor",
+                                        "turn_id", "interface_message_id", NULL};
+    parley_status st = json_keys_check(r->root, known, "query", err);
+    if (st != PARLEY_OK) {
+        *field = "query";
+        query_request_free(r);
+        return st;
+    }
     const char *key, *cursor = NULL;
     json_t *v;
     json_object_foreach(r->root, key, v) {
@@ -150,13 +160,6 @@ parley_status query_parse(const char *json, query_request *r, const char **field
         } else if (strcmp(key, "cursor") == 0) {
             if (!json_is_null(v) && !(cursor = json_string_value(v)))
                 return refuse(r, field, err, "cursor", "must be a string from next_cursor");
-        } else {
-            *field = "query";
-            *err = pstr_printf("query: unknown key \"%s\" (expected conversation_id, "
-                               "interface_type, persona, role, since, until, search, limit, "
-                               "order, cursor, turn_id, interface_message_id)", key);
-            query_request_free(r);
-            return PARLEY_ERR_INVALID_INPUT;
         }
     }
     if (r->q.since_ms > r->q.until_ms)

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "lib/buf.h"
+#include "lib/json_keys.h"
 #include "lib/unicode_name.h"
 #include "lib/utf8.h"
 
@@ -110,7 +111,7 @@ static int int_key(const char *who, json_t *obj, const char *key, int64_t lo, in
 }
 
 static const char *const KEYS[] = {"prompt", "model", "temperature", "top_p", "max_tokens",
-                                   "tools", "max_history_turns"};
+                                   "tools", "max_history_turns", NULL};
 
 static int parse_one(const char *name, json_t *obj, const toolset *agent_tools, persona_spec *p,
                      char **err)
@@ -136,21 +137,13 @@ static int parse_one(const char *name, json_t *obj, const toolset *agent_tools, 
                            name);
         return -1;
     }
-    const char *key;
-    json_t *v;
-    json_object_foreach(obj, key, v) {
-        size_t k = 0;
-        while (k < sizeof KEYS / sizeof KEYS[0] && strcmp(KEYS[k], key) != 0)
-            k++;
-        if (k == sizeof KEYS / sizeof KEYS[0]) {
-            char *q = utf8_quotable(key, strlen(key), 64);
-            *err = pstr_printf("option 'personas': persona \"%s\": unknown key \"%s\" "
-                               "(known: prompt, model, temperature, top_p, max_tokens, tools, "
-                               "max_history_turns)", name, q ? q : "?");
-            free(q);
-            return -1;
-        }
-    }
+    char *what = pstr_printf("option 'personas': persona \"%s\"", name);
+    parley_status st = what ? json_keys_check(obj, KEYS, what, err) : PARLEY_ERR_NO_MEMORY;
+    free(what);
+    if (st == PARLEY_ERR_NO_MEMORY)
+        goto oom;
+    if (st != PARLEY_OK)
+        return -1;
     const char *prompt = json_string_value(json_object_get(obj, "prompt"));
     if (!prompt) {
         *err = pstr_printf("option 'personas': persona \"%s\": 'prompt' (a string) is required",

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "lib/json_keys.h"
 #include "lib/utf8.h"
 
 static int refuse(char **err, const char *why)
@@ -27,6 +28,12 @@ int reply_context_parse(const char *json, reply_context *rc, char **err)
                              "{\"interface_message_id\": \"<id>\"}");
         goto out;
     }
+    static const char *const known[] = {"turn_id", "interface_message_id", NULL};
+    parley_status st = json_keys_check(o, known, "input 'reply_to_json'", err);
+    if (st != PARLEY_OK) {
+        rc_out = st == PARLEY_ERR_NO_MEMORY ? -2 : -1;
+        goto out;
+    }
     json_object_foreach(o, key, value) {
         break; /* the one key */
     }
@@ -43,7 +50,7 @@ int reply_context_parse(const char *json, reply_context *rc, char **err)
         }
         for (char *p = rc->turn_id; *p; p++) /* turn ids are minted in lower case */
             *p = (char)tolower((unsigned char)*p);
-    } else if (strcmp(key, "interface_message_id") == 0) {
+    } else { /* "interface_message_id" */
         if (!s || n == 0 || n > STORE_MAX_INTERFACE_MESSAGE_ID || !utf8_valid(s, n)) {
             char *why = pstr_printf("\"interface_message_id\" must be a string of 1 to %d bytes",
                                     STORE_MAX_INTERFACE_MESSAGE_ID);
@@ -53,11 +60,6 @@ int reply_context_parse(const char *json, reply_context *rc, char **err)
         }
         if (!(rc->interface_message_id = strdup(s)))
             rc_out = -2;
-    } else {
-        char *why = pstr_printf("unknown key \"%s\" (use \"turn_id\" or \"interface_message_id\")",
-                                key);
-        rc_out = refuse(err, why ? why : "unknown key");
-        free(why);
     }
 out:
     if (rc_out == -2 && !*err)

@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "lib/clock.h"
+#include "lib/json_keys.h"
 #include "config/selector.h"
 
 /* -1 with *err = the message (malloc'd): the input is refused. */
@@ -26,21 +27,12 @@ static int refuse(char **err, char *message)
 static int check_message_keys(json_t *root, size_t max_bytes, const char **role,
                               const char **content, char **metadata, char **err)
 {
-    static const char *const known[] = {"conversation_id", "interface_type", "persona",
-                                        "interface_message_id", "role", "content", "metadata",
-                                        "timestamp"};
-    const char *key;
-    json_t *v;
-    json_object_foreach(root, key, v) {
-        size_t i = 0;
-        while (i < sizeof known / sizeof known[0] && strcmp(known[i], key) != 0)
-            i++;
-        if (i == sizeof known / sizeof known[0])
-            return refuse(err, pstr_printf("message_json: unknown key \"%s\" (expected "
-                                           "conversation_id, content, role, interface_type, "
-                                           "persona, interface_message_id, metadata, "
-                                           "timestamp)", key));
-    }
+    static const char *const known[] = {"conversation_id", "content", "role", "interface_type",
+                                        "persona", "interface_message_id", "metadata",
+                                        "timestamp", NULL};
+    parley_status st = json_keys_check(root, known, "message_json", err);
+    if (st != PARLEY_OK)
+        return st == PARLEY_ERR_NO_MEMORY ? -2 : -1;
     json_t *r = json_object_get(root, "role");
     *role = r ? json_string_value(r) : "assistant";
     if (!*role || (strcmp(*role, "assistant") != 0 && strcmp(*role, "system") != 0 &&

@@ -72,7 +72,8 @@ static void test_parse(void)
         {"{\"a\": {\"prompt\": \"p\", \"max_history_turns\": -1}}", "'max_history_turns' must be"},
         {"{\"a\": {\"prompt\": \"p\", \"max_tokens\": 1.5}}", "'max_tokens' must be an integer"},
         {"{\"a\": {\"prompt\": \"p\", \"model\": \"\"}}", "'model' must be a non-empty string"},
-        {"{\"a\": {\"prompt\": \"p\", \"promt\": \"q\"}}", "unknown key \"promt\""},
+        {"{\"a\": {\"prompt\": \"p\", \"promt\": \"q\"}}", "option 'personas': persona \"a\": unknown key \"promt\" (expected prompt, "
+         "model, temperature, top_p, max_tokens, tools, max_history_turns)"},
         {"{\"\": {\"prompt\": \"p\"}}", "a persona name must be 1 to 64 bytes"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {

@@ -53,6 +53,21 @@ static void test_bad_input_names_the_field(void)
     CHECK_STR(refused_field("{\"search\":\"a\\u0000b\"}"), "search"); /* no NUL inside */
 }
 
+/* An unknown key is refused by the shared check, listing what a query reads. */
+static void test_unknown_key_text(void)
+{
+    query_request r;
+    const char *field = NULL;
+    char *err = NULL;
+    CHECK(query_parse("{\"limit\":5,\"colour\":1}", &r, &field, &err) ==
+          PARLEY_ERR_INVALID_INPUT);
+    CHECK_STR(field, "query");
+    CHECK_STR(err, "query: unknown key \"colour\" (expected conversation_id, interface_type, "
+                   "persona, role, since, until, search, limit, order, cursor, turn_id, "
+                   "interface_message_id)");
+    free(err);
+}
+
 static void test_times(void)
 {
     uint64_t ms = 0;
@@ -125,6 +140,7 @@ int main(void)
 {
     test_store_without_queries();
     test_bad_input_names_the_field();
+    test_unknown_key_text();
     test_times();
     test_cursor();
     return check_report();

@@ -137,7 +137,7 @@ static void test_parse(void)
         {"{\"schema\":{\"type\":\"object\",\"properties\":{\"a\":[]}}}",
          "schema.properties.a: a schema must be a JSON object"},
         {"{\"name\":\"a\",\"name\":\"b\"}", "must be a JSON object"},
-        {"{\"format\":{}}", "unknown key 'format'"},
+        {"{\"format\":{}}", "unknown key \"format\" (expected name, schema, strict, description)"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         CHECK(response_format_parse(bad[i].text, &err) == NULL && err &&
