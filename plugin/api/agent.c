@@ -95,13 +95,25 @@ static void agent_free(parley_agent *a)
     free(a);
 }
 
+static parley_agent *create_agent(const parley_host *host, const char *options_json,
+                                  const store_backend *backend, char **error);
+
 parley_agent *agent_create(const parley_host *host, const char *options_json, char **error)
 {
-    return agent_create_with_store(host, options_json, NULL, error);
+    return create_agent(host, options_json, NULL, error);
 }
 
+#ifdef PARLEY_TEST_HOOKS
 parley_agent *agent_create_with_store(const parley_host *host, const char *options_json,
                                       const store_backend *backend, char **error)
+{
+    return create_agent(host, options_json, backend, error);
+}
+#endif
+
+/* backend NULL: the one history_store names (always, outside the tests). */
+static parley_agent *create_agent(const parley_host *host, const char *options_json,
+                                  const store_backend *backend, char **error)
 {
     char *err = NULL;
     pthread_once(&curl_once, init_curl);

@@ -157,6 +157,4 @@ void toolset_free(toolset *t)
     free(t);
 }
 
-size_t toolset_count(const toolset *t) { return t ? t->count : 0; }
-
 const char *toolset_json(const toolset *t) { return t && t->json ? t->json : "[]"; }

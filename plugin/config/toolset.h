@@ -20,7 +20,6 @@ typedef struct toolset toolset;
 toolset *toolset_parse(const char *json_array, const toolset *base, char **err);
 void toolset_free(toolset *t);
 
-size_t toolset_count(const toolset *t);
 int toolset_has(const toolset *t, const char *name);
 /* The OpenAI `tools` array as compact JSON text, "[]" when empty. */
 const char *toolset_json(const toolset *t);

@@ -1,4 +1,5 @@
 /* test_persona.c -- persona.c: the `personas` option, tool subsets, overrides, counters. */
+#include <jansson.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -8,6 +9,15 @@
 #include "check.h"
 #include "config/persona.h"
 #include "lib/utf8.h"
+
+/* How many tools t offers: the length of its `tools` array (toolset.h keeps no count). */
+static size_t tools_in(const toolset *t)
+{
+    json_t *a = json_loads(toolset_json(t), 0, NULL);
+    size_t n = json_array_size(a);
+    json_decref(a);
+    return n;
+}
 
 static int contains(const char *s, const char *part) { return s && strstr(s, part) != NULL; }
 
@@ -27,7 +37,7 @@ static void test_parse(void)
     const persona_spec *chef = persona_find(&s, "chef"), *butler = persona_find(&s, "butler");
     CHECK(chef && butler && !persona_find(&s, "Chef") && !persona_find(&s, ""));
     if (chef && butler) {
-        CHECK(toolset_count(chef->tools) == 2 && toolset_has(chef->tools, "oven") &&
+        CHECK(tools_in(chef->tools) == 2 && toolset_has(chef->tools, "oven") &&
               !toolset_has(chef->tools, "lights"));
         CHECK(butler->tools == NULL);
         parley_options base = {0}, o;
