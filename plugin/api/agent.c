@@ -677,12 +677,12 @@ parley_status agent_message_get(parley_agent *a, const char *message_id, char **
 
 /* A selector's persona must be one of the current options' personas ("" = none;
  * "*" = every persona, where the selector allowed it). */
-static int check_selector_persona(parley_agent *a, const selector *sel, char **err)
+static parley_status check_selector_persona(parley_agent *a, const selector *sel, char **err)
 {
     if (sel->every_persona || !*sel->key.persona)
-        return 0;
+        return PARLEY_OK;
     agent_config *cfg = current_config(a);
-    int rc = persona_check_name(&cfg->personas, sel->key.persona, 0, "selector 'persona'", err);
+    parley_status rc = persona_check_name(&cfg->personas, sel->key.persona, 0, "selector 'persona'", err);
     config_unref(cfg);
     return rc;
 }
@@ -711,7 +711,7 @@ parley_status agent_history_get_by(parley_agent *a, const char *selector_json, c
         free(err);
         return PARLEY_ERR_INVALID_INPUT;
     }
-    if (check_selector_persona(a, &sel, &err) != 0) {
+    if (check_selector_persona(a, &sel, &err) != PARLEY_OK) {
         *out = err ? input_error_json("persona", err) : NULL;
         free(err);
         selector_free(&sel);
@@ -746,7 +746,7 @@ parley_status agent_message_find(parley_agent *a, const char *selector_json, cha
     parley_status st = PARLEY_ERR_INVALID_INPUT;
     if (!sel.interface_message_id) {
         *out = input_error_json("interface_message_id", "interface_message_id: required");
-    } else if (check_selector_persona(a, &sel, &err) != 0) {
+    } else if (check_selector_persona(a, &sel, &err) != PARLEY_OK) {
         *out = err ? input_error_json("persona", err) : NULL;
     } else {
         pbuf b = PBUF_INIT;
@@ -909,9 +909,10 @@ parley_status agent_conversations_list_by(parley_agent *a, const char *filter_js
     char *err = NULL;
     if (want_persona && *want_persona) {
         agent_config *cfg = current_config(a);
-        int rc = persona_check_name(&cfg->personas, want_persona, 0, "filter 'persona'", &err);
+        parley_status rc =
+            persona_check_name(&cfg->personas, want_persona, 0, "filter 'persona'", &err);
         config_unref(cfg);
-        if (rc != 0) {
+        if (rc != PARLEY_OK) {
             *out = err ? input_error_json("persona", err) : NULL;
             free(err);
             json_decref(filter);
@@ -959,7 +960,7 @@ parley_status agent_history_clear_by(parley_agent *a, const char *selector_json)
         free(err);
         return PARLEY_ERR_INVALID_INPUT;
     }
-    if (check_selector_persona(a, &sel, &err) != 0) {
+    if (check_selector_persona(a, &sel, &err) != PARLEY_OK) {
         host_log(&a->host, PARLEY_LOG_WARN, "history_clear_by: %s", err ? err : "invalid");
         last_error_set("%s", err ? err : "invalid selector");
         free(err);

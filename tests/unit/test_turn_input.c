@@ -219,7 +219,7 @@ int main(void)
     /* reply_context_parse on its own */
     reply_context rc;
     err = NULL;
-    CHECK(reply_context_parse("{\"interface_message_id\":\"m1\"}", &rc, &err) == 0);
+    CHECK(reply_context_parse("{\"interface_message_id\":\"m1\"}", &rc, &err) == PARLEY_OK);
     reply_context copy;
     CHECK(reply_context_copy_target(&copy, &rc) == 0);
     CHECK_STR(copy.interface_message_id, "m1");
