@@ -671,14 +671,14 @@ static const char *closest_option(const char *key)
     return NULL;
 }
 
-int options_parse(const char *json_text, parley_options *o, char **err)
+parley_status options_parse(const char *json_text, parley_options *o, char **err)
 {
     *err = NULL;
     memset(o, 0, sizeof *o);
     if (apply_defaults(o) != 0) {
         options_free(o);
         *err = pstr_printf("out of memory");
-        return -1;
+        return PARLEY_ERR_NO_MEMORY;
     }
     json_error_t jerr;
     json_t *root = json_loads(json_text ? json_text : "", JSON_REJECT_DUPLICATES, &jerr);
@@ -719,13 +719,15 @@ int options_parse(const char *json_text, parley_options *o, char **err)
     if (finish(o, root, err) != 0)
         goto fail;
     json_decref(root);
-    return 0;
+    return PARLEY_OK;
 fail:
     json_decref(root);
     options_free(o);
-    if (!*err)
+    if (!*err) {
         *err = pstr_printf("out of memory");
-    return -1;
+        return PARLEY_ERR_NO_MEMORY;
+    }
+    return PARLEY_ERR_INVALID_OPTIONS;
 }
 
 void options_free(parley_options *o)

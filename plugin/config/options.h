@@ -14,6 +14,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "lib/plugin_status.h"
+
 typedef struct parley_options {
     /* LLM endpoint */
     char *provider;              /* a codec of provider/provider.h's registry: checked there */
@@ -85,11 +87,11 @@ typedef struct parley_options {
 } parley_options;
 
 /*
- * Parse and validate.  Returns 0, or -1 with *err (malloc'd) naming the
- * option: "option 'temperature': must be a number from 0 to 2".
- * On failure *opts holds nothing that needs freeing.
+ * Parse and validate.  PARLEY_OK, or PARLEY_ERR_INVALID_OPTIONS (NO_MEMORY) with
+ * *err (malloc'd) naming the option: "option 'temperature': must be a number
+ * from 0 to 2".  On failure *opts holds nothing that needs freeing.
  */
-int options_parse(const char *json_text, parley_options *opts, char **err);
+parley_status options_parse(const char *json_text, parley_options *opts, char **err);
 void options_free(parley_options *opts);
 
 /* JSON Schema of every option with its default and description (malloc'd). */

@@ -157,7 +157,7 @@ static json_t *render(const char *prov, const char *extra_options, const respons
              extra_options);
     parley_options o;
     char *err = NULL;
-    CHECK(options_parse(text, &o, &err) == 0);
+    CHECK(options_parse(text, &o, &err) == PARLEY_OK);
     free(err);
     json_t *messages = J("[{\"role\":\"user\",\"content\":\"hi\"}]"), *history = J("[]");
     provider_request r = {.system = "s", .history = history, .messages = messages,
