@@ -63,12 +63,13 @@ static toolset *tool_subset(const char *who, json_t *names, const toolset *agent
         }
     }
     char *text = json_dumps(picked, JSON_COMPACT | JSON_PRESERVE_ORDER);
+    parley_status st = PARLEY_ERR_NO_MEMORY;
     if (text)
-        ts = toolset_parse(text, NULL, err); /* a repeated name is refused here, by name */
+        st = toolset_parse(text, NULL, &ts, err); /* a repeated name is refused here, by name */
     else
         *err = pstr_printf("out of memory");
     free(text);
-    if (!ts && *err && strncmp(*err, "out of memory", 13) != 0) {
+    if (st == PARLEY_ERR_INVALID_INPUT) {
         char *inner = *err;
         *err = pstr_printf("option 'personas': persona \"%s\": 'tools': %s", who, inner);
         free(inner);

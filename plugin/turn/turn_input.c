@@ -154,12 +154,11 @@ static parley_status copy_input(turn *t, const agent_config *cfg, const parley_i
     t->tools = base;
     if (in->tools_json) {
         char *terr = NULL;
-        t->own_tools = toolset_parse(in->tools_json, base, &terr);
-        if (!t->own_tools) {
-            int oom = !terr || strcmp(terr, "out of memory") == 0;
+        parley_status st = toolset_parse(in->tools_json, base, &t->own_tools, &terr);
+        if (st != PARLEY_OK) {
             *err = pstr_printf("input 'tools_json': %s", terr ? terr : "out of memory");
             free(terr);
-            return oom ? PARLEY_ERR_NO_MEMORY : PARLEY_ERR_INVALID_INPUT;
+            return st;
         }
         t->tools = t->own_tools;
     }
@@ -196,12 +195,11 @@ static parley_status accept_response_format(turn *t, const agent_config *cfg,
         return PARLEY_ERR_INVALID_INPUT;
     }
     char *why = NULL;
-    t->format = response_format_parse(in->response_format_json, &why);
-    if (!t->format) {
-        int oom = !why || strcmp(why, "out of memory") == 0;
+    parley_status st = response_format_parse(in->response_format_json, &t->format, &why);
+    if (st != PARLEY_OK) {
         *err = pstr_printf("input 'response_format_json': %s", why ? why : "out of memory");
         free(why);
-        return oom ? PARLEY_ERR_NO_MEMORY : PARLEY_ERR_INVALID_INPUT;
+        return st;
     }
     if (toolset_has(t->tools, t->format->name)) {
         *err = pstr_printf("input 'response_format_json': name '%s' is also a tool's; name the "

@@ -267,8 +267,10 @@ static void test_schema_presentation(void)
 static void test_tools(void)
 {
     char *err = NULL;
-    toolset *t = toolset_parse("[{\"name\":\"turn_on\",\"description\":\"d\",\"parameters\":{\"type\":\"object\"}},"
-                               "{\"type\":\"function\",\"function\":{\"name\":\"get_state\"}}]", NULL, &err);
+    toolset *t = NULL;
+    CHECK(toolset_parse("[{\"name\":\"turn_on\",\"description\":\"d\",\"parameters\":{\"type\":\"object\"}},"
+                        "{\"type\":\"function\",\"function\":{\"name\":\"get_state\"}}]", NULL, &t,
+                        &err) == PARLEY_OK);
     CHECK(t != NULL);
     CHECK(tools_in(t) == 2);
     CHECK(toolset_has(t, "turn_on") && toolset_has(t, "get_state") && !toolset_has(t, "x"));
@@ -279,10 +281,12 @@ static void test_tools(void)
     CHECK(json_is_object(json_object_get(json_object_get(json_array_get(arr, 1), "function"), "parameters")));
     json_decref(arr);
 
-    toolset *more = toolset_parse("[{\"name\":\"extra\"}]", t, &err);
+    toolset *more = NULL;
+    CHECK(toolset_parse("[{\"name\":\"extra\"}]", t, &more, &err) == PARLEY_OK);
     CHECK(more && tools_in(more) == 3 && toolset_has(more, "turn_on"));
     toolset_free(more);
-    CHECK(toolset_parse("[{\"name\":\"turn_on\"}]", t, &err) == NULL);
+    CHECK(toolset_parse("[{\"name\":\"turn_on\"}]", t, &more, &err) == PARLEY_ERR_INVALID_INPUT);
+    CHECK(more == NULL);
     CHECK(err && strstr(err, "duplicate"));
     free(err);
     toolset_free(t);
@@ -291,7 +295,8 @@ static void test_tools(void)
                          "[{\"name\":\"a\",\"parameters\":[]}]", "[{\"type\":\"x\",\"function\":{}}]", "{}"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         err = NULL;
-        CHECK(toolset_parse(bad[i], NULL, &err) == NULL);
+        toolset *none = (toolset *)bad; /* not NULL: a refusal sets it to NULL */
+        CHECK(toolset_parse(bad[i], NULL, &none, &err) == PARLEY_ERR_INVALID_INPUT && !none);
         CHECK(err != NULL);
         free(err);
     }

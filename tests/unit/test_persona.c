@@ -26,8 +26,8 @@ static const char *TOOLS = "[{\"name\":\"lights\"},{\"name\":\"oven\"},{\"name\"
 static void test_parse(void)
 {
     char *err = NULL;
-    toolset *agent = toolset_parse(TOOLS, NULL, &err);
-    CHECK(agent != NULL);
+    toolset *agent = NULL;
+    CHECK(toolset_parse(TOOLS, NULL, &agent, &err) == PARLEY_OK && agent != NULL);
     persona_set s;
     CHECK(persona_set_parse("{\"chef\": {\"prompt\": \"You cook.\", \"model\": \"m2\", "
                             "\"temperature\": 0.2, \"top_p\": 0.5, \"max_tokens\": 77, "
@@ -104,7 +104,8 @@ static void test_parse(void)
 static void test_quoting(void)
 {
     char *err = NULL;
-    toolset *agent = toolset_parse(TOOLS, NULL, &err);
+    toolset *agent = NULL;
+    CHECK(toolset_parse(TOOLS, NULL, &agent, &err) == PARLEY_OK);
     persona_set s;
     CHECK(persona_set_parse("{\"chef\": {\"prompt\": \"p\"}}", agent, &s, &err) == PARLEY_OK);
     CHECK(persona_check_name(&s, "\xff\xfe" "chef\x01", 0, "input 'persona'", &err) == PARLEY_ERR_INVALID_INPUT);

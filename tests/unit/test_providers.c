@@ -58,8 +58,8 @@ static void check_request(const char *name, json_t *conv)
     char *err = NULL;
     CHECK(options_parse(opts_text, &o, &err) == PARLEY_OK);
     free(opts_text);
-    toolset *tools = toolset_parse(o.tools_json, NULL, &err);
-    CHECK(tools != NULL);
+    toolset *tools = NULL;
+    CHECK(toolset_parse(o.tools_json, NULL, &tools, &err) == PARLEY_OK && tools != NULL);
     provider_request r = {.system = o.prompt,
                           .history = json_object_get(conv, "history"),
                           .messages = json_object_get(conv, "messages"),
