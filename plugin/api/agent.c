@@ -682,7 +682,8 @@ static parley_status check_selector_persona(parley_agent *a, const selector *sel
     if (sel->every_persona || !*sel->key.persona)
         return PARLEY_OK;
     agent_config *cfg = current_config(a);
-    parley_status rc = persona_check_name(&cfg->personas, sel->key.persona, 0, "selector 'persona'", err);
+    parley_status rc =
+        persona_check_name(&cfg->personas, sel->key.persona, 0, "selector 'persona'", err);
     config_unref(cfg);
     return rc;
 }

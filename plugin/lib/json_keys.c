@@ -38,8 +38,7 @@ parley_status json_keys_check(const json_t *obj, const char *const known[], cons
     const char *key;
     json_t *v;
     *err = NULL;
-    json_object_foreach((json_t *)obj, key, v)
-    {
+    json_object_foreach((json_t *)obj, key, v) {
         if (is_known(key, known))
             continue;
         *err = unknown_key_message(key, known, what);
