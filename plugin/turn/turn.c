@@ -1648,7 +1648,9 @@ static void turn_commit(turn *t)
     store_turn in = {.turn_id = t->turn_id,
                      .started_ms = t->host_time_ms ? t->host_time_ms : t->started_wall_ms,
                      .finished_ms = turn_clock_ms(t),
-                     .messages = msgs, .nmessages = t->nmessages};
+                     .messages = msgs, .nmessages = t->nmessages,
+                     .tokens = ctx_turn_tokens(msgs, t->nmessages,
+                                               ctx_model_of(t->env->ctx, t->opts->model)->factor)};
     if (t->ctx.enabled && t->last_prompt > 0) { /* what the next turn's server count */
         t->ctx.rec.last_prompt = (uint64_t)t->last_prompt;
         t->ctx.rec.last_bytes = t->last_bytes;
