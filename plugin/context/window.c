@@ -125,8 +125,8 @@ static void take_sizes(ctx_window *w, const store_sizes *z, size_t loaded, size_
     uint64_t all = 0;
     for (size_t j = 0; j < z->n; j++)
         all += z->turn[j].nmessages;
-    if (z->oom || all != loaded || !w->tokens)
-        return; /* not what was loaded: every turn is estimated */
+    if (z->oom || all != loaded || !w->tokens) /* not what was loaded: every turn estimated */
+        return;
     uint64_t at = skipped, s_at = 0; /* a window turn's first message, a stored turn's */
     size_t j = 0;
     for (size_t i = 0; i < w->nturns; i++) {
@@ -344,7 +344,7 @@ static ctx_cut_reason trigger(const ctx_window *w, const ctx_budget *b, int64_t 
     if (w->start_lost)
         return b->max_turns && w->nturns >= b->max_turns ? CTX_CUT_TURNS : CTX_CUT_STORE;
     uint64_t last = w->life.last_message_ms;
-    if (last && now_ms > last && now_ms - last > CTX_IDLE_CUT_MS)
+    if (b->idle_ms && last && now_ms > last && now_ms - last > b->idle_ms)
         return CTX_CUT_IDLE;
     return CTX_CUT_NONE;
 }

@@ -72,7 +72,7 @@
 
 /* A turn after this long without a message is a free moment to cut: the
  * servers' caches have dropped the prompt by then (Anthropic 5 min, OpenAI
- * 5-10 min). */
+ * 5-10 min).  The default of prompt_cache_ttl_ms (ctx_budget.idle_ms). */
 #define CTX_IDLE_CUT_MS (5u * 60u * 1000u)
 /* A cut keeps this share of the history budget (and of max_history_turns). */
 #define CTX_LOW_MARK_PERCENT 50
@@ -171,6 +171,7 @@ typedef struct ctx_budget {
     int64_t reserve;  /* kept for the answer */
     size_t max_turns; /* max_history_turns; 0 = no bound */
     double factor;    /* correction factor (1 when none is known) */
+    uint64_t idle_ms; /* prompt_cache_ttl_ms: a longer idle gap is a free moment to cut; 0 = never */
 } ctx_budget;
 
 void ctx_window_free(ctx_window *w);

@@ -715,7 +715,8 @@ static ctx_budget budget_of(const turn *t)
     const char *api = t->cfg->prov->name;
     const ctx_model *learned = ctx_model_of(t->env->ctx, t->opts->model);
     ctx_budget b = {.max_turns = (size_t)o->max_history_turns,
-                    .factor = learned->factor > 0 ? learned->factor : 1.0};
+                    .factor = learned->factor > 0 ? learned->factor : 1.0,
+                    .idle_ms = (uint64_t)o->prompt_cache_ttl_ms};
     int64_t discovered = atomic_load(&t->env->ctx->discovered);
     if (o->context_window > 0)
         b.window = o->context_window;

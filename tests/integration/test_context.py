@@ -216,6 +216,46 @@ class Persistence(ContextCase):
         self.check_window_moves(reqs, cuts)
 
 
+class IdleGap(ContextCase):
+    """A turn after a pause longer than the server keeps a prompt cached
+    (prompt_cache_ttl_ms) finds the cache gone: a free moment to cut the
+    window down to its low mark, though it is within the bound."""
+
+    def conversation(self, fake, ttl_ms, pause_s):
+        o = options(fake, max_history_turns=10, summarize=False, prompt_cache_ttl_ms=ttl_ms)
+        sh = InteractiveShim(o)
+        self.addCleanup(sh.close)
+        for k in range(1, 9):
+            self.assertTurnOk(sh.turn({"text": "turn %d" % k, "conversation_id": "i"}))
+        time.sleep(pause_s)
+        self.assertTurnOk(sh.turn({"text": "after the pause", "conversation_id": "i"}))
+        reqs = fake.chat_requests()
+        self.assertEqual(len(reqs), 9)
+        history = messages(reqs[8])[1:-1]  # what turn 9 sent between the prompt and its message
+        return sh.op("metrics")["result"], reqs, history
+
+    def test_a_pause_past_the_cache_lifetime_cuts_deeper(self):
+        ttl = int(1000 * SLOW)  # turns 1-8 come well within it; the pause is longer
+        m, reqs, history = self.conversation(self.llm, ttl, 1.5 * ttl / 1000)
+        self.assertEqual((m["context_cuts"], m["cache_breaks"]), (1, 0))
+        # 8 turns of history are within the bound of 10: only the pause cut them,
+        # whole oldest turns, down to the low mark
+        self.assertLess(len(history) // 2, 8)
+        self.assertGreater(len(history), 0)
+        self.assertEqual(history[0]["role"], "user")
+        self.assertNotEqual(history[0]["content"], "turn 1")
+        self.check_window_moves(reqs, 1)
+
+    def test_no_cut_within_the_lifetime_or_when_off(self):
+        for ttl, pause in ((int(60000 * SLOW), 1.0), (0, 1.0)):
+            with self.subTest(prompt_cache_ttl_ms=ttl), FakeLLM() as fake:
+                m, reqs, history = self.conversation(fake, ttl, pause)
+                self.assertEqual(m["context_cuts"], 0)
+                self.assertEqual(len(history) // 2, 8)  # all eight, from turn 1
+                self.assertEqual(history[0]["content"], "turn 1")
+                self.check_window_moves(reqs, 0)
+
+
 class Summaries(ContextCase):
     def turns(self, o, texts, tools=None, cid="s"):
         lines = [{"text": t, "conversation_id": cid} for t in texts]

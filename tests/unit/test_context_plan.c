@@ -63,8 +63,16 @@ static void test_plan_low_mark(void)
     CHECK(why == CTX_CUT_TOKENS && n >= 1 && n <= 5);
     /* an idle gap: a free moment to cut, only above the low mark */
     b.window = 100000;
+    b.idle_ms = CTX_IDLE_CUT_MS;
     w.life.last_message_ms = 1000;
-    CHECK(ctx_plan(&w, &b, 100, 1000 + CTX_IDLE_CUT_MS + 1, 0, &why) == 0);
+    CHECK(ctx_plan(&w, &b, 100, 1000 + CTX_IDLE_CUT_MS, 0, &why) == 0 && why == CTX_CUT_NONE);
+    b.max_turns = 4; /* 5 turns, the low mark 2: 3 to cut, for free */
+    CHECK(ctx_plan(&w, &b, 100, 1000 + CTX_IDLE_CUT_MS, 0, &why) == 3 && why == CTX_CUT_TURNS);
+    b.max_turns = 8; /* within the bound: only the pause cuts, down to 4 */
+    CHECK(ctx_plan(&w, &b, 100, 1000 + CTX_IDLE_CUT_MS, 0, &why) == 0 && why == CTX_CUT_NONE);
+    CHECK(ctx_plan(&w, &b, 100, 1000 + CTX_IDLE_CUT_MS + 1, 0, &why) == 1 && why == CTX_CUT_IDLE);
+    b.idle_ms = 0; /* never for a pause */
+    CHECK(ctx_plan(&w, &b, 100, 1000 + 10 * CTX_IDLE_CUT_MS, 0, &why) == 0);
     ctx_window_free(&w);
     pbuf_free(&h);
 }
