@@ -183,6 +183,37 @@ class Persistence(ContextCase):
         self.assertTrue(extends(reqs[6], reqs[7]), messages(reqs[7]))
         self.assertEqual(messages(reqs[7])[1]["content"], "before 4")
 
+    def test_restart_counts_the_history_by_its_stored_sizes(self):
+        """Each turn keeps its size in tokens: after a restart, before the new
+        agent has learned anything from the server, the window counts the
+        history as the server did, not at 4 bytes a token.  Non-ASCII text
+        counts one token a byte in the fake's tokenizer (about 4 x the estimate)."""
+        text = "\u043f\u0440\u0438\u0432\u0435\u0442 " * 25  # 300 bytes: ~300 tokens
+        with tempfile.TemporaryDirectory(prefix="parley-ctx-") as d:
+            store = "sqlite:" + os.path.join(d, "h.db")
+            o = options(self.llm, summarize=False, max_history_turns=0, history_store=store)
+            lines = [{"text": "%d %s" % (k, text), "conversation_id": "z"} for k in range(1, 9)]
+            run = self.run_ok(lines + [{"op": "history", "conversation_id": "z"}], o)
+            turns = run.lines[-1]["result"]["turns"]
+            self.assertEqual(len(turns), 8)
+            for t in turns:  # each with its size, well above its bytes / 4
+                size = len(json.dumps(t["messages"], ensure_ascii=False).encode())
+                self.assertGreater(t["tokens"], size / 4 * 1.5, t)
+            # The agent restarts against a server with a 4000-token window, which
+            # the history alone (8 turns of ~600 tokens) does not fit.
+            with FakeLLM("--n-ctx", "4000") as small:
+                o = options(small, summarize=False, max_history_turns=0, history_store=store,
+                            context_window=4000, max_tokens=100)
+                run = self.run_ok([{"text": "after", "conversation_id": "z"},
+                                   {"op": "metrics"}], o)
+                self.assertTurnOk(run.turn_lines()[0])
+                m = metrics_of(run)
+                # the cut was planned before the first request: nothing refused
+                self.assertEqual((m["context_cuts"], m["context_overflows_recovered"]), (1, 0))
+                [req] = small.chat_requests()
+                self.assertFalse(req.get("overflow"))
+                self.assertLessEqual(prompt_tokens(req), 4000 - 100)
+
     def test_a_changed_prompt_is_a_cache_break(self):
         with tempfile.TemporaryDirectory(prefix="parley-ctx-") as d:
             o = options(self.llm, history_store="sqlite:" + os.path.join(d, "h.db"))
