@@ -245,6 +245,10 @@ class Persistence(ContextCase):
         self.assertEqual(len(reqs), 12)
         self.assertEqual(cuts, 3)  # at turns 6, 9 and 12 (index 5, 8, 11)
         self.check_window_moves(reqs, cuts)
+        # each turn's size is stored with it, whichever host wrote it
+        turns = a.op("history", conversation_id="s")["result"]["turns"]
+        self.assertEqual(len(turns), 12)
+        self.assertEqual([t for t in turns if not t.get("tokens")], [])
 
 
 class IdleGap(ContextCase):
