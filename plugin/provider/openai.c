@@ -7,7 +7,8 @@
  * rendering keeps each message's Chat Completions keys and drops Parley's
  * own (name, is_error, reasoning, provider_data) -- except that a tool-call
  * turn whose reasoning came in `reasoning_content` sends it back within the
- * turn, as DeepSeek requires.  Decoding is llm_reply.c.
+ * turn, as DeepSeek requires.  Decoding is openai_reply.c (a whole reply)
+ * and openai_stream.c (a stream), declared in openai_decode.h.
  *
  * History is rendered from its stored text: a message whose keys are all
  * Chat Completions keys (most of them) is copied as it is; only the others
@@ -19,6 +20,7 @@
 #include <string.h>
 
 #include "provider/codec.h"
+#include "provider/openai_decode.h"
 #include "provider/provider.h"
 
 static void put_key(pbuf *b, const char *key)

@@ -1,7 +1,8 @@
 /*
  * provider.h -- one LLM provider's wire format, as a codec (in the manner of
- * curl's lib/vtls/ and SQLite's sqlite3_vfs: this one interface, one file per
- * backend).  Everything server-specific lives behind it:
+ * curl's lib/vtls/ and SQLite's sqlite3_vfs: this one interface, and each API's
+ * codec in files of its own, named after it).  Everything server-specific
+ * lives behind it:
  *
  *   endpoint     the request URL path and the provider's own headers
  *   encode       request body from Parley's neutral messages (docs/history.md),
@@ -11,9 +12,11 @@
  *   error_text   the server's own words from an error body
  *   retryable    whether an HTTP error status is worth another attempt
  *
- * The turn sees only this table and the helpers below; the HTTP layer knows
- * no server at all.  Codecs: openai.c (Chat Completions, default),
- * anthropic.c (Messages), ollama.c (native /api/chat).
+ * The turn sees only this table and the helpers below; the HTTP transport
+ * (http/llm_http.c) knows no server at all.  Codecs: openai.c (Chat Completions, default; its
+ * decoders, the largest, are openai_reply.c and openai_stream.c),
+ * anthropic.c (Messages), ollama.c (native /api/chat).  What they share is
+ * codec.h; the reply they all fill, llm_reply.h.
  */
 #ifndef PARLEY_PROVIDER_H
 #define PARLEY_PROVIDER_H
@@ -74,7 +77,7 @@ typedef struct provider {
     /* Decode a whole reply.  0, or -1 with *err (then *out is empty). */
     int (*decode)(const char *body, size_t len, llm_reply *out, char **err);
 
-    /* Streamed replies: same contract as llm_stream_* in llm_reply.h. */
+    /* Streamed replies: same contract as llm_stream_* in openai_decode.h. */
     void *(*stream_new)(const llm_sink *sink);
     int (*stream_feed)(void *s, const char *data, size_t len, char **err);
     int (*stream_finish)(void *s, llm_reply *out, char **err);
