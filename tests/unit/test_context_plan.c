@@ -171,11 +171,14 @@ static void put_turn(store *s, unsigned n, const char *spec, uint32_t tokens)
         const char *bar = strchr(p, '|');
         int len = bar ? (int)(bar - p - 2) : (int)strlen(p + 2);
         const char *role = *p == 'u' ? "user" : "assistant";
-        snprintf(json[count], sizeof json[count], "{\"role\":\"%s\",\"content\":\"%.*s\"}",
-                 role, len, p + 2);
+        snprintf(json[count], sizeof json[count], "{\"role\":\"%s\",\"content\":\"%.*s\"}", role,
+                 len, p + 2);
         snprintf(mids[count], sizeof mids[count], "%08x-1111-4000-8000-%012zx", n, count);
-        m[count] = (store_message){mids[count], role, 1000 + n, json[count], strlen(json[count]),
-                                   NULL, NULL, 0};
+        m[count] = (store_message){.message_id = mids[count],
+                                   .role = role,
+                                   .created_ms = 1000 + n,
+                                   .json = json[count],
+                                   .json_len = strlen(json[count])};
         p = bar ? bar + 1 : p + strlen(p);
     }
     store_turn t = {tid, 1000 + n, 1000 + n, m, count, NULL, 0, tokens};
@@ -214,7 +217,7 @@ static void test_turn_sizes_from_the_store(void)
     int64_t body = ctx_tokens(h.len, 1.0) + 20; /* the history and a little more */
     ctx_cut_reason why;
     size_t cut = ctx_plan(&w, &b, body, 2000, 0, &why);
-    CHECK(why == CTX_CUT_TOKENS && cut == 2); /* down to the low mark: only turn 4 fits */
+    CHECK(why == CTX_CUT_TOKENS && cut == 2);         /* down to the low mark: only turn 4 fits */
     memset(w.tokens, 0, w.nturns * sizeof *w.tokens); /* the estimate alone: no cut */
     CHECK(ctx_plan(&w, &b, body, 2000, 0, &why) == 0 && why == CTX_CUT_NONE);
     ctx_window_free(&w);
