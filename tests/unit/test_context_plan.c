@@ -66,11 +66,10 @@ static void test_plan_low_mark(void)
     b.idle_ms = CTX_IDLE_CUT_MS;
     w.life.last_message_ms = 1000;
     CHECK(ctx_plan(&w, &b, 100, 1000 + CTX_IDLE_CUT_MS, 0, &why) == 0 && why == CTX_CUT_NONE);
-    b.max_turns = 4; /* 5 turns, the low mark 2: 3 to cut, for free */
-    CHECK(ctx_plan(&w, &b, 100, 1000 + CTX_IDLE_CUT_MS, 0, &why) == 3 && why == CTX_CUT_TURNS);
-    b.max_turns = 8; /* within the bound: only the pause cuts, down to 4 */
+    b.max_turns = 8; /* 5 turns, within the bound: only the pause cuts, to the low mark of 8 */
     CHECK(ctx_plan(&w, &b, 100, 1000 + CTX_IDLE_CUT_MS, 0, &why) == 0 && why == CTX_CUT_NONE);
-    CHECK(ctx_plan(&w, &b, 100, 1000 + CTX_IDLE_CUT_MS + 1, 0, &why) == 1 && why == CTX_CUT_IDLE);
+    n = ctx_plan(&w, &b, 100, 1000 + CTX_IDLE_CUT_MS + 1, 0, &why);
+    CHECK(n == 5 - 8 * CTX_LOW_MARK_PERCENT / 100 && why == CTX_CUT_IDLE);
     b.idle_ms = 0; /* never for a pause */
     CHECK(ctx_plan(&w, &b, 100, 1000 + 10 * CTX_IDLE_CUT_MS, 0, &why) == 0);
     ctx_window_free(&w);
