@@ -121,6 +121,9 @@ static const opt_spec SPECS[] = {
      "Model that writes the summaries; null = the agent's (or persona's) model"},
     {"prompt_cache_key", OPT_BOOL, OFF(prompt_cache_key), 0, 0, "null",
      "openai: send the conversation as prompt_cache_key; null = only to OpenAI's own API"},
+    {"prompt_cache_ttl_ms", OPT_INT, OFF(prompt_cache_ttl_ms), 0, 86400000, "300000",
+     "How long the server keeps a conversation's prompt cached; a turn after a longer pause "
+     "is a free moment to cut the window down to its low mark; 0 = never cut for a pause"},
     {"max_conversations", OPT_INT, OFF(max_conversations), 1, 100000000, "10000",
      "Conversations kept; the least recently used is forgotten beyond it"},
     {"history_idle_timeout_s", OPT_INT, OFF(history_idle_timeout_s), 0, 31536000, "0",

@@ -81,6 +81,7 @@ typedef struct parley_options {
     int summarize;               /* fold turns that leave the window into a summary */
     char *summary_model;         /* NULL = the request's model */
     int prompt_cache_key;        /* openai: 1 send, 0 never, -1 (null) OpenAI's API only */
+    int64_t prompt_cache_ttl_ms; /* an idle gap past it is a free moment to cut; 0 = never */
     char *think;                 /* Ollama: JSON text (true/false/"high"...); NULL = not sent */
     /* tools, continued */
     char *tool_choice;           /* "auto", "none", "required" or a tool's name */
