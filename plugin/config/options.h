@@ -18,7 +18,9 @@
 
 typedef struct parley_options {
     /* LLM endpoint */
-    char *provider;              /* a codec of provider/provider.h's registry: checked there */
+    char *provider;              /* a codec of provider/provider.h's registry: checked, and
+                                    when not given set to its first, by provider_options_parse
+                                    (options_parse leaves it NULL) */
     char *base_url;              /* without trailing '/'; the provider's default when not given */
     char *model;
     char *api_key;               /* resolved from api_key or api_key_env; NULL = none */
@@ -81,6 +83,7 @@ typedef struct parley_options {
     int summarize;               /* fold turns that leave the window into a summary */
     char *summary_model;         /* NULL = the request's model */
     int prompt_cache_key;        /* openai: 1 send, 0 never, -1 (null) OpenAI's API only */
+    int64_t prompt_cache_ttl_ms; /* an idle gap past it is a free moment to cut; 0 = never */
     char *think;                 /* Ollama: JSON text (true/false/"high"...); NULL = not sent */
     /* tools, continued */
     char *tool_choice;           /* "auto", "none", "required" or a tool's name */
@@ -94,7 +97,9 @@ typedef struct parley_options {
 parley_status options_parse(const char *json_text, parley_options *opts, char **err);
 void options_free(parley_options *opts);
 
-/* JSON Schema of every option with its default and description (malloc'd). */
+/* JSON Schema of every option with its default and description (malloc'd); what the
+   provider registry knows (the `provider` option's names and default, the providers'
+   URLs) is added by provider_options_schema. */
 char *options_schema(void);
 
 #endif

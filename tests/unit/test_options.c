@@ -1,5 +1,6 @@
 /* test_options.c -- option parsing, validation messages, schema, and docs/options.md. */
 #include <jansson.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -43,8 +44,13 @@ static void test_provider_options(void)
     expect_error("{\"model\":\"m\",\"keep_alive\":true}",
                  "option 'keep_alive': must be a string, a number or null");
     expect_error("{\"model\":\"m\",\"think\":1}", "option 'think': must be a boolean, a string or null");
-    expect_error("{\"model\":\"m\",\"thinking_budget_tokens\":2048,\"max_tokens\":1024}",
+    expect_error("{\"model\":\"m\",\"provider\":\"anthropic\",\"thinking_budget_tokens\":2048,"
+                 "\"max_tokens\":1024}",
                  "option 'thinking_budget_tokens': must be less than max_tokens (1024)");
+    /* the budget is Anthropic's (anthropic_check_options): the other APIs ignore it */
+    CHECK(provider_options_parse("{\"model\":\"m\",\"thinking_budget_tokens\":2048,"
+                                 "\"max_tokens\":1024}", &o, &err) == 0);
+    options_free(&o);
     expect_error("{\"model\":\"m\",\"thinking_budget_tokens\":100}", "from 1024 to");
     expect_error("{\"model\":\"m\",\"provider\":\"anthropic\",\"thinking_budget_tokens\":2048,"
                  "\"temperature\":0.5}", "option 'temperature': Anthropic's extended thinking");
@@ -63,7 +69,7 @@ static void test_defaults(void)
     CHECK(options_parse("{\"model\":\"m\"}", &o, &err) == PARLEY_OK);
     CHECK(err == NULL);
     CHECK(o.base_url == NULL); /* the provider's default (provider/provider.h) */
-    CHECK_STR(o.provider, "openai");
+    CHECK(o.provider == NULL); /* the registry's first, set by provider_options_parse */
     CHECK(o.strip_think_tags == 1 && o.prompt_cache == 1 && o.num_ctx == 8192);
     CHECK_STR(o.max_tokens_field, "max_tokens");
     CHECK(o.extra_body == NULL && o.keep_alive == NULL && o.think == NULL);
@@ -80,6 +86,11 @@ static void test_defaults(void)
     CHECK(o.api_key == NULL);
     CHECK_STR(o.tools_json, "[]");
     options_free(&o);
+    CHECK(provider_options_parse("{\"model\":\"m\"}", &o, &err) == 0);
+    CHECK_STR(o.provider, provider_registry[0]->name);
+    options_free(&o);
+    /* null is not a provider (the option has a default, but is not nullable) */
+    expect_error("{\"model\":\"m\",\"provider\":null}", "option 'provider'");
 }
 
 static void test_values(void)
@@ -210,7 +221,7 @@ static void test_did_you_mean(void)
  * group (options_ui.c); secrets write-only, URLs as uri, items for arrays. */
 static void test_schema_presentation(void)
 {
-    char *text = options_schema();
+    char *text = provider_options_schema();
     json_t *schema = text ? json_loads(text, 0, NULL) : NULL;
     CHECK(schema != NULL);
     json_t *props = json_object_get(schema, "properties");
@@ -305,7 +316,7 @@ static void test_tools(void)
 /* Every option in the schema is documented in docs/options.md with its default. */
 static void test_schema_matches_docs(void)
 {
-    char *schema_text = options_schema();
+    char *schema_text = provider_options_schema();
     json_error_t jerr;
     json_t *schema = json_loads(schema_text, 0, &jerr);
     CHECK(schema != NULL);
@@ -411,6 +422,36 @@ static void test_base_url_parsed_by_libcurl(void)
     options_free(&o);
 }
 
+/* The schema's provider names, default and help, and base_url's, are the registry's: a
+ * provider added to provider_registry[] shows up in them with no edit to options.c. */
+static void test_schema_from_registry(void)
+{
+    char *text = provider_options_schema();
+    json_t *schema = text ? json_loads(text, 0, NULL) : NULL;
+    json_t *props = json_object_get(schema, "properties");
+    json_t *prov = json_object_get(props, "provider");
+    const char *help = json_string_value(json_object_get(prov, "description"));
+    const char *url_help =
+        json_string_value(json_object_get(json_object_get(props, "base_url"), "description"));
+    CHECK(help && url_help);
+    CHECK_STR(json_string_value(json_object_get(prov, "default")), provider_registry[0]->name);
+    size_t n = 0;
+    for (; provider_registry[n]; n++) {
+        const provider *p = provider_registry[n];
+        CHECK_STR(json_string_value(json_array_get(json_object_get(prov, "enum"), n)), p->name);
+        char want[256];
+        snprintf(want, sizeof want, "\"%s\" (%s)", p->name, p->summary);
+        CHECK(help && strstr(help, want));
+        snprintf(want, sizeof want, "%s: %s, ", p->name, p->default_base_url);
+        CHECK(url_help && strstr(url_help, want));
+        snprintf(want, sizeof want, "<base_url>%s", p->path);
+        CHECK(url_help && strstr(url_help, want));
+    }
+    CHECK(json_array_size(json_object_get(prov, "enum")) == n);
+    json_decref(schema);
+    free(text);
+}
+
 int main(void)
 {
     test_defaults();
@@ -419,6 +460,7 @@ int main(void)
     test_errors();
     test_did_you_mean();
     test_schema_presentation();
+    test_schema_from_registry();
     test_tools();
     test_schema_matches_docs();
     test_errors_never_quote_the_key();
