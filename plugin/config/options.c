@@ -122,6 +122,9 @@ static const opt_spec SPECS[] = {
      "Model that writes the summaries; null = the agent's (or persona's) model"},
     {"prompt_cache_key", OPT_BOOL, OFF(prompt_cache_key), 0, 0, "null",
      "openai: send the conversation as prompt_cache_key; null = only to OpenAI's own API"},
+    {"prompt_cache_ttl_ms", OPT_INT, OFF(prompt_cache_ttl_ms), 0, 86400000, "300000",
+     "How long the server keeps a conversation's prompt cached; a turn after a longer pause "
+     "is a free moment to cut the window down to its low mark; 0 = never cut for a pause"},
     {"max_conversations", OPT_INT, OFF(max_conversations), 1, 100000000, "10000",
      "Conversations kept; the least recently used is forgotten beyond it"},
     {"history_idle_timeout_s", OPT_INT, OFF(history_idle_timeout_s), 0, 31536000, "0",
@@ -662,14 +665,14 @@ static const char *closest_option(const char *key)
     return NULL;
 }
 
-int options_parse(const char *json_text, parley_options *o, char **err)
+parley_status options_parse(const char *json_text, parley_options *o, char **err)
 {
     *err = NULL;
     memset(o, 0, sizeof *o);
     if (apply_defaults(o) != 0) {
         options_free(o);
         *err = pstr_printf("out of memory");
-        return -1;
+        return PARLEY_ERR_NO_MEMORY;
     }
     json_error_t jerr;
     json_t *root = json_loads(json_text ? json_text : "", JSON_REJECT_DUPLICATES, &jerr);
@@ -710,13 +713,15 @@ int options_parse(const char *json_text, parley_options *o, char **err)
     if (finish(o, root, err) != 0)
         goto fail;
     json_decref(root);
-    return 0;
+    return PARLEY_OK;
 fail:
     json_decref(root);
     options_free(o);
-    if (!*err)
+    if (!*err) {
         *err = pstr_printf("out of memory");
-    return -1;
+        return PARLEY_ERR_NO_MEMORY;
+    }
+    return PARLEY_ERR_INVALID_OPTIONS;
 }
 
 void options_free(parley_options *o)

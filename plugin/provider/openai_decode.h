@@ -44,9 +44,17 @@ int llm_reply_decode_jansson(const char *body, size_t len, llm_reply *out, char 
 
 typedef struct llm_stream llm_stream;
 
-llm_stream *llm_stream_new(llm_text_fn on_text, void *ud);
-/* The same, with reasoning deltas (reasoning_content / reasoning) going to sink->reasoning. */
+/* A stream that hands text deltas to sink->text and reasoning deltas (reasoning_content /
+ * reasoning) to sink->reasoning. */
 llm_stream *llm_stream_new_sink(const llm_sink *sink);
+#ifdef PARLEY_TEST_HOOKS
+/* For tests only (see plugin/README.md): a stream with a text callback alone. */
+static inline llm_stream *llm_stream_new(llm_text_fn on_text, void *ud)
+{
+    llm_sink sink = {.text = on_text, .ud = ud};
+    return llm_stream_new_sink(&sink);
+}
+#endif
 
 /*
  * Feed raw bytes of the HTTP body as they arrive, split anywhere (mid-line,

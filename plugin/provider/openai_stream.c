@@ -531,12 +531,6 @@ llm_stream *llm_stream_new_sink(const llm_sink *sink)
     return s;
 }
 
-llm_stream *llm_stream_new(llm_text_fn on_text, void *ud)
-{
-    llm_sink sink = {.text = on_text, .ud = ud};
-    return llm_stream_new_sink(&sink);
-}
-
 int llm_stream_feed(llm_stream *s, const char *data, size_t len, char **err)
 {
     if (codec_stream_dead(&s->st, 0, err) != 0)

@@ -719,7 +719,8 @@ static ctx_budget budget_of(const turn *t)
     const parley_options *o = t->opts;
     const ctx_model *learned = ctx_model_of(t->env->ctx, t->opts->model);
     ctx_budget b = {.max_turns = (size_t)o->max_history_turns,
-                    .factor = learned->factor > 0 ? learned->factor : 1.0};
+                    .factor = learned->factor > 0 ? learned->factor : 1.0,
+                    .idle_ms = (uint64_t)o->prompt_cache_ttl_ms};
     int64_t discovered = atomic_load(&t->env->ctx->discovered);
     if (o->context_window > 0)
         b.window = o->context_window;
@@ -1644,7 +1645,9 @@ static void turn_commit(turn *t)
     store_turn in = {.turn_id = t->turn_id,
                      .started_ms = t->host_time_ms ? t->host_time_ms : t->started_wall_ms,
                      .finished_ms = turn_clock_ms(t),
-                     .messages = msgs, .nmessages = t->nmessages};
+                     .messages = msgs, .nmessages = t->nmessages,
+                     .tokens = ctx_turn_tokens(msgs, t->nmessages,
+                                               ctx_model_of(t->env->ctx, t->opts->model)->factor)};
     if (t->ctx.enabled && t->last_prompt > 0) { /* what the next turn's server count */
         t->ctx.rec.last_prompt = (uint64_t)t->last_prompt;
         t->ctx.rec.last_bytes = t->last_bytes;

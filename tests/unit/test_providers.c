@@ -56,10 +56,10 @@ static void check_request(const char *name, json_t *conv)
     json_decref(o_obj);
     parley_options o;
     char *err = NULL;
-    CHECK(options_parse(opts_text, &o, &err) == 0);
+    CHECK(options_parse(opts_text, &o, &err) == PARLEY_OK);
     free(opts_text);
-    toolset *tools = toolset_parse(o.tools_json, NULL, &err);
-    CHECK(tools != NULL);
+    toolset *tools = NULL;
+    CHECK(toolset_parse(o.tools_json, NULL, &tools, &err) == PARLEY_OK && tools != NULL);
     provider_request r = {.system = o.prompt,
                           .history = json_object_get(conv, "history"),
                           .messages = json_object_get(conv, "messages"),
@@ -138,7 +138,7 @@ static void check_stored_text_escapes(void)
                      "xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx", tails[t]);
     parley_options o;
     char *err = NULL;
-    CHECK(options_parse("{\"provider\":\"openai\",\"model\":\"m\"}", &o, &err) == 0);
+    CHECK(options_parse("{\"provider\":\"openai\",\"model\":\"m\"}", &o, &err) == PARLEY_OK);
     const provider *p = provider_find("openai");
     for (size_t i = 0; i < ncontents; i++) {
         for (int extra_key = 0; extra_key < 2; extra_key++) {
@@ -210,7 +210,7 @@ static void check_repeated_call_ids(void)
         snprintf(opts, sizeof opts, "{\"provider\":\"%s\",\"model\":\"m\"}", name);
         parley_options o;
         char *err = NULL;
-        CHECK(options_parse(opts, &o, &err) == 0);
+        CHECK(options_parse(opts, &o, &err) == PARLEY_OK);
         const provider *p = provider_find(name);
         provider_request from_json = {.history = list, .messages = none, .tools_json = "[]"};
         provider_request from_text = {.history_text = text, .history_text_len = strlen(text),
@@ -270,7 +270,7 @@ static void check_stored_text_runs(void)
     size_t npool = sizeof pool / sizeof pool[0], nseps = sizeof seps / sizeof seps[0];
     parley_options o;
     char *err = NULL;
-    CHECK(options_parse("{\"provider\":\"openai\",\"model\":\"m\"}", &o, &err) == 0);
+    CHECK(options_parse("{\"provider\":\"openai\",\"model\":\"m\"}", &o, &err) == PARLEY_OK);
     const provider *p = provider_find("openai");
     unsigned seed = 17;
     for (int round = 0; round < 3000; round++) {
