@@ -830,27 +830,27 @@ static void anthropic_stream_free(void *v)
 /* Extended thinking needs its budget below max_tokens and refuses a set temperature or
    top_p (the Messages API answers 400).  The other APIs have no thinking budget: they ignore
    thinking_budget_tokens, so these rules are Anthropic's alone. */
-static int anthropic_check_options(const parley_options *o, char **err)
+static parley_status anthropic_check_options(const parley_options *o, char **err)
 {
     if (o->thinking_budget_tokens > 0 && o->max_tokens > 0 &&
         o->thinking_budget_tokens >= o->max_tokens) {
         *err = pstr_printf("option 'thinking_budget_tokens': must be less than max_tokens (%lld)",
                            (long long)o->max_tokens);
-        return -1;
+        return PARLEY_ERR_INVALID_OPTIONS;
     }
     if (o->thinking_budget_tokens > 0 && (o->temperature >= 0 || o->top_p >= 0)) {
         *err = pstr_printf("option '%s': Anthropic's extended thinking (thinking_budget_tokens) "
                            "does not allow it; leave it null", o->temperature >= 0 ? "temperature"
                                                                                  : "top_p");
-        return -1;
+        return PARLEY_ERR_INVALID_OPTIONS;
     }
     const char *c = o->tool_choice;
     if (o->thinking_budget_tokens > 0 && strcmp(c, "auto") != 0 && strcmp(c, "none") != 0) {
         *err = pstr_printf("option 'tool_choice': Anthropic's extended thinking "
                            "(thinking_budget_tokens) allows only \"auto\" or \"none\"");
-        return -1;
+        return PARLEY_ERR_INVALID_OPTIONS;
     }
-    return 0;
+    return PARLEY_OK;
 }
 
 /* Claude's models have a 200k-token window; the Messages API does not say it (no

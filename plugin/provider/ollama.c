@@ -379,14 +379,14 @@ static int ollama_decode(const char *body, size_t len, llm_reply *out, char **er
 }
 
 /* Ollama's API has no tool_choice: it can leave tools out ("none"), never force a call. */
-static int ollama_check_options(const parley_options *o, char **err)
+static parley_status ollama_check_options(const parley_options *o, char **err)
 {
     if (strcmp(o->tool_choice, "auto") != 0 && strcmp(o->tool_choice, "none") != 0) {
         *err = pstr_printf("option 'tool_choice': provider ollama cannot force a tool call (its "
                            "API has no tool_choice); use \"auto\" or \"none\"");
-        return -1;
+        return PARLEY_ERR_INVALID_OPTIONS;
     }
-    return 0;
+    return PARLEY_OK;
 }
 
 /* ---- the context window ---- */
