@@ -185,6 +185,7 @@ parley_status image_list_parse(const char *json, const image_limits *lim, image_
         json_t *item = json_array_get(root, i);
         const char *url = json_string_value(json_object_get(item, "url"));
         if (!json_is_object(item) || !url || json_object_size(item) != 1) {
+            st = PARLEY_ERR_INVALID_INPUT; /* an earlier image's check left PARLEY_OK here */
             *err = pstr_printf("input 'images_json': image %zu: must be {\"url\": \"data:...\" or "
                                "\"https://...\"}", i + 1);
             goto done;

@@ -186,6 +186,8 @@ static void test_urls_and_list(void)
         {"[1]", "image 1: must be {\"url\""},
         {"[{\"url\": \"https://a/b\", \"detail\": \"high\"}]", "image 1: must be"},
         {"[{\"url\": \"https://a/b\"}, {\"url\": \"gopher://x\"}]", "image 2: the URL must be"},
+        /* a good image, then a bad shape: the fuzzer's find (the first image's check had set OK) */
+        {"[{\"url\": \"https://a/b\"}, {\"urlda\": \"ftp://x\"}]", "image 2: must be {\"url\""},
         {"[{\"url\":\"https://a\"},{\"url\":\"https://b\"},{\"url\":\"https://c\"}]",
          "3 images, more than max_images_per_turn (2)"},
         {"[", "must be a JSON array"},
