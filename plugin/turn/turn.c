@@ -1,6 +1,7 @@
 /* turn.c -- one turn's data path; see turn.h for the map. */
 #include "turn/turn.h"
 
+#include <assert.h>
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -80,6 +81,64 @@ int turn_apply_persona(turn *t)
     persona_apply(t->persona_def, &t->cfg->opts, t->persona_opts);
     t->opts = t->persona_opts;
     return 0;
+}
+
+/* ======================================================================
+ * Phases: where the turn is (turn.h), changed only by turn_enter
+ * ====================================================================== */
+
+const char *turn_phase_name(turn_phase p)
+{
+    static const char *const names[] = {
+        [TURN_QUEUED] = "queued",         [TURN_LOADING] = "loading",
+        [TURN_LEASE_WAIT] = "lease_wait", [TURN_REQUESTING] = "requesting",
+        [TURN_BACKOFF] = "backoff",       [TURN_TOOLS] = "tools",
+        [TURN_COMMITTING] = "committing", [TURN_SUMMARIZING] = "summarizing",
+        [TURN_SUMMARY_SAVING] = "summary_saving", [TURN_ENDED] = "ended",
+    };
+    return (unsigned)p < sizeof names / sizeof names[0] ? names[p] : "?";
+}
+
+#ifndef NDEBUG
+/* The moves the data path makes (turn.h); any other is a bug in this file. */
+static int legal_move(turn_phase from, turn_phase to)
+{
+    if (to == TURN_ENDED)
+        return from != TURN_ENDED; /* any failure, cancel or deadline; once */
+    switch (from) {
+    case TURN_QUEUED: /* a stateless turn asks at once; an append commits at once */
+        return to == TURN_LOADING || to == TURN_REQUESTING || to == TURN_COMMITTING;
+    case TURN_LOADING:
+        return to == TURN_LEASE_WAIT || to == TURN_REQUESTING || to == TURN_COMMITTING;
+    case TURN_LEASE_WAIT:
+        return to == TURN_LOADING;
+    case TURN_REQUESTING: /* again at once: a context overflow sent shorter */
+        return to == TURN_REQUESTING || to == TURN_BACKOFF || to == TURN_TOOLS ||
+               to == TURN_COMMITTING;
+    case TURN_BACKOFF:
+    case TURN_TOOLS:
+        return to == TURN_REQUESTING;
+    case TURN_COMMITTING:
+        return to == TURN_SUMMARIZING;
+    case TURN_SUMMARIZING:
+        return to == TURN_SUMMARY_SAVING;
+    default:
+        return 0;
+    }
+}
+#endif
+
+/* The one place a turn changes phase. */
+static void turn_enter(turn *t, turn_phase to)
+{
+#ifndef NDEBUG
+    if (!legal_move(t->phase, to)) {
+        fprintf(stderr, "parley: turn %s: illegal phase change %s -> %s\n", t->turn_id,
+                turn_phase_name(t->phase), turn_phase_name(to));
+        assert(!"illegal turn phase change");
+    }
+#endif
+    t->phase = to;
 }
 
 /* ======================================================================
@@ -466,6 +525,7 @@ static void turn_load_history(turn *t)
     if (t->append)
         last = 1; /* an append only takes the lease: read as little as the store allows */
     size_t window = (size_t)t->opts->max_history_turns; /* what is sent: reply_to's window */
+    turn_enter(t, TURN_LOADING);
     if (env->jobs) { /* WAIT loading: the store's read thread loads */
         store_job *job = store_job_new(STORE_JOB_LOAD, &key);
         if (job) {
@@ -521,7 +581,7 @@ void turn_on_history(turn *t, parley_status status, const char *message)
         if (t->lease_retry_ms && t->lease_retry_ms < delay)
             delay = t->lease_retry_ms;
         t->lease_retry_ms = 0;
-        t->lease_waiting = 1;
+        turn_enter(t, TURN_LEASE_WAIT);
         if (timer_arm(t->env->timers, &t->wait, clock_mono_ms() + delay) != 0)
             turn_end(t, PARLEY_ERR_NO_MEMORY, "out of memory");
         return;
@@ -859,6 +919,7 @@ static void turn_request(turn *t)
         turn_end(t, PARLEY_ERR_NO_MEMORY, "out of memory");
         return;
     }
+    turn_enter(t, TURN_REQUESTING);
     t->http = http_call_start(t->env->pool, &t->cfg->http, t->body.data, t->body.len, t,
                               t->stream ? stream_sink : NULL);
     if (!t->http) {
@@ -916,6 +977,7 @@ static int maybe_retry(turn *t, parley_status st, const char *msg, int64_t retry
         return 0; /* would pass the turn's deadline: fail now instead */
     if (timer_arm(t->env->timers, &t->wait, at) != 0)
         return 0;
+    turn_enter(t, TURN_BACKOFF);
     t->attempt++;
     atomic_fetch_add(&t->env->metrics->llm_retries, 1);
     char *said = without_secrets(t, msg);
@@ -1226,7 +1288,7 @@ static int recover_truncation(turn *t, long long read)
 
 void turn_on_http_done(turn *t, CURLcode code)
 {
-    if (t->summarizing) {
+    if (t->phase == TURN_SUMMARIZING) {
         summary_on_http_done(t, code);
         return;
     }
@@ -1371,6 +1433,7 @@ static char *call_problem(const turn *t, const turn_call *c)
 
 static void turn_dispatch_tools(turn *t, llm_reply *reply)
 {
+    turn_enter(t, TURN_TOOLS);
     free_calls(t);
     t->calls = calloc(reply->ncalls, sizeof *t->calls);
     if (!t->calls) {
@@ -1546,6 +1609,33 @@ static void tool_timeout(turn *t)
  * 5. Timers
  * ====================================================================== */
 
+/* The request's `wait` timer: [DONE] came but not the body's end, no first byte in time
+   (counted from when it got a connection), or a stream gone quiet. */
+static void request_timer(turn *t)
+{
+    const parley_options *o = &t->cfg->opts;
+    http_call *h = t->http;
+    if (h->complete) {
+        turn_on_http_done(t, CURLE_OK); /* [DONE] came, the body's end did not: done anyway */
+        return;
+    }
+    uint64_t due = h->started_ms + (uint64_t)o->request_timeout_ms;
+    if (!h->received && (!h->started || clock_mono_ms() < due)) {
+        if (timer_arm(t->env->timers, &t->wait,
+                      h->started ? due : clock_mono_ms() + (uint64_t)o->request_timeout_ms))
+            turn_end(t, PARLEY_ERR_NO_MEMORY, "out of memory");
+        return;
+    }
+    char *m = h->received
+                  ? pstr_printf("the streamed answer stalled: no data for "
+                                "stream_idle_timeout_ms (%lld ms)", (long long)o->stream_idle_timeout_ms)
+                  : pstr_printf("no answer from the LLM server within request_timeout_ms (%lld ms)",
+                                (long long)o->request_timeout_ms);
+    turn_end(t, PARLEY_ERR_TIMEOUT, m ? m : "stream timeout");
+    free(m);
+}
+
+/* The deadline, or `wait`: what `wait` meant is the phase's (turn.h). */
 void turn_on_timer(turn *t, ptimer *which)
 {
     if (which == &t->deadline) {
@@ -1553,32 +1643,24 @@ void turn_on_timer(turn *t, ptimer *which)
                       (long long)t->cfg->opts.turn_timeout_ms);
         turn_end(t, PARLEY_ERR_TIMEOUT, m ? m : "turn timeout");
         free(m);
-    } else if (t->http && t->http->complete) {
-        turn_on_http_done(t, CURLE_OK); /* [DONE] came, the body's end did not: done anyway */
-    } else if (t->http) {
-        const parley_options *o = &t->cfg->opts;
-        /* No first byte yet: the request's time counts from when it got a connection. */
-        uint64_t due = t->http->started_ms + (uint64_t)o->request_timeout_ms;
-        if (!t->http->received && (!t->http->started || clock_mono_ms() < due)) {
-            if (timer_arm(t->env->timers, &t->wait,
-                          t->http->started ? due : clock_mono_ms() + (uint64_t)o->request_timeout_ms))
-                turn_end(t, PARLEY_ERR_NO_MEMORY, "out of memory");
-            return;
-        }
-        char *m = t->http->received
-                      ? pstr_printf("the streamed answer stalled: no data for "
-                                    "stream_idle_timeout_ms (%lld ms)", (long long)o->stream_idle_timeout_ms)
-                      : pstr_printf("no answer from the LLM server within request_timeout_ms (%lld ms)",
-                                    (long long)o->request_timeout_ms);
-        turn_end(t, PARLEY_ERR_TIMEOUT, m ? m : "stream timeout");
-        free(m);
-    } else if (t->calls_pending) {
+        return;
+    }
+    switch (t->phase) {
+    case TURN_REQUESTING:
+        request_timer(t);
+        break;
+    case TURN_TOOLS:
         tool_timeout(t);
-    } else if (t->lease_waiting) {
-        t->lease_waiting = 0;
+        break;
+    case TURN_LEASE_WAIT:
         turn_load_history(t); /* the conversation's lease was busy: try again */
-    } else {
+        break;
+    case TURN_BACKOFF:
         turn_request(t); /* the backoff before a retry is over */
+        break;
+    default: /* no other phase arms `wait`, and turn_commit and turn_end disarm it */
+        assert(!"a wait timer in a phase that never arms it");
+        break;
     }
 }
 
@@ -1672,14 +1754,14 @@ static void turn_commit(turn *t)
         in.context_len = t->ctx.record.len;
     }
     store_key key = key_of(t);
+    turn_enter(t, TURN_COMMITTING);
     if (env->jobs) { /* WAIT committing: the store's write thread appends */
         store_job *job = store_job_new(STORE_JOB_APPEND, &key);
         if (job)
             job->turn = in; /* takes msgs */
         else
             free(msgs);
-        if (wait_for_store(t, job) == 0)
-            t->committing = 1;
+        wait_for_store(t, job);
         return;
     }
     char *err = NULL;
@@ -1715,7 +1797,6 @@ static const char AHEAD_PROMPT[] =
 /* The summary is done (made, failed or given up): the turn ends as it was reported. */
 static void summary_end(turn *t, int made, const char *why)
 {
-    t->summarizing = 0;
     atomic_fetch_add(made ? &t->env->metrics->summaries_made : &t->env->metrics->summaries_failed,
                      1);
     if (!made)
@@ -1835,7 +1916,7 @@ static int summary_start(turn *t)
     if (t->steps.len)
         pbuf_putc(&t->steps, ']');
     turn_report(t); /* the answer is the host's now */
-    t->summarizing = 1;
+    turn_enter(t, TURN_SUMMARIZING);
     provider_stream_free(t->stream);
     t->stream = NULL;
     t->http = http_call_start(t->env->pool, &t->cfg->http, t->body.data, t->body.len, t, NULL);
@@ -1878,6 +1959,7 @@ static void summary_on_http_done(turn *t, CURLcode code)
         summary_end(t, 0, "out of memory");
     } else { /* the record: the same start, the new summary up to it */
         store_key key = key_of(t);
+        turn_enter(t, TURN_SUMMARY_SAVING);
         if (t->env->jobs) {
             store_job *job = store_job_new(STORE_JOB_SET_CONTEXT, &key);
             char *copy = job ? malloc(t->ctx.record.len + 1) : NULL;
@@ -1926,8 +2008,7 @@ static void summary_saved(turn *t, parley_status status, const char *message)
 void turn_on_committed(turn *t, parley_status status, const char *message)
 {
     t->job = NULL;
-    t->committing = 0;
-    if (t->summarizing) { /* the summary's record, not the turn */
+    if (t->phase == TURN_SUMMARY_SAVING) { /* the summary's record, not the turn */
         summary_saved(t, status, message);
         return;
     }
@@ -1956,16 +2037,16 @@ void turn_on_committed(turn *t, parley_status status, const char *message)
 
 void turn_cancel(turn *t, const char *message)
 {
-    if (t->committing)
+    if (t->phase == TURN_COMMITTING)
         return; /* the append may already be on disk: its outcome ends the turn */
     turn_end(t, PARLEY_ERR_CANCELLED, message);
 }
 
 void turn_end(turn *t, parley_status status, const char *message)
 {
-    if (t->ended)
+    if (t->phase == TURN_ENDED)
         return;
-    t->ended = 1;
+    turn_enter(t, TURN_ENDED);
     /* Stop everything still running for this turn. */
     http_call_free(t->http);
     t->http = NULL;

@@ -85,6 +85,31 @@ typedef struct turn_env {
     ctx_agent *ctx;            /* what the agent learned of the model's tokens and window */
 } turn_env;
 
+/*
+ * Where a turn is: what it waits for, and so what its `wait` timer means.  One
+ * function changes it (turn_enter, turn.c), which checks the move in debug
+ * builds.  The order is the data path's; a turn may skip phases (a stateless
+ * turn loads nothing, an answer without tools runs none) and may go back to
+ * REQUESTING (after a backoff, a tool round, or a context overflow).
+ */
+typedef enum turn_phase {
+    TURN_QUEUED,         /* accepted: waits for its lane and the worker (turn_begin) */
+    TURN_LOADING,        /* the history load (with the lease, if shared) is in flight: `job` */
+    TURN_LEASE_WAIT,     /* another host holds the conversation's lease: `wait` runs until the
+                            load is tried again */
+    TURN_REQUESTING,     /* the model's HTTP request is in flight: `http`; `wait` is its
+                            first-byte, stream idle or after-[DONE] timer */
+    TURN_BACKOFF,        /* a failed request waits on `wait` before its retry */
+    TURN_TOOLS,          /* the host runs the round's calls: `wait` is tool_timeout_ms */
+    TURN_COMMITTING,     /* the append is in flight: only its outcome ends the turn */
+    TURN_SUMMARIZING,    /* committed and reported: the summary's request is in flight */
+    TURN_SUMMARY_SAVING, /* and then the context record that holds it */
+    TURN_ENDED,          /* turn_end ran: the worker reports and frees it */
+} turn_phase;
+
+/* The phase's name, for messages: "queued", "loading", ... */
+const char *turn_phase_name(turn_phase p);
+
 /* One tool call of the current round. */
 typedef struct turn_call {
     char *id, *name, *arguments;
@@ -153,8 +178,6 @@ struct turn {
     int truncated;            /* accounting a reply to a silently truncated prompt */
     long long last_prompt;    /* the last reply's prompt tokens as the server counted them */
     size_t last_bytes;        /* and its request's body length */
-    int summarizing;          /* committed and reported: folding what left the window into
-                                 the summary (its request, then its record) */
     int reported;             /* the host's done callback ran (turn_report: once) */
     size_t summary_ahead;     /* summarizing ahead of the next cut: the turns it covers */
     json_t *history_msgs;     /* the same, parsed once for a codec that needs it parsed */
@@ -179,15 +202,13 @@ struct turn {
     size_t ncalls, calls_pending;
     dict *call_ids;           /* the ids of every call of the turn so far (llm_reply_claim_ids) */
     store_job *job;           /* the store job in flight, NULL when none */
-    int committing;           /* the append is in flight: only its outcome ends the turn */
-    int ended;
+    turn_phase phase;         /* where it is (turn_enter): what `wait` and `job` mean */
     parley_status end_status; /* set by turn_end, for turn_report */
     const char *end_message;  /* borrowed: valid only while turn_end runs */
 
     ptimer deadline;          /* turn_timeout_ms after acceptance (armed by the worker on arrival) */
     ptimer wait;              /* retry backoff, tool timeout, stream idle timeout, or lease wait */
     int lease_held;           /* a shared store's lease on the conversation (store.h v2) */
-    int lease_waiting;        /* `wait` runs until the lease is tried again */
     int lease_waits;          /* times the lease was busy: the wait grows with it */
     uint64_t lease_retry_ms;  /* from a LOAD job that found the lease busy: the holder's time left */
 
