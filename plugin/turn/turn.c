@@ -15,21 +15,10 @@
 #include "lib/redact.h"
 #include "engine/store_jobs.h"
 #include "engine/tool_handle.h"
+#include "turn/recording.h"
+#include "turn/tools.h"
 #include "store/store_json.h"
 #include "lib/utf8.h"
-
-static void free_calls(turn *t)
-{
-    for (size_t i = 0; i < t->ncalls; i++) {
-        free(t->calls[i].id);
-        free(t->calls[i].name);
-        free(t->calls[i].arguments);
-        free(t->calls[i].content);
-    }
-    free(t->calls);
-    t->calls = NULL;
-    t->ncalls = t->calls_pending = 0;
-}
 
 void turn_free(turn *t)
 {
@@ -65,7 +54,7 @@ void turn_free(turn *t)
     free(t->stream_error);
     free(t->answer);
     provider_stream_free(t->stream);
-    free_calls(t);
+    tools_free(t);
     free(t->persona_opts);
     config_unref(t->cfg);
     free(t);
@@ -139,285 +128,6 @@ static void turn_enter(turn *t, turn_phase to)
     }
 #endif
     t->phase = to;
-}
-
-/* ======================================================================
- * Recording: the turn's messages (committed at the end) and its steps
- * ====================================================================== */
-
-/*
- * Messages are written in place at the end of t->messages (no copy per
- * message): message_open() gives where this one starts, the caller appends
- * one JSON object, message_close() indexes it for the store.  A failure is
- * sticky oom, and a message cut by it is never stored (messages.oom fails
- * the turn).
- */
-static size_t message_open(turn *t)
-{
-    if (t->messages.len)
-        pbuf_putc(&t->messages, ',');
-    return t->messages.len;
-}
-
-static void message_close(turn *t, const char *role, size_t start)
-{
-    if (t->messages.oom)
-        return;
-    if (t->nmessages == t->message_index_cap) {
-        /* 2 first: a turn without tools has two messages (it is kept during the wait) */
-        size_t cap = t->message_index_cap ? t->message_index_cap * 2 : 2;
-        turn_message *more = realloc(t->message_index, cap * sizeof *more);
-        if (!more) {
-            t->messages.oom = 1;
-            return;
-        }
-        t->message_index = more;
-        t->message_index_cap = cap;
-    }
-    turn_message *m = &t->message_index[t->nmessages];
-    if (uuid4(m->id) != 0) {
-        t->messages.oom = 1; /* no randomness: treated as a failure to record */
-        return;
-    }
-    m->offset = start;
-    m->len = t->messages.len - start;
-    m->role = role;
-    m->created_ms = turn_clock_ms(t);
-    t->nmessages++;
-}
-
-/* Where the next step starts: '[' before the first, ',' before the others. */
-static void step_open(turn *t) { pbuf_putc(&t->steps, t->steps.len ? ',' : '['); }
-
-static void record_step(turn *t, const pbuf *step)
-{
-    step_open(t);
-    pbuf_append(&t->steps, step->data, step->len);
-}
-
-static void put_str(pbuf *b, const char *s) { pbuf_json_string(b, s, strlen(s)); }
-
-/*
- * The user message as stored, when it differs from the one sent: with
- * history_images "placeholder", its text plus one line per image; with
- * "keep", the parts sent, except that an image whose URL carries credentials
- * or a token (image_url_has_secrets) becomes such a line too: history never
- * holds them, and the bare URL would not fetch when sent again.
- */
-static void record_stored_user(turn *t)
-{
-    int placeholder = strcmp(t->cfg->opts.history_images, "placeholder") == 0;
-    int differs = placeholder;
-    for (size_t i = 0; i < t->images.n; i++)
-        differs |= image_url_has_secrets(&t->images.items[i]);
-    if (!differs)
-        return;
-    pbuf text = PBUF_INIT, *s = &t->stored_user;
-    pbuf_puts(&text, t->text);
-    for (size_t i = 0; i < t->images.n; i++) {
-        if (placeholder || image_url_has_secrets(&t->images.items[i])) {
-            if (text.len) /* a photo without a caption: no empty first line */
-                pbuf_putc(&text, '\n');
-            image_placeholder(&text, &t->images.items[i]);
-        }
-    }
-    pbuf_puts(s, placeholder ? "{\"role\":\"user\",\"content\":"
-                             : "{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":");
-    pbuf_json_string(s, text.data ? text.data : "", text.len);
-    for (size_t i = 0; !placeholder && i < t->images.n; i++) {
-        if (image_url_has_secrets(&t->images.items[i]))
-            continue;
-        pbuf_puts(s, "},{\"type\":\"image_url\",\"image_url\":{\"url\":");
-        put_str(s, t->images.items[i].url);
-        pbuf_putc(s, '}');
-    }
-    pbuf_puts(s, placeholder ? "}" : "}]}");
-    if (text.oom || s->oom)
-        t->messages.oom = 1;
-    pbuf_free(&text);
-}
-
-/*
- * The user message.  With images its content is Chat Completions content
- * parts (the neutral record's form, docs/history.md): the text, then one
- * image_url part per image.  History keeps that too with history_images
- * "keep"; with "placeholder" it keeps the text plus one line per image.
- */
-static void record_user_message(turn *t)
-{
-    size_t start = message_open(t);
-    pbuf *m = &t->messages;
-    pbuf_puts(m, "{\"role\":\"user\",\"content\":");
-    if (!t->images.n) {
-        put_str(m, t->text);
-    } else {
-        pbuf_putc(m, '[');
-        if (*t->text) { /* a photo without a caption has no text part */
-            pbuf_puts(m, "{\"type\":\"text\",\"text\":");
-            put_str(m, t->text);
-            pbuf_puts(m, "},");
-        }
-        for (size_t i = 0; i < t->images.n; i++) {
-            pbuf_puts(m, i ? ",{" : "{");
-            pbuf_puts(m, "\"type\":\"image_url\",\"image_url\":{\"url\":");
-            put_str(m, t->images.items[i].url);
-            pbuf_puts(m, "}}");
-        }
-        pbuf_putc(m, ']');
-        record_stored_user(t);
-    }
-    pbuf_putc(m, '}');
-    message_close(t, "user", start);
-}
-
-/* JSON text as-is if it is valid JSON, else as a JSON string. */
-static void put_json_or_string(pbuf *b, const char *text)
-{
-    json_t *v = json_loads(text, JSON_DECODE_ANY, NULL);
-    char *compact = v ? json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY | JSON_PRESERVE_ORDER) : NULL;
-    if (compact)
-        pbuf_puts(b, compact);
-    else
-        put_str(b, text);
-    free(compact);
-    json_decref(v);
-}
-
-/*
- * Arguments as they may be stored and sent back: servers reject a history
- * whose tool-call arguments are not JSON (every later request of the
- * conversation would fail), so invalid text is wrapped in a JSON object.
- */
-static void put_stored_arguments(pbuf *b, const char *arguments)
-{
-    json_t *v = json_loads(arguments, JSON_DECODE_ANY, NULL);
-    json_decref(v);
-    if (v) {
-        put_str(b, arguments);
-        return;
-    }
-    pbuf wrapped = PBUF_INIT;
-    pbuf_puts(&wrapped, "{\"invalid_json\":");
-    put_str(&wrapped, arguments);
-    pbuf_putc(&wrapped, '}');
-    if (wrapped.oom)
-        b->oom = 1;
-    else
-        put_str(b, wrapped.data);
-    pbuf_free(&wrapped);
-}
-
-/* The reasoning that came with a reply: a step, and keys of its stored message. */
-static void record_reasoning(turn *t, pbuf *m, const llm_reply *reply)
-{
-    if (reply->reasoning && *reply->reasoning) {
-        pbuf_puts(m, ",\"reasoning\":");
-        put_str(m, reply->reasoning);
-        pbuf s = PBUF_INIT;
-        pbuf_puts(&s, "{\"type\":\"reasoning\",\"content\":");
-        put_str(&s, reply->reasoning);
-        pbuf_putc(&s, '}');
-        record_step(t, &s);
-        pbuf_free(&s);
-    }
-    if (reply->provider_data) {
-        pbuf_puts(m, ",\"provider_data\":");
-        pbuf_puts(m, reply->provider_data);
-    }
-}
-
-static void record_tool_calls(turn *t, const llm_reply *reply)
-{
-    const char *content = reply->content;
-    size_t start = message_open(t);
-    pbuf *m = &t->messages;
-    pbuf_puts(m, "{\"role\":\"assistant\",\"content\":");
-    if (content && *content)
-        put_str(m, content);
-    else
-        pbuf_puts(m, "null");
-    record_reasoning(t, m, reply);
-    pbuf_puts(m, ",\"tool_calls\":[");
-    for (size_t i = 0; i < t->ncalls; i++) {
-        const turn_call *c = &t->calls[i];
-        pbuf_puts(m, i ? ",{\"id\":" : "{\"id\":");
-        put_str(m, c->id);
-        pbuf_puts(m, ",\"type\":\"function\",\"function\":{\"name\":");
-        put_str(m, c->name);
-        pbuf_puts(m, ",\"arguments\":");
-        put_stored_arguments(m, c->arguments);
-        pbuf_puts(m, "}}");
-
-        pbuf s = PBUF_INIT;
-        pbuf_puts(&s, "{\"type\":\"tool_call\",\"call_id\":");
-        put_str(&s, c->id);
-        pbuf_puts(&s, ",\"name\":");
-        put_str(&s, c->name);
-        pbuf_puts(&s, ",\"arguments\":");
-        put_json_or_string(&s, c->arguments);
-        pbuf_putc(&s, '}');
-        record_step(t, &s);
-        pbuf_free(&s);
-    }
-    pbuf_puts(m, "]}");
-    message_close(t, "assistant", start);
-}
-
-/* Tool messages keep the Chat Completions keys and add the tool's name and
-   is_error: Ollama sends results back by name, Anthropic marks failures. */
-static void record_tool_results(turn *t)
-{
-    for (size_t i = 0; i < t->ncalls; i++) {
-        const turn_call *c = &t->calls[i];
-        size_t start = message_open(t);
-        pbuf *m = &t->messages;
-        pbuf_puts(m, "{\"role\":\"tool\",\"tool_call_id\":");
-        put_str(m, c->id);
-        pbuf_puts(m, ",\"content\":");
-        put_str(m, c->content);
-        pbuf_puts(m, ",\"name\":");
-        put_str(m, c->name);
-        if (c->is_error)
-            pbuf_puts(m, ",\"is_error\":true");
-        pbuf_putc(m, '}');
-        message_close(t, "tool", start);
-
-        pbuf s = PBUF_INIT;
-        pbuf_puts(&s, "{\"type\":\"tool_result\",\"call_id\":");
-        put_str(&s, c->id);
-        pbuf_puts(&s, ",\"name\":");
-        put_str(&s, c->name);
-        pbuf_puts(&s, ",\"content\":");
-        put_str(&s, c->content);
-        pbuf_printf(&s, ",\"is_error\":%s}", c->is_error ? "true" : "false");
-        record_step(t, &s);
-        pbuf_free(&s);
-    }
-}
-
-static void record_answer(turn *t, const llm_reply *reply, const char *content)
-{
-    size_t start = message_open(t);
-    pbuf *m = &t->messages;
-    pbuf_puts(m, "{\"role\":\"assistant\",\"content\":");
-    size_t content_at = m->len;
-    put_str(m, content);
-    size_t content_end = m->len; /* the content as a JSON string: [content_at, content_end) */
-    record_reasoning(t, m, reply);
-    pbuf_putc(m, '}');
-    message_close(t, "assistant", start);
-
-    free(t->answer);
-    t->answer = strdup(content);
-
-    /* The step holds the same JSON string: escape the content once. */
-    step_open(t);
-    pbuf_puts(&t->steps, "{\"type\":\"answer\",\"content\":");
-    if (m->oom) /* the message is cut (the turn fails): the step still says what came */
-        put_str(&t->steps, content);
-    else
-        pbuf_append(&t->steps, m->data + content_at, content_end - content_at);
-    pbuf_putc(&t->steps, '}');
 }
 
 /* ======================================================================
@@ -938,7 +648,7 @@ static void turn_request(turn *t)
  * 3. The reply: retry, fail, run tools, or answer
  * ====================================================================== */
 
-static void turn_dispatch_tools(turn *t, llm_reply *reply);
+static void turn_run_tools(turn *t, llm_reply *reply);
 static void finish_answer(turn *t, const llm_reply *reply, const char *content);
 
 /* Exponential backoff with jitter, or the server's Retry-After; capped. */
@@ -1393,110 +1103,36 @@ void turn_on_http_done(turn *t, CURLcode code)
         llm_reply_free(&reply);
         return;
     }
-    turn_dispatch_tools(t, &reply);
+    turn_run_tools(t, &reply);
     llm_reply_free(&reply);
 }
 
 /* ======================================================================
- * 4. Tools: validate each call, hand the good ones to the host
+ * 4. Tools: the host runs the round's calls (tools.c), then ask again
  * ====================================================================== */
 
-static char *error_content(const char *kind, const char *text)
+/* Every call of the round has a result: record them, ask the model again. */
+static void after_tools(turn *t)
 {
-    json_t *o = json_pack("{s:s,s:s}", "error", kind, "error_text", text);
-    char *s = o ? json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
-    json_decref(o);
-    return s;
+    record_tool_results(t);
+    tools_free(t);
+    turn_request(t);
 }
 
-static void after_tools(turn *t);
-
-/* Why a call cannot go to the host, or NULL when it can. */
-static char *call_problem(const turn *t, const turn_call *c)
-{
-    if (!toolset_has(t->tools, c->name))
-        return error_content("unknown_tool", "No tool with this name is available");
-    json_error_t jerr;
-    json_t *args = json_loads(c->arguments, 0, &jerr);
-    int is_object = json_is_object(args);
-    json_decref(args);
-    if (!is_object) {
-        char *text = pstr_printf("Arguments are not a JSON object%s%s", args ? "" : ": ", args ? "" : jerr.text);
-        char *s = error_content("invalid_arguments", text ? text : "invalid arguments");
-        free(text);
-        return s;
-    }
-    if (!t->env->host->tool_call)
-        return error_content("no_executor", "The host does not execute tools");
-    return NULL;
-}
-
-static void turn_dispatch_tools(turn *t, llm_reply *reply)
+/* The model asked for tools: record the round, hand the calls to the host, wait for their
+   results (turn_on_tool_result) at most tool_timeout_ms. */
+static void turn_run_tools(turn *t, llm_reply *reply)
 {
     turn_enter(t, TURN_TOOLS);
-    free_calls(t);
-    t->calls = calloc(reply->ncalls, sizeof *t->calls);
-    if (!t->calls) {
+    if (tools_take(t, reply) != 0) {
         turn_end(t, PARLEY_ERR_NO_MEMORY, "out of memory");
         return;
-    }
-    t->ncalls = reply->ncalls;
-    /* Before anything is sent or stored: ids the calls of the turn do not share. */
-    if (llm_reply_claim_ids(reply, &t->call_ids, t->nhistory + t->nmessages) != 0) {
-        turn_end(t, PARLEY_ERR_NO_MEMORY, "out of memory");
-        return;
-    }
-    for (size_t i = 0; i < reply->ncalls; i++) {
-        /* Take the strings over from the reply instead of copying them. */
-        t->calls[i].id = reply->calls[i].id;
-        t->calls[i].name = reply->calls[i].name;
-        t->calls[i].arguments = reply->calls[i].arguments;
-        reply->calls[i].id = reply->calls[i].name = reply->calls[i].arguments = NULL;
     }
     record_tool_calls(t, reply);
     t->tool_rounds++;
-
-    /* Count every call pending first: the host may complete one inside its callback. */
-    t->calls_pending = t->ncalls;
-    for (size_t i = 0; i < t->ncalls; i++) {
-        turn_call *c = &t->calls[i];
-        atomic_fetch_add(&t->env->metrics->tool_calls, 1);
-        char *problem = call_problem(t, c);
-        if (problem) {
-            c->content = problem;
-            c->is_error = 1;
-            t->calls_pending--;
-            atomic_fetch_add(&t->env->metrics->tool_errors, 1);
-            continue;
-        }
-        parley_tool_call *h = inbox_handle_new(t->env->box, t, i);
-        parley_tool_call *given = h ? tool_handle_register(h) : NULL;
-        if (!given) {
-            if (h)
-                inbox_handle_free(h);
-            turn_end(t, PARLEY_ERR_NO_MEMORY, "out of memory");
-            return;
-        }
-        c->handle = h;
-        parley_tool_call_info info = {
-            .struct_size = sizeof info,
-            .request_id = t->id,
-            .conversation_id = t->conversation_id,
-            .turn_id = t->turn_id,
-            .call_id = c->id,
-            .tool_name = c->name,
-            .arguments_json = c->arguments,
-            .user_data = t->user_data,
-            .language = t->language,
-            .device_id = t->device_id,
-            .satellite_id = t->satellite_id,
-            .agent_id = t->agent_id,
-            .context_json = t->context_json,
-            .interface_type = t->interface_type && *t->interface_type ? t->interface_type : NULL,
-            .persona = t->persona_name,
-        };
-        /* The host cannot end the turn from here: cancel and results go through the inbox. */
-        t->env->host->tool_call(t->env->host->host_data, given, &info);
+    if (tools_send(t) != 0) {
+        turn_end(t, PARLEY_ERR_NO_MEMORY, "out of memory");
+        return;
     }
     if (t->calls_pending == 0) {
         after_tools(t);
@@ -1506,102 +1142,25 @@ static void turn_dispatch_tools(turn *t, llm_reply *reply)
         turn_end(t, PARLEY_ERR_NO_MEMORY, "out of memory");
 }
 
-/* The tool message content for what the host gave back. */
-static char *result_content(const turn *t, const char *result, int is_error, int *is_error_out)
-{
-    size_t max = (size_t)t->cfg->opts.max_tool_result_bytes;
-    const char *text = result ? result : "";
-    size_t n = strlen(text);
-    *is_error_out = 1;
-    if (n > max) {
-        char *m = pstr_printf("The tool result of %zu bytes exceeds max_tool_result_bytes (%zu)", n, max);
-        char *s = error_content("result_too_large", m ? m : "result too large");
-        free(m);
-        return s;
-    }
-    if (!utf8_valid(text, n))
-        return error_content("invalid_result", "The tool result is not valid UTF-8");
-    if (is_error) {
-        /* A JSON string means the text inside; other JSON stays JSON, under
-         * "details" (never JSON inside a string), with its message, if it has
-         * one, as the error_text; anything else is the text itself. */
-        json_t *v = json_loads(text, JSON_DECODE_ANY, NULL);
-        if (!v || json_is_string(v)) {
-            char *s = error_content("tool_error", v ? json_string_value(v)
-                                                  : *text ? text : "The tool failed");
-            json_decref(v);
-            return s;
-        }
-        const char *said = json_string_value(json_object_get(v, "message"));
-        if (!said)
-            said = json_string_value(json_object_get(v, "error"));
-        json_t *o = json_pack("{s:s,s:s,s:O}", "error", "tool_error", "error_text",
-                              said ? said : "The tool failed (see details)", "details", v);
-        char *s = o ? json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
-        json_decref(o);
-        json_decref(v);
-        return s;
-    }
-    *is_error_out = 0;
-    json_t *v = json_loads(text, JSON_DECODE_ANY, NULL);
-    char *s = v ? json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY | JSON_PRESERVE_ORDER) : strdup(text);
-    json_decref(v);
-    return s;
-}
-
-/* Drop the turn's claim on a handle: a later completion is then discarded. */
-static void detach_handle(turn_call *c)
-{
-    if (!c->handle)
-        return;
-    inbox_handle_detach(c->handle);
-    c->handle = NULL;
-}
-
 void turn_on_tool_result(turn *t, parley_tool_call *h)
 {
-    turn_call *c = &t->calls[h->index];
-    c->handle = NULL;
-    c->content = result_content(t, h->result, h->is_error, &c->is_error);
-    if (c->is_error)
-        atomic_fetch_add(&t->env->metrics->tool_errors, 1);
-    if (!c->content) {
+    if (tools_take_result(t, h) != 0) {
         turn_end(t, PARLEY_ERR_NO_MEMORY, "out of memory");
         return;
     }
-    if (--t->calls_pending == 0) {
+    if (t->calls_pending == 0) {
         timer_disarm(t->env->timers, &t->wait);
         after_tools(t);
     }
 }
 
-/* Every call of the round has a result: record them, ask the model again. */
-static void after_tools(turn *t)
-{
-    record_tool_results(t);
-    free_calls(t);
-    turn_request(t);
-}
-
 /* The host did not answer some calls in time: they fail, the turn goes on. */
 static void tool_timeout(turn *t)
 {
-    for (size_t i = 0; i < t->ncalls; i++) {
-        turn_call *c = &t->calls[i];
-        if (c->content)
-            continue;
-        detach_handle(c);
-        char *m = pstr_printf("The host did not answer within %lld ms", (long long)t->cfg->opts.tool_timeout_ms);
-        c->content = error_content("timeout", m ? m : "timeout");
-        c->is_error = 1;
-        free(m);
-        atomic_fetch_add(&t->env->metrics->tool_timeouts, 1);
-        if (!c->content) {
-            turn_end(t, PARLEY_ERR_NO_MEMORY, "out of memory");
-            return;
-        }
+    if (tools_time_out(t) != 0) {
+        turn_end(t, PARLEY_ERR_NO_MEMORY, "out of memory");
+        return;
     }
-    t->calls_pending = 0;
     after_tools(t);
 }
 
@@ -1681,27 +1240,6 @@ static int ends_in_question(const char *s)
     return n >= 3 && memcmp(s + n - 3, "\xEF\xBC\x9F", 3) == 0; /* fullwidth '?' */
 }
 
-/* The store's view of this turn's messages (malloc'd array; JSON borrowed from t->messages). */
-static store_message *store_messages(const turn *t)
-{
-    store_message *msgs = calloc(t->nmessages, sizeof *msgs);
-    for (size_t i = 0; msgs && i < t->nmessages; i++) {
-        const turn_message *m = &t->message_index[i];
-        msgs[i] = (store_message){.message_id = m->id, .role = m->role, .created_ms = m->created_ms,
-                                  .json = t->messages.data + m->offset, .json_len = m->len};
-    }
-    if (msgs) { /* what the host said of the user's message (append_message: of its one) */
-        msgs[0].interface_message_id = t->interface_message_id;
-        msgs[0].metadata = t->metadata;
-        msgs[0].metadata_len = t->metadata ? strlen(t->metadata) : 0;
-    }
-    if (msgs && t->stored_user.len) { /* the user message with its images as placeholders */
-        msgs[0].json = t->stored_user.data;
-        msgs[0].json_len = t->stored_user.len;
-    }
-    return msgs;
-}
-
 /*
  * The answer is in: append the whole turn to its conversation, then end.
  * The turn is reported ok only once the store has it; a store failure ends
@@ -1719,7 +1257,7 @@ static void turn_commit(turn *t)
         turn_end(t, PARLEY_OK, NULL);
         return;
     }
-    store_message *msgs = store_messages(t);
+    store_message *msgs = record_store_messages(t);
     if (!msgs) {
         turn_end(t, PARLEY_ERR_NO_MEMORY, "out of memory committing the turn");
         return;
@@ -2052,8 +1590,7 @@ void turn_end(turn *t, parley_status status, const char *message)
     t->http = NULL;
     timer_disarm(t->env->timers, &t->deadline);
     timer_disarm(t->env->timers, &t->wait);
-    for (size_t i = 0; i < t->ncalls; i++)
-        detach_handle(&t->calls[i]);
+    tools_detach(t);
     if (t->lease_held && t->env->jobs) { /* ended before a commit gave the lease back */
         store_key key = key_of(t);
         store_job *release = store_job_new(STORE_JOB_RELEASE_LEASE, &key);

@@ -17,7 +17,7 @@
  *                     history, record the user message, then
  *   turn_request      render the request, start the HTTP call
  *   turn_on_http_done decode the reply (or retry / fail)
- *     -> tool calls: dispatch to the host -> turn_on_tool_result
+ *     -> tool calls: dispatch to the host (tools.c) -> turn_on_tool_result
  *        -> all results in: back to turn_request (tool_choice "none" once
  *           max_tool_iterations rounds are spent)
  *     -> text: commit: append the whole turn to the store
@@ -26,6 +26,10 @@
  *   turn_end          stop everything, tell the worker (env->ended), which
  *                     forgets the turn, calls turn_report (the host's done
  *                     callback, exactly once) and frees it
+ *
+ * What each step leaves (the messages to commit, the host's steps) is
+ * written by recording.c; which step comes next, and what the turn waits
+ * for, is turn.c's alone: t->phase (turn_phase below).
  *
  * Any failure ends in turn_end(error) before the commit: nothing is stored,
  * so history is exactly as it was.  A turn reported ok is in the store.

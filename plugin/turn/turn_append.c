@@ -2,7 +2,7 @@
  * turn_append.c -- the host-thread half of append_message: validate the
  * message, then build the turn that carries it (see turn_append.h).  The
  * worker half is a few lines of turn.c: turn_begin goes straight to the
- * commit (store_messages gives the store the message's identity, as for a
+ * commit (record_store_messages gives the store the message's identity, as for a
  * user message), and turn_report names no user message.
  */
 #include "turn/turn_append.h"
