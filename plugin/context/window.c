@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "http/context_window.h"
+#include "store/message_text.h"
 
 void ctx_window_free(ctx_window *w)
 {
@@ -56,33 +57,16 @@ static void record_parse(const char *json, size_t len, ctx_record *out)
     json_decref(root);
 }
 
-/*
- * Calls fn(ud, offset, length) for each top-level object of stored text
- * ("m,m,"), in order, until fn returns non-zero.  The text was written by
- * Parley (well-formed JSON objects), so counting brackets outside strings
- * finds each object's end.
- */
+/* Calls fn(ud, offset, length) for each message of stored text (message_text.h), in order,
+ * until fn returns non-zero. */
 static void each_message(const pbuf *text, int (*fn)(void *, size_t, size_t), void *ud)
 {
-    int depth = 0, in_string = 0;
-    size_t begin = 0;
-    for (size_t i = 0; i < text->len; i++) {
-        char c = text->data[i];
-        if (in_string) {
-            if (c == '\\')
-                i++;
-            else if (c == '"')
-                in_string = 0;
-        } else if (c == '"') {
-            in_string = 1;
-        } else if (c == '{' || c == '[') {
-            if (depth++ == 0)
-                begin = i;
-        } else if ((c == '}' || c == ']') && --depth == 0) {
-            if (fn(ud, begin, i + 1 - begin))
-                return;
-        }
-    }
+    msgtext_iter it;
+    msgtext_msg m;
+    msgtext_begin(&it, text->data, text->len);
+    while (msgtext_next(&it, &m) > 0)
+        if (fn(ud, (size_t)(m.json - text->data), m.len))
+            return;
 }
 
 typedef struct skip_state {

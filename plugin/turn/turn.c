@@ -17,6 +17,7 @@
 #include "engine/tool_handle.h"
 #include "turn/recording.h"
 #include "turn/tools.h"
+#include "store/message_text.h"
 #include "store/store_json.h"
 #include "lib/utf8.h"
 
@@ -1275,10 +1276,8 @@ static void turn_commit(turn *t)
     }
     if (t->ctx.enabled) { /* what the next request should start with */
         pbuf turn_text = PBUF_INIT;
-        for (size_t i = 0; i < t->nmessages; i++) {
-            pbuf_append(&turn_text, msgs[i].json, msgs[i].json_len);
-            pbuf_putc(&turn_text, ',');
-        }
+        for (size_t i = 0; i < t->nmessages; i++)
+            msgtext_append(&turn_text, msgs[i].json, msgs[i].json_len);
         char *stable = stable_prompt(t);
         ctx_set_prefix(&t->ctx, stable ? stable : "", toolset_json(t->tools), t->history.data,
                        window_len(t), turn_text.data, turn_text.len);
