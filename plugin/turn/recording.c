@@ -8,7 +8,7 @@
 #include "lib/uuid.h"
 
 /*
- * Messages are written in place at the end of t->messages (no copy per
+ * Messages are written in place at the end of t->rec.messages (no copy per
  * message): message_open() gives where this one starts, the caller appends
  * one JSON object, message_close() indexes it for the store.  A failure is
  * sticky oom, and a message cut by it is never stored (messages.oom fails
@@ -16,45 +16,45 @@
  */
 static size_t message_open(turn *t)
 {
-    if (t->messages.len)
-        pbuf_putc(&t->messages, ',');
-    return t->messages.len;
+    if (t->rec.messages.len)
+        pbuf_putc(&t->rec.messages, ',');
+    return t->rec.messages.len;
 }
 
 static void message_close(turn *t, const char *role, size_t start)
 {
-    if (t->messages.oom)
+    if (t->rec.messages.oom)
         return;
-    if (t->nmessages == t->message_index_cap) {
+    if (t->rec.nmessages == t->rec.index_cap) {
         /* 2 first: a turn without tools has two messages (it is kept during the wait) */
-        size_t cap = t->message_index_cap ? t->message_index_cap * 2 : 2;
-        turn_message *more = realloc(t->message_index, cap * sizeof *more);
+        size_t cap = t->rec.index_cap ? t->rec.index_cap * 2 : 2;
+        turn_message *more = realloc(t->rec.index, cap * sizeof *more);
         if (!more) {
-            t->messages.oom = 1;
+            t->rec.messages.oom = 1;
             return;
         }
-        t->message_index = more;
-        t->message_index_cap = cap;
+        t->rec.index = more;
+        t->rec.index_cap = cap;
     }
-    turn_message *m = &t->message_index[t->nmessages];
+    turn_message *m = &t->rec.index[t->rec.nmessages];
     if (uuid4(m->id) != 0) {
-        t->messages.oom = 1; /* no randomness: treated as a failure to record */
+        t->rec.messages.oom = 1; /* no randomness: treated as a failure to record */
         return;
     }
     m->offset = start;
-    m->len = t->messages.len - start;
+    m->len = t->rec.messages.len - start;
     m->role = role;
     m->created_ms = turn_clock_ms(t);
-    t->nmessages++;
+    t->rec.nmessages++;
 }
 
 /* Where the next step starts: '[' before the first, ',' before the others. */
-static void step_open(turn *t) { pbuf_putc(&t->steps, t->steps.len ? ',' : '['); }
+static void step_open(turn *t) { pbuf_putc(&t->rec.steps, t->rec.steps.len ? ',' : '['); }
 
 static void record_step(turn *t, const pbuf *step)
 {
     step_open(t);
-    pbuf_append(&t->steps, step->data, step->len);
+    pbuf_append(&t->rec.steps, step->data, step->len);
 }
 
 static void put_str(pbuf *b, const char *s) { pbuf_json_string(b, s, strlen(s)); }
@@ -70,32 +70,32 @@ static void record_stored_user(turn *t)
 {
     int placeholder = strcmp(t->cfg->opts.history_images, "placeholder") == 0;
     int differs = placeholder;
-    for (size_t i = 0; i < t->images.n; i++)
-        differs |= image_url_has_secrets(&t->images.items[i]);
+    for (size_t i = 0; i < t->in.images.n; i++)
+        differs |= image_url_has_secrets(&t->in.images.items[i]);
     if (!differs)
         return;
-    pbuf text = PBUF_INIT, *s = &t->stored_user;
-    pbuf_puts(&text, t->text);
-    for (size_t i = 0; i < t->images.n; i++) {
-        if (placeholder || image_url_has_secrets(&t->images.items[i])) {
+    pbuf text = PBUF_INIT, *s = &t->rec.stored_user;
+    pbuf_puts(&text, t->in.text);
+    for (size_t i = 0; i < t->in.images.n; i++) {
+        if (placeholder || image_url_has_secrets(&t->in.images.items[i])) {
             if (text.len) /* a photo without a caption: no empty first line */
                 pbuf_putc(&text, '\n');
-            image_placeholder(&text, &t->images.items[i]);
+            image_placeholder(&text, &t->in.images.items[i]);
         }
     }
     pbuf_puts(s, placeholder ? "{\"role\":\"user\",\"content\":"
                              : "{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":");
     pbuf_json_string(s, text.data ? text.data : "", text.len);
-    for (size_t i = 0; !placeholder && i < t->images.n; i++) {
-        if (image_url_has_secrets(&t->images.items[i]))
+    for (size_t i = 0; !placeholder && i < t->in.images.n; i++) {
+        if (image_url_has_secrets(&t->in.images.items[i]))
             continue;
         pbuf_puts(s, "},{\"type\":\"image_url\",\"image_url\":{\"url\":");
-        put_str(s, t->images.items[i].url);
+        put_str(s, t->in.images.items[i].url);
         pbuf_putc(s, '}');
     }
     pbuf_puts(s, placeholder ? "}" : "}]}");
     if (text.oom || s->oom)
-        t->messages.oom = 1;
+        t->rec.messages.oom = 1;
     pbuf_free(&text);
 }
 
@@ -108,21 +108,21 @@ static void record_stored_user(turn *t)
 void record_user_message(turn *t)
 {
     size_t start = message_open(t);
-    pbuf *m = &t->messages;
+    pbuf *m = &t->rec.messages;
     pbuf_puts(m, "{\"role\":\"user\",\"content\":");
-    if (!t->images.n) {
-        put_str(m, t->text);
+    if (!t->in.images.n) {
+        put_str(m, t->in.text);
     } else {
         pbuf_putc(m, '[');
-        if (*t->text) { /* a photo without a caption has no text part */
+        if (*t->in.text) { /* a photo without a caption has no text part */
             pbuf_puts(m, "{\"type\":\"text\",\"text\":");
-            put_str(m, t->text);
+            put_str(m, t->in.text);
             pbuf_puts(m, "},");
         }
-        for (size_t i = 0; i < t->images.n; i++) {
+        for (size_t i = 0; i < t->in.images.n; i++) {
             pbuf_puts(m, i ? ",{" : "{");
             pbuf_puts(m, "\"type\":\"image_url\",\"image_url\":{\"url\":");
-            put_str(m, t->images.items[i].url);
+            put_str(m, t->in.images.items[i].url);
             pbuf_puts(m, "}}");
         }
         pbuf_putc(m, ']');
@@ -192,7 +192,7 @@ void record_tool_calls(turn *t, const llm_reply *reply)
 {
     const char *content = reply->content;
     size_t start = message_open(t);
-    pbuf *m = &t->messages;
+    pbuf *m = &t->rec.messages;
     pbuf_puts(m, "{\"role\":\"assistant\",\"content\":");
     if (content && *content)
         put_str(m, content);
@@ -200,8 +200,8 @@ void record_tool_calls(turn *t, const llm_reply *reply)
         pbuf_puts(m, "null");
     record_reasoning(t, m, reply);
     pbuf_puts(m, ",\"tool_calls\":[");
-    for (size_t i = 0; i < t->ncalls; i++) {
-        const turn_call *c = &t->calls[i];
+    for (size_t i = 0; i < t->tool.ncalls; i++) {
+        const turn_call *c = &t->tool.calls[i];
         pbuf_puts(m, i ? ",{\"id\":" : "{\"id\":");
         put_str(m, c->id);
         pbuf_puts(m, ",\"type\":\"function\",\"function\":{\"name\":");
@@ -229,10 +229,10 @@ void record_tool_calls(turn *t, const llm_reply *reply)
    is_error: Ollama sends results back by name, Anthropic marks failures. */
 void record_tool_results(turn *t)
 {
-    for (size_t i = 0; i < t->ncalls; i++) {
-        const turn_call *c = &t->calls[i];
+    for (size_t i = 0; i < t->tool.ncalls; i++) {
+        const turn_call *c = &t->tool.calls[i];
         size_t start = message_open(t);
-        pbuf *m = &t->messages;
+        pbuf *m = &t->rec.messages;
         pbuf_puts(m, "{\"role\":\"tool\",\"tool_call_id\":");
         put_str(m, c->id);
         pbuf_puts(m, ",\"content\":");
@@ -260,7 +260,7 @@ void record_tool_results(turn *t)
 void record_answer(turn *t, const llm_reply *reply, const char *content)
 {
     size_t start = message_open(t);
-    pbuf *m = &t->messages;
+    pbuf *m = &t->rec.messages;
     pbuf_puts(m, "{\"role\":\"assistant\",\"content\":");
     size_t content_at = m->len;
     put_str(m, content);
@@ -269,39 +269,39 @@ void record_answer(turn *t, const llm_reply *reply, const char *content)
     pbuf_putc(m, '}');
     message_close(t, "assistant", start);
 
-    free(t->answer);
-    t->answer = strdup(content);
+    free(t->rec.answer);
+    t->rec.answer = strdup(content);
 
     /* The step holds the same JSON string: escape the content once. */
     step_open(t);
-    pbuf_puts(&t->steps, "{\"type\":\"answer\",\"content\":");
+    pbuf_puts(&t->rec.steps, "{\"type\":\"answer\",\"content\":");
     if (m->oom) /* the message is cut (the turn fails): the step still says what came */
-        put_str(&t->steps, content);
+        put_str(&t->rec.steps, content);
     else
-        pbuf_append(&t->steps, m->data + content_at, content_end - content_at);
-    pbuf_putc(&t->steps, '}');
+        pbuf_append(&t->rec.steps, m->data + content_at, content_end - content_at);
+    pbuf_putc(&t->rec.steps, '}');
 }
 
-/* The store's view of this turn's messages (malloc'd array; JSON borrowed from t->messages). */
+/* The store's view of this turn's messages (malloc'd array; JSON borrowed from t->rec.messages). */
 store_message *record_store_messages(const turn *t)
 {
-    store_message *msgs = calloc(t->nmessages, sizeof *msgs);
-    for (size_t i = 0; msgs && i < t->nmessages; i++) {
-        const turn_message *m = &t->message_index[i];
+    store_message *msgs = calloc(t->rec.nmessages, sizeof *msgs);
+    for (size_t i = 0; msgs && i < t->rec.nmessages; i++) {
+        const turn_message *m = &t->rec.index[i];
         msgs[i] = (store_message){.message_id = m->id,
                                   .role = m->role,
                                   .created_ms = m->created_ms,
-                                  .json = t->messages.data + m->offset,
+                                  .json = t->rec.messages.data + m->offset,
                                   .json_len = m->len};
     }
     if (msgs) { /* what the host said of the user's message (append_message: of its one) */
-        msgs[0].interface_message_id = t->interface_message_id;
-        msgs[0].metadata = t->metadata;
-        msgs[0].metadata_len = t->metadata ? strlen(t->metadata) : 0;
+        msgs[0].interface_message_id = t->in.interface_message_id;
+        msgs[0].metadata = t->in.metadata;
+        msgs[0].metadata_len = t->in.metadata ? strlen(t->in.metadata) : 0;
     }
-    if (msgs && t->stored_user.len) { /* the user message with its images as placeholders */
-        msgs[0].json = t->stored_user.data;
-        msgs[0].json_len = t->stored_user.len;
+    if (msgs && t->rec.stored_user.len) { /* the user message with its images as placeholders */
+        msgs[0].json = t->rec.stored_user.data;
+        msgs[0].json_len = t->rec.stored_user.len;
     }
     return msgs;
 }

@@ -2,15 +2,15 @@
  * recording.h -- what a turn keeps of each step, apart from the state machine
  * that decides the steps (turn.c).  Two records grow side by side:
  *
- *   t->messages  the turn's messages in the stored form (the neutral, Chat
+ *   t->rec.messages  the turn's messages in the stored form (the neutral, Chat
  *                Completions-shaped JSON of docs/history.md), comma-joined,
- *                each indexed in t->message_index with its id, role and time;
+ *                each indexed in t->rec.index with its id, role and time;
  *                what turn_commit hands the store (record_store_messages)
- *   t->steps     the JSON array of steps the host gets in steps_json
+ *   t->rec.steps     the JSON array of steps the host gets in steps_json
  *                (reasoning, tool calls, tool results, the answer)
  *
  * None of these fails: out of memory is sticky in the buffers' oom flags,
- * and the turn checks t->messages.oom before it sends or commits, so a
+ * and the turn checks t->rec.messages.oom before it sends or commits, so a
  * message cut short is never stored.
  */
 #ifndef PARLEY_TURN_RECORDING_H
@@ -21,21 +21,21 @@
 #include "turn/turn.h"
 
 /* The input's user message (with its images as content parts); with images
-   that history keeps in another form, also t->stored_user. */
+   that history keeps in another form, also t->rec.stored_user. */
 void record_user_message(turn *t);
 
-/* The assistant message asking for t->calls (the round's calls, taken from
+/* The assistant message asking for t->tool.calls (the round's calls, taken from
    `reply`), and a tool_call step per call. */
 void record_tool_calls(turn *t, const llm_reply *reply);
 
 /* One tool message and one tool_result step per call of the round. */
 void record_tool_results(turn *t);
 
-/* The answer: its message and its step; t->answer becomes a copy of `content`. */
+/* The answer: its message and its step; t->rec.answer becomes a copy of `content`. */
 void record_answer(turn *t, const llm_reply *reply, const char *content);
 
-/* The store's view of the turn's messages: a malloc'd array of t->nmessages,
-   its JSON borrowed from the turn (or t->stored_user); NULL out of memory. */
+/* The store's view of the turn's messages: a malloc'd array of t->rec.nmessages,
+   its JSON borrowed from the turn (or t->rec.stored_user); NULL out of memory. */
 store_message *record_store_messages(const turn *t);
 
 #endif

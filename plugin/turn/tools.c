@@ -10,15 +10,15 @@
 
 void tools_free(turn *t)
 {
-    for (size_t i = 0; i < t->ncalls; i++) {
-        free(t->calls[i].id);
-        free(t->calls[i].name);
-        free(t->calls[i].arguments);
-        free(t->calls[i].content);
+    for (size_t i = 0; i < t->tool.ncalls; i++) {
+        free(t->tool.calls[i].id);
+        free(t->tool.calls[i].name);
+        free(t->tool.calls[i].arguments);
+        free(t->tool.calls[i].content);
     }
-    free(t->calls);
-    t->calls = NULL;
-    t->ncalls = t->calls_pending = 0;
+    free(t->tool.calls);
+    t->tool.calls = NULL;
+    t->tool.ncalls = t->tool.pending = 0;
 }
 
 static char *error_content(const char *kind, const char *text)
@@ -32,18 +32,18 @@ static char *error_content(const char *kind, const char *text)
 int tools_take(turn *t, llm_reply *reply)
 {
     tools_free(t);
-    t->calls = calloc(reply->ncalls, sizeof *t->calls);
-    if (!t->calls)
+    t->tool.calls = calloc(reply->ncalls, sizeof *t->tool.calls);
+    if (!t->tool.calls)
         return -1;
-    t->ncalls = reply->ncalls;
+    t->tool.ncalls = reply->ncalls;
     /* Before anything is sent or stored: ids the calls of the turn do not share. */
-    if (llm_reply_claim_ids(reply, &t->call_ids, t->nhistory + t->nmessages) != 0)
+    if (llm_reply_claim_ids(reply, &t->tool.ids, t->ctx.nhistory + t->rec.nmessages) != 0)
         return -1;
     for (size_t i = 0; i < reply->ncalls; i++) {
         /* Take the strings over from the reply instead of copying them. */
-        t->calls[i].id = reply->calls[i].id;
-        t->calls[i].name = reply->calls[i].name;
-        t->calls[i].arguments = reply->calls[i].arguments;
+        t->tool.calls[i].id = reply->calls[i].id;
+        t->tool.calls[i].name = reply->calls[i].name;
+        t->tool.calls[i].arguments = reply->calls[i].arguments;
         reply->calls[i].id = reply->calls[i].name = reply->calls[i].arguments = NULL;
     }
     return 0;
@@ -52,7 +52,7 @@ int tools_take(turn *t, llm_reply *reply)
 /* Why a call cannot go to the host, or NULL when it can. */
 static char *call_problem(const turn *t, const turn_call *c)
 {
-    if (!toolset_has(t->tools, c->name))
+    if (!toolset_has(t->in.tools, c->name))
         return error_content("unknown_tool", "No tool with this name is available");
     json_error_t jerr;
     json_t *args = json_loads(c->arguments, 0, &jerr);
@@ -73,15 +73,15 @@ static char *call_problem(const turn *t, const turn_call *c)
 int tools_send(turn *t)
 {
     /* Count every call pending first: the host may complete one inside its callback. */
-    t->calls_pending = t->ncalls;
-    for (size_t i = 0; i < t->ncalls; i++) {
-        turn_call *c = &t->calls[i];
+    t->tool.pending = t->tool.ncalls;
+    for (size_t i = 0; i < t->tool.ncalls; i++) {
+        turn_call *c = &t->tool.calls[i];
         atomic_fetch_add(&t->env->metrics->tool_calls, 1);
         char *problem = call_problem(t, c);
         if (problem) {
             c->content = problem;
             c->is_error = 1;
-            t->calls_pending--;
+            t->tool.pending--;
             atomic_fetch_add(&t->env->metrics->tool_errors, 1);
             continue;
         }
@@ -96,19 +96,20 @@ int tools_send(turn *t)
         parley_tool_call_info info = {
             .struct_size = sizeof info,
             .request_id = t->id,
-            .conversation_id = t->conversation_id,
+            .conversation_id = t->conv.conversation_id,
             .turn_id = t->turn_id,
             .call_id = c->id,
             .tool_name = c->name,
             .arguments_json = c->arguments,
-            .user_data = t->user_data,
-            .language = t->language,
-            .device_id = t->device_id,
-            .satellite_id = t->satellite_id,
-            .agent_id = t->agent_id,
-            .context_json = t->context_json,
-            .interface_type = t->interface_type && *t->interface_type ? t->interface_type : NULL,
-            .persona = t->persona_name,
+            .user_data = t->host.user_data,
+            .language = t->in.language,
+            .device_id = t->in.device_id,
+            .satellite_id = t->in.satellite_id,
+            .agent_id = t->in.agent_id,
+            .context_json = t->in.context_json,
+            .interface_type =
+                t->conv.interface_type && *t->conv.interface_type ? t->conv.interface_type : NULL,
+            .persona = t->conv.persona_name,
         };
         /* The host cannot end the turn from here: cancel and results go through the inbox. */
         t->env->host->tool_call(t->env->host->host_data, given, &info);
@@ -173,27 +174,27 @@ static void detach_handle(turn_call *c)
 
 void tools_detach(turn *t)
 {
-    for (size_t i = 0; i < t->ncalls; i++)
-        detach_handle(&t->calls[i]);
+    for (size_t i = 0; i < t->tool.ncalls; i++)
+        detach_handle(&t->tool.calls[i]);
 }
 
 int tools_take_result(turn *t, parley_tool_call *h)
 {
-    turn_call *c = &t->calls[h->index];
+    turn_call *c = &t->tool.calls[h->index];
     c->handle = NULL;
     c->content = result_content(t, h->result, h->is_error, &c->is_error);
     if (c->is_error)
         atomic_fetch_add(&t->env->metrics->tool_errors, 1);
     if (!c->content)
         return -1;
-    t->calls_pending--;
+    t->tool.pending--;
     return 0;
 }
 
 int tools_time_out(turn *t)
 {
-    for (size_t i = 0; i < t->ncalls; i++) {
-        turn_call *c = &t->calls[i];
+    for (size_t i = 0; i < t->tool.ncalls; i++) {
+        turn_call *c = &t->tool.calls[i];
         if (c->content)
             continue;
         detach_handle(c);
@@ -206,6 +207,6 @@ int tools_time_out(turn *t)
         if (!c->content)
             return -1;
     }
-    t->calls_pending = 0;
+    t->tool.pending = 0;
     return 0;
 }

@@ -1,6 +1,6 @@
 /*
  * tools.h -- a tool round on the host's side: the calls a reply asked for
- * (t->calls), each checked (a known tool, arguments a JSON object, a host that
+ * (t->tool.calls), each checked (a known tool, arguments a JSON object, a host that
  * runs tools) and handed to the host's tool_call callback with a handle, and
  * what came back turned into the tool message's content (size and UTF-8
  * checked, errors in one JSON shape).  The state machine (turn.c) decides
@@ -14,12 +14,12 @@
 #include "provider/llm_reply.h"
 #include "turn/turn.h"
 
-/* The reply's calls become the round's (t->calls; their strings are taken from
+/* The reply's calls become the round's (t->tool.calls; their strings are taken from
    `reply`), each with an id no call of the turn had.  0, or -1. */
 int tools_take(turn *t, llm_reply *reply);
 
 /* Hand every call that can go to the host to it; the others get their error
-   content now.  t->calls_pending: the calls whose results are still to come.
+   content now.  t->tool.pending: the calls whose results are still to come.
    0, or -1 (the calls handed over so far are detached by tools_detach). */
 int tools_send(turn *t);
 

@@ -130,99 +130,142 @@ typedef struct turn_message {
     char id[UUID_STR_LEN];
 } turn_message;
 
+/*
+ * One turn.  The groups, in the order the data path fills them: who it is
+ * for, what the host gave, the history it is sent with, the requests, the
+ * tool rounds, what it records, and how it ended; the phase, the two timers
+ * and the store job are the state machine's own (turn.c).
+ */
 struct turn {
     const turn_env *env;      /* set when the worker takes the turn */
+    agent_config *cfg;        /* the agent's snapshot at acceptance (a reference) */
+    const parley_options *opts; /* what its requests use: &cfg->opts, or conv.persona_opts */
+    parley_request_id id;
+    char turn_id[UUID_STR_LEN];
     int append;               /* append_message's turn (turn_append.h): no model; its one
                                  message (metadata, interface_message_id below) goes straight
                                  to the commit */
-    agent_config *cfg;        /* the agent's snapshot at acceptance (a reference) */
-    parley_request_id id;
-    char turn_id[UUID_STR_LEN];
-    char *conversation_id;    /* NULL: stateless */
-    const char *persona;      /* with the id, the history key (store.h): persona_name or "" */
-    const char *interface_type; /* the input carries them: "" or own_interface_type */
-    char *own_interface_type;
-    char *persona_name;       /* the input's persona, NULL for none */
-    const persona_spec *persona_def; /* its settings, in cfg; NULL: the agent's own */
-    persona_counters *counters; /* the persona's metrics; NULL without a persona (or OOM) */
-    series_counters *series;  /* its (persona, interface_type) metrics, from turn_begin */
-    const parley_options *opts; /* what its requests use: &cfg->opts, or persona_opts */
-    parley_options *persona_opts; /* with a persona: cfg->opts with its overrides (a shallow
-                                 copy: strings borrowed from cfg), else NULL; out of line,
-                                 since most turns have no persona (turn_apply_persona) */
-    image_list images;        /* the input's images, checked */
-    pbuf stored_user;         /* the user message as stored, when it differs from the sent one
-                                 (images as placeholders); empty: the same */
+
+    /* where it is, and what it waits for */
+    turn_phase phase;         /* (turn_enter): what `wait` and `job` mean */
+    ptimer deadline;          /* turn_timeout_ms after acceptance (armed by the worker on arrival) */
+    ptimer wait;              /* lease wait, stream timers, retry backoff or tool timeout */
+    store_job *job;           /* the store job in flight, NULL when none */
+    uint64_t accepted_mono_ms; /* when async_process took it: the deadline's start */
+    uint64_t started_wall_ms;
+
+    /* whose conversation: the history key (store.h) and the persona */
+    struct turn_conv {
+        char *conversation_id; /* NULL: stateless */
+        const char *persona;  /* with the id, the history key: persona_name or "" */
+        const char *interface_type; /* the input carries them: "" or own_interface_type */
+        char *own_interface_type;
+        char *persona_name;   /* the input's persona, NULL for none */
+        const persona_spec *persona_def; /* its settings, in cfg; NULL: the agent's own */
+        parley_options *persona_opts; /* with a persona: cfg->opts with its overrides (a
+                                 shallow copy: strings borrowed from cfg), else NULL; out of
+                                 line, since most turns have no persona (turn_apply_persona) */
+        persona_counters *counters; /* the persona's metrics; NULL without a persona (or OOM) */
+        series_counters *series; /* its (persona, interface_type) metrics, from turn_begin */
+    } conv;
 
     /* the input, copied */
-    char *text, *extra_system_prompt, *context_json;
-    char *language, *device_id, *satellite_id, *agent_id;
-    char *metadata;           /* the input's metadata_json, compact; kept with the user message */
-    char *interface_message_id; /* kept with the user message */
-    reply_context reply;      /* the turn reply_to names, and what the load found of it */
-    response_format *format;  /* the input's response_format_json, or NULL: a text answer */
-    char *structured;         /* the answer checked against format->schema, compact JSON */
-    toolset *own_tools;       /* config tools + the input's tools, when it had any */
-    const toolset *tools;     /* what this turn offers the model */
-    parley_done_fn done;
-    parley_delta_fn on_delta;
-    parley_delta_fn on_reasoning;
-    void *user_data;
-
-    /* progress */
-    uint64_t accepted_mono_ms;  /* when async_process took it: the deadline's start */
-    uint64_t started_wall_ms;
-    uint64_t host_time_ms;    /* the input's timestamp (0: none): the turn's messages are
+    struct turn_in {
+        char *text, *extra_system_prompt, *context_json;
+        char *language, *device_id, *satellite_id, *agent_id;
+        char *metadata;       /* the input's metadata_json, compact; kept with the user message */
+        char *interface_message_id; /* kept with the user message */
+        image_list images;    /* the input's images, checked */
+        response_format *format; /* the input's response_format_json, or NULL: a text answer */
+        reply_context reply;  /* the turn reply_to names, and what the load found of it */
+        toolset *own_tools;   /* config tools + the input's tools, when it had any */
+        const toolset *tools; /* what this turn offers the model */
+        uint64_t host_time_ms; /* the input's timestamp (0: none): the turn's messages are
                                  stored on the host's clock (turn_clock_ms) */
-    pbuf history;             /* the last turns of the conversation, loaded at turn_begin */
-    size_t nhistory;          /* how many messages that is */
-    ctx_window ctx;           /* where that history starts, its turns, this turn's cuts */
-    int ctx_planned;          /* the window was checked against the budget (first request) */
-    int overflow_retried;     /* 1: sent again after a context-overflow answer; 2: answered */
-    int truncated;            /* accounting a reply to a silently truncated prompt */
-    long long last_prompt;    /* the last reply's prompt tokens as the server counted them */
-    size_t last_bytes;        /* and its request's body length */
-    int reported;             /* the host's done callback ran (turn_report: once) */
-    size_t summary_ahead;     /* summarizing ahead of the next cut: the turns it covers */
-    json_t *history_msgs;     /* the same, parsed once for a codec that needs it parsed */
-    pbuf messages;            /* this turn's messages, comma-joined: what gets committed */
-    turn_message *message_index; /* one per message of `messages` */
-    size_t nmessages, message_index_cap;
-    pbuf steps;               /* the steps JSON array being built */
-    pbuf body;                /* the current request body */
-    char *answer;             /* the final answer, once the model gave it */
-    int tool_rounds;
-    int attempt;              /* retries of the current request */
-    http_call *http;
-    provider_stream *stream;
-    char *stream_error;
-    int streamed;             /* this request's stream gave the host text: it is not retried */
-    llm_usage usage;          /* summed over the turn's requests */
-    int requests;             /* HTTP requests started, failed and retried ones too */
-    char *stop_reason;        /* the last reply's finish_reason */
-    llm_overflow overflow;    /* the sizes of the last context-overflow answer (the turn ended
-                                 or may end with PARLEY_ERR_CONTEXT_OVERFLOW); zero otherwise */
-    turn_call *calls;
-    size_t ncalls, calls_pending;
-    dict *call_ids;           /* the ids of every call of the turn so far (llm_reply_claim_ids) */
-    store_job *job;           /* the store job in flight, NULL when none */
-    turn_phase phase;         /* where it is (turn_enter): what `wait` and `job` mean */
-    parley_status end_status; /* set by turn_end, for turn_report */
-    const char *end_message;  /* borrowed: valid only while turn_end runs */
+    } in;
 
-    ptimer deadline;          /* turn_timeout_ms after acceptance (armed by the worker on arrival) */
-    ptimer wait;              /* retry backoff, tool timeout, stream idle timeout, or lease wait */
-    int lease_held;           /* a shared store's lease on the conversation (store.h v2) */
-    int lease_waits;          /* times the lease was busy: the wait grows with it */
-    uint64_t lease_retry_ms;  /* from a LOAD job that found the lease busy: the holder's time left */
+    /* the host's callbacks */
+    struct turn_host {
+        parley_done_fn done;
+        parley_delta_fn on_delta;
+        parley_delta_fn on_reasoning;
+        void *user_data;
+    } host;
+
+    /* the context: the history sent before this turn's messages (context/window.h) */
+    struct turn_ctx {
+        pbuf history;         /* the last turns of the conversation, loaded at turn_begin */
+        size_t nhistory;      /* how many messages that is */
+        json_t *history_msgs; /* the same, parsed once for a codec that needs it parsed */
+        ctx_window window;    /* where that history starts, its turns, this turn's cuts */
+        int planned;          /* the window was checked against the budget (first request) */
+        int overflow_retried; /* 1: sent again after a context-overflow answer; 2: answered */
+        int truncated;        /* accounting a reply to a silently truncated prompt */
+        long long last_prompt; /* the last reply's prompt tokens as the server counted them */
+        size_t last_bytes;    /* and its request's body length */
+        llm_overflow overflow; /* the sizes of the last context-overflow answer (the turn
+                                 ended or may end with PARLEY_ERR_CONTEXT_OVERFLOW); zero
+                                 otherwise */
+        size_t summary_ahead; /* summarizing ahead of the next cut: the turns it covers */
+    } ctx;
+
+    /* the model's requests */
+    struct turn_req {
+        pbuf body;            /* the current request body */
+        http_call *http;
+        provider_stream *stream;
+        char *stream_error;
+        int streamed;         /* this request's stream gave the host text: it is not retried */
+        int attempt;          /* retries of the current request */
+        int requests;         /* HTTP requests started, failed and retried ones too */
+        llm_usage usage;      /* summed over the turn's requests */
+        char *stop_reason;    /* the last reply's finish_reason */
+    } req;
+
+    /* the tool rounds (tools.c) */
+    struct turn_tool {
+        turn_call *calls;     /* the current round's */
+        size_t ncalls, pending; /* pending: results still to come */
+        dict *ids;            /* the ids of every call of the turn so far (llm_reply_claim_ids) */
+        int rounds;
+    } tool;
+
+    /* what it keeps (recording.c) */
+    struct turn_rec {
+        pbuf messages;        /* this turn's messages, comma-joined: what gets committed */
+        turn_message *index;  /* one per message of `messages` */
+        size_t nmessages, index_cap;
+        pbuf stored_user;     /* the user message as stored, when it differs from the sent
+                                 one (images as placeholders); empty: the same */
+        pbuf steps;           /* the steps JSON array being built */
+        char *answer;         /* the final answer, once the model gave it */
+        char *structured;     /* the answer checked against in.format->schema, compact JSON */
+    } rec;
+
+    /* a shared store's lease on the conversation (store.h v2) */
+    struct turn_lease {
+        int held;
+        int waits;            /* times the lease was busy: the wait grows with it */
+        uint64_t retry_ms;    /* from a LOAD job that found the lease busy: the holder's time
+                                 left */
+    } lease;
+
+    /* the end */
+    struct turn_ending {
+        parley_status status; /* set by turn_end, for turn_report */
+        const char *message;  /* borrowed: valid only while turn_end runs */
+        int reported;         /* the host's done callback ran (turn_report: once) */
+    } end;
 
     /* worker bookkeeping */
-    lane *lane;
-    turn *lane_next;          /* next in its conversation's queue */
-    turn *ready_next;         /* next in the worker's list of turns to begin */
-    int in_ready;             /* on that list */
-    turn *all_prev, *all_next;
-    inbox_entry submitted;   /* how the inbox holds it (inbox.h) */
+    struct turn_link {
+        lane *lane;
+        turn *lane_next;      /* next in its conversation's queue */
+        turn *ready_next;     /* next in the worker's list of turns to begin */
+        int in_ready;         /* on that list */
+        turn *all_prev, *all_next;
+    } link;
+    inbox_entry submitted;    /* how the inbox holds it (inbox.h) */
 };
 
 void turn_free(turn *t);
@@ -232,16 +275,16 @@ void turn_free(turn *t);
  * time since the turn began for the rest; else the wall clock. */
 uint64_t turn_clock_ms(const turn *t);
 
-/* The host's timestamp `text` (NULL: none) as t->host_time_ms: 0, or -1 with *err naming
+/* The host's timestamp `text` (NULL: none) as t->in.host_time_ms: 0, or -1 with *err naming
  * `field` when it is not an RFC 3339 time after 1970. */
 int turn_set_host_time(turn *t, const char *text, const char *field, char **err);
 
-/* Set t->opts from t->cfg and t->persona_def: 0, or -1 out of memory. */
+/* Set t->opts from t->cfg and t->conv.persona_def: 0, or -1 out of memory. */
 int turn_apply_persona(turn *t);
 
 /* Worker-thread events. */
 void turn_begin(turn *t);
-/* The conversation's history is in t->history (status PARLEY_OK), or could not be read. */
+/* The conversation's history is in t->ctx.history (status PARLEY_OK), or could not be read. */
 void turn_on_history(turn *t, parley_status status, const char *message);
 void turn_on_http_done(turn *t, CURLcode code);
 void turn_on_tool_result(turn *t, parley_tool_call *h);

@@ -71,21 +71,21 @@ static int check_message_keys(json_t *root, size_t max_bytes, const char **role,
 /* The turn's one message, recorded as a model turn records its messages (turn.h). */
 static int record_the_message(turn *t, const char *role, const char *content)
 {
-    pbuf_puts(&t->messages, "{\"role\":");
-    pbuf_json_string(&t->messages, role, strlen(role));
-    pbuf_puts(&t->messages, ",\"content\":");
-    pbuf_json_string(&t->messages, content, strlen(content));
-    pbuf_putc(&t->messages, '}');
-    t->message_index = calloc(1, sizeof *t->message_index);
-    if (t->messages.oom || !t->message_index || !(t->answer = strdup(content)))
+    pbuf_puts(&t->rec.messages, "{\"role\":");
+    pbuf_json_string(&t->rec.messages, role, strlen(role));
+    pbuf_puts(&t->rec.messages, ",\"content\":");
+    pbuf_json_string(&t->rec.messages, content, strlen(content));
+    pbuf_putc(&t->rec.messages, '}');
+    t->rec.index = calloc(1, sizeof *t->rec.index);
+    if (t->rec.messages.oom || !t->rec.index || !(t->rec.answer = strdup(content)))
         return -2;
-    turn_message *m = &t->message_index[0];
+    turn_message *m = &t->rec.index[0];
     m->offset = 0;
-    m->len = t->messages.len;
+    m->len = t->rec.messages.len;
     m->role = strcmp(role, "system") == 0 ? "system"   /* static, as turn.h wants */
               : strcmp(role, "user") == 0 ? "user"
                                           : "assistant";
-    t->message_index_cap = t->nmessages = 1;
+    t->rec.index_cap = t->rec.nmessages = 1;
     return uuid4(m->id) == 0 ? 0 : -1;
 }
 
@@ -94,7 +94,7 @@ static int build(turn *t, agent_config *cfg, const selector *sel, char **err)
 {
     const char *role = NULL, *content = NULL;
     int rc = check_message_keys(sel->root, (size_t)cfg->opts.max_input_bytes, &role, &content,
-                                &t->metadata, err);
+                                &t->in.metadata, err);
     if (rc != 0)
         return rc;
     json_t *ts = json_object_get(sel->root, "timestamp");
@@ -107,23 +107,23 @@ static int build(turn *t, agent_config *cfg, const selector *sel, char **err)
     if (*persona) {
         if (persona_check_name(&cfg->personas, persona, 0, "message_json 'persona'", err) != 0)
             return -1;
-        t->persona_def = persona_find(&cfg->personas, persona);
-        if (!(t->persona_name = strdup(persona)))
+        t->conv.persona_def = persona_find(&cfg->personas, persona);
+        if (!(t->conv.persona_name = strdup(persona)))
             return -2;
     }
     if (turn_apply_persona(t) != 0)
         return -2;
-    t->persona = t->persona_name ? t->persona_name : "";
-    if (!(t->conversation_id = strdup(sel->key.conversation_id)))
+    t->conv.persona = t->conv.persona_name ? t->conv.persona_name : "";
+    if (!(t->conv.conversation_id = strdup(sel->key.conversation_id)))
         return -2;
-    t->interface_type = "";
+    t->conv.interface_type = "";
     if (*sel->key.interface_type) {
-        if (!(t->own_interface_type = strdup(sel->key.interface_type)))
+        if (!(t->conv.own_interface_type = strdup(sel->key.interface_type)))
             return -2;
-        t->interface_type = t->own_interface_type;
+        t->conv.interface_type = t->conv.own_interface_type;
     }
     if (sel->interface_message_id &&
-        !(t->interface_message_id = strdup(sel->interface_message_id)))
+        !(t->in.interface_message_id = strdup(sel->interface_message_id)))
         return -2;
     rc = record_the_message(t, role, content);
     if (rc == 0 && uuid4(t->turn_id) != 0)
@@ -159,8 +159,8 @@ turn *turn_append_accept(agent_config *cfg, parley_request_id id, const char *me
     }
     t->append = 1;
     t->cfg = config_ref(cfg);
-    t->done = done;
-    t->user_data = user_data;
+    t->host.done = done;
+    t->host.user_data = user_data;
     t->deadline = (ptimer)PTIMER_INIT(t);
     t->wait = (ptimer)PTIMER_INIT(t);
     int rc = build(t, cfg, &sel, err);

@@ -77,7 +77,7 @@ static int copy_identity(turn *t, size_t max, const parley_input *in, char **err
         char *given = NULL;
         int rc = copy_field("metadata_json", in->metadata_json, max, &given, err);
         if (rc == 0)
-            rc = compact_object("metadata_json", given, &t->metadata, err);
+            rc = compact_object("metadata_json", given, &t->in.metadata, err);
         free(given);
         if (rc != 0)
             return rc;
@@ -90,7 +90,7 @@ static int copy_identity(turn *t, size_t max, const parley_input *in, char **err
                                STORE_MAX_INTERFACE_MESSAGE_ID);
             return -1;
         }
-        if (!(t->interface_message_id = strdup(in->interface_message_id))) {
+        if (!(t->in.interface_message_id = strdup(in->interface_message_id))) {
             *err = pstr_printf("out of memory");
             return -2;
         }
@@ -102,7 +102,7 @@ static int copy_identity(turn *t, size_t max, const parley_input *in, char **err
                                n, max);
             return -1;
         }
-        return reply_context_parse(in->reply_to_json, &t->reply, err);
+        return reply_context_parse(in->reply_to_json, &t->in.reply, err);
     }
     return 0;
 }
@@ -116,22 +116,22 @@ static int copy_input(turn *t, const agent_config *cfg, const parley_input *in, 
         return -1;
     }
     const struct { const char *name, *src; char **dst; } fields[] = {
-        {"text", in->text, &t->text},
-        {"language", in->language, &t->language},
-        {"device_id", in->device_id, &t->device_id},
-        {"satellite_id", in->satellite_id, &t->satellite_id},
-        {"agent_id", in->agent_id, &t->agent_id},
-        {"extra_system_prompt", in->extra_system_prompt, &t->extra_system_prompt},
-        {"context_json", in->context_json, &t->context_json},
+        {"text", in->text, &t->in.text},
+        {"language", in->language, &t->in.language},
+        {"device_id", in->device_id, &t->in.device_id},
+        {"satellite_id", in->satellite_id, &t->in.satellite_id},
+        {"agent_id", in->agent_id, &t->in.agent_id},
+        {"extra_system_prompt", in->extra_system_prompt, &t->in.extra_system_prompt},
+        {"context_json", in->context_json, &t->in.context_json},
     };
     for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++) {
         int rc = copy_field(fields[i].name, fields[i].src, max, fields[i].dst, err);
         if (rc != 0)
             return rc;
     }
-    if (t->context_json) {
+    if (t->in.context_json) {
         json_error_t jerr;
-        json_t *ctx = json_loads(t->context_json, 0, &jerr);
+        json_t *ctx = json_loads(t->in.context_json, 0, &jerr);
         int ok = json_is_object(ctx);
         json_decref(ctx);
         if (!ok) {
@@ -145,19 +145,19 @@ static int copy_input(turn *t, const agent_config *cfg, const parley_input *in, 
         rc = turn_set_host_time(t, in->timestamp, "input 'timestamp'", err);
     if (rc != 0)
         return rc;
-    const toolset *base = t->persona_def && t->persona_def->tools ? t->persona_def->tools
-                                                                  : cfg->tools;
-    t->tools = base;
+    const toolset *base =
+        t->conv.persona_def && t->conv.persona_def->tools ? t->conv.persona_def->tools : cfg->tools;
+    t->in.tools = base;
     if (in->tools_json) {
         char *terr = NULL;
-        t->own_tools = toolset_parse(in->tools_json, base, &terr);
-        if (!t->own_tools) {
+        t->in.own_tools = toolset_parse(in->tools_json, base, &terr);
+        if (!t->in.own_tools) {
             int oom = !terr || strcmp(terr, "out of memory") == 0;
             *err = pstr_printf("input 'tools_json': %s", terr ? terr : "out of memory");
             free(terr);
             return oom ? -2 : -1;
         }
-        t->tools = t->own_tools;
+        t->in.tools = t->in.own_tools;
     }
     return 0;
 }
@@ -192,16 +192,16 @@ static int accept_response_format(turn *t, const agent_config *cfg, const parley
         return -1;
     }
     char *why = NULL;
-    t->format = response_format_parse(in->response_format_json, &why);
-    if (!t->format) {
+    t->in.format = response_format_parse(in->response_format_json, &why);
+    if (!t->in.format) {
         int oom = !why || strcmp(why, "out of memory") == 0;
         *err = pstr_printf("input 'response_format_json': %s", why ? why : "out of memory");
         free(why);
         return oom ? -2 : -1;
     }
-    if (toolset_has(t->tools, t->format->name)) {
+    if (toolset_has(t->in.tools, t->in.format->name)) {
         *err = pstr_printf("input 'response_format_json': name '%s' is also a tool's; name the "
-                           "response format otherwise", t->format->name);
+                           "response format otherwise", t->in.format->name);
         return -1;
     }
     const char *key = extra_body_format_key(t->opts->extra_body);
@@ -219,11 +219,11 @@ static int check_tool_choice(const turn *t, char **err)
 {
     const char *c = t->opts->tool_choice;
     if (strcmp(c, "auto") == 0 || strcmp(c, "none") == 0 || strcmp(c, "required") == 0 ||
-        toolset_has(t->tools, c))
+        toolset_has(t->in.tools, c))
         return 0;
     *err = pstr_printf("option 'tool_choice' names the tool '%s', which this turn does not "
                        "offer (persona '%s' has no such tool)", c,
-                       t->persona_name ? t->persona_name : "");
+                       t->conv.persona_name ? t->conv.persona_name : "");
     return -1;
 }
 
@@ -233,8 +233,8 @@ static int resolve_persona(turn *t, const agent_config *cfg, const parley_input 
     if (in->persona && *in->persona) {
         if (persona_check_name(&cfg->personas, in->persona, 0, "input 'persona'", err) != 0)
             return -1;
-        t->persona_def = persona_find(&cfg->personas, in->persona);
-        if (!(t->persona_name = strdup(in->persona))) {
+        t->conv.persona_def = persona_find(&cfg->personas, in->persona);
+        if (!(t->conv.persona_name = strdup(in->persona))) {
             *err = pstr_printf("out of memory");
             return -2;
         }
@@ -260,9 +260,9 @@ static int accept_images(turn *t, const agent_config *cfg, const parley_input *i
                            "of max_image_bytes could need (%zu)", len, most);
         return -1;
     }
-    int rc = image_list_parse(in->images_json, &lim, &t->images, err);
-    for (size_t i = 0; rc == 0 && i < t->images.n; i++) {
-        if (!t->images.items[i].base64 && !cfg->prov->images_by_url) {
+    int rc = image_list_parse(in->images_json, &lim, &t->in.images, err);
+    for (size_t i = 0; rc == 0 && i < t->in.images.n; i++) {
+        if (!t->in.images.items[i].base64 && !cfg->prov->images_by_url) {
             *err = pstr_printf("input 'images_json': image %zu: provider %s cannot be sent an "
                                "image by URL (only as base64 data); give it as a data: URL",
                                i + 1, cfg->prov->name);
@@ -282,28 +282,30 @@ static int resolve_conversation(turn *t, const agent_config *cfg, const parley_i
 {
     if (in->conversation_id) {
         if (!valid_key_part(in->conversation_id)) {
-            *err = pstr_printf("input 'conversation_id': must be 1 to %d bytes of UTF-8 without control "
-                       "characters", STORE_MAX_CONVERSATION_ID);
+            *err = pstr_printf(
+                "input 'conversation_id': must be 1 to %d bytes of UTF-8 without control "
+                "characters",
+                STORE_MAX_CONVERSATION_ID);
             return -1;
         }
-        t->conversation_id = strdup(in->conversation_id);
+        t->conv.conversation_id = strdup(in->conversation_id);
     } else if (cfg->opts.auto_create_conversation_id) {
         char id[UUID_STR_LEN];
         if (uuid4(id) != 0) {
             *err = pstr_printf("no randomness available for a conversation id");
             return -1;
         }
-        t->conversation_id = strdup(id);
-    } else if (reply_context_wanted(&t->reply)) {
+        t->conv.conversation_id = strdup(id);
+    } else if (reply_context_wanted(&t->in.reply)) {
         *err = pstr_printf("input 'reply_to_json': a turn without a conversation (no "
                            "conversation_id) has no earlier turn to reply to");
         return -1;
     } else {
         return 0; /* stateless */
     }
-    t->persona = t->persona_name ? t->persona_name : "";
-    t->interface_type = "";
-    if (!t->conversation_id) {
+    t->conv.persona = t->conv.persona_name ? t->conv.persona_name : "";
+    t->conv.interface_type = "";
+    if (!t->conv.conversation_id) {
         *err = pstr_printf("out of memory");
         return -2;
     }
@@ -313,11 +315,11 @@ static int resolve_conversation(turn *t, const agent_config *cfg, const parley_i
                                "control characters", STORE_MAX_CONVERSATION_ID);
             return -1;
         }
-        if (!(t->own_interface_type = strdup(in->interface_type))) {
+        if (!(t->conv.own_interface_type = strdup(in->interface_type))) {
             *err = pstr_printf("out of memory");
             return -2;
         }
-        t->interface_type = t->own_interface_type;
+        t->conv.interface_type = t->conv.own_interface_type;
     }
     return 0;
 }
@@ -343,10 +345,10 @@ turn *turn_input_accept(agent_config *cfg, parley_request_id id, const parley_in
         return NULL;
     }
     t->cfg = config_ref(cfg);
-    t->done = done;
-    t->user_data = user_data;
-    t->on_delta = copy.on_delta;
-    t->on_reasoning = copy.on_reasoning;
+    t->host.done = done;
+    t->host.user_data = user_data;
+    t->host.on_delta = copy.on_delta;
+    t->host.on_reasoning = copy.on_reasoning;
     t->deadline = (ptimer)PTIMER_INIT(t);
     t->wait = (ptimer)PTIMER_INIT(t);
     int rc = resolve_persona(t, cfg, &copy, err);
@@ -354,7 +356,7 @@ turn *turn_input_accept(agent_config *cfg, parley_request_id id, const parley_in
         rc = copy_input(t, cfg, &copy, err);
     if (rc == 0)
         rc = accept_images(t, cfg, &copy, err);
-    if (rc == 0 && !*t->text && !t->images.n) {
+    if (rc == 0 && !*t->in.text && !t->in.images.n) {
         *err = pstr_printf("input 'text': must not be empty when images_json shows no image");
         rc = -1;
     }
