@@ -14,12 +14,10 @@
 #include "lib/json_schema.h"
 #include "lib/redact.h"
 #include "engine/store_jobs.h"
-#include "engine/tool_handle.h"
 #include "turn/recording.h"
 #include "turn/tools.h"
 #include "store/message_text.h"
 #include "store/store_json.h"
-#include "lib/utf8.h"
 
 void turn_free(turn *t)
 {
