@@ -7,25 +7,27 @@
  *   turn_input_accept (host thread, turn_input.c) validate + copy the input,
  *                     resolve its history key, take a reference to the
  *                     agent's config snapshot; inbox_submit hands it over
- *   (worker arrival)  the turn deadline runs from acceptance; the turn waits
- *                     for its conversation's earlier turns (lanes)
- *   turn_begin        load the last max_history_turns
+ *   (worker arrival)  QUEUED: the turn deadline runs from acceptance; the
+ *                     turn waits for its conversation's earlier turns (lanes)
+ *   turn_begin        LOADING: load the last max_history_turns
  *                     turns of its conversation from the store (and, in the
  *                     same store call, the turn reply_to names: reply_context.h)
- *                     -- WAIT "loading" when the store blocks (store_jobs.h)
+ *                     on the store threads when the store blocks (store_jobs.h);
+ *                     LEASE_WAIT while another host holds the conversation
  *   turn_on_history   add a replied-to turn older than the window after the
  *                     history, record the user message, then
- *   turn_request      render the request, start the HTTP call
- *   turn_on_http_done decode the reply (or retry / fail)
- *     -> tool calls: dispatch to the host (tools.c) -> turn_on_tool_result
+ *   turn_request      REQUESTING: render the request, start the HTTP call
+ *   turn_on_http_done decode the reply (or BACKOFF and retry / fail)
+ *     -> tool calls: TOOLS: dispatch to the host (tools.c) -> turn_on_tool_result
  *        -> all results in: back to turn_request (tool_choice "none" once
  *           max_tool_iterations rounds are spent)
- *     -> text: commit: append the whole turn to the store
- *              -- WAIT "committing" when the store blocks
- *   turn_on_committed the store has it: end OK (or the store's error)
- *   turn_end          stop everything, tell the worker (env->ended), which
- *                     forgets the turn, calls turn_report (the host's done
- *                     callback, exactly once) and frees it
+ *     -> text: COMMITTING: append the whole turn to the store
+ *   turn_on_committed the store has it: end OK (or the store's error); or,
+ *                     reported OK, SUMMARIZING turns that left the window
+ *                     (then SUMMARY_SAVING) before it ends
+ *   turn_end          ENDED: stop everything, tell the worker (env->ended),
+ *                     which forgets the turn, calls turn_report (the host's
+ *                     done callback, exactly once) and frees it
  *
  * What each step leaves (the messages to commit, the host's steps) is
  * written by recording.c; which step comes next, and what the turn waits
