@@ -147,7 +147,9 @@ static int append_joined(store *h, const char *id, const char *tid, const char *
         m[0].metadata_len = strlen(m[0].metadata);
         m[1].interface_message_id = answer_id;
     }
-    store_turn in = {tid, clock_ms - 900, clock_ms, m, 2, NULL, 0};
+    /* its size in tokens as the plugin stores it (the bytes / 4: ctx_turn_tokens) */
+    uint32_t tokens = (uint32_t)((m[0].json_len + m[1].json_len + 2) / 4 + 1);
+    store_turn in = {tid, clock_ms - 900, clock_ms, m, 2, NULL, 0, tokens};
     store_key key = {id, "", ""};
     return B->append(h, &key, &in, clock_ms++, NULL) == PARLEY_OK ? 0 : -1;
 }

@@ -91,7 +91,7 @@ static store *fill(const store_backend *b, const char *location, unsigned long n
         /* turns interleave across conversations, as they do in a busy home */
         snprintf(conv, sizeof conv, "conv-%lu", t % (turns / TURNS_PER_CONVERSATION));
         store_key key = {conv, "", ""};
-        store_turn turn = {tid, when, when + MESSAGES_PER_TURN, msgs, MESSAGES_PER_TURN, NULL, 0};
+        store_turn turn = {tid, when, when + MESSAGES_PER_TURN, msgs, MESSAGES_PER_TURN, NULL, 0, 0};
         if (b->append(s, &key, &turn, when + MESSAGES_PER_TURN, &err) != PARLEY_OK) {
             fprintf(stderr, "query-bench: append: %s\n", err ? err : "?");
             exit(1);

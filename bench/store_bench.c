@@ -96,7 +96,7 @@ static int one_turn(const store_backend *b, store *s, const store_key *key, unsi
                       "40 percent. Anything else for turn %u?\"}", i);
     store_message msgs[2] = {{mid[0], "user", now_ms, user, (size_t)ul, NULL, NULL, 0},
                              {mid[1], "assistant", now_ms, assistant, (size_t)al, NULL, NULL, 0}};
-    store_turn t = {tid, now_ms, now_ms, msgs, 2, NULL, 0};
+    store_turn t = {tid, now_ms, now_ms, msgs, 2, NULL, 0, (uint32_t)(ul + al + 2) / 4 + 1};
     rc |= b->append(s, key, &t, now_ms, NULL) != PARLEY_OK;
     return rc;
 }

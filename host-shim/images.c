@@ -80,8 +80,7 @@ char *shim_images_resolve(const char *images_json, char **err)
     }
     size_t i;
     json_t *item;
-    json_array_foreach(arr, i, item)
-    {
+    json_array_foreach(arr, i, item) {
         const char *path = json_string_value(json_object_get(item, "path"));
         if (!path)
             continue; /* {"url"} or anything else: the plugin checks it and names it */

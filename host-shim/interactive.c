@@ -147,8 +147,7 @@ static void print_missed_steps(const char *steps_json)
     size_t i;
     json_t *s;
     pthread_mutex_lock(&live_mu);
-    json_array_foreach(steps, i, s)
-    {
+    json_array_foreach(steps, i, s) {
         const char *type = json_string_value(json_object_get(s, "type"));
         const char *id = json_string_value(json_object_get(s, "call_id"));
         struct live_step *seen = live_find(id);
@@ -353,10 +352,8 @@ static void print_history_compact(const char *json)
     json_t *h = json ? json_loads(json, 0, NULL) : NULL;
     size_t i, j, k;
     json_t *turn, *m, *call;
-    json_array_foreach(json_object_get(h, "turns"), i, turn)
-    {
-        json_array_foreach(json_object_get(turn, "messages"), j, m)
-        {
+    json_array_foreach(json_object_get(h, "turns"), i, turn) {
+        json_array_foreach(json_object_get(turn, "messages"), j, m) {
             const char *role = json_string_value(json_object_get(m, "role"));
             json_t *content = json_object_get(m, "content");
             char *prefix = NULL;
@@ -374,8 +371,7 @@ static void print_history_compact(const char *json)
             } else if (content && !json_is_null(content)) {
                 print_value(prefix, content, ""); /* content parts: compact JSON */
             }
-            json_array_foreach(json_object_get(m, "tool_calls"), k, call)
-            {
+            json_array_foreach(json_object_get(m, "tool_calls"), k, call) {
                 json_t *fn = json_object_get(call, "function");
                 const char *name = json_string_value(json_object_get(fn, "name"));
                 const char *args = json_string_value(json_object_get(fn, "arguments"));
@@ -410,8 +406,7 @@ static void search(const char *text)
     }
     size_t i;
     json_t *m;
-    json_array_foreach(st == PARLEY_OK ? json_object_get(r, "messages") : NULL, i, m)
-    {
+    json_array_foreach(st == PARLEY_OK ? json_object_get(r, "messages") : NULL, i, m) {
         const char *content =
             json_string_value(json_object_get(json_object_get(m, "message"), "content"));
         char *line = strdup(content ? content : "");
@@ -465,8 +460,7 @@ static json_t *effective_options(void)
     json_t *eff = json_object();
     const char *name;
     json_t *p;
-    json_object_foreach(json_object_get(schema, "properties"), name, p)
-    {
+    json_object_foreach(json_object_get(schema, "properties"), name, p) {
         json_t *v = g_shim.options ? json_object_get(g_shim.options, name) : NULL;
         if (!v)
             v = json_object_get(p, "default");

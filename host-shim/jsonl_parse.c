@@ -94,8 +94,7 @@ static struct problem turn_problem(json_t *obj)
 {
     const char *key;
     json_t *v;
-    json_object_foreach(obj, key, v)
-    {
+    json_object_foreach(obj, key, v) {
         if (!known_turn_key(key))
             return (struct problem){"unknown key \"%s\"", key};
     }
@@ -247,8 +246,7 @@ static struct problem op_problem(json_t *obj, const char *name, const struct op_
         return (struct problem){NULL, NULL}; /* the plugin checks every key */
     const char *key;
     json_t *v;
-    json_object_foreach(obj, key, v)
-    {
+    json_object_foreach(obj, key, v) {
         if (takes_persona(def) &&
             (strcmp(key, "persona") == 0 || strcmp(key, "interface_type") == 0)) {
             if (!json_is_string(v))

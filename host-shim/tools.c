@@ -277,16 +277,14 @@ static int load_file(const char *path, char **err)
     }
     size_t i;
     json_t *e;
-    json_array_foreach(arr, i, e)
-    {
+    json_array_foreach(arr, i, e) {
         if (!json_is_object(e)) {
             entry_error(err, path, i, "not an object");
             goto out;
         }
         const char *key;
         json_t *v;
-        json_object_foreach(e, key, v)
-        {
+        json_object_foreach(e, key, v) {
             static const char *known[] = {"name",  "description", "parameters",  "result",
                                           "error", "delay_ms",    "from_thread", "never"};
             int ok = 0;

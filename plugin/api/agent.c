@@ -14,6 +14,7 @@
 #include "lib/buf.h"
 #include "lib/clock.h"
 #include "lib/host_log.h"
+#include "lib/json_keys.h"
 #include "api/query.h"
 #include "config/selector.h"
 #include "context/window.h"
@@ -94,13 +95,25 @@ static void agent_free(parley_agent *a)
     free(a);
 }
 
+static parley_agent *create_agent(const parley_host *host, const char *options_json,
+                                  const store_backend *backend, char **error);
+
 parley_agent *agent_create(const parley_host *host, const char *options_json, char **error)
 {
-    return agent_create_with_store(host, options_json, NULL, error);
+    return create_agent(host, options_json, NULL, error);
 }
 
+#ifdef PARLEY_TEST_HOOKS
 parley_agent *agent_create_with_store(const parley_host *host, const char *options_json,
                                       const store_backend *backend, char **error)
+{
+    return create_agent(host, options_json, backend, error);
+}
+#endif
+
+/* backend NULL: the one history_store names (always, outside the tests). */
+static parley_agent *create_agent(const parley_host *host, const char *options_json,
+                                  const store_backend *backend, char **error)
 {
     char *err = NULL;
     pthread_once(&curl_once, init_curl);
@@ -664,12 +677,13 @@ parley_status agent_message_get(parley_agent *a, const char *message_id, char **
 
 /* A selector's persona must be one of the current options' personas ("" = none;
  * "*" = every persona, where the selector allowed it). */
-static int check_selector_persona(parley_agent *a, const selector *sel, char **err)
+static parley_status check_selector_persona(parley_agent *a, const selector *sel, char **err)
 {
     if (sel->every_persona || !*sel->key.persona)
-        return 0;
+        return PARLEY_OK;
     agent_config *cfg = current_config(a);
-    int rc = persona_check_name(&cfg->personas, sel->key.persona, 0, "selector 'persona'", err);
+    parley_status rc =
+        persona_check_name(&cfg->personas, sel->key.persona, 0, "selector 'persona'", err);
     config_unref(cfg);
     return rc;
 }
@@ -698,7 +712,7 @@ parley_status agent_history_get_by(parley_agent *a, const char *selector_json, c
         free(err);
         return PARLEY_ERR_INVALID_INPUT;
     }
-    if (check_selector_persona(a, &sel, &err) != 0) {
+    if (check_selector_persona(a, &sel, &err) != PARLEY_OK) {
         *out = err ? input_error_json("persona", err) : NULL;
         free(err);
         selector_free(&sel);
@@ -733,7 +747,7 @@ parley_status agent_message_find(parley_agent *a, const char *selector_json, cha
     parley_status st = PARLEY_ERR_INVALID_INPUT;
     if (!sel.interface_message_id) {
         *out = input_error_json("interface_message_id", "interface_message_id: required");
-    } else if (check_selector_persona(a, &sel, &err) != 0) {
+    } else if (check_selector_persona(a, &sel, &err) != PARLEY_OK) {
         *out = err ? input_error_json("persona", err) : NULL;
     } else {
         pbuf b = PBUF_INIT;
@@ -874,26 +888,32 @@ parley_status agent_conversations_list_by(parley_agent *a, const char *filter_js
             *out = input_error_json("filter", "must be a JSON object");
             return PARLEY_ERR_INVALID_INPUT;
         }
-        const char *key;
-        json_t *v;
-        json_object_foreach(filter, key, v) {
-            int persona = strcmp(key, "persona") == 0;
-            if ((!persona && strcmp(key, "interface_type") != 0) || !json_is_string(v)) {
-                *out = input_error_json(key, persona || strcmp(key, "interface_type") == 0
-                                                 ? "must be a string"
-                                                 : "unknown key (expected persona, interface_type)");
-                json_decref(filter);
-                return PARLEY_ERR_INVALID_INPUT;
-            }
-            *(persona ? &want_persona : &want_interface) = json_string_value(v);
+        static const char *const known[] = {"persona", "interface_type", NULL};
+        char *why = NULL;
+        parley_status st = json_keys_check(filter, known, "filter", &why);
+        json_t *persona = json_object_get(filter, "persona");
+        json_t *interface = json_object_get(filter, "interface_type");
+        const char *field = st != PARLEY_OK                            ? "filter"
+                            : persona && !json_is_string(persona)     ? "persona"
+                            : interface && !json_is_string(interface) ? "interface_type"
+                                                                      : NULL;
+        if (field) {
+            *out = why || st == PARLEY_OK ? input_error_json(field, why ? why : "must be a string")
+                                          : NULL;
+            free(why);
+            json_decref(filter);
+            return st == PARLEY_OK ? PARLEY_ERR_INVALID_INPUT : st;
         }
+        want_persona = json_string_value(persona);
+        want_interface = json_string_value(interface);
     }
     char *err = NULL;
     if (want_persona && *want_persona) {
         agent_config *cfg = current_config(a);
-        int rc = persona_check_name(&cfg->personas, want_persona, 0, "filter 'persona'", &err);
+        parley_status rc =
+            persona_check_name(&cfg->personas, want_persona, 0, "filter 'persona'", &err);
         config_unref(cfg);
-        if (rc != 0) {
+        if (rc != PARLEY_OK) {
             *out = err ? input_error_json("persona", err) : NULL;
             free(err);
             json_decref(filter);
@@ -941,7 +961,7 @@ parley_status agent_history_clear_by(parley_agent *a, const char *selector_json)
         free(err);
         return PARLEY_ERR_INVALID_INPUT;
     }
-    if (check_selector_persona(a, &sel, &err) != 0) {
+    if (check_selector_persona(a, &sel, &err) != PARLEY_OK) {
         host_log(&a->host, PARLEY_LOG_WARN, "history_clear_by: %s", err ? err : "invalid");
         last_error_set("%s", err ? err : "invalid selector");
         free(err);

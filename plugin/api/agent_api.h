@@ -7,10 +7,13 @@
 #include "store/store.h"
 
 parley_agent *agent_create(const parley_host *host, const char *options_json, char **error);
-/* For tests: as agent_create, with `backend` (NULL: the one history_store names) opened
- * at the location history_store gives. */
+#ifdef PARLEY_TEST_HOOKS
+/* For tests only (parley_core, never parley.so: plugin/CMakeLists.txt): as agent_create,
+ * with `backend` (NULL: the one history_store names) opened at the location history_store
+ * gives. */
 parley_agent *agent_create_with_store(const parley_host *host, const char *options_json,
                                       const store_backend *backend, char **error);
+#endif
 void agent_destroy(parley_agent *a);
 parley_status agent_async_process(parley_agent *a, const parley_input *in, parley_done_fn done,
                                   void *user_data, parley_request_id *request_id, char **error);

@@ -109,7 +109,8 @@ static parley_status transport_error(CURLcode code, const char *detail, const pa
 static parley_status status_error(long status, const char *body, size_t len,
                                   const parley_options *o, const char *url, char **error)
 {
-    char *text = provider_find(o->provider)->error_text(body, len); /* the server's words */
+    const provider *p = provider_find(o->provider);
+    char *text = p->error_text(body, len); /* the server's words */
     const char *sep = text ? ": " : "";
     const char *said = text ? text : "";
     if (status == 401 || status == 403) {
@@ -120,14 +121,8 @@ static parley_status status_error(long status, const char *body, size_t len,
             *error = pstr_printf("the server wants an API key (HTTP %ld from %s%s%s); set "
                                  "api_key or api_key_env", status, url, sep, said);
     } else if (status == 404) {
-        size_t n = strlen(o->base_url);
-        int has_v1 = n >= 3 && strcmp(o->base_url + n - 3, "/v1") == 0;
-        int openai = strcmp(o->provider, "openai") == 0;
-        *error = pstr_printf("%s was not found (HTTP 404%s%s); %s", url, sep, said,
-                             !openai ? "is base_url the server's API root, and provider right?"
-                             : has_v1 ? "is base_url the server's OpenAI-compatible API root?"
-                                      : "OpenAI-compatible servers usually serve under /v1: try "
-                                        "base_url ending in /v1");
+        *error = pstr_printf("%s was not found (HTTP 404%s%s); is base_url the server's API "
+                             "root, and provider right? (%s)", url, sep, said, p->not_found_hint);
     } else {
         *error = pstr_printf("%s answered HTTP %ld%s%s", url, status, sep, said);
     }

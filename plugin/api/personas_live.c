@@ -106,13 +106,12 @@ static parley_status change_persona(parley_agent *a, const char *name, json_t *d
 }
 
 /* A name a host may give: a non-empty string (the personas option checks the rest). */
-static int bad_name(const char *name, char **error)
+static parley_status check_name(const char *name, char **error)
 {
     if (name && *name && strcmp(name, "*") != 0)
-        return 0;
-    refuse(error, PARLEY_ERR_INVALID_INPUT,
-           pstr_printf("name: a persona needs a non-empty name other than \"*\""));
-    return 1;
+        return PARLEY_OK;
+    return refuse(error, PARLEY_ERR_INVALID_INPUT,
+                  pstr_printf("name: a persona needs a non-empty name other than \"*\""));
 }
 
 parley_status agent_persona_put(parley_agent *a, const char *name, const char *persona_json,
@@ -122,7 +121,7 @@ parley_status agent_persona_put(parley_agent *a, const char *name, const char *p
         *error = NULL;
     if (!a)
         return refuse(error, PARLEY_ERR_INVALID_INPUT, pstr_printf("agent is NULL"));
-    if (bad_name(name, error))
+    if (check_name(name, error) != PARLEY_OK)
         return PARLEY_ERR_INVALID_INPUT;
     json_error_t jerr;
     json_t *def = persona_json ? json_loads(persona_json, JSON_REJECT_DUPLICATES, &jerr) : NULL;
@@ -143,7 +142,7 @@ parley_status agent_persona_remove(parley_agent *a, const char *name, char **err
         *error = NULL;
     if (!a)
         return refuse(error, PARLEY_ERR_INVALID_INPUT, pstr_printf("agent is NULL"));
-    if (bad_name(name, error))
+    if (check_name(name, error) != PARLEY_OK)
         return PARLEY_ERR_INVALID_INPUT;
     return change_persona(a, name, NULL, error);
 }

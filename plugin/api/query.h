@@ -30,8 +30,4 @@ void query_request_free(query_request *r);
 /* The cursor continuing r's query after position `last` (malloc'd; NULL on OOM). */
 char *query_cursor(const store_query *q, uint64_t last);
 
-/* An RFC 3339 time ("2026-11-22T19:31:00Z", "...00.123+01:00") as ms since
- * the epoch; -1 if it is not one (or before 1970). */
-int query_parse_time(const char *text, uint64_t *ms);
-
 #endif

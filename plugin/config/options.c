@@ -57,13 +57,11 @@ static const char *json_types_of(const char *name)
 #define BIG 9.0e15
 
 static const opt_spec SPECS[] = {
-    {"provider", OPT_STRING, OFF(provider), 0, 0, "\"openai\"",
-     "Wire format of the LLM server: \"openai\" (Chat Completions, any compatible server), "
-     "\"anthropic\" (Messages API) or \"ollama\" (native /api/chat)"},
+    /* provider and base_url: the names, the default and the URLs in their help are the
+       registry's (provider/provider_options.c) */
+    {"provider", OPT_STRING, OFF(provider), 0, 0, NULL, "Wire format of the LLM server"},
     {"base_url", OPT_NSTRING, OFF(base_url), 0, 0, "null",
-     "API root; null = the provider's default (openai: http://127.0.0.1:11434/v1, requests to "
-     "<base_url>/chat/completions; anthropic: https://api.anthropic.com, to <base_url>/v1/messages; "
-     "ollama: http://127.0.0.1:11434, to <base_url>/api/chat)"},
+     "API root; null = the provider's default"},
     {"model", OPT_STRING, OFF(model), 0, 0, NULL, "Model name sent with every request (required)"},
     {"api_key", OPT_NSTRING, OFF(api_key), 0, 0, "null",
      "API key sent as 'Authorization: Bearer' (anthropic: 'x-api-key'); never logged"},
@@ -123,6 +121,9 @@ static const opt_spec SPECS[] = {
      "Model that writes the summaries; null = the agent's (or persona's) model"},
     {"prompt_cache_key", OPT_BOOL, OFF(prompt_cache_key), 0, 0, "null",
      "openai: send the conversation as prompt_cache_key; null = only to OpenAI's own API"},
+    {"prompt_cache_ttl_ms", OPT_INT, OFF(prompt_cache_ttl_ms), 0, 86400000, "300000",
+     "How long the server keeps a conversation's prompt cached; a turn after a longer pause "
+     "is a free moment to cut the window down to its low mark; 0 = never cut for a pause"},
     {"max_conversations", OPT_INT, OFF(max_conversations), 1, 100000000, "10000",
      "Conversations kept; the least recently used is forgotten beyond it"},
     {"history_idle_timeout_s", OPT_INT, OFF(history_idle_timeout_s), 0, 31536000, "0",
@@ -458,15 +459,7 @@ static int finish_provider_details(parley_options *o, char **err)
         }
         json_decref(extra);
     }
-    if (check_tool_choice(o, err) != 0)
-        return -1;
-    if (o->thinking_budget_tokens > 0 && o->max_tokens > 0 &&
-        o->thinking_budget_tokens >= o->max_tokens) {
-        *err = pstr_printf("option 'thinking_budget_tokens': must be less than max_tokens (%lld)",
-                           (long long)o->max_tokens);
-        return -1;
-    }
-    return 0;
+    return check_tool_choice(o, err);
 }
 
 /*
@@ -671,14 +664,14 @@ static const char *closest_option(const char *key)
     return NULL;
 }
 
-int options_parse(const char *json_text, parley_options *o, char **err)
+parley_status options_parse(const char *json_text, parley_options *o, char **err)
 {
     *err = NULL;
     memset(o, 0, sizeof *o);
     if (apply_defaults(o) != 0) {
         options_free(o);
         *err = pstr_printf("out of memory");
-        return -1;
+        return PARLEY_ERR_NO_MEMORY;
     }
     json_error_t jerr;
     json_t *root = json_loads(json_text ? json_text : "", JSON_REJECT_DUPLICATES, &jerr);
@@ -719,13 +712,15 @@ int options_parse(const char *json_text, parley_options *o, char **err)
     if (finish(o, root, err) != 0)
         goto fail;
     json_decref(root);
-    return 0;
+    return PARLEY_OK;
 fail:
     json_decref(root);
     options_free(o);
-    if (!*err)
+    if (!*err) {
         *err = pstr_printf("out of memory");
-    return -1;
+        return PARLEY_ERR_NO_MEMORY;
+    }
+    return PARLEY_ERR_INVALID_OPTIONS;
 }
 
 void options_free(parley_options *o)

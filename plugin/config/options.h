@@ -14,9 +14,13 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "lib/plugin_status.h"
+
 typedef struct parley_options {
     /* LLM endpoint */
-    char *provider;              /* a codec of provider/provider.h's registry: checked there */
+    char *provider;              /* a codec of provider/provider.h's registry: checked, and
+                                    when not given set to its first, by provider_options_parse
+                                    (options_parse leaves it NULL) */
     char *base_url;              /* without trailing '/'; the provider's default when not given */
     char *model;
     char *api_key;               /* resolved from api_key or api_key_env; NULL = none */
@@ -79,20 +83,23 @@ typedef struct parley_options {
     int summarize;               /* fold turns that leave the window into a summary */
     char *summary_model;         /* NULL = the request's model */
     int prompt_cache_key;        /* openai: 1 send, 0 never, -1 (null) OpenAI's API only */
+    int64_t prompt_cache_ttl_ms; /* an idle gap past it is a free moment to cut; 0 = never */
     char *think;                 /* Ollama: JSON text (true/false/"high"...); NULL = not sent */
     /* tools, continued */
     char *tool_choice;           /* "auto", "none", "required" or a tool's name */
 } parley_options;
 
 /*
- * Parse and validate.  Returns 0, or -1 with *err (malloc'd) naming the
- * option: "option 'temperature': must be a number from 0 to 2".
- * On failure *opts holds nothing that needs freeing.
+ * Parse and validate.  PARLEY_OK, or PARLEY_ERR_INVALID_OPTIONS (NO_MEMORY) with
+ * *err (malloc'd) naming the option: "option 'temperature': must be a number
+ * from 0 to 2".  On failure *opts holds nothing that needs freeing.
  */
-int options_parse(const char *json_text, parley_options *opts, char **err);
+parley_status options_parse(const char *json_text, parley_options *opts, char **err);
 void options_free(parley_options *opts);
 
-/* JSON Schema of every option with its default and description (malloc'd). */
+/* JSON Schema of every option with its default and description (malloc'd); what the
+   provider registry knows (the `provider` option's names and default, the providers'
+   URLs) is added by provider_options_schema. */
 char *options_schema(void);
 
 #endif

@@ -48,6 +48,7 @@ static const option_ui ROWS[] = {
     {"summarize", "Summarize turns that leave the context", ADVANCED, 0, NULL},
     {"summary_model", "Model for summaries", ADVANCED, 0, NULL},
     {"prompt_cache_key", "Send the conversation as prompt_cache_key", ADVANCED, 0, NULL},
+    {"prompt_cache_ttl_ms", "Server prompt cache lifetime (ms)", ADVANCED, 0, NULL},
     {"max_conversations", "Conversations kept", ADVANCED, 0, NULL},
     {"history_idle_timeout_s", "Forget idle conversations after (s)", ADVANCED, 0, NULL},
     {"history_key_prefix", "Redis key prefix", ADVANCED, 0, NULL},

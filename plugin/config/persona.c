@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "lib/buf.h"
+#include "lib/json_keys.h"
 #include "lib/unicode_name.h"
 #include "lib/utf8.h"
 
@@ -62,12 +63,13 @@ static toolset *tool_subset(const char *who, json_t *names, const toolset *agent
         }
     }
     char *text = json_dumps(picked, JSON_COMPACT | JSON_PRESERVE_ORDER);
+    parley_status st = PARLEY_ERR_NO_MEMORY;
     if (text)
-        ts = toolset_parse(text, NULL, err); /* a repeated name is refused here, by name */
+        st = toolset_parse(text, NULL, &ts, err); /* a repeated name is refused here, by name */
     else
         *err = pstr_printf("out of memory");
     free(text);
-    if (!ts && *err && strncmp(*err, "out of memory", 13) != 0) {
+    if (st == PARLEY_ERR_INVALID_INPUT) {
         char *inner = *err;
         *err = pstr_printf("option 'personas': persona \"%s\": 'tools': %s", who, inner);
         free(inner);
@@ -79,41 +81,41 @@ done:
 }
 
 /* A number option of a persona: absent = the agent's (*dst untouched). */
-static int number_key(const char *who, json_t *obj, const char *key, double lo, double hi,
-                      double *dst, char **err)
+static parley_status number_key(const char *who, json_t *obj, const char *key, double lo,
+                                double hi, double *dst, char **err)
 {
     json_t *v = json_object_get(obj, key);
     if (!v)
-        return 0;
+        return PARLEY_OK;
     if (!json_is_number(v) || json_number_value(v) < lo || json_number_value(v) > hi) {
         *err = pstr_printf("option 'personas': persona \"%s\": '%s' must be a number from %g to "
                            "%g", who, key, lo, hi);
-        return -1;
+        return PARLEY_ERR_INVALID_OPTIONS;
     }
     *dst = json_number_value(v);
-    return 0;
+    return PARLEY_OK;
 }
 
-static int int_key(const char *who, json_t *obj, const char *key, int64_t lo, int64_t hi,
-                   int64_t *dst, char **err)
+static parley_status int_key(const char *who, json_t *obj, const char *key, int64_t lo,
+                             int64_t hi, int64_t *dst, char **err)
 {
     json_t *v = json_object_get(obj, key);
     if (!v)
-        return 0;
+        return PARLEY_OK;
     if (!json_is_integer(v) || json_integer_value(v) < lo || json_integer_value(v) > hi) {
         *err = pstr_printf("option 'personas': persona \"%s\": '%s' must be an integer from %lld "
                            "to %lld", who, key, (long long)lo, (long long)hi);
-        return -1;
+        return PARLEY_ERR_INVALID_OPTIONS;
     }
     *dst = json_integer_value(v);
-    return 0;
+    return PARLEY_OK;
 }
 
 static const char *const KEYS[] = {"prompt", "model", "temperature", "top_p", "max_tokens",
-                                   "tools", "max_history_turns"};
+                                   "tools", "max_history_turns", NULL};
 
-static int parse_one(const char *name, json_t *obj, const toolset *agent_tools, persona_spec *p,
-                     char **err)
+static parley_status parse_one(const char *name, json_t *obj, const toolset *agent_tools,
+                               persona_spec *p, char **err)
 {
     p->temperature = p->top_p = -1;
     p->max_history_turns = -1;
@@ -122,40 +124,32 @@ static int parse_one(const char *name, json_t *obj, const toolset *agent_tools, 
     if (!valid_name(name)) {
         *err = pstr_printf("option 'personas': a persona name must be 1 to %d bytes of UTF-8 "
                            "without control characters", PERSONA_MAX_NAME);
-        return -1;
+        return PARLEY_ERR_INVALID_OPTIONS;
     }
     unsigned cp = 0;
     const char *why = unicode_name_problem(name, strlen(name), &cp);
     if (why) { /* names that print alike must be one persona: see unicode_name.h */
         *err = pstr_printf("option 'personas': persona \"%s\": holds U+%04X, %s; write names in "
                            "NFC without invisible characters", name, cp, why);
-        return -1;
+        return PARLEY_ERR_INVALID_OPTIONS;
     }
     if (!json_is_object(obj)) {
         *err = pstr_printf("option 'personas': persona \"%s\": must be an object with a 'prompt'",
                            name);
-        return -1;
+        return PARLEY_ERR_INVALID_OPTIONS;
     }
-    const char *key;
-    json_t *v;
-    json_object_foreach(obj, key, v) {
-        size_t k = 0;
-        while (k < sizeof KEYS / sizeof KEYS[0] && strcmp(KEYS[k], key) != 0)
-            k++;
-        if (k == sizeof KEYS / sizeof KEYS[0]) {
-            char *q = utf8_quotable(key, strlen(key), 64);
-            *err = pstr_printf("option 'personas': persona \"%s\": unknown key \"%s\" "
-                               "(known: prompt, model, temperature, top_p, max_tokens, tools, "
-                               "max_history_turns)", name, q ? q : "?");
-            free(q);
-            return -1;
-        }
-    }
+    char *what = pstr_printf("option 'personas': persona \"%s\"", name);
+    parley_status st = what ? json_keys_check(obj, KEYS, what, err) : PARLEY_ERR_NO_MEMORY;
+    free(what);
+    if (st == PARLEY_ERR_NO_MEMORY)
+        goto oom;
+    if (st != PARLEY_OK)
+        return PARLEY_ERR_INVALID_OPTIONS; /* an unknown key, in the options */
     const char *prompt = json_string_value(json_object_get(obj, "prompt"));
     if (!prompt) {
         *err = pstr_printf("option 'personas': persona \"%s\": 'prompt' (a string) is required",
                            name);
-        return -1;
+        return PARLEY_ERR_INVALID_OPTIONS;
     }
     if (!(p->prompt = strdup(prompt)))
         goto oom;
@@ -163,26 +157,27 @@ static int parse_one(const char *name, json_t *obj, const toolset *agent_tools, 
     if (model && (!json_is_string(model) || !*json_string_value(model))) {
         *err = pstr_printf("option 'personas': persona \"%s\": 'model' must be a non-empty string",
                            name);
-        return -1;
+        return PARLEY_ERR_INVALID_OPTIONS;
     }
     if (model && !(p->model = strdup(json_string_value(model))))
         goto oom;
-    if (number_key(name, obj, "temperature", 0, 2, &p->temperature, err) != 0 ||
-        number_key(name, obj, "top_p", 0, 1, &p->top_p, err) != 0 ||
-        int_key(name, obj, "max_tokens", 1, 1048576, &p->max_tokens, err) != 0 ||
-        int_key(name, obj, "max_history_turns", 0, 100000, &p->max_history_turns, err) != 0)
-        return -1;
+    if (number_key(name, obj, "temperature", 0, 2, &p->temperature, err) != PARLEY_OK ||
+        number_key(name, obj, "top_p", 0, 1, &p->top_p, err) != PARLEY_OK ||
+        int_key(name, obj, "max_tokens", 1, 1048576, &p->max_tokens, err) != PARLEY_OK ||
+        int_key(name, obj, "max_history_turns", 0, 100000, &p->max_history_turns, err) !=
+            PARLEY_OK)
+        return PARLEY_ERR_INVALID_OPTIONS;
     json_t *tools = json_object_get(obj, "tools");
     if (tools && !(p->tools = tool_subset(name, tools, agent_tools, err)))
-        return -1;
-    return 0;
+        return PARLEY_ERR_INVALID_OPTIONS;
+    return PARLEY_OK;
 oom:
     *err = pstr_printf("out of memory");
-    return -1;
+    return PARLEY_ERR_NO_MEMORY;
 }
 
-int persona_set_parse(const char *json_object, const toolset *agent_tools, persona_set *out,
-                      char **err)
+parley_status persona_set_parse(const char *json_object, const toolset *agent_tools,
+                                persona_set *out, char **err)
 {
     memset(out, 0, sizeof *out);
     *err = NULL;
@@ -190,24 +185,24 @@ int persona_set_parse(const char *json_object, const toolset *agent_tools, perso
     if (!json_is_object(root)) {
         json_decref(root);
         *err = pstr_printf("option 'personas': must be an object: name -> {\"prompt\": ...}");
-        return -1;
+        return PARLEY_ERR_INVALID_OPTIONS;
     }
     size_t n = json_object_size(root);
     if (n && !(out->items = calloc(n, sizeof *out->items))) {
         json_decref(root);
         *err = pstr_printf("out of memory");
-        return -1;
+        return PARLEY_ERR_NO_MEMORY;
     }
     const char *name;
     json_t *v;
-    int rc = 0;
+    parley_status rc = PARLEY_OK;
     json_object_foreach(root, name, v) {
         rc = parse_one(name, v, agent_tools, &out->items[out->n++], err);
-        if (rc != 0)
+        if (rc != PARLEY_OK)
             break;
     }
     json_decref(root);
-    if (rc != 0)
+    if (rc != PARLEY_OK)
         persona_set_free(out);
     return rc;
 }
@@ -232,11 +227,11 @@ const persona_spec *persona_find(const persona_set *s, const char *name)
     return NULL;
 }
 
-int persona_check_name(const persona_set *s, const char *name, int all_ok, const char *where,
-                       char **err)
+parley_status persona_check_name(const persona_set *s, const char *name, int all_ok,
+                                 const char *where, char **err)
 {
     if (!*name || persona_find(s, name) || (all_ok && strcmp(name, "*") == 0))
-        return 0;
+        return PARLEY_OK;
     char *names = persona_names(s);
     char *q = utf8_quotable(name, strlen(name), 64); /* the host's bytes: maybe not UTF-8 */
     unsigned cp = 0;
@@ -249,7 +244,7 @@ int persona_check_name(const persona_set *s, const char *name, int all_ok, const
     free(hint);
     free(q);
     free(names);
-    return -1;
+    return *err ? PARLEY_ERR_INVALID_INPUT : PARLEY_ERR_NO_MEMORY;
 }
 
 char *persona_names(const persona_set *s)

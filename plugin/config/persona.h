@@ -19,6 +19,7 @@
 #include <pthread.h>
 
 #include "lib/buf.h"
+#include "lib/plugin_status.h"
 #include "config/options.h"
 #include "config/series.h"
 #include "config/toolset.h"
@@ -43,12 +44,12 @@ typedef struct persona_set {
 
 /*
  * Parse the `personas` option (a JSON object name -> settings) against the
- * agent's tools.  0, or -1 with *err (malloc'd) naming the persona and the
- * key: "option 'personas': persona \"chef\": tool \"oven\" is not one of the
- * agent's tools".
+ * agent's tools.  PARLEY_OK, or PARLEY_ERR_INVALID_OPTIONS (or NO_MEMORY) with
+ * *err (malloc'd) naming the persona and the key: "option 'personas': persona
+ * \"chef\": tool \"oven\" is not one of the agent's tools".
  */
-int persona_set_parse(const char *json_object, const toolset *agent_tools, persona_set *out,
-                      char **err);
+parley_status persona_set_parse(const char *json_object, const toolset *agent_tools,
+                                persona_set *out, char **err);
 void persona_set_free(persona_set *s);
 
 /* The persona called `name`, or NULL. */
@@ -57,11 +58,12 @@ const persona_spec *persona_find(const persona_set *s, const char *name);
 /*
  * Check a persona name from a host (input `persona`, a history selector's
  * "persona"): "" is the agent's own (no persona), "*" every persona (only
- * where all_ok), else it must be one of the set.  0, or -1 with *err
- * (malloc'd): "<where>: unknown persona \"pirate\" (personas: \"chef\")".
+ * where all_ok), else it must be one of the set.  PARLEY_OK, or
+ * PARLEY_ERR_INVALID_INPUT with *err (malloc'd): "<where>: unknown persona
+ * \"pirate\" (personas: \"chef\")".
  */
-int persona_check_name(const persona_set *s, const char *name, int all_ok, const char *where,
-                       char **err);
+parley_status persona_check_name(const persona_set *s, const char *name, int all_ok,
+                                 const char *where, char **err);
 
 /* Names of every persona for a message ("\"chef\", \"butler\""), malloc'd. */
 char *persona_names(const persona_set *s);

@@ -13,6 +13,8 @@
 
 #include <jansson.h>
 
+#include "lib/plugin_status.h"
+
 typedef struct response_format {
     char *name;        /* ^[a-zA-Z0-9_-]{1,64}$; "response" when not given */
     char *description; /* what the answer is, for the model; NULL = none */
@@ -25,11 +27,11 @@ typedef struct response_format {
 
 /*
  * Parse {"name"?, "schema"?, "strict"?, "description"?} (JSON text).
- * Returns the new format, or NULL with *err (malloc'd: "name: must be ...",
- * "schema.properties.x.type: unknown type ..."; "out of memory" when that is
- * why).
+ * PARLEY_OK with *out the new format, or PARLEY_ERR_INVALID_INPUT with *out
+ * NULL and *err (malloc'd: "name: must be ...", "schema.properties.x.type:
+ * unknown type ..."); PARLEY_ERR_NO_MEMORY with *err "out of memory".
  */
-response_format *response_format_parse(const char *json_text, char **err);
+parley_status response_format_parse(const char *json_text, response_format **out, char **err);
 void response_format_free(response_format *rf);
 
 #endif

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "lib/buf.h"
+#include "lib/json_keys.h"
 #include "lib/utf8.h"
 
 /* 1..max bytes of UTF-8 without NUL, and without control characters unless allowed
@@ -91,6 +92,14 @@ parley_status selector_parse(const char *json, int flags, selector *sel, char **
     if (!json_is_object(sel->root))
         return refuse(sel, "selector", err,
                       pstr_printf("selector: must be a JSON object with \"conversation_id\""));
+    if (!(flags & SELECTOR_OTHER_KEYS)) {
+        const char *const known[] = {
+            "conversation_id", "interface_type", "persona",
+            flags & SELECTOR_INTERFACE_MESSAGE_ID ? "interface_message_id" : NULL, NULL};
+        char *why = NULL;
+        if (json_keys_check(sel->root, known, "selector", &why) != PARLEY_OK)
+            return refuse(sel, "selector", err, why);
+    }
     const char *key;
     json_t *v;
     json_object_foreach(sel->root, key, v) {
@@ -126,12 +135,6 @@ parley_status selector_parse(const char *json, int flags, selector *sel, char **
                               pstr_printf("interface_message_id: must be 1 to %d bytes of "
                                           "UTF-8", STORE_MAX_INTERFACE_MESSAGE_ID));
             sel->interface_message_id = json_string_value(v);
-        } else if (!(flags & SELECTOR_OTHER_KEYS)) {
-            return refuse(sel, "selector", err,
-                          pstr_printf("selector: unknown key \"%s\" (expected conversation_id, "
-                                      "interface_type, persona%s)",
-                                      key, flags & SELECTOR_INTERFACE_MESSAGE_ID
-                                               ? ", interface_message_id" : ""));
         }
     }
     if (!sel->key.conversation_id)

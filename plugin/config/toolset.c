@@ -88,9 +88,12 @@ static json_t *normalise(json_t *decl, size_t i, char **err)
     return json_pack("{s:s,s:o}", "type", "function", "function", out_fn);
 }
 
-toolset *toolset_parse(const char *json_text, const toolset *base, char **err)
+parley_status toolset_parse(const char *json_text, const toolset *base, toolset **result,
+                            char **err)
 {
+    *result = NULL;
     *err = NULL;
+    parley_status st = PARLEY_ERR_INVALID_INPUT;
     json_error_t jerr;
     json_t *arr = json_loads(json_text ? json_text : "[]", 0, &jerr);
     json_t *out = base ? json_loads(base->json, 0, NULL) : json_array();
@@ -135,15 +138,17 @@ toolset *toolset_parse(const char *json_text, const toolset *base, char **err)
         goto oom;
     json_decref(arr);
     json_decref(out);
-    return t;
+    *result = t;
+    return PARLEY_OK;
 oom:
     free(*err);
     *err = strdup("out of memory");
+    st = PARLEY_ERR_NO_MEMORY;
 fail:
     json_decref(arr);
     json_decref(out);
     toolset_free(t);
-    return NULL;
+    return *err ? st : PARLEY_ERR_NO_MEMORY;
 }
 
 void toolset_free(toolset *t)
@@ -156,7 +161,5 @@ void toolset_free(toolset *t)
     free(t->json);
     free(t);
 }
-
-size_t toolset_count(const toolset *t) { return t ? t->count : 0; }
 
 const char *toolset_json(const toolset *t) { return t && t->json ? t->json : "[]"; }

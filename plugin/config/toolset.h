@@ -8,6 +8,8 @@
 
 #include <stddef.h>
 
+#include "lib/plugin_status.h"
+
 typedef struct toolset toolset;
 
 /*
@@ -15,12 +17,13 @@ typedef struct toolset toolset;
  * OpenAI's {"type":"function","function":{...}}.  Names must match
  * [A-Za-z0-9_-]{1,64} and be unique (also against `base`, which may be
  * NULL); parameters must be a JSON Schema object (default: an empty object
- * schema).  Returns the merged set (base's tools first), or NULL with *err.
+ * schema).  PARLEY_OK with *out the merged set (base's tools first), or
+ * PARLEY_ERR_INVALID_INPUT (NO_MEMORY) with *out NULL and *err (malloc'd).
  */
-toolset *toolset_parse(const char *json_array, const toolset *base, char **err);
+parley_status toolset_parse(const char *json_array, const toolset *base, toolset **out,
+                            char **err);
 void toolset_free(toolset *t);
 
-size_t toolset_count(const toolset *t);
 int toolset_has(const toolset *t, const char *name);
 /* The OpenAI `tools` array as compact JSON text, "[]" when empty. */
 const char *toolset_json(const toolset *t);

@@ -13,6 +13,7 @@ void ctx_window_free(ctx_window *w)
 {
     free(w->end);
     free(w->nmsgs);
+    free(w->tokens);
     free(w->rec.summary);
     free(w->rec.next);
     pbuf_free(&w->record);
@@ -95,6 +96,42 @@ static void skip_messages(pbuf *text, size_t k, pbuf *into)
     text->len -= s.at;
 }
 
+/*
+ * Each turn of the window takes the sizes the store kept for its turns
+ * (w->tokens).  The store's turns nest in the window's (a turn is split at
+ * user messages; an announcement is a stored turn of its own inside one):
+ * a window turn's size is the sum of those it holds, and unknown (0: its
+ * bytes are estimated) when any of them is, or when they do not line up
+ * with it.  `skipped`: the loaded messages before the window.
+ */
+static void take_sizes(ctx_window *w, const store_sizes *z, size_t loaded, size_t skipped)
+{
+    uint64_t all = 0;
+    for (size_t j = 0; j < z->n; j++)
+        all += z->turn[j].nmessages;
+    if (z->oom || all != loaded || !w->tokens) /* not what was loaded: every turn estimated */
+        return;
+    uint64_t at = skipped, s_at = 0; /* a window turn's first message, a stored turn's */
+    size_t j = 0;
+    for (size_t i = 0; i < w->nturns; i++) {
+        uint64_t end = at + w->nmsgs[i], sum = 0;
+        while (j < z->n && s_at + z->turn[j].nmessages <= at) /* stored turns before it */
+            s_at += z->turn[j++].nmessages;
+        int known = 1;
+        for (uint64_t p = at; known && p < end;) {
+            const store_turn_size *t = j < z->n ? &z->turn[j] : NULL;
+            known = t && s_at == p && t->nmessages && s_at + t->nmessages <= end && t->tokens;
+            if (known) {
+                sum += t->tokens;
+                p = s_at += t->nmessages;
+                j++;
+            }
+        }
+        w->tokens[i] = known && sum <= UINT32_MAX ? (uint32_t)sum : 0;
+        at = end;
+    }
+}
+
 parley_status ctx_load(store *s, const store_key *key, size_t max_turns, int summarize,
                        uint64_t now_ms, pbuf *history, size_t *nmessages, ctx_window *w, char **err)
 {
@@ -136,8 +173,12 @@ parley_status ctx_load(store *s, const store_key *key, size_t max_turns, int sum
     if (!summarize && max_turns && (!last || last > max_turns))
         last = max_turns;
     size_t n = 0;
-    if ((st = store_load(s, key, last, now_ms, history, &n, err)) != PARLEY_OK)
+    store_sizes sizes = {0};
+    if ((st = store_load_sized(s, key, last, now_ms, history, &n, &sizes, err)) != PARLEY_OK) {
+        free(sizes.turn);
         return st;
+    }
+    size_t loaded = n;
     if (n > since) {
         skip_messages(history, (size_t)(n - since), NULL);
         n = (size_t)since;
@@ -152,9 +193,11 @@ parley_status ctx_load(store *s, const store_key *key, size_t max_turns, int sum
     if (w->dropped_from > w->first)
         w->dropped_from = w->first;
     *nmessages = n;
-    if (history->oom || w->dropped.oom)
-        return PARLEY_ERR_NO_MEMORY;
-    return ctx_split(w, history) == 0 ? PARLEY_OK : PARLEY_ERR_NO_MEMORY;
+    int split = history->oom || w->dropped.oom ? -1 : ctx_split(w, history);
+    if (split == 0)
+        take_sizes(w, &sizes, loaded, loaded - n);
+    free(sizes.turn);
+    return split == 0 ? PARLEY_OK : PARLEY_ERR_NO_MEMORY;
 }
 
 /* ---- turns ---- */
@@ -189,13 +232,17 @@ static int split_one(void *ud, size_t offset, size_t len)
             if (end)
                 w->end = end;
             size_t *nmsgs = end ? realloc(w->nmsgs, cap * sizeof *nmsgs) : NULL;
-            if (!nmsgs) {
+            if (nmsgs)
+                w->nmsgs = nmsgs;
+            uint32_t *tokens = nmsgs ? realloc(w->tokens, cap * sizeof *tokens) : NULL;
+            if (!tokens) {
                 s->oom = 1;
                 return 1;
             }
-            w->nmsgs = nmsgs;
+            w->tokens = tokens;
             s->cap = cap;
         }
+        w->tokens[w->nturns] = 0;
         w->nmsgs[w->nturns++] = 0;
     }
     w->end[w->nturns - 1] = offset + len + 1;
@@ -209,7 +256,9 @@ int ctx_split(ctx_window *w, const pbuf *history)
     w->nturns = 0;
     free(w->end);
     free(w->nmsgs);
+    free(w->tokens);
     w->end = w->nmsgs = NULL;
+    w->tokens = NULL;
     if (history->len)
         each_message(history, split_one, &s);
     return s.oom ? -1 : 0;
@@ -223,10 +272,48 @@ int64_t ctx_tokens(size_t bytes, double factor)
     return (int64_t)t + 1;
 }
 
+uint32_t ctx_turn_tokens(const store_message *msgs, size_t n, double factor)
+{
+    if (factor <= 0) /* the server has said nothing yet: estimate at each load instead */
+        return 0;
+    size_t bytes = 0;
+    for (size_t i = 0; i < n; i++)
+        bytes += msgs[i].json_len + 1; /* as the window holds it: "m," */
+    int64_t t = ctx_tokens(bytes, factor);
+    return t < UINT32_MAX ? (uint32_t)t : UINT32_MAX;
+}
+
 static size_t bytes_from(const ctx_window *w, size_t turn)
 {
     size_t all = w->nturns ? w->end[w->nturns - 1] : 0;
     return all - (turn ? w->end[turn - 1] : 0);
+}
+
+/* Tokens of turns [from, to): the size stored with each where known, the
+ * rest estimated from their bytes. */
+static int64_t turns_tokens(const ctx_window *w, size_t from, size_t to, double factor)
+{
+    int64_t known = 0;
+    size_t unknown = 0;
+    for (size_t i = from; i < to; i++) {
+        if (w->tokens && w->tokens[i])
+            known += w->tokens[i];
+        else
+            unknown += w->end[i] - (i ? w->end[i - 1] : 0);
+    }
+    return known + (unknown || !known ? ctx_tokens(unknown, factor) : 0);
+}
+
+/* The request's size with its history counted as stored: body_tokens
+ * estimates all of the request from its bytes; the history's part of that
+ * gives way to turns_tokens.  *fixed receives the rest (prompt, tools,
+ * summary, the new input). */
+static int64_t body_counted(const ctx_window *w, const ctx_budget *b, int64_t body_tokens,
+                            int64_t *fixed)
+{
+    int64_t f = body_tokens - ctx_tokens(bytes_from(w, 0), b->factor);
+    *fixed = f > 0 ? f : 0;
+    return *fixed + turns_tokens(w, 0, w->nturns, b->factor);
 }
 
 static ctx_cut_reason trigger(const ctx_window *w, const ctx_budget *b, int64_t body_tokens,
@@ -241,7 +328,7 @@ static ctx_cut_reason trigger(const ctx_window *w, const ctx_budget *b, int64_t 
     if (w->start_lost)
         return b->max_turns && w->nturns >= b->max_turns ? CTX_CUT_TURNS : CTX_CUT_STORE;
     uint64_t last = w->life.last_message_ms;
-    if (last && now_ms > last && now_ms - last > CTX_IDLE_CUT_MS)
+    if (b->idle_ms && last && now_ms > last && now_ms - last > b->idle_ms)
         return CTX_CUT_IDLE;
     return CTX_CUT_NONE;
 }
@@ -253,12 +340,11 @@ size_t ctx_plan(const ctx_window *w, const ctx_budget *b, int64_t body_tokens, u
     if (!w->enabled || !w->nturns)
         return 0;
     int64_t limit = b->window - b->reserve - b->window * CTX_MARGIN_PERCENT / 100;
-    ctx_cut_reason r = trigger(w, b, body_tokens, limit, now_ms, force);
+    int64_t fixed;
+    int64_t body = body_counted(w, b, body_tokens, &fixed);
+    ctx_cut_reason r = trigger(w, b, body, limit, now_ms, force);
     if (r == CTX_CUT_NONE)
         return 0;
-    int64_t fixed = body_tokens - ctx_tokens(bytes_from(w, 0), b->factor);
-    if (fixed < 0)
-        fixed = 0;
     int64_t low = fixed + (limit > fixed ? (limit - fixed) * CTX_LOW_MARK_PERCENT / 100 : 0);
     size_t low_turns = SIZE_MAX;
     if (b->max_turns)
@@ -268,7 +354,7 @@ size_t ctx_plan(const ctx_window *w, const ctx_budget *b, int64_t body_tokens, u
     size_t n = 0;
     while (n < w->nturns) {
         size_t kept = w->nturns - n;
-        int fits = kept <= low_turns && fixed + ctx_tokens(bytes_from(w, n), b->factor) <= low;
+        int fits = kept <= low_turns && fixed + turns_tokens(w, n, w->nturns, b->factor) <= low;
         if (fits && !(force && n == 0))
             break;
         n++;
@@ -297,6 +383,7 @@ size_t ctx_cut(ctx_window *w, pbuf *history, size_t n, ctx_cut_reason why)
     for (size_t i = n; i < w->nturns; i++) {
         w->end[i - n] = w->end[i] - bytes;
         w->nmsgs[i - n] = w->nmsgs[i];
+        w->tokens[i - n] = w->tokens[i];
     }
     w->nturns -= n;
     w->first += msgs;
@@ -373,8 +460,9 @@ size_t ctx_ahead_turns(const ctx_window *w, const ctx_budget *b, int64_t body_to
         return 0;
     if (w->rec.next && w->rec.next_upto > w->first) /* one is waiting */
         return 0;
-    int near =
-        body_tokens > limit_of(b) * 8 / 10 || (b->max_turns && w->nturns + 1 >= b->max_turns);
+    int64_t fixed;
+    int near = body_counted(w, b, body_tokens, &fixed) > limit_of(b) * 8 / 10 ||
+               (b->max_turns && w->nturns + 1 >= b->max_turns);
     if (!near)
         return 0;
     /* What the cut will drop when it comes: by the turn bound, the window of
@@ -403,7 +491,8 @@ size_t ctx_cut_for_next(const ctx_window *w, const ctx_budget *b, int64_t body_t
         at += w->nmsgs[k++];
     if (at != w->rec.next_upto) /* not at a turn's start of this window */
         return n;
-    int64_t kept = body_tokens - ctx_tokens(w->end[k - 1], b->factor);
+    int64_t fixed;
+    int64_t kept = body_counted(w, b, body_tokens, &fixed) - turns_tokens(w, 0, k, b->factor);
     int fits = kept <= limit_of(b) && (!b->max_turns || w->nturns - k <= b->max_turns);
     if (!fits)
         return n;

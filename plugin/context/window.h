@@ -43,7 +43,17 @@
  * Tokens are estimated from bytes (4 per token, the usual figure for English
  * text and JSON) times a correction factor learned from what the server
  * reported for earlier requests (ctx_agent), so the budget holds as the
- * server counts.
+ * server counts.  Each turn keeps its size with it in the store
+ * (store_turn.tokens, ctx_turn_tokens): its bytes times the factor known
+ * when it was committed.  The window counts a stored turn by that size, and
+ * estimates only turns stored without one (before it was kept, or before
+ * the server reported anything), so a restart, or another host of a Redis
+ * store, counts the history as the host that wrote it did, before its own
+ * first request has taught it the factor.  The size is the corrected
+ * estimate, not a count the server gave: servers report whole prompts, and
+ * the difference between two prompts also holds what changed around the
+ * turn (the extra prompt, a cut, a summary) and the reasoning an answer's
+ * completion count includes but the history does not keep.
  *
  * Threads: ctx_load runs where the store is called (a store thread, or the
  * worker for the memory store); everything else on the worker.
@@ -62,7 +72,7 @@
 
 /* A turn after this long without a message is a free moment to cut: the
  * servers' caches have dropped the prompt by then (Anthropic 5 min, OpenAI
- * 5-10 min). */
+ * 5-10 min).  The default of prompt_cache_ttl_ms (ctx_budget.idle_ms). */
 #define CTX_IDLE_CUT_MS (5u * 60u * 1000u)
 /* A cut keeps this share of the history budget (and of max_history_turns). */
 #define CTX_LOW_MARK_PERCENT 50
@@ -147,6 +157,7 @@ typedef struct ctx_window {
     size_t nturns;         /* whole turns in the history held */
     size_t *end;           /* byte offset just past turn i (its last ',') */
     size_t *nmsgs;         /* messages of turn i */
+    uint32_t *tokens;      /* turn i's size as stored (store_turn.tokens); 0: estimated */
     ctx_cut_reason cut;    /* why this turn moved the start (NONE: it did not) */
     size_t cut_turns;      /* turns this turn's cuts dropped */
     pbuf record;           /* the record the commit writes */
@@ -160,6 +171,7 @@ typedef struct ctx_budget {
     int64_t reserve;  /* kept for the answer */
     size_t max_turns; /* max_history_turns; 0 = no bound */
     double factor;    /* correction factor (1 when none is known) */
+    uint64_t idle_ms; /* prompt_cache_ttl_ms: a longer idle gap is a free moment to cut; 0 = never */
 } ctx_budget;
 
 void ctx_window_free(ctx_window *w);
@@ -183,6 +195,12 @@ size_t ctx_reply_window(const ctx_window *w, size_t max_turns);
 
 /* Estimated tokens of `bytes` bytes of request text. */
 int64_t ctx_tokens(size_t bytes, double factor);
+
+/* The size to store with a turn being committed (store_turn.tokens): its
+ * messages' bytes as the window holds them, times `factor`, the correction
+ * learned from what the server reported for this model.  0 (unknown: the
+ * window estimates it at each load) while no factor is learned (factor <= 0). */
+uint32_t ctx_turn_tokens(const store_message *msgs, size_t n, double factor);
 
 /*
  * How many of the oldest turns to cut before sending a request whose body

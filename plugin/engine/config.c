@@ -74,8 +74,7 @@ agent_config *config_new(const char *options_json, char **err)
         return NULL;
     }
     char *terr = NULL;
-    c->tools = toolset_parse(c->opts.tools_json, NULL, &terr);
-    if (!c->tools) {
+    if (toolset_parse(c->opts.tools_json, NULL, &c->tools, &terr) != PARLEY_OK) {
         *err = pstr_printf("option 'tools': %s", terr ? terr : "out of memory");
         free(terr);
         config_free(c);

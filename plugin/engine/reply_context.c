@@ -6,27 +6,31 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "lib/json_keys.h"
 #include "lib/utf8.h"
 
-static int refuse(char **err, const char *why)
+static parley_status refuse(char **err, const char *why)
 {
     *err = pstr_printf("input 'reply_to_json': %s", why);
-    return *err ? -1 : -2;
+    return *err ? PARLEY_ERR_INVALID_INPUT : PARLEY_ERR_NO_MEMORY;
 }
 
-int reply_context_parse(const char *json, reply_context *rc, char **err)
+parley_status reply_context_parse(const char *json, reply_context *rc, char **err)
 {
     memset(rc, 0, sizeof *rc);
     json_error_t jerr;
     json_t *o = json_loads(json, JSON_REJECT_DUPLICATES, &jerr);
     const char *key = NULL;
     json_t *value = NULL;
-    int rc_out = 0;
+    parley_status rc_out = PARLEY_OK;
     if (!json_is_object(o) || json_object_size(o) != 1) {
         rc_out = refuse(err, "must be {\"turn_id\": \"<uuid>\"} or "
                              "{\"interface_message_id\": \"<id>\"}");
         goto out;
     }
+    static const char *const known[] = {"turn_id", "interface_message_id", NULL};
+    if ((rc_out = json_keys_check(o, known, "input 'reply_to_json'", err)) != PARLEY_OK)
+        goto out;
     json_object_foreach(o, key, value) {
         break; /* the one key */
     }
@@ -38,12 +42,12 @@ int reply_context_parse(const char *json, reply_context *rc, char **err)
             goto out;
         }
         if (!(rc->turn_id = strdup(s))) {
-            rc_out = -2;
+            rc_out = PARLEY_ERR_NO_MEMORY;
             goto out;
         }
         for (char *p = rc->turn_id; *p; p++) /* turn ids are minted in lower case */
             *p = (char)tolower((unsigned char)*p);
-    } else if (strcmp(key, "interface_message_id") == 0) {
+    } else { /* "interface_message_id" */
         if (!s || n == 0 || n > STORE_MAX_INTERFACE_MESSAGE_ID || !utf8_valid(s, n)) {
             char *why = pstr_printf("\"interface_message_id\" must be a string of 1 to %d bytes",
                                     STORE_MAX_INTERFACE_MESSAGE_ID);
@@ -52,15 +56,10 @@ int reply_context_parse(const char *json, reply_context *rc, char **err)
             goto out;
         }
         if (!(rc->interface_message_id = strdup(s)))
-            rc_out = -2;
-    } else {
-        char *why = pstr_printf("unknown key \"%s\" (use \"turn_id\" or \"interface_message_id\")",
-                                key);
-        rc_out = refuse(err, why ? why : "unknown key");
-        free(why);
+            rc_out = PARLEY_ERR_NO_MEMORY;
     }
 out:
-    if (rc_out == -2 && !*err)
+    if (rc_out == PARLEY_ERR_NO_MEMORY && !*err)
         *err = pstr_printf("out of memory");
     json_decref(o);
     return rc_out;

@@ -44,10 +44,10 @@ typedef struct reply_context {
     "exchange is repeated just before the latest message."
 
 /* Parse and check an input's reply_to_json into rc (zeroed first): exactly one
- * of {"turn_id": a UUID} or {"interface_message_id": 1..256 bytes}.  0; -1
- * with *err (malloc'd, naming reply_to_json) when it is not that; -2 out of
- * memory. */
-int reply_context_parse(const char *json, reply_context *rc, char **err);
+ * of {"turn_id": a UUID} or {"interface_message_id": 1..256 bytes}.  PARLEY_OK;
+ * PARLEY_ERR_INVALID_INPUT with *err (malloc'd, naming reply_to_json) when it is
+ * not that; PARLEY_ERR_NO_MEMORY with *err "out of memory". */
+parley_status reply_context_parse(const char *json, reply_context *rc, char **err);
 
 /* 1 when the input named a turn to reply to. */
 int reply_context_wanted(const reply_context *rc);

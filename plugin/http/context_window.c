@@ -2,7 +2,6 @@
 #include "http/context_window.h"
 
 #include <curl/curl.h>
-#include <jansson.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,73 +11,6 @@
 #include "provider/provider.h"
 
 #define WINDOW_MAX_BODY ((size_t)4 << 20) /* /api/show carries the template and license */
-
-static long long positive(const json_t *v)
-{
-    return json_is_integer(v) && json_integer_value(v) > 0 ? (long long)json_integer_value(v) : 0;
-}
-
-long long context_window_from_props(const char *body, size_t len)
-{
-    json_t *root = json_loadb(body ? body : "", body ? len : 0, 0, NULL);
-    long long n = positive(json_object_get(json_object_get(root, "default_generation_settings"),
-                                           "n_ctx"));
-    if (!n)
-        n = positive(json_object_get(root, "n_ctx"));
-    json_decref(root);
-    return n;
-}
-
-long long context_window_from_models(const char *body, size_t len, const char *model)
-{
-    json_t *root = json_loadb(body ? body : "", body ? len : 0, 0, NULL);
-    json_t *data = json_object_get(root, "data");
-    long long n = 0;
-    size_t i;
-    json_t *m;
-    json_array_foreach(data, i, m) {
-        const char *id = json_string_value(json_object_get(m, "id"));
-        if (model && id && strcmp(id, model) == 0)
-            n = positive(json_object_get(m, "max_model_len"));
-    }
-    if (!n && json_array_size(data) == 1)
-        n = positive(json_object_get(json_array_get(data, 0), "max_model_len"));
-    json_decref(root);
-    return n;
-}
-
-/* The number on the "num_ctx N" line of Ollama's parameters text, or 0. */
-static long long num_ctx_param(const char *params)
-{
-    for (const char *p = params; p && (p = strstr(p, "num_ctx")); p += 7) {
-        if (p != params && p[-1] != '\n')
-            continue;
-        const char *q = p + 7;
-        while (*q == ' ' || *q == '\t')
-            q++;
-        long long v = strtoll(q, NULL, 10);
-        if (v > 0)
-            return v;
-    }
-    return 0;
-}
-
-long long context_window_from_show(const char *body, size_t len, long long *num_ctx)
-{
-    json_t *root = json_loadb(body ? body : "", body ? len : 0, 0, NULL);
-    json_t *info = json_object_get(root, "model_info");
-    const char *arch = json_string_value(json_object_get(info, "general.architecture"));
-    long long n = 0;
-    *num_ctx = num_ctx_param(json_string_value(json_object_get(root, "parameters")));
-    if (arch) {
-        char *key = pstr_printf("%s.context_length", arch);
-        if (key)
-            n = positive(json_object_get(info, key));
-        free(key);
-    }
-    json_decref(root);
-    return n;
-}
 
 typedef struct {
     pbuf body;
@@ -144,100 +76,35 @@ static int fetch(const parley_options *o, const char *url, const char *post_body
     return 0;
 }
 
-/* GET or POST url; the body of a 2xx answer in *b (else empty).  -1 as fetch. */
-static int ask(const parley_options *o, const char *url, const char *post_body, window_body *b,
-               char **err)
+/* provider_ask_fn for the codec's questions: ctx is the options. */
+static int ask(void *ctx, const char *url, const char *post_body, pbuf *answer, char **err)
 {
+    const parley_options *o = ctx;
+    window_body b = {PBUF_INIT, 0};
     long status = 0;
     if (!url) {
         *err = strdup("out of memory");
         return -1;
     }
-    int rc = fetch(o, url, post_body, &status, b, err);
-    if (rc == 0 && (status < 200 || status > 299 || b->oversized))
-        pbuf_reset(&b->body);
+    int rc = fetch(o, url, post_body, &status, &b, err);
+    if (rc == 0 && (status < 200 || status > 299 || b.oversized))
+        pbuf_reset(&b.body);
+    pbuf_free(answer);
+    *answer = b.body;
     return rc;
-}
-
-/* base_url without a trailing "/v1": where llama.cpp serves /props. */
-static char *server_root(const char *base_url)
-{
-    size_t n = strlen(base_url);
-    if (n >= 3 && strcmp(base_url + n - 3, "/v1") == 0)
-        n -= 3;
-    return pstr_printf("%.*s/props", (int)n, base_url);
-}
-
-static int discover_openai(const parley_options *o, context_window_info *out, char **err)
-{
-    window_body b = {PBUF_INIT, 0};
-    char *url = server_root(o->base_url);
-    int rc = ask(o, url, NULL, &b, err);
-    free(url);
-    if (rc == 0 && (out->n_ctx = context_window_from_props(b.body.data, b.body.len)))
-        out->source = "props";
-    pbuf_free(&b.body);
-    if (out->n_ctx)
-        return 0;
-    char *err2 = NULL;
-    window_body m = {PBUF_INIT, 0};
-    url = pstr_printf("%s/models", o->base_url);
-    int rc2 = ask(o, url, NULL, &m, &err2);
-    free(url);
-    if (rc2 == 0 && (out->n_ctx = context_window_from_models(m.body.data, m.body.len, o->model)))
-        out->source = "models";
-    pbuf_free(&m.body);
-    if (rc != 0 && rc2 != 0) { /* neither answered: say the first one's reason */
-        free(err2);
-        return -1;
-    }
-    free(rc != 0 ? *err : err2);
-    *err = NULL;
-    return 0;
-}
-
-static int discover_ollama(const parley_options *o, context_window_info *out, char **err)
-{
-    window_body b = {PBUF_INIT, 0};
-    char *url = pstr_printf("%s/api/show", o->base_url);
-    json_t *req = json_pack("{s:s}", "model", o->model ? o->model : "");
-    char *body = req ? json_dumps(req, JSON_COMPACT) : NULL;
-    json_decref(req);
-    int rc = body ? ask(o, url, body, &b, err) : (*err = strdup("out of memory"), -1);
-    free(url);
-    free(body);
-    long long num_ctx = 0, model_len = rc == 0 ? context_window_from_show(b.body.data, b.body.len,
-                                                                           &num_ctx) : 0;
-    pbuf_free(&b.body);
-    if (o->num_ctx > 0) { /* Parley sends num_ctx: the window is that, within the model's */
-        out->n_ctx = model_len && model_len < o->num_ctx ? model_len : o->num_ctx;
-        out->source = "num_ctx";
-        free(*err);
-        *err = NULL;
-        return 0;
-    }
-    if (rc != 0)
-        return -1;
-    out->n_ctx = num_ctx ? num_ctx : model_len;
-    out->source = out->n_ctx ? "show" : NULL;
-    return 0;
 }
 
 int context_window_discover(const parley_options *opts, context_window_info *out, char **err)
 {
     memset(out, 0, sizeof *out);
     *err = NULL;
-    const provider *p = provider_find(opts->provider ? opts->provider : "openai");
-    if (!p)
+    const provider *p = opts->provider ? provider_find(opts->provider) : provider_registry[0];
+    if (!p || !p->ask_window) /* the API does not say a model's window (Anthropic's) */
         return 0;
     parley_options o = *opts; /* borrowed members; base_url defaulted as the agent does */
     if (!o.base_url)
         o.base_url = (char *)p->default_base_url;
     o.provider = (char *)p->name;
     pthread_once(&curl_once, init_curl);
-    if (strcmp(p->name, "ollama") == 0)
-        return discover_ollama(&o, out, err);
-    if (strcmp(p->name, "openai") == 0)
-        return discover_openai(&o, out, err);
-    return 0; /* anthropic: the Messages API does not say a model's window */
+    return p->ask_window(&o, ask, &o, out, err);
 }

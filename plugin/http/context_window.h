@@ -10,7 +10,8 @@
  * otherwise this asks.  One blocking request or two (bounded by
  * connect_timeout_ms and request_timeout_ms each): call it off the worker's
  * event loop, once per agent or after an overflow, and keep the answer.
- * The parsers are separate so they can be tested on the servers' bodies.
+ * What to ask and how to read the answers is the codec's (provider.h,
+ * ask_window); this file sends the questions.
  */
 #ifndef PARLEY_CONTEXT_WINDOW_H
 #define PARLEY_CONTEXT_WINDOW_H
@@ -18,31 +19,22 @@
 #include <stddef.h>
 
 #include "config/options.h"
+#include "provider/provider.h"
 
-typedef struct context_window_info {
-    long long n_ctx;    /* the window in tokens; 0 when no server said */
-    const char *source; /* "props" (llama.cpp), "models" (vLLM max_model_len), "show"
-                           (Ollama), "num_ctx" (Ollama: the num_ctx option Parley sends,
-                           within the model's own length), or NULL */
-} context_window_info;
+/* n_ctx: the window in tokens, 0 when no server said; source: "props" (llama.cpp),
+ * "models" (vLLM max_model_len), "show" (Ollama), "num_ctx" (Ollama: the num_ctx option
+ * Parley sends, within the model's own length), or NULL. */
+typedef provider_window context_window_info;
 
 /*
- * Ask the server of these options.  provider "openai": GET <root>/props (root:
- * base_url without a trailing /v1), then GET <base_url>/models; "ollama":
- * POST <base_url>/api/show; "anthropic": nothing to ask (the API does not say).
+ * Ask the server of these options what its codec's ask_window asks (openai:
+ * GET <root>/props (root: base_url without a trailing /v1), then
+ * GET <base_url>/models; ollama: POST <base_url>/api/show; anthropic: nothing,
+ * the API does not say).
  * Returns 0 with *out filled (n_ctx 0 when no server said: not an error), or
  * -1 with *err (malloc'd) when no request got an answer at all (connection
  * refused, timeout, out of memory).
  */
 int context_window_discover(const parley_options *o, context_window_info *out, char **err);
-
-/* llama.cpp /props: default_generation_settings.n_ctx (or a top-level n_ctx); 0 if none. */
-long long context_window_from_props(const char *body, size_t len);
-/* vLLM /v1/models: max_model_len of the entry whose id is model (of the only entry when
-   model is NULL or matches none and there is one); 0 if none. */
-long long context_window_from_models(const char *body, size_t len, const char *model);
-/* Ollama /api/show: *num_ctx = the "num_ctx" line of parameters (0 if none); returns
-   model_info["<general.architecture>.context_length"] (0 if none). */
-long long context_window_from_show(const char *body, size_t len, long long *num_ctx);
 
 #endif

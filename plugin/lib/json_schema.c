@@ -189,16 +189,24 @@ static int check_schema(walk *w, const json_t *s)
     return rc;
 }
 
-int json_schema_check(const json_t *schema, char **err)
+/* What a walk that returned rc says: PARLEY_OK, or its error with *err (malloc'd). */
+static parley_status walk_result(walk *w, int rc, char **err)
+{
+    pbuf_free(&w->path);
+    if (rc == 0) {
+        free(w->err);
+        *err = NULL;
+        return PARLEY_OK;
+    }
+    *err = w->err ? w->err : pstr_printf("out of memory");
+    return w->err ? PARLEY_ERR_INVALID_INPUT : PARLEY_ERR_NO_MEMORY;
+}
+
+parley_status json_schema_check(const json_t *schema, char **err)
 {
     walk w = {.root = schema};
     pbuf_puts(&w.path, "schema");
-    int rc = check_schema(&w, schema);
-    pbuf_free(&w.path);
-    *err = rc == 0 ? NULL : w.err ? w.err : pstr_printf("out of memory");
-    if (rc == 0)
-        free(w.err);
-    return rc;
+    return walk_result(&w, check_schema(&w, schema), err);
 }
 
 /* ---- a value against it ---- */
@@ -474,13 +482,8 @@ static int validate(walk *w, const json_t *s, const json_t *v)
     return rc;
 }
 
-int json_schema_validate(const json_t *schema, const json_t *value, char **err)
+parley_status json_schema_validate(const json_t *schema, const json_t *value, char **err)
 {
     walk w = {.root = schema};
-    int rc = validate(&w, schema, value);
-    pbuf_free(&w.path);
-    *err = rc == 0 ? NULL : w.err ? w.err : pstr_printf("out of memory");
-    if (rc == 0)
-        free(w.err);
-    return rc;
+    return walk_result(&w, validate(&w, schema, value), err);
 }

@@ -21,17 +21,21 @@
 
 #include <jansson.h>
 
-/*
- * Is `schema` a schema this checker can apply?  0, or -1 with *err (malloc'd)
- * naming the offending place ("properties.color.type: unknown type 'colour'").
- */
-int json_schema_check(const json_t *schema, char **err);
+#include "lib/plugin_status.h"
 
 /*
- * Does `value` match `schema` (one that passed json_schema_check)?  0, or -1
- * with *err (malloc'd) saying where and why, as a path from the root
- * ("$.items[2].color: must be one of \"red\", \"green\" (got \"blue\")").
+ * Is `schema` a schema this checker can apply?  PARLEY_OK, or
+ * PARLEY_ERR_INVALID_INPUT (NO_MEMORY) with *err (malloc'd) naming the
+ * offending place ("properties.color.type: unknown type 'colour'").
  */
-int json_schema_validate(const json_t *schema, const json_t *value, char **err);
+parley_status json_schema_check(const json_t *schema, char **err);
+
+/*
+ * Does `value` match `schema` (one that passed json_schema_check)?  PARLEY_OK,
+ * or PARLEY_ERR_INVALID_INPUT (NO_MEMORY) with *err (malloc'd) saying where and
+ * why, as a path from the root ("$.items[2].color: must be one of \"red\",
+ * \"green\" (got \"blue\")").
+ */
+parley_status json_schema_validate(const json_t *schema, const json_t *value, char **err);
 
 #endif

@@ -738,9 +738,17 @@ static void anthropic_stream_free(void *v)
     free(s);
 }
 
-/* Extended thinking refuses a set temperature or top_p (the Messages API answers 400). */
+/* Extended thinking needs its budget below max_tokens and refuses a set temperature or
+   top_p (the Messages API answers 400).  The other APIs have no thinking budget: they ignore
+   thinking_budget_tokens, so these rules are Anthropic's alone. */
 static int anthropic_check_options(const parley_options *o, char **err)
 {
+    if (o->thinking_budget_tokens > 0 && o->max_tokens > 0 &&
+        o->thinking_budget_tokens >= o->max_tokens) {
+        *err = pstr_printf("option 'thinking_budget_tokens': must be less than max_tokens (%lld)",
+                           (long long)o->max_tokens);
+        return -1;
+    }
     if (o->thinking_budget_tokens > 0 && (o->temperature >= 0 || o->top_p >= 0)) {
         *err = pstr_printf("option '%s': Anthropic's extended thinking (thinking_budget_tokens) "
                            "does not allow it; leave it null", o->temperature >= 0 ? "temperature"
@@ -754,6 +762,14 @@ static int anthropic_check_options(const parley_options *o, char **err)
         return -1;
     }
     return 0;
+}
+
+/* Claude's models have a 200k-token window; the Messages API does not say it (no
+   ask_window). */
+static long long anthropic_default_window(const parley_options *o)
+{
+    (void)o;
+    return 200000;
 }
 
 const provider provider_anthropic = {
@@ -776,4 +792,6 @@ const provider provider_anthropic = {
     .error_text = llm_error_text, /* {"type":"error","error":{"type","message"}} */
     .retryable = provider_retryable_default, /* 529 overloaded_error is a 5xx */
     .check_options = anthropic_check_options,
+    .summary = "Messages API",
+    .default_window = anthropic_default_window,
 };

@@ -1,9 +1,9 @@
 /*
- * codec.h -- helpers the provider codecs share (not for the turn).
+ * codec.h -- helpers the provider codecs share (not for the turn), in codec.c.
  *
- * The JSON-shape checks and call-filling rules live in llm_reply.c (the
- * Chat Completions decoder, the first codec); the others use them through
- * these so every provider fills an llm_reply the same way.
+ * Each API's codec is in files of its own (openai.c, openai_reply.c and
+ * openai_stream.c; anthropic.c; ollama.c); what they have in common is here,
+ * so every provider words its errors alike and fills an llm_reply the same way.
  */
 #ifndef PARLEY_PROVIDER_CODEC_H
 #define PARLEY_PROVIDER_CODEC_H
@@ -15,18 +15,21 @@
 #include "provider/llm_reply.h"
 #include "config/options.h"
 
-const char *llm_json_type_name(const json_t *v);       /* "an object", "a string", ... */
+const char *llm_json_type_name(const json_t *v);       /* "an object", "a string", "missing" */
 char *llm_clean_text(const char *text, size_t n);      /* server text made safe to show */
 char *llm_arguments_text(const json_t *obj);           /* an arguments object as JSON text */
 /* Fill a call: empty id -> "call_<pos>", NULL/empty arguments -> "{}". */
 int llm_fill_call(llm_tool_call *c, size_t pos, const char *id, const char *name,
                   const char *arguments, char **err);
+/* The same with the arguments gathered in a buffer (its length says whether it is empty). */
+int codec_fill_call(llm_tool_call *c, size_t pos, const char *id, const char *name,
+                    const pbuf *args, char **err);
 /* *err = "the answer has more than LLM_MAX_TOOL_CALLS tool calls"; -1. */
 int llm_too_many_calls(char **err);
 /* Move text into out->content: "" without tool calls, NULL beside them when empty. */
 int llm_set_content(llm_reply *out, pbuf *text, char **err);
 
-/* ---- rendering neutral messages (provider.c) ---- */
+/* ---- rendering neutral messages ---- */
 
 /* Member `key` as a string, or NULL. */
 const char *msg_str(const json_t *msg, const char *key);
@@ -77,19 +80,39 @@ int codec_body_text(pbuf *out, json_t *body, const parley_options *o, char **err
 /* "Authorization: Bearer <api_key>" when there is a key.  0 or -1 (OOM). */
 int codec_bearer_header(const parley_options *o, struct curl_slist **list);
 
+/* The window to assume of a server that did not say (OpenAI's default_window, and
+   Ollama's without num_ctx): 128000 without a base_url (the default) or for OpenAI's own API, else
+   4096 (a local server: llama.cpp's long-standing default). */
+long long codec_default_window(const parley_options *o);
+
 /* ---- small shared pieces of the decoders ---- */
 
+/* *err = the formatted message (NULL if even that allocation fails; err may be NULL); -1. */
+int codec_fail(char **err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 int codec_oom(char **err);                               /* *err = "out of memory"; -1 */
 long long codec_count(const json_t *obj, const char *key); /* a token count; 0 if absent */
+/* Member `key` of obj; a null member is missing too (NULL). */
+const json_t *codec_member(const json_t *obj, const char *key);
+/* *out = the string member `key`, or NULL when missing or null; any other type is the
+   error "<what> <key> is <type>, not a string".  0 or -1. */
+int codec_optional_string(const json_t *obj, const char *key, const char *what,
+                          const char **out, char **err);
+/* *err = "<what> is not JSON: <why> (at byte <n>)"; -1. */
+int codec_fail_not_json(char **err, const char *what, const json_error_t *jerr);
+/* A body that is the server's {"error": {...}} (or [{"error": ...}]) instead of an answer:
+   *err = LLM_SERVER_ERROR, its message, then its type and code when it has them; -1. */
+int codec_fail_server_error(const json_t *root, char **err);
 
 /* A stream decoder's life: once it failed, every later call repeats its error. */
 typedef struct codec_stream_state {
     int failed, finished;
     char *error;
 } codec_stream_state;
-/* Fail for good with msg (owned; NULL = out of memory); *err gets a copy.  Returns -1. */
+/* Fail for good with msg (owned; NULL = out of memory); *err gets a copy (err may be NULL).
+   Returns -1. */
 int codec_stream_die(codec_stream_state *st, char *msg, char **err);
-/* -1 with *err when the stream already failed (or, with finishing, already finished). */
+/* -1 with *err when the stream already failed (its error again) or finished ("stream fed
+   after it finished", "stream already finished"); else 0, and with finishing it now is. */
 int codec_stream_dead(codec_stream_state *st, int finishing, char **err);
 
 #endif

@@ -1,10 +1,8 @@
 /*
- * llm_reply.h -- what the LLM answered, decoded from an OpenAI-compatible
- * Chat Completions response: either a whole JSON body (non-streamed) or a
- * Server-Sent-Events stream of chat.completion.chunk objects (streamed).
- *
- * Both decoders produce the same llm_reply, so a streamed turn commits
- * exactly the same history as a non-streamed one.
+ * llm_reply.h -- what the LLM answered, in Parley's words whatever the
+ * provider: every codec's decoders (provider.h), whole body or stream, fill
+ * this same llm_reply, so a streamed turn commits exactly the same history as
+ * a non-streamed one.  Its functions are in codec.c.
  *
  * Decoders never trust the server: any shape they do not expect is an error
  * with a message saying what was wrong (it becomes PARLEY_ERR_BAD_RESPONSE).
@@ -84,28 +82,6 @@ int llm_reply_claim_ids(llm_reply *r, dict **taken, size_t at);
 void llm_call_ids_free(dict *taken); /* the set and the ids it holds; NULL is fine */
 
 /*
- * Decode a complete (non-streamed) response body.  message.reasoning_content
- * (llama.cpp, DeepSeek) or message.reasoning (vLLM, Ollama, OpenRouter) is the
- * reasoning; usage (with prompt_tokens_details.cached_tokens and
- * completion_tokens_details.reasoning_tokens) is read.  Returns 0 and fills *out,
- * or -1 and sets *err (malloc'd) to e.g. "response is not JSON: ..." or
- * "response has no choices".  Invalid UTF-8 is an error.  A reply with
- * neither content nor tool calls decodes as content "" (models do that).
- */
-int llm_reply_decode(const char *body, size_t len, llm_reply *out, char **err);
-
-/*
- * The two decoders behind llm_reply_decode, exposed for the differential
- * tests (tests/unit/test_llm_reply_fast.c, tests/fuzz/fuzz_reply_decode.c);
- * callers use llm_reply_decode.  The fast one reads the usual shape in one
- * pass without a JSON tree: it returns 1 having filled *out, or 0 ("not
- * mine", *out empty) for anything it does not read exactly as the jansson
- * one does -- which then decides, and words every error.
- */
-int llm_reply_decode_fast(const char *body, size_t len, llm_reply *out);
-int llm_reply_decode_jansson(const char *body, size_t len, llm_reply *out, char **err);
-
-/*
  * The server's own error text from an error body (OpenAI {"error":{"message":..}},
  * Ollama {"error":"..."}, or a short plain-text body), malloc'd, or NULL when
  * there is nothing readable.  At most ~500 bytes; control characters removed.
@@ -132,8 +108,6 @@ parley_status llm_server_error_status(const char *decode_error, int *retryable);
 
 /* ---- streaming ---- */
 
-typedef struct llm_stream llm_stream;
-
 /* Called with each piece of assistant text as soon as it is decoded. */
 typedef void (*llm_text_fn)(void *ud, const char *text, size_t len);
 
@@ -143,45 +117,5 @@ typedef struct llm_sink {
     llm_text_fn reasoning; /* reasoning text; may be NULL */
     void *ud;
 } llm_sink;
-
-llm_stream *llm_stream_new(llm_text_fn on_text, void *ud);
-/* The same, with reasoning deltas (reasoning_content / reasoning) going to sink->reasoning. */
-llm_stream *llm_stream_new_sink(const llm_sink *sink);
-
-/*
- * Feed raw bytes of the HTTP body as they arrive, split anywhere (mid-line,
- * mid-UTF-8 sequence).  Handles "data:" lines (with or without the space),
- * CRLF or LF line ends, comment lines (":..."), "event:"/"id:"/"retry:" fields
- * (ignored), multi-line data joined with "\n", and "data: [DONE]".  Each
- * event's data is a chat.completion.chunk JSON: choices[0].delta.content
- * pieces are appended (and passed to on_text); delta.tool_calls pieces are
- * merged by `index` (id and function.name set when first given,
- * function.arguments concatenated; deltas without an index, as older Ollama
- * sends, continue the last call unless they bring a new id or name);
- * finish_reason is kept.  An event whose
- * data is {"error":...} is an error carrying its message.
- * Returns 0, or -1 with *err set (then the stream is dead).
- */
-int llm_stream_feed(llm_stream *s, const char *data, size_t len, char **err);
-
-/* 1 once "[DONE]" was fed: the answer is whole, the rest of the body can be dropped. */
-int llm_stream_done(const llm_stream *s);
-
-/*
- * The body ended.  Returns 0 and moves the accumulated reply into *out when
- * the stream was complete ("[DONE]" seen, or at least a finish_reason seen and
- * no partial line pending; a last event whose blank line never came is still
- * decoded); else -1 and *err ("stream ended before [DONE]").
- */
-int llm_stream_finish(llm_stream *s, llm_reply *out, char **err);
-
-void llm_stream_free(llm_stream *s);
-
-/* For the differential tests: every chunk of this stream is decoded by the
-   jansson path alone (by default a fast path like llm_reply_decode_fast's
-   takes each chunk it reads exactly alike, on the same terms). */
-void llm_stream_disable_fast_path(llm_stream *s);
-/* How many chunks the fast path applied so far. */
-size_t llm_stream_fast_chunks(const llm_stream *s);
 
 #endif

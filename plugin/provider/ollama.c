@@ -380,6 +380,77 @@ static int ollama_check_options(const parley_options *o, char **err)
     return 0;
 }
 
+/* ---- the context window ---- */
+
+/* The number on the "num_ctx N" line of Ollama's parameters text, or 0. */
+static long long num_ctx_param(const char *params)
+{
+    for (const char *p = params; p && (p = strstr(p, "num_ctx")); p += 7) {
+        if (p != params && p[-1] != '\n')
+            continue;
+        const char *q = p + 7;
+        while (*q == ' ' || *q == '\t')
+            q++;
+        long long v = strtoll(q, NULL, 10);
+        if (v > 0)
+            return v;
+    }
+    return 0;
+}
+
+long long provider_window_from_show(const char *body, size_t len, long long *num_ctx)
+{
+    json_t *root = json_loadb(body ? body : "", body ? len : 0, 0, NULL);
+    json_t *info = json_object_get(root, "model_info");
+    const char *arch = json_string_value(json_object_get(info, "general.architecture"));
+    long long n = 0;
+    *num_ctx = num_ctx_param(json_string_value(json_object_get(root, "parameters")));
+    if (arch) {
+        char *key = pstr_printf("%s.context_length", arch);
+        if (key)
+            n = codec_count(info, key);
+        free(key);
+    }
+    json_decref(root);
+    return n;
+}
+
+/* POST <base_url>/api/show {"model"}: the model's length and its num_ctx parameter; with
+   the num_ctx option Parley sends, the window is that, within the model's length. */
+static int ollama_ask_window(const parley_options *o, provider_ask_fn ask, void *ctx,
+                             provider_window *out, char **err)
+{
+    pbuf b = PBUF_INIT;
+    char *url = pstr_printf("%s/api/show", o->base_url);
+    json_t *req = json_pack("{s:s}", "model", o->model ? o->model : "");
+    char *body = req ? json_dumps(req, JSON_COMPACT) : NULL;
+    json_decref(req);
+    int rc = body ? ask(ctx, url, body, &b, err) : codec_oom(err);
+    free(url);
+    free(body);
+    long long num_ctx = 0;
+    long long model_len = rc == 0 ? provider_window_from_show(b.data, b.len, &num_ctx) : 0;
+    pbuf_free(&b);
+    if (o->num_ctx > 0) {
+        out->n_ctx = model_len && model_len < o->num_ctx ? model_len : o->num_ctx;
+        out->source = "num_ctx";
+        free(*err);
+        *err = NULL;
+        return 0;
+    }
+    if (rc != 0)
+        return -1;
+    out->n_ctx = num_ctx ? num_ctx : model_len;
+    out->source = out->n_ctx ? "show" : NULL;
+    return 0;
+}
+
+/* The num_ctx Parley asks for, else as any server that did not say. */
+static long long ollama_default_window(const parley_options *o)
+{
+    return o->num_ctx > 0 ? o->num_ctx : codec_default_window(o);
+}
+
 const provider provider_ollama = {
     .name = "ollama",
     .default_base_url = "http://127.0.0.1:11434",
@@ -399,4 +470,8 @@ const provider provider_ollama = {
     .error_text = llm_error_text, /* {"error":"..."} */
     .retryable = provider_retryable_default,
     .check_options = ollama_check_options,
+    .summary = "native /api/chat",
+    .default_window = ollama_default_window,
+    .ask_window = ollama_ask_window,
+    .truncates_silently = 1, /* a prompt longer than num_ctx loses its start */
 };

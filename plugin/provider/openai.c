@@ -7,7 +7,8 @@
  * rendering keeps each message's Chat Completions keys and drops Parley's
  * own (name, is_error, reasoning, provider_data) -- except that a tool-call
  * turn whose reasoning came in `reasoning_content` sends it back within the
- * turn, as DeepSeek requires.  Decoding is llm_reply.c.
+ * turn, as DeepSeek requires.  Decoding is openai_reply.c (a whole reply)
+ * and openai_stream.c (a stream), declared in openai_decode.h.
  *
  * History is rendered from its stored text: a message whose keys are all
  * Chat Completions keys (most of them) is copied as it is; only the others
@@ -19,6 +20,7 @@
 #include <string.h>
 
 #include "provider/codec.h"
+#include "provider/openai_decode.h"
 #include "provider/provider.h"
 #include "store/message_text.h"
 
@@ -404,13 +406,83 @@ static int openai_stream_finish(void *s, llm_reply *out, char **err)
 static void openai_stream_free(void *s) { llm_stream_free(s); }
 static int openai_stream_done(const void *s) { return llm_stream_done(s); }
 
+/* ---- the context window ---- */
+
+long long provider_window_from_props(const char *body, size_t len)
+{
+    json_t *root = json_loadb(body ? body : "", body ? len : 0, 0, NULL);
+    long long n = codec_count(json_object_get(root, "default_generation_settings"), "n_ctx");
+    if (!n)
+        n = codec_count(root, "n_ctx");
+    json_decref(root);
+    return n;
+}
+
+long long provider_window_from_models(const char *body, size_t len, const char *model)
+{
+    json_t *root = json_loadb(body ? body : "", body ? len : 0, 0, NULL);
+    json_t *data = json_object_get(root, "data");
+    long long n = 0;
+    size_t i;
+    json_t *m;
+    json_array_foreach(data, i, m) {
+        const char *id = json_string_value(json_object_get(m, "id"));
+        if (model && id && strcmp(id, model) == 0)
+            n = codec_count(m, "max_model_len");
+    }
+    if (!n && json_array_size(data) == 1)
+        n = codec_count(json_array_get(data, 0), "max_model_len");
+    json_decref(root);
+    return n;
+}
+
+/* base_url without a trailing "/v1": where llama.cpp serves /props. */
+static char *props_url(const char *base_url)
+{
+    size_t n = strlen(base_url);
+    if (n >= 3 && strcmp(base_url + n - 3, "/v1") == 0)
+        n -= 3;
+    return pstr_printf("%.*s/props", (int)n, base_url);
+}
+
+/* llama.cpp's GET <root>/props, then vLLM's GET <base_url>/models. */
+static int openai_ask_window(const parley_options *o, provider_ask_fn ask, void *ctx,
+                             provider_window *out, char **err)
+{
+    pbuf b = PBUF_INIT;
+    char *url = props_url(o->base_url);
+    int rc = ask(ctx, url, NULL, &b, err);
+    free(url);
+    if (rc == 0 && (out->n_ctx = provider_window_from_props(b.data, b.len)))
+        out->source = "props";
+    pbuf_free(&b);
+    if (out->n_ctx)
+        return 0;
+    char *err2 = NULL;
+    pbuf m = PBUF_INIT;
+    url = pstr_printf("%s/models", o->base_url);
+    int rc2 = ask(ctx, url, NULL, &m, &err2);
+    free(url);
+    if (rc2 == 0 && (out->n_ctx = provider_window_from_models(m.data, m.len, o->model)))
+        out->source = "models";
+    pbuf_free(&m);
+    if (rc != 0 && rc2 != 0) { /* neither answered: say the first one's reason */
+        free(err2);
+        return -1;
+    }
+    free(rc != 0 ? *err : err2);
+    *err = NULL;
+    return 0;
+}
+
 const provider provider_openai = {
     .name = "openai",
     .images_by_url = 1,
     .default_base_url = "http://127.0.0.1:11434/v1",
     .path = "/chat/completions",
     .models_path = "/models",
-    .not_found_hint = "OpenAI-compatible servers serve <root>/v1/chat/completions",
+    .not_found_hint = "OpenAI-compatible servers serve <root>/v1/chat/completions: base_url "
+                      "usually ends in /v1",
     .stream_accept = "Accept: text/event-stream",
     .default_max_tokens = 0,
     .reads_history_text = 1,
@@ -424,4 +496,7 @@ const provider provider_openai = {
     .stream_done = openai_stream_done,
     .error_text = llm_error_text,
     .retryable = provider_retryable_default,
+    .summary = "Chat Completions, any compatible server",
+    .default_window = codec_default_window,
+    .ask_window = openai_ask_window,
 };

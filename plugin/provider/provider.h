@@ -1,7 +1,8 @@
 /*
  * provider.h -- one LLM provider's wire format, as a codec (in the manner of
- * curl's lib/vtls/ and SQLite's sqlite3_vfs: this one interface, one file per
- * backend).  Everything server-specific lives behind it:
+ * curl's lib/vtls/ and SQLite's sqlite3_vfs: this one interface, and each API's
+ * codec in files of its own, named after it).  Everything server-specific
+ * lives behind it:
  *
  *   endpoint     the request URL path and the provider's own headers
  *   encode       request body from Parley's neutral messages (docs/history.md),
@@ -10,10 +11,17 @@
  *   stream_*     an incremental decoder of a streamed reply (SSE or NDJSON)
  *   error_text   the server's own words from an error body
  *   retryable    whether an HTTP error status is worth another attempt
+ *   ask_window   what to ask the server about its context window, and how to
+ *                read the answer (http/context_window.c sends the questions)
+ *   the rest     what the turn, the connection check and the options' help
+ *                would otherwise decide by the provider's name: the window to
+ *                assume, a 404's likely cause, silent truncation, a summary
  *
- * The turn sees only this table and the helpers below; the HTTP layer knows
- * no server at all.  Codecs: openai.c (Chat Completions, default),
- * anthropic.c (Messages), ollama.c (native /api/chat).
+ * The turn sees only this table and the helpers below; http/ sends what the
+ * codec renders and knows no server at all.  Codecs: openai.c (Chat Completions, default; its
+ * decoders, the largest, are openai_reply.c and openai_stream.c),
+ * anthropic.c (Messages), ollama.c (native /api/chat).  What they share is
+ * codec.h; the reply they all fill, llm_reply.h.
  */
 #ifndef PARLEY_PROVIDER_H
 #define PARLEY_PROVIDER_H
@@ -53,6 +61,20 @@ typedef struct provider_request {
                                  (OpenAI's prompt_cache_key); NULL: stateless */
 } provider_request;
 
+/* What a server said of the model's context window. */
+typedef struct provider_window {
+    long long n_ctx;    /* the window in tokens; 0 when no server said */
+    const char *source; /* which answer said it (a codec's word: "props", "show", ...), or NULL */
+} provider_window;
+
+/* One question to the server, sent by the caller of ask_window (the HTTP layer, which
+ * the codecs may not include): GET url, or POST post_body when it is not NULL, with the
+ * codec's headers.  *answer (PBUF_INIT on entry; the asker's caller frees it) gets the
+ * body of a 2xx answer, and stays empty for any other status.  0, or -1 with *err when no
+ * HTTP answer came (refused, timeout; a NULL url is out of memory). */
+typedef int (*provider_ask_fn)(void *ctx, const char *url, const char *post_body, pbuf *answer,
+                               char **err);
+
 typedef struct provider {
     const char *name;             /* the `provider` option's value */
     const char *default_base_url; /* base_url when the options give none */
@@ -74,7 +96,7 @@ typedef struct provider {
     /* Decode a whole reply.  0, or -1 with *err (then *out is empty). */
     int (*decode)(const char *body, size_t len, llm_reply *out, char **err);
 
-    /* Streamed replies: same contract as llm_stream_* in llm_reply.h. */
+    /* Streamed replies: same contract as llm_stream_* in openai_decode.h. */
     void *(*stream_new)(const llm_sink *sink);
     int (*stream_feed)(void *s, const char *data, size_t len, char **err);
     int (*stream_finish)(void *s, llm_reply *out, char **err);
@@ -90,6 +112,21 @@ typedef struct provider {
     /* Rules this API puts on the options beyond each option's own range (NULL:
        none): 0, or -1 with *err naming the option. */
     int (*check_options)(const parley_options *o, char **err);
+
+    /* What this API is, for the `provider` option's help, e.g. "Messages API". */
+    const char *summary;
+    /* The context window (tokens) to assume when neither the options, the server nor an
+       overflow answer said one. */
+    long long (*default_window)(const parley_options *o);
+    /* Ask the server the model's context window through ask (o->base_url is set); NULL
+       when the API does not say.  0 with *out filled (n_ctx 0 when no server said: not an
+       error), or -1 with *err when no question got an answer at all. */
+    int (*ask_window)(const parley_options *o, provider_ask_fn ask, void *ctx, provider_window *out,
+                      char **err);
+    /* The server silently drops the oldest messages of a prompt longer than its window
+       instead of refusing it (Ollama): the turn compares the prompt tokens it read with
+       those sent, and cuts and sends again. */
+    int truncates_silently;
 } provider;
 
 extern const provider provider_openai, provider_anthropic, provider_ollama;
@@ -131,6 +168,17 @@ int provider_stream_feed(provider_stream *s, const char *data, size_t len, char 
 int provider_stream_finish(provider_stream *s, llm_reply *out, char **err);
 int provider_stream_done(const provider_stream *s);
 void provider_stream_free(provider_stream *s);
+
+/* What servers say of their window, read by the codecs' ask_window (apart, so they can be
+ * tested on the servers' bodies).  llama.cpp /props: default_generation_settings.n_ctx (or
+ * a top-level n_ctx); 0 if none. */
+long long provider_window_from_props(const char *body, size_t len);
+/* vLLM /v1/models: max_model_len of the entry whose id is model (of the only entry when
+   model is NULL or matches none and there is one); 0 if none. */
+long long provider_window_from_models(const char *body, size_t len, const char *model);
+/* Ollama /api/show: *num_ctx = the "num_ctx" line of parameters (0 if none); returns
+   model_info["<general.architecture>.context_length"] (0 if none). */
+long long provider_window_from_show(const char *body, size_t len, long long *num_ctx);
 
 /* 429 and 5xx, except a 429 saying the account has no quota left (retrying cannot help). */
 int provider_retryable_default(long status, const char *body, size_t len);

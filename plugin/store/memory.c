@@ -5,9 +5,10 @@
  * Layout, chosen so the store costs little more than the message text:
  *  - a conversation is one allocation (header + key bytes inline), linked
  *    into an LRU list (head = most recently appended) and into `by_key`;
- *  - a turn is one allocation: an 80-byte header, a packed index entry per
- *    message (its id, role, time and length: 24 bytes) and the messages'
- *    JSON joined by ',', so loading is a memcpy per turn.  Its turn id is
+ *  - a turn is one allocation: an 80-byte header (its size in tokens, store.h
+ *    version 6, packed into bits its first position does not need), a packed
+ *    index entry per message (its id, role, time and length: 24 bytes) and
+ *    the messages' JSON joined by ',', so loading is a memcpy per turn.  Its turn id is
  *    kept as the UUID's 16 bytes, so a turn id must be a lowercase UUID (the
  *    plugin makes only those: uuid4()); that keeps 1M conversations under
  *    2 x their stored bytes (docs/performance.md);
@@ -60,8 +61,9 @@ typedef struct stored_turn {
     struct stored_turn *store_newer; /* every turn of the store in append order: */
     struct stored_turn *store_older; /* what a query across conversations walks */
     conversation *conv;
-    uint64_t first_seq : 63;    /* position of messages[0]; the others follow */
+    uint64_t first_seq : 40;    /* position of messages[0]; the others follow (SEQ_END) */
     uint64_t has_identity : 1;  /* m->identities holds a turn_identity */
+    uint64_t tokens : 23;       /* store_turn.tokens (version 6), saturating at TOKENS_MAX */
     uint64_t started_ms;
     uint64_t finished_ms;
     uint32_t nmessages;
@@ -72,6 +74,11 @@ typedef struct stored_turn {
 /* 80: with the 24 per message and the text, a 2-message turn of ~190 bytes
  * lands in a 336-352 byte malloc chunk (the 37-byte text id made it 104). */
 _Static_assert(sizeof(stored_turn) == 80, "stored_turn header is 80 bytes");
+/* Positions stop here: 10^12 messages appended by one process (a thousand a
+ * second for 35 years); an append past it is refused, never wrapped. */
+#define SEQ_END (UINT64_C(1) << 40)
+/* A turn's size beyond this (8.4M tokens, more than any model's window) is kept as this. */
+#define TOKENS_MAX ((UINT32_C(1) << 23) - 1)
 
 static const char *const ROLES[] = {"user", "assistant", "tool", "system"};
 
@@ -481,8 +488,9 @@ static const stored_turn *first_to_send(const conversation *c, size_t last_turns
     return t;
 }
 
-static parley_status memory_load(store *s, const store_key *key, size_t last_turns,
-                                 uint64_t now_ms, pbuf *out, size_t *nmessages, char **err)
+static parley_status memory_load_sized(store *s, const store_key *key, size_t last_turns,
+                                       uint64_t now_ms, pbuf *out, size_t *nmessages,
+                                       store_sizes *sizes, char **err)
 {
     memory_store *m = (memory_store *)s;
     char *owned;
@@ -507,6 +515,8 @@ static parley_status memory_load(store *s, const store_key *key, size_t last_tur
                 o += t->length;
                 *o++ = ',';
                 count += t->nmessages;
+                if (sizes)
+                    store_sizes_add(sizes, t->nmessages, (uint32_t)t->tokens);
             }
             *o = '\0';
             out->len = (size_t)(o - out->data);
@@ -516,6 +526,12 @@ static parley_status memory_load(store *s, const store_key *key, size_t last_tur
     pthread_mutex_unlock(&m->lock);
     free(owned);
     return st == PARLEY_OK ? st : fail(err, st);
+}
+
+static parley_status memory_load(store *s, const store_key *key, size_t last_turns,
+                                 uint64_t now_ms, pbuf *out, size_t *nmessages, char **err)
+{
+    return memory_load_sized(s, key, last_turns, now_ms, out, nmessages, NULL, err);
 }
 
 /* ---- append ---- */
@@ -651,6 +667,7 @@ static stored_turn *stored_turn_new(const store_turn *in, const parsed_ids *ids)
     t->newer = NULL;
     t->conv = NULL;
     t->has_identity = 0;
+    t->tokens = in->tokens < TOKENS_MAX ? in->tokens : TOKENS_MAX;
     t->started_ms = in->started_ms;
     t->finished_ms = in->finished_ms;
     t->nmessages = (uint32_t)in->nmessages;
@@ -854,11 +871,23 @@ static parley_status memory_append(store *s, const store_key *key, const store_t
         return fail(err, PARLEY_ERR_NO_MEMORY);
     }
     pthread_mutex_lock(&m->lock);
-    parley_status st = dict_find(m->by_turn_id, (const char *)t->turn_id)
-                           ? PARLEY_OK /* already stored: a retried append */
-                           : append_locked(m, k, key->conversation_id, t, ti, ctx, now_ms);
+    int exhausted = m->next_seq + t->nmessages > SEQ_END;
+    parley_status st = dict_find(m->by_turn_id, (const char *)t->turn_id) ? PARLEY_OK
+                       /* already stored: a retried append */
+                       : exhausted ? PARLEY_ERR_STORAGE
+                                   : append_locked(m, k, key->conversation_id, t, ti, ctx, now_ms);
     int stored = st == PARLEY_OK && t->conv;
     pthread_mutex_unlock(&m->lock);
+    if (st == PARLEY_ERR_STORAGE && exhausted) {
+        free(t);
+        free(ti);
+        free(ctx);
+        free(owned);
+        if (err)
+            *err = strdup("memory store: 10^12 messages appended since the agent started: "
+                          "restart it to go on");
+        return st;
+    }
     if (!stored) {
         free(t);
         free(ti);
@@ -874,7 +903,8 @@ static void put_turn(pbuf *b, const stored_turn *t)
 {
     char id[STORE_ID_LEN + 1];
     uuid_format(t->turn_id, id);
-    store_json_turn(b, id, t->started_ms, t->finished_ms, text_of(t), t->length);
+    store_json_turn(b, id, t->started_ms, t->finished_ms, (uint32_t)t->tokens, text_of(t),
+                    t->length);
 }
 
 typedef struct conversation_parts conversation_parts;
@@ -1459,6 +1489,7 @@ const store_backend store_memory_backend = {
     .open = memory_open,
     .close = memory_close,
     .load = memory_load,
+    .load_sized = memory_load_sized,
     .append = memory_append,
     .get_conversation = memory_get_conversation,
     .get_turn = memory_get_turn,

@@ -685,8 +685,34 @@ static void redis_close(store *base)
     free(s);
 }
 
-static parley_status redis_load(store *base, const store_key *key, size_t last_turns,
-                                uint64_t now_ms, pbuf *out, size_t *nmessages, char **err)
+/* A stored size in tokens: 0 (unknown) when missing or not a number that fits. */
+static uint32_t reply_tokens(const redisReply *r)
+{
+    uint64_t v = reply_u64(r);
+    return v <= UINT32_MAX ? (uint32_t)v : 0;
+}
+
+/* load's "n:tokens," per turn into sizes. */
+static void parse_sizes(const char *p, size_t len, store_sizes *sizes)
+{
+    const char *end = p + len;
+    while (p < end) {
+        char *colon, *comma;
+        unsigned long long n = strtoull(p, &colon, 10);
+        if (colon >= end || *colon != ':')
+            break;
+        unsigned long long tokens = strtoull(colon + 1, &comma, 10);
+        if (comma >= end || *comma != ',')
+            break;
+        store_sizes_add(sizes, n <= UINT32_MAX ? (uint32_t)n : 0,
+                        tokens <= UINT32_MAX ? (uint32_t)tokens : 0);
+        p = comma + 1;
+    }
+}
+
+static parley_status redis_load_sized(store *base, const store_key *key, size_t last_turns,
+                                      uint64_t now_ms, pbuf *out, size_t *nmessages,
+                                      store_sizes *sizes, char **err)
 {
     redis_store *s = (redis_store *)base;
     *nmessages = 0;
@@ -708,6 +734,10 @@ static parley_status redis_load(store *base, const store_key *key, size_t last_t
             count_expired(s, reply_int(r->element[0]));
             pbuf_append(out, msgs, len);
             *nmessages = (size_t)reply_int(r->element[1]);
+            size_t slen = 0;
+            const char *z = r->elements > 3 ? reply_str(r->element[3], &slen) : NULL;
+            if (sizes && z)
+                parse_sizes(z, slen, sizes);
             freeReplyObject(r);
             if (out->oom)
                 st = PARLEY_ERR_NO_MEMORY;
@@ -715,6 +745,12 @@ static parley_status redis_load(store *base, const store_key *key, size_t last_t
     }
     free(cid);
     return st;
+}
+
+static parley_status redis_load(store *base, const store_key *key, size_t last_turns,
+                                uint64_t now_ms, pbuf *out, size_t *nmessages, char **err)
+{
+    return redis_load_sized(base, key, last_turns, now_ms, out, nmessages, NULL, err);
 }
 
 /* Take the lease this store holds on `cid` off the list (NULL when none). */
@@ -884,6 +920,7 @@ static parley_status redis_append(store *base, const store_key *key, const store
     arg_bytes(&a, identity.data ? identity.data : "", identity.len);
     arg_str(&a, turn->context ? "1" : "0");
     arg_bytes(&a, turn->context ? turn->context : "", turn->context ? turn->context_len : 0);
+    arg_u64(&a, turn->tokens);
     redisReply *r;
     parley_status st = run_script(s, SCRIPT_APPEND, &a, 1, &r, err);
     if (st == PARLEY_OK) {
@@ -917,7 +954,7 @@ static store_lifetime lifetime_of(redisReply *const *f)
     return life;
 }
 
-/* {turn_id, started, finished, msgs} as the ABI's turn JSON: 0, -1 when it is not that
+/* {turn_id, started, finished, msgs[, tokens]} as the ABI's turn JSON: 0, -1 when it is not that
  * shape, -2 when msgs is not message objects (nothing written). */
 static int write_turn(pbuf *out, const redisReply *t)
 {
@@ -928,7 +965,8 @@ static int write_turn(pbuf *out, const redisReply *t)
         return -1;
     if (store_json_object_list(msgs, len) < 1)
         return -2;
-    store_json_turn(out, id, reply_u64(t->element[1]), reply_u64(t->element[2]), msgs, len);
+    store_json_turn(out, id, reply_u64(t->element[1]), reply_u64(t->element[2]),
+                    t->elements > 4 ? reply_tokens(t->element[4]) : 0, msgs, len);
     return 0;
 }
 
@@ -1017,7 +1055,8 @@ static parley_status redis_get_turn(store *base, const char *turn_id, uint64_t n
     pbuf_puts(out, "{\"conversation_id\":");
     pbuf_json_string(out, conv, strlen(conv));
     pbuf_puts(out, ",\"turn\":");
-    store_json_turn(out, turn_id, reply_u64(r->element[2]), reply_u64(r->element[3]), msgs, len);
+    store_json_turn(out, turn_id, reply_u64(r->element[2]), reply_u64(r->element[3]),
+                    r->elements > 5 ? reply_tokens(r->element[5]) : 0, msgs, len);
     pbuf_putc(out, '}');
     freeReplyObject(r);
     return out->oom ? PARLEY_ERR_NO_MEMORY : PARLEY_OK;
@@ -1774,6 +1813,7 @@ const store_backend store_redis_backend = {
     .open = redis_open,
     .close = redis_close,
     .load = redis_load,
+    .load_sized = redis_load_sized,
     .append = redis_append,
     .get_conversation = redis_get_conversation,
     .get_turn = redis_get_turn,

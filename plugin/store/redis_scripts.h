@@ -18,7 +18,8 @@
  *   P turn:TID   hash   cid, started, finished, n (messages), msgs (the
  *                       messages joined by ','), meta ("id\trole\tms\n" per
  *                       message), lens ("l1,l2,..": each message's length in
- *                       msgs), pos (the position of its first message; the
+ *                       msgs), tok (its size in tokens, store.h version 6;
+ *                       absent: unknown), pos (the position of its first message; the
  *                       others follow), imid:I / md:I (message I's interface
  *                       message id / metadata, 0-based, when it has them)
  *   P im:CID     hash   interface message id -> "TID I" of the newest message
@@ -173,22 +174,23 @@
 
 
 /* ARGV[4] = CID, ARGV[5] = last N turns (0 = all).
- * -> {expired 0/1, nmessages, "m1,m2,...,"} */
+ * -> {expired 0/1, nmessages, "m1,m2,...,", "n:tokens," per turn (0: unknown)} */
 #define REDIS_LUA_LOAD                                                                         \
     "local cid, last = ARGV[4], tonumber(ARGV[5])\n"                                            \
     "local st = state(cid)\n"                                                                   \
     "if st ~= 'live' then return {st == 'expired' and 1 or 0, 0, ''} end\n"                     \
     "local ids = redis.call('LRANGE', tkey(cid), last > 0 and -last or 0, -1)\n"                \
-    "local parts, count = {}, 0\n"                                                              \
+    "local parts, sizes, count = {}, {}, 0\n"                                                   \
     "for _, id in ipairs(ids) do\n"                                                             \
-    "  local t = redis.call('HMGET', turnkey(id), 'n', 'msgs')\n"                               \
+    "  local t = redis.call('HMGET', turnkey(id), 'n', 'msgs', 'tok')\n"                        \
     "  if t[1] then\n"                                                                          \
     "    count = count + tonumber(t[1])\n"                                                      \
     "    parts[#parts + 1] = t[2]\n"                                                            \
     "    parts[#parts + 1] = ','\n"                                                             \
+    "    sizes[#sizes + 1] = t[1] .. ':' .. (t[3] or '0') .. ','\n"                             \
     "  end\n"                                                                                   \
     "end\n"                                                                                     \
-    "return {0, count, table.concat(parts)}\n"
+    "return {0, count, table.concat(parts), table.concat(sizes)}\n"
 
 
 /* ARGV[4] = CID, 5 = conversation id, 6 = persona, 7 = interface, 8 = turn id,
@@ -197,7 +199,8 @@
  * ("" = no lease: no fencing), 18 = lens, 19 = the turn's STORE_ROLE_* bits,
  * 20 = its last message's created ms, 21 = per message "LEN:interface message
  * id" and "LEN:metadata" ("" when no message has either), 22 = "1" when 23
- * is the conversation's new context record.
+ * is the conversation's new context record, 24 = the turn's size in tokens
+ * (0: unknown, not kept).
  * -> {appended 0/1, evicted, expired}, or the error "LEASE ..." when the
  *    lease on CID is no longer ours (nothing written).  A committed turn
  *    gives its lease back here: one round trip less per turn. */
@@ -231,6 +234,7 @@
     "local first = redis.call('INCRBY', POS, #ms) - #ms + 1\n"                                  \
     "redis.call('HSET', tt, 'cid', cid, 'started', ARGV[9], 'finished', ARGV[10],\n"            \
     "           'n', ARGV[11], 'msgs', ARGV[12], 'meta', ARGV[13], 'lens', ARGV[18], 'pos', first)\n" \
+    "if ARGV[24] ~= '0' then redis.call('HSET', tt, 'tok', ARGV[24]) end\n"                     \
     "redis.call('ZADD', TPOS, first, tid)\n"                                                    \
     "for _, m in ipairs(ms) do redis.call('HSET', MSG, m[1], tid) end\n"                        \
     "-- per message \"LEN:interface message id\" then \"LEN:metadata\"\n"                       \
@@ -285,7 +289,7 @@
 
 /* ARGV[4] = CID.
  * -> {0} unknown, {1} expired now, or {2, id, created, last_used, lm, mc, tc,
- *    roles, {tid, started, finished, msgs}...} */
+ *    roles, {tid, started, finished, msgs, tokens or nil}...} */
 #define REDIS_LUA_GET_CONVERSATION                                                             \
     "local cid = ARGV[4]\n"                                                                     \
     "local st = state(cid)\n"                                                                   \
@@ -294,21 +298,22 @@
     "local c = redis.call('HMGET', ckey(cid), 'id', 'created', 'last_used', 'lm', 'mc', 'tc', 'roles')\n" \
     "local out = {2, c[1], c[2], c[3], c[4], c[5], c[6], c[7]}\n"                               \
     "for _, id in ipairs(redis.call('LRANGE', tkey(cid), 0, -1)) do\n"                          \
-    "  local t = redis.call('HMGET', turnkey(id), 'started', 'finished', 'msgs')\n"             \
-    "  if t[1] then out[#out + 1] = {id, t[1], t[2], t[3]} end\n"                               \
+    "  local t = redis.call('HMGET', turnkey(id), 'started', 'finished', 'msgs', 'tok')\n"      \
+    "  if t[1] then out[#out + 1] = {id, t[1], t[2], t[3], t[4]} end\n"                         \
     "end\n"                                                                                     \
     "return out\n"
 
 
 /* ARGV[4] = turn id.
  * -> {0} unknown, {1} its conversation expired now, or {2, conversation id,
- *    started, finished, msgs} */
+ *    started, finished, msgs, tokens or nil} */
 #define REDIS_LUA_GET_TURN                                                                     \
-    "local t = redis.call('HMGET', turnkey(ARGV[4]), 'cid', 'started', 'finished', 'msgs')\n"  \
+    "local t = redis.call('HMGET', turnkey(ARGV[4]), 'cid', 'started', 'finished', 'msgs',\n"   \
+    "                     'tok')\n"                                                            \
     "if not t[1] then return {0} end\n"                                                        \
     "local st = state(t[1])\n"                                                                 \
     "if st ~= 'live' then return {st == 'expired' and 1 or 0} end\n"                           \
-    "return {2, redis.call('HGET', ckey(t[1]), 'id'), t[2], t[3], t[4]}\n"
+    "return {2, redis.call('HGET', ckey(t[1]), 'id'), t[2], t[3], t[4], t[5]}\n"
 
 /* -> {expired, {id, created, last_used, nturns, persona, iface, lm, mc, tc,
  *    roles}...} most recently used first */

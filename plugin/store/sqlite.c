@@ -2,7 +2,7 @@
  * sqlite.c -- the durable store: one SQLite file (see store.h; the file
  * format, what survives what and the migration path are in docs/history.md).
  *
- * Schema version 3 (PRAGMA user_version = 3, application_id = "Prly"):
+ * Schema version 4 (PRAGMA user_version = 4, application_id = "Prly"):
  *   store_meta     one row: how many conversations, turns and message bytes
  *                  the file holds, so that opening a store reads no table;
  *   conversations  one row per (persona, interface_type, conversation_id),
@@ -13,7 +13,9 @@
  *                  (v2) its lifetime (store_lifetime), kept across trimming,
  *                  and (v3) `context`, the context engine's record (store.h
  *                  version 5; NULL: none), deleted with its row;
- *   turns          one row per turn, `turn_id` UNIQUE (appends are idempotent);
+ *   turns          one row per turn, `turn_id` UNIQUE (appends are idempotent),
+ *                  with (v4) `tokens`, its size in tokens (store.h version 6;
+ *                  NULL: unknown, as in every row stored before v4);
  *   messages       one row per message, in order within its turn, with (v2)
  *                  the host's interface_message_id and metadata (NULL: none)
  *                  and its conversation (NULL in rows stored before v2 that
@@ -27,9 +29,9 @@
  * message or a reply's turn by the interface's id within a conversation;
  * partial: only messages that have one).
  *
- * A file is created as version 1 and upgraded to 3 in the same transaction,
+ * A file is created as version 1 and upgraded to 4 in the same transaction,
  * so new files and upgraded ones have exactly the same schema, and the
- * upgrades run on every new file.  A version-1 or 2 file is upgraded in
+ * upgrades run on every new file.  A version-1, 2 or 3 file is upgraded in
  * place when it is opened (one transaction; on failure it is refused
  * unchanged).
  *
@@ -74,7 +76,7 @@
 #include "store/store_json.h"
 
 #define SQLITE_STORE_APPLICATION_ID 0x50726c79 /* "Prly" */
-#define SQLITE_STORE_SCHEMA_VERSION 3
+#define SQLITE_STORE_SCHEMA_VERSION 4
 #define SQLITE_STORE_BUSY_TIMEOUT_MS 5000
 
 static const char schema_v1[] =
@@ -150,6 +152,12 @@ static const char migration_v3[] =
     "ALTER TABLE conversations ADD COLUMN context TEXT;"
     "PRAGMA user_version = 3;";
 
+/* Version 3 -> 4: each turn's size in tokens (NULL: unknown; the context
+ * engine then estimates it from the turn's bytes, as it did before). */
+static const char migration_v4[] =
+    "ALTER TABLE turns ADD COLUMN tokens INTEGER;"
+    "PRAGMA user_version = 4;";
+
 /* The conversation columns read_conv_row() reads, in its order. */
 #define CONV_COLUMNS                                                                      \
     "id, created_ms, last_used_ms, turns, message_bytes, last_message_ms, message_count," \
@@ -218,7 +226,7 @@ static const char *const stmt_sql[S_COUNT] = {
                               " last_message_ms = ?7, message_count = ?8, turn_count = ?9,"
                               " roles = ?10 WHERE id = ?1",
     [S_INSERT_TURN] = "INSERT INTO turns(conversation, turn_id, started_ms, finished_ms,"
-                      " message_bytes) VALUES (?1, ?2, ?3, ?4, ?5)",
+                      " message_bytes, tokens) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
     [S_INSERT_MESSAGE] = "INSERT INTO messages(turn, message_id, role, created_ms, json,"
                          " interface_message_id, metadata, conversation)"
                          " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
@@ -234,13 +242,15 @@ static const char *const stmt_sql[S_COUNT] = {
               " ORDER BY use_seq LIMIT 1",
     [S_SET_META] = "UPDATE store_meta SET conversations = ?1, turns = ?2, message_bytes = ?3"
                    " WHERE id = 1",
-    [S_LOAD] = "SELECT json FROM messages WHERE turn IN (SELECT id FROM turns"
-               " WHERE conversation = ?1 ORDER BY id DESC LIMIT ?2) ORDER BY turn, id",
-    [S_CONVERSATION_MESSAGES] = "SELECT t.id, t.turn_id, t.started_ms, t.finished_ms, m.json"
+    [S_LOAD] = "SELECT m.json, m.turn, t.tokens FROM messages m JOIN turns t ON t.id = m.turn"
+               " WHERE m.turn IN (SELECT id FROM turns"
+               " WHERE conversation = ?1 ORDER BY id DESC LIMIT ?2) ORDER BY m.turn, m.id",
+    [S_CONVERSATION_MESSAGES] = "SELECT t.id, t.turn_id, t.started_ms, t.finished_ms, m.json,"
+                                " t.tokens"
                                 " FROM turns t JOIN messages m ON m.turn = t.id"
                                 " WHERE t.conversation = ?1 ORDER BY t.id, m.id",
     [S_FIND_TURN] = "SELECT t.id, t.started_ms, t.finished_ms, c.id, c.conversation_id,"
-                    " c.last_used_ms, c.turns, c.message_bytes"
+                    " c.last_used_ms, c.turns, c.message_bytes, t.tokens"
                     " FROM turns t JOIN conversations c ON c.id = t.conversation"
                     " WHERE t.turn_id = ?1",
     [S_TURN_MESSAGES] = "SELECT json FROM messages WHERE turn = ?1 ORDER BY id",
@@ -868,9 +878,10 @@ static int exec_transaction(sqlite3 *db, const char *sql)
  * already names the store). */
 static int create_schema(sqlite3 *db)
 {
-    char *sql = sqlite3_mprintf("%s PRAGMA application_id = %d; PRAGMA user_version = 1; %s %s",
-                                schema_v1, SQLITE_STORE_APPLICATION_ID, migration_v2,
-                                migration_v3);
+    char *sql =
+        sqlite3_mprintf("%s PRAGMA application_id = %d; PRAGMA user_version = 1; %s %s %s",
+                        schema_v1, SQLITE_STORE_APPLICATION_ID, migration_v2, migration_v3,
+                        migration_v4);
     if (!sql)
         return SQLITE_NOMEM;
     int rc = exec_transaction(db, sql);
@@ -936,6 +947,14 @@ static char *schema_problem(sqlite_store *s, int *rc, int *empty, int64_t *versi
         return NULL;
     if (version >= 3 && v3_columns != 1)
         return pstr_printf("corrupt (columns missing from schema version 3)");
+    int64_t v4_columns = 0;
+    if (version >= 4 &&
+        (*rc = query_int(s->w.db,
+                         "SELECT count(*) FROM pragma_table_info('turns') WHERE name = 'tokens'",
+                         &v4_columns)) != SQLITE_OK)
+        return NULL;
+    if (version >= 4 && v4_columns != 1)
+        return pstr_printf("corrupt (columns missing from schema version 4)");
     if ((*rc = query_int(s->w.db, "SELECT conversations FROM store_meta WHERE id = 1",
                          &s->totals.conversations)) != SQLITE_OK ||
         (*rc = query_int(s->w.db, "SELECT turns FROM store_meta WHERE id = 1",
@@ -1394,7 +1413,8 @@ static parley_status connect_checked(sqlite_store *s, const store_config *cfg, i
         say(cfg, PARLEY_LOG_INFO, pstr_printf("sqlite store %s: created", s->path));
     } else if (version < SQLITE_STORE_SCHEMA_VERSION) {
         /* Still no checkpoint on close: a failed upgrade leaves the file as it was. */
-        char *sql = sqlite3_mprintf("%s %s", version == 1 ? migration_v2 : "", migration_v3);
+        char *sql = sqlite3_mprintf("%s %s %s", version == 1 ? migration_v2 : "",
+                                    version <= 2 ? migration_v3 : "", migration_v4);
         rc = sql ? exec_transaction(s->w.db, sql) : SQLITE_NOMEM;
         sqlite3_free(sql);
         if (rc != SQLITE_OK) {
@@ -1583,8 +1603,17 @@ static int find_live(sqlite_store *s, const store_key *key, uint64_t now_ms, con
     return rc;
 }
 
-static parley_status sqlite_load(store *base, const store_key *key, size_t last_turns,
-                                 uint64_t now_ms, pbuf *out, size_t *nmessages, char **err)
+/* A turn's tokens column: NULL (stored before v4), or a value out of range
+ * (the file was edited), is unknown. */
+static uint32_t tokens_column(sqlite3_stmt *st, int col)
+{
+    int64_t v = sqlite3_column_type(st, col) == SQLITE_INTEGER ? sqlite3_column_int64(st, col) : 0;
+    return v > 0 && v <= UINT32_MAX ? (uint32_t)v : 0;
+}
+
+static parley_status sqlite_load_sized(store *base, const store_key *key, size_t last_turns,
+                                       uint64_t now_ms, pbuf *out, size_t *nmessages,
+                                       store_sizes *sizes, char **err)
 {
     sqlite_store *s = (sqlite_store *)base;
     size_t mark = out->len, count = 0;
@@ -1600,10 +1629,17 @@ static parley_status sqlite_load(store *base, const store_key *key, size_t last_
         if (st) {
             sqlite3_bind_int64(st, 1, row.id);
             sqlite3_bind_int64(st, 2, last_turns ? (int64_t)last_turns : -1);
+            int64_t turn = -1;
             while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
                 pbuf_append(out, sqlite3_column_text(st, 0), (size_t)sqlite3_column_bytes(st, 0));
                 pbuf_putc(out, ',');
                 count++;
+                if (sizes && sqlite3_column_int64(st, 1) != turn) { /* a turn begins */
+                    turn = sqlite3_column_int64(st, 1);
+                    store_sizes_add(sizes, 0, tokens_column(st, 2));
+                }
+                if (sizes && sizes->n)
+                    sizes->turn[sizes->n - 1].nmessages++;
             }
             done(st);
         }
@@ -1625,6 +1661,12 @@ static parley_status sqlite_load(store *base, const store_key *key, size_t last_
     }
     *nmessages = count;
     return PARLEY_OK;
+}
+
+static parley_status sqlite_load(store *base, const store_key *key, size_t last_turns,
+                                 uint64_t now_ms, pbuf *out, size_t *nmessages, char **err)
+{
+    return sqlite_load_sized(base, key, last_turns, now_ms, out, nmessages, NULL, err);
 }
 
 /* ---- append ---- */
@@ -1698,6 +1740,8 @@ static int insert_turn(sqlite_store *s, int64_t conversation, const store_turn *
     sqlite3_bind_int64(st, 3, (int64_t)turn->started_ms);
     sqlite3_bind_int64(st, 4, (int64_t)turn->finished_ms);
     sqlite3_bind_int64(st, 5, joined_length(turn));
+    if (turn->tokens) /* else NULL: unknown */
+        sqlite3_bind_int64(st, 6, turn->tokens);
     if ((rc = run(st)) != SQLITE_OK)
         return rc;
     int64_t turn_row = sqlite3_last_insert_rowid(s->w.db);
@@ -1931,6 +1975,7 @@ static int put_turns(sqlite_store *s, int64_t conversation, pbuf *out)
     pbuf messages = PBUF_INIT;
     char turn_id[STORE_ID_LEN + 1] = "";
     int64_t current = -1, started = 0, finished = 0;
+    uint32_t tokens = 0;
     int nturns = 0;
     for (;;) {
         rc = sqlite3_step(st);
@@ -1938,7 +1983,7 @@ static int put_turns(sqlite_store *s, int64_t conversation, pbuf *out)
         if (current != -1 && turn != current) { /* the previous turn is complete */
             if (nturns++)
                 pbuf_putc(out, ',');
-            store_json_turn(out, turn_id, (uint64_t)started, (uint64_t)finished,
+            store_json_turn(out, turn_id, (uint64_t)started, (uint64_t)finished, tokens,
                             messages.data ? messages.data : "", messages.len);
             pbuf_reset(&messages);
         }
@@ -1950,6 +1995,7 @@ static int put_turns(sqlite_store *s, int64_t conversation, pbuf *out)
             snprintf(turn_id, sizeof turn_id, "%s", id ? id : "");
             started = sqlite3_column_int64(st, 2);
             finished = sqlite3_column_int64(st, 3);
+            tokens = tokens_column(st, 5);
         } else {
             pbuf_putc(&messages, ',');
         }
@@ -2020,6 +2066,7 @@ static int put_found_turn(sqlite_store *s, sqlite3_stmt *found, const char *turn
     int64_t turn = sqlite3_column_int64(found, 0);
     uint64_t started = (uint64_t)sqlite3_column_int64(found, 1);
     uint64_t finished = (uint64_t)sqlite3_column_int64(found, 2);
+    uint32_t tokens = tokens_column(found, 8);
     const char *conversation_id = (const char *)sqlite3_column_text(found, 4);
     pbuf_puts(out, "{\"conversation_id\":");
     pbuf_json_string(out, conversation_id ? conversation_id : "",
@@ -2027,8 +2074,8 @@ static int put_found_turn(sqlite_store *s, sqlite3_stmt *found, const char *turn
     pbuf_puts(out, ",\"turn\":");
     pbuf messages = PBUF_INIT;
     int rc = put_turn_messages(s, turn, &messages);
-    store_json_turn(out, turn_id, started, finished, messages.data ? messages.data : "",
-                    messages.len);
+    store_json_turn(out, turn_id, started, finished, tokens,
+                    messages.data ? messages.data : "", messages.len);
     pbuf_putc(out, '}');
     if (messages.oom)
         out->oom = 1;
@@ -2655,6 +2702,7 @@ const store_backend store_sqlite_backend = {
     .open = sqlite_open,
     .close = sqlite_close,
     .load = sqlite_load,
+    .load_sized = sqlite_load_sized,
     .append = sqlite_append,
     .get_conversation = sqlite_get_conversation,
     .get_turn = sqlite_get_turn,

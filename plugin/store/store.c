@@ -36,7 +36,7 @@ static const char *missing_method(const store_backend *b)
     REQUIRE(open) REQUIRE(close) REQUIRE(load) REQUIRE(append) REQUIRE(get_conversation)
     REQUIRE(get_turn) REQUIRE(list) REQUIRE(forget) REQUIRE(expire) REQUIRE(stats)
     REQUIRE(query) REQUIRE(get_message) REQUIRE(set_interface_message_id)
-    REQUIRE(find_message) REQUIRE(load_turn) REQUIRE(context_get) REQUIRE(context_set)
+    REQUIRE(find_message) REQUIRE(load_turn) REQUIRE(context_get) REQUIRE(context_set) REQUIRE(load_sized)
 #undef REQUIRE
     if (!b->lease_acquire != !b->lease_release)
         return b->lease_acquire ? "lease_release" : "lease_acquire";
@@ -81,6 +81,30 @@ parley_status store_load(store *s, const store_key *key, size_t last_turns, uint
                          pbuf *out, size_t *nmessages, char **err)
 {
     return s->backend->load(s, key, last_turns, now_ms, out, nmessages, err);
+}
+
+parley_status store_load_sized(store *s, const store_key *key, size_t last_turns,
+                               uint64_t now_ms, pbuf *out, size_t *nmessages, store_sizes *sizes,
+                               char **err)
+{
+    return s->backend->load_sized(s, key, last_turns, now_ms, out, nmessages, sizes, err);
+}
+
+void store_sizes_add(store_sizes *z, uint32_t nmessages, uint32_t tokens)
+{
+    if (z->oom)
+        return;
+    if (z->n == z->cap) {
+        size_t cap = z->cap ? 2 * z->cap : 16;
+        store_turn_size *turn = realloc(z->turn, cap * sizeof *turn);
+        if (!turn) {
+            z->oom = 1;
+            return;
+        }
+        z->turn = turn;
+        z->cap = cap;
+    }
+    z->turn[z->n++] = (store_turn_size){nmessages, tokens};
 }
 
 parley_status store_context_get(store *s, const store_key *key, uint64_t now_ms, pbuf *out,

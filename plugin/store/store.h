@@ -59,7 +59,7 @@
 #include "lib/buf.h"
 #include "lib/plugin_status.h"
 
-#define STORE_BACKEND_VERSION 5
+#define STORE_BACKEND_VERSION 6
 
 /* Longest conversation id, and the length of turn and message ids (UUIDs). */
 #define STORE_MAX_CONVERSATION_ID 256
@@ -101,7 +101,26 @@ typedef struct store_turn {
      * retried append that finds the turn stored) */
     const char *context;
     size_t context_len;
+    /* version 6: the turn's size in tokens as the context engine knew it at
+     * commit (context/window.h, ctx_turn_tokens); 0 = unknown.  Kept with the
+     * turn, returned by load_sized and shown by get_conversation / get_turn. */
+    uint32_t tokens;
 } store_turn;
+
+/* Version 6: what load_sized says of each turn it loaded, oldest first. */
+typedef struct store_turn_size {
+    uint32_t nmessages; /* the turn's messages in the loaded text */
+    uint32_t tokens;    /* store_turn.tokens as appended; 0 = unknown (e.g. stored before v6) */
+} store_turn_size;
+
+typedef struct store_sizes {
+    store_turn_size *turn; /* malloc'd; the caller frees it */
+    size_t n, cap;
+    int oom;               /* an entry could not be added: the sizes are incomplete */
+} store_sizes;
+
+/* Add one turn's size (sets oom on failure). */
+void store_sizes_add(store_sizes *z, uint32_t nmessages, uint32_t tokens);
 
 /* Version 4: what a conversation did over its whole life.  Kept when turns
  * are dropped by keep_turns (counts never go down); restarts from zero only
@@ -342,6 +361,16 @@ typedef struct store_backend {
     parley_status (*context_set)(store *s, const store_key *key, const char *json, size_t len,
                                  const char *expected, size_t expected_len, uint64_t now_ms,
                                  char **err);
+
+    /* ---- version 6: turn sizes ---- */
+
+    /*
+     * load(), and each loaded turn's size appended to *sizes (oldest first;
+     * their nmessages add up to *nmessages), read at the same moment.
+     */
+    parley_status (*load_sized)(store *s, const store_key *key, size_t last_turns,
+                                uint64_t now_ms, pbuf *out, size_t *nmessages, store_sizes *sizes,
+                                char **err);
 } store_backend;
 
 /* The first member of every backend's store object. */
@@ -377,6 +406,9 @@ int store_shared(const store *s);         /* several processes share it: turns t
 
 parley_status store_load(store *s, const store_key *key, size_t last_turns, uint64_t now_ms,
                          pbuf *out, size_t *nmessages, char **err);
+parley_status store_load_sized(store *s, const store_key *key, size_t last_turns,
+                               uint64_t now_ms, pbuf *out, size_t *nmessages, store_sizes *sizes,
+                               char **err);
 parley_status store_context_get(store *s, const store_key *key, uint64_t now_ms, pbuf *out,
                                 store_lifetime *life, char **err);
 parley_status store_context_set(store *s, const store_key *key, const char *json, size_t len,

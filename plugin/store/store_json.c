@@ -93,7 +93,7 @@ parley_status store_json_damaged(const char *store_name, const char *conversatio
 }
 
 void store_json_turn(pbuf *b, const char *turn_id, uint64_t started_ms, uint64_t finished_ms,
-                     const char *messages, size_t messages_len)
+                     uint32_t tokens, const char *messages, size_t messages_len)
 {
     pbuf_putc(b, '{');
     string_field(b, "turn_id", turn_id);
@@ -101,6 +101,8 @@ void store_json_turn(pbuf *b, const char *turn_id, uint64_t started_ms, uint64_t
     time_field(b, "started_at", started_ms);
     pbuf_putc(b, ',');
     time_field(b, "finished_at", finished_ms);
+    if (tokens)
+        pbuf_printf(b, ",\"tokens\":%u", (unsigned)tokens);
     pbuf_puts(b, ",\"messages\":[");
     pbuf_append(b, messages, messages_len); /* already valid JSON: verbatim */
     pbuf_puts(b, "]}");

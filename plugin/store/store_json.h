@@ -18,10 +18,11 @@
 /* "2026-11-22T19:31:00.123Z", quoted. */
 void store_json_timestamp(pbuf *b, uint64_t ms);
 
-/* {"turn_id":..,"started_at":..,"finished_at":..,"messages":[<messages>]}
- * where `messages` is the turn's message objects joined by ',' (verbatim). */
+/* {"turn_id":..,"started_at":..,"finished_at":..[,"tokens":N],"messages":[<messages>]}
+ * where `messages` is the turn's message objects joined by ',' (verbatim) and
+ * tokens its stored size (store_turn.tokens; written only when known, not 0). */
 void store_json_turn(pbuf *b, const char *turn_id, uint64_t started_ms, uint64_t finished_ms,
-                     const char *messages, size_t messages_len);
+                     uint32_t tokens, const char *messages, size_t messages_len);
 
 /* {"conversation_id":..[,"persona":..][,"interface_type":..],"created_at":..,
  * "last_used_at":..  -- no closing brace: the caller adds ,"turns":[...]} or

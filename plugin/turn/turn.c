@@ -484,10 +484,10 @@ static int render_request(turn *t, char **err)
 static ctx_budget budget_of(const turn *t)
 {
     const parley_options *o = t->opts;
-    const char *api = t->cfg->prov->name;
     const ctx_model *learned = ctx_model_of(t->env->ctx, t->opts->model);
     ctx_budget b = {.max_turns = (size_t)o->max_history_turns,
-                    .factor = learned->factor > 0 ? learned->factor : 1.0};
+                    .factor = learned->factor > 0 ? learned->factor : 1.0,
+                    .idle_ms = (uint64_t)o->prompt_cache_ttl_ms};
     int64_t discovered = atomic_load(&t->env->ctx->discovered);
     if (o->context_window > 0)
         b.window = o->context_window;
@@ -495,14 +495,8 @@ static ctx_budget budget_of(const turn *t)
         b.window = learned->window;
     else if (discovered > 0)
         b.window = discovered;
-    else if (strcmp(api, "ollama") == 0 && o->num_ctx > 0)
-        b.window = o->num_ctx; /* what Parley asks Ollama for */
-    else if (strcmp(api, "anthropic") == 0)
-        b.window = 200000;
-    else if (!o->base_url || strstr(o->base_url, "://api.openai.com")) /* OpenAI's own API */
-        b.window = 128000;
     else
-        b.window = 4096; /* a local server that did not say: llama.cpp's long-standing default */
+        b.window = t->cfg->prov->default_window(o); /* what the API's models usually have */
     if (learned->window > 0 && learned->window < b.window) /* the server knows better */
         b.window = learned->window;
     b.reserve = o->context_reserve >= 0 ? o->context_reserve
@@ -966,7 +960,7 @@ static void summary_on_http_done(turn *t, CURLcode code);
  */
 static int ollama_truncated(const turn *t, const llm_usage *u)
 {
-    if (strcmp(t->cfg->prov->name, "ollama") != 0 || !t->ctx.window.enabled || t->in.images.n ||
+    if (!t->cfg->prov->truncates_silently || !t->ctx.window.enabled || t->in.images.n ||
         u->prompt <= 0)
         return 0;
     double f = ctx_model_of(t->env->ctx, t->opts->model)->factor;
@@ -1278,7 +1272,9 @@ static void turn_commit(turn *t)
     store_turn in = {.turn_id = t->turn_id,
                      .started_ms = t->in.host_time_ms ? t->in.host_time_ms : t->started_wall_ms,
                      .finished_ms = turn_clock_ms(t),
-                     .messages = msgs, .nmessages = t->rec.nmessages};
+                     .messages = msgs, .nmessages = t->rec.nmessages,
+                     .tokens = ctx_turn_tokens(msgs, t->rec.nmessages,
+                                               ctx_model_of(t->env->ctx, t->opts->model)->factor)};
     if (t->ctx.window.enabled && t->ctx.last_prompt > 0) { /* what the next turn's server count */
         t->ctx.window.rec.last_prompt = (uint64_t)t->ctx.last_prompt;
         t->ctx.window.rec.last_bytes = t->ctx.last_bytes;

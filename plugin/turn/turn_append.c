@@ -13,34 +13,26 @@
 #include <string.h>
 
 #include "lib/clock.h"
+#include "lib/json_keys.h"
 #include "config/selector.h"
 
-/* -1 with *err = the message (malloc'd): the input is refused. */
-static int refuse(char **err, char *message)
+/* PARLEY_ERR_INVALID_INPUT with *err = the message (malloc'd): the input is refused. */
+static parley_status refuse(char **err, char *message)
 {
     *err = message;
-    return -1;
+    return PARLEY_ERR_INVALID_INPUT;
 }
 
-/* The keys selector_parse does not read: role, content, metadata.  0, -1 (refused), -2 (OOM). */
-static int check_message_keys(json_t *root, size_t max_bytes, const char **role,
-                              const char **content, char **metadata, char **err)
+/* The keys selector_parse does not read: role, content, metadata. */
+static parley_status check_message_keys(json_t *root, size_t max_bytes, const char **role,
+                                        const char **content, char **metadata, char **err)
 {
-    static const char *const known[] = {"conversation_id", "interface_type", "persona",
-                                        "interface_message_id", "role", "content", "metadata",
-                                        "timestamp"};
-    const char *key;
-    json_t *v;
-    json_object_foreach(root, key, v) {
-        size_t i = 0;
-        while (i < sizeof known / sizeof known[0] && strcmp(known[i], key) != 0)
-            i++;
-        if (i == sizeof known / sizeof known[0])
-            return refuse(err, pstr_printf("message_json: unknown key \"%s\" (expected "
-                                           "conversation_id, content, role, interface_type, "
-                                           "persona, interface_message_id, metadata, "
-                                           "timestamp)", key));
-    }
+    static const char *const known[] = {"conversation_id", "content", "role", "interface_type",
+                                        "persona", "interface_message_id", "metadata",
+                                        "timestamp", NULL};
+    parley_status st = json_keys_check(root, known, "message_json", err);
+    if (st != PARLEY_OK)
+        return st;
     json_t *r = json_object_get(root, "role");
     *role = r ? json_string_value(r) : "assistant";
     if (!*role || (strcmp(*role, "assistant") != 0 && strcmp(*role, "system") != 0 &&
@@ -57,19 +49,19 @@ static int check_message_keys(json_t *root, size_t max_bytes, const char **role,
                                        "max_input_bytes (%zu)", json_string_length(c), max_bytes));
     json_t *m = json_object_get(root, "metadata");
     if (!m)
-        return 0;
+        return PARLEY_OK;
     if (!json_is_object(m))
         return refuse(err, pstr_printf("message_json 'metadata': must be a JSON object"));
     if (!(*metadata = json_dumps(m, JSON_COMPACT | JSON_PRESERVE_ORDER)))
-        return -2;
+        return PARLEY_ERR_NO_MEMORY;
     if (strlen(*metadata) > max_bytes)
         return refuse(err, pstr_printf("message_json 'metadata': %zu bytes, more than "
                                        "max_input_bytes (%zu)", strlen(*metadata), max_bytes));
-    return 0;
+    return PARLEY_OK;
 }
 
 /* The turn's one message, recorded as a model turn records its messages (turn.h). */
-static int record_the_message(turn *t, const char *role, const char *content)
+static parley_status record_the_message(turn *t, const char *role, const char *content)
 {
     pbuf_puts(&t->rec.messages, "{\"role\":");
     pbuf_json_string(&t->rec.messages, role, strlen(role));
@@ -78,7 +70,7 @@ static int record_the_message(turn *t, const char *role, const char *content)
     pbuf_putc(&t->rec.messages, '}');
     t->rec.index = calloc(1, sizeof *t->rec.index);
     if (t->rec.messages.oom || !t->rec.index || !(t->rec.answer = strdup(content)))
-        return -2;
+        return PARLEY_ERR_NO_MEMORY;
     turn_message *m = &t->rec.index[0];
     m->offset = 0;
     m->len = t->rec.messages.len;
@@ -86,49 +78,50 @@ static int record_the_message(turn *t, const char *role, const char *content)
               : strcmp(role, "user") == 0 ? "user"
                                           : "assistant";
     t->rec.index_cap = t->rec.nmessages = 1;
-    return uuid4(m->id) == 0 ? 0 : -1;
+    return uuid4(m->id) == 0 ? PARLEY_OK : PARLEY_ERR_INVALID_INPUT; /* no randomness */
 }
 
-/* Everything the turn keeps: 0, -1 (refused, *err), -2 (OOM). */
-static int build(turn *t, agent_config *cfg, const selector *sel, char **err)
+/* Everything the turn keeps: PARLEY_OK, INVALID_INPUT (refused, *err) or NO_MEMORY. */
+static parley_status build(turn *t, agent_config *cfg, const selector *sel, char **err)
 {
     const char *role = NULL, *content = NULL;
-    int rc = check_message_keys(sel->root, (size_t)cfg->opts.max_input_bytes, &role, &content,
-                                &t->in.metadata, err);
-    if (rc != 0)
+    parley_status rc = check_message_keys(sel->root, (size_t)cfg->opts.max_input_bytes, &role,
+                                          &content, &t->in.metadata, err);
+    if (rc != PARLEY_OK)
         return rc;
     json_t *ts = json_object_get(sel->root, "timestamp");
     if (ts && !json_is_string(ts))
         return refuse(err, pstr_printf("message_json 'timestamp': must be a string, an RFC 3339 "
                                        "time"));
     if (turn_set_host_time(t, json_string_value(ts), "message_json 'timestamp'", err) != 0)
-        return -1;
+        return PARLEY_ERR_INVALID_INPUT;
     const char *persona = sel->key.persona;
     if (*persona) {
-        if (persona_check_name(&cfg->personas, persona, 0, "message_json 'persona'", err) != 0)
-            return -1;
+        rc = persona_check_name(&cfg->personas, persona, 0, "message_json 'persona'", err);
+        if (rc != PARLEY_OK)
+            return rc;
         t->conv.persona_def = persona_find(&cfg->personas, persona);
         if (!(t->conv.persona_name = strdup(persona)))
-            return -2;
+            return PARLEY_ERR_NO_MEMORY;
     }
     if (turn_apply_persona(t) != 0)
-        return -2;
+        return PARLEY_ERR_NO_MEMORY;
     t->conv.persona = t->conv.persona_name ? t->conv.persona_name : "";
     if (!(t->conv.conversation_id = strdup(sel->key.conversation_id)))
-        return -2;
+        return PARLEY_ERR_NO_MEMORY;
     t->conv.interface_type = "";
     if (*sel->key.interface_type) {
         if (!(t->conv.own_interface_type = strdup(sel->key.interface_type)))
-            return -2;
+            return PARLEY_ERR_NO_MEMORY;
         t->conv.interface_type = t->conv.own_interface_type;
     }
     if (sel->interface_message_id &&
         !(t->in.interface_message_id = strdup(sel->interface_message_id)))
-        return -2;
+        return PARLEY_ERR_NO_MEMORY;
     rc = record_the_message(t, role, content);
-    if (rc == 0 && uuid4(t->turn_id) != 0)
-        rc = -1;
-    if (rc == -1)
+    if (rc == PARLEY_OK && uuid4(t->turn_id) != 0)
+        rc = PARLEY_ERR_INVALID_INPUT;
+    if (rc == PARLEY_ERR_INVALID_INPUT)
         *err = pstr_printf("no randomness available for a message id");
     return rc;
 }
@@ -163,11 +156,11 @@ turn *turn_append_accept(agent_config *cfg, parley_request_id id, const char *me
     t->host.user_data = user_data;
     t->deadline = (ptimer)PTIMER_INIT(t);
     t->wait = (ptimer)PTIMER_INIT(t);
-    int rc = build(t, cfg, &sel, err);
+    parley_status rc = build(t, cfg, &sel, err);
     selector_free(&sel);
-    if (rc != 0) {
-        *status = rc == -2 ? PARLEY_ERR_NO_MEMORY : PARLEY_ERR_INVALID_INPUT;
-        if (rc == -2 && !*err)
+    if (rc != PARLEY_OK) {
+        *status = rc;
+        if (rc == PARLEY_ERR_NO_MEMORY && !*err)
             *err = pstr_printf("out of memory");
         turn_free(t);
         return NULL;

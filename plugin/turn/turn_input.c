@@ -29,29 +29,30 @@ static int valid_key_part(const char *id)
 }
 
 /* Copy an optional text field, checking it is UTF-8 and not too long. */
-static int copy_field(const char *name, const char *src, size_t max, char **dst, char **err)
+static parley_status copy_field(const char *name, const char *src, size_t max, char **dst,
+                                char **err)
 {
     *dst = NULL;
     if (!src)
-        return 0;
+        return PARLEY_OK;
     size_t n = strlen(src);
     if (n > max) {
         *err = pstr_printf("input '%s': %zu bytes, more than max_input_bytes (%zu)", name, n, max);
-        return -1;
+        return PARLEY_ERR_INVALID_INPUT;
     }
     if (!utf8_valid(src, n)) {
         *err = pstr_printf("input '%s': not valid UTF-8", name);
-        return -1;
+        return PARLEY_ERR_INVALID_INPUT;
     }
     if (!(*dst = strdup(src))) {
         *err = pstr_printf("out of memory");
-        return -2;
+        return PARLEY_ERR_NO_MEMORY;
     }
-    return 0;
+    return PARLEY_OK;
 }
 
 /* A JSON object given as text, compacted (what the store keeps verbatim). */
-static int compact_object(const char *name, const char *text, char **out, char **err)
+static parley_status compact_object(const char *name, const char *text, char **out, char **err)
 {
     json_error_t jerr;
     json_t *v = json_loads(text, JSON_REJECT_DUPLICATES, &jerr);
@@ -59,27 +60,27 @@ static int compact_object(const char *name, const char *text, char **out, char *
         *err = pstr_printf("input '%s': must be a JSON object%s%s", name, v ? "" : ": ",
                            v ? "" : jerr.text);
         json_decref(v);
-        return -1;
+        return PARLEY_ERR_INVALID_INPUT;
     }
     *out = json_dumps(v, JSON_COMPACT | JSON_PRESERVE_ORDER);
     json_decref(v);
     if (!*out) {
         *err = pstr_printf("out of memory");
-        return -2;
+        return PARLEY_ERR_NO_MEMORY;
     }
-    return 0;
+    return PARLEY_OK;
 }
 
 /* What identifies the user's message (metadata, the interface's id) and what it replies to. */
-static int copy_identity(turn *t, size_t max, const parley_input *in, char **err)
+static parley_status copy_identity(turn *t, size_t max, const parley_input *in, char **err)
 {
     if (in->metadata_json) {
         char *given = NULL;
-        int rc = copy_field("metadata_json", in->metadata_json, max, &given, err);
-        if (rc == 0)
+        parley_status rc = copy_field("metadata_json", in->metadata_json, max, &given, err);
+        if (rc == PARLEY_OK)
             rc = compact_object("metadata_json", given, &t->in.metadata, err);
         free(given);
-        if (rc != 0)
+        if (rc != PARLEY_OK)
             return rc;
     }
     if (in->interface_message_id) {
@@ -88,11 +89,11 @@ static int copy_identity(turn *t, size_t max, const parley_input *in, char **err
             !utf8_valid(in->interface_message_id, n)) {
             *err = pstr_printf("input 'interface_message_id': must be 1 to %d bytes of UTF-8",
                                STORE_MAX_INTERFACE_MESSAGE_ID);
-            return -1;
+            return PARLEY_ERR_INVALID_INPUT;
         }
         if (!(t->in.interface_message_id = strdup(in->interface_message_id))) {
             *err = pstr_printf("out of memory");
-            return -2;
+            return PARLEY_ERR_NO_MEMORY;
         }
     }
     if (in->reply_to_json) {
@@ -100,20 +101,21 @@ static int copy_identity(turn *t, size_t max, const parley_input *in, char **err
         if (n > max) {
             *err = pstr_printf("input 'reply_to_json': %zu bytes, more than max_input_bytes (%zu)",
                                n, max);
-            return -1;
+            return PARLEY_ERR_INVALID_INPUT;
         }
         return reply_context_parse(in->reply_to_json, &t->in.reply, err);
     }
-    return 0;
+    return PARLEY_OK;
 }
 
-static int copy_input(turn *t, const agent_config *cfg, const parley_input *in, char **err)
+static parley_status copy_input(turn *t, const agent_config *cfg, const parley_input *in,
+                                char **err)
 {
     size_t max = (size_t)cfg->opts.max_input_bytes;
     if (!in->text || (!*in->text && !in->images_json)) { /* images_json: a photo, no caption */
         *err = pstr_printf("input 'text': required, and must not be empty (it may be \"\" "
                            "only when images_json shows images)");
-        return -1;
+        return PARLEY_ERR_INVALID_INPUT;
     }
     const struct { const char *name, *src; char **dst; } fields[] = {
         {"text", in->text, &t->in.text},
@@ -125,8 +127,8 @@ static int copy_input(turn *t, const agent_config *cfg, const parley_input *in, 
         {"context_json", in->context_json, &t->in.context_json},
     };
     for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++) {
-        int rc = copy_field(fields[i].name, fields[i].src, max, fields[i].dst, err);
-        if (rc != 0)
+        parley_status rc = copy_field(fields[i].name, fields[i].src, max, fields[i].dst, err);
+        if (rc != PARLEY_OK)
             return rc;
     }
     if (t->in.context_json) {
@@ -137,29 +139,30 @@ static int copy_input(turn *t, const agent_config *cfg, const parley_input *in, 
         if (!ok) {
             *err = pstr_printf("input 'context_json': must be a JSON object%s%s", ctx ? "" : ": ",
                        ctx ? "" : jerr.text);
-            return -1;
+            return PARLEY_ERR_INVALID_INPUT;
         }
     }
-    int rc = copy_identity(t, max, in, err);
-    if (rc == 0)
-        rc = turn_set_host_time(t, in->timestamp, "input 'timestamp'", err);
-    if (rc != 0)
+    parley_status rc = copy_identity(t, max, in, err);
+    if (rc == PARLEY_OK)
+        rc = turn_set_host_time(t, in->timestamp, "input 'timestamp'", err) == 0
+                 ? PARLEY_OK
+                 : PARLEY_ERR_INVALID_INPUT;
+    if (rc != PARLEY_OK)
         return rc;
     const toolset *base =
         t->conv.persona_def && t->conv.persona_def->tools ? t->conv.persona_def->tools : cfg->tools;
     t->in.tools = base;
     if (in->tools_json) {
         char *terr = NULL;
-        t->in.own_tools = toolset_parse(in->tools_json, base, &terr);
-        if (!t->in.own_tools) {
-            int oom = !terr || strcmp(terr, "out of memory") == 0;
+        parley_status st = toolset_parse(in->tools_json, base, &t->in.own_tools, &terr);
+        if (st != PARLEY_OK) {
             *err = pstr_printf("input 'tools_json': %s", terr ? terr : "out of memory");
             free(terr);
-            return oom ? -2 : -1;
+            return st;
         }
         t->in.tools = t->in.own_tools;
     }
-    return 0;
+    return PARLEY_OK;
 }
 
 /* extra_body keys that carry a response format: the input's would collide with them. */
@@ -180,77 +183,80 @@ static const char *extra_body_format_key(const char *extra_body)
  * so a bad schema is the host's error now rather than the server's later.
  * Its name also names Anthropic's answer tool: it must not be a tool's.
  */
-static int accept_response_format(turn *t, const agent_config *cfg, const parley_input *in,
-                                  char **err)
+static parley_status accept_response_format(turn *t, const agent_config *cfg,
+                                            const parley_input *in, char **err)
 {
     if (!in->response_format_json)
-        return 0;
+        return PARLEY_OK;
     size_t n = strlen(in->response_format_json), max = (size_t)cfg->opts.max_input_bytes;
     if (n > max) {
         *err = pstr_printf("input 'response_format_json': %zu bytes, more than max_input_bytes "
                            "(%zu)", n, max);
-        return -1;
+        return PARLEY_ERR_INVALID_INPUT;
     }
     char *why = NULL;
-    t->in.format = response_format_parse(in->response_format_json, &why);
-    if (!t->in.format) {
-        int oom = !why || strcmp(why, "out of memory") == 0;
+    parley_status st = response_format_parse(in->response_format_json, &t->in.format, &why);
+    if (st != PARLEY_OK) {
         *err = pstr_printf("input 'response_format_json': %s", why ? why : "out of memory");
         free(why);
-        return oom ? -2 : -1;
+        return st;
     }
     if (toolset_has(t->in.tools, t->in.format->name)) {
         *err = pstr_printf("input 'response_format_json': name '%s' is also a tool's; name the "
                            "response format otherwise", t->in.format->name);
-        return -1;
+        return PARLEY_ERR_INVALID_INPUT;
     }
     const char *key = extra_body_format_key(t->opts->extra_body);
     if (key) {
         *err = pstr_printf("input 'response_format_json': the extra_body option sets '%s' "
                            "already; remove it there to give the format per turn", key);
-        return -1;
+        return PARLEY_ERR_INVALID_INPUT;
     }
-    return 0;
+    return PARLEY_OK;
 }
 
 /* The tool the tool_choice option names must be one this turn offers (a persona's
    tools are a subset of the agent's). */
-static int check_tool_choice(const turn *t, char **err)
+static parley_status check_tool_choice(const turn *t, char **err)
 {
     const char *c = t->opts->tool_choice;
     if (strcmp(c, "auto") == 0 || strcmp(c, "none") == 0 || strcmp(c, "required") == 0 ||
         toolset_has(t->in.tools, c))
-        return 0;
+        return PARLEY_OK;
     *err = pstr_printf("option 'tool_choice' names the tool '%s', which this turn does not "
                        "offer (persona '%s' has no such tool)", c,
                        t->conv.persona_name ? t->conv.persona_name : "");
-    return -1;
+    return PARLEY_ERR_INVALID_INPUT;
 }
 
 /* The persona the input names (one of the `personas` option's), or none. */
-static int resolve_persona(turn *t, const agent_config *cfg, const parley_input *in, char **err)
+static parley_status resolve_persona(turn *t, const agent_config *cfg, const parley_input *in,
+                                     char **err)
 {
     if (in->persona && *in->persona) {
-        if (persona_check_name(&cfg->personas, in->persona, 0, "input 'persona'", err) != 0)
-            return -1;
+        parley_status rc = persona_check_name(&cfg->personas, in->persona, 0, "input 'persona'",
+                                              err);
+        if (rc != PARLEY_OK)
+            return rc;
         t->conv.persona_def = persona_find(&cfg->personas, in->persona);
         if (!(t->conv.persona_name = strdup(in->persona))) {
             *err = pstr_printf("out of memory");
-            return -2;
+            return PARLEY_ERR_NO_MEMORY;
         }
     }
     if (turn_apply_persona(t) != 0) {
         *err = pstr_printf("out of memory");
-        return -2;
+        return PARLEY_ERR_NO_MEMORY;
     }
-    return 0;
+    return PARLEY_OK;
 }
 
 /* The input's images, checked before anything is sent or stored. */
-static int accept_images(turn *t, const agent_config *cfg, const parley_input *in, char **err)
+static parley_status accept_images(turn *t, const agent_config *cfg, const parley_input *in,
+                                   char **err)
 {
     if (!in->images_json)
-        return 0;
+        return PARLEY_OK;
     image_limits lim = {(size_t)cfg->opts.max_image_bytes, (size_t)cfg->opts.max_images_per_turn};
     /* Bound the text before parsing it: every image at its largest, as base64, plus room. */
     size_t most = lim.max_images * (lim.max_bytes / 3 * 4 + 4 + 4096) + 64;
@@ -258,15 +264,18 @@ static int accept_images(turn *t, const agent_config *cfg, const parley_input *i
     if (len > most) {
         *err = pstr_printf("input 'images_json': %zu bytes, more than max_images_per_turn images "
                            "of max_image_bytes could need (%zu)", len, most);
-        return -1;
+        return PARLEY_ERR_INVALID_INPUT;
     }
-    int rc = image_list_parse(in->images_json, &lim, &t->in.images, err);
-    for (size_t i = 0; rc == 0 && i < t->in.images.n; i++) {
+    int parsed = image_list_parse(in->images_json, &lim, &t->in.images, err); /* 0, -1, -2 (OOM) */
+    parley_status rc = parsed == 0    ? PARLEY_OK
+                       : parsed == -2 ? PARLEY_ERR_NO_MEMORY
+                                      : PARLEY_ERR_INVALID_INPUT;
+    for (size_t i = 0; rc == PARLEY_OK && i < t->in.images.n; i++) {
         if (!t->in.images.items[i].base64 && !cfg->prov->images_by_url) {
             *err = pstr_printf("input 'images_json': image %zu: provider %s cannot be sent an "
                                "image by URL (only as base64 data); give it as a data: URL",
                                i + 1, cfg->prov->name);
-            rc = -1;
+            rc = PARLEY_ERR_INVALID_INPUT;
         }
     }
     return rc;
@@ -277,51 +286,49 @@ static int accept_images(turn *t, const agent_config *cfg, const parley_input *i
  * Its history key is the id qualified by persona and interface (store.h);
  * both are "" until the input carries them.
  */
-static int resolve_conversation(turn *t, const agent_config *cfg, const parley_input *in,
-                                char **err)
+static parley_status resolve_conversation(turn *t, const agent_config *cfg,
+                                          const parley_input *in, char **err)
 {
     if (in->conversation_id) {
         if (!valid_key_part(in->conversation_id)) {
-            *err = pstr_printf(
-                "input 'conversation_id': must be 1 to %d bytes of UTF-8 without control "
-                "characters",
-                STORE_MAX_CONVERSATION_ID);
-            return -1;
+            *err = pstr_printf("input 'conversation_id': must be 1 to %d bytes of UTF-8 without control "
+                       "characters", STORE_MAX_CONVERSATION_ID);
+            return PARLEY_ERR_INVALID_INPUT;
         }
         t->conv.conversation_id = strdup(in->conversation_id);
     } else if (cfg->opts.auto_create_conversation_id) {
         char id[UUID_STR_LEN];
         if (uuid4(id) != 0) {
             *err = pstr_printf("no randomness available for a conversation id");
-            return -1;
+            return PARLEY_ERR_INVALID_INPUT;
         }
         t->conv.conversation_id = strdup(id);
     } else if (reply_context_wanted(&t->in.reply)) {
         *err = pstr_printf("input 'reply_to_json': a turn without a conversation (no "
                            "conversation_id) has no earlier turn to reply to");
-        return -1;
+        return PARLEY_ERR_INVALID_INPUT;
     } else {
-        return 0; /* stateless */
+        return PARLEY_OK; /* stateless */
     }
     t->conv.persona = t->conv.persona_name ? t->conv.persona_name : "";
     t->conv.interface_type = "";
     if (!t->conv.conversation_id) {
         *err = pstr_printf("out of memory");
-        return -2;
+        return PARLEY_ERR_NO_MEMORY;
     }
     if (in->interface_type && *in->interface_type) { /* "" is "no interface" */
         if (!valid_key_part(in->interface_type)) {
             *err = pstr_printf("input 'interface_type': must be 1 to %d bytes of UTF-8 without "
                                "control characters", STORE_MAX_CONVERSATION_ID);
-            return -1;
+            return PARLEY_ERR_INVALID_INPUT;
         }
         if (!(t->conv.own_interface_type = strdup(in->interface_type))) {
             *err = pstr_printf("out of memory");
-            return -2;
+            return PARLEY_ERR_NO_MEMORY;
         }
         t->conv.interface_type = t->conv.own_interface_type;
     }
-    return 0;
+    return PARLEY_OK;
 }
 
 turn *turn_input_accept(agent_config *cfg, parley_request_id id, const parley_input *in,
@@ -351,23 +358,23 @@ turn *turn_input_accept(agent_config *cfg, parley_request_id id, const parley_in
     t->host.on_reasoning = copy.on_reasoning;
     t->deadline = (ptimer)PTIMER_INIT(t);
     t->wait = (ptimer)PTIMER_INIT(t);
-    int rc = resolve_persona(t, cfg, &copy, err);
-    if (rc == 0)
+    parley_status rc = resolve_persona(t, cfg, &copy, err);
+    if (rc == PARLEY_OK)
         rc = copy_input(t, cfg, &copy, err);
-    if (rc == 0)
+    if (rc == PARLEY_OK)
         rc = accept_images(t, cfg, &copy, err);
-    if (rc == 0 && !*t->in.text && !t->in.images.n) {
+    if (rc == PARLEY_OK && !*t->in.text && !t->in.images.n) {
         *err = pstr_printf("input 'text': must not be empty when images_json shows no image");
-        rc = -1;
+        rc = PARLEY_ERR_INVALID_INPUT;
     }
-    if (rc == 0)
+    if (rc == PARLEY_OK)
         rc = accept_response_format(t, cfg, &copy, err);
-    if (rc == 0)
+    if (rc == PARLEY_OK)
         rc = check_tool_choice(t, err);
-    if (rc == 0)
+    if (rc == PARLEY_OK)
         rc = resolve_conversation(t, cfg, &copy, err);
-    if (rc != 0) {
-        *status = rc == -2 ? PARLEY_ERR_NO_MEMORY : PARLEY_ERR_INVALID_INPUT;
+    if (rc != PARLEY_OK) {
+        *status = rc;
         goto fail;
     }
     if (uuid4(t->turn_id) != 0) {

@@ -31,8 +31,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (options_parse(text, &o, &err) == 0) {
         if (err)
             abort(); /* success never comes with an error */
-        toolset *t = toolset_parse(o.tools_json, NULL, &err);
-        if (!t == !err)
+        toolset *t = NULL;
+        if ((toolset_parse(o.tools_json, NULL, &t, &err) == PARLEY_OK) != !!t || !t == !err)
             abort(); /* exactly one of a toolset and an error */
         toolset_free(t);
         free(err);
@@ -45,8 +45,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     }
     /* The same text as a per-turn tools array. */
     err = NULL;
-    toolset *t = toolset_parse(text, NULL, &err);
-    if (!t == !err)
+    toolset *t = NULL;
+    if ((toolset_parse(text, NULL, &t, &err) == PARLEY_OK) != !!t || !t == !err)
         abort();
     toolset_free(t);
     free(err);

@@ -26,15 +26,16 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         *answer++ = '\0';
 
     char *err = NULL;
-    response_format *rf = response_format_parse(text, &err);
-    if (!rf == !err)
+    response_format *rf = NULL;
+    parley_status st = response_format_parse(text, &rf, &err);
+    if (!rf == !err || (st == PARLEY_OK) != !!rf)
         abort(); /* exactly one of a format and an error */
     free(err);
     json_t *v = answer ? json_loads(answer, JSON_DECODE_ANY, NULL) : NULL;
     if (rf && rf->schema && v) {
         err = NULL;
-        int rc = json_schema_validate(rf->schema, v, &err);
-        if ((rc == 0) != !err)
+        parley_status rc = json_schema_validate(rf->schema, v, &err);
+        if ((rc == PARLEY_OK) != !err)
             abort(); /* a mismatch always says why, a match never does */
         free(err);
     }

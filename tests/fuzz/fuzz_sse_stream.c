@@ -15,7 +15,7 @@
 
 #include "lib/buf.h"
 #include "fuzz_common.h"
-#include "provider/llm_reply.h"
+#include "provider/openai_decode.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

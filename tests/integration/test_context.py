@@ -183,6 +183,37 @@ class Persistence(ContextCase):
         self.assertTrue(extends(reqs[6], reqs[7]), messages(reqs[7]))
         self.assertEqual(messages(reqs[7])[1]["content"], "before 4")
 
+    def test_restart_counts_the_history_by_its_stored_sizes(self):
+        """Each turn keeps its size in tokens: after a restart, before the new
+        agent has learned anything from the server, the window counts the
+        history as the server did, not at 4 bytes a token.  Non-ASCII text
+        counts one token a byte in the fake's tokenizer (about 4 x the estimate)."""
+        text = "\u043f\u0440\u0438\u0432\u0435\u0442 " * 25  # 300 bytes: ~300 tokens
+        with tempfile.TemporaryDirectory(prefix="parley-ctx-") as d:
+            store = "sqlite:" + os.path.join(d, "h.db")
+            o = options(self.llm, summarize=False, max_history_turns=0, history_store=store)
+            lines = [{"text": "%d %s" % (k, text), "conversation_id": "z"} for k in range(1, 9)]
+            run = self.run_ok(lines + [{"op": "history", "conversation_id": "z"}], o)
+            turns = run.lines[-1]["result"]["turns"]
+            self.assertEqual(len(turns), 8)
+            for t in turns:  # each with its size, well above its bytes / 4
+                size = len(json.dumps(t["messages"], ensure_ascii=False).encode())
+                self.assertGreater(t["tokens"], size / 4 * 1.5, t)
+            # The agent restarts against a server with a 4000-token window, which
+            # the history alone (8 turns of ~600 tokens) does not fit.
+            with FakeLLM("--n-ctx", "4000") as small:
+                o = options(small, summarize=False, max_history_turns=0, history_store=store,
+                            context_window=4000, max_tokens=100)
+                run = self.run_ok([{"text": "after", "conversation_id": "z"},
+                                   {"op": "metrics"}], o)
+                self.assertTurnOk(run.turn_lines()[0])
+                m = metrics_of(run)
+                # the cut was planned before the first request: nothing refused
+                self.assertEqual((m["context_cuts"], m["context_overflows_recovered"]), (1, 0))
+                [req] = small.chat_requests()
+                self.assertFalse(req.get("overflow"))
+                self.assertLessEqual(prompt_tokens(req), 4000 - 100)
+
     def test_a_changed_prompt_is_a_cache_break(self):
         with tempfile.TemporaryDirectory(prefix="parley-ctx-") as d:
             o = options(self.llm, history_store="sqlite:" + os.path.join(d, "h.db"))
@@ -214,6 +245,50 @@ class Persistence(ContextCase):
         self.assertEqual(len(reqs), 12)
         self.assertEqual(cuts, 3)  # at turns 6, 9 and 12 (index 5, 8, 11)
         self.check_window_moves(reqs, cuts)
+        # each turn's size is stored with it, whichever host wrote it
+        turns = a.op("history", conversation_id="s")["result"]["turns"]
+        self.assertEqual(len(turns), 12)
+        self.assertEqual([t for t in turns if not t.get("tokens")], [])
+
+
+class IdleGap(ContextCase):
+    """A turn after a pause longer than the server keeps a prompt cached
+    (prompt_cache_ttl_ms) finds the cache gone: a free moment to cut the
+    window down to its low mark, though it is within the bound."""
+
+    def conversation(self, fake, ttl_ms, pause_s):
+        o = options(fake, max_history_turns=10, summarize=False, prompt_cache_ttl_ms=ttl_ms)
+        sh = InteractiveShim(o)
+        self.addCleanup(sh.close)
+        for k in range(1, 9):
+            self.assertTurnOk(sh.turn({"text": "turn %d" % k, "conversation_id": "i"}))
+        time.sleep(pause_s)
+        self.assertTurnOk(sh.turn({"text": "after the pause", "conversation_id": "i"}))
+        reqs = fake.chat_requests()
+        self.assertEqual(len(reqs), 9)
+        history = messages(reqs[8])[1:-1]  # what turn 9 sent between the prompt and its message
+        return sh.op("metrics")["result"], reqs, history
+
+    def test_a_pause_past_the_cache_lifetime_cuts_deeper(self):
+        ttl = int(1000 * SLOW)  # turns 1-8 come well within it; the pause is longer
+        m, reqs, history = self.conversation(self.llm, ttl, 1.5 * ttl / 1000)
+        self.assertEqual((m["context_cuts"], m["cache_breaks"]), (1, 0))
+        # 8 turns of history are within the bound of 10: only the pause cut them,
+        # whole oldest turns, down to the low mark
+        self.assertLess(len(history) // 2, 8)
+        self.assertGreater(len(history), 0)
+        self.assertEqual(history[0]["role"], "user")
+        self.assertNotEqual(history[0]["content"], "turn 1")
+        self.check_window_moves(reqs, 1)
+
+    def test_no_cut_within_the_lifetime_or_when_off(self):
+        for ttl, pause in ((int(60000 * SLOW), 1.0), (0, 1.0)):
+            with self.subTest(prompt_cache_ttl_ms=ttl), FakeLLM() as fake:
+                m, reqs, history = self.conversation(fake, ttl, pause)
+                self.assertEqual(m["context_cuts"], 0)
+                self.assertEqual(len(history) // 2, 8)  # all eight, from turn 1
+                self.assertEqual(history[0]["content"], "turn 1")
+                self.check_window_moves(reqs, 0)
 
 
 class Summaries(ContextCase):

@@ -165,7 +165,10 @@ class ListByPersona(PersonaCase):
         err = run.by_seq(7)["error"]
         self.assertEqual(err["code"], "invalid_input")
         self.assertIn("pirate", err["message"])
-        self.assertEqual(run.by_seq(8)["error"]["code"], "invalid_input")
+        err = run.by_seq(8)["error"]
+        self.assertEqual(err["code"], "invalid_input")
+        self.assertIn('filter: unknown key "colour" (expected persona, interface_type)',
+                      err["message"])
         self.assertIsNone(run.by_seq(9)["error"])
         self.assertEqual(listed(10), [("x", None)])
 

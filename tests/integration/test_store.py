@@ -292,6 +292,9 @@ class Upgrade(StoreCase):
         history = run.by_seq(2)["result"]
         self.assertEqual([t["turn_id"] for t in history["turns"]][0], self.OLD_TURN)
         self.assertEqual(history["turns"][0]["messages"], self.OLD)
+        # A turn stored before turns kept their size has none; the new one has.
+        self.assertNotIn("tokens", history["turns"][0])
+        self.assertGreater(history["turns"][1]["tokens"], 0)
         # Lifetime counts start from what the file held, then count on.
         listed = run.by_seq(3)["result"]["conversations"]
         self.assertEqual([(c["conversation_id"], c["message_count"], c["turn_count"],
@@ -299,7 +302,7 @@ class Upgrade(StoreCase):
                          [("home", 4, 2, ["user", "assistant"])])
         db = sqlite3.connect(self.path)
         try:
-            self.assertEqual(db.execute("PRAGMA user_version").fetchone()[0], 3)
+            self.assertEqual(db.execute("PRAGMA user_version").fetchone()[0], 4)
         finally:
             db.close()
 

@@ -133,7 +133,7 @@ class StructuredOutput(ParleyTestCase):
             ({"schema": {"type": "object", "properties": {"x": {"type": "colour"}}}},
              "schema.properties.x: unknown type 'colour'"),
             ({"name": "has space"}, "name: must be 1 to 64"),
-            ({"nme": "x"}, "unknown key 'nme'"),
+            ({"nme": "x"}, 'unknown key "nme"'),
             ({"name": "turn_on"}, "name 'turn_on' is also a tool's"),
         ]
         lines = [{"text": "x", "response_format": f} for f, _ in cases]

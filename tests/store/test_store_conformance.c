@@ -71,6 +71,7 @@ typedef struct harness {
     store_limits limits;
     store *s;
     const char *context;  /* version 5: the record the next appends carry (NULL: none) */
+    uint32_t tokens;      /* version 6: the size the next appends carry (0: unknown) */
 } harness;
 
 static store *open_at(const backend_case *bc, const char *location, store_limits limits,
@@ -86,7 +87,7 @@ static harness start(const backend_case *bc, size_t keep_turns, size_t max_conve
                      uint64_t idle_timeout_ms)
 {
     harness h = {bc, fresh_location(bc), {keep_turns, max_conversations, idle_timeout_ms}, NULL,
-                 NULL};
+                 NULL, 0};
     char *err = NULL;
     h.s = open_at(bc, h.location, h.limits, &err);
     if (!h.s)
@@ -175,7 +176,7 @@ static parley_status append_full(harness *h, const char *persona, const char *if
         p = end ? end + 1 : p + len;
     }
     store_turn turn = {tid, now_ms > 500 ? now_ms - 500 : 0, now_ms, msgs, n, h->context,
-                       h->context ? strlen(h->context) : 0};
+                       h->context ? strlen(h->context) : 0, h->tokens};
     store_key key = {id, persona, iface};
     return store_append(h->s, &key, &turn, now_ms, err);
 }
@@ -687,14 +688,14 @@ static void test_bad_append_changes_nothing(const backend_case *bc)
     append_at(&h, "a", 1, USER("a"), 1);
     char *before = snapshot(&h);
     store_key key = {"a", "", ""};
-    store_turn empty = {"00000009-0000-4000-8000-000000000009", 1, 2, NULL, 0, NULL, 0};
+    store_turn empty = {"00000009-0000-4000-8000-000000000009", 1, 2, NULL, 0, NULL, 0, 0};
     char *err = NULL;
     CHECK(store_append(h.s, &key, &empty, 2, &err) != PARLEY_OK);
     CHECK(err != NULL);
     free(err);
     err = NULL;
     store_message no_json = {"m", "user", 1, NULL, 3, NULL, NULL, 0};
-    store_turn bad = {"00000009-0000-4000-8000-000000000009", 1, 2, &no_json, 1, NULL, 0};
+    store_turn bad = {"00000009-0000-4000-8000-000000000009", 1, 2, &no_json, 1, NULL, 0, 0};
     CHECK(store_append(h.s, &key, &bad, 2, &err) != PARLEY_OK);
     free(err);
     char *after = snapshot(&h);
@@ -1598,6 +1599,68 @@ static void test_v5_context(const backend_case *bc)
     stop(&h);
 }
 
+/* ---- version 6: turn sizes ---- */
+
+/* load_sized of conversation id: "messages:tokens " per turn, and *n the messages loaded. */
+static char *sizes_of(harness *h, const char *id, size_t last, uint64_t now_ms, size_t *n)
+{
+    store_key key = {id, "", ""};
+    pbuf text = PBUF_INIT, out = PBUF_INIT;
+    store_sizes z = {0};
+    *n = 99;
+    CHECK(store_load_sized(h->s, &key, last, now_ms, &text, n, &z, NULL) == PARLEY_OK);
+    CHECK(!z.oom);
+    for (size_t i = 0; i < z.n; i++)
+        pbuf_printf(&out, "%u:%u ", (unsigned)z.turn[i].nmessages, (unsigned)z.turn[i].tokens);
+    free(z.turn);
+    pbuf_free(&text);
+    return out.data ? pbuf_take(&out) : strdup("");
+}
+
+static void test_v6_turn_sizes(const backend_case *bc)
+{
+    harness h = start(bc, 3, 10, 0);
+    size_t n;
+    char *got = sizes_of(&h, "a", 0, 1000, &n);
+    CHECK_STR(got, ""); /* unknown conversation: nothing */
+    free(got);
+    append_at(&h, "a", 1, TURN1, 1000); /* stored without a size: unknown */
+    h.tokens = 70;
+    append_at(&h, "a", 2, QA(2), 2000);
+    h.tokens = 5000000; /* large (the memory store keeps up to 2^23 - 1) */
+    append_at(&h, "a", 3, USER("three"), 3000);
+    h.tokens = 0;
+    got = sizes_of(&h, "a", 0, 3000, &n);
+    CHECK_STR(got, "4:0 2:70 1:5000000 ");
+    CHECK(n == 7);
+    free(got);
+    got = sizes_of(&h, "a", 2, 3000, &n); /* the last two turns only */
+    CHECK_STR(got, "2:70 1:5000000 ");
+    CHECK(n == 3);
+    free(got);
+    /* shown with the turn (and not when unknown) */
+    char *conv = dump_conversation(&h, "a", 3000);
+    CHECK(conv && strstr(conv, "\"finished_at\":\"1970-01-01T00:00:02.000Z\",\"tokens\":70,"));
+    CHECK(conv && strstr(conv, "\"tokens\":5000000,"));
+    CHECK(conv && !strstr(conv, "\"tokens\":0"));
+    free(conv);
+    char *turn = dump_turn(&h, 2, 3000);
+    CHECK(turn && strstr(turn, "\"tokens\":70,\"messages\":["));
+    free(turn);
+    if (bc->durable) {
+        reopen(&h);
+        got = sizes_of(&h, "a", 0, 3000, &n);
+        CHECK_STR(got, "4:0 2:70 1:5000000 ");
+        free(got);
+    }
+    h.tokens = 9; /* trimming to 3 turns drops the first, sizes and all */
+    append_at(&h, "a", 4, USER("four"), 4000);
+    got = sizes_of(&h, "a", 0, 4000, &n);
+    CHECK_STR(got, "2:70 1:5000000 1:9 ");
+    free(got);
+    stop(&h);
+}
+
 /* ---- durable backends ---- */
 
 static void write_file(const char *path, const void *data, size_t len)
@@ -1729,9 +1792,9 @@ static void test_refuses_foreign_files(const backend_case *bc)
     /* A newer schema. */
     char *newer = make_store_file(bc);
     CHECK(sqlite3_open(newer, &db) == SQLITE_OK);
-    CHECK(sqlite3_exec(db, "PRAGMA user_version = 4;", NULL, NULL, NULL) == SQLITE_OK);
+    CHECK(sqlite3_exec(db, "PRAGMA user_version = 5;", NULL, NULL, NULL) == SQLITE_OK);
     sqlite3_close(db);
-    check_refused(bc, newer, "newer Parley (schema version 4; this one reads up to 3)");
+    check_refused(bc, newer, "newer Parley (schema version 5; this one reads up to 4)");
     free(newer);
 
     /* Corrupt: a damaged header; a damaged schema page. */
@@ -1917,7 +1980,7 @@ static void test_failing_writes(const backend_case *bc)
     store_config cfg = {.location = path, .limits = limits, .sync_full = 1};
     store *s = NULL;
     CHECK(store_open(bc->backend, &cfg, &s, NULL) == PARLEY_OK);
-    harness full = {bc, path, limits, s, NULL};
+    harness full = {bc, path, limits, s, NULL, 0};
     append_at(&full, "a", 1, USER("a"), 1000);
     char *before = snapshot(&full);
     FAULT_VFS_SET(fail_syncs, SQLITE_IOERR_FSYNC);
@@ -1946,7 +2009,7 @@ static int read_only_checks(const backend_case *bc, const char *dir)
     char *path = pstr_printf("%s/read-only.db", dir);
     store_limits limits = {0, 10, 0};
     char *err = NULL;
-    harness h = {bc, path, limits, open_at(bc, path, limits, &err), NULL};
+    harness h = {bc, path, limits, open_at(bc, path, limits, &err), NULL, 0};
     free(err);
     CHECK(h.s != NULL);
     append_at(&h, "a", 1, TURN1, 1000);
@@ -2071,7 +2134,7 @@ static void test_reads_do_not_wait_for_writes(const backend_case *bc)
     store_config cfg = {.location = path, .limits = limits, .sync_full = 1};
     store *s = NULL;
     CHECK(store_open(bc->backend, &cfg, &s, NULL) == PARLEY_OK);
-    harness h = {bc, path, limits, s, NULL};
+    harness h = {bc, path, limits, s, NULL, 0};
     append_at(&h, "other", 1, USER("other"), 1000);
     unsigned long syncs = FAULT_VFS_GET(syncs);
     FAULT_VFS_SET(sync_delay_ms, delay_ms);
@@ -2134,6 +2197,7 @@ int main(void)
         test_concurrent_use(bc);
         test_v4(bc);
         test_v5_context(bc);
+        test_v6_turn_sizes(bc);
         if (bc->durable) {
             test_reopen_keeps_everything(bc);
             test_refuses_foreign_files(bc);

@@ -87,7 +87,7 @@ static void make_turn(test_turn *t, int number, const char *tag, size_t n)
                                          t->json[i], strlen(t->json[i]), NULL, NULL, 0};
     }
     t->turn = (store_turn){t->turn_id, T0 + (uint64_t)number, T0 + (uint64_t)number + 5,
-                           t->messages, n, NULL, 0};
+                           t->messages, n, NULL, 0, 0};
 }
 
 static parley_status append(store *s, const char *id, int number, const char *tag, size_t n,

@@ -83,7 +83,7 @@ static parley_status put(store *s, const char *conv, unsigned n, char **err)
     store_message msgs[2] = {
         {mids[0], "user", 1000 + n, json[0], strlen(json[0]), NULL, NULL, 0},
         {mids[1], "assistant", 1000 + n, json[1], strlen(json[1]), NULL, NULL, 0}};
-    store_turn turn = {tid, 1000 + n, 1000 + n, msgs, 2, NULL, 0};
+    store_turn turn = {tid, 1000 + n, 1000 + n, msgs, 2, NULL, 0, 0};
     store_key key = {conv, "", ""};
     return B->append(s, &key, &turn, 1000 + n, err);
 }
@@ -366,7 +366,7 @@ static void test_clean_close_not_damage(void)
         snprintf(tid, sizeof tid, "%08x-0000-4000-8000-%012x", n, n);
         snprintf(mid, sizeof mid, "%08x-1111-4000-8000-%012x", n, 0u);
         store_message m = {mid, "user", n, json, strlen(json), NULL, NULL, 0};
-        store_turn turn = {tid, n, n, &m, 1, NULL, 0};
+        store_turn turn = {tid, n, n, &m, 1, NULL, 0, 0};
         store_key key = {n % 7 ? "a" : "b", "", ""};
         char *err = NULL;
         CHECK(B->append(s, &key, &turn, n, &err) == PARLEY_OK);

@@ -175,7 +175,7 @@ static parley_status put(store *s, const char *iface, const char *conv, unsigned
                                       meta && meta[count] ? strlen(meta[count]) : 0};
         p = bar ? bar + 1 : colon + 1 + tlen;
     }
-    store_turn turn = {tid, now - 100, now, msgs, count, NULL, 0};
+    store_turn turn = {tid, now - 100, now, msgs, count, NULL, 0, 0};
     store_key key = {conv, "", iface};
     char *err = NULL;
     parley_status st = B->append(s, &key, &turn, now, &err);
@@ -275,10 +275,10 @@ static void test_upgrade_from_v1(int with_id_index)
                                             "\"metadata\":{\"chat\":7},\"message\":"));
     free(m);
     B->close(s);
-    CHECK(pragma_int(path, "PRAGMA user_version") == 3);
+    CHECK(pragma_int(path, "PRAGMA user_version") == 4);
     CHECK(pragma_int(path, "SELECT count(*) FROM sqlite_schema WHERE name IN"
                            " ('messages_by_message_id', 'messages_by_interface_id')") == 2);
-    /* Reopened: version 3 as it is, everything still there. */
+    /* Reopened: version 4 as it is, everything still there. */
     s = open_ok(path, 2, 0);
     if (s) {
         m = find(s, "telegram", "kitchen", "tg-500", 6000, &st);
@@ -288,6 +288,71 @@ static void test_upgrade_from_v1(int with_id_index)
         CHECK(conv && strstr(conv, "\"message_count\":1,\"turn_count\":1,"
                                    "\"participants\":[\"user\"]"));
         free(conv);
+        B->close(s);
+    }
+    free(path);
+}
+
+/* load_sized of a conversation: "messages:tokens " per turn. */
+static char *sizes(store *s, const char *iface, const char *id)
+{
+    store_key key = {id, "", iface};
+    pbuf text = PBUF_INIT, out = PBUF_INIT;
+    store_sizes z = {0};
+    size_t n = 0;
+    CHECK(B->load_sized(s, &key, 0, 5000, &text, &n, &z, NULL) == PARLEY_OK);
+    for (size_t i = 0; i < z.n; i++)
+        pbuf_printf(&out, "%u:%u ", (unsigned)z.turn[i].nmessages, (unsigned)z.turn[i].tokens);
+    free(z.turn);
+    pbuf_free(&text);
+    return out.data ? pbuf_take(&out) : strdup("");
+}
+
+/* A version-3 file (before turn sizes: its turns table has no `tokens`) is
+ * upgraded in place: its turns read as before, with no size (the context
+ * engine estimates them from their bytes, as it did), and new turns keep
+ * theirs.  The v3 file is made from a v4 one by taking the column away,
+ * which leaves exactly the schema version 3 created. */
+static void test_upgrade_from_v3(void)
+{
+    char *path = fresh_path();
+    store *s = open_ok(path, 0, 0);
+    CHECK(put(s, "", "den", 1, "user:a|assistant:b", NULL, NULL, 1000) == PARLEY_OK);
+    CHECK(put(s, "", "den", 2, "user:c|assistant:d", NULL, NULL, 2000) == PARLEY_OK);
+    B->close(s);
+    sqlite3 *db = NULL;
+    CHECK(sqlite3_open(path, &db) == SQLITE_OK);
+    CHECK(sqlite3_exec(db, "ALTER TABLE turns DROP COLUMN tokens; PRAGMA user_version = 3;",
+                       NULL, NULL, NULL) == SQLITE_OK);
+    sqlite3_close(db);
+    CHECK(pragma_int(path, "SELECT count(*) FROM pragma_table_info('turns')"
+                           " WHERE name = 'tokens'") == 0);
+    s = open_ok(path, 0, 0);
+    if (!s)
+        return;
+    CHECK(pragma_int(path, "PRAGMA user_version") == 4);
+    char *z = sizes(s, "", "den");
+    CHECK_STR(z, "2:0 2:0 "); /* unknown: estimated from their bytes */
+    free(z);
+    store_key key = {"den", "", ""};
+    const char *json = "{\"role\":\"user\",\"content\":\"e\"}";
+    store_message m = {"00000003-2222-4000-8000-000000000000", "user", 2990, json, strlen(json),
+                       NULL, NULL, 0};
+    store_turn t = {"00000003-0000-4000-8000-000000000003", 2900, 3000, &m, 1, NULL, 0, 42};
+    CHECK(B->append(s, &key, &t, 3000, NULL) == PARLEY_OK);
+    z = sizes(s, "", "den");
+    CHECK_STR(z, "2:0 2:0 1:42 ");
+    free(z);
+    char *conv = get_conversation(s, "", "den", 3000);
+    CHECK(conv && strstr(conv, "\"tokens\":42,") && !strstr(conv, "\"tokens\":0"));
+    CHECK(conv && strstr(conv, "\"content\":\"a\"") && strstr(conv, "\"content\":\"d\""));
+    free(conv);
+    B->close(s);
+    s = open_ok(path, 0, 0); /* and reopens as version 4 */
+    if (s) {
+        z = sizes(s, "", "den");
+        CHECK_STR(z, "2:0 2:0 1:42 ");
+        free(z);
         B->close(s);
     }
     free(path);
@@ -321,7 +386,7 @@ static void test_failed_upgrade_changes_nothing(void)
     char *path = fresh_path();
     make_v1_file(path, 0);
     FAULT_VFS_SET(fail_writes, SQLITE_FULL);
-    check_refused_unchanged(path, "cannot upgrade it from schema version 1 to 3",
+    check_refused_unchanged(path, "cannot upgrade it from schema version 1 to 4",
                             "the file is unchanged");
     FAULT_VFS_SET(fail_writes, 0);
     CHECK(pragma_int(path, "PRAGMA user_version") == 1);
@@ -332,7 +397,7 @@ static void test_failed_upgrade_changes_nothing(void)
         CHECK(n == 4);
         B->close(s);
     }
-    CHECK(pragma_int(path, "PRAGMA user_version") == 3);
+    CHECK(pragma_int(path, "PRAGMA user_version") == 4);
     free(path);
 }
 
@@ -357,7 +422,7 @@ static int read_only_checks(const char *dir)
     char *path = pstr_printf("%s/v1-read-only.db", dir);
     make_v1_file(path, 1);
     CHECK(chmod(path, 0400) == 0);
-    check_refused_unchanged(path, "cannot upgrade it from schema version 1 to 3", NULL);
+    check_refused_unchanged(path, "cannot upgrade it from schema version 1 to 4", NULL);
     free(path);
     return check_failed - failed_before;
 }
@@ -609,6 +674,7 @@ int main(void)
     test_failed_upgrade_changes_nothing();
     test_read_only_v1_refused();
     test_v2_without_its_columns_refused();
+    test_upgrade_from_v3();
     test_identity_survives_restart();
     test_expired_turn_not_found();
     test_load_turn();

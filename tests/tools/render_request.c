@@ -30,11 +30,12 @@ int main(int argc, char **argv)
         fprintf(stderr, "parley-render: cannot read the options or the messages\n");
         goto out;
     }
-    if (options_parse(opts_text, &o, &err) != 0) {
+    if (provider_options_parse(opts_text, &o, &err) != 0) {
         fprintf(stderr, "parley-render: %s\n", err);
         goto out;
     }
-    toolset *tools = toolset_parse(o.tools_json, NULL, &err);
+    toolset *tools = NULL;
+    toolset_parse(o.tools_json, NULL, &tools, &err); /* refused: tools stays NULL, err says why */
     /* Everything but the last message is history; the last is this turn's (a user message). */
     json_t *history = json_array(), *current = json_array();
     for (size_t i = 0; i < json_array_size(all); i++)

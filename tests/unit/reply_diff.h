@@ -15,7 +15,7 @@
 #include <string.h>
 
 #include "lib/buf.h"
-#include "provider/llm_reply.h"
+#include "provider/openai_decode.h"
 
 static inline int reply_diff_str_equal(const char *a, const char *b)
 {

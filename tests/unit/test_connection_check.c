@@ -156,10 +156,15 @@ static void test_errors_say_what_to_do(void)
                    ",\"api_key\":\"sk-x\"", PARLEY_ERR_HTTP_STATUS, "the server refused the API key");
     expect_failure("401 Unauthorized", "{}", "/v1", "", PARLEY_ERR_HTTP_STATUS,
                    "the server wants an API key");
+    /* a 404 names the URL and says what the codec's not_found_hint says */
     expect_failure("404 Not Found", "{\"detail\":\"Not Found\"}", "", "", PARLEY_ERR_HTTP_STATUS,
-                   "try base_url ending in /v1");
+                   "base_url usually ends in /v1");
     expect_failure("404 Not Found", "{}", "/v1", "", PARLEY_ERR_HTTP_STATUS,
-                   "is base_url the server's OpenAI-compatible API root?");
+                   "is base_url the server's API root, and provider right?");
+    expect_failure("404 Not Found", "{}", "/v1", ",\"provider\":\"anthropic\",\"api_key\":\"k\"",
+                   PARLEY_ERR_HTTP_STATUS, "the Messages API is <base_url>/v1/messages");
+    expect_failure("404 Not Found", "{}", "/v1", ",\"provider\":\"ollama\"", PARLEY_ERR_HTTP_STATUS,
+                   "Ollama's native API is <base_url>/api/chat");
     expect_failure("429 Too Many Requests", "{}", "/v1", "", PARLEY_ERR_RATE_LIMITED, "HTTP 429");
     expect_failure("200 OK", "<html></html>", "/v1", "", PARLEY_ERR_BAD_RESPONSE,
                    "not with a model list");

@@ -202,22 +202,22 @@ static void test_window_parsers(void)
 {
     const char *props = "{\"default_generation_settings\":{\"id\":0,\"n_ctx\":16384,\"params\":{}},"
                         "\"total_slots\":1,\"model_path\":\"m.gguf\"}";
-    CHECK(context_window_from_props(props, strlen(props)) == 16384);
-    CHECK(context_window_from_props("{}", 2) == 0);
-    CHECK(context_window_from_props("junk", 4) == 0);
+    CHECK(provider_window_from_props(props, strlen(props)) == 16384);
+    CHECK(provider_window_from_props("{}", 2) == 0);
+    CHECK(provider_window_from_props("junk", 4) == 0);
     const char *models = "{\"object\":\"list\",\"data\":[{\"id\":\"a\",\"object\":\"model\","
                          "\"max_model_len\":4096},{\"id\":\"b\",\"max_model_len\":32768}]}";
-    CHECK(context_window_from_models(models, strlen(models), "b") == 32768);
-    CHECK(context_window_from_models(models, strlen(models), "zz") == 0);
+    CHECK(provider_window_from_models(models, strlen(models), "b") == 32768);
+    CHECK(provider_window_from_models(models, strlen(models), "zz") == 0);
     const char *one = "{\"data\":[{\"id\":\"a\",\"max_model_len\":2048}]}";
-    CHECK(context_window_from_models(one, strlen(one), "other") == 2048);
+    CHECK(provider_window_from_models(one, strlen(one), "other") == 2048);
     long long num_ctx = -1;
     const char *show = "{\"parameters\":\"stop \\\"<|im_end|>\\\"\\nnum_ctx 8192\\ntemperature 0.7\","
                        "\"model_info\":{\"general.architecture\":\"qwen3\","
                        "\"qwen3.context_length\":40960}}";
-    CHECK(context_window_from_show(show, strlen(show), &num_ctx) == 40960 && num_ctx == 8192);
+    CHECK(provider_window_from_show(show, strlen(show), &num_ctx) == 40960 && num_ctx == 8192);
     const char *bare = "{\"model_info\":{\"general.architecture\":\"llama\"}}";
-    CHECK(context_window_from_show(bare, strlen(bare), &num_ctx) == 0 && num_ctx == 0);
+    CHECK(provider_window_from_show(bare, strlen(bare), &num_ctx) == 0 && num_ctx == 0);
 }
 
 int main(void)

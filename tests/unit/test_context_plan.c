@@ -1,8 +1,10 @@
 /*
  * test_context_plan.c -- the context engine's pure parts (context/window.h):
  * whole turns found in stored text whatever the strings hold, the plan's low
- * mark, cuts, the summary made ahead taking the cut turns' place, and records
- * that do not parse (a conversation goes on from scratch, never a crash).
+ * mark, cuts, the summary made ahead taking the cut turns' place, records
+ * that do not parse (a conversation goes on from scratch, never a crash), and
+ * turn sizes: kept with each turn in the store, loaded with the window and
+ * counted instead of the byte estimate (which a turn without one falls back to).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,6 +13,7 @@
 #include "check.h"
 #include "context/window.h"
 #include "lib/buf.h"
+#include "store/store.h"
 
 #define U(t) "{\"role\":\"user\",\"content\":\"" t "\"},"
 #define A(t) "{\"role\":\"assistant\",\"content\":\"" t "\"},"
@@ -60,8 +63,15 @@ static void test_plan_low_mark(void)
     CHECK(why == CTX_CUT_TOKENS && n >= 1 && n <= 5);
     /* an idle gap: a free moment to cut, only above the low mark */
     b.window = 100000;
+    b.idle_ms = CTX_IDLE_CUT_MS;
     w.life.last_message_ms = 1000;
-    CHECK(ctx_plan(&w, &b, 100, 1000 + CTX_IDLE_CUT_MS + 1, 0, &why) == 0);
+    CHECK(ctx_plan(&w, &b, 100, 1000 + CTX_IDLE_CUT_MS, 0, &why) == 0 && why == CTX_CUT_NONE);
+    b.max_turns = 8; /* 5 turns, within the bound: only the pause cuts, to the low mark of 8 */
+    CHECK(ctx_plan(&w, &b, 100, 1000 + CTX_IDLE_CUT_MS, 0, &why) == 0 && why == CTX_CUT_NONE);
+    n = ctx_plan(&w, &b, 100, 1000 + CTX_IDLE_CUT_MS + 1, 0, &why);
+    CHECK(n == 5 - 8 * CTX_LOW_MARK_PERCENT / 100 && why == CTX_CUT_IDLE);
+    b.idle_ms = 0; /* never for a pause */
+    CHECK(ctx_plan(&w, &b, 100, 1000 + 10 * CTX_IDLE_CUT_MS, 0, &why) == 0);
     ctx_window_free(&w);
     pbuf_free(&h);
 }
@@ -149,8 +159,95 @@ static void test_factor_per_model(void)
     CHECK(ctx_model_of(&a, "big")->factor == 0);
 }
 
+/* Append turn n of "c": messages `spec` ("u:text|a:text|..."), stored with `tokens`. */
+static void put_turn(store *s, unsigned n, const char *spec, uint32_t tokens)
+{
+    char tid[37], mids[4][37], json[4][96];
+    store_message m[4];
+    size_t count = 0;
+    snprintf(tid, sizeof tid, "%08x-0000-4000-8000-000000000000", n);
+    for (const char *p = spec; *p && count < 4; count++) {
+        const char *bar = strchr(p, '|');
+        int len = bar ? (int)(bar - p - 2) : (int)strlen(p + 2);
+        const char *role = *p == 'u' ? "user" : "assistant";
+        snprintf(json[count], sizeof json[count], "{\"role\":\"%s\",\"content\":\"%.*s\"}", role,
+                 len, p + 2);
+        snprintf(mids[count], sizeof mids[count], "%08x-1111-4000-8000-%012zx", n, count);
+        m[count] = (store_message){.message_id = mids[count],
+                                   .role = role,
+                                   .created_ms = 1000 + n,
+                                   .json = json[count],
+                                   .json_len = strlen(json[count])};
+        p = bar ? bar + 1 : p + strlen(p);
+    }
+    store_turn t = {tid, 1000 + n, 1000 + n, m, count, NULL, 0, tokens};
+    store_key key = {"c", "", ""};
+    CHECK(store_append(s, &key, &t, 1000 + n, NULL) == PARLEY_OK);
+}
+
+static void test_turn_sizes_from_the_store(void)
+{
+    store_config cfg = {.location = "", .limits = {0, 10, 0}};
+    store *s = NULL;
+    CHECK(store_open(&store_memory_backend, &cfg, &s, NULL) == PARLEY_OK);
+    if (!s)
+        return;
+    /* What a commit stores: the bytes ("m,") times the factor; nothing while none is learned. */
+    const char *hi = "{\"role\":\"user\",\"content\":\"hi\"}";
+    store_message one = {"x", "user", 1, hi, strlen(hi), NULL, NULL, 0};
+    CHECK(ctx_turn_tokens(&one, 1, 0) == 0);
+    CHECK(ctx_turn_tokens(&one, 1, 1.0) == ctx_tokens(strlen(hi) + 1, 1.0));
+    CHECK(ctx_turn_tokens(&one, 1, 2.0) == ctx_tokens(strlen(hi) + 1, 2.0));
+    put_turn(s, 1, "u:one|a:1", 0);     /* stored without a size */
+    put_turn(s, 2, "u:two|a:2", 900);   /* a turn the server counted large */
+    put_turn(s, 3, "a:announced", 100); /* an announcement: a stored turn inside turn 2 */
+    put_turn(s, 4, "u:four|a:4", 50);
+    store_key key = {"c", "", ""};
+    ctx_window w;
+    memset(&w, 0, sizeof w);
+    pbuf h = PBUF_INIT;
+    size_t n = 0;
+    CHECK(ctx_load(s, &key, 0, 0, 2000, &h, &n, &w, NULL) == PARLEY_OK);
+    CHECK(n == 7 && w.nturns == 3);
+    CHECK(w.tokens && w.tokens[0] == 0 && w.tokens[1] == 1000 && w.tokens[2] == 50);
+    /* Counted as stored: 1000 + 50 + turn 1's bytes estimated, far over what
+     * the bytes alone say (under 100 tokens): a 1000-token budget cuts. */
+    ctx_budget b = {.window = 1000, .reserve = 0, .max_turns = 0, .factor = 1.0};
+    int64_t body = ctx_tokens(h.len, 1.0) + 20; /* the history and a little more */
+    ctx_cut_reason why;
+    size_t cut = ctx_plan(&w, &b, body, 2000, 0, &why);
+    CHECK(why == CTX_CUT_TOKENS && cut == 2);         /* down to the low mark: only turn 4 fits */
+    memset(w.tokens, 0, w.nturns * sizeof *w.tokens); /* the estimate alone: no cut */
+    CHECK(ctx_plan(&w, &b, body, 2000, 0, &why) == 0 && why == CTX_CUT_NONE);
+    ctx_window_free(&w);
+    /* Cut from the front: the sizes move with their turns. */
+    memset(&w, 0, sizeof w);
+    pbuf_reset(&h);
+    CHECK(ctx_load(s, &key, 0, 0, 2000, &h, &n, &w, NULL) == PARLEY_OK);
+    CHECK(ctx_cut(&w, &h, 1, CTX_CUT_TOKENS) == 2);
+    CHECK(w.nturns == 2 && w.tokens[0] == 1000 && w.tokens[1] == 50);
+    ctx_window_free(&w);
+    /* A window that starts inside the loaded text (its record's start) lines up too. */
+    memset(&w, 0, sizeof w);
+    pbuf_reset(&h);
+    CHECK(store_context_set(s, &key, "{\"start\":2}", 11, NULL, 0, 2000, NULL) == PARLEY_OK);
+    CHECK(ctx_load(s, &key, 0, 0, 2000, &h, &n, &w, NULL) == PARLEY_OK);
+    CHECK(n == 5 && w.nturns == 2 && w.tokens[0] == 1000 && w.tokens[1] == 50);
+    ctx_window_free(&w);
+    /* A start that splits a stored turn (not one Parley writes): that turn is estimated. */
+    memset(&w, 0, sizeof w);
+    pbuf_reset(&h);
+    CHECK(store_context_set(s, &key, "{\"start\":3}", 11, NULL, 0, 2000, NULL) == PARLEY_OK);
+    CHECK(ctx_load(s, &key, 0, 0, 2000, &h, &n, &w, NULL) == PARLEY_OK);
+    CHECK(n == 4 && w.nturns == 2 && w.tokens[0] == 0 && w.tokens[1] == 50);
+    ctx_window_free(&w);
+    pbuf_free(&h);
+    store_close(s);
+}
+
 int main(void)
 {
+    test_turn_sizes_from_the_store();
     test_factor_per_model();
     test_split_whole_turns();
     test_plan_low_mark();

@@ -5,7 +5,7 @@
 
 #include "lib/buf.h"
 #include "check.h"
-#include "provider/llm_reply.h"
+#include "provider/openai_decode.h"
 #include "reply_diff.h"
 
 /* ---- helpers ---- */
@@ -817,9 +817,26 @@ static void test_stream_bad_chunks(void)
     CHECK_CONTAINS(err, "already finished");
     free(err);
     CHECK(llm_stream_feed(s, good, strlen(good), &err) == -1);
+    CHECK_STR(err, "stream fed after it finished");
     free(err);
     llm_stream_free(s);
     llm_stream_free(NULL);
+
+    /* A stream that fails at its end repeats that error, to finish and to feed alike. */
+    s = llm_stream_new(NULL, NULL);
+    const char *cut = "data: {\"choices\":[{\"delta\":{\"content\":\"Hi\"}}]}\n\n";
+    CHECK(llm_stream_feed(s, cut, strlen(cut), &err) == 0);
+    CHECK(err == NULL);
+    for (int i = 0; i < 2; i++) {
+        CHECK(llm_stream_finish(s, &r, &err) == -1);
+        CHECK_STR(err, "stream ended before [DONE] and without a finish_reason");
+        CHECK(r.content == NULL);
+        free(err);
+    }
+    CHECK(llm_stream_feed(s, good, strlen(good), &err) == -1);
+    CHECK_STR(err, "stream ended before [DONE] and without a finish_reason");
+    free(err);
+    llm_stream_free(s);
 }
 
 static void test_stream_size_limit(void)

@@ -14,7 +14,7 @@
 
 #include "lib/buf.h"
 #include "check.h"
-#include "provider/llm_reply.h"
+#include "provider/openai_decode.h"
 #include "read_file.h"
 #include "reply_diff.h"
 

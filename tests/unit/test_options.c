@@ -1,5 +1,6 @@
 /* test_options.c -- option parsing, validation messages, schema, and docs/options.md. */
 #include <jansson.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -7,6 +8,15 @@
 #include "config/options.h"
 #include "provider/provider.h"
 #include "config/toolset.h"
+
+/* How many tools t offers: the length of its `tools` array (toolset.h keeps no count). */
+static size_t tools_in(const toolset *t)
+{
+    json_t *a = json_loads(toolset_json(t), 0, NULL);
+    size_t n = json_array_size(a);
+    json_decref(a);
+    return n;
+}
 
 /* Parse and expect failure with a message containing `needle`. */
 static void expect_error(const char *json, const char *needle)
@@ -34,13 +44,18 @@ static void test_provider_options(void)
     expect_error("{\"model\":\"m\",\"keep_alive\":true}",
                  "option 'keep_alive': must be a string, a number or null");
     expect_error("{\"model\":\"m\",\"think\":1}", "option 'think': must be a boolean, a string or null");
-    expect_error("{\"model\":\"m\",\"thinking_budget_tokens\":2048,\"max_tokens\":1024}",
+    expect_error("{\"model\":\"m\",\"provider\":\"anthropic\",\"thinking_budget_tokens\":2048,"
+                 "\"max_tokens\":1024}",
                  "option 'thinking_budget_tokens': must be less than max_tokens (1024)");
+    /* the budget is Anthropic's (anthropic_check_options): the other APIs ignore it */
+    CHECK(provider_options_parse("{\"model\":\"m\",\"thinking_budget_tokens\":2048,"
+                                 "\"max_tokens\":1024}", &o, &err) == 0);
+    options_free(&o);
     expect_error("{\"model\":\"m\",\"thinking_budget_tokens\":100}", "from 1024 to");
     expect_error("{\"model\":\"m\",\"provider\":\"anthropic\",\"thinking_budget_tokens\":2048,"
                  "\"temperature\":0.5}", "option 'temperature': Anthropic's extended thinking");
     CHECK(options_parse("{\"model\":\"m\",\"provider\":\"ollama\",\"keep_alive\":-1,"
-                        "\"think\":\"high\",\"extra_body\":{\"top_k\":20}}", &o, &err) == 0);
+                        "\"think\":\"high\",\"extra_body\":{\"top_k\":20}}", &o, &err) == PARLEY_OK);
     CHECK_STR(o.keep_alive, "-1");
     CHECK_STR(o.think, "\"high\"");
     CHECK_STR(o.extra_body, "{\"top_k\":20}");
@@ -51,10 +66,10 @@ static void test_defaults(void)
 {
     parley_options o;
     char *err = NULL;
-    CHECK(options_parse("{\"model\":\"m\"}", &o, &err) == 0);
+    CHECK(options_parse("{\"model\":\"m\"}", &o, &err) == PARLEY_OK);
     CHECK(err == NULL);
     CHECK(o.base_url == NULL); /* the provider's default (provider/provider.h) */
-    CHECK_STR(o.provider, "openai");
+    CHECK(o.provider == NULL); /* the registry's first, set by provider_options_parse */
     CHECK(o.strip_think_tags == 1 && o.prompt_cache == 1 && o.num_ctx == 8192);
     CHECK_STR(o.max_tokens_field, "max_tokens");
     CHECK(o.extra_body == NULL && o.keep_alive == NULL && o.think == NULL);
@@ -71,6 +86,11 @@ static void test_defaults(void)
     CHECK(o.api_key == NULL);
     CHECK_STR(o.tools_json, "[]");
     options_free(&o);
+    CHECK(provider_options_parse("{\"model\":\"m\"}", &o, &err) == 0);
+    CHECK_STR(o.provider, provider_registry[0]->name);
+    options_free(&o);
+    /* null is not a provider (the option has a default, but is not nullable) */
+    expect_error("{\"model\":\"m\",\"provider\":null}", "option 'provider'");
 }
 
 static void test_values(void)
@@ -79,7 +99,7 @@ static void test_values(void)
     char *err = NULL;
     CHECK(options_parse("{\"model\":\"m\",\"base_url\":\"https://x.example/v1///\",\"temperature\":0.5,"
                         "\"max_history_turns\":0,\"api_key\":\"k\",\"stream\":true,\"top_p\":null}",
-                        &o, &err) == 0);
+                        &o, &err) == PARLEY_OK);
     CHECK_STR(o.base_url, "https://x.example/v1"); /* trailing slashes trimmed */
     CHECK(o.temperature == 0.5);
     CHECK(o.max_history_turns == 0);
@@ -88,13 +108,13 @@ static void test_values(void)
     CHECK(o.top_p < 0);
     options_free(&o);
     CHECK(options_parse("{\"model\":\"m\",\"history_keep_turns\":0,\"history_sync\":\"full\","
-                        "\"history_store\":\"memory\"}", &o, &err) == 0);
+                        "\"history_store\":\"memory\"}", &o, &err) == PARLEY_OK);
     CHECK(o.history_keep_turns == 0);
     CHECK_STR(o.history_sync, "full");
     options_free(&o);
 
     setenv("PARLEY_TEST_KEY", "from-env", 1);
-    CHECK(options_parse("{\"model\":\"m\",\"api_key_env\":\"PARLEY_TEST_KEY\"}", &o, &err) == 0);
+    CHECK(options_parse("{\"model\":\"m\",\"api_key_env\":\"PARLEY_TEST_KEY\"}", &o, &err) == PARLEY_OK);
     CHECK_STR(o.api_key, "from-env");
     options_free(&o);
 }
@@ -106,7 +126,7 @@ static void expect_key_refused(const char *value)
     snprintf(json, sizeof json, "{\"model\":\"m\",\"api_key_env\":\"%s\"}", value);
     parley_options o;
     char *err = NULL;
-    CHECK(options_parse(json, &o, &err) == -1);
+    CHECK(options_parse(json, &o, &err) == PARLEY_ERR_INVALID_OPTIONS);
     CHECK(err && strstr(err, "option 'api_key_env': the value looks like an API key"));
     CHECK(err && !strstr(err, value));
     CHECK(err && !strstr(err, value + 8)); /* not even a part after the well-known prefix */
@@ -152,7 +172,7 @@ static void test_errors(void)
                  "option 'history_store': unknown store \"rediss\" (expected");
     parley_options o;
     char *err = NULL;
-    CHECK(options_parse("{\"model\":\"m\",\"history_store\":\"rediss://:hunter2@h:1\"}", &o, &err) == -1);
+    CHECK(options_parse("{\"model\":\"m\",\"history_store\":\"rediss://:hunter2@h:1\"}", &o, &err) == PARLEY_ERR_INVALID_OPTIONS);
     CHECK(err && !strstr(err, "hunter2"));
     free(err);
     expect_error("{\"model\":\"m\",\"history_store\":\"memoryx\"}", "option 'history_store'");
@@ -184,7 +204,7 @@ static void test_did_you_mean(void)
                          "{\"model\":\"m\",\"\":1}"};
     for (size_t i = 0; i < sizeof far / sizeof far[0]; i++) {
         char *err = NULL;
-        CHECK(options_parse(far[i], &o, &err) == -1);
+        CHECK(options_parse(far[i], &o, &err) == PARLEY_ERR_INVALID_OPTIONS);
         CHECK(err && strstr(err, "unknown option") && !strstr(err, "did you mean"));
         free(err);
     }
@@ -192,7 +212,7 @@ static void test_did_you_mean(void)
     char big[4096];
     snprintf(big, sizeof big, "{\"model\":\"m\",\"%0*d\":1}", 3000, 0);
     char *err = NULL;
-    CHECK(options_parse(big, &o, &err) == -1);
+    CHECK(options_parse(big, &o, &err) == PARLEY_ERR_INVALID_OPTIONS);
     CHECK(err && !strstr(err, "did you mean"));
     free(err);
 }
@@ -201,7 +221,7 @@ static void test_did_you_mean(void)
  * group (options_ui.c); secrets write-only, URLs as uri, items for arrays. */
 static void test_schema_presentation(void)
 {
-    char *text = options_schema();
+    char *text = provider_options_schema();
     json_t *schema = text ? json_loads(text, 0, NULL) : NULL;
     CHECK(schema != NULL);
     json_t *props = json_object_get(schema, "properties");
@@ -243,7 +263,7 @@ static void test_schema_presentation(void)
         parley_options o;
         char *err = NULL;
         setenv("OPENAI_API_KEY", "sk-test", 0);
-        CHECK(ex_text && options_parse(ex_text, &o, &err) == 0);
+        CHECK(ex_text && options_parse(ex_text, &o, &err) == PARLEY_OK);
         if (err)
             fprintf(stderr, "  example %zu: %s\n", i, err);
         else
@@ -258,10 +278,12 @@ static void test_schema_presentation(void)
 static void test_tools(void)
 {
     char *err = NULL;
-    toolset *t = toolset_parse("[{\"name\":\"turn_on\",\"description\":\"d\",\"parameters\":{\"type\":\"object\"}},"
-                               "{\"type\":\"function\",\"function\":{\"name\":\"get_state\"}}]", NULL, &err);
+    toolset *t = NULL;
+    CHECK(toolset_parse("[{\"name\":\"turn_on\",\"description\":\"d\",\"parameters\":{\"type\":\"object\"}},"
+                        "{\"type\":\"function\",\"function\":{\"name\":\"get_state\"}}]", NULL, &t,
+                        &err) == PARLEY_OK);
     CHECK(t != NULL);
-    CHECK(toolset_count(t) == 2);
+    CHECK(tools_in(t) == 2);
     CHECK(toolset_has(t, "turn_on") && toolset_has(t, "get_state") && !toolset_has(t, "x"));
     json_t *arr = json_loads(toolset_json(t), 0, NULL);
     CHECK(json_array_size(arr) == 2);
@@ -270,10 +292,12 @@ static void test_tools(void)
     CHECK(json_is_object(json_object_get(json_object_get(json_array_get(arr, 1), "function"), "parameters")));
     json_decref(arr);
 
-    toolset *more = toolset_parse("[{\"name\":\"extra\"}]", t, &err);
-    CHECK(more && toolset_count(more) == 3 && toolset_has(more, "turn_on"));
+    toolset *more = NULL;
+    CHECK(toolset_parse("[{\"name\":\"extra\"}]", t, &more, &err) == PARLEY_OK);
+    CHECK(more && tools_in(more) == 3 && toolset_has(more, "turn_on"));
     toolset_free(more);
-    CHECK(toolset_parse("[{\"name\":\"turn_on\"}]", t, &err) == NULL);
+    CHECK(toolset_parse("[{\"name\":\"turn_on\"}]", t, &more, &err) == PARLEY_ERR_INVALID_INPUT);
+    CHECK(more == NULL);
     CHECK(err && strstr(err, "duplicate"));
     free(err);
     toolset_free(t);
@@ -282,7 +306,8 @@ static void test_tools(void)
                          "[{\"name\":\"a\",\"parameters\":[]}]", "[{\"type\":\"x\",\"function\":{}}]", "{}"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         err = NULL;
-        CHECK(toolset_parse(bad[i], NULL, &err) == NULL);
+        toolset *none = (toolset *)bad; /* not NULL: a refusal sets it to NULL */
+        CHECK(toolset_parse(bad[i], NULL, &none, &err) == PARLEY_ERR_INVALID_INPUT && !none);
         CHECK(err != NULL);
         free(err);
     }
@@ -291,7 +316,7 @@ static void test_tools(void)
 /* Every option in the schema is documented in docs/options.md with its default. */
 static void test_schema_matches_docs(void)
 {
-    char *schema_text = options_schema();
+    char *schema_text = provider_options_schema();
     json_error_t jerr;
     json_t *schema = json_loads(schema_text, 0, &jerr);
     CHECK(schema != NULL);
@@ -356,8 +381,8 @@ static void test_errors_never_quote_the_key(void)
             snprintf(text, sizeof text, shapes[i], values[j], values[j]);
             parley_options o;
             char *err = NULL;
-            int rc = options_parse(text, &o, &err);
-            if (rc == 0) {
+            parley_status rc = options_parse(text, &o, &err);
+            if (rc == PARLEY_OK) {
                 options_free(&o);
                 continue;
             }
@@ -391,10 +416,40 @@ static void test_base_url_parsed_by_libcurl(void)
     expect_error("{\"model\":\"m\",\"base_url\":\"ftp://h/v1\"}", "http:// or https://");
     parley_options o;
     char *err = NULL;
-    CHECK(options_parse("{\"model\":\"m\",\"base_url\":\"https://[::1]:8443/v1/\"}", &o, &err) == 0);
+    CHECK(options_parse("{\"model\":\"m\",\"base_url\":\"https://[::1]:8443/v1/\"}", &o, &err) == PARLEY_OK);
     CHECK_STR(o.base_url, "https://[::1]:8443/v1");
     CHECK(o.max_connections == 64);
     options_free(&o);
+}
+
+/* The schema's provider names, default and help, and base_url's, are the registry's: a
+ * provider added to provider_registry[] shows up in them with no edit to options.c. */
+static void test_schema_from_registry(void)
+{
+    char *text = provider_options_schema();
+    json_t *schema = text ? json_loads(text, 0, NULL) : NULL;
+    json_t *props = json_object_get(schema, "properties");
+    json_t *prov = json_object_get(props, "provider");
+    const char *help = json_string_value(json_object_get(prov, "description"));
+    const char *url_help =
+        json_string_value(json_object_get(json_object_get(props, "base_url"), "description"));
+    CHECK(help && url_help);
+    CHECK_STR(json_string_value(json_object_get(prov, "default")), provider_registry[0]->name);
+    size_t n = 0;
+    for (; provider_registry[n]; n++) {
+        const provider *p = provider_registry[n];
+        CHECK_STR(json_string_value(json_array_get(json_object_get(prov, "enum"), n)), p->name);
+        char want[256];
+        snprintf(want, sizeof want, "\"%s\" (%s)", p->name, p->summary);
+        CHECK(help && strstr(help, want));
+        snprintf(want, sizeof want, "%s: %s, ", p->name, p->default_base_url);
+        CHECK(url_help && strstr(url_help, want));
+        snprintf(want, sizeof want, "<base_url>%s", p->path);
+        CHECK(url_help && strstr(url_help, want));
+    }
+    CHECK(json_array_size(json_object_get(prov, "enum")) == n);
+    json_decref(schema);
+    free(text);
 }
 
 int main(void)
@@ -405,6 +460,7 @@ int main(void)
     test_errors();
     test_did_you_mean();
     test_schema_presentation();
+    test_schema_from_registry();
     test_tools();
     test_schema_matches_docs();
     test_errors_never_quote_the_key();

@@ -1,4 +1,5 @@
 /* test_persona.c -- persona.c: the `personas` option, tool subsets, overrides, counters. */
+#include <jansson.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -9,6 +10,15 @@
 #include "config/persona.h"
 #include "lib/utf8.h"
 
+/* How many tools t offers: the length of its `tools` array (toolset.h keeps no count). */
+static size_t tools_in(const toolset *t)
+{
+    json_t *a = json_loads(toolset_json(t), 0, NULL);
+    size_t n = json_array_size(a);
+    json_decref(a);
+    return n;
+}
+
 static int contains(const char *s, const char *part) { return s && strstr(s, part) != NULL; }
 
 static const char *TOOLS = "[{\"name\":\"lights\"},{\"name\":\"oven\"},{\"name\":\"music\"}]";
@@ -16,18 +26,18 @@ static const char *TOOLS = "[{\"name\":\"lights\"},{\"name\":\"oven\"},{\"name\"
 static void test_parse(void)
 {
     char *err = NULL;
-    toolset *agent = toolset_parse(TOOLS, NULL, &err);
-    CHECK(agent != NULL);
+    toolset *agent = NULL;
+    CHECK(toolset_parse(TOOLS, NULL, &agent, &err) == PARLEY_OK && agent != NULL);
     persona_set s;
     CHECK(persona_set_parse("{\"chef\": {\"prompt\": \"You cook.\", \"model\": \"m2\", "
                             "\"temperature\": 0.2, \"top_p\": 0.5, \"max_tokens\": 77, "
                             "\"tools\": [\"music\", \"oven\"], \"max_history_turns\": 3},"
-                            " \"butler\": {\"prompt\": \"\"}}", agent, &s, &err) == 0);
+                            " \"butler\": {\"prompt\": \"\"}}", agent, &s, &err) == PARLEY_OK);
     CHECK(err == NULL && s.n == 2);
     const persona_spec *chef = persona_find(&s, "chef"), *butler = persona_find(&s, "butler");
     CHECK(chef && butler && !persona_find(&s, "Chef") && !persona_find(&s, ""));
     if (chef && butler) {
-        CHECK(toolset_count(chef->tools) == 2 && toolset_has(chef->tools, "oven") &&
+        CHECK(tools_in(chef->tools) == 2 && toolset_has(chef->tools, "oven") &&
               !toolset_has(chef->tools, "lights"));
         CHECK(butler->tools == NULL);
         parley_options base = {0}, o;
@@ -50,9 +60,9 @@ static void test_parse(void)
         CHECK_STR(o.prompt, "agent prompt");
     }
     err = NULL;
-    CHECK(persona_check_name(&s, "chef", 0, "x", &err) == 0 && persona_check_name(&s, "", 0, "x", &err) == 0);
-    CHECK(persona_check_name(&s, "*", 1, "x", &err) == 0 && err == NULL);
-    CHECK(persona_check_name(&s, "*", 0, "selector", &err) == -1);
+    CHECK(persona_check_name(&s, "chef", 0, "x", &err) == PARLEY_OK && persona_check_name(&s, "", 0, "x", &err) == PARLEY_OK);
+    CHECK(persona_check_name(&s, "*", 1, "x", &err) == PARLEY_OK && err == NULL);
+    CHECK(persona_check_name(&s, "*", 0, "selector", &err) == PARLEY_ERR_INVALID_INPUT);
     CHECK(contains(err, "selector: unknown persona \"*\" (personas: \"chef\", \"butler\")"));
     free(err);
     char *names = persona_names(&s);
@@ -72,19 +82,20 @@ static void test_parse(void)
         {"{\"a\": {\"prompt\": \"p\", \"max_history_turns\": -1}}", "'max_history_turns' must be"},
         {"{\"a\": {\"prompt\": \"p\", \"max_tokens\": 1.5}}", "'max_tokens' must be an integer"},
         {"{\"a\": {\"prompt\": \"p\", \"model\": \"\"}}", "'model' must be a non-empty string"},
-        {"{\"a\": {\"prompt\": \"p\", \"promt\": \"q\"}}", "unknown key \"promt\""},
+        {"{\"a\": {\"prompt\": \"p\", \"promt\": \"q\"}}", "option 'personas': persona \"a\": unknown key \"promt\" (expected prompt, "
+         "model, temperature, top_p, max_tokens, tools, max_history_turns)"},
         {"{\"\": {\"prompt\": \"p\"}}", "a persona name must be 1 to 64 bytes"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         err = NULL;
-        CHECK(persona_set_parse(bad[i][0], agent, &s, &err) == -1);
+        CHECK(persona_set_parse(bad[i][0], agent, &s, &err) == PARLEY_ERR_INVALID_OPTIONS);
         CHECK(contains(err, bad[i][1]));
         if (!contains(err, bad[i][1]))
             fprintf(stderr, "  %s -> %s\n", bad[i][0], err ? err : "(null)");
         CHECK(s.n == 0 && s.items == NULL);
         free(err);
     }
-    CHECK(persona_set_parse(NULL, agent, &s, &err) == 0 && s.n == 0);
+    CHECK(persona_set_parse(NULL, agent, &s, &err) == PARLEY_OK && s.n == 0);
     toolset_free(agent);
 }
 
@@ -93,17 +104,18 @@ static void test_parse(void)
 static void test_quoting(void)
 {
     char *err = NULL;
-    toolset *agent = toolset_parse(TOOLS, NULL, &err);
+    toolset *agent = NULL;
+    CHECK(toolset_parse(TOOLS, NULL, &agent, &err) == PARLEY_OK);
     persona_set s;
-    CHECK(persona_set_parse("{\"chef\": {\"prompt\": \"p\"}}", agent, &s, &err) == 0);
-    CHECK(persona_check_name(&s, "\xff\xfe" "chef\x01", 0, "input 'persona'", &err) == -1);
+    CHECK(persona_set_parse("{\"chef\": {\"prompt\": \"p\"}}", agent, &s, &err) == PARLEY_OK);
+    CHECK(persona_check_name(&s, "\xff\xfe" "chef\x01", 0, "input 'persona'", &err) == PARLEY_ERR_INVALID_INPUT);
     CHECK(err && utf8_valid(err, strlen(err)));
     CHECK(contains(err, "input 'persona': unknown persona \"\\xFF\\xFEchef\\x01\""));
     free(err);
     char long_name[128] = "a";
     for (int i = 0; i < 40; i++)
         strcat(long_name, "\xc3\xa9"); /* é: 81 bytes, the 64th byte inside a character */
-    CHECK(persona_check_name(&s, long_name, 0, "x", &err) == -1);
+    CHECK(persona_check_name(&s, long_name, 0, "x", &err) == PARLEY_ERR_INVALID_INPUT);
     CHECK(err && utf8_valid(err, strlen(err)));
     char want[128];
     snprintf(want, sizeof want, "unknown persona \"%.63s...\"", long_name);
@@ -112,11 +124,11 @@ static void test_quoting(void)
     persona_set_free(&s);
     char json[256];
     snprintf(json, sizeof json, "{\"a\": {\"prompt\": \"p\", \"tools\": [\"%s\"]}}", long_name);
-    CHECK(persona_set_parse(json, agent, &s, &err) == -1);
+    CHECK(persona_set_parse(json, agent, &s, &err) == PARLEY_ERR_INVALID_OPTIONS);
     CHECK(err && utf8_valid(err, strlen(err)));
     free(err);
     snprintf(json, sizeof json, "{\"a\": {\"prompt\": \"p\", \"%s\": 1}}", long_name);
-    CHECK(persona_set_parse(json, agent, &s, &err) == -1);
+    CHECK(persona_set_parse(json, agent, &s, &err) == PARLEY_ERR_INVALID_OPTIONS);
     CHECK(err && utf8_valid(err, strlen(err)));
     free(err);
     toolset_free(agent);
@@ -149,7 +161,7 @@ static void test_lookalike_names(void)
         char json[128];
         snprintf(json, sizeof json, "{\"%s\": {\"prompt\": \"p\"}}", refused[i][0]);
         err = NULL;
-        CHECK(persona_set_parse(json, NULL, &s, &err) == -1);
+        CHECK(persona_set_parse(json, NULL, &s, &err) == PARLEY_ERR_INVALID_OPTIONS);
         CHECK(contains(err, refused[i][1]) && contains(err, "NFC"));
         if (!contains(err, refused[i][1]))
             fprintf(stderr, "  %s -> %s\n", refused[i][0], err ? err : "(null)");
@@ -164,16 +176,16 @@ static void test_lookalike_names(void)
         char json[128];
         snprintf(json, sizeof json, "{\"%s\": {\"prompt\": \"p\"}}", fine[i]);
         err = NULL;
-        CHECK(persona_set_parse(json, NULL, &s, &err) == 0);
+        CHECK(persona_set_parse(json, NULL, &s, &err) == PARLEY_OK);
         if (err)
             fprintf(stderr, "  %s -> %s\n", fine[i], err);
         free(err);
         persona_set_free(&s);
     }
     /* an input naming a look-alike of a defined persona is told why it is unknown */
-    CHECK(persona_set_parse("{\"caf\xc3\xa9\": {\"prompt\": \"p\"}}", NULL, &s, &err) == 0);
+    CHECK(persona_set_parse("{\"caf\xc3\xa9\": {\"prompt\": \"p\"}}", NULL, &s, &err) == PARLEY_OK);
     err = NULL;
-    CHECK(persona_check_name(&s, "cafe\xcc\x81", 0, "input 'persona'", &err) == -1);
+    CHECK(persona_check_name(&s, "cafe\xcc\x81", 0, "input 'persona'", &err) == PARLEY_ERR_INVALID_INPUT);
     CHECK(contains(err, "unknown persona") && contains(err, "it holds U+0301"));
     free(err);
     persona_set_free(&s);

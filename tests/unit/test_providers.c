@@ -56,10 +56,10 @@ static void check_request(const char *name, json_t *conv)
     json_decref(o_obj);
     parley_options o;
     char *err = NULL;
-    CHECK(options_parse(opts_text, &o, &err) == 0);
+    CHECK(options_parse(opts_text, &o, &err) == PARLEY_OK);
     free(opts_text);
-    toolset *tools = toolset_parse(o.tools_json, NULL, &err);
-    CHECK(tools != NULL);
+    toolset *tools = NULL;
+    CHECK(toolset_parse(o.tools_json, NULL, &tools, &err) == PARLEY_OK && tools != NULL);
     provider_request r = {.system = o.prompt,
                           .history = json_object_get(conv, "history"),
                           .messages = json_object_get(conv, "messages"),
@@ -138,7 +138,7 @@ static void check_stored_text_escapes(void)
                      "xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx", tails[t]);
     parley_options o;
     char *err = NULL;
-    CHECK(options_parse("{\"provider\":\"openai\",\"model\":\"m\"}", &o, &err) == 0);
+    CHECK(options_parse("{\"provider\":\"openai\",\"model\":\"m\"}", &o, &err) == PARLEY_OK);
     const provider *p = provider_find("openai");
     for (size_t i = 0; i < ncontents; i++) {
         for (int extra_key = 0; extra_key < 2; extra_key++) {
@@ -210,7 +210,7 @@ static void check_repeated_call_ids(void)
         snprintf(opts, sizeof opts, "{\"provider\":\"%s\",\"model\":\"m\"}", name);
         parley_options o;
         char *err = NULL;
-        CHECK(options_parse(opts, &o, &err) == 0);
+        CHECK(options_parse(opts, &o, &err) == PARLEY_OK);
         const provider *p = provider_find(name);
         provider_request from_json = {.history = list, .messages = none, .tools_json = "[]"};
         provider_request from_text = {.history_text = text, .history_text_len = strlen(text),
@@ -270,7 +270,7 @@ static void check_stored_text_runs(void)
     size_t npool = sizeof pool / sizeof pool[0], nseps = sizeof seps / sizeof seps[0];
     parley_options o;
     char *err = NULL;
-    CHECK(options_parse("{\"provider\":\"openai\",\"model\":\"m\"}", &o, &err) == 0);
+    CHECK(options_parse("{\"provider\":\"openai\",\"model\":\"m\"}", &o, &err) == PARLEY_OK);
     const provider *p = provider_find("openai");
     unsigned seed = 17;
     for (int round = 0; round < 3000; round++) {
@@ -599,6 +599,59 @@ static void check_think_tags(void)
     check_think("<think></think>", "", "");
 }
 
+/* Every registered codec sets every member provider.h does not allow to be NULL (all but
+ * check_options and ask_window), so a provider added to the registry without one fails
+ * here rather than at its first request; and each is one of NAMES, whose corpus the checks
+ * above run (tests/corpus/<name>/). */
+static void check_codec_tables(void)
+{
+    parley_options o;
+    char *err = NULL;
+    CHECK(options_parse("{\"model\":\"m\"}", &o, &err) == 0);
+    size_t n = 0;
+    for (; provider_registry[n]; n++) {
+        const provider *p = provider_registry[n];
+        int before = check_failed;
+#define REQUIRED(m) CHECK(p->m != NULL)
+        REQUIRED(name);
+        REQUIRED(default_base_url);
+        REQUIRED(path);
+        REQUIRED(models_path);
+        REQUIRED(not_found_hint);
+        REQUIRED(stream_accept);
+        REQUIRED(summary);
+        REQUIRED(headers);
+        REQUIRED(encode);
+        REQUIRED(decode);
+        REQUIRED(stream_new);
+        REQUIRED(stream_feed);
+        REQUIRED(stream_finish);
+        REQUIRED(stream_free);
+        REQUIRED(stream_done);
+        REQUIRED(error_text);
+        REQUIRED(retryable);
+        REQUIRED(default_window);
+#undef REQUIRED
+        if (p->name) {
+            CHECK(provider_find(p->name) == p); /* its name is its own */
+            size_t k = 0;
+            while (k < sizeof NAMES / sizeof NAMES[0] && strcmp(NAMES[k], p->name) != 0)
+                k++;
+            CHECK(k < sizeof NAMES / sizeof NAMES[0]);
+        }
+        if (p->default_base_url)
+            CHECK(strncmp(p->default_base_url, "http://", 7) == 0 ||
+                  strncmp(p->default_base_url, "https://", 8) == 0);
+        if (p->default_window)
+            CHECK(p->default_window(&o) > 0);
+        if (check_failed != before)
+            fprintf(stderr, "  provider #%zu (%s) of provider_registry[]\n", n,
+                    p->name ? p->name : "unnamed");
+    }
+    CHECK(n == sizeof NAMES / sizeof NAMES[0]);
+    options_free(&o);
+}
+
 int main(void)
 {
     json_t *conv = load_json(CORPUS "conversation.json");
@@ -614,5 +667,6 @@ int main(void)
     check_repeated_call_ids();
     check_errors();
     check_think_tags();
+    check_codec_tables();
     return check_report();
 }

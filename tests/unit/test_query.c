@@ -6,6 +6,7 @@
 #include "check.h"
 #include "api/agent_api.h"
 #include "api/query.h"
+#include "lib/rfc3339.h"
 
 /* The field named when `json` is refused, or "ok". */
 static const char *refused_field(const char *json)
@@ -53,17 +54,32 @@ static void test_bad_input_names_the_field(void)
     CHECK_STR(refused_field("{\"search\":\"a\\u0000b\"}"), "search"); /* no NUL inside */
 }
 
+/* An unknown key is refused by the shared check, listing what a query reads. */
+static void test_unknown_key_text(void)
+{
+    query_request r;
+    const char *field = NULL;
+    char *err = NULL;
+    CHECK(query_parse("{\"limit\":5,\"colour\":1}", &r, &field, &err) ==
+          PARLEY_ERR_INVALID_INPUT);
+    CHECK_STR(field, "query");
+    CHECK_STR(err, "query: unknown key \"colour\" (expected conversation_id, interface_type, "
+                   "persona, role, since, until, search, limit, order, cursor, turn_id, "
+                   "interface_message_id)");
+    free(err);
+}
+
 static void test_times(void)
 {
     uint64_t ms = 0;
-    CHECK(query_parse_time("1970-01-01T00:00:01Z", &ms) == 0 && ms == 1000);
-    CHECK(query_parse_time("2026-11-22T19:31:00.123Z", &ms) == 0 && ms == 1795375860123ull);
-    CHECK(query_parse_time("2026-11-22T20:31:00.123+01:00", &ms) == 0 && ms == 1795375860123ull);
-    CHECK(query_parse_time("2024-02-29T00:00:00Z", &ms) == 0);
-    CHECK(query_parse_time("2023-02-29T00:00:00Z", &ms) != 0);
-    CHECK(query_parse_time("1969-12-31T23:59:59Z", &ms) != 0);
-    CHECK(query_parse_time("2026-11-22T19:31:00.Z", &ms) != 0);
-    CHECK(query_parse_time("2026-11-22T19:31:00Zjunk", &ms) != 0);
+    CHECK(rfc3339_parse("1970-01-01T00:00:01Z", &ms) == 0 && ms == 1000);
+    CHECK(rfc3339_parse("2026-11-22T19:31:00.123Z", &ms) == 0 && ms == 1795375860123ull);
+    CHECK(rfc3339_parse("2026-11-22T20:31:00.123+01:00", &ms) == 0 && ms == 1795375860123ull);
+    CHECK(rfc3339_parse("2024-02-29T00:00:00Z", &ms) == 0);
+    CHECK(rfc3339_parse("2023-02-29T00:00:00Z", &ms) != 0);
+    CHECK(rfc3339_parse("1969-12-31T23:59:59Z", &ms) != 0);
+    CHECK(rfc3339_parse("2026-11-22T19:31:00.Z", &ms) != 0);
+    CHECK(rfc3339_parse("2026-11-22T19:31:00Zjunk", &ms) != 0);
 }
 
 /* A cursor continues its own query only. */
@@ -125,6 +141,7 @@ int main(void)
 {
     test_store_without_queries();
     test_bad_input_names_the_field();
+    test_unknown_key_text();
     test_times();
     test_cursor();
     return check_report();

@@ -44,7 +44,7 @@ static reply_outcome load(store *s, const char *id, const char *turn_id, const c
     else
         snprintf(json, sizeof json, "{\"interface_message_id\":\"%s\"}", imid);
     char *err = NULL;
-    CHECK(reply_context_parse(json, rc, &err) == 0);
+    CHECK(reply_context_parse(json, rc, &err) == PARLEY_OK);
     store_key key = {id, "", ""};
     CHECK(reply_context_load(s, &key, window, 30, rc, &err) == PARLEY_OK);
     CHECK(err == NULL);

@@ -947,7 +947,7 @@ static int run_identity_op(store *h, const void *arg)
          strlen(meta)},
         {mids[1], "assistant", op->now_ms, ASSISTANT("a"), strlen(ASSISTANT("a")), NULL, NULL, 0},
     };
-    store_turn t = {tid, op->now_ms, op->now_ms, m, 2, NULL, 0};
+    store_turn t = {tid, op->now_ms, op->now_ms, m, 2, NULL, 0, 0};
     store_key key = key_of(op->conversation_id);
     return B->append(h, &key, &t, op->now_ms, NULL) == PARLEY_OK ? 0 : -1;
 }
@@ -1150,7 +1150,7 @@ static void test_key_qualifiers(void)
         turn_id_for((unsigned)i + 1, tid);
         snprintf(text, sizeof text, USER("k%zu"), i);
         store_message m = {"00000000-0000-4000-8000-000000000001", "user", 1, text, strlen(text), NULL, NULL, 0};
-        store_turn t = {tid, 1, 2, &m, 1, NULL, 0};
+        store_turn t = {tid, 1, 2, &m, 1, NULL, 0, 0};
         CHECK(B->append(h, &keys[i], &t, 2, NULL) == PARLEY_OK);
     }
     CHECK(stats_of(h).conversations == nkeys);
@@ -1190,7 +1190,7 @@ static void test_message_ids_of_long_turns(void)
         }
         char tid[37];
         turn_id_for((unsigned)(700 + n), tid);
-        store_turn t = {tid, 1, 2, msgs, n, NULL, 0};
+        store_turn t = {tid, 1, 2, msgs, n, NULL, 0, 0};
         store_key key = key_of("long");
         char *err = NULL;
         CHECK(B->append(h, &key, &t, 3, &err) == PARLEY_OK);
@@ -1207,8 +1207,38 @@ static void test_message_ids_of_long_turns(void)
     close_store(h);
 }
 
+/* A turn's size in tokens rides in the header's spare bits: 23 of them, so a
+ * larger size is kept as 2^23 - 1 (more than any model's window), never wrapped. */
+static void test_turn_size_saturates(void)
+{
+    store *h = new_store(0, 10, 0);
+    store_key key = key_of("big");
+    const uint32_t sizes[] = {1, (1u << 23) - 1, 1u << 23, UINT32_MAX};
+    for (unsigned i = 0; i < 4; i++) {
+        char tid[37];
+        turn_id_for(i + 1, tid);
+        const char *text = USER("x");
+        store_message m = {"00000000-0000-4000-8000-000000000001", "user", 1, text,
+                           strlen(text), NULL, NULL, 0};
+        store_turn t = {tid, 1, 2, &m, 1, NULL, 0, sizes[i]};
+        CHECK(B->append(h, &key, &t, 2, NULL) == PARLEY_OK);
+    }
+    pbuf b = PBUF_INIT;
+    store_sizes z = {0};
+    size_t n = 0;
+    CHECK(B->load_sized(h, &key, 0, 3, &b, &n, &z, NULL) == PARLEY_OK);
+    CHECK(n == 4 && z.n == 4 && !z.oom);
+    const uint32_t kept[] = {1, (1u << 23) - 1, (1u << 23) - 1, (1u << 23) - 1};
+    for (unsigned i = 0; i < 4 && i < z.n; i++)
+        CHECK(z.turn[i].nmessages == 1 && z.turn[i].tokens == kept[i]);
+    free(z.turn);
+    pbuf_free(&b);
+    close_store(h);
+}
+
 int main(void)
 {
+    test_turn_size_saturates();
     test_load_last_turns();
     test_key_qualifiers();
     test_unknown_id();

@@ -25,14 +25,14 @@ static const char *why(const char *schema, const char *value)
     static char out[512];
     json_t *s = J(schema), *v = J(value);
     char *err = NULL;
-    CHECK(json_schema_check(s, &err) == 0);
+    CHECK(json_schema_check(s, &err) == PARLEY_OK);
     free(err);
-    int rc = json_schema_validate(s, v, &err);
+    parley_status rc = json_schema_validate(s, v, &err);
     snprintf(out, sizeof out, "%s", err ? err : "");
     free(err);
     json_decref(s);
     json_decref(v);
-    return rc == 0 ? NULL : out;
+    return rc == PARLEY_OK ? NULL : out;
 }
 
 #define MATCHES(s, v) CHECK(why(s, v) == NULL)
@@ -102,7 +102,7 @@ static void test_check(void)
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         json_t *s = J(bad[i].schema);
         char *err = NULL;
-        CHECK(json_schema_check(s, &err) != 0 && err && strstr(err, bad[i].words));
+        CHECK(json_schema_check(s, &err) == PARLEY_ERR_INVALID_INPUT && err && strstr(err, bad[i].words));
         if (err && !strstr(err, bad[i].words))
             fprintf(stderr, "  got: %s\n", err);
         free(err);
@@ -112,7 +112,7 @@ static void test_check(void)
     json_t *s = J("{\"$defs\":{\"a\":{\"$ref\":\"#/$defs/a\"}},\"$ref\":\"#/$defs/a\"}");
     json_t *v = J("1");
     char *err = NULL;
-    CHECK(json_schema_validate(s, v, &err) != 0 && err && strstr(err, "nested more than 64"));
+    CHECK(json_schema_validate(s, v, &err) == PARLEY_ERR_INVALID_INPUT && err && strstr(err, "nested more than 64"));
     free(err);
     json_decref(s);
     json_decref(v);
@@ -121,11 +121,12 @@ static void test_check(void)
 static void test_parse(void)
 {
     char *err = NULL;
-    response_format *rf = response_format_parse("{}", &err);
+    response_format *rf = NULL;
+    CHECK(response_format_parse("{}", &rf, &err) == PARLEY_OK);
     CHECK(rf && strcmp(rf->name, "response") == 0 && !rf->schema && !rf->strict);
     response_format_free(rf);
-    rf = response_format_parse("{\"name\":\"x-1\",\"strict\":true,\"description\":\"d\","
-                               "\"schema\":{\"type\":\"object\"}}", &err);
+    CHECK(response_format_parse("{\"name\":\"x-1\",\"strict\":true,\"description\":\"d\","
+                                "\"schema\":{\"type\":\"object\"}}", &rf, &err) == PARLEY_OK);
     CHECK(rf && strcmp(rf->name, "x-1") == 0 && rf->schema && rf->strict &&
           strcmp(rf->description, "d") == 0);
     response_format_free(rf);
@@ -137,10 +138,11 @@ static void test_parse(void)
         {"{\"schema\":{\"type\":\"object\",\"properties\":{\"a\":[]}}}",
          "schema.properties.a: a schema must be a JSON object"},
         {"{\"name\":\"a\",\"name\":\"b\"}", "must be a JSON object"},
-        {"{\"format\":{}}", "unknown key 'format'"},
+        {"{\"format\":{}}", "unknown key \"format\" (expected name, schema, strict, description)"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-        CHECK(response_format_parse(bad[i].text, &err) == NULL && err &&
+        rf = NULL;
+        CHECK(response_format_parse(bad[i].text, &rf, &err) == PARLEY_ERR_INVALID_INPUT && !rf && err &&
               strstr(err, bad[i].words));
         if (err && !strstr(err, bad[i].words))
             fprintf(stderr, "  got: %s\n", err);
@@ -157,7 +159,7 @@ static json_t *render(const char *prov, const char *extra_options, const respons
              extra_options);
     parley_options o;
     char *err = NULL;
-    CHECK(options_parse(text, &o, &err) == 0);
+    CHECK(options_parse(text, &o, &err) == PARLEY_OK);
     free(err);
     json_t *messages = J("[{\"role\":\"user\",\"content\":\"hi\"}]"), *history = J("[]");
     provider_request r = {.system = "s", .history = history, .messages = messages,
@@ -185,9 +187,10 @@ static int json_is(const json_t *got, const char *want)
 static void test_codecs(void)
 {
     char *err = NULL;
-    response_format *rf = response_format_parse(
+    response_format *rf = NULL;
+    response_format_parse(
         "{\"name\":\"answer\",\"schema\":{\"type\":\"object\",\"properties\":{\"a\":{\"type\":"
-        "\"string\"}}}}", &err);
+        "\"string\"}}}}", &rf, &err);
     json_t *schema = rf ? rf->schema : NULL;
     const char *tool = "[{\"type\":\"function\",\"function\":{\"name\":\"t\",\"parameters\":"
                        "{\"type\":\"object\"}}}]";
@@ -229,7 +232,7 @@ static void test_codecs(void)
     response_format_free(rf);
 
     /* No schema: JSON mode. */
-    rf = response_format_parse("{}", &err);
+    response_format_parse("{}", &rf, &err);
     b = render("openai", "", rf, "[]");
     CHECK(json_is(json_object_get(b, "response_format"), "{\"type\":\"json_object\"}"));
     json_decref(b);

@@ -97,6 +97,43 @@ static void test_append_bad_utf8(agent_config *cfg)
     }
 }
 
+/* Every reader refuses an unknown key in one shape, listing what it reads (lib/json_keys.h). */
+static void test_unknown_keys(agent_config *cfg)
+{
+    selector sel;
+    char *err = NULL;
+    CHECK(selector_parse("{\"conversation_id\":\"c\",\"colour\":1}", 0, &sel, &err) ==
+          PARLEY_ERR_INVALID_INPUT);
+    CHECK_STR(err, "selector: unknown key \"colour\" (expected conversation_id, interface_type, "
+                   "persona)");
+    CHECK_STR(sel.bad_key, "selector");
+    free(err);
+    err = NULL;
+    CHECK(selector_parse("{\"colour\":1}", SELECTOR_INTERFACE_MESSAGE_ID, &sel, &err) ==
+          PARLEY_ERR_INVALID_INPUT);
+    CHECK_STR(err, "selector: unknown key \"colour\" (expected conversation_id, interface_type, "
+                   "persona, interface_message_id)");
+    free(err);
+
+    parley_status st = PARLEY_OK;
+    err = NULL;
+    const char *message = "{\"conversation_id\":\"c\",\"content\":\"x\",\"colour\":1}";
+    turn *t = turn_append_accept(cfg, 1, message, done_cb, NULL, &st, &err);
+    CHECK(t == NULL && st == PARLEY_ERR_INVALID_INPUT);
+    CHECK_STR(err, "message_json: unknown key \"colour\" (expected conversation_id, content, role, "
+                   "interface_type, persona, interface_message_id, metadata, timestamp)");
+    free(err);
+    turn_free(t);
+
+    err = NULL;
+    t = accept_input(cfg, (fields){"c", NULL, NULL, "{\"colour\":\"x\"}"}, &st, &err);
+    CHECK(t == NULL && st == PARLEY_ERR_INVALID_INPUT);
+    CHECK_STR(err, "input 'reply_to_json': unknown key \"colour\" (expected turn_id, "
+                   "interface_message_id)");
+    free(err);
+    turn_free(t);
+}
+
 int main(void)
 {
     char *err = NULL;
@@ -182,7 +219,7 @@ int main(void)
     /* reply_context_parse on its own */
     reply_context rc;
     err = NULL;
-    CHECK(reply_context_parse("{\"interface_message_id\":\"m1\"}", &rc, &err) == 0);
+    CHECK(reply_context_parse("{\"interface_message_id\":\"m1\"}", &rc, &err) == PARLEY_OK);
     reply_context copy;
     CHECK(reply_context_copy_target(&copy, &rc) == 0);
     CHECK_STR(copy.interface_message_id, "m1");
@@ -193,6 +230,7 @@ int main(void)
     CHECK_STR(reply_outcome_name(REPLY_NOT_FOUND), "not_found");
 
     test_append_bad_utf8(cfg);
+    test_unknown_keys(cfg);
     /* a persona given through the ABI that is not UTF-8 is never quoted raw */
     parley_input bad_persona = {.struct_size = sizeof bad_persona, .text = "hello",
                                 .conversation_id = "c", .persona = "k\xc3\x28\xff"};
