@@ -42,7 +42,7 @@ static const char *plain_end(const char *p, const char *end)
 }
 
 /* p at a message's '{': the byte after its '}' by counting brackets outside
- * strings, or NULL when it does not close. */
+ * strings, or NULL when it does not close (or a ']' does). */
 static const char *object_end(const char *p, const char *end)
 {
     int depth = 0;
@@ -58,8 +58,8 @@ static const char *object_end(const char *p, const char *end)
             break;
         case '}':
         case ']':
-            if (--depth == 0)
-                return p + 1;
+            if (--depth == 0) /* the message's own bracket must close it */
+                return *p == '}' ? p + 1 : NULL;
             break;
         default:
             break;
