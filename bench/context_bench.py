@@ -19,7 +19,8 @@ Reported per policy and cache (and per turn with --per-turn):
   eval/new    evaluated / new: 1.0 is the physical limit
   max prompt  the largest prompt, against the budget (window - reserve)
   breaks      turn requests that did not extend the conversation's previous request (its
-              system, tools and messages, breakpoints aside); in brackets the unplanned ones:
+              system, tools and messages, breakpoints and Parley's turn note after the user's
+              text aside: it is sent once, never stored); in brackets the unplanned ones:
               breaks less the plugin's planned cuts (metric context_cuts, where it has one).
               A summary request in between is no break, but what it did to the server's
               cache shows in the tokens evaluated.
@@ -27,7 +28,7 @@ Reported per policy and cache (and per turn with --per-turn):
               evaluated tokens, included in the totals above
 
   python3 bench/context_bench.py [--build build] [--old-build DIR] [--turns 200] [--seed 23]
-                                 [--n-ctx 16384]
+                                 [--n-ctx 16384] [--extra]
                                  [--cache llamacpp,anthropic] [--policy old,new] [--per-turn]
 """
 import argparse
@@ -92,6 +93,26 @@ def render_message(m):
     return out + "<|end|>\n"
 
 
+NOTE_HEADING = "[Instructions for this turn, from the system, not from the user]\n"
+
+
+def split_note(m):
+    """A user message without Parley's turn note (the volatile part of the prompt, after the
+    user's text: docs/history.md), and the note's text ("" when it has none)."""
+    if m.get("role") != "user":
+        return m, ""
+    c = m.get("content")
+    if isinstance(c, str) and NOTE_HEADING in c:
+        at = c.index(NOTE_HEADING)
+        return dict(m, content=c[:at].rstrip("\n")), c[at:]
+    if isinstance(c, list):
+        notes = [p for p in c if p.get("type") == "text" and
+                 p.get("text", "").lstrip("\n").startswith(NOTE_HEADING)]
+        if notes:
+            return dict(m, content=[p for p in c if p not in notes]), notes[0]["text"]
+    return m, ""
+
+
 def signature(m):
     def strip(v):
         if isinstance(v, dict):
@@ -105,7 +126,9 @@ def signature(m):
 
 # ---- the conversation ----
 
-def conversation(turns, seed):
+def conversation(turns, seed, extra=False):
+    """With extra: each turn has an extra_system_prompt that changes every turn, as Home
+    Assistant's does (the time, 40 s later each turn)."""
     rnd = random.Random(seed)
     lines = []
     for t in range(turns):
@@ -118,7 +141,12 @@ def conversation(turns, seed):
         text = "[bench-turn %03d] %s" % (t, " ".join(words))
         if t % 4 == 3:  # a tool call every fourth turn
             text += ' [[tool:turn_on {"name":"%s"}]]' % rnd.choice(WORDS)
-        lines.append({"text": text, "conversation_id": "bench"})
+        line = {"text": text, "conversation_id": "bench"}
+        if extra:
+            s = 9 * 3600 + 40 * t
+            line["extra_system_prompt"] = "Current time is %02d:%02d:%02d. The user is in the " \
+                "kitchen." % (s // 3600, s // 60 % 60, s % 60)
+        lines.append(line)
     return lines
 
 
@@ -162,7 +190,7 @@ def run(args, cache, policy):
             opt_path = os.path.join(d, "options.json")
             with open(opt_path, "w") as f:
                 json.dump(opts, f)
-            lines = conversation(args.turns, args.seed) + [{"op": "metrics"}]
+            lines = conversation(args.turns, args.seed, args.extra) + [{"op": "metrics"}]
             res = subprocess.run([shim, "--plugin", plugin, "--options", opt_path, "--jsonl",
                                   "--tools", "demo"],
                                  input="".join(json.dumps(l) + "\n" for l in lines),
@@ -185,7 +213,7 @@ def prompt_parts(body):
     """A request's prompt as a list: its system and tools, then its messages, each as a
     signature (cache_control and ids left out: a breakpoint that moves changes no prefix)."""
     parts = [signature({"system": body.get("system")}), signature({"tools": body.get("tools")})]
-    return parts + [signature(m) for m in body.get("messages") or []]
+    return parts + [signature(split_note(m)[0]) for m in body.get("messages") or []]
 
 
 def last_user_text(body):
@@ -242,6 +270,8 @@ def measure(args, out, requests, policy):
             parts.insert(0, {"role": "system", "content": system if isinstance(system, str)
                              else [dict(b, type="text") for b in system]})
         for msg in parts:
+            msg, note = split_note(msg)  # the note is new on every turn it is sent
+            new += tokens(note) if note else 0
             sig = signature(msg)
             if sig not in seen:
                 seen.add(sig)
@@ -285,6 +315,8 @@ def main():
     ap.add_argument("--policy", default="old,new")
     ap.add_argument("--old-options", default="{}", help="JSON merged into the old policy's options")
     ap.add_argument("--new-options", default="{}", help="JSON merged into the new policy's options")
+    ap.add_argument("--extra", action="store_true", help="an extra_system_prompt that changes "
+                    "every turn (Home Assistant's time)")
     ap.add_argument("--per-turn", action="store_true")
     ap.add_argument("--json", help="write every figure to this file")
     args = ap.parse_args()

@@ -231,7 +231,8 @@ typedef struct parley_input {
     const char *device_id;
     const char *satellite_id;
     const char *agent_id;
-    const char *extra_system_prompt; /* appended to the system prompt for this turn */
+    const char *extra_system_prompt; /* this turn's instructions: sent after the
+                                        user's text, not stored (docs/history.md) */
     const char *context_json;        /* a JSON object, e.g. {"user_id":"..."} */
     const char *tools_json;          /* JSON array of tools for this turn only, same
                                         form as the `tools` option; added to those */

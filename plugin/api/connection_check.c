@@ -172,9 +172,10 @@ parley_status connection_check(const char *options_json, char **out_json, char *
     if (out_json)
         *out_json = NULL;
     parley_options o;
-    if (provider_options_parse(options_json, &o, error) != 0) {
+    parley_status parsed = provider_options_parse(options_json, &o, error);
+    if (parsed != PARLEY_OK) {
         free(ignored);
-        return PARLEY_ERR_INVALID_OPTIONS;
+        return parsed;
     }
     if (!o.base_url && !(o.base_url = strdup(provider_find(o.provider)->default_base_url))) {
         options_free(&o);

@@ -104,7 +104,8 @@ static const opt_spec SPECS[] = {
      "\"normal\": a committed turn survives a process crash; \"full\": also a power loss "
      "(every commit is flushed to disk)"},
     {"max_history_turns", OPT_INT, OFF(max_history_turns), 0, 100000, "20",
-     "Whole turns of history sent with each request (the last N); 0 = all that are kept"},
+     "The most whole turns of history sent with each request (beyond it the window moves on, "
+     "once, to a third of it); 0 = no bound on turns (the token budget still applies)"},
     {"history_keep_turns", OPT_INT, OFF(history_keep_turns), 0, 100000000, "null",
      "Whole turns kept per conversation, oldest dropped; null = the larger of 200 and 4 x "
      "max_history_turns (all when max_history_turns is 0); 0 = all"},
@@ -234,8 +235,9 @@ static int json_type_allowed(const opt_spec *s, json_t *v)
     return 0;
 }
 
-/* Store one value (already known to be of an acceptable JSON type). */
-static int set_value(parley_options *o, const opt_spec *s, json_t *v, char **err)
+/* Store one value (already known to be of an acceptable JSON type): PARLEY_OK,
+   INVALID_OPTIONS out of range, NO_MEMORY. */
+static parley_status set_value(parley_options *o, const opt_spec *s, json_t *v, char **err)
 {
     char *field = (char *)o + s->offset;
     switch (s->type) {
@@ -244,38 +246,38 @@ static int set_value(parley_options *o, const opt_spec *s, json_t *v, char **err
         char **dst = (char **)field;
         free(*dst);
         *dst = json_is_null(v) ? NULL : strdup(json_string_value(v));
-        return json_is_null(v) || *dst ? 0 : -1;
+        return json_is_null(v) || *dst ? PARLEY_OK : PARLEY_ERR_NO_MEMORY;
     }
     case OPT_BOOL: /* null (where allowed): -1, "unset" */
         *(int *)field = json_is_null(v) ? -1 : json_is_true(v);
-        return 0;
+        return PARLEY_OK;
     case OPT_INT: {
         if (json_is_null(v)) {
             *(int64_t *)field = (int64_t)s->min - 1; /* "unset": one below the range */
-            return 0;
+            return PARLEY_OK;
         }
         json_int_t n = json_integer_value(v);
         if ((double)n < s->min || (double)n > s->max) {
             *err = pstr_printf("option '%s': must be an integer from %.0f to %.0f (got %lld)", s->name,
                            s->min, s->max, (long long)n);
-            return -1;
+            return PARLEY_ERR_INVALID_OPTIONS;
         }
         *(int64_t *)field = n;
-        return 0;
+        return PARLEY_OK;
     }
     case OPT_NUMBER: {
         if (json_is_null(v)) {
             *(double *)field = -1;
-            return 0;
+            return PARLEY_OK;
         }
         double d = json_number_value(v);
         if (!(d >= s->min && d <= s->max)) {
             *err = pstr_printf("option '%s': must be a number from %g to %g (got %g)", s->name, s->min,
                            s->max, d);
-            return -1;
+            return PARLEY_ERR_INVALID_OPTIONS;
         }
         *(double *)field = d;
-        return 0;
+        return PARLEY_OK;
     }
     case OPT_TOOLS:
     case OPT_JSON: {
@@ -283,13 +285,13 @@ static int set_value(parley_options *o, const opt_spec *s, json_t *v, char **err
         free(*dst);
         if (json_is_null(v)) {
             *dst = NULL;
-            return 0;
+            return PARLEY_OK;
         }
         *dst = json_dumps(v, JSON_COMPACT | JSON_PRESERVE_ORDER | JSON_ENCODE_ANY);
-        return *dst ? 0 : -1;
+        return *dst ? PARLEY_OK : PARLEY_ERR_NO_MEMORY;
     }
     }
-    return 0;
+    return PARLEY_OK;
 }
 
 /* An option whose default is null may be set to null explicitly ("server default"). */
@@ -318,10 +320,10 @@ static int apply_defaults(parley_options *o)
             continue;
         json_t *v = json_loads(SPECS[i].dflt, JSON_DECODE_ANY, NULL);
         char *err = NULL;
-        int rc = v ? set_value(o, &SPECS[i], v, &err) : -1;
+        parley_status st = v ? set_value(o, &SPECS[i], v, &err) : PARLEY_ERR_NO_MEMORY;
         json_decref(v);
         free(err);
-        if (rc != 0)
+        if (st != PARLEY_OK)
             return -1;
     }
     return 0;
@@ -332,12 +334,12 @@ static int apply_defaults(parley_options *o)
  * fails later for a reason create() could have named.  The URL is not echoed:
  * it may carry credentials (user:password@host).
  */
-static int check_base_url(const char *u, char **err)
+static parley_status check_base_url(const char *u, char **err)
 {
     CURLU *h = curl_url();
     if (!h) {
         *err = pstr_printf("out of memory");
-        return -1;
+        return PARLEY_ERR_NO_MEMORY;
     }
     char *scheme = NULL, *host = NULL, *query = NULL, *fragment = NULL;
     CURLUcode rc = curl_url_set(h, CURLUPART_URL, u, 0);
@@ -359,7 +361,7 @@ static int check_base_url(const char *u, char **err)
     curl_free(query);
     curl_free(fragment);
     curl_url_cleanup(h);
-    return *err ? -1 : 0;
+    return *err ? PARLEY_ERR_INVALID_OPTIONS : PARLEY_OK;
 }
 
 static const char *const TOKEN_FIELDS[] = {"max_tokens", "max_completion_tokens", NULL};
@@ -421,29 +423,29 @@ static int declared_tool(const char *tools_json, const char *name)
 
 /* tool_choice: a word, or a tool of the `tools` option (what each API can force is its
    codec's check_options). */
-static int check_tool_choice(const parley_options *o, char **err)
+static parley_status check_tool_choice(const parley_options *o, char **err)
 {
     const char *c = o->tool_choice;
     if (strcmp(c, "auto") == 0 || strcmp(c, "none") == 0 || strcmp(c, "required") == 0 ||
         declared_tool(o->tools_json, c))
-        return 0;
+        return PARLEY_OK;
     *err = pstr_printf("option 'tool_choice': must be \"auto\", \"none\", \"required\" or the "
                        "name of a tool of the option 'tools' (got \"%.64s\")", c);
-    return -1;
+    return PARLEY_ERR_INVALID_OPTIONS;
 }
 
-static int finish_provider_details(parley_options *o, char **err)
+static parley_status finish_provider_details(parley_options *o, char **err)
 {
     if (o->thinking_budget_tokens < 1024)
         o->thinking_budget_tokens = 0; /* null ("unset", one below the range): thinking off */
     if (one_of(o->max_tokens_field, TOKEN_FIELDS) < 0) {
         *err = pstr_printf("option 'max_tokens_field': must be \"max_tokens\" or "
                            "\"max_completion_tokens\"");
-        return -1;
+        return PARLEY_ERR_INVALID_OPTIONS;
     }
     if (o->reasoning_effort && !*o->reasoning_effort) {
         *err = pstr_printf("option 'reasoning_effort': must not be empty (null = not sent)");
-        return -1;
+        return PARLEY_ERR_INVALID_OPTIONS;
     }
     if (o->extra_body) {
         json_t *extra = json_loads(o->extra_body, 0, NULL);
@@ -454,7 +456,7 @@ static int finish_provider_details(parley_options *o, char **err)
                 *err = pstr_printf("option 'extra_body': key '%s' is one Parley sends itself; "
                                    "%s", key, own_option_of(key));
                 json_decref(extra);
-                return -1;
+                return PARLEY_ERR_INVALID_OPTIONS;
             }
         }
         json_decref(extra);
@@ -489,40 +491,42 @@ static int looks_like_key(const char *name)
 }
 
 /* Checks that involve more than one option, or the environment. */
-static int finish(parley_options *o, json_t *root, char **err)
+static parley_status finish(parley_options *o, json_t *root, char **err)
 {
     if (!o->model || !*o->model) {
         *err = pstr_printf("option 'model': required (a non-empty string)");
-        return -1;
+        return PARLEY_ERR_INVALID_OPTIONS;
     }
-    if (o->base_url && check_base_url(o->base_url, err) != 0)
-        return -1; /* null: the provider's default */
+    parley_status st = o->base_url ? check_base_url(o->base_url, err) : PARLEY_OK;
+    if (st != PARLEY_OK)
+        return st; /* null: the provider's default */
     size_t n = o->base_url ? strlen(o->base_url) : 0;
     while (n > 0 && o->base_url[n - 1] == '/')
         o->base_url[--n] = '\0';
-    if (finish_provider_details(o, err) != 0)
-        return -1;
+    if ((st = finish_provider_details(o, err)) != PARLEY_OK)
+        return st;
     if (json_object_get(root, "api_key") && json_object_get(root, "api_key_env") &&
         !json_is_null(json_object_get(root, "api_key")) &&
         !json_is_null(json_object_get(root, "api_key_env"))) {
         *err = pstr_printf("option 'api_key_env': give api_key or api_key_env, not both");
-        return -1;
+        return PARLEY_ERR_INVALID_OPTIONS;
     }
     if (o->api_key_env) {
         if (looks_like_key(o->api_key_env)) {
             *err = pstr_printf("option 'api_key_env': the value looks like an API key, not the name "
                                "of an environment variable (it is not repeated here); put the key "
                                "in an environment variable and give that variable's name");
-            return -1;
+            return PARLEY_ERR_INVALID_OPTIONS;
         }
         const char *k = getenv(o->api_key_env);
         if (!k || !*k) {
             *err = pstr_printf("option 'api_key_env': environment variable '%s' is not set",
                            o->api_key_env);
-            return -1;
+            return PARLEY_ERR_INVALID_OPTIONS;
         }
         free(o->api_key);
-        o->api_key = strdup(k);
+        if (!(o->api_key = strdup(k)))
+            return PARLEY_ERR_NO_MEMORY;
     }
     const char *location;
     if (!store_backend_for(o->history_store, &location)) {
@@ -530,23 +534,23 @@ static int finish(parley_options *o, json_t *root, char **err)
         *err = pstr_printf("option 'history_store': unknown store \"%.*s\" (expected \"memory\", "
                            "\"sqlite:PATH\" or \"redis://[:PASSWORD@]HOST:PORT[/DB]\")",
                            (int)strcspn(o->history_store, ":"), o->history_store);
-        return -1;
+        return PARLEY_ERR_INVALID_OPTIONS;
     }
     if (strcmp(o->history_images, "placeholder") != 0 && strcmp(o->history_images, "keep") != 0) {
         *err = pstr_printf("option 'history_images': must be \"placeholder\" or \"keep\" (got "
                            "\"%.32s\")", o->history_images);
-        return -1;
+        return PARLEY_ERR_INVALID_OPTIONS;
     }
     if (strcmp(o->history_sync, "normal") != 0 && strcmp(o->history_sync, "full") != 0) {
         *err = pstr_printf("option 'history_sync': must be \"normal\" or \"full\" (got \"%s\")",
                            o->history_sync);
-        return -1;
+        return PARLEY_ERR_INVALID_OPTIONS;
     }
     if (o->api_key && strpbrk(o->api_key, "\r\n")) {
         *err = pstr_printf("option 'api_key': must not contain line breaks");
-        return -1;
+        return PARLEY_ERR_INVALID_OPTIONS;
     }
-    return 0;
+    return PARLEY_OK;
 }
 
 static const opt_spec *find_spec(const char *name)
@@ -664,6 +668,31 @@ static const char *closest_option(const char *key)
     return NULL;
 }
 
+/* One key of the host's options: an option's name, a value of its type, in its range. */
+static parley_status set_key(parley_options *o, const char *key, json_t *v, char **err)
+{
+    const opt_spec *s = find_spec(key);
+    if (!s) {
+        const char *near = closest_option(key);
+        if (!looks_like_option_name(key)) /* not echoed: it could be a secret */
+            *err = pstr_printf("options: unknown option, not shown (it is no option's name "
+                               "and could be a secret)%s%s%s", near ? " (did you mean '" : "",
+                               near ? near : "", near ? "'?)" : "");
+        else if (near)
+            *err = pstr_printf("option '%s': unknown option (did you mean '%s'?)", key, near);
+        else
+            *err = pstr_printf("option '%s': unknown option", key);
+        return PARLEY_ERR_INVALID_OPTIONS;
+    }
+    if (!type_ok(s, v)) {
+        char *words = s->type == OPT_JSON ? json_types_words(s) : NULL;
+        *err = pstr_printf("option '%s': must be %s", key, words ? words : type_word(s->type));
+        free(words);
+        return PARLEY_ERR_INVALID_OPTIONS;
+    }
+    return set_value(o, s, v, err);
+}
+
 parley_status options_parse(const char *json_text, parley_options *o, char **err)
 {
     *err = NULL;
@@ -673,10 +702,13 @@ parley_status options_parse(const char *json_text, parley_options *o, char **err
         *err = pstr_printf("out of memory");
         return PARLEY_ERR_NO_MEMORY;
     }
+    parley_status st = PARLEY_ERR_INVALID_OPTIONS;
     json_error_t jerr;
     json_t *root = json_loads(json_text ? json_text : "", JSON_REJECT_DUPLICATES, &jerr);
     if (!root) {
         *err = parse_error(&jerr);
+        if (json_error_code(&jerr) == json_error_out_of_memory)
+            st = PARLEY_ERR_NO_MEMORY;
         goto fail;
     }
     if (!json_is_object(root)) {
@@ -686,30 +718,10 @@ parley_status options_parse(const char *json_text, parley_options *o, char **err
     const char *key;
     json_t *v;
     json_object_foreach(root, key, v) {
-        const opt_spec *s = find_spec(key);
-        if (!s) {
-            const char *near = closest_option(key);
-            if (!looks_like_option_name(key)) /* not echoed: it could be a secret */
-                *err = pstr_printf("options: unknown option, not shown (it is no option's name "
-                                   "and could be a secret)%s%s%s", near ? " (did you mean '" : "",
-                                   near ? near : "", near ? "'?)" : "");
-            else if (near)
-                *err = pstr_printf("option '%s': unknown option (did you mean '%s'?)", key, near);
-            else
-                *err = pstr_printf("option '%s': unknown option", key);
-            goto fail;
-        }
-        if (!type_ok(s, v)) {
-            char *words = s->type == OPT_JSON ? json_types_words(s) : NULL;
-            *err = pstr_printf("option '%s': must be %s", key,
-                               words ? words : type_word(s->type));
-            free(words);
-            goto fail;
-        }
-        if (set_value(o, s, v, err) != 0)
+        if ((st = set_key(o, key, v, err)) != PARLEY_OK)
             goto fail;
     }
-    if (finish(o, root, err) != 0)
+    if ((st = finish(o, root, err)) != PARLEY_OK)
         goto fail;
     json_decref(root);
     return PARLEY_OK;
@@ -720,7 +732,7 @@ fail:
         *err = pstr_printf("out of memory");
         return PARLEY_ERR_NO_MEMORY;
     }
-    return PARLEY_ERR_INVALID_OPTIONS;
+    return st;
 }
 
 void options_free(parley_options *o)

@@ -21,20 +21,20 @@ static int valid_name(const char *s)
     return 1;
 }
 
-/* The agent's tools whose names `names` (a JSON array of strings) lists. */
-static toolset *tool_subset(const char *who, json_t *names, const toolset *agent_tools, char **err)
+/* The agent's tools whose names `names` (a JSON array of strings) lists, in *out. */
+static parley_status tool_subset(const char *who, json_t *names, const toolset *agent_tools,
+                                 toolset **out, char **err)
 {
+    *out = NULL;
     if (!json_is_array(names)) {
         *err = pstr_printf("option 'personas': persona \"%s\": 'tools' must be an array of tool "
                            "names", who);
-        return NULL;
+        return PARLEY_ERR_INVALID_OPTIONS;
     }
     json_t *all = json_loads(toolset_json(agent_tools), 0, NULL), *picked = json_array();
-    toolset *ts = NULL;
-    if (!all || !picked) {
-        *err = pstr_printf("out of memory");
+    parley_status st = PARLEY_ERR_NO_MEMORY;
+    if (!all || !picked)
         goto done;
-    }
     size_t i;
     json_t *name;
     json_array_foreach(names, i, name) {
@@ -42,6 +42,7 @@ static toolset *tool_subset(const char *who, json_t *names, const toolset *agent
         if (!n) {
             *err = pstr_printf("option 'personas': persona \"%s\": 'tools' must be an array of "
                                "tool names", who);
+            st = PARLEY_ERR_INVALID_OPTIONS;
             goto done;
         }
         if (!toolset_has(agent_tools, n)) {
@@ -49,6 +50,7 @@ static toolset *tool_subset(const char *who, json_t *names, const toolset *agent
             *err = pstr_printf("option 'personas': persona \"%s\": tool \"%s\" is not one of "
                                "the agent's tools", who, q ? q : "?");
             free(q);
+            st = PARLEY_ERR_INVALID_OPTIONS;
             goto done;
         }
         size_t k;
@@ -56,28 +58,28 @@ static toolset *tool_subset(const char *who, json_t *names, const toolset *agent
         json_array_foreach(all, k, tool) {
             json_t *fn = json_object_get(tool, "function");
             const char *tn = json_string_value(json_object_get(fn, "name"));
-            if (tn && strcmp(tn, n) == 0 && json_array_append(picked, tool) != 0) {
-                *err = pstr_printf("out of memory");
+            if (tn && strcmp(tn, n) == 0 && json_array_append(picked, tool) != 0)
                 goto done;
-            }
         }
     }
     char *text = json_dumps(picked, JSON_COMPACT | JSON_PRESERVE_ORDER);
-    parley_status st = PARLEY_ERR_NO_MEMORY;
     if (text)
-        st = toolset_parse(text, NULL, &ts, err); /* a repeated name is refused here, by name */
-    else
-        *err = pstr_printf("out of memory");
+        st = toolset_parse(text, NULL, out, err); /* a repeated name is refused here, by name */
     free(text);
     if (st == PARLEY_ERR_INVALID_INPUT) {
         char *inner = *err;
         *err = pstr_printf("option 'personas': persona \"%s\": 'tools': %s", who, inner);
         free(inner);
+        st = PARLEY_ERR_INVALID_OPTIONS;
     }
 done:
     json_decref(all);
     json_decref(picked);
-    return ts;
+    if (st != PARLEY_OK && !*err) {
+        *err = pstr_printf("out of memory");
+        st = PARLEY_ERR_NO_MEMORY;
+    }
+    return st;
 }
 
 /* A number option of a persona: absent = the agent's (*dst untouched). */
@@ -168,9 +170,7 @@ static parley_status parse_one(const char *name, json_t *obj, const toolset *age
             PARLEY_OK)
         return PARLEY_ERR_INVALID_OPTIONS;
     json_t *tools = json_object_get(obj, "tools");
-    if (tools && !(p->tools = tool_subset(name, tools, agent_tools, err)))
-        return PARLEY_ERR_INVALID_OPTIONS;
-    return PARLEY_OK;
+    return tools ? tool_subset(name, tools, agent_tools, &p->tools, err) : PARLEY_OK;
 oom:
     *err = pstr_printf("out of memory");
     return PARLEY_ERR_NO_MEMORY;

@@ -42,24 +42,25 @@ int toolset_has(const toolset *t, const char *name)
     return 0;
 }
 
-/* Turn one declaration (either form) into OpenAI's form, or explain why not. */
-static json_t *normalise(json_t *decl, size_t i, char **err)
+/* Turn one declaration (either form) into OpenAI's form (*out), or explain why not. */
+static parley_status normalise(json_t *decl, size_t i, json_t **out, char **err)
 {
+    *out = NULL;
     if (!json_is_object(decl)) {
         *err = err_msg("tool %zu: must be an object%s", i, "");
-        return NULL;
+        return PARLEY_ERR_INVALID_INPUT;
     }
     json_t *fn = decl;
     json_t *type = json_object_get(decl, "type");
     if (type) {
         if (!json_is_string(type) || strcmp(json_string_value(type), "function") != 0) {
             *err = err_msg("tool %zu: type must be \"function\"%s", i, "");
-            return NULL;
+            return PARLEY_ERR_INVALID_INPUT;
         }
         fn = json_object_get(decl, "function");
         if (!json_is_object(fn)) {
             *err = err_msg("tool %zu: 'function' must be an object%s", i, "");
-            return NULL;
+            return PARLEY_ERR_INVALID_INPUT;
         }
     }
     json_t *name = json_object_get(fn, "name");
@@ -67,16 +68,16 @@ static json_t *normalise(json_t *decl, size_t i, char **err)
     json_t *params = json_object_get(fn, "parameters");
     if (!json_is_string(name) || !valid_name(json_string_value(name))) {
         *err = err_msg("tool %zu: 'name' must match [A-Za-z0-9_-]{1,64}%s", i, "");
-        return NULL;
+        return PARLEY_ERR_INVALID_INPUT;
     }
     if (desc && !json_is_string(desc)) {
         *err = err_msg("tool %zu ('%s'): 'description' must be a string", i, json_string_value(name));
-        return NULL;
+        return PARLEY_ERR_INVALID_INPUT;
     }
     if (params && !json_is_object(params)) {
         *err = err_msg("tool %zu ('%s'): 'parameters' must be a JSON Schema object", i,
                        json_string_value(name));
-        return NULL;
+        return PARLEY_ERR_INVALID_INPUT;
     }
     json_t *out_fn = json_pack("{s:O}", "name", name);
     if (desc)
@@ -85,7 +86,8 @@ static json_t *normalise(json_t *decl, size_t i, char **err)
         json_object_set(out_fn, "parameters", params);
     else
         json_object_set_new(out_fn, "parameters", json_pack("{s:s,s:{}}", "type", "object", "properties"));
-    return json_pack("{s:s,s:o}", "type", "function", "function", out_fn);
+    *out = json_pack("{s:s,s:o}", "type", "function", "function", out_fn);
+    return *out ? PARLEY_OK : PARLEY_ERR_NO_MEMORY;
 }
 
 parley_status toolset_parse(const char *json_text, const toolset *base, toolset **result,
@@ -119,9 +121,12 @@ parley_status toolset_parse(const char *json_text, const toolset *base, toolset 
     size_t i;
     json_t *decl;
     json_array_foreach(arr, i, decl) {
-        json_t *norm = normalise(decl, i, err);
-        if (!norm)
+        json_t *norm;
+        parley_status nst = normalise(decl, i, &norm, err);
+        if (nst != PARLEY_OK) {
+            st = nst;
             goto fail;
+        }
         const char *name = json_string_value(json_object_get(json_object_get(norm, "function"), "name"));
         if (toolset_has(t, name)) {
             *err = err_msg("tool %zu: duplicate name '%s'", i, name);

@@ -202,12 +202,19 @@ parley_status ctx_load(store *s, const store_key *key, size_t max_turns, int sum
 
 /* ---- turns ---- */
 
+/* The turns a cut by the turn bound keeps (window.h: CTX_LOW_MARK_DIVISOR). */
+static size_t low_turns(size_t max_turns)
+{
+    size_t low = max_turns / CTX_LOW_MARK_DIVISOR;
+    return low ? low : 1;
+}
+
 size_t ctx_reply_window(const ctx_window *w, size_t max_turns)
 {
     if (!w->enabled || !w->nturns)
         return max_turns;
     if (max_turns && w->nturns > max_turns) /* the turn bound will cut to its low mark */
-        return max_turns * CTX_LOW_MARK_PERCENT / 100 ? max_turns * CTX_LOW_MARK_PERCENT / 100 : 1;
+        return low_turns(max_turns);
     return w->nturns;
 }
 
@@ -345,16 +352,12 @@ size_t ctx_plan(const ctx_window *w, const ctx_budget *b, int64_t body_tokens, u
     ctx_cut_reason r = trigger(w, b, body, limit, now_ms, force);
     if (r == CTX_CUT_NONE)
         return 0;
-    int64_t low = fixed + (limit > fixed ? (limit - fixed) * CTX_LOW_MARK_PERCENT / 100 : 0);
-    size_t low_turns = SIZE_MAX;
-    if (b->max_turns)
-        low_turns = b->max_turns * CTX_LOW_MARK_PERCENT / 100
-                        ? b->max_turns * CTX_LOW_MARK_PERCENT / 100
-                        : 1;
+    int64_t low = fixed + (limit > fixed ? (limit - fixed) / CTX_LOW_MARK_DIVISOR : 0);
+    size_t keep_turns = b->max_turns ? low_turns(b->max_turns) : SIZE_MAX;
     size_t n = 0;
     while (n < w->nturns) {
         size_t kept = w->nturns - n;
-        int fits = kept <= low_turns && fixed + turns_tokens(w, n, w->nturns, b->factor) <= low;
+        int fits = kept <= keep_turns && fixed + turns_tokens(w, n, w->nturns, b->factor) <= low;
         if (fits && !(force && n == 0))
             break;
         n++;
@@ -470,8 +473,7 @@ size_t ctx_ahead_turns(const ctx_window *w, const ctx_budget *b, int64_t body_to
     ctx_cut_reason why;
     size_t k = ctx_plan(w, b, body_tokens, 0, 1, &why);
     if (b->max_turns && w->nturns + 1 >= b->max_turns) {
-        size_t low = b->max_turns * CTX_LOW_MARK_PERCENT / 100;
-        size_t by_turns = b->max_turns + 1 - (low ? low : 1);
+        size_t by_turns = b->max_turns + 1 - low_turns(b->max_turns);
         if (by_turns > k)
             k = by_turns;
     }

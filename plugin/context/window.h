@@ -74,8 +74,18 @@
  * servers' caches have dropped the prompt by then (Anthropic 5 min, OpenAI
  * 5-10 min).  The default of prompt_cache_ttl_ms (ctx_budget.idle_ms). */
 #define CTX_IDLE_CUT_MS (5u * 60u * 1000u)
-/* A cut keeps this share of the history budget (and of max_history_turns). */
-#define CTX_LOW_MARK_PERCENT 50
+/*
+ * A cut keeps 1/CTX_LOW_MARK_DIVISOR of the history budget (and of
+ * max_history_turns, at least one turn).  What a cut costs: the server reads
+ * again what follows the system prompt (S: the summary, when it changed) and
+ * the L tokens kept; the H - L tokens of the turns until the next cut (H: the
+ * limit) are new anyway.  Evaluated per new token over that cycle:
+ * 1 + (S + L) / (H - L): 2 or more at L = H/2 however small S is, and
+ * 1.5 + 1.5 S/H at L = H/3 (bench/context_bench.py: docs/performance.md).  The
+ * model then sees a third of the window right after a cut, and the summary of
+ * the rest.
+ */
+#define CTX_LOW_MARK_DIVISOR 3
 /* Kept free besides the reserve: estimates are estimates. */
 #define CTX_MARGIN_PERCENT 3
 /* Bytes per token before correction. */

@@ -69,7 +69,7 @@ agent_config *config_new(const char *options_json, char **err)
         return NULL;
     }
     atomic_init(&c->refs, 1);
-    if (provider_options_parse(options_json, &c->opts, err) != 0) {
+    if (provider_options_parse(options_json, &c->opts, err) != PARLEY_OK) {
         free(c);
         return NULL;
     }

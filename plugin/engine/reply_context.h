@@ -7,7 +7,7 @@
  * call (store.h v4 load_turn, on the store read thread for a blocking store)
  * whether that turn is inside the window of history sent.  If it is older,
  * its messages, whole (tool steps included), are sent after the history and
- * before the new user message, and the request's system prompt says so
+ * before the new user message, and a note after that message's text says so
  * (REPLY_CONTEXT_NOTE).  They are sent, never stored again.
  */
 #ifndef PARLEY_REPLY_CONTEXT_H
@@ -38,7 +38,7 @@ typedef struct reply_context {
     char found_turn_id[UUID_STR_LEN];
 } reply_context;
 
-/* What the system prompt of a request carrying a replied-to turn adds. */
+/* What the turn note (turn.c) of a request carrying a replied-to turn says. */
 #define REPLY_CONTEXT_NOTE                                                                  \
     "The user's latest message replies to an earlier exchange of this conversation; that " \
     "exchange is repeated just before the latest message."

@@ -148,19 +148,88 @@ static json_t *last_block(json_t *out)
 }
 
 /*
- * With prompt caching, a breakpoint that moves with the conversation: on the
- * last block of the request, after the history and this turn's messages so
- * far (besides the system prompt's and the tools': three of the API's four).
- * The next request (the next tool round, or the next turn) repeats everything
- * up to it, so the server reads it from the cache and writes only what is
- * new.  A prefix shorter than the model's minimum (1024-4096 tokens) is simply
- * not cached: the API neither refuses nor charges for the mark.
+ * Cache breakpoints (https://platform.claude.com/docs/en/build-with-claude/prompt-caching):
+ * the cache keeps prefixes -- tools, system, messages, in that order -- up to and
+ * including a block marked cache_control; a request reads the longest prefix
+ * cached before, found at one of its marks or at a block boundary at most 20
+ * blocks before one ("lookback"); a request may carry at most 4 marks; a prefix
+ * shorter than the model's minimum (1024-4096 tokens) is not cached, and the
+ * mark costs nothing.  Besides the system prompt's and the tools' marks, a
+ * request marks, within the `slots` left:
+ *   - the last block of the turn's user message, before the turn note: what the
+ *     next turn repeats (the note is not stored).  On a turn's first request
+ *     without a note that is the request's last block, as in Anthropic's own
+ *     multi-turn example (the final user message marked);
+ *   - on a later request of the turn (a tool round, the summary made ahead):
+ *     its last block, which the next round repeats whole;
+ *   - where the request should read from -- the end of the turn's previous
+ *     request, or the previous turn's user message -- when that lies more than
+ *     CACHE_LOOKBACK blocks before the marks above (a round of many tool calls),
+ *     so that the lookback never misses it;
+ *   - with a slot left, the turn note on the turn's first request (its tool
+ *     rounds repeat it).
  */
-static json_t *render_messages(const provider_request *r, int cache)
+#define CACHE_MARKS    4  /* the API's limit per request */
+#define CACHE_LOOKBACK 16 /* blocks: a margin under the documented "about 20" */
+
+typedef struct cache_points {
+    json_t *user;   /* the turn's user message's last block (before the note) */
+    size_t user_at; /* its position (blocks of the messages, from 1) */
+    json_t *note;   /* the turn note's block */
+    json_t *prev;   /* the last block before this turn's latest assistant message: where
+                        the turn's previous request ended */
+    size_t prev_at;
+    json_t *before; /* the previous turn's user message's last block */
+    size_t before_at;
+} cache_points;
+
+/* Mark a block (once); 1 when it took a mark. */
+static int mark(json_t *block)
+{
+    if (!block || json_object_get(block, "cache_control"))
+        return 0;
+    json_object_set_new(block, "cache_control", json_pack("{s:s}", "type", "ephemeral"));
+    return 1;
+}
+
+static void place_marks(json_t *out, const cache_points *c, size_t nblocks, int slots)
+{
+    json_t *last = last_block(out);
+    if (c->prev) { /* a later request of the turn */
+        int used = mark(last);
+        if (nblocks - c->prev_at > CACHE_LOOKBACK && used < slots)
+            mark(c->prev);
+        return;
+    }
+    json_t *user = c->user ? c->user : last;
+    size_t user_at = c->user ? c->user_at : nblocks;
+    int used = mark(user);
+    if (c->before && user_at - c->before_at > CACHE_LOOKBACK && used < slots)
+        used += mark(c->before);
+    if (c->note && used < slots)
+        mark(c->note);
+}
+
+/* The user message's blocks (text first, then images). */
+static json_t *user_blocks(const json_t *m)
+{
+    const json_t *content = json_object_get(m, "content");
+    char *text = msg_text(content);
+    json_t *blocks = json_array();
+    append_image_blocks(blocks, content);
+    if (text && (*text || !json_array_size(blocks))) /* no empty text block */
+        json_array_insert_new(blocks, 0, text_block(text));
+    free(text);
+    return blocks;
+}
+
+static json_t *render_messages(const provider_request *r, int slots)
 {
     json_t *out = json_array();
     const json_t *lists[] = {r->history, r->messages};
     call_renames ren = {NULL, NULL};
+    cache_points c = {0};
+    size_t nblocks = 0;
     for (size_t l = 0; l < 2; l++) {
         size_t i;
         const json_t *m;
@@ -168,23 +237,42 @@ static json_t *render_messages(const provider_request *r, int cache)
             const char *role = msg_role(m);
             if (strcmp(role, "tool") != 0 && strcmp(role, "assistant") != 0)
                 call_renames_free(&ren); /* results follow their calls directly */
+            json_t *blocks = NULL;
+            const char *as = "user";
             if (strcmp(role, "assistant") == 0) {
-                push_message(out, "assistant", assistant_blocks(m, l == 1, &ren));
+                if (l == 1) { /* the turn's previous request ended here */
+                    c.prev = last_block(out);
+                    c.prev_at = nblocks;
+                }
+                blocks = assistant_blocks(m, l == 1, &ren);
+                as = "assistant";
             } else if (strcmp(role, "tool") == 0) {
-                json_t *blocks = json_array();
+                blocks = json_array();
                 json_array_append_new(blocks, tool_result_block(m, &ren));
-                push_message(out, "user", blocks);
             } else if (strcmp(role, "user") == 0) {
-                const json_t *content = json_object_get(m, "content");
-                char *text = msg_text(content);
-                json_t *blocks = json_array();
-                append_image_blocks(blocks, content);
-                if (text && (*text || !json_array_size(blocks))) /* no empty text block */
-                    json_array_insert_new(blocks, 0, text_block(text));
-                free(text);
-                push_message(out, "user", blocks);
+                blocks = user_blocks(m);
             } else if (strcmp(role, "system") == 0) {
-                push_message(out, "user", system_note_blocks(m));
+                blocks = system_note_blocks(m);
+            } else {
+                continue;
+            }
+            nblocks += json_array_size(blocks);
+            push_message(out, as, blocks);
+            if (strcmp(role, "user") != 0)
+                continue;
+            if (l == 0) {
+                c.before = last_block(out);
+                c.before_at = nblocks;
+            } else if (!c.user) { /* the turn's own user message, then the note */
+                c.user = last_block(out);
+                c.user_at = nblocks;
+                if (r->turn_note && *r->turn_note) {
+                    json_t *note = json_array();
+                    json_array_append_new(note, text_block(r->turn_note));
+                    nblocks++;
+                    push_message(out, "user", note);
+                    c.note = last_block(out);
+                }
             }
         }
     }
@@ -196,9 +284,8 @@ static json_t *render_messages(const provider_request *r, int cache)
         json_array_append_new(blocks, text_block("(start of the conversation)"));
         json_array_insert_new(out, 0, json_pack("{s:s,s:o}", "role", "user", "content", blocks));
     }
-    json_t *end = cache ? last_block(out) : NULL;
-    if (end)
-        json_object_set_new(end, "cache_control", json_pack("{s:s}", "type", "ephemeral"));
+    if (slots > 0 && json_array_size(out))
+        place_marks(out, &c, nblocks, slots);
     call_renames_free(&ren);
     return out;
 }
@@ -303,8 +390,10 @@ static int anthropic_encode(pbuf *out, const parley_options *o, const provider_r
                              (json_int_t)max_tokens(o));
     if (r->system && *r->system)
         json_object_set_new(body, "system", render_system(r, o->prompt_cache));
-    json_object_set_new(body, "messages", render_messages(r, o->prompt_cache));
     int host_tools = strcmp(r->tools_json, "[]") != 0;
+    /* the marks left for the messages: the system prompt and the tools have theirs */
+    int slots = o->prompt_cache ? CACHE_MARKS - (r->system && *r->system) - host_tools : 0;
+    json_object_set_new(body, "messages", render_messages(r, slots));
     int forced = r->response_format && o->thinking_budget_tokens <= 0;
     if (host_tools || forced) {
         json_t *tools = render_tools(r->tools_json, o->prompt_cache);
@@ -741,27 +830,27 @@ static void anthropic_stream_free(void *v)
 /* Extended thinking needs its budget below max_tokens and refuses a set temperature or
    top_p (the Messages API answers 400).  The other APIs have no thinking budget: they ignore
    thinking_budget_tokens, so these rules are Anthropic's alone. */
-static int anthropic_check_options(const parley_options *o, char **err)
+static parley_status anthropic_check_options(const parley_options *o, char **err)
 {
     if (o->thinking_budget_tokens > 0 && o->max_tokens > 0 &&
         o->thinking_budget_tokens >= o->max_tokens) {
         *err = pstr_printf("option 'thinking_budget_tokens': must be less than max_tokens (%lld)",
                            (long long)o->max_tokens);
-        return -1;
+        return PARLEY_ERR_INVALID_OPTIONS;
     }
     if (o->thinking_budget_tokens > 0 && (o->temperature >= 0 || o->top_p >= 0)) {
         *err = pstr_printf("option '%s': Anthropic's extended thinking (thinking_budget_tokens) "
                            "does not allow it; leave it null", o->temperature >= 0 ? "temperature"
                                                                                  : "top_p");
-        return -1;
+        return PARLEY_ERR_INVALID_OPTIONS;
     }
     const char *c = o->tool_choice;
     if (o->thinking_budget_tokens > 0 && strcmp(c, "auto") != 0 && strcmp(c, "none") != 0) {
         *err = pstr_printf("option 'tool_choice': Anthropic's extended thinking "
                            "(thinking_budget_tokens) allows only \"auto\" or \"none\"");
-        return -1;
+        return PARLEY_ERR_INVALID_OPTIONS;
     }
-    return 0;
+    return PARLEY_OK;
 }
 
 /* Claude's models have a 200k-token window; the Messages API does not say it (no

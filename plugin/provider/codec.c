@@ -88,6 +88,52 @@ char *msg_arguments_text(const json_t *call)
     return s;
 }
 
+json_t *msgs_with_turn_note(const json_t *messages, const char *note)
+{
+    json_t *out = json_array();
+    int noted = 0, failed = !out;
+    size_t i;
+    json_t *m;
+    json_array_foreach(messages, i, m) {
+        if (failed)
+            break;
+        if (noted || strcmp(msg_role(m), "user") != 0) {
+            failed = json_array_append(out, m) != 0;
+            continue;
+        }
+        noted = 1;
+        json_t *copy = json_copy(m), *content = json_object_get(m, "content"), *with = NULL;
+        if (json_is_array(content)) {
+            with = json_copy(content);
+            char *text = pstr_printf("\n\n%s", note);
+            if (with && text)
+                json_array_append_new(with, json_pack("{s:s,s:s}", "type", "text", "text", text));
+            free(text);
+        } else {
+            const char *text = json_string_value(content);
+            char *joined =
+                pstr_printf("%s%s%s", text ? text : "", text && *text ? "\n\n" : "", note);
+            with = joined ? json_string(joined) : NULL;
+            free(joined);
+        }
+        if (!copy || !with) {
+            json_decref(copy);
+            json_decref(with);
+            failed = 1;
+        } else if (json_object_set_new(copy, "content", with) != 0) { /* takes `with` */
+            json_decref(copy);
+            failed = 1;
+        } else {
+            failed = json_array_append_new(out, copy) != 0; /* takes `copy` */
+        }
+    }
+    if (failed) {
+        json_decref(out);
+        return NULL;
+    }
+    return out;
+}
+
 json_t *msgs_concat(const json_t *history, const json_t *messages, size_t *first_current)
 {
     json_t *all = json_array();

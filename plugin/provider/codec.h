@@ -44,6 +44,10 @@ const char *msg_image_url(const json_t *part);
 json_t *msg_arguments_object(const json_t *call);
 /* The same as JSON text (malloc'd). */
 char *msg_arguments_text(const json_t *call);
+/* A copy of this turn's messages whose first user message carries the turn note
+   (provider_request.turn_note) after its text: "\n\n" and the note appended to a string
+   content, a text part "\n\n<note>" appended to parts.  New reference; NULL out of memory. */
+json_t *msgs_with_turn_note(const json_t *messages, const char *note);
 /* History then this turn's messages in one new array; *first_current = where this turn starts. */
 json_t *msgs_concat(const json_t *history, const json_t *messages, size_t *first_current);
 /* The tool name of the tool result all[index]: its own "name", else the name of the call with

@@ -74,22 +74,22 @@ static const char *known_mime(const char *s, size_t n)
 }
 
 /* data:<mime>;base64,<payload> */
-static int check_data_url(const char *url, size_t index, const image_limits *lim, image *out,
-                          char **err)
+static parley_status check_data_url(const char *url, size_t index, const image_limits *lim,
+                                    image *out, char **err)
 {
     const char *type = url + 5, *semi = strchr(type, ';'), *comma = strchr(type, ',');
     if (!comma || !semi || semi > comma || (size_t)(comma - semi) != 7 ||
         strncasecmp(semi, ";base64", 7) != 0) {
         *err = pstr_printf("input 'images_json': image %zu: a data URL must be "
                            "data:<image type>;base64,<data>", index + 1);
-        return -1;
+        return PARLEY_ERR_INVALID_INPUT;
     }
     out->mime = known_mime(type, (size_t)(semi - type));
     if (!out->mime) {
         *err = pstr_printf("input 'images_json': image %zu: type \"%.*s\" is not image/png, "
                            "image/jpeg, image/webp or image/gif", index + 1,
                            (int)((semi - type) > 64 ? 64 : semi - type), type);
-        return -1;
+        return PARLEY_ERR_INVALID_INPUT;
     }
     out->base64 = comma + 1;
     out->base64_len = strlen(out->base64);
@@ -97,25 +97,25 @@ static int check_data_url(const char *url, size_t index, const image_limits *lim
     if (image_base64_decode(out->base64, out->base64_len, head, sizeof head, &out->bytes) != 0) {
         *err = pstr_printf("input 'images_json': image %zu: the data is not valid base64",
                            index + 1);
-        return -1;
+        return PARLEY_ERR_INVALID_INPUT;
     }
     if (out->bytes > lim->max_bytes) {
         *err = pstr_printf("input 'images_json': image %zu: %zu bytes, more than max_image_bytes "
                            "(%zu)", index + 1, out->bytes, lim->max_bytes);
-        return -1;
+        return PARLEY_ERR_INVALID_INPUT;
     }
     const char *sniffed = image_sniff_mime(head, out->bytes < sizeof head ? out->bytes : sizeof head);
     if (!sniffed) {
         *err = pstr_printf("input 'images_json': image %zu: the data does not start with the "
                            "magic bytes of %s", index + 1, out->mime);
-        return -1;
+        return PARLEY_ERR_INVALID_INPUT;
     }
     if (sniffed != out->mime) {
         *err = pstr_printf("input 'images_json': image %zu: the data is %s, not %s as the data "
                            "URL says", index + 1, sniffed, out->mime);
-        return -1;
+        return PARLEY_ERR_INVALID_INPUT;
     }
-    return 0;
+    return PARLEY_OK;
 }
 
 int image_data_url_split(const char *url, const char **mime, size_t *mime_len, const char **data)
@@ -131,7 +131,8 @@ int image_data_url_split(const char *url, const char **mime, size_t *mime_len, c
     return 0;
 }
 
-int image_check_url(const char *url, size_t index, const image_limits *lim, image *out, char **err)
+parley_status image_check_url(const char *url, size_t index, const image_limits *lim, image *out,
+                              char **err)
 {
     memset(out, 0, sizeof *out);
     if (strncasecmp(url, "data:", 5) == 0)
@@ -142,27 +143,29 @@ int image_check_url(const char *url, size_t index, const image_limits *lim, imag
             if ((unsigned char)*p <= 0x20 || *p == 0x7f) {
                 *err = pstr_printf("input 'images_json': image %zu: the URL contains a space or "
                                    "control character", index + 1);
-                return -1;
+                return PARLEY_ERR_INVALID_INPUT;
             }
         if (!*host || *host == '/') {
             *err = pstr_printf("input 'images_json': image %zu: the URL has no host", index + 1);
-            return -1;
+            return PARLEY_ERR_INVALID_INPUT;
         }
-        return 0;
+        return PARLEY_OK;
     }
     const char *colon = strchr(url, ':');
     size_t n = colon ? (size_t)(colon - url) : 0;
     *err = pstr_printf("input 'images_json': image %zu: the URL must be data:, http: or https:%s%.*s%s",
                        index + 1, n ? " (not " : "", (int)(n > 16 ? 16 : n), url, n ? ":)" : "");
-    return -1;
+    return PARLEY_ERR_INVALID_INPUT;
 }
 
-int image_list_parse(const char *json, const image_limits *lim, image_list *out, char **err)
+parley_status image_list_parse(const char *json, const image_limits *lim, image_list *out,
+                               char **err)
 {
     memset(out, 0, sizeof *out);
+    *err = NULL;
     json_error_t jerr;
     json_t *root = json_loads(json, 0, &jerr);
-    int rc = -1;
+    parley_status st = PARLEY_ERR_INVALID_INPUT;
     if (!json_is_array(root)) {
         *err = pstr_printf("input 'images_json': must be a JSON array of {\"url\": ...}%s%s",
                            root ? "" : ": ", root ? "" : jerr.text);
@@ -175,7 +178,7 @@ int image_list_parse(const char *json, const image_limits *lim, image_list *out,
         goto done;
     }
     if (n && !(out->items = calloc(n, sizeof *out->items))) {
-        rc = -2;
+        st = PARLEY_ERR_NO_MEMORY;
         goto done;
     }
     for (size_t i = 0; i < n; i++) {
@@ -187,24 +190,26 @@ int image_list_parse(const char *json, const image_limits *lim, image_list *out,
             goto done;
         }
         image im;
-        if (image_check_url(url, i, lim, &im, err) != 0)
+        if ((st = image_check_url(url, i, lim, &im, err)) != PARLEY_OK)
             goto done;
         if (!(im.url = strdup(url))) {
-            rc = -2;
+            st = PARLEY_ERR_NO_MEMORY;
             goto done;
         }
         if (im.base64)
             im.base64 = im.url + (im.base64 - url);
         out->items[out->n++] = im;
     }
-    rc = 0;
+    st = PARLEY_OK;
 done:
     json_decref(root);
-    if (rc == -2)
+    if (st != PARLEY_OK && !*err) { /* out of memory, or a message that could not be made */
         *err = pstr_printf("out of memory");
-    if (rc != 0)
+        st = PARLEY_ERR_NO_MEMORY;
+    }
+    if (st != PARLEY_OK)
         image_list_free(out);
-    return rc;
+    return st;
 }
 
 void image_list_free(image_list *l)

@@ -13,6 +13,7 @@
 #include <stddef.h>
 
 #include "lib/buf.h"
+#include "lib/plugin_status.h"
 
 typedef struct image {
     char *url;          /* as given (malloc'd) */
@@ -33,15 +34,18 @@ typedef struct image_limits {
 } image_limits;
 
 /*
- * Parse `json` (an array of {"url": "..."}) into *out.  0; -1 with *err
- * naming the image when the input is refused; -2 out of memory.
+ * Parse `json` (an array of {"url": "..."}) into *out.  PARLEY_OK, or
+ * PARLEY_ERR_INVALID_INPUT (NO_MEMORY) with *err (malloc'd) naming the image;
+ * *out then holds nothing.
  */
-int image_list_parse(const char *json, const image_limits *lim, image_list *out, char **err);
+parley_status image_list_parse(const char *json, const image_limits *lim, image_list *out,
+                               char **err);
 void image_list_free(image_list *l);
 
-/* Check one URL as above (index only names it in *err). */
-int image_check_url(const char *url, size_t index, const image_limits *lim, image *out,
-                    char **err);
+/* Check one URL as above (index only names it in *err): PARLEY_OK, or
+   PARLEY_ERR_INVALID_INPUT with *err. */
+parley_status image_check_url(const char *url, size_t index, const image_limits *lim, image *out,
+                              char **err);
 
 /*
  * Strict base64 (RFC 4648 standard alphabet, '=' padding required): the

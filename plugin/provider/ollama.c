@@ -102,7 +102,16 @@ static int ollama_encode(pbuf *out, const parley_options *o, const provider_requ
     if (r->system && *r->system)
         json_array_append_new(msgs, json_pack("{s:s,s:s}", "role", "system", "content", r->system));
     size_t first_current = 0;
-    json_t *all = msgs_concat(r->history, r->messages, &first_current);
+    /* the turn note (provider.h): in the turn's user message, after the history */
+    json_t *noted =
+        r->turn_note && *r->turn_note ? msgs_with_turn_note(r->messages, r->turn_note) : NULL;
+    if (r->turn_note && *r->turn_note && !noted) {
+        json_decref(body);
+        json_decref(msgs);
+        return codec_oom(err);
+    }
+    json_t *all = msgs_concat(r->history, noted ? noted : r->messages, &first_current);
+    json_decref(noted);
     for (size_t i = 0; i < json_array_size(all); i++)
         json_array_append_new(msgs, render_message(all, i, i >= first_current));
     json_decref(all);
@@ -370,14 +379,14 @@ static int ollama_decode(const char *body, size_t len, llm_reply *out, char **er
 }
 
 /* Ollama's API has no tool_choice: it can leave tools out ("none"), never force a call. */
-static int ollama_check_options(const parley_options *o, char **err)
+static parley_status ollama_check_options(const parley_options *o, char **err)
 {
     if (strcmp(o->tool_choice, "auto") != 0 && strcmp(o->tool_choice, "none") != 0) {
         *err = pstr_printf("option 'tool_choice': provider ollama cannot force a tool call (its "
                            "API has no tool_choice); use \"auto\" or \"none\"");
-        return -1;
+        return PARLEY_ERR_INVALID_OPTIONS;
     }
-    return 0;
+    return PARLEY_OK;
 }
 
 /* ---- the context window ---- */

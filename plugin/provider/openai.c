@@ -340,11 +340,24 @@ static int openai_encode(pbuf *out, const parley_options *o, const provider_requ
         pbuf_putc(out, '}');
         first = 0;
     }
+    /* the turn note (provider.h): in the turn's user message, through the JSON path */
+    json_t *noted = NULL;
+    if (r->turn_note && *r->turn_note) {
+        json_t *turn = r->messages
+                           ? json_incref((json_t *)r->messages)
+                           : provider_parse_messages(r->messages_text, r->messages_text_len, err);
+        if (!turn)
+            return -1; /* *err says why */
+        noted = msgs_with_turn_note(turn, r->turn_note);
+        json_decref(turn);
+        if (!noted)
+            return codec_oom(err);
+    }
     call_renames ren = {NULL, NULL};
     int rc = r->history_text ? render_messages_text(out, r->history_text, r->history_text_len,
                                                     &first, 0, &ren, err)
                              : 0;
-    const json_t *lists[] = {r->history_text ? NULL : r->history, r->messages};
+    const json_t *lists[] = {r->history_text ? NULL : r->history, noted ? noted : r->messages};
     for (size_t l = 0; l < 2 && rc == 0; l++) {
         size_t i;
         const json_t *m;
@@ -353,10 +366,11 @@ static int openai_encode(pbuf *out, const parley_options *o, const provider_requ
             render_message(out, m, l == 1, &ren);
         }
     }
-    if (rc == 0 && r->messages_text)
+    if (rc == 0 && r->messages_text && !noted)
         rc = render_messages_text(out, r->messages_text, r->messages_text_len, &first, 1, &ren,
                                   err);
     call_renames_free(&ren);
+    json_decref(noted);
     if (rc != 0)
         return -1;
     pbuf_putc(out, ']');

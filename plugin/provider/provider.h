@@ -59,6 +59,10 @@ typedef struct provider_request {
     const response_format *response_format; /* the answer as JSON of this form; NULL: text */
     const char *cache_key;    /* the conversation, for a server's cache routing
                                  (OpenAI's prompt_cache_key); NULL: stateless */
+    const char *turn_note;    /* what changes from turn to turn (extra_system_prompt, ...),
+                                 sent after the stable prefix: in the turn's user message
+                                 (messages' first), after its text; never stored.  NULL:
+                                 none */
 } provider_request;
 
 /* What a server said of the model's context window. */
@@ -110,8 +114,8 @@ typedef struct provider {
     /* 1 when an answer with this HTTP error status may succeed if tried again. */
     int (*retryable)(long status, const char *body, size_t len);
     /* Rules this API puts on the options beyond each option's own range (NULL:
-       none): 0, or -1 with *err naming the option. */
-    int (*check_options)(const parley_options *o, char **err);
+       none): PARLEY_OK, or PARLEY_ERR_INVALID_OPTIONS with *err naming the option. */
+    parley_status (*check_options)(const parley_options *o, char **err);
 
     /* What this API is, for the `provider` option's help, e.g. "Messages API". */
     const char *summary;
@@ -139,9 +143,10 @@ extern const provider *const provider_registry[];
 const provider *provider_find(const char *name);
 
 /* options_parse, then what the registry adds: `provider` must name one of its
- * codecs, and that codec's check_options must pass.  0, or -1 with *err (the
- * options then hold nothing to free). */
-int provider_options_parse(const char *json, parley_options *o, char **err);
+ * codecs, and that codec's check_options must pass.  PARLEY_OK, or
+ * PARLEY_ERR_INVALID_OPTIONS (NO_MEMORY) with *err (malloc'd; the options then
+ * hold nothing to free). */
+parley_status provider_options_parse(const char *json, parley_options *o, char **err);
 
 /* options_schema() with the `provider` option's "enum" from the registry
  * (malloc'd JSON text; NULL out of memory). */

@@ -24,15 +24,13 @@ static void registry_names(pbuf *b)
     }
 }
 
-int provider_options_parse(const char *json, parley_options *o, char **err)
+parley_status provider_options_parse(const char *json, parley_options *o, char **err)
 {
-    if (options_parse(json, o, err) != 0)
-        return -1;
-    if (!o->provider && !(o->provider = strdup(provider_registry[0]->name))) {
-        *err = pstr_printf("out of memory");
-        options_free(o);
-        return -1;
-    }
+    parley_status st = options_parse(json, o, err);
+    if (st != PARLEY_OK)
+        return st;
+    if (!o->provider && !(o->provider = strdup(provider_registry[0]->name)))
+        goto fail; /* no message: out of memory */
     const provider *p = provider_find(o->provider);
     if (!p) {
         pbuf b = PBUF_INIT;
@@ -43,16 +41,19 @@ int provider_options_parse(const char *json, parley_options *o, char **err)
         pbuf_puts(&b, "\")");
         *err = b.oom ? NULL : pbuf_take(&b);
         pbuf_free(&b);
-        if (!*err)
-            *err = pstr_printf("out of memory");
-        options_free(o);
-        return -1;
+        st = PARLEY_ERR_INVALID_OPTIONS;
+        goto fail;
     }
-    if (p->check_options && p->check_options(o, err) != 0) {
-        options_free(o);
-        return -1;
+    if (p->check_options && (st = p->check_options(o, err)) != PARLEY_OK)
+        goto fail;
+    return PARLEY_OK;
+fail:
+    options_free(o);
+    if (!*err) { /* a message that could not be made */
+        *err = pstr_printf("out of memory");
+        return PARLEY_ERR_NO_MEMORY;
     }
-    return 0;
+    return st;
 }
 
 /* The help of `provider`: each codec's name and summary. */

@@ -376,48 +376,50 @@ static int stream_sink(void *owner, const char *data, size_t len)
 #define JSON_ANSWER_NOTE "Answer with one JSON object and nothing else."
 
 /*
- * The system prompt of every request: the persona's or the agent's, then
- * this turn's extra one, then the note on a replied-to turn sent again.
+ * The system prompt of every request: the persona's or the agent's, then the
+ * running summary.  Both stay the same from turn to turn (the summary changes
+ * only at a planned cut), so the server's cached prefix holds.
  */
 #define SUMMARY_HEADING "Summary of the earlier conversation (its older turns are not shown):\n"
 
-static char *system_prompt(const turn *t, size_t *fixed_len)
+static char *system_prompt(const turn *t)
 {
-    const char *note = t->in.reply.outcome == REPLY_INCLUDED ? REPLY_CONTEXT_NOTE : NULL;
     const char *summary = ctx_summary(&t->ctx.window);
-    char *heading = summary ? pstr_printf("%s%s", SUMMARY_HEADING, summary) : NULL;
-    if (summary && !heading)
-        return NULL;
+    const char *prompt = t->opts->prompt ? t->opts->prompt : "";
+    if (!summary)
+        return strdup(prompt);
+    return pstr_printf("%s%s%s%s", prompt, *prompt ? "\n\n" : "", SUMMARY_HEADING, summary);
+}
+
+/*
+ * What changes from turn to turn: the turn's extra_system_prompt, the note on
+ * a replied-to turn sent again, the JSON note.  It goes AFTER the stable part
+ * (system prompt, tools, summary, history), in the turn's own user message
+ * (provider_request.turn_note), never stored: in the system prompt, any
+ * change of it would make the server read the whole conversation again.  Not
+ * a system message of its own either: many chat templates refuse a system
+ * message that is not the first (Qwen 3.x: "System message must be at the
+ * beginning", ggml-org/llama.cpp#20733, #27367) or move it to the top.
+ * NULL when there is none; *oom on out of memory.
+ */
+#define TURN_NOTE_HEADING "[Instructions for this turn, from the system, not from the user]\n"
+
+static char *turn_note(const turn *t, int *oom)
+{
+    const char *reply = t->in.reply.outcome == REPLY_INCLUDED ? REPLY_CONTEXT_NOTE : NULL;
     /* JSON mode without a schema: the model must be told (OpenAI refuses a request
        whose messages never say "JSON"). */
     const char *json_note = t->in.format && !t->in.format->schema ? JSON_ANSWER_NOTE : NULL;
-    /* the stable part first (the prompt, the summary), then what changes per turn */
-    const char *parts[] = {t->opts->prompt, heading, t->in.extra_system_prompt, note, json_note};
-    enum { NPARTS = sizeof parts / sizeof parts[0] };
-    size_t lens[NPARTS], total = 0;
-    for (size_t i = 0; i < NPARTS; i++) /* the non-empty parts, "\n\n" between them */
-        total += (lens[i] = parts[i] ? strlen(parts[i]) : 0) + 2;
-    char *out = malloc(total + 1), *o = out;
-    if (!out) {
-        free(heading);
-        return NULL;
-    }
-    *fixed_len = 0;
-    for (size_t i = 0; i < NPARTS; i++) {
-        if (!lens[i])
+    const char *parts[] = {t->in.extra_system_prompt, reply, json_note};
+    pbuf b = PBUF_INIT;
+    for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++) {
+        if (!parts[i] || !*parts[i])
             continue;
-        if (o != out) {
-            memcpy(o, "\n\n", 2);
-            o += 2;
-        }
-        memcpy(o, parts[i], lens[i]);
-        o += lens[i];
-        if (i < 2)
-            *fixed_len = (size_t)(o - out);
+        pbuf_puts(&b, b.len ? "\n\n" : TURN_NOTE_HEADING);
+        pbuf_puts(&b, parts[i]);
     }
-    *o = '\0';
-    free(heading);
-    return out;
+    *oom = b.oom;
+    return b.len && !b.oom ? pbuf_take(&b) : (pbuf_free(&b), NULL);
 }
 
 /* No more tool calls: the last round (max_tool_iterations spent), or tool_choice "none". */
@@ -449,13 +451,15 @@ static int render_request(turn *t, char **err)
     json_t *messages = prov->reads_history_text ? NULL
                                                 : provider_parse_messages(t->rec.messages.data,
                                                                           t->rec.messages.len, err);
-    size_t fixed_len = 0;
-    char *system = system_prompt(t, &fixed_len);
+    char *system = system_prompt(t);
+    int note_oom = 0;
+    char *note = turn_note(t, &note_oom);
     int rc = -1;
-    if ((messages || prov->reads_history_text) && system) {
+    if ((messages || prov->reads_history_text) && system && !note_oom) {
         provider_request r = {
             .system = system,
-            .system_fixed_len = fixed_len,
+            .system_fixed_len = strlen(system),
+            .turn_note = note,
             .history = t->ctx.history_msgs,
             .history_text = prov->reads_history_text ? stored : NULL,
             .history_text_len = t->ctx.history.len,
@@ -474,6 +478,7 @@ static int render_request(turn *t, char **err)
     }
     json_decref(messages);
     free(system);
+    free(note);
     return rc;
 }
 
@@ -548,12 +553,9 @@ static void release_config(void *cfg)
 }
 
 /* What comes before the history in every request of the turn, for the cache
- * break check: the prompt and the turn's extra prompt (malloc'd; NULL on OOM). */
-static char *stable_prompt(const turn *t)
-{
-    return pstr_printf("%s\x1f%s", t->opts->prompt ? t->opts->prompt : "",
-                       t->in.extra_system_prompt ? t->in.extra_system_prompt : "");
-}
+ * break check: the prompt (the turn note comes after the history: turn_note;
+ * malloc'd; NULL on OOM). */
+static char *stable_prompt(const turn *t) { return strdup(t->opts->prompt ? t->opts->prompt : ""); }
 
 static int plan_window(turn *t)
 {
@@ -981,8 +983,9 @@ static int recover_truncation(turn *t, long long read)
     t->ctx.overflow_retried = 1;
     ctx_budget b = budget_of(t);
     int64_t sent = body_tokens(t, b.factor);
+    /* the window whose limit (less the reserve and the margin of itself) is what it read */
     ctx_model_of(t->env->ctx, t->opts->model)->window =
-        (int64_t)read + b.reserve + b.window * CTX_MARGIN_PERCENT / 100;
+        ((int64_t)read + b.reserve) * 100 / (100 - CTX_MARGIN_PERCENT);
     b = budget_of(t);
     ctx_cut_reason why;
     size_t n = ctx_plan(&t->ctx.window, &b, sent, clock_wall_ms(), 1, &why);
@@ -1440,8 +1443,11 @@ static int summary_start(turn *t)
         if ((own && strcmp(own, t->opts->model) != 0) || t->in.format) /* not its own answer */
             return 0;
         ctx_budget b = budget_of(t);
-        int64_t tokens = body_tokens(t, b.factor) + ctx_tokens(strlen(t->rec.answer), b.factor);
-        if (!(ahead = ctx_ahead_turns(&t->ctx.window, &b, tokens)))
+        int64_t tokens = body_tokens(t, b.factor) + ctx_tokens(strlen(t->rec.answer), b.factor) +
+                         ctx_tokens(sizeof AHEAD_PROMPT, b.factor);
+        /* its request must fit too (else the cut's transcript makes the summary) */
+        if (tokens > b.window - b.reserve - b.window * CTX_MARGIN_PERCENT / 100 ||
+            !(ahead = ctx_ahead_turns(&t->ctx.window, &b, tokens)))
             return 0;
     }
     t->ctx.summary_ahead = ahead;

@@ -266,10 +266,7 @@ static parley_status accept_images(turn *t, const agent_config *cfg, const parle
                            "of max_image_bytes could need (%zu)", len, most);
         return PARLEY_ERR_INVALID_INPUT;
     }
-    int parsed = image_list_parse(in->images_json, &lim, &t->in.images, err); /* 0, -1, -2 (OOM) */
-    parley_status rc = parsed == 0    ? PARLEY_OK
-                       : parsed == -2 ? PARLEY_ERR_NO_MEMORY
-                                      : PARLEY_ERR_INVALID_INPUT;
+    parley_status rc = image_list_parse(in->images_json, &lim, &t->in.images, err);
     for (size_t i = 0; rc == PARLEY_OK && i < t->in.images.n; i++) {
         if (!t->in.images.items[i].base64 && !cfg->prov->images_by_url) {
             *err = pstr_printf("input 'images_json': image %zu: provider %s cannot be sent an "

@@ -288,6 +288,38 @@ fail:
     return NULL;
 }
 
+/* "You can define up to 4 cache breakpoints" per request (platform.claude.com/docs/en/
+ * build-with-claude/prompt-caching), a top-level cache_control (automatic caching) taking one
+ * of them; the API refuses a fifth with this 400. */
+#define ANTHROPIC_MAX_BREAKPOINTS 4
+
+static size_t marks_in(const json_t *list, const char *inner)
+{
+    size_t n = 0, i, k;
+    json_t *v, *blk;
+    json_array_foreach(list, i, v) {
+        n += json_is_object(json_object_get(v, "cache_control"));
+        if (inner)
+            json_array_foreach(json_object_get(v, inner), k, blk)
+                n += json_is_object(json_object_get(blk, "cache_control"));
+    }
+    return n;
+}
+
+bool anthropic_check_breakpoints(const json_t *body, struct api_error *err)
+{
+    size_t n = json_is_object(json_object_get(body, "cache_control")) +
+               marks_in(json_object_get(body, "tools"), NULL) +
+               marks_in(json_object_get(body, "system"), NULL) +
+               marks_in(json_object_get(body, "messages"), "content");
+    if (n <= ANTHROPIC_MAX_BREAKPOINTS)
+        return true;
+    api_error_set(err, 400, "invalid_request_error", NULL, NULL,
+                  "A maximum of %d blocks with cache_control may be provided. Found %zu.",
+                  ANTHROPIC_MAX_BREAKPOINTS, n);
+    return false;
+}
+
 /* With thinking on, a tool turn's assistant message must start with its thinking block,
  * unchanged (the signature is checked), when the model thought ([[think:...]]). */
 bool anthropic_check_thinking(json_t *body, const char *user_text, struct api_error *err)

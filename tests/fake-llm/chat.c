@@ -264,8 +264,11 @@ static char *first_user_text(const struct chat_request *req)
     json_t *m;
     json_array_foreach(msgs, i, m) {
         const char *role = json_string_value(json_object_get(m, "role"));
-        if (role && strcmp(role, "user") == 0)
-            return chat_content_text(json_object_get(m, "content"));
+        if (role && strcmp(role, "user") == 0) {
+            char *text = chat_content_text(json_object_get(m, "content"));
+            free(cut_turn_note(text)); /* the user's words only */
+            return text;
+        }
     }
     return NULL;
 }
@@ -279,8 +282,10 @@ static void plain_text(const struct chat_request *req, buf_t *b)
         char *s = json_dump_compact(req->body, &len);
         buf_append(b, s, len);
         free(s);
-    } else if (req->system_text && marker_find(u, "echo-system", NULL, NULL)) {
-        buf_puts(b, req->system_text);
+    } else if ((req->system_text || req->turn_note) && marker_find(u, "echo-system", NULL, NULL)) {
+        buf_puts(b, req->system_text ? req->system_text : "");
+        if (req->turn_note) /* the turn's instructions after the system prompt's */
+            buf_printf(b, "%s%s", req->system_text ? "\n\n" : "", req->turn_note);
     } else if (marker_find(u, "recall", NULL, NULL)) {
         /* Shows memory in the demo: only history can tell what came first. */
         char *first = first_user_text(req);

@@ -130,6 +130,8 @@ struct chat_request {
     bool stream, include_usage;
     char *user_text;           /* U: last user message, "" if none */
     char *system_text;         /* first system/developer message or NULL */
+    char *turn_note;           /* Parley's instructions for the turn, split off the end of
+                                  user_text (TURN_NOTE_HEADING), or NULL */
     size_t n_messages, n_user;
     bool has_tool_msgs, last_is_tool;
     json_t *tools;             /* borrowed, NULL if not offered */
@@ -223,6 +225,9 @@ const char *jstr_member(const json_t *o, const char *k);
 
 json_t *anthropic_to_chat(json_t *body, struct api_error *err);
 bool anthropic_check_thinking(json_t *body, const char *user_text, struct api_error *err);
+/* Cut Parley's turn note off a user message's text (in place): the note (malloc'd) or NULL. */
+char *cut_turn_note(char *text);
+bool anthropic_check_breakpoints(const json_t *body, struct api_error *err);
 char *anthropic_message_json(const struct chat_request *req, const struct chat_reply *r,
                              unsigned long seq, const struct prompt_stats *ps, json_t *native,
                              size_t *len);

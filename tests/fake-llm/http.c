@@ -247,7 +247,8 @@ static void handle_chat(struct MHD_Connection *conn, const struct request *r, js
         body = ollama_fit(body, window, &o->ps);
     if (!chat_parse(body, &req, &err) ||
         (dialect != DIALECT_ANTHROPIC && !openai_check_extra(&req, &err)) ||
-        (dialect == DIALECT_ANTHROPIC && !anthropic_check_thinking(native, req.user_text, &err))) {
+        (dialect == DIALECT_ANTHROPIC && !anthropic_check_thinking(native, req.user_text, &err)) ||
+        (dialect == DIALECT_ANTHROPIC && !anthropic_check_breakpoints(native, &err))) {
         set_dialect_error(o, dialect, &err);
         chat_request_free(&req);
         if (body != native)

@@ -35,7 +35,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define ANTHROPIC_LOOKBACK 20  /* blocks a breakpoint looks back for a cached prefix */
+/* "The system checks for cache hits at block boundaries up to 20 blocks before each explicit
+   breakpoint; with no match there it moves on to the previous explicit breakpoint"
+   (platform.claude.com/docs/en/build-with-claude/prompt-caching, "lookback window") */
+#define ANTHROPIC_LOOKBACK 20
 #define OPENAI_MIN 1024        /* OpenAI: no caching below this many tokens ... */
 #define OPENAI_STEP 128        /* ... and cached counts in steps of this many */
 #define OPENAI_KEEP 64         /* recent prompts remembered (the oldest is forgotten) */
@@ -232,31 +235,37 @@ void prompt_render_anthropic(const json_t *native, struct rendered *r)
     }
     const json_t *sys = json_object_get(native, "system");
     if (json_is_string(sys)) {
-        buf_printf(&r->text, "<|system|>\n%s\n<|end|>\n", json_string_value(sys));
+        buf_printf(&r->text, "<|system|>\n%s\n", json_string_value(sys));
         block_end(r, false);
+        buf_puts(&r->text, "<|end|>\n");
     }
+    /* A block ends with its own content: the message's "<|end|>" after its last block
+       belongs to what follows, so a block keeps its prefix whether or not another block
+       follows it in its message (the cache covers the prompt "up to and including" the
+       marked block). */
     json_array_foreach(sys, i, blk) {
         if (i == 0)
             buf_puts(&r->text, "<|system|>\n");
         buf_puts(&r->text, jstr_member(blk, "text") ? jstr_member(blk, "text") : "");
         buf_puts(&r->text, "\n");
+        block_end(r, has_cache_control(blk));
         if (i + 1 == json_array_size(sys))
             buf_puts(&r->text, "<|end|>\n");
-        block_end(r, has_cache_control(blk));
     }
     json_array_foreach(json_object_get(native, "messages"), i, m) {
         const json_t *content = json_object_get(m, "content");
         buf_printf(&r->text, "<|%s|>\n", jstr_member(m, "role") ? jstr_member(m, "role") : "user");
         if (json_is_string(content)) {
-            buf_printf(&r->text, "%s\n<|end|>\n", json_string_value(content));
+            buf_printf(&r->text, "%s\n", json_string_value(content));
             block_end(r, false);
+            buf_puts(&r->text, "<|end|>\n");
             continue;
         }
         json_array_foreach(content, k, blk) {
             put_anthropic_block(&r->text, blk);
+            block_end(r, has_cache_control(blk));
             if (k + 1 == json_array_size(content))
                 buf_puts(&r->text, "<|end|>\n");
-            block_end(r, has_cache_control(blk));
         }
     }
     /* top-level cache_control: the automatic breakpoint, on the last block */

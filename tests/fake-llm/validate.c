@@ -569,6 +569,29 @@ char *chat_content_text(const json_t *c)
     return b.data ? buf_take(&b, NULL) : xstrdup("");
 }
 
+/* Parley sends what changes from turn to turn (extra_system_prompt, ...) after the user's
+ * text, under this heading (plugin/turn/turn.c, turn_note): the model reads it as
+ * instructions, not as what the user said, so the fake's echoes and markers see the user's
+ * text alone, and [[echo-system]] shows the note after the system prompt. */
+#define TURN_NOTE_HEADING "[Instructions for this turn, from the system, not from the user]\n"
+
+char *cut_turn_note(char *text)
+{
+    char *at = text ? strstr(text, TURN_NOTE_HEADING) : NULL;
+    if (!at)
+        return NULL;
+    char *note = xstrdup(at + strlen(TURN_NOTE_HEADING));
+    while (at > text && (at[-1] == '\n' || at[-1] == ' '))
+        at--;
+    *at = '\0';
+    return note;
+}
+
+static void split_turn_note(struct chat_request *req)
+{
+    req->turn_note = cut_turn_note(req->user_text);
+}
+
 bool chat_parse(json_t *body, struct chat_request *req, struct api_error *err)
 {
     memset(req, 0, sizeof *req);
@@ -652,6 +675,7 @@ bool chat_parse(json_t *body, struct chat_request *req, struct api_error *err)
 
     req->user_text =
         last_user ? chat_content_text(json_object_get(last_user, "content")) : xstrdup("");
+    split_turn_note(req);
     if (system)
         req->system_text = chat_content_text(json_object_get(system, "content"));
     return true;
@@ -663,5 +687,6 @@ void chat_request_free(struct chat_request *req)
 {
     free(req->user_text);
     free(req->system_text);
-    req->user_text = req->system_text = NULL;
+    free(req->turn_note);
+    req->user_text = req->system_text = req->turn_note = NULL;
 }

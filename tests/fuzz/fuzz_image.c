@@ -22,7 +22,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     /* The text as one URL. */
     image im;
     char *err = NULL;
-    if (image_check_url(text, 0, &lim, &im, &err) == 0) {
+    if (image_check_url(text, 0, &lim, &im, &err) == PARLEY_OK) {
         if (err)
             abort();
         if (im.base64) { /* an accepted data URL: real base64 of a matching image, in bounds */
@@ -42,8 +42,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     /* The text as images_json. */
     image_list l;
     err = NULL;
-    int rc = image_list_parse(text, &lim, &l, &err);
-    if (rc == 0) {
+    parley_status rc = image_list_parse(text, &lim, &l, &err);
+    if (rc == PARLEY_OK) {
         if (err || l.n > lim.max_images)
             abort();
         pbuf b = PBUF_INIT;
@@ -52,7 +52,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         pbuf_free(&b);
         image_list_free(&l);
     } else {
-        if (!err || (rc == -1 && !strstr(err, "input 'images_json'")) || l.n || l.items)
+        if (!err || (rc == PARLEY_ERR_INVALID_INPUT && !strstr(err, "input 'images_json'")) ||
+            l.n || l.items)
             abort();
         free(err);
     }

@@ -291,7 +291,10 @@ class SystemPrompt(ParleyTestCase):
     def tearDown(self):
         self.llm.close()
 
-    def test_extra_system_prompt_appended(self):
+    def test_extra_system_prompt_after_the_user_text(self):
+        # The turn's own instructions go after the stable prefix (system prompt, history):
+        # in the turn's user message, after its text, under a heading (docs/history.md).
+        # The fake's [[echo-system]] shows the system prompt, then those instructions.
         lines = [{"text": "[[echo-system]]", "extra_system_prompt": "The user is in the kitchen."},
                  {"text": "[[echo-system]]"}]
         run = self.run_ok(lines, options(self.llm))
@@ -299,7 +302,11 @@ class SystemPrompt(ParleyTestCase):
         self.assertEqual(self.assertTurnOk(run.by_seq(1))["response"], want)
         self.assertEqual(self.assertTurnOk(run.by_seq(2))["response"], PROMPT)
         reqs = self.llm.chat_requests()
-        self.assertEqual(messages(reqs[0])[0], {"role": "system", "content": want})
+        self.assertEqual(messages(reqs[0]), [
+            {"role": "system", "content": PROMPT},
+            {"role": "user", "content": "[[echo-system]]\n\n[Instructions for this turn, from "
+                                        "the system, not from the user]\nThe user is in the "
+                                        "kitchen."}])
         self.assertEqual(messages(reqs[1])[0], {"role": "system", "content": PROMPT})
 
     def test_extra_prompt_is_per_turn_not_stored(self):

@@ -203,6 +203,33 @@ class OtherCaches(unittest.TestCase):
                 self.assertEqual((r["usage"]["cache_read_input_tokens"],
                                   r["usage"]["cache_creation_input_tokens"]), (0, 0))
 
+    def test_anthropic_lookback_and_limit(self):
+        # platform.claude.com/docs/en/build-with-claude/prompt-caching: a breakpoint finds a
+        # cached prefix at a block boundary at most 20 blocks before it; at most 4
+        # breakpoints a request ("A maximum of 4 blocks with cache_control may be provided")
+        eph = {"type": "ephemeral"}
+        system = [{"type": "text", "text": "rule: be brief and kind. " * 250}]
+
+        def blocks(*marked):
+            return [{"role": "user", "content": [
+                dict({"type": "text", "text": "part %d" % i}, **({"cache_control": eph}
+                                                                if i in marked else {}))
+                for i in range(30)]}]
+        with FakeLLM("--cache", "anthropic") as fake:
+            _, a = anthropic(fake, {"system": system, "messages": blocks(5)})
+            self.assertGreater(a["usage"]["cache_creation_input_tokens"], 1024)
+            _, c = anthropic(fake, {"system": system, "messages": blocks(26)})  # 21 after
+            self.assertEqual(c["usage"]["cache_read_input_tokens"], 0)
+            _, b = anthropic(fake, {"system": system, "messages": blocks(25)})  # 20 after
+            self.assertEqual(b["usage"]["cache_read_input_tokens"],
+                             a["usage"]["cache_creation_input_tokens"])
+            status, e = anthropic(fake, {"system": system, "messages": blocks(1, 2, 3, 4, 5)})
+            self.assertEqual(status, 400)
+            self.assertEqual(e["error"]["message"],
+                             "A maximum of 4 blocks with cache_control may be provided. Found 5.")
+            status, _ = anthropic(fake, {"system": system, "messages": blocks(1, 2, 3, 4)})
+            self.assertEqual(status, 200)
+
     def test_openai_automatic_steps(self):
         with FakeLLM("--cache", "openai") as fake:
             short = conversation(1)

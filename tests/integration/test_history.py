@@ -133,12 +133,12 @@ def window_start(n_stored, start, sent, limit):
     context engine's rule for small turns (docs/history.md, "How the context
     is built").  It stays put until the window exceeds max_history_turns
     (`sent`, 0 = no bound) or the store no longer holds its start (`limit`
-    turns kept, 0 = all); then it moves once, down to half of `sent`."""
+    turns kept, 0 = all); then it moves once, down to a third of `sent`."""
     first_kept = max(0, n_stored - limit) if limit else 0
     lost = start < first_kept
     held = n_stored - max(start, first_kept)
     if sent and (n_stored - start > sent or lost):
-        return n_stored - min(max(1, sent // 2), held)
+        return n_stored - min(max(1, sent // 3), held)
     return first_kept if lost else start
 
 

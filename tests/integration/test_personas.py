@@ -84,11 +84,13 @@ class Separation(PersonaCase):
         # max_history_turns 1: the second butler turn carries only the first
         self.assertEqual([m["content"] for m in b2["messages"]][1:],
                          ["b1", fake_reply("b1", 2, 1), "b2"])
-        # the chef: the agent's model and all its tools; extra_system_prompt appends
+        # the chef: the agent's model and all its tools; its prompt, and the turn's
+        # extra_system_prompt after the user's text (docs/history.md)
         self.assertEqual(c1["model"], "fake-model")
         self.assertNotIn("temperature", c1)
         self.assertEqual(sorted(t["function"]["name"] for t in c1["tools"]), ["lights", "oven"])
-        self.assertEqual(c1["messages"][0], system(CHEF + "\n\nIt is Sunday."))
+        self.assertEqual(c1["messages"][0], system(CHEF))
+        self.assertTrue(c1["messages"][-1]["content"].endswith("\nIt is Sunday."))
 
 
 class HistoryByPersona(PersonaCase):

@@ -143,15 +143,23 @@ class ToolTurns(ProviderCase):
         self.assertNotIn("is_error", results[0])
         self.assertIs(results[1]["is_error"], True)
 
-    def test_anthropic_extra_prompt_outside_the_cached_block(self):
+    def test_anthropic_extra_prompt_after_the_cached_blocks(self):
+        # The system prompt is top-level only: the turn's extra prompt is a text block of
+        # its own after the user's, and the moving breakpoint stays on the user's block
+        # (what the next turn repeats; the extra prompt is not stored).
         lines = [{"text": "hi", "extra_system_prompt": "The user is in the kitchen."}]
         with FakeLLM() as fake:
             run = self.run_ok(lines, provider_options(fake, "anthropic"))
             self.assertTurnOk(run.by_seq(1))
-            system = llm_requests(fake, "anthropic")[0]["body"]["system"]
-            self.assertEqual(system, [{"type": "text", "text": "You are a test assistant.",
-                                       "cache_control": {"type": "ephemeral"}},
-                                      {"type": "text", "text": "The user is in the kitchen."}])
+            body = llm_requests(fake, "anthropic")[0]["body"]
+            self.assertEqual(body["system"], [{"type": "text", "text": "You are a test assistant.",
+                                               "cache_control": {"type": "ephemeral"}}])
+            eph = {"type": "ephemeral"}
+            self.assertEqual(body["messages"], [{"role": "user", "content": [
+                {"type": "text", "text": "hi", "cache_control": eph},
+                {"type": "text", "text": "[Instructions for this turn, from the system, not from "
+                                         "the user]\nThe user is in the kitchen.",
+                 "cache_control": eph}]}])
 
     def test_anthropic_key_and_max_tokens(self):
         with FakeLLM() as fake:

@@ -1,7 +1,8 @@
 """Message identity inside a turn (docs/history.md, "Metadata and interface message ids",
 "Reply context"): the input's metadata and interface message id are kept with the stored
 user message, the result returns the stored ids, and a reply to a turn that has left the
-history sent brings that turn back into the request, once, marked in the system prompt.
+history sent brings that turn back into the request, once, with a note after the new
+user message's text.
 
 What the model saw is asserted from the fake server's request log; what a host reads back,
 from the shim's result lines and its "message" / "query" / "turn" ops."""
@@ -26,6 +27,12 @@ NO_LOAD_TURN_WARNING = "cannot look up the turn reply_to names"
 
 def user(text):
     return {"role": "user", "content": text}
+
+
+def noted(text, note=NOTE):
+    """The turn's user message as sent with the turn's instructions after its text."""
+    return user(text + "\n\n[Instructions for this turn, from the system, not from the user]\n"
+                + note)
 
 
 @contextlib.contextmanager
@@ -77,8 +84,8 @@ class ReplyContextCase(ParleyTestCase):
         self.assertEqual(len(reqs), n_before + 1)
         sent = messages(reqs[-1])
         # the window, then the replied-to turn whole (its tool call and result), then the message
-        self.assertEqual(sent, [{"role": "system", "content": PROMPT + "\n\n" + NOTE}] +
-                         as_sent(window) + as_sent(old) + [user("and the hall?")])
+        self.assertEqual(sent, [{"role": "system", "content": PROMPT}] +
+                         as_sent(window) + as_sent(old) + [noted("and the hall?")])
         self.assertEqual([m["role"] for m in old], ["user", "assistant", "tool", "assistant"])
         self.assertIn("tool_calls", old[1])
         self.assertEqual(tool_sequence_problems(sent), [])
@@ -118,9 +125,8 @@ class ReplyContextCase(ParleyTestCase):
         self.assertIsNone(reply["error"], reply)
         self.assertEqual(reply["reply_context"], "included")
         sent = messages(self.llm.chat_requests()[-1])
-        self.assertEqual(sent[-1], user("that one"))
+        self.assertEqual(sent[-1], noted("that one"))
         self.assertEqual(sent[-1 - len(old):-1], as_sent(old))
-        self.assertTrue(sent[0]["content"].endswith(NOTE))
 
     def test_unknown_target_runs_without_it(self):
         lines = [{"text": "hello", "conversation_id": "a"},

@@ -101,8 +101,9 @@ class StructuredOutput(ParleyTestCase):
         second = self.assertTurnOk(run.by_seq(2))
         self.assertEqual(reqs[1]["body"]["response_format"], {"type": "json_object"})
         self.assertEqual(second["structured"], {"answer": "any json please"})
-        # OpenAI refuses JSON mode unless a message says "JSON": Parley's system note does.
-        self.assertIn("JSON", reqs[1]["body"]["messages"][0]["content"])
+        # OpenAI refuses JSON mode unless a message says "JSON": Parley's note after the
+        # user's text does (the turn's own instructions, docs/history.md).
+        self.assertIn("JSON", reqs[1]["body"]["messages"][-1]["content"])
 
     def test_anthropic_with_thinking_uses_output_config(self):
         lines = [{"text": "set the light", "response_format": FORMAT}]

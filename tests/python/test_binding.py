@@ -47,8 +47,8 @@ class TurnTest(AgentCase):
                           call.satellite_id, call.agent_id, call.context),
                          ("where", {}, "de", "dev1", "sat1", "conversation.parley",
                           {"user_id": "u42"}))
-        system = harness.messages(self.fake.chat_requests()[0])[0]["content"]
-        self.assertTrue(system.endswith("\n\nSpeak German."), system)
+        user = harness.messages(self.fake.chat_requests()[0])[-1]["content"]  # after the text
+        self.assertTrue(user.endswith("\nSpeak German."), user)
         self.assertEqual((call.interface_type, call.persona), (None, None))
 
     async def test_tools_are_told_the_interface_and_persona(self):

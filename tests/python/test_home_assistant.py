@@ -106,6 +106,23 @@ def system_text(request):
     return "\n".join(m["content"] for m in harness.messages(request) if m["role"] == "system")
 
 
+NOTE_HEADING = "[Instructions for this turn, from the system, not from the user]\n"
+
+
+def without_note(text):
+    """A user message's own text: Parley sends the turn's extra_system_prompt after it
+    (docs/history.md, "How the context is built")."""
+    return text.split(NOTE_HEADING)[0].rstrip("\n") if isinstance(text, str) else text
+
+
+def instructions(request):
+    """What the model is told: the system prompt, then the turn note after the text of
+    the last user message (HA's per-turn prompt part: time, extra system prompt)."""
+    user = [m["content"] for m in harness.messages(request) if m["role"] == "user"][-1]
+    note = user.split(NOTE_HEADING)[1] if NOTE_HEADING in user else ""
+    return "\n\n".join(p for p in (system_text(request), note) if p)
+
+
 class HomeAssistantTest(AgentCase):
 
     @classmethod
@@ -484,7 +501,8 @@ class HomeAssistantTest(AgentCase):
         self.assertTrue(handle.prompt.startswith("You are Home's assistant.\n"))
         self.assertTrue(handle.prompt.endswith("Lamp 3999"))
         self.assertNotIn("Current time", handle.prompt)
-        system = system_text(self.fake.chat_requests()[-1])
+        self.assertEqual(system_text(self.fake.chat_requests()[-1]), handle.prompt)  # cached
+        system = instructions(self.fake.chat_requests()[-1])  # the rest after the history
         self.assertTrue(system.startswith(handle.prompt + "\n\nCurrent time is "))
         self.assertTrue(system.endswith("\nThe user is in the kitchen."))
 
@@ -495,7 +513,7 @@ class HomeAssistantTest(AgentCase):
         await self.ask("hello", extra="Speak French.")
         handle = next(iter(entry.runtime_data.agents.values()))
         self.assertEqual(handle.prompt, "Be brief.")
-        system = system_text(self.fake.chat_requests()[-1])
+        system = instructions(self.fake.chat_requests()[-1])
         self.assertRegex(system, r"^Be brief\.\n\nCurrent time is \d\d:\d\d:\d\d\. "
                                  r"Today's date is \d{4}-\d\d-\d\d\.\n\nSpeak French\.$")
         split = self.turns.split_prompt
@@ -516,7 +534,7 @@ class HomeAssistantTest(AgentCase):
         for request in self.fake.chat_requests()[-6:]:
             user = [m["content"] for m in harness.messages(request) if m["role"] == "user"][-1]
             device = user.split()[2]
-            stable = system_text(request).split("\n\nCurrent time is ")[0]
+            stable = instructions(request).split("\n\nCurrent time is ")[0]
             self.assertTrue(stable.endswith("You are in the area of %s." % device), stable)
         handle = next(iter(entry.runtime_data.agents.values()))
         self.assertIn("You are in the area of dev-", handle.prompt)
@@ -587,8 +605,8 @@ class HomeAssistantTest(AgentCase):
             log.async_add_assistant_content_without_tools(chat.AssistantContent(
                 agent_id=SATELLITE, content="The washing machine is done."))
         await self.ask("what happened? [[recall]]", conversation_id=cid)
-        msgs = [(m["role"], m["content"]) for m in harness.messages(self.fake.chat_requests()[-1])
-                if m["role"] != "system"]
+        msgs = [(m["role"], without_note(m["content"]))
+                for m in harness.messages(self.fake.chat_requests()[-1]) if m["role"] != "system"]
         self.assertEqual(msgs[2:], [("user", "turn on the lights"),
                                     ("assistant", "Turned on the lights"),
                                     ("assistant", "The washing machine is done."),
@@ -668,8 +686,9 @@ class HomeAssistantTest(AgentCase):
         result = await ai_task.async_generate_data(
             self.hass, task_name="t", entity_id=self.entity("ai_task").entity_id,
             instructions="say something")
-        self.assertEqual(result.data, 'You said: "say something". I have seen 2 messages (1 from you).')
-        self.assertIn(ai_task.DEFAULT_SYSTEM_PROMPT, system_text(self.fake.chat_requests()[-1]))
+        # one message: the task's prompt is the turn's note, after the user's text
+        self.assertEqual(result.data, 'You said: "say something". I have seen 1 messages (1 from you).')
+        self.assertIn(ai_task.DEFAULT_SYSTEM_PROMPT, instructions(self.fake.chat_requests()[-1]))
 
 
 if __name__ == "__main__":

@@ -41,7 +41,9 @@ class IdentityTest(AgentCase):
         self.assertIsNone(stateless.answer_message_id)
         self.assertEqual(chunks[-1].reply_context, "included")
         sent = harness.user_texts(self.fake.chat_requests()[2])
-        self.assertEqual(sent, ["something else", "the blue box", "which box?"])
+        # the note on the replied-to turn follows the user's text (docs/history.md)
+        self.assertEqual(sent[:2], ["something else", "the blue box"])
+        self.assertTrue(sent[2].startswith("which box?\n\n[Instructions for this turn"), sent)
 
 
 if __name__ == "__main__":

@@ -30,7 +30,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "parley-render: cannot read the options or the messages\n");
         goto out;
     }
-    if (provider_options_parse(opts_text, &o, &err) != 0) {
+    if (provider_options_parse(opts_text, &o, &err) != PARLEY_OK) {
         fprintf(stderr, "parley-render: %s\n", err);
         goto out;
     }

@@ -54,10 +54,19 @@ static void test_plan_low_mark(void)
     ctx_budget b = {.window = 100000, .reserve = 1000, .max_turns = 4, .factor = 1.0};
     ctx_cut_reason why;
     size_t n = ctx_plan(&w, &b, 1000, 0, 0, &why);
-    CHECK(n == 3 && why == CTX_CUT_TURNS); /* 5 > 4: down to half of 4 */
+    CHECK(n == 4 && why == CTX_CUT_TURNS); /* 5 > 4: down to a third of 4 (one turn) */
+    b.max_turns = 20; /* 21 > 20: down to a third of 20 */
+    ctx_window_free(&w);
+    window_of(&w, &h, "");
+    for (int i = 0; i < 21; i++)
+        pbuf_puts(&h, U("q") A("a"));
+    CHECK(ctx_split(&w, &h) == 0 && w.nturns == 21);
+    CHECK(ctx_plan(&w, &b, 1000, 0, 0, &why) == 15 && why == CTX_CUT_TURNS);
+    ctx_window_free(&w);
+    window_of(&w, &h, U("1") A("1") U("2") A("2") U("3") A("3") U("4") A("4") U("5") A("5"));
     b.max_turns = 0;
     CHECK(ctx_plan(&w, &b, 1000, 0, 0, &why) == 0 && why == CTX_CUT_NONE);
-    b.window = 1000; /* over the tokens: down to half of the history budget */
+    b.window = 1000; /* over the tokens: down to a third of the history budget */
     b.reserve = 100;
     n = ctx_plan(&w, &b, 1000, 0, 0, &why);
     CHECK(why == CTX_CUT_TOKENS && n >= 1 && n <= 5);
@@ -69,7 +78,7 @@ static void test_plan_low_mark(void)
     b.max_turns = 8; /* 5 turns, within the bound: only the pause cuts, to the low mark of 8 */
     CHECK(ctx_plan(&w, &b, 100, 1000 + CTX_IDLE_CUT_MS, 0, &why) == 0 && why == CTX_CUT_NONE);
     n = ctx_plan(&w, &b, 100, 1000 + CTX_IDLE_CUT_MS + 1, 0, &why);
-    CHECK(n == 5 - 8 * CTX_LOW_MARK_PERCENT / 100 && why == CTX_CUT_IDLE);
+    CHECK(n == 5 - 8 / CTX_LOW_MARK_DIVISOR && why == CTX_CUT_IDLE); /* keeps 2 */
     b.idle_ms = 0; /* never for a pause */
     CHECK(ctx_plan(&w, &b, 100, 1000 + 10 * CTX_IDLE_CUT_MS, 0, &why) == 0);
     ctx_window_free(&w);

@@ -75,9 +75,10 @@ static char *parse_one(const char *url, size_t max_bytes, image_list *out)
 {
     image_limits lim = {max_bytes, 4};
     char *json = pstr_printf("[{\"url\": \"%s\"}]", url), *err = NULL;
-    int rc = image_list_parse(json, &lim, out, &err);
+    parley_status rc = image_list_parse(json, &lim, out, &err);
     free(json);
-    CHECK((rc == 0) == (err == NULL));
+    CHECK((rc == PARLEY_OK) == (err == NULL));
+    CHECK(rc == PARLEY_OK || rc == PARLEY_ERR_INVALID_INPUT);
     return err;
 }
 
@@ -191,14 +192,14 @@ static void test_urls_and_list(void)
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         err = NULL;
-        CHECK(image_list_parse(bad[i][0], &lim, &l, &err) == -1);
+        CHECK(image_list_parse(bad[i][0], &lim, &l, &err) == PARLEY_ERR_INVALID_INPUT);
         CHECK(contains(err, bad[i][1]));
         if (!contains(err, bad[i][1]))
             fprintf(stderr, "  input %s -> %s\n", bad[i][0], err ? err : "(null)");
         CHECK(l.n == 0);
         free(err);
     }
-    CHECK(image_list_parse("[]", &lim, &l, &err) == 0 && l.n == 0);
+    CHECK(image_list_parse("[]", &lim, &l, &err) == PARLEY_OK && l.n == 0);
 
     image im = {.mime = "image/jpeg", .bytes = 187392};
     pbuf_reset(&b);

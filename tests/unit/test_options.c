@@ -23,8 +23,8 @@ static void expect_error(const char *json, const char *needle)
 {
     parley_options o;
     char *err = NULL;
-    int rc = provider_options_parse(json, &o, &err);
-    CHECK(rc == -1);
+    parley_status rc = provider_options_parse(json, &o, &err);
+    CHECK(rc == PARLEY_ERR_INVALID_OPTIONS);
     CHECK(err && strstr(err, needle));
     if (!err || !strstr(err, needle))
         fprintf(stderr, "  options %s\n  error   %s\n  wanted  %s\n", json, err ? err : "(none)", needle);
@@ -49,7 +49,7 @@ static void test_provider_options(void)
                  "option 'thinking_budget_tokens': must be less than max_tokens (1024)");
     /* the budget is Anthropic's (anthropic_check_options): the other APIs ignore it */
     CHECK(provider_options_parse("{\"model\":\"m\",\"thinking_budget_tokens\":2048,"
-                                 "\"max_tokens\":1024}", &o, &err) == 0);
+                                 "\"max_tokens\":1024}", &o, &err) == PARLEY_OK);
     options_free(&o);
     expect_error("{\"model\":\"m\",\"thinking_budget_tokens\":100}", "from 1024 to");
     expect_error("{\"model\":\"m\",\"provider\":\"anthropic\",\"thinking_budget_tokens\":2048,"
@@ -86,7 +86,7 @@ static void test_defaults(void)
     CHECK(o.api_key == NULL);
     CHECK_STR(o.tools_json, "[]");
     options_free(&o);
-    CHECK(provider_options_parse("{\"model\":\"m\"}", &o, &err) == 0);
+    CHECK(provider_options_parse("{\"model\":\"m\"}", &o, &err) == PARLEY_OK);
     CHECK_STR(o.provider, provider_registry[0]->name);
     options_free(&o);
     /* null is not a provider (the option has a default, but is not nullable) */
@@ -452,6 +452,39 @@ static void test_schema_from_registry(void)
     free(text);
 }
 
+/* jansson's allocations fail from the nth on (json_set_alloc_funcs). */
+static long allocs_left;
+static void *failing_malloc(size_t n) { return allocs_left-- > 0 ? malloc(n) : NULL; }
+
+/* Out of memory while parsing is PARLEY_ERR_NO_MEMORY saying so, never an option refused
+   with "out of memory" (the host would fix options that are right).  (jansson itself words
+   some of its failed allocations as a syntax error: those stay INVALID_OPTIONS.) */
+static void test_out_of_memory(void)
+{
+    const char *text = "{\"model\":\"m\",\"temperature\":0.5,\"tools\":[],\"provider\":\"ollama\"}";
+    long failed = 0;
+    for (long n = 0; n < 100000; n++) {
+        parley_options o;
+        char *err = NULL;
+        allocs_left = n;
+        json_set_alloc_funcs(failing_malloc, free);
+        parley_status st = provider_options_parse(text, &o, &err);
+        json_set_alloc_funcs(malloc, free);
+        if (st == PARLEY_OK) {
+            options_free(&o);
+            break;
+        }
+        failed++;
+        int oom_said = err && strcmp(err, "out of memory") == 0;
+        CHECK(err != NULL && oom_said == (st == PARLEY_ERR_NO_MEMORY));
+        if (!err || oom_said != (st == PARLEY_ERR_NO_MEMORY))
+            fprintf(stderr, "  after %ld allocations: status %d, %s\n", n, (int)st,
+                    err ? err : "(no message)");
+        free(err);
+    }
+    CHECK(failed > 0);
+}
+
 int main(void)
 {
     test_defaults();
@@ -466,5 +499,6 @@ int main(void)
     test_errors_never_quote_the_key();
     test_duplicate_keys();
     test_base_url_parsed_by_libcurl();
+    test_out_of_memory();
     return check_report();
 }

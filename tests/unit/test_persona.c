@@ -247,6 +247,42 @@ static void test_counters(void)
     persona_metrics_destroy(&m);
 }
 
+/* jansson's allocations fail from the nth on (json_set_alloc_funcs). */
+static long allocs_left;
+static void *failing_malloc(size_t n) { return allocs_left-- > 0 ? malloc(n) : NULL; }
+
+/* A persona's tools picked out of memory: PARLEY_ERR_NO_MEMORY, never INVALID_OPTIONS
+   saying "out of memory" (the host would fix options that are right). */
+static void test_out_of_memory(void)
+{
+    char *err = NULL;
+    toolset *agent = NULL;
+    CHECK(toolset_parse(TOOLS, NULL, &agent, &err) == PARLEY_OK);
+    long failed = 0;
+    for (long n = 0; n < 100000; n++) {
+        persona_set s;
+        err = NULL;
+        allocs_left = n;
+        json_set_alloc_funcs(failing_malloc, free);
+        const char *text = "{\"chef\": {\"prompt\": \"p\", \"tools\": [\"oven\"]}}";
+        parley_status st = persona_set_parse(text, agent, &s, &err);
+        json_set_alloc_funcs(malloc, free);
+        if (st == PARLEY_OK) {
+            persona_set_free(&s);
+            break;
+        }
+        failed++;
+        int oom_said = contains(err, "out of memory");
+        CHECK(err != NULL && oom_said == (st == PARLEY_ERR_NO_MEMORY));
+        if (!err || oom_said != (st == PARLEY_ERR_NO_MEMORY))
+            fprintf(stderr, "  after %ld allocations: status %d, %s\n", n, (int)st,
+                    err ? err : "(no message)");
+        free(err);
+    }
+    CHECK(failed > 0);
+    toolset_free(agent);
+}
+
 int main(void)
 {
     test_quoting();
@@ -254,5 +290,6 @@ int main(void)
     test_parse();
     test_counters();
     test_counters_threads();
+    test_out_of_memory();
     return check_report();
 }

@@ -599,6 +599,84 @@ static void check_think_tags(void)
     check_think("<think></think>", "", "");
 }
 
+/* The turn note (provider.h): after the stable prefix, in the turn's user message after its
+ * text, in each provider's form; the history and the rest of the turn untouched. */
+static json_t *encode_noted(const char *name, const char *content_json, int as_text)
+{
+    char opts[128], *err = NULL;
+    snprintf(opts, sizeof opts, "{\"provider\":\"%s\",\"model\":\"m\"}", name);
+    parley_options o;
+    CHECK(options_parse(opts, &o, &err) == 0);
+    char *turn = pstr_printf("[{\"role\":\"user\",\"content\":%s},"
+                             "{\"role\":\"assistant\",\"content\":\"ok\"}]", content_json);
+    json_t *history = json_loads("[{\"role\":\"user\",\"content\":\"old\"},"
+                                 "{\"role\":\"assistant\",\"content\":\"hi\"}]", 0, NULL);
+    json_t *messages = json_loads(turn, 0, NULL);
+    pbuf text = PBUF_INIT, body = PBUF_INIT;
+    put_stored_text(&text, messages);
+    const provider *p = provider_find(name);
+    provider_request r = {.system = "sys", .history = history, .messages = messages,
+                          .tools_json = "[]", .turn_note = "[Note]\nIt is noon."};
+    if (as_text && p->reads_history_text) {
+        r.messages = NULL;
+        r.messages_text = text.data;
+        r.messages_text_len = text.len;
+    }
+    CHECK(p->encode(&body, &o, &r, &err) == 0);
+    json_t *got = json_loads(body.data ? body.data : "", 0, NULL);
+    CHECK(got != NULL);
+    json_decref(history);
+    json_decref(messages);
+    free(turn);
+    pbuf_free(&text);
+    pbuf_free(&body);
+    options_free(&o);
+    free(err);
+    return got;
+}
+
+static void check_turn_note(void)
+{
+    static const char image[] = "data:image/png;base64,iVBORw0KGgo=";
+    char *parts = pstr_printf("[{\"type\":\"text\",\"text\":\"look\"},{\"type\":\"image_url\","
+                              "\"image_url\":{\"url\":\"%s\"}}]", image);
+    for (int as_text = 0; as_text < 2; as_text++) {
+        json_t *b = encode_noted("openai", "\"turn\"", as_text);
+        json_t *msgs = json_object_get(b, "messages");
+        CHECK(json_array_size(msgs) == 5); /* system, old, hi, the turn's user, ok */
+        CHECK_STR(json_string_value(json_object_get(json_array_get(msgs, 0), "content")), "sys");
+        CHECK_STR(json_string_value(json_object_get(json_array_get(msgs, 1), "content")), "old");
+        CHECK_STR(json_string_value(json_object_get(json_array_get(msgs, 3), "content")),
+                  "turn\n\n[Note]\nIt is noon.");
+        CHECK_STR(json_string_value(json_object_get(json_array_get(msgs, 4), "content")), "ok");
+        json_decref(b);
+        b = encode_noted("openai", parts, as_text); /* images: a text part after them */
+        json_t *c = json_object_get(json_array_get(json_object_get(b, "messages"), 3), "content");
+        CHECK(json_array_size(c) == 3);
+        CHECK_STR(json_string_value(json_object_get(json_array_get(c, 2), "text")),
+                  "\n\n[Note]\nIt is noon.");
+        json_decref(b);
+    }
+    json_t *b = encode_noted("ollama", parts, 0);
+    json_t *u = json_array_get(json_object_get(b, "messages"), 3);
+    CHECK_STR(json_string_value(json_object_get(u, "content")), "look\n\n[Note]\nIt is noon.");
+    CHECK(json_array_size(json_object_get(u, "images")) == 1);
+    CHECK_STR(json_string_value(json_object_get(json_array_get(json_object_get(b, "messages"), 1),
+                                                "content")), "old");
+    json_decref(b);
+    b = encode_noted("anthropic", parts, 0); /* a block of its own after the user's */
+    json_t *blocks = json_object_get(json_array_get(json_object_get(b, "messages"), 2), "content");
+    CHECK(json_array_size(blocks) == 3);
+    CHECK_STR(json_string_value(json_object_get(json_array_get(blocks, 0), "text")), "look");
+    CHECK_STR(json_string_value(json_object_get(json_array_get(blocks, 1), "type")), "image");
+    CHECK_STR(json_string_value(json_object_get(json_array_get(blocks, 2), "text")),
+              "[Note]\nIt is noon.");
+    CHECK(json_is_string(json_object_get(b, "system")) ||
+          json_array_size(json_object_get(b, "system")) == 1); /* not in the system prompt */
+    json_decref(b);
+    free(parts);
+}
+
 /* Every registered codec sets every member provider.h does not allow to be NULL (all but
  * check_options and ask_window), so a provider added to the registry without one fails
  * here rather than at its first request; and each is one of NAMES, whose corpus the checks
@@ -667,6 +745,7 @@ int main(void)
     check_repeated_call_ids();
     check_errors();
     check_think_tags();
+    check_turn_note();
     check_codec_tables();
     return check_report();
 }
