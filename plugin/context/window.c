@@ -656,12 +656,33 @@ typedef struct fnv {
     uint64_t len, limit; /* bytes taken so far; stop at limit */
 } fnv;
 
+#define FNV_PRIME 0x100000001b3ULL
+#define FNV_STEP(h, c) ((h) = ((h) ^ (c)) * FNV_PRIME)
+
+/* Every request's prefix goes through here twice a turn (the check, then the
+ * commit): eight bytes a round, the state in registers, the limit taken once,
+ * so a byte costs a load, a xor and a multiply.  The same hash as one byte a
+ * round (the stored records hold it). */
 static void fnv_add(fnv *f, const char *p, size_t n)
 {
-    for (size_t i = 0; i < n && f->len < f->limit; i++, f->len++) {
-        f->h ^= (unsigned char)p[i];
-        f->h *= 0x100000001b3ULL;
+    if (n > f->limit - f->len)
+        n = (size_t)(f->limit - f->len);
+    const unsigned char *s = (const unsigned char *)p, *end = s + n;
+    uint64_t h = f->h;
+    for (; end - s >= 8; s += 8) {
+        FNV_STEP(h, s[0]);
+        FNV_STEP(h, s[1]);
+        FNV_STEP(h, s[2]);
+        FNV_STEP(h, s[3]);
+        FNV_STEP(h, s[4]);
+        FNV_STEP(h, s[5]);
+        FNV_STEP(h, s[6]);
+        FNV_STEP(h, s[7]);
     }
+    for (; s < end; s++)
+        FNV_STEP(h, *s);
+    f->h = h;
+    f->len += n;
 }
 
 static fnv fnv_stable(const char *prompt, const char *tools, const char *history,

@@ -254,8 +254,56 @@ static void test_turn_sizes_from_the_store(void)
     store_close(s);
 }
 
+/* FNV-1a one byte at a time, as the stored records' "phash" were made. */
+static uint64_t fnv_ref(const char *const *parts, const size_t *lens, size_t nparts,
+                        uint64_t limit, uint64_t *len)
+{
+    uint64_t h = 0xcbf29ce484222325ULL;
+    *len = 0;
+    for (size_t k = 0; k < nparts; k++)
+        for (size_t i = 0; i < lens[k] && *len < limit; i++, ++*len)
+            h = (h ^ (unsigned char)parts[k][i]) * 0x100000001b3ULL;
+    return h ? h : 1;
+}
+
+/* The prefix hash is the records' FNV-1a whatever the lengths (the tails of
+ * an unrolled loop) and wherever a stored length stops the check. */
+static void test_prefix_hash_is_fnv1a(void)
+{
+    char text[200];
+    unsigned seed = 7;
+    for (size_t i = 0; i < sizeof text; i++)
+        text[i] = (char)(1 + (seed = seed * 1103515245u + 12345u) % 255);
+    for (size_t pl = 0; pl < 20; pl += 3)
+        for (size_t tl = 0; tl < 12; tl += 5)
+            for (size_t hl = 0; hl < 40; hl++) {
+                char prompt[32], tools[16];
+                memcpy(prompt, text, pl);
+                prompt[pl] = '\0';
+                memcpy(tools, text + 40, tl);
+                tools[tl] = '\0';
+                const char *parts[] = {prompt, "\x1e", tools, "\x1e", text + 60, text + 120};
+                size_t lens[] = {pl, 1, tl, 1, hl, hl / 3};
+                ctx_window w = {0};
+                uint64_t len, h = fnv_ref(parts, lens, 6, UINT64_MAX, &len);
+                ctx_set_prefix(&w, prompt, tools, text + 60, hl, text + 120, hl / 3);
+                CHECK(w.rec.prefix_len == len && w.rec.prefix_hash == h);
+                /* the next turn: its history is this one's plus the turn */
+                char next[80] = {0};
+                memcpy(next, text + 60, hl);
+                memcpy(next + hl, text + 120, hl / 3);
+                CHECK(ctx_prefix_kept(&w, prompt, tools, next, hl + hl / 3 + 5));
+                if (hl) { /* shorter than the prefix, or a byte of it changed: a break */
+                    CHECK(!ctx_prefix_kept(&w, prompt, tools, next, hl + hl / 3 - 1));
+                    next[hl - 1] ^= 1;
+                    CHECK(!ctx_prefix_kept(&w, prompt, tools, next, hl + hl / 3 + 5));
+                }
+            }
+}
+
 int main(void)
 {
+    test_prefix_hash_is_fnv1a();
     test_turn_sizes_from_the_store();
     test_factor_per_model();
     test_split_whole_turns();
