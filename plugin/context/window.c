@@ -21,12 +21,76 @@ void ctx_window_free(ctx_window *w)
     memset(w, 0, sizeof *w);
 }
 
+/* Takes the literal `s` at *p. */
+static int plain_lit(const char **p, const char *end, const char *s)
+{
+    size_t n = strlen(s);
+    if ((size_t)(end - *p) < n || memcmp(*p, s, n) != 0)
+        return 0;
+    *p += n;
+    return 1;
+}
+
+/* An integer as JSON writes it (no leading zero), short enough for any reader. */
+static int plain_uint(const char **p, const char *end, uint64_t *v)
+{
+    const char *s = *p;
+    uint64_t x = 0;
+    while (s < end && *s >= '0' && *s <= '9' && s - *p < 18)
+        x = x * 10 + (uint64_t)(*s++ - '0');
+    if (s == *p || (s < end && *s >= '0' && *s <= '9') || (**p == '0' && s - *p > 1))
+        return 0;
+    *v = x;
+    *p = s;
+    return 1;
+}
+
+static int plain_hash(const char **p, const char *end, uint64_t *v)
+{
+    uint64_t x = 0;
+    if (end - *p < 16)
+        return 0;
+    for (int i = 0; i < 16; i++) {
+        char c = (*p)[i];
+        if (c >= '0' && c <= '9')
+            x = x << 4 | (uint64_t)(c - '0');
+        else if (c >= 'a' && c <= 'f')
+            x = x << 4 | (uint64_t)(c - 'a' + 10);
+        else
+            return 0;
+    }
+    *v = x;
+    *p += 16;
+    return 1;
+}
+
+/* The record of a window without summaries, exactly as record_put writes it:
+ * read without a JSON parser (every turn reads one).  0 for anything else,
+ * which the parser reads as before. */
+static int record_parse_plain(const char *json, size_t len, ctx_record *out)
+{
+    const char *p = json, *end = json + len;
+    ctx_record r = {0};
+    if (!plain_lit(&p, end, "{\"start\":") || !plain_uint(&p, end, &r.start))
+        return 0;
+    if (plain_lit(&p, end, ",\"lp\":") &&
+        !(plain_uint(&p, end, &r.last_prompt) && plain_lit(&p, end, ",\"lb\":") &&
+          plain_uint(&p, end, &r.last_bytes) && plain_lit(&p, end, ",\"plen\":") &&
+          plain_uint(&p, end, &r.prefix_len) && plain_lit(&p, end, ",\"phash\":\"") &&
+          plain_hash(&p, end, &r.prefix_hash) && plain_lit(&p, end, "\"")))
+        return 0;
+    if (!plain_lit(&p, end, "}") || p != end)
+        return 0;
+    *out = r;
+    return 1;
+}
+
 /* A record that does not parse is no record: the window starts over (one
  * cache miss), the conversation goes on. */
-static void record_parse(const char *json, size_t len, ctx_record *out)
+void ctx_record_parse(const char *json, size_t len, ctx_record *out)
 {
     memset(out, 0, sizeof *out);
-    if (!json || !len)
+    if (!json || !len || record_parse_plain(json, len, out))
         return;
     json_t *root = json_loadb(json, len, 0, NULL);
     json_t *start = json_object_get(root, "start");
@@ -147,7 +211,7 @@ parley_status ctx_load(store *s, const store_key *key, size_t max_turns, int sum
     w->enabled = 1;
     free(w->rec.summary); /* a window read again (a busy lease) */
     free(w->rec.next);
-    record_parse(rec.data, rec.len, &w->rec);
+    ctx_record_parse(rec.data, rec.len, &w->rec);
     pbuf_free(&rec);
     uint64_t total = w->life.message_count;
     if (w->rec.start > total || w->rec.upto > w->rec.start) { /* not this conversation's */
@@ -656,7 +720,7 @@ typedef struct fnv {
     uint64_t len, limit; /* bytes taken so far; stop at limit */
 } fnv;
 
-#define FNV_PRIME 0x100000001b3ULL
+#define FNV_PRIME      0x100000001b3ULL
 #define FNV_STEP(h, c) ((h) = ((h) ^ (c)) * FNV_PRIME)
 
 /* Every request's prefix goes through here twice a turn (the check, then the
@@ -727,7 +791,7 @@ int ctx_shrunk(const ctx_window *w, size_t body_bytes, long long prompt, double 
 void ctx_describe(const char *record, size_t len, pbuf *out)
 {
     ctx_record r;
-    record_parse(record, len, &r);
+    ctx_record_parse(record, len, &r);
     pbuf_printf(out, "{\"window_start\":%llu,\"summary\":", (unsigned long long)r.start);
     if (r.summary)
         pbuf_json_string(out, r.summary, strlen(r.summary));

@@ -294,6 +294,9 @@ int ctx_prefix_kept(const ctx_window *w, const char *prompt, const char *tools, 
  */
 int ctx_shrunk(const ctx_window *w, size_t body_bytes, long long prompt, double factor);
 
+/* Read a stored record (the fields it has; all 0 when it does not parse). */
+void ctx_record_parse(const char *json, size_t len, ctx_record *out);
+
 /* What history_get shows of a stored record: appends
  * {"window_start":S,"summary":TEXT|null,"summary_covers":U} to out (positions
  * in the conversation's lifetime message count). */

@@ -255,8 +255,8 @@ static void test_turn_sizes_from_the_store(void)
 }
 
 /* FNV-1a one byte at a time, as the stored records' "phash" were made. */
-static uint64_t fnv_ref(const char *const *parts, const size_t *lens, size_t nparts,
-                        uint64_t limit, uint64_t *len)
+static uint64_t fnv_ref(const char *const *parts, const size_t *lens, size_t nparts, uint64_t limit,
+                        uint64_t *len)
 {
     uint64_t h = 0xcbf29ce484222325ULL;
     *len = 0;
@@ -301,8 +301,65 @@ static void test_prefix_hash_is_fnv1a(void)
             }
 }
 
+/* The records a window without summaries writes are read without the JSON
+ * parser: whatever the numbers and the hash, each reads as the parser reads
+ * the same record with a space after its '{' (which only the parser takes). */
+static void test_plain_records_read_as_parsed(void)
+{
+    const char *recs[] = {
+        "{\"start\":0}",
+        "{\"start\":12345}",
+        "{\"start\":7,\"lp\":4000,\"lb\":15000,\"plen\":14321,\"phash\":\"0123456789abcdef\"}",
+        "{\"start\":0,\"lp\":0,\"lb\":0,\"plen\":0,\"phash\":\"ffffffffffffffff\"}",
+        "{\"start\":999999999999999999,\"lp\":1,\"lb\":2,\"plen\":3,\"phash\":"
+        "\"00000000000000a1\"}",
+        "{\"start\":9223372036854775807}",
+        "{\"start\":9223372036854775808}",
+        "{\"start\":1234567890123456789}",
+        "{\"start\":012}",
+        "{\"start\":00}",
+        "{\"start\":-1}",
+        "{\"start\":1.5}",
+        "{\"start\":3} ",
+        "{\"start\":3}x",
+        "{\"start\":3,\"start\":4}",
+        "{\"start\":3,\"lp\":1,\"lb\":2,\"plen\":3,\"phash\":\"0123456789ABCDEF\"}",
+        "{\"start\":3,\"lp\":1,\"lb\":2,\"plen\":3,\"phash\":\"0123456789abcde\"}",
+        "{\"start\":3,\"lp\":1,\"lb\":2,\"plen\":3,\"phash\":\"0123456789abcdef0\"}",
+        "{\"start\":3,\"lp\":1,\"lb\":2,\"plen\":3}",
+        "{\"start\":3,\"lp\":1,\"lb\":-2,\"plen\":3,\"phash\":\"0123456789abcdef\"}",
+        "{\"start\":3,\"lp\":1,\"lb\":2,\"plen\":3,\"phash\":\"0123456789abcdef\",\"x\":1}",
+        "{\"start\":3,\"summary\":\"s\",\"upto\":2}",
+        "{\"start\":3",
+        "{\"start\":",
+    };
+    for (size_t i = 0; i < sizeof recs / sizeof recs[0]; i++) {
+        char spaced[256];
+        snprintf(spaced, sizeof spaced, "{ %s", recs[i] + 1);
+        ctx_record a, b;
+        ctx_record_parse(recs[i], strlen(recs[i]), &a);
+        ctx_record_parse(spaced, strlen(spaced), &b);
+        CHECK(a.start == b.start && a.upto == b.upto && a.next_upto == b.next_upto);
+        CHECK(a.last_prompt == b.last_prompt && a.last_bytes == b.last_bytes);
+        CHECK(a.prefix_len == b.prefix_len && a.prefix_hash == b.prefix_hash);
+        CHECK(!a.summary == !b.summary && !a.next == !b.next);
+        if (a.start != b.start || a.prefix_hash != b.prefix_hash)
+            fprintf(stderr, "record %zu reads apart\n", i);
+        free(a.summary);
+        free(a.next);
+        free(b.summary);
+        free(b.next);
+    }
+    ctx_record r;
+    const char *written = recs[2];
+    ctx_record_parse(written, strlen(written), &r);
+    CHECK(r.start == 7 && r.last_prompt == 4000 && r.last_bytes == 15000 && r.prefix_len == 14321 &&
+          r.prefix_hash == 0x0123456789abcdefULL);
+}
+
 int main(void)
 {
+    test_plain_records_read_as_parsed();
     test_prefix_hash_is_fnv1a();
     test_turn_sizes_from_the_store();
     test_factor_per_model();
