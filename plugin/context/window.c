@@ -200,6 +200,7 @@ parley_status ctx_load(store *s, const store_key *key, size_t max_turns, int sum
                        uint64_t now_ms, pbuf *history, size_t *nmessages, ctx_window *w, char **err)
 {
     *nmessages = 0;
+    w->memo.valid = 0; /* a history loaded again */
     pbuf rec = {0};
     parley_status st = store_context_get(s, key, now_ms, &rec, &w->life, err);
     if (st == PARLEY_OK && rec.oom)
@@ -325,6 +326,7 @@ int ctx_split(ctx_window *w, const pbuf *history)
 {
     split_state s = {w, history->data, 0, 0};
     w->nturns = 0;
+    w->memo.valid = 0; /* the history held changed */
     free(w->end);
     free(w->nmsgs);
     free(w->tokens);
@@ -433,6 +435,7 @@ size_t ctx_plan(const ctx_window *w, const ctx_budget *b, int64_t body_tokens, u
 
 size_t ctx_cut(ctx_window *w, pbuf *history, size_t n, ctx_cut_reason why)
 {
+    w->memo.valid = 0;
     if (n > w->nturns)
         n = w->nturns;
     size_t bytes = n ? w->end[n - 1] : 0, msgs = 0;
@@ -749,33 +752,48 @@ static void fnv_add(fnv *f, const char *p, size_t n)
     f->len += n;
 }
 
-static fnv fnv_stable(const char *prompt, const char *tools, const char *history,
-                      size_t history_len, uint64_t limit)
+/* The prompt and the tools, each followed by 0x1e: what comes before the history. */
+static fnv fnv_head(const char *prompt, const char *tools, uint64_t limit)
 {
     fnv f = {0xcbf29ce484222325ULL, 0, limit};
     fnv_add(&f, prompt ? prompt : "", prompt ? strlen(prompt) : 0);
     fnv_add(&f, "\x1e", 1);
     fnv_add(&f, tools ? tools : "", tools ? strlen(tools) : 0);
     fnv_add(&f, "\x1e", 1);
-    fnv_add(&f, history ? history : "", history ? history_len : 0);
     return f;
 }
 
 void ctx_set_prefix(ctx_window *w, const char *prompt, const char *tools, const char *history,
                     size_t history_len, const char *turn, size_t turn_len)
 {
-    fnv f = fnv_stable(prompt, tools, history, history_len, UINT64_MAX);
+    fnv f = fnv_head(prompt, tools, UINT64_MAX);
+    const ctx_prefix_memo *m = &w->memo;
+    /* The same state before the same history bytes: the check's hash after them. */
+    if (m->valid && m->history == history && m->history_len == history_len && m->head_h == f.h &&
+        m->head_len == f.len) {
+        f.h = m->h;
+        f.len += history_len;
+    } else {
+        fnv_add(&f, history ? history : "", history ? history_len : 0);
+    }
     fnv_add(&f, turn ? turn : "", turn ? turn_len : 0);
     w->rec.prefix_len = f.len;
     w->rec.prefix_hash = f.h ? f.h : 1;
 }
 
-int ctx_prefix_kept(const ctx_window *w, const char *prompt, const char *tools, const char *history,
+int ctx_prefix_kept(ctx_window *w, const char *prompt, const char *tools, const char *history,
                     size_t history_len)
 {
     if (!w->rec.prefix_hash)
         return 1;
-    fnv f = fnv_stable(prompt, tools, history, history_len, w->rec.prefix_len);
+    fnv f = fnv_head(prompt, tools, w->rec.prefix_len), head = f;
+    fnv_add(&f, history ? history : "", history ? history_len : 0);
+    w->memo.valid = f.len - head.len == history_len; /* all of the history taken */
+    w->memo.head_h = head.h;
+    w->memo.head_len = head.len;
+    w->memo.h = f.h;
+    w->memo.history = history;
+    w->memo.history_len = history_len;
     return f.len == w->rec.prefix_len && (f.h ? f.h : 1) == w->rec.prefix_hash;
 }
 

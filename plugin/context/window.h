@@ -157,6 +157,18 @@ int ctx_discover_start(ctx_agent *a, const parley_options *o, void *ref,
 /* Wait for the discovery (when one runs): the worker's end. */
 void ctx_agent_stop(ctx_agent *a);
 
+/* The prefix hash the cache break check took after the history (ctx_prefix_kept),
+ * for the commit to go on from instead of hashing the history again
+ * (ctx_set_prefix): the same bytes at the same address, while the window
+ * holds them (ctx_split and ctx_cut forget it). */
+typedef struct ctx_prefix_memo {
+    int valid;
+    uint64_t head_h, head_len; /* the state before the history */
+    uint64_t h;                /* and after it */
+    const char *history;
+    size_t history_len;
+} ctx_prefix_memo;
+
 /* One turn's view of its conversation's window. */
 typedef struct ctx_window {
     int enabled;           /* the store keeps context records: the window is planned */
@@ -174,6 +186,7 @@ typedef struct ctx_window {
     int summarize;         /* fold what leaves the window into the summary */
     pbuf dropped;          /* the messages before the start not yet in the summary ("m,m,") */
     uint64_t dropped_from; /* lifetime index of dropped's first message */
+    ctx_prefix_memo memo;  /* the check's hash, for the commit */
 } ctx_window;
 
 typedef struct ctx_budget {
@@ -276,13 +289,14 @@ const char *ctx_cut_reason_name(ctx_cut_reason why);
  * request of its conversation sent (the agent's prompt, the tools, the
  * history, that turn's messages) makes the server read it again.  The commit
  * stores the hash of that prefix (ctx_set_prefix); the next turn checks that
- * its own stable part starts with it (ctx_prefix_kept) unless it moved the
+ * its own stable part starts with it (ctx_prefix_kept, which keeps its hash
+ * after the history for the commit: w->memo) unless it moved the
  * window on purpose.  FNV-1a over prompt, 0x1e, tools, 0x1e, history.
  */
 void ctx_set_prefix(ctx_window *w, const char *prompt, const char *tools, const char *history,
                     size_t history_len, const char *turn, size_t turn_len);
 /* 1 when the stored prefix is unknown or kept; 0: a cache break. */
-int ctx_prefix_kept(const ctx_window *w, const char *prompt, const char *tools, const char *history,
+int ctx_prefix_kept(ctx_window *w, const char *prompt, const char *tools, const char *history,
                     size_t history_len);
 
 /*

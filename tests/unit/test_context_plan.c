@@ -357,8 +357,48 @@ static void test_plain_records_read_as_parsed(void)
           r.prefix_hash == 0x0123456789abcdefULL);
 }
 
+/* The commit goes on from the check's hash after the history only when it is
+ * the same history: the stored hash is FNV-1a of what the commit names, also
+ * after the history held was changed in place and found again (a load). */
+static void test_commit_hash_after_the_check(void)
+{
+    ctx_window w;
+    pbuf h = PBUF_INIT;
+    window_of(&w, &h, U("one") A("a") U("two") A("b"));
+    const char *turn = U("three") A("c");
+    size_t tl = strlen(turn);
+    ctx_set_prefix(&w, "prompt", "[]", h.data, h.len, turn, tl); /* a longer earlier prefix */
+    for (int round = 0; round < 3; round++) {
+        ctx_prefix_kept(&w, "prompt", "[]", h.data, h.len);
+        CHECK(w.memo.valid);
+        pbuf other = PBUF_INIT;
+        if (round == 1) { /* the same length elsewhere, other bytes */
+            pbuf_append(&other, h.data, h.len);
+            other.data[3] ^= 1;
+        }
+        if (round == 2) { /* changed in place, then split again as a load does */
+            h.data[h.len - 3] = 'X';
+            CHECK(ctx_split(&w, &h) == 0);
+        }
+        const char *hist = round == 1 ? other.data : h.data;
+        const char *parts[] = {"prompt", "\x1e", "[]", "\x1e", hist, turn};
+        size_t lens[] = {6, 1, 2, 1, h.len, tl};
+        uint64_t len, want = fnv_ref(parts, lens, 6, UINT64_MAX, &len);
+        ctx_set_prefix(&w, "prompt", "[]", hist, h.len, turn, tl);
+        CHECK(w.rec.prefix_len == len && w.rec.prefix_hash == want);
+        pbuf_free(&other);
+    }
+    /* a check that stopped short of the history's end: nothing kept for the commit */
+    w.rec.prefix_len = 5;
+    ctx_prefix_kept(&w, "prompt", "[]", h.data, h.len);
+    CHECK(!w.memo.valid);
+    ctx_window_free(&w);
+    pbuf_free(&h);
+}
+
 int main(void)
 {
+    test_commit_hash_after_the_check();
     test_plain_records_read_as_parsed();
     test_prefix_hash_is_fnv1a();
     test_turn_sizes_from_the_store();
