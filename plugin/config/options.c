@@ -449,6 +449,8 @@ static parley_status finish_provider_details(parley_options *o, char **err)
     }
     if (o->extra_body) {
         json_t *extra = json_loads(o->extra_body, 0, NULL);
+        if (!extra) /* dumped from an object a moment ago: only memory can fail it */
+            return PARLEY_ERR_NO_MEMORY;
         const char *key;
         json_t *v;
         json_object_foreach(extra, key, v) {

@@ -485,6 +485,38 @@ static void test_out_of_memory(void)
     CHECK(failed > 0);
 }
 
+/* Options that are refused stay refused out of memory: extra_body is parsed again in the
+   last checks, and a parse that failed for memory skipped the check (its "model" was
+   taken, PARLEY_OK). */
+static void test_out_of_memory_late_checks(void)
+{
+    static const struct { const char *text; parley_status want; } cases[] = {
+        {"{\"model\":\"m\",\"extra_body\":{\"model\":\"x\"}}", PARLEY_ERR_INVALID_OPTIONS},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        for (long n = 0; n < 100000; n++) {
+            parley_options o;
+            char *err = NULL;
+            allocs_left = n;
+            json_set_alloc_funcs(failing_malloc, free);
+            parley_status st = provider_options_parse(cases[i].text, &o, &err);
+            json_set_alloc_funcs(malloc, free);
+            if (st == PARLEY_OK)
+                options_free(&o);
+            int oom_said = err && strcmp(err, "out of memory") == 0;
+            int ok = st == cases[i].want || (st == PARLEY_ERR_NO_MEMORY && oom_said) ||
+                     (st == PARLEY_ERR_INVALID_OPTIONS && err && strstr(err, "not valid JSON"));
+            CHECK(ok);
+            if (!ok)
+                fprintf(stderr, "  %s after %ld allocations: status %d, %s\n", cases[i].text, n,
+                        (int)st, err ? err : "(no message)");
+            free(err);
+            if (allocs_left > 0) /* the parse ran to its end with allocations to spare */
+                break;
+        }
+    }
+}
+
 int main(void)
 {
     test_defaults();
@@ -500,5 +532,6 @@ int main(void)
     test_duplicate_keys();
     test_base_url_parsed_by_libcurl();
     test_out_of_memory();
+    test_out_of_memory_late_checks();
     return check_report();
 }
