@@ -405,20 +405,23 @@ static const char *own_option_of(const char *key)
     return "Parley builds it from the model, the prompt and the history";
 }
 
-/* A tool name of the `tools` option (either form), 1 when found. */
-static int declared_tool(const char *tools_json, const char *name)
+/* Whether `name` is a tool of the `tools` option (either form): *found 1 when it is;
+   PARLEY_ERR_NO_MEMORY when the option could not be read again. */
+static parley_status declared_tool(const char *tools_json, const char *name, int *found)
 {
     json_t *tools = json_loads(tools_json ? tools_json : "[]", 0, NULL), *t;
+    *found = 0;
+    if (!tools) /* dumped from an array a moment ago: only memory can fail it */
+        return PARLEY_ERR_NO_MEMORY;
     size_t i;
-    int found = 0;
     json_array_foreach(tools, i, t) {
         const char *n = json_string_value(json_object_get(t, "name"));
         if (!n)
             n = json_string_value(json_object_get(json_object_get(t, "function"), "name"));
-        found |= n && strcmp(n, name) == 0;
+        *found |= n && strcmp(n, name) == 0;
     }
     json_decref(tools);
-    return found;
+    return PARLEY_OK;
 }
 
 /* tool_choice: a word, or a tool of the `tools` option (what each API can force is its
@@ -426,9 +429,12 @@ static int declared_tool(const char *tools_json, const char *name)
 static parley_status check_tool_choice(const parley_options *o, char **err)
 {
     const char *c = o->tool_choice;
-    if (strcmp(c, "auto") == 0 || strcmp(c, "none") == 0 || strcmp(c, "required") == 0 ||
-        declared_tool(o->tools_json, c))
+    if (strcmp(c, "auto") == 0 || strcmp(c, "none") == 0 || strcmp(c, "required") == 0)
         return PARLEY_OK;
+    int found;
+    parley_status st = declared_tool(o->tools_json, c, &found);
+    if (st != PARLEY_OK || found)
+        return st;
     *err = pstr_printf("option 'tool_choice': must be \"auto\", \"none\", \"required\" or the "
                        "name of a tool of the option 'tools' (got \"%.64s\")", c);
     return PARLEY_ERR_INVALID_OPTIONS;

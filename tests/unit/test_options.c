@@ -485,13 +485,15 @@ static void test_out_of_memory(void)
     CHECK(failed > 0);
 }
 
-/* Options that are refused stay refused out of memory: extra_body is parsed again in the
-   last checks, and a parse that failed for memory skipped the check (its "model" was
-   taken, PARLEY_OK). */
+/* Options that are refused stay refused out of memory: extra_body and the `tools` option
+   are parsed again in the last checks, and a parse that failed for memory skipped the
+   check (extra_body's "model" was taken) or said the named tool was not declared. */
 static void test_out_of_memory_late_checks(void)
 {
     static const struct { const char *text; parley_status want; } cases[] = {
         {"{\"model\":\"m\",\"extra_body\":{\"model\":\"x\"}}", PARLEY_ERR_INVALID_OPTIONS},
+        {"{\"model\":\"m\",\"tools\":[{\"name\":\"oven\"}],\"tool_choice\":\"oven\"}",
+         PARLEY_OK},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         for (long n = 0; n < 100000; n++) {
