@@ -347,21 +347,27 @@ static parley_status check_base_url(const char *u, char **err)
         rc = curl_url_get(h, CURLUPART_SCHEME, &scheme, 0);
     if (rc == CURLUE_OK)
         rc = curl_url_get(h, CURLUPART_HOST, &host, 0);
-    curl_url_get(h, CURLUPART_QUERY, &query, 0);
-    curl_url_get(h, CURLUPART_FRAGMENT, &fragment, 0);
-    if (rc != CURLUE_OK)
+    /* absent parts answer CURLUE_NO_QUERY / NO_FRAGMENT; out of memory is told apart */
+    CURLUcode q = curl_url_get(h, CURLUPART_QUERY, &query, 0);
+    CURLUcode f = curl_url_get(h, CURLUPART_FRAGMENT, &fragment, 0);
+    parley_status st = PARLEY_ERR_INVALID_OPTIONS; /* the status, even when no message fits */
+    if (rc == CURLUE_OUT_OF_MEMORY || q == CURLUE_OUT_OF_MEMORY || f == CURLUE_OUT_OF_MEMORY)
+        st = PARLEY_ERR_NO_MEMORY;
+    else if (rc != CURLUE_OK)
         *err = pstr_printf("option 'base_url': not a URL libcurl can parse (%s)",
                            curl_url_strerror(rc));
     else if (strcmp(scheme, "http") != 0 && strcmp(scheme, "https") != 0)
         *err = pstr_printf("option 'base_url': must be an http:// or https:// URL");
     else if (query || fragment) /* "/chat/completions" would be appended to it */
         *err = pstr_printf("option 'base_url': must not have a ?query or #fragment");
+    else
+        st = PARLEY_OK;
     curl_free(scheme);
     curl_free(host);
     curl_free(query);
     curl_free(fragment);
     curl_url_cleanup(h);
-    return *err ? PARLEY_ERR_INVALID_OPTIONS : PARLEY_OK;
+    return st;
 }
 
 static const char *const TOKEN_FIELDS[] = {"max_tokens", "max_completion_tokens", NULL};
