@@ -1380,6 +1380,10 @@ static size_t read_logged_bodies(const char *path, char ***bodies)
     while (getline(&line, &linecap, f) > 0) {
         json_t *o = json_loads(line, 0, NULL);
         json_t *b = json_object_get(o, "body");
+        if (json_is_null(b)) { /* no body: a GET, the context window's discovery */
+            json_decref(o);
+            continue;
+        }
         char *s = b ? json_dumps(b, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
         json_decref(o);
         if (!s)

@@ -55,10 +55,10 @@ struct worker {
 
 static void ready_push(worker *w, turn *t)
 {
-    t->ready_next = NULL;
-    t->in_ready = 1;
+    t->link.ready_next = NULL;
+    t->link.in_ready = 1;
     if (w->ready_tail)
-        w->ready_tail->ready_next = t;
+        w->ready_tail->link.ready_next = t;
     else
         w->ready_head = t;
     w->ready_tail = t;
@@ -67,41 +67,41 @@ static void ready_push(worker *w, turn *t)
 /* A turn may end (cancelled) before it began: take it off the ready list. */
 static void ready_unlink(worker *w, turn *t)
 {
-    if (!t->in_ready)
+    if (!t->link.in_ready)
         return;
     turn *prev = NULL;
-    for (turn *it = w->ready_head; it; prev = it, it = it->ready_next) {
+    for (turn *it = w->ready_head; it; prev = it, it = it->link.ready_next) {
         if (it != t)
             continue;
         if (prev)
-            prev->ready_next = t->ready_next;
+            prev->link.ready_next = t->link.ready_next;
         else
-            w->ready_head = t->ready_next;
+            w->ready_head = t->link.ready_next;
         if (w->ready_tail == t)
             w->ready_tail = prev;
         break;
     }
-    t->in_ready = 0;
+    t->link.in_ready = 0;
 }
 
 static void all_link(worker *w, turn *t)
 {
-    t->all_prev = NULL;
-    t->all_next = w->all_head;
+    t->link.all_prev = NULL;
+    t->link.all_next = w->all_head;
     if (w->all_head)
-        w->all_head->all_prev = t;
+        w->all_head->link.all_prev = t;
     w->all_head = t;
 }
 
 static void all_unlink(worker *w, turn *t)
 {
-    if (t->all_prev)
-        t->all_prev->all_next = t->all_next;
+    if (t->link.all_prev)
+        t->link.all_prev->link.all_next = t->link.all_next;
     else if (w->all_head == t)
-        w->all_head = t->all_next;
-    if (t->all_next)
-        t->all_next->all_prev = t->all_prev;
-    t->all_prev = t->all_next = NULL;
+        w->all_head = t->link.all_next;
+    if (t->link.all_next)
+        t->link.all_next->link.all_prev = t->link.all_prev;
+    t->link.all_prev = t->link.all_next = NULL;
 }
 
 /*
@@ -118,30 +118,31 @@ static void schedule(worker *w, turn *t)
         turn_end(t, PARLEY_ERR_NO_MEMORY, "out of memory");
         return;
     }
-    if (!t->conversation_id) {
+    if (!t->conv.conversation_id) {
         ready_push(w, t);
         return;
     }
-    struct lane *l = dict_find(w->lanes, t->conversation_id);
+    struct lane *l = dict_find(w->lanes, t->conv.conversation_id);
     if (!l) {
-        size_t n = strlen(t->conversation_id);
+        size_t n = strlen(t->conv.conversation_id);
         l = calloc(1, sizeof *l + n + 1);
         if (l)
-            memcpy(l->id, t->conversation_id, n + 1); /* the key: set before dict_add reads it */
+            memcpy(l->id, t->conv.conversation_id,
+                   n + 1); /* the key: set before dict_add reads it */
         if (!l || dict_add(w->lanes, l) != 0) {
             free(l);
             turn_end(t, PARLEY_ERR_NO_MEMORY, "out of memory");
             return;
         }
     }
-    t->lane = l;
+    t->link.lane = l;
     if (!l->active) {
         l->active = t;
         ready_push(w, t);
     } else {
-        t->lane_next = NULL;
+        t->link.lane_next = NULL;
         if (l->queue_tail)
-            l->queue_tail->lane_next = t;
+            l->queue_tail->link.lane_next = t;
         else
             l->queue_head = t;
         l->queue_tail = t;
@@ -160,11 +161,11 @@ static void lane_unlink_waiting(struct lane *l, turn *t)
     turn **pp = &l->queue_head, *prev = NULL;
     while (*pp && *pp != t) {
         prev = *pp;
-        pp = &(*pp)->lane_next;
+        pp = &(*pp)->link.lane_next;
     }
     if (!*pp)
         return;
-    *pp = t->lane_next;
+    *pp = t->link.lane_next;
     if (l->queue_tail == t)
         l->queue_tail = prev;
 }
@@ -172,12 +173,12 @@ static void lane_unlink_waiting(struct lane *l, turn *t)
 /* The turn has called back: start the next turn of its conversation, free it. */
 static void release(worker *w, turn *t)
 {
-    struct lane *l = t->lane;
+    struct lane *l = t->link.lane;
     if (l) {
         if (l->active == t) {
             l->active = l->queue_head;
             if (l->active) {
-                l->queue_head = l->active->lane_next;
+                l->queue_head = l->active->link.lane_next;
                 if (!l->queue_head)
                     l->queue_tail = NULL;
                 if (!w->stopping)
@@ -214,7 +215,8 @@ static void on_store_job(worker *w, store_job *job)
     if (job->kind == STORE_JOB_EXPIRE) {
         w->expiry_in_flight = 0;
         if (job->status != PARLEY_OK)
-            host_log(w->host, PARLEY_LOG_WARN, "history expiry: %s", job->err ? job->err : "failed");
+            host_log(w->host, PARLEY_LOG_WARN, "history expiry: %s",
+                     job->err ? job->err : "failed");
     } else if (job->kind == STORE_JOB_RELEASE_LEASE) {
         /* nothing to report */
     } else if (!t && job->kind == STORE_JOB_LOAD && job->lease_taken) {
@@ -224,16 +226,16 @@ static void on_store_job(worker *w, store_job *job)
         if (release && store_jobs_submit(w->jobs, release) != 0)
             store_job_free(release);
     } else if (t && job->kind == STORE_JOB_LOAD) {
-        pbuf swap = t->history; /* the loaded messages become the turn's history */
-        t->history = job->loaded;
-        t->nhistory = job->nmessages;
+        pbuf swap = t->ctx.history; /* the loaded messages become the turn's history */
+        t->ctx.history = job->loaded;
+        t->ctx.nhistory = job->nmessages;
         job->loaded = swap;
-        ctx_window window = t->ctx; /* and what it found of the window */
-        t->ctx = job->ctx;
+        ctx_window window = t->ctx.window; /* and what it found of the window */
+        t->ctx.window = job->ctx;
         job->ctx = window;
-        t->lease_held = job->lease_taken;
-        t->lease_retry_ms = job->lease_retry_ms;
-        reply_context_take_result(&t->reply, &job->reply);
+        t->lease.held = job->lease_taken;
+        t->lease.retry_ms = job->lease_retry_ms;
+        reply_context_take_result(&t->in.reply, &job->reply);
         turn_on_history(t, job->status, job->err);
     } else if (t) {
         turn_on_committed(t, job->status, job->err);
@@ -288,10 +290,10 @@ static void begin_ready_turns(worker *w)
 {
     while (w->ready_head) {
         turn *t = w->ready_head;
-        w->ready_head = t->ready_next;
+        w->ready_head = t->link.ready_next;
         if (!w->ready_head)
             w->ready_tail = NULL;
-        t->in_ready = 0;
+        t->link.in_ready = 0;
         turn_begin(t);
     }
 }
@@ -366,8 +368,8 @@ static void cancel_everything(worker *w)
     inbox_batch b;
     inbox_take(w->box, &b);
     w->stopping = 1;
-    for (turn *t = w->ready_head; t; t = t->ready_next)
-        t->in_ready = 0;
+    for (turn *t = w->ready_head; t; t = t->link.ready_next)
+        t->link.in_ready = 0;
     w->ready_head = w->ready_tail = NULL; /* all of them are on the all list too */
     while (b.submitted) {
         turn *t = b.submitted->owner;
@@ -379,7 +381,7 @@ static void cancel_everything(worker *w)
     on_tool_results(b.completed);
     on_store_jobs(w, b.notes);
     for (turn *t = w->all_head, *next; t; t = next) {
-        next = t->all_next; /* ending t frees t only */
+        next = t->link.all_next; /* ending t frees t only */
         turn_cancel(t, "the agent was destroyed");
     }
     while (w->all_head) { /* appends in flight: wait for their outcome */

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "http/context_window.h"
+#include "store/message_text.h"
 
 void ctx_window_free(ctx_window *w)
 {
@@ -57,33 +58,16 @@ static void record_parse(const char *json, size_t len, ctx_record *out)
     json_decref(root);
 }
 
-/*
- * Calls fn(ud, offset, length) for each top-level object of stored text
- * ("m,m,"), in order, until fn returns non-zero.  The text was written by
- * Parley (well-formed JSON objects), so counting brackets outside strings
- * finds each object's end.
- */
+/* Calls fn(ud, offset, length) for each message of stored text (message_text.h), in order,
+ * until fn returns non-zero. */
 static void each_message(const pbuf *text, int (*fn)(void *, size_t, size_t), void *ud)
 {
-    int depth = 0, in_string = 0;
-    size_t begin = 0;
-    for (size_t i = 0; i < text->len; i++) {
-        char c = text->data[i];
-        if (in_string) {
-            if (c == '\\')
-                i++;
-            else if (c == '"')
-                in_string = 0;
-        } else if (c == '"') {
-            in_string = 1;
-        } else if (c == '{' || c == '[') {
-            if (depth++ == 0)
-                begin = i;
-        } else if ((c == '}' || c == ']') && --depth == 0) {
-            if (fn(ud, begin, i + 1 - begin))
-                return;
-        }
-    }
+    msgtext_iter it;
+    msgtext_msg m;
+    msgtext_begin(&it, text->data, text->len);
+    while (msgtext_next(&it, &m) > 0)
+        if (fn(ud, (size_t)(m.json - text->data), m.len))
+            return;
 }
 
 typedef struct skip_state {
@@ -580,6 +564,24 @@ static void put_line(pbuf *b, const json_t *m)
     pbuf_putc(b, '\n');
 }
 
+/* The dropped turns' messages (message_text.h), parsed: all of them, or NULL. */
+static json_t *dropped_messages(const pbuf *dropped)
+{
+    json_t *msgs = json_array();
+    msgtext_iter it;
+    msgtext_msg m;
+    int rc = 0;
+    msgtext_begin(&it, dropped->data, dropped->len);
+    while (msgs && rc >= 0 && (rc = msgtext_next(&it, &m)) > 0)
+        if (json_array_append_new(msgs, json_loadb(m.json, m.len, 0, NULL)) != 0)
+            rc = -1; /* not JSON (or out of memory): none, as for a text that is not a list */
+    if (rc < 0) {
+        json_decref(msgs);
+        msgs = NULL;
+    }
+    return msgs;
+}
+
 /* Keep the last max_bytes of a transcript, from a line's start. */
 static void keep_tail(pbuf *t, size_t max_bytes)
 {
@@ -599,15 +601,7 @@ char *ctx_summary_input(const ctx_window *w, size_t max_bytes)
     pbuf_puts(&b, "Summary so far:\n");
     pbuf_puts(&b, old);
     pbuf_puts(&b, "\n\nConversation turns to add to it, oldest first:\n");
-    json_t *msgs = NULL;
-    if (w->dropped.len) { /* "m,m," -> [m,m] */
-        pbuf arr = PBUF_INIT;
-        pbuf_putc(&arr, '[');
-        pbuf_append(&arr, w->dropped.data, w->dropped.len - 1);
-        pbuf_putc(&arr, ']');
-        msgs = arr.oom ? NULL : json_loadb(arr.data, arr.len, 0, NULL);
-        pbuf_free(&arr);
-    }
+    json_t *msgs = dropped_messages(&w->dropped);
     size_t i;
     const json_t *m;
     json_array_foreach(msgs, i, m) put_line(&lines, m);

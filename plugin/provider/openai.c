@@ -22,6 +22,7 @@
 #include "provider/codec.h"
 #include "provider/openai_decode.h"
 #include "provider/provider.h"
+#include "store/message_text.h"
 
 static void put_key(pbuf *b, const char *key)
 {
@@ -211,30 +212,6 @@ static const char *scan_message(const char *p, const char *end, int *as_is, int 
     return NULL;
 }
 
-/*
- * p at a message's '{': the byte after its '}' when the message has exactly
- * the shape Parley records for text turns of users and the assistant,
- * {"role":"user"|"assistant","content":"..."}, else NULL.  Such a message
- * holds only wire keys, so the general scan's key check is already done:
- * this costs two compares and one memchr over the content (plus one per
- * escaped quote in it) instead of a walk over every string.
- */
-static const char *plain_message_end(const char *p, const char *end)
-{
-    static const char user[] = "{\"role\":\"user\",\"content\":\"";
-    static const char assistant[] = "{\"role\":\"assistant\",\"content\":\"";
-    size_t n = (size_t)(end - p);
-    const char *open_quote;
-    if (n > sizeof user && memcmp(p, user, sizeof user - 1) == 0)
-        open_quote = p + sizeof user - 2;
-    else if (n > sizeof assistant && memcmp(p, assistant, sizeof assistant - 1) == 0)
-        open_quote = p + sizeof assistant - 2;
-    else
-        return NULL;
-    const char *close = string_end(open_quote, end);
-    return close && close + 1 < end && close[1] == '}' ? close + 2 : NULL;
-}
-
 /* The ',' before a message of the "messages" array, unless it is the first. */
 static void put_message_separator(pbuf *out, int *first)
 {
@@ -243,33 +220,28 @@ static void put_message_separator(pbuf *out, int *first)
     *first = 0;
 }
 
-/* Stored messages ("m,m,") into out: as they are when they hold only wire keys,
+/* Stored messages (message_text.h) into out: as they are when they hold only wire keys,
    else through render_message.  current_turn: as render_message's.  A run of
    messages copied as they are, with the stored ',' between them (the wire's
    separator too), is one append. */
 static int render_messages_text(pbuf *out, const char *p, size_t len, int *first,
                                 int current_turn, call_renames *ren, char **err)
 {
-    const char *end = p + len;
+    msgtext_iter it;
+    msgtext_msg m;
     const char *run = NULL, *run_end = NULL; /* as-is messages not copied yet */
-    for (;;) {
-        const char *gap = p;
-        while (p < end && (*p == ',' || *p == ' ' || *p == '\n'))
-            p++;
-        int as_is = 0, repeats = 0;
-        const char *next = p < end ? plain_message_end(p, end) : NULL;
-        if (next)
-            as_is = 1;
-        else if (p < end && !(next = scan_message(p, end, &as_is, &repeats))) {
-            *err = pstr_printf("stored history is not a list of JSON objects");
-            return -1;
-        }
+    int rc;
+    msgtext_begin(&it, p, len);
+    while ((rc = msgtext_next(&it, &m)) > 0) {
+        const char *next = m.json + m.len;
+        int as_is = m.plain, repeats = 0; /* a plain message holds only wire keys */
+        if (!as_is && scan_message(m.json, next, &as_is, &repeats) != next)
+            break;
         /* Renamed calls (codec.h): the message, and those after it until the renames end. */
         if (repeats || ren->queues)
             as_is = 0;
-        if (as_is && run && gap == run_end && p == gap + 1 && *gap == ',') {
+        if (as_is && run && m.json == run_end + 1 && *run_end == ',') {
             run_end = next; /* extends the run */
-            p = next;
             continue;
         }
         if (run) {
@@ -277,24 +249,30 @@ static int render_messages_text(pbuf *out, const char *p, size_t len, int *first
             pbuf_append(out, run, (size_t)(run_end - run));
             run = NULL;
         }
-        if (p == end)
-            return 0;
         if (as_is) {
-            run = p;
+            run = m.json;
             run_end = next;
-        } else {
-            json_t *m = json_loadb(p, (size_t)(next - p), 0, NULL);
-            if (!json_is_object(m)) {
-                json_decref(m);
-                *err = pstr_printf("stored history holds a message that is not JSON");
-                return -1;
-            }
-            put_message_separator(out, first);
-            render_message(out, m, current_turn, ren);
-            json_decref(m);
+            continue;
         }
-        p = next;
+        json_t *o = json_loadb(m.json, m.len, 0, NULL);
+        if (!json_is_object(o)) {
+            json_decref(o);
+            *err = pstr_printf("stored history holds a message that is not JSON");
+            return -1;
+        }
+        put_message_separator(out, first);
+        render_message(out, o, current_turn, ren);
+        json_decref(o);
     }
+    if (rc != 0) {
+        *err = pstr_printf("stored history is not a list of JSON objects");
+        return -1;
+    }
+    if (run) {
+        put_message_separator(out, first);
+        pbuf_append(out, run, (size_t)(run_end - run));
+    }
+    return 0;
 }
 
 /* prompt_cache_key routes a conversation's requests to the same cache on

@@ -11,6 +11,7 @@
 
 #include "provider/codec.h"
 #include "provider/think.h"
+#include "store/message_text.h"
 
 const provider *const provider_registry[] = {&provider_openai, &provider_anthropic,
                                              &provider_ollama, NULL};
@@ -27,32 +28,35 @@ const provider *provider_find(const char *name)
 
 json_t *provider_parse_messages(const char *text, size_t len, char **err)
 {
-    while (len > 0 && text[len - 1] == ',')
-        len--;
-    pbuf b = PBUF_INIT;
-    pbuf_putc(&b, '[');
-    pbuf_append(&b, text, len);
-    pbuf_putc(&b, ']');
-    if (b.oom) {
-        *err = pstr_printf("out of memory");
+    json_t *arr = json_array();
+    msgtext_iter it;
+    msgtext_msg m;
+    int rc = 0;
+    msgtext_begin(&it, text, len);
+    while (arr && (rc = msgtext_next(&it, &m)) > 0) {
+        json_error_t jerr;
+        size_t i = json_array_size(arr);
+        json_t *o = json_loadb(m.json, m.len, 0, &jerr);
+        char *why = NULL;
+        if (!o)
+            why = pstr_printf("stored messages are not JSON: %s", jerr.text);
+        else if (!json_is_object(o) || !json_is_string(json_object_get(o, "role")))
+            why = pstr_printf("stored message %zu is not a message object", i);
+        else if (json_array_append_new(arr, o) == 0)
+            continue;
+        else /* json_array_append_new freed it */
+            o = NULL;
+        json_decref(o);
+        json_decref(arr);
+        *err = why ? why : pstr_printf("out of memory");
         return NULL;
     }
-    json_error_t jerr;
-    json_t *arr = json_loadb(b.data, b.len, 0, &jerr);
-    pbuf_free(&b);
-    size_t i;
-    json_t *m;
-    if (arr)
-        json_array_foreach(arr, i, m) {
-            if (!json_is_object(m) || !json_is_string(json_object_get(m, "role"))) {
-                json_decref(arr);
-                *err = pstr_printf("stored message %zu is not a message object", i);
-                return NULL;
-            }
-        }
-    if (!arr)
-        *err = pstr_printf("stored messages are not JSON: %s", jerr.text);
-    return arr;
+    if (arr && rc == 0)
+        return arr;
+    *err = arr ? pstr_printf("stored messages are not JSON: not a list of objects")
+               : pstr_printf("out of memory");
+    json_decref(arr);
+    return NULL;
 }
 
 /* ---- retry policy ---- */

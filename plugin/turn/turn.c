@@ -1,6 +1,7 @@
 /* turn.c -- one turn's data path; see turn.h for the map. */
 #include "turn/turn.h"
 
+#include <assert.h>
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,59 +14,47 @@
 #include "lib/json_schema.h"
 #include "lib/redact.h"
 #include "engine/store_jobs.h"
-#include "engine/tool_handle.h"
+#include "turn/recording.h"
+#include "turn/tools.h"
+#include "store/message_text.h"
 #include "store/store_json.h"
-#include "lib/utf8.h"
-
-static void free_calls(turn *t)
-{
-    for (size_t i = 0; i < t->ncalls; i++) {
-        free(t->calls[i].id);
-        free(t->calls[i].name);
-        free(t->calls[i].arguments);
-        free(t->calls[i].content);
-    }
-    free(t->calls);
-    t->calls = NULL;
-    t->ncalls = t->calls_pending = 0;
-}
 
 void turn_free(turn *t)
 {
     if (!t)
         return;
-    free(t->text);
-    free(t->extra_system_prompt);
-    free(t->context_json);
-    free(t->language);
-    free(t->device_id);
-    free(t->satellite_id);
-    free(t->agent_id);
-    free(t->metadata);
-    free(t->interface_message_id);
-    response_format_free(t->format);
-    free(t->structured);
-    reply_context_free(&t->reply);
-    free(t->conversation_id);
-    free(t->persona_name);
-    image_list_free(&t->images);
-    pbuf_free(&t->stored_user);
-    free(t->own_interface_type);
-    toolset_free(t->own_tools);
-    pbuf_free(&t->history);
-    ctx_window_free(&t->ctx);
-    json_decref(t->history_msgs);
-    free(t->stop_reason);
-    pbuf_free(&t->messages);
-    free(t->message_index);
-    pbuf_free(&t->steps);
-    llm_call_ids_free(t->call_ids);
-    pbuf_free(&t->body);
-    free(t->stream_error);
-    free(t->answer);
-    provider_stream_free(t->stream);
-    free_calls(t);
-    free(t->persona_opts);
+    free(t->in.text);
+    free(t->in.extra_system_prompt);
+    free(t->in.context_json);
+    free(t->in.language);
+    free(t->in.device_id);
+    free(t->in.satellite_id);
+    free(t->in.agent_id);
+    free(t->in.metadata);
+    free(t->in.interface_message_id);
+    response_format_free(t->in.format);
+    free(t->rec.structured);
+    reply_context_free(&t->in.reply);
+    free(t->conv.conversation_id);
+    free(t->conv.persona_name);
+    image_list_free(&t->in.images);
+    pbuf_free(&t->rec.stored_user);
+    free(t->conv.own_interface_type);
+    toolset_free(t->in.own_tools);
+    pbuf_free(&t->ctx.history);
+    ctx_window_free(&t->ctx.window);
+    json_decref(t->ctx.history_msgs);
+    free(t->req.stop_reason);
+    pbuf_free(&t->rec.messages);
+    free(t->rec.index);
+    pbuf_free(&t->rec.steps);
+    llm_call_ids_free(t->tool.ids);
+    pbuf_free(&t->req.body);
+    free(t->req.stream_error);
+    free(t->rec.answer);
+    provider_stream_free(t->req.stream);
+    tools_free(t);
+    free(t->conv.persona_opts);
     config_unref(t->cfg);
     free(t);
 }
@@ -73,292 +62,71 @@ void turn_free(turn *t)
 int turn_apply_persona(turn *t)
 {
     t->opts = &t->cfg->opts;
-    if (!t->persona_def)
+    if (!t->conv.persona_def)
         return 0;
-    if (!t->persona_opts && !(t->persona_opts = malloc(sizeof *t->persona_opts)))
+    if (!t->conv.persona_opts && !(t->conv.persona_opts = malloc(sizeof *t->conv.persona_opts)))
         return -1;
-    persona_apply(t->persona_def, &t->cfg->opts, t->persona_opts);
-    t->opts = t->persona_opts;
+    persona_apply(t->conv.persona_def, &t->cfg->opts, t->conv.persona_opts);
+    t->opts = t->conv.persona_opts;
     return 0;
 }
 
 /* ======================================================================
- * Recording: the turn's messages (committed at the end) and its steps
+ * Phases: where the turn is (turn.h), changed only by turn_enter
  * ====================================================================== */
 
-/*
- * Messages are written in place at the end of t->messages (no copy per
- * message): message_open() gives where this one starts, the caller appends
- * one JSON object, message_close() indexes it for the store.  A failure is
- * sticky oom, and a message cut by it is never stored (messages.oom fails
- * the turn).
- */
-static size_t message_open(turn *t)
+const char *turn_phase_name(turn_phase p)
 {
-    if (t->messages.len)
-        pbuf_putc(&t->messages, ',');
-    return t->messages.len;
+    static const char *const names[] = {
+        [TURN_QUEUED] = "queued",         [TURN_LOADING] = "loading",
+        [TURN_LEASE_WAIT] = "lease_wait", [TURN_REQUESTING] = "requesting",
+        [TURN_BACKOFF] = "backoff",       [TURN_TOOLS] = "tools",
+        [TURN_COMMITTING] = "committing", [TURN_SUMMARIZING] = "summarizing",
+        [TURN_SUMMARY_SAVING] = "summary_saving", [TURN_ENDED] = "ended",
+    };
+    return (unsigned)p < sizeof names / sizeof names[0] ? names[p] : "?";
 }
 
-static void message_close(turn *t, const char *role, size_t start)
+#ifndef NDEBUG
+/* The moves the data path makes (turn.h); any other is a bug in this file. */
+static int legal_move(turn_phase from, turn_phase to)
 {
-    if (t->messages.oom)
-        return;
-    if (t->nmessages == t->message_index_cap) {
-        /* 2 first: a turn without tools has two messages (it is kept during the wait) */
-        size_t cap = t->message_index_cap ? t->message_index_cap * 2 : 2;
-        turn_message *more = realloc(t->message_index, cap * sizeof *more);
-        if (!more) {
-            t->messages.oom = 1;
-            return;
-        }
-        t->message_index = more;
-        t->message_index_cap = cap;
-    }
-    turn_message *m = &t->message_index[t->nmessages];
-    if (uuid4(m->id) != 0) {
-        t->messages.oom = 1; /* no randomness: treated as a failure to record */
-        return;
-    }
-    m->offset = start;
-    m->len = t->messages.len - start;
-    m->role = role;
-    m->created_ms = turn_clock_ms(t);
-    t->nmessages++;
-}
-
-/* Where the next step starts: '[' before the first, ',' before the others. */
-static void step_open(turn *t) { pbuf_putc(&t->steps, t->steps.len ? ',' : '['); }
-
-static void record_step(turn *t, const pbuf *step)
-{
-    step_open(t);
-    pbuf_append(&t->steps, step->data, step->len);
-}
-
-static void put_str(pbuf *b, const char *s) { pbuf_json_string(b, s, strlen(s)); }
-
-/*
- * The user message as stored, when it differs from the one sent: with
- * history_images "placeholder", its text plus one line per image; with
- * "keep", the parts sent, except that an image whose URL carries credentials
- * or a token (image_url_has_secrets) becomes such a line too: history never
- * holds them, and the bare URL would not fetch when sent again.
- */
-static void record_stored_user(turn *t)
-{
-    int placeholder = strcmp(t->cfg->opts.history_images, "placeholder") == 0;
-    int differs = placeholder;
-    for (size_t i = 0; i < t->images.n; i++)
-        differs |= image_url_has_secrets(&t->images.items[i]);
-    if (!differs)
-        return;
-    pbuf text = PBUF_INIT, *s = &t->stored_user;
-    pbuf_puts(&text, t->text);
-    for (size_t i = 0; i < t->images.n; i++) {
-        if (placeholder || image_url_has_secrets(&t->images.items[i])) {
-            if (text.len) /* a photo without a caption: no empty first line */
-                pbuf_putc(&text, '\n');
-            image_placeholder(&text, &t->images.items[i]);
-        }
-    }
-    pbuf_puts(s, placeholder ? "{\"role\":\"user\",\"content\":"
-                             : "{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":");
-    pbuf_json_string(s, text.data ? text.data : "", text.len);
-    for (size_t i = 0; !placeholder && i < t->images.n; i++) {
-        if (image_url_has_secrets(&t->images.items[i]))
-            continue;
-        pbuf_puts(s, "},{\"type\":\"image_url\",\"image_url\":{\"url\":");
-        put_str(s, t->images.items[i].url);
-        pbuf_putc(s, '}');
-    }
-    pbuf_puts(s, placeholder ? "}" : "}]}");
-    if (text.oom || s->oom)
-        t->messages.oom = 1;
-    pbuf_free(&text);
-}
-
-/*
- * The user message.  With images its content is Chat Completions content
- * parts (the neutral record's form, docs/history.md): the text, then one
- * image_url part per image.  History keeps that too with history_images
- * "keep"; with "placeholder" it keeps the text plus one line per image.
- */
-static void record_user_message(turn *t)
-{
-    size_t start = message_open(t);
-    pbuf *m = &t->messages;
-    pbuf_puts(m, "{\"role\":\"user\",\"content\":");
-    if (!t->images.n) {
-        put_str(m, t->text);
-    } else {
-        pbuf_putc(m, '[');
-        if (*t->text) { /* a photo without a caption has no text part */
-            pbuf_puts(m, "{\"type\":\"text\",\"text\":");
-            put_str(m, t->text);
-            pbuf_puts(m, "},");
-        }
-        for (size_t i = 0; i < t->images.n; i++) {
-            pbuf_puts(m, i ? ",{" : "{");
-            pbuf_puts(m, "\"type\":\"image_url\",\"image_url\":{\"url\":");
-            put_str(m, t->images.items[i].url);
-            pbuf_puts(m, "}}");
-        }
-        pbuf_putc(m, ']');
-        record_stored_user(t);
-    }
-    pbuf_putc(m, '}');
-    message_close(t, "user", start);
-}
-
-/* JSON text as-is if it is valid JSON, else as a JSON string. */
-static void put_json_or_string(pbuf *b, const char *text)
-{
-    json_t *v = json_loads(text, JSON_DECODE_ANY, NULL);
-    char *compact = v ? json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY | JSON_PRESERVE_ORDER) : NULL;
-    if (compact)
-        pbuf_puts(b, compact);
-    else
-        put_str(b, text);
-    free(compact);
-    json_decref(v);
-}
-
-/*
- * Arguments as they may be stored and sent back: servers reject a history
- * whose tool-call arguments are not JSON (every later request of the
- * conversation would fail), so invalid text is wrapped in a JSON object.
- */
-static void put_stored_arguments(pbuf *b, const char *arguments)
-{
-    json_t *v = json_loads(arguments, JSON_DECODE_ANY, NULL);
-    json_decref(v);
-    if (v) {
-        put_str(b, arguments);
-        return;
-    }
-    pbuf wrapped = PBUF_INIT;
-    pbuf_puts(&wrapped, "{\"invalid_json\":");
-    put_str(&wrapped, arguments);
-    pbuf_putc(&wrapped, '}');
-    if (wrapped.oom)
-        b->oom = 1;
-    else
-        put_str(b, wrapped.data);
-    pbuf_free(&wrapped);
-}
-
-/* The reasoning that came with a reply: a step, and keys of its stored message. */
-static void record_reasoning(turn *t, pbuf *m, const llm_reply *reply)
-{
-    if (reply->reasoning && *reply->reasoning) {
-        pbuf_puts(m, ",\"reasoning\":");
-        put_str(m, reply->reasoning);
-        pbuf s = PBUF_INIT;
-        pbuf_puts(&s, "{\"type\":\"reasoning\",\"content\":");
-        put_str(&s, reply->reasoning);
-        pbuf_putc(&s, '}');
-        record_step(t, &s);
-        pbuf_free(&s);
-    }
-    if (reply->provider_data) {
-        pbuf_puts(m, ",\"provider_data\":");
-        pbuf_puts(m, reply->provider_data);
+    if (to == TURN_ENDED)
+        return from != TURN_ENDED; /* any failure, cancel or deadline; once */
+    switch (from) {
+    case TURN_QUEUED: /* a stateless turn asks at once; an append commits at once */
+        return to == TURN_LOADING || to == TURN_REQUESTING || to == TURN_COMMITTING;
+    case TURN_LOADING:
+        return to == TURN_LEASE_WAIT || to == TURN_REQUESTING || to == TURN_COMMITTING;
+    case TURN_LEASE_WAIT:
+        return to == TURN_LOADING;
+    case TURN_REQUESTING: /* again at once: a context overflow sent shorter */
+        return to == TURN_REQUESTING || to == TURN_BACKOFF || to == TURN_TOOLS ||
+               to == TURN_COMMITTING;
+    case TURN_BACKOFF:
+    case TURN_TOOLS:
+        return to == TURN_REQUESTING;
+    case TURN_COMMITTING:
+        return to == TURN_SUMMARIZING;
+    case TURN_SUMMARIZING:
+        return to == TURN_SUMMARY_SAVING;
+    default:
+        return 0;
     }
 }
+#endif
 
-static void record_tool_calls(turn *t, const llm_reply *reply)
+/* The one place a turn changes phase. */
+static void turn_enter(turn *t, turn_phase to)
 {
-    const char *content = reply->content;
-    size_t start = message_open(t);
-    pbuf *m = &t->messages;
-    pbuf_puts(m, "{\"role\":\"assistant\",\"content\":");
-    if (content && *content)
-        put_str(m, content);
-    else
-        pbuf_puts(m, "null");
-    record_reasoning(t, m, reply);
-    pbuf_puts(m, ",\"tool_calls\":[");
-    for (size_t i = 0; i < t->ncalls; i++) {
-        const turn_call *c = &t->calls[i];
-        pbuf_puts(m, i ? ",{\"id\":" : "{\"id\":");
-        put_str(m, c->id);
-        pbuf_puts(m, ",\"type\":\"function\",\"function\":{\"name\":");
-        put_str(m, c->name);
-        pbuf_puts(m, ",\"arguments\":");
-        put_stored_arguments(m, c->arguments);
-        pbuf_puts(m, "}}");
-
-        pbuf s = PBUF_INIT;
-        pbuf_puts(&s, "{\"type\":\"tool_call\",\"call_id\":");
-        put_str(&s, c->id);
-        pbuf_puts(&s, ",\"name\":");
-        put_str(&s, c->name);
-        pbuf_puts(&s, ",\"arguments\":");
-        put_json_or_string(&s, c->arguments);
-        pbuf_putc(&s, '}');
-        record_step(t, &s);
-        pbuf_free(&s);
+#ifndef NDEBUG
+    if (!legal_move(t->phase, to)) {
+        fprintf(stderr, "parley: turn %s: illegal phase change %s -> %s\n", t->turn_id,
+                turn_phase_name(t->phase), turn_phase_name(to));
+        assert(!"illegal turn phase change");
     }
-    pbuf_puts(m, "]}");
-    message_close(t, "assistant", start);
-}
-
-/* Tool messages keep the Chat Completions keys and add the tool's name and
-   is_error: Ollama sends results back by name, Anthropic marks failures. */
-static void record_tool_results(turn *t)
-{
-    for (size_t i = 0; i < t->ncalls; i++) {
-        const turn_call *c = &t->calls[i];
-        size_t start = message_open(t);
-        pbuf *m = &t->messages;
-        pbuf_puts(m, "{\"role\":\"tool\",\"tool_call_id\":");
-        put_str(m, c->id);
-        pbuf_puts(m, ",\"content\":");
-        put_str(m, c->content);
-        pbuf_puts(m, ",\"name\":");
-        put_str(m, c->name);
-        if (c->is_error)
-            pbuf_puts(m, ",\"is_error\":true");
-        pbuf_putc(m, '}');
-        message_close(t, "tool", start);
-
-        pbuf s = PBUF_INIT;
-        pbuf_puts(&s, "{\"type\":\"tool_result\",\"call_id\":");
-        put_str(&s, c->id);
-        pbuf_puts(&s, ",\"name\":");
-        put_str(&s, c->name);
-        pbuf_puts(&s, ",\"content\":");
-        put_str(&s, c->content);
-        pbuf_printf(&s, ",\"is_error\":%s}", c->is_error ? "true" : "false");
-        record_step(t, &s);
-        pbuf_free(&s);
-    }
-}
-
-static void record_answer(turn *t, const llm_reply *reply, const char *content)
-{
-    size_t start = message_open(t);
-    pbuf *m = &t->messages;
-    pbuf_puts(m, "{\"role\":\"assistant\",\"content\":");
-    size_t content_at = m->len;
-    put_str(m, content);
-    size_t content_end = m->len; /* the content as a JSON string: [content_at, content_end) */
-    record_reasoning(t, m, reply);
-    pbuf_putc(m, '}');
-    message_close(t, "assistant", start);
-
-    free(t->answer);
-    t->answer = strdup(content);
-
-    /* The step holds the same JSON string: escape the content once. */
-    step_open(t);
-    pbuf_puts(&t->steps, "{\"type\":\"answer\",\"content\":");
-    if (m->oom) /* the message is cut (the turn fails): the step still says what came */
-        put_str(&t->steps, content);
-    else
-        pbuf_append(&t->steps, m->data + content_at, content_end - content_at);
-    pbuf_putc(&t->steps, '}');
+#endif
+    t->phase = to;
 }
 
 /* ======================================================================
@@ -370,7 +138,7 @@ static void turn_commit(turn *t);
 
 static store_key key_of(const turn *t)
 {
-    return (store_key){t->conversation_id, t->persona, t->interface_type};
+    return (store_key){t->conv.conversation_id, t->conv.persona, t->conv.interface_type};
 }
 
 /* Hand a job to the store threads and wait for it (0), or -1 (the turn ended). */
@@ -394,19 +162,19 @@ static void turn_load_history(turn *t);
 uint64_t turn_clock_ms(const turn *t)
 {
     uint64_t now = clock_wall_ms();
-    if (!t->host_time_ms)
+    if (!t->in.host_time_ms)
         return now;
-    if (!t->nmessages || t->append) /* the user's message (or the appended one): as given */
-        return t->host_time_ms;
-    return t->host_time_ms + (now > t->started_wall_ms ? now - t->started_wall_ms : 0);
+    if (!t->rec.nmessages || t->append) /* the user's message (or the appended one): as given */
+        return t->in.host_time_ms;
+    return t->in.host_time_ms + (now > t->started_wall_ms ? now - t->started_wall_ms : 0);
 }
 
 int turn_set_host_time(turn *t, const char *text, const char *field, char **err)
 {
     if (!text)
         return 0;
-    if (rfc3339_parse(text, &t->host_time_ms) != 0 || t->host_time_ms == 0) {
-        t->host_time_ms = 0;
+    if (rfc3339_parse(text, &t->in.host_time_ms) != 0 || t->in.host_time_ms == 0) {
+        t->in.host_time_ms = 0;
         *err = pstr_printf("%s: must be an RFC 3339 time after 1970, e.g. "
                            "\"2026-11-22T19:31:00Z\" or \"2026-11-22T20:31:00.250+01:00\"", field);
         return -1;
@@ -417,7 +185,7 @@ int turn_set_host_time(turn *t, const char *text, const char *field, char **err)
 /* append_message's turn: one message, stored as it is, without the model. */
 static void append_commit(turn *t)
 {
-    t->message_index[0].created_ms = turn_clock_ms(t);
+    t->rec.index[0].created_ms = turn_clock_ms(t);
     turn_commit(t);
 }
 
@@ -425,14 +193,16 @@ void turn_begin(turn *t)
 {
     const turn_env *env = t->env;
     t->started_wall_ms = clock_wall_ms();
-    if (t->persona_name && env->persona_metrics &&
-        (t->counters = persona_metrics_for(env->persona_metrics, t->persona_name)) && !t->append)
-        atomic_fetch_add(&t->counters->turns, 1);
+    if (t->conv.persona_name && env->persona_metrics &&
+        (t->conv.counters = persona_metrics_for(env->persona_metrics, t->conv.persona_name)) &&
+        !t->append)
+        atomic_fetch_add(&t->conv.counters->turns, 1);
     if (env->persona_metrics) { /* the labelled series (series.h) */
-        t->series = series_for(&env->persona_metrics->series, t->persona, t->interface_type);
+        t->conv.series =
+            series_for(&env->persona_metrics->series, t->conv.persona, t->conv.interface_type);
         if (!t->append)
-            series_turn_begins(&env->persona_metrics->series, t->conversation_id,
-                               t->interface_type, t->persona);
+            series_turn_begins(&env->persona_metrics->series, t->conv.conversation_id,
+                               t->conv.interface_type, t->conv.persona);
     }
     if (t->append) { /* append_message: its lane reached it; store it, no model */
         if (env->jobs && store_shared(env->store)) {
@@ -442,7 +212,7 @@ void turn_begin(turn *t)
         append_commit(t);
         return;
     }
-    if (!t->conversation_id) {
+    if (!t->conv.conversation_id) {
         turn_on_history(t, PARLEY_OK, NULL);
         return;
     }
@@ -466,6 +236,7 @@ static void turn_load_history(turn *t)
     if (t->append)
         last = 1; /* an append only takes the lease: read as little as the store allows */
     size_t window = (size_t)t->opts->max_history_turns; /* what is sent: reply_to's window */
+    turn_enter(t, TURN_LOADING);
     if (env->jobs) { /* WAIT loading: the store's read thread loads */
         store_job *job = store_job_new(STORE_JOB_LOAD, &key);
         if (job) {
@@ -473,7 +244,7 @@ static void turn_load_history(turn *t)
             job->plan_window = !t->append;
             job->summarize = t->opts->summarize;
             job->window_turns = window;
-            if (reply_context_copy_target(&job->reply, &t->reply) != 0) {
+            if (reply_context_copy_target(&job->reply, &t->in.reply) != 0) {
                 store_job_free(job);
                 job = NULL;
             }
@@ -484,13 +255,14 @@ static void turn_load_history(turn *t)
     size_t n = 0;
     char *err = NULL;
     uint64_t now = clock_wall_ms();
-    parley_status st = t->append ? store_load(env->store, &key, last, now, &t->history, &n, &err)
-                                 : ctx_load(env->store, &key, last, t->opts->summarize, now,
-                                            &t->history, &n, &t->ctx, &err);
-    if (st == PARLEY_OK && reply_context_wanted(&t->reply))
-        st = reply_context_load(env->store, &key, ctx_reply_window(&t->ctx, window), now,
-                                &t->reply, &err);
-    t->nhistory = n;
+    parley_status st = t->append
+                           ? store_load(env->store, &key, last, now, &t->ctx.history, &n, &err)
+                           : ctx_load(env->store, &key, last, t->opts->summarize, now,
+                                      &t->ctx.history, &n, &t->ctx.window, &err);
+    if (st == PARLEY_OK && reply_context_wanted(&t->in.reply))
+        st = reply_context_load(env->store, &key, ctx_reply_window(&t->ctx.window, window), now,
+                                &t->in.reply, &err);
+    t->ctx.nhistory = n;
     turn_on_history(t, st, err);
     free(err);
 }
@@ -503,25 +275,25 @@ static void turn_load_history(turn *t)
  */
 static void add_reply_context(turn *t)
 {
-    reply_context *r = &t->reply;
+    reply_context *r = &t->in.reply;
     if (r->outcome != REPLY_INCLUDED)
         return;
-    pbuf_append(&t->history, r->messages.data, r->messages.len);
-    t->nhistory += r->nmessages;
-    json_decref(t->history_msgs); /* parsed again with them, if the codec parses */
-    t->history_msgs = NULL;
+    pbuf_append(&t->ctx.history, r->messages.data, r->messages.len);
+    t->ctx.nhistory += r->nmessages;
+    json_decref(t->ctx.history_msgs); /* parsed again with them, if the codec parses */
+    t->ctx.history_msgs = NULL;
 }
 
 void turn_on_history(turn *t, parley_status status, const char *message)
 {
     t->job = NULL;
     if (status == PARLEY_ERR_BUSY) { /* another host runs a turn on this conversation */
-        uint64_t delay = 20u << (t->lease_waits < 3 ? t->lease_waits : 3);
-        t->lease_waits++;
-        if (t->lease_retry_ms && t->lease_retry_ms < delay)
-            delay = t->lease_retry_ms;
-        t->lease_retry_ms = 0;
-        t->lease_waiting = 1;
+        uint64_t delay = 20u << (t->lease.waits < 3 ? t->lease.waits : 3);
+        t->lease.waits++;
+        if (t->lease.retry_ms && t->lease.retry_ms < delay)
+            delay = t->lease.retry_ms;
+        t->lease.retry_ms = 0;
+        turn_enter(t, TURN_LEASE_WAIT);
         if (timer_arm(t->env->timers, &t->wait, clock_mono_ms() + delay) != 0)
             turn_end(t, PARLEY_ERR_NO_MEMORY, "out of memory");
         return;
@@ -549,17 +321,17 @@ void turn_on_history(turn *t, parley_status status, const char *message)
 static void on_stream_text(void *ud, const char *text, size_t len)
 {
     turn *t = ud;
-    t->streamed |= len > 0;
-    if (t->on_delta && len)
-        t->on_delta(t->user_data, t->id, text, len);
+    t->req.streamed |= len > 0;
+    if (t->host.on_delta && len)
+        t->host.on_delta(t->host.user_data, t->id, text, len);
 }
 
 static void on_stream_reasoning(void *ud, const char *text, size_t len)
 {
     turn *t = ud;
-    t->streamed |= len > 0;
-    if (t->on_reasoning && len)
-        t->on_reasoning(t->user_data, t->id, text, len);
+    t->req.streamed |= len > 0;
+    if (t->host.on_reasoning && len)
+        t->host.on_reasoning(t->host.user_data, t->id, text, len);
 }
 
 /*
@@ -586,16 +358,16 @@ static int stream_sink(void *owner, const char *data, size_t len)
 {
     turn *t = owner;
     char *err = NULL;
-    if (provider_stream_feed(t->stream, data, len, &err) != 0) {
-        free(t->stream_error);
-        t->stream_error = err;
+    if (provider_stream_feed(t->req.stream, data, len, &err) != 0) {
+        free(t->req.stream_error);
+        t->req.stream_error = err;
         return -1;
     }
-    int done = provider_stream_done(t->stream);
+    int done = provider_stream_done(t->req.stream);
     if (done ? timer_arm(t->env->timers, &t->wait, clock_mono_ms() + STREAM_END_GRACE_MS)
              : arm_stream_timer(t, 0)) {
-        free(t->stream_error);
-        t->stream_error = strdup("out of memory");
+        free(t->req.stream_error);
+        t->req.stream_error = strdup("out of memory");
         return -1;
     }
     return done ? HTTP_SINK_COMPLETE : 0;
@@ -612,7 +384,7 @@ static int stream_sink(void *owner, const char *data, size_t len)
 
 static char *system_prompt(const turn *t)
 {
-    const char *summary = ctx_summary(&t->ctx);
+    const char *summary = ctx_summary(&t->ctx.window);
     const char *prompt = t->opts->prompt ? t->opts->prompt : "";
     if (!summary)
         return strdup(prompt);
@@ -634,11 +406,11 @@ static char *system_prompt(const turn *t)
 
 static char *turn_note(const turn *t, int *oom)
 {
-    const char *reply = t->reply.outcome == REPLY_INCLUDED ? REPLY_CONTEXT_NOTE : NULL;
+    const char *reply = t->in.reply.outcome == REPLY_INCLUDED ? REPLY_CONTEXT_NOTE : NULL;
     /* JSON mode without a schema: the model must be told (OpenAI refuses a request
        whose messages never say "JSON"). */
-    const char *json_note = t->format && !t->format->schema ? JSON_ANSWER_NOTE : NULL;
-    const char *parts[] = {t->extra_system_prompt, reply, json_note};
+    const char *json_note = t->in.format && !t->in.format->schema ? JSON_ANSWER_NOTE : NULL;
+    const char *parts[] = {t->in.extra_system_prompt, reply, json_note};
     pbuf b = PBUF_INIT;
     for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++) {
         if (!parts[i] || !*parts[i])
@@ -653,7 +425,7 @@ static char *turn_note(const turn *t, int *oom)
 /* No more tool calls: the last round (max_tool_iterations spent), or tool_choice "none". */
 static int tools_refused(const turn *t)
 {
-    return t->tool_rounds >= t->cfg->opts.max_tool_iterations ||
+    return t->tool.rounds >= t->cfg->opts.max_tool_iterations ||
            strcmp(t->opts->tool_choice, "none") == 0;
 }
 
@@ -662,23 +434,23 @@ static int tools_refused(const turn *t)
 static const char *forced_tool_choice(const turn *t)
 {
     const char *c = t->opts->tool_choice;
-    if (t->tool_rounds > 0 || !c || strcmp(c, "auto") == 0 || strcmp(c, "none") == 0)
+    if (t->tool.rounds > 0 || !c || strcmp(c, "auto") == 0 || strcmp(c, "none") == 0)
         return NULL;
     return c;
 }
 
-/* The provider codec renders the neutral messages into t->body. */
+/* The provider codec renders the neutral messages into t->req.body. */
 static int render_request(turn *t, char **err)
 {
     const provider *prov = t->cfg->prov;
-    const char *stored = t->history.data ? t->history.data : "";
-    const char *turn_text = t->messages.data ? t->messages.data : "";
-    if (!prov->reads_history_text && !t->history_msgs &&
-        !(t->history_msgs = provider_parse_messages(stored, t->history.len, err)))
+    const char *stored = t->ctx.history.data ? t->ctx.history.data : "";
+    const char *turn_text = t->rec.messages.data ? t->rec.messages.data : "";
+    if (!prov->reads_history_text && !t->ctx.history_msgs &&
+        !(t->ctx.history_msgs = provider_parse_messages(stored, t->ctx.history.len, err)))
         return -1;
-    json_t *messages = prov->reads_history_text
-                           ? NULL
-                           : provider_parse_messages(t->messages.data, t->messages.len, err);
+    json_t *messages = prov->reads_history_text ? NULL
+                                                : provider_parse_messages(t->rec.messages.data,
+                                                                          t->rec.messages.len, err);
     char *system = system_prompt(t);
     int note_oom = 0;
     char *note = turn_note(t, &note_oom);
@@ -688,19 +460,19 @@ static int render_request(turn *t, char **err)
             .system = system,
             .system_fixed_len = strlen(system),
             .turn_note = note,
-            .history = t->history_msgs,
+            .history = t->ctx.history_msgs,
             .history_text = prov->reads_history_text ? stored : NULL,
-            .history_text_len = t->history.len,
+            .history_text_len = t->ctx.history.len,
             .messages = messages,
             .messages_text = prov->reads_history_text ? turn_text : NULL,
-            .messages_text_len = t->messages.len,
-            .tools_json = toolset_json(t->tools),
+            .messages_text_len = t->rec.messages.len,
+            .tools_json = toolset_json(t->in.tools),
             .tool_choice_none = tools_refused(t),
             .tool_choice = forced_tool_choice(t),
-            .response_format = t->format,
-            .cache_key = t->conversation_id,
+            .response_format = t->in.format,
+            .cache_key = t->conv.conversation_id,
         };
-        rc = prov->encode(&t->body, t->opts, &r, err); /* the persona's model, sampling */
+        rc = prov->encode(&t->req.body, t->opts, &r, err); /* the persona's model, sampling */
     } else if (!*err) {
         *err = pstr_printf("out of memory");
     }
@@ -744,35 +516,35 @@ static ctx_budget budget_of(const turn *t)
 static int64_t body_tokens(const turn *t, double factor)
 {
     size_t image_bytes = 0;
-    for (size_t i = 0; i < t->images.n; i++)
-        image_bytes += strlen(t->images.items[i].url);
-    size_t text = t->body.len > image_bytes ? t->body.len - image_bytes : 0;
-    return ctx_tokens(text, factor) + (int64_t)t->images.n * IMAGE_TOKENS;
+    for (size_t i = 0; i < t->in.images.n; i++)
+        image_bytes += strlen(t->in.images.items[i].url);
+    size_t text = t->req.body.len > image_bytes ? t->req.body.len - image_bytes : 0;
+    return ctx_tokens(text, factor) + (int64_t)t->in.images.n * IMAGE_TOKENS;
 }
 
 /* Cut n oldest turns of the window (a planned cut: counted, logged). */
 static void cut_window(turn *t, size_t n, ctx_cut_reason why)
 {
-    size_t msgs = ctx_cut(&t->ctx, &t->history, n, why);
-    t->nhistory = t->nhistory > msgs ? t->nhistory - msgs : 0;
-    json_decref(t->history_msgs); /* parsed again without them, if the codec parses */
-    t->history_msgs = NULL;
+    size_t msgs = ctx_cut(&t->ctx.window, &t->ctx.history, n, why);
+    t->ctx.nhistory = t->ctx.nhistory > msgs ? t->ctx.nhistory - msgs : 0;
+    json_decref(t->ctx.history_msgs); /* parsed again without them, if the codec parses */
+    t->ctx.history_msgs = NULL;
     atomic_fetch_add(&t->env->metrics->context_cuts, 1);
-    if (t->counters)
-        atomic_fetch_add(&t->counters->truncations, 1);
-    if (t->series)
-        atomic_fetch_add(&t->series->history_cut, 1);
+    if (t->conv.counters)
+        atomic_fetch_add(&t->conv.counters->truncations, 1);
+    if (t->conv.series)
+        atomic_fetch_add(&t->conv.series->history_cut, 1);
     host_log(t->env->host, PARLEY_LOG_DEBUG,
              "turn %s: the context window starts %zu turns later (%s), at message %llu",
-             t->turn_id, n, ctx_cut_reason_name(why), (unsigned long long)t->ctx.first);
+             t->turn_id, n, ctx_cut_reason_name(why), (unsigned long long)t->ctx.window.first);
 }
 
 /* Before the turn's first request: keep the window within the budget
  * (context/window.h).  1 when the history changed (render again). */
-/* The bytes of t->history that are the window (reply context may follow). */
+/* The bytes of t->ctx.history that are the window (reply context may follow). */
 static size_t window_len(const turn *t)
 {
-    return t->ctx.nturns ? t->ctx.end[t->ctx.nturns - 1] : 0;
+    return t->ctx.window.nturns ? t->ctx.window.end[t->ctx.window.nturns - 1] : 0;
 }
 
 static void release_config(void *cfg)
@@ -787,17 +559,17 @@ static char *stable_prompt(const turn *t) { return strdup(t->opts->prompt ? t->o
 
 static int plan_window(turn *t)
 {
-    if (!t->ctx.enabled || t->ctx_planned)
+    if (!t->ctx.window.enabled || t->ctx.planned)
         return 0;
-    t->ctx_planned = 1;
+    t->ctx.planned = 1;
     if (t->cfg->opts.context_window == 0 && !t->env->ctx->started) /* ask the server, once */
         ctx_discover_start(t->env->ctx, &t->cfg->opts, config_ref(t->cfg), release_config);
     ctx_budget b = budget_of(t);
     ctx_cut_reason why;
-    size_t n = ctx_plan(&t->ctx, &b, body_tokens(t, b.factor), clock_wall_ms(), 0, &why);
+    size_t n = ctx_plan(&t->ctx.window, &b, body_tokens(t, b.factor), clock_wall_ms(), 0, &why);
     char *stable = why == CTX_CUT_NONE ? stable_prompt(t) : NULL;
-    int kept = !stable || ctx_prefix_kept(&t->ctx, stable, toolset_json(t->tools),
-                                          t->history.data, window_len(t));
+    int kept = !stable || ctx_prefix_kept(&t->ctx.window, stable, toolset_json(t->in.tools),
+                                          t->ctx.history.data, window_len(t));
     free(stable);
     if (!kept) {
         atomic_fetch_add(&t->env->metrics->cache_breaks, 1);
@@ -809,17 +581,17 @@ static int plan_window(turn *t)
     if (why == CTX_CUT_NONE)
         return 0;
     int use_next = 0;
-    n = ctx_cut_for_next(&t->ctx, &b, body_tokens(t, b.factor), n, &use_next);
+    n = ctx_cut_for_next(&t->ctx.window, &b, body_tokens(t, b.factor), n, &use_next);
     cut_window(t, n, why);
     if (use_next) /* the summary made ahead takes the cut turns' place */
-        ctx_take_next(&t->ctx);
+        ctx_take_next(&t->ctx.window);
     return n > 0 || use_next;
 }
 
 static void turn_request(turn *t)
 {
     char *err = NULL;
-    if (t->messages.oom || t->steps.oom || t->history.oom) {
+    if (t->rec.messages.oom || t->rec.steps.oom || t->ctx.history.oom) {
         turn_end(t, PARLEY_ERR_NO_MEMORY, "out of memory building the request");
         return;
     }
@@ -831,9 +603,11 @@ static void turn_request(turn *t)
            the failure path (store_json_object_list), so every turn does not pay for it. */
         char *m = NULL;
         parley_status st = PARLEY_ERR_INTERNAL;
-        if (t->history.len && store_json_object_list(t->history.data, t->history.len) < 0 &&
-            t->conversation_id)
-            st = store_json_damaged("history", t->conversation_id, strlen(t->conversation_id), &m);
+        if (t->ctx.history.len &&
+            store_json_object_list(t->ctx.history.data, t->ctx.history.len) < 0 &&
+            t->conv.conversation_id)
+            st = store_json_damaged("history", t->conv.conversation_id,
+                                    strlen(t->conv.conversation_id), &m);
         else
             m = pstr_printf("cannot build the request: %s", err ? err : "out of memory");
         turn_end(t, st, m ? m : "cannot build the request");
@@ -843,29 +617,31 @@ static void turn_request(turn *t)
     }
     /* The body stays allocated for the whole wait (libcurl may send it again
      * on a fresh connection): keep only its bytes, not the render's margin. */
-    pbuf_fit(&t->body);
+    pbuf_fit(&t->req.body);
     if (t->cfg->opts.debug_log_bodies)
-        host_log(t->env->host, PARLEY_LOG_DEBUG, "turn %s request: %s", t->turn_id, t->body.data);
-    provider_stream_free(t->stream);
-    t->stream = NULL;
-    t->streamed = 0;
+        host_log(t->env->host, PARLEY_LOG_DEBUG, "turn %s request: %s", t->turn_id,
+                 t->req.body.data);
+    provider_stream_free(t->req.stream);
+    t->req.stream = NULL;
+    t->req.streamed = 0;
     llm_sink sink = {on_stream_text, on_stream_reasoning, t};
-    if (t->cfg->opts.stream &&
-        !(t->stream = provider_stream_new(t->cfg->prov, t->cfg->opts.strip_think_tags, &sink))) {
+    if (t->cfg->opts.stream && !(t->req.stream = provider_stream_new(
+                                     t->cfg->prov, t->cfg->opts.strip_think_tags, &sink))) {
         turn_end(t, PARLEY_ERR_NO_MEMORY, "out of memory");
         return;
     }
-    t->http = http_call_start(t->env->pool, &t->cfg->http, t->body.data, t->body.len, t,
-                              t->stream ? stream_sink : NULL);
-    if (!t->http) {
+    turn_enter(t, TURN_REQUESTING);
+    t->req.http = http_call_start(t->env->pool, &t->cfg->http, t->req.body.data, t->req.body.len, t,
+                              t->req.stream ? stream_sink : NULL);
+    if (!t->req.http) {
         turn_end(t, PARLEY_ERR_INTERNAL, "could not start the HTTP request");
         return;
     }
-    if (t->stream && arm_stream_timer(t, 1) != 0) {
+    if (t->req.stream && arm_stream_timer(t, 1) != 0) {
         turn_end(t, PARLEY_ERR_NO_MEMORY, "out of memory");
         return;
     }
-    t->requests++;
+    t->req.requests++;
     atomic_fetch_add(&t->env->metrics->llm_requests, 1);
 }
 
@@ -873,7 +649,7 @@ static void turn_request(turn *t)
  * 3. The reply: retry, fail, run tools, or answer
  * ====================================================================== */
 
-static void turn_dispatch_tools(turn *t, llm_reply *reply);
+static void turn_run_tools(turn *t, llm_reply *reply);
 static void finish_answer(turn *t, const llm_reply *reply, const char *content);
 
 /* Exponential backoff with jitter, or the server's Retry-After; capped. */
@@ -883,7 +659,7 @@ static uint64_t retry_delay_ms(const turn *t, int64_t retry_after_ms)
     uint64_t cap = (uint64_t)o->retry_max_delay_ms;
     if (retry_after_ms >= 0)
         return (uint64_t)retry_after_ms < cap ? (uint64_t)retry_after_ms : cap;
-    uint64_t d = (uint64_t)o->retry_backoff_ms << (t->attempt < 16 ? t->attempt : 16);
+    uint64_t d = (uint64_t)o->retry_backoff_ms << (t->req.attempt < 16 ? t->req.attempt : 16);
     if (d > cap)
         d = cap;
     unsigned r = 0;
@@ -904,7 +680,7 @@ static char *without_secrets(const turn *t, const char *text)
 /* 1 when a retry was scheduled. */
 static int maybe_retry(turn *t, parley_status st, const char *msg, int64_t retry_after_ms)
 {
-    if (t->attempt >= t->cfg->opts.max_retries)
+    if (t->req.attempt >= t->cfg->opts.max_retries)
         return 0;
     uint64_t delay = retry_delay_ms(t, retry_after_ms);
     uint64_t at = clock_mono_ms() + delay;
@@ -912,21 +688,22 @@ static int maybe_retry(turn *t, parley_status st, const char *msg, int64_t retry
         return 0; /* would pass the turn's deadline: fail now instead */
     if (timer_arm(t->env->timers, &t->wait, at) != 0)
         return 0;
-    t->attempt++;
+    turn_enter(t, TURN_BACKOFF);
+    t->req.attempt++;
     atomic_fetch_add(&t->env->metrics->llm_retries, 1);
     char *said = without_secrets(t, msg);
-    host_log(t->env->host, PARLEY_LOG_WARN, "turn %s: %s (%s); retry %d of %lld in %llu ms", t->turn_id,
-              status_name(st), said ? said : "", t->attempt, (long long)t->cfg->opts.max_retries,
-              (unsigned long long)delay);
+    host_log(t->env->host, PARLEY_LOG_WARN, "turn %s: %s (%s); retry %d of %lld in %llu ms",
+             t->turn_id, status_name(st), said ? said : "", t->req.attempt,
+             (long long)t->cfg->opts.max_retries, (unsigned long long)delay);
     free(said);
     return 1;
 }
 
 static int decode_reply(turn *t, llm_reply *reply, char **err)
 {
-    if (t->stream)
-        return provider_stream_finish(t->stream, reply, err);
-    const pbuf *b = &t->http->body;
+    if (t->req.stream)
+        return provider_stream_finish(t->req.stream, reply, err);
+    const pbuf *b = &t->req.http->body;
     return provider_decode(t->cfg->prov, t->cfg->opts.strip_think_tags, b->data ? b->data : "",
                            b->len, reply, err);
 }
@@ -935,9 +712,9 @@ static int decode_reply(turn *t, llm_reply *reply, char **err)
 static void explain_http_error(turn *t, char **msg, int *retryable)
 {
     const provider *p = t->cfg->prov;
-    const pbuf *b = &t->http->body;
+    const pbuf *b = &t->req.http->body;
     const char *body = b->data ? b->data : "";
-    long status = http_call_status(t->http);
+    long status = http_call_status(t->req.http);
     char *text = p->error_text(body, b->len);
     char *m = pstr_printf("%s%s%s%s%s%s", *msg ? *msg : "LLM server error", text ? ": " : "",
                           text ? text : "", status == 404 ? " (check base_url: " : "",
@@ -952,7 +729,7 @@ static void explain_http_error(turn *t, char **msg, int *retryable)
 }
 
 /* The server said the prompt does not fit its context window: keep the sizes it
- * named (t->overflow) and say so in *msg, which explain_http_error then extends
+ * named (t->ctx.overflow) and say so in *msg, which explain_http_error then extends
  * with the server's own words.  No retry: the same prompt cannot fit. */
 static char *overflow_message(const llm_overflow *o, const char *server_text)
 {
@@ -966,10 +743,10 @@ static char *overflow_message(const llm_overflow *o, const char *server_text)
 
 static int is_overflow(turn *t, char **msg)
 {
-    const pbuf *b = &t->http->body;
-    if (!llm_overflow_parse(http_call_status(t->http), b->data, b->len, &t->overflow))
+    const pbuf *b = &t->req.http->body;
+    if (!llm_overflow_parse(http_call_status(t->req.http), b->data, b->len, &t->ctx.overflow))
         return 0;
-    char *m = overflow_message(&t->overflow, NULL);
+    char *m = overflow_message(&t->ctx.overflow, NULL);
     if (m) {
         free(*msg);
         *msg = m;
@@ -984,17 +761,17 @@ static void account_reply(turn *t, const llm_reply *reply)
     llm_usage settled = reply->usage;
     llm_usage_settle(&settled);
     const llm_usage *u = &settled;
-    t->usage.prompt += u->prompt;
-    t->usage.evaluated += u->evaluated;
-    t->usage.completion += u->completion;
-    t->usage.cache_read += u->cache_read;
-    t->usage.cache_creation += u->cache_creation;
-    t->usage.reasoning += u->reasoning;
-    if (!t->images.n && !t->truncated) /* base64 bytes are not tokens; a cut prompt lies */
-        ctx_learn_factor(ctx_model_of(t->env->ctx, t->opts->model), t->body.len, u->prompt);
-    if (!t->truncated) {
-        t->last_prompt = u->prompt;
-        t->last_bytes = t->body.len;
+    t->req.usage.prompt += u->prompt;
+    t->req.usage.evaluated += u->evaluated;
+    t->req.usage.completion += u->completion;
+    t->req.usage.cache_read += u->cache_read;
+    t->req.usage.cache_creation += u->cache_creation;
+    t->req.usage.reasoning += u->reasoning;
+    if (!t->in.images.n && !t->ctx.truncated) /* base64 bytes are not tokens; a cut prompt lies */
+        ctx_learn_factor(ctx_model_of(t->env->ctx, t->opts->model), t->req.body.len, u->prompt);
+    if (!t->ctx.truncated) {
+        t->ctx.last_prompt = u->prompt;
+        t->ctx.last_bytes = t->req.body.len;
     }
     atomic_fetch_add(&m->tokens_prompt, (uint64_t)u->prompt);
     atomic_fetch_add(&m->tokens_completion, (uint64_t)u->completion);
@@ -1002,8 +779,8 @@ static void account_reply(turn *t, const llm_reply *reply)
     atomic_fetch_add(&m->tokens_cache_creation, (uint64_t)u->cache_creation);
     atomic_fetch_add(&m->tokens_prompt_evaluated, (uint64_t)u->evaluated);
     atomic_fetch_add(&m->tokens_reasoning, (uint64_t)u->reasoning);
-    free(t->stop_reason);
-    t->stop_reason = reply->finish_reason ? strdup(reply->finish_reason) : NULL;
+    free(t->req.stop_reason);
+    t->req.stop_reason = reply->finish_reason ? strdup(reply->finish_reason) : NULL;
 }
 
 /*
@@ -1041,9 +818,10 @@ static void log_cut_short(const turn *t, const llm_reply *reply)
 static void take_answer_call(const turn *t, llm_reply *reply)
 {
     size_t i = 0;
-    while (t->format && i < reply->ncalls && strcmp(reply->calls[i].name, t->format->name) != 0)
+    while (t->in.format && i < reply->ncalls &&
+           strcmp(reply->calls[i].name, t->in.format->name) != 0)
         i++;
-    if (!t->format || i == reply->ncalls)
+    if (!t->in.format || i == reply->ncalls)
         return;
     free(reply->content);
     reply->content = reply->calls[i].arguments;
@@ -1100,7 +878,7 @@ static json_t *answer_json(const char *text, json_error_t *jerr)
 static char *structured_answer(const turn *t, const llm_reply *reply, const char *content,
                                char **why)
 {
-    const response_format *f = t->format;
+    const response_format *f = t->in.format;
     const char *cut = reply->finish_reason && strcmp(reply->finish_reason, "length") == 0
                           ? "; the answer was cut short (stop_reason \"length\"): raise max_tokens"
                           : "";
@@ -1132,15 +910,15 @@ static void finish_answer(turn *t, const llm_reply *reply, const char *content)
     char *why = NULL, *json = NULL;
     if (blank(content))
         why = empty_answer_message(t, reply);
-    else if (t->format)
+    else if (t->in.format)
         json = structured_answer(t, reply, content, &why);
     record_answer(t, reply, json ? json : content);
-    if (why || (t->format && !json)) {
+    if (why || (t->in.format && !json)) {
         turn_end(t, PARLEY_ERR_BAD_RESPONSE, why ? why : "out of memory");
         free(why);
         return;
     }
-    t->structured = json;
+    t->rec.structured = json;
     turn_commit(t);
 }
 
@@ -1153,23 +931,23 @@ static void finish_answer(turn *t, const llm_reply *reply, const char *content)
  */
 static int recover_overflow(turn *t)
 {
-    if (t->overflow_retried || !t->ctx.enabled)
+    if (t->ctx.overflow_retried || !t->ctx.window.enabled)
         return 0;
-    t->overflow_retried = 1;
+    t->ctx.overflow_retried = 1;
     ctx_model *learned = ctx_model_of(t->env->ctx, t->opts->model);
-    if (t->overflow.n_ctx > 0)
-        learned->window = t->overflow.n_ctx;
-    if (t->overflow.n_prompt > 0 && !t->images.n)
-        ctx_learn_factor(learned, t->body.len, t->overflow.n_prompt);
+    if (t->ctx.overflow.n_ctx > 0)
+        learned->window = t->ctx.overflow.n_ctx;
+    if (t->ctx.overflow.n_prompt > 0 && !t->in.images.n)
+        ctx_learn_factor(learned, t->req.body.len, t->ctx.overflow.n_prompt);
     ctx_budget b = budget_of(t);
     ctx_cut_reason why;
-    size_t n = ctx_plan(&t->ctx, &b, body_tokens(t, b.factor), clock_wall_ms(), 1, &why);
+    size_t n = ctx_plan(&t->ctx.window, &b, body_tokens(t, b.factor), clock_wall_ms(), 1, &why);
     if (!n)
         return 0;
     host_log(t->env->host, PARLEY_LOG_WARN,
              "turn %s: the prompt did not fit the model's context window (%lld tokens > %lld): "
              "sending it again without its %zu oldest turns",
-             t->turn_id, t->overflow.n_prompt, t->overflow.n_ctx, n);
+             t->turn_id, t->ctx.overflow.n_prompt, t->ctx.overflow.n_ctx, n);
     cut_window(t, n, CTX_CUT_OVERFLOW);
     turn_request(t);
     return 1;
@@ -1184,13 +962,14 @@ static void summary_on_http_done(turn *t, CURLcode code);
  */
 static int ollama_truncated(const turn *t, const llm_usage *u)
 {
-    if (!t->cfg->prov->truncates_silently || !t->ctx.enabled || t->images.n ||
+    if (!t->cfg->prov->truncates_silently || !t->ctx.window.enabled || t->in.images.n ||
         u->prompt <= 0)
         return 0;
     double f = ctx_model_of(t->env->ctx, t->opts->model)->factor;
     if (f <= 0)
         return 0;
-    if (!t->tool_rounds && !t->overflow_retried && ctx_shrunk(&t->ctx, t->body.len, u->prompt, f))
+    if (!t->tool.rounds && !t->ctx.overflow_retried &&
+        ctx_shrunk(&t->ctx.window, t->req.body.len, u->prompt, f))
         return 1; /* longer than the conversation's last request, yet counted shorter */
     return body_tokens(t, f) > u->prompt + u->prompt * 3 / 10 + 16; /* far fewer than sent */
 }
@@ -1199,9 +978,9 @@ static int ollama_truncated(const turn *t, const llm_usage *u)
  * answer's room); cut the window's oldest turns and send again, once. */
 static int recover_truncation(turn *t, long long read)
 {
-    if (t->overflow_retried || !t->ctx.enabled)
+    if (t->ctx.overflow_retried || !t->ctx.window.enabled)
         return 0;
-    t->overflow_retried = 1;
+    t->ctx.overflow_retried = 1;
     ctx_budget b = budget_of(t);
     int64_t sent = body_tokens(t, b.factor);
     /* the window whose limit (less the reserve and the margin of itself) is what it read */
@@ -1209,7 +988,7 @@ static int recover_truncation(turn *t, long long read)
         ((int64_t)read + b.reserve) * 100 / (100 - CTX_MARGIN_PERCENT);
     b = budget_of(t);
     ctx_cut_reason why;
-    size_t n = ctx_plan(&t->ctx, &b, sent, clock_wall_ms(), 1, &why);
+    size_t n = ctx_plan(&t->ctx.window, &b, sent, clock_wall_ms(), 1, &why);
     if (!n)
         return 0;
     host_log(t->env->host, PARLEY_LOG_WARN,
@@ -1223,36 +1002,36 @@ static int recover_truncation(turn *t, long long read)
 
 void turn_on_http_done(turn *t, CURLcode code)
 {
-    if (t->summarizing) {
+    if (t->phase == TURN_SUMMARIZING) {
         summary_on_http_done(t, code);
         return;
     }
     char *msg = NULL;
     int retryable = 0;
-    parley_status st = http_call_outcome(t->http, code, &msg, &retryable);
+    parley_status st = http_call_outcome(t->req.http, code, &msg, &retryable);
     if (st == PARLEY_ERR_HTTP_STATUS && is_overflow(t, &msg))
         st = PARLEY_ERR_CONTEXT_OVERFLOW;
     if (st == PARLEY_ERR_HTTP_STATUS || st == PARLEY_ERR_RATE_LIMITED ||
         st == PARLEY_ERR_CONTEXT_OVERFLOW)
         explain_http_error(t, &msg, &retryable);
-    if (st == PARLEY_ERR_BAD_RESPONSE && !msg && t->stream_error &&
-        llm_overflow_from_text(t->stream_error, &t->overflow)) {
+    if (st == PARLEY_ERR_BAD_RESPONSE && !msg && t->req.stream_error &&
+        llm_overflow_from_text(t->req.stream_error, &t->ctx.overflow)) {
         st = PARLEY_ERR_CONTEXT_OVERFLOW; /* said inside the stream (older llama.cpp) */
-        msg = overflow_message(&t->overflow, t->stream_error);
+        msg = overflow_message(&t->ctx.overflow, t->req.stream_error);
     }
-    if (st == PARLEY_ERR_BAD_RESPONSE && !msg && t->stream_error) {
-        st = llm_server_error_status(t->stream_error, &retryable); /* an error event? */
-        retryable &= !t->streamed; /* the host has part of this answer: never twice */
+    if (st == PARLEY_ERR_BAD_RESPONSE && !msg && t->req.stream_error) {
+        st = llm_server_error_status(t->req.stream_error, &retryable); /* an error event? */
+        retryable &= !t->req.streamed; /* the host has part of this answer: never twice */
         msg = st == PARLEY_ERR_BAD_RESPONSE
-                  ? pstr_printf("bad streamed response: %s", t->stream_error)
+                  ? pstr_printf("bad streamed response: %s", t->req.stream_error)
                   : pstr_printf("LLM server error (an error event in the stream): %s",
-                                t->stream_error + strlen(LLM_SERVER_ERROR));
+                                t->req.stream_error + strlen(LLM_SERVER_ERROR));
     }
-    int64_t retry_after = t->http->retry_after_ms;
+    int64_t retry_after = t->req.http->retry_after_ms;
     timer_disarm(t->env->timers, &t->wait); /* the stream idle timer, if any */
     if (st != PARLEY_OK) {
-        http_call_free(t->http);
-        t->http = NULL;
+        http_call_free(t->req.http);
+        t->req.http = NULL;
         if (st == PARLEY_ERR_CONTEXT_OVERFLOW && recover_overflow(t)) {
             free(msg);
             return;
@@ -1262,8 +1041,8 @@ void turn_on_http_done(turn *t, CURLcode code)
         free(msg);
         return;
     }
-    if (t->cfg->opts.debug_log_bodies && !t->stream) {
-        char *body = without_secrets(t, t->http->body.data ? t->http->body.data : "");
+    if (t->cfg->opts.debug_log_bodies && !t->req.stream) {
+        char *body = without_secrets(t, t->req.http->body.data ? t->req.http->body.data : "");
         host_log(t->env->host, PARLEY_LOG_DEBUG, "turn %s response: %s", t->turn_id,
                   body ? body : "(out of memory)");
         free(body);
@@ -1272,8 +1051,8 @@ void turn_on_http_done(turn *t, CURLcode code)
     memset(&reply, 0, sizeof reply);
     char *err = NULL;
     int rc = decode_reply(t, &reply, &err);
-    http_call_free(t->http);
-    t->http = NULL;
+    http_call_free(t->req.http);
+    t->req.http = NULL;
     if (rc != 0) { /* an error object with a 200 says what went wrong: classify it */
         int again = 0;
         parley_status est = llm_server_error_status(err, &again);
@@ -1289,24 +1068,24 @@ void turn_on_http_done(turn *t, CURLcode code)
         llm_reply_free(&reply);
         return;
     }
-    t->attempt = 0;
-    t->truncated = ollama_truncated(t, &reply.usage);
-    if (t->truncated && !t->overflow_retried && t->ctx.nturns) {
+    t->req.attempt = 0;
+    t->ctx.truncated = ollama_truncated(t, &reply.usage);
+    if (t->ctx.truncated && !t->ctx.overflow_retried && t->ctx.window.nturns) {
         account_reply(t, &reply); /* an answer to part of the prompt: its tokens were spent */
         long long read = reply.usage.prompt;
         llm_reply_free(&reply);
-        t->truncated = 0;
+        t->ctx.truncated = 0;
         if (!recover_truncation(t, read))
             turn_end(t, PARLEY_ERR_CONTEXT_OVERFLOW, "the server dropped the start of the "
                      "prompt to fit its context window, and it could not be shortened");
         return;
     } /* (else the answer stands: the newest message is what the server kept) */
-    if (t->overflow_retried == 1) { /* the shorter prompt was answered */
-        t->overflow_retried = 2;
+    if (t->ctx.overflow_retried == 1) { /* the shorter prompt was answered */
+        t->ctx.overflow_retried = 2;
         atomic_fetch_add(&t->env->metrics->context_overflows_recovered, 1);
     }
     account_reply(t, &reply);
-    t->truncated = 0;
+    t->ctx.truncated = 0;
     if (reply.finish_reason && strcmp(reply.finish_reason, "length") == 0)
         log_cut_short(t, &reply);
     take_answer_call(t, &reply);
@@ -1320,222 +1099,74 @@ void turn_on_http_done(turn *t, CURLcode code)
         if (reply.content && *reply.content) {
             finish_answer(t, &reply, reply.content);
         } else {
-            char *m = pstr_printf("the model kept calling tools after %d rounds and tool_choice \"none\"",
-                          t->tool_rounds);
+            char *m =
+                pstr_printf("the model kept calling tools after %d rounds and tool_choice \"none\"",
+                            t->tool.rounds);
             turn_end(t, PARLEY_ERR_TOOL_LOOP, m);
             free(m);
         }
         llm_reply_free(&reply);
         return;
     }
-    turn_dispatch_tools(t, &reply);
+    turn_run_tools(t, &reply);
     llm_reply_free(&reply);
 }
 
 /* ======================================================================
- * 4. Tools: validate each call, hand the good ones to the host
+ * 4. Tools: the host runs the round's calls (tools.c), then ask again
  * ====================================================================== */
-
-static char *error_content(const char *kind, const char *text)
-{
-    json_t *o = json_pack("{s:s,s:s}", "error", kind, "error_text", text);
-    char *s = o ? json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
-    json_decref(o);
-    return s;
-}
-
-static void after_tools(turn *t);
-
-/* Why a call cannot go to the host, or NULL when it can. */
-static char *call_problem(const turn *t, const turn_call *c)
-{
-    if (!toolset_has(t->tools, c->name))
-        return error_content("unknown_tool", "No tool with this name is available");
-    json_error_t jerr;
-    json_t *args = json_loads(c->arguments, 0, &jerr);
-    int is_object = json_is_object(args);
-    json_decref(args);
-    if (!is_object) {
-        char *text = pstr_printf("Arguments are not a JSON object%s%s", args ? "" : ": ", args ? "" : jerr.text);
-        char *s = error_content("invalid_arguments", text ? text : "invalid arguments");
-        free(text);
-        return s;
-    }
-    if (!t->env->host->tool_call)
-        return error_content("no_executor", "The host does not execute tools");
-    return NULL;
-}
-
-static void turn_dispatch_tools(turn *t, llm_reply *reply)
-{
-    free_calls(t);
-    t->calls = calloc(reply->ncalls, sizeof *t->calls);
-    if (!t->calls) {
-        turn_end(t, PARLEY_ERR_NO_MEMORY, "out of memory");
-        return;
-    }
-    t->ncalls = reply->ncalls;
-    /* Before anything is sent or stored: ids the calls of the turn do not share. */
-    if (llm_reply_claim_ids(reply, &t->call_ids, t->nhistory + t->nmessages) != 0) {
-        turn_end(t, PARLEY_ERR_NO_MEMORY, "out of memory");
-        return;
-    }
-    for (size_t i = 0; i < reply->ncalls; i++) {
-        /* Take the strings over from the reply instead of copying them. */
-        t->calls[i].id = reply->calls[i].id;
-        t->calls[i].name = reply->calls[i].name;
-        t->calls[i].arguments = reply->calls[i].arguments;
-        reply->calls[i].id = reply->calls[i].name = reply->calls[i].arguments = NULL;
-    }
-    record_tool_calls(t, reply);
-    t->tool_rounds++;
-
-    /* Count every call pending first: the host may complete one inside its callback. */
-    t->calls_pending = t->ncalls;
-    for (size_t i = 0; i < t->ncalls; i++) {
-        turn_call *c = &t->calls[i];
-        atomic_fetch_add(&t->env->metrics->tool_calls, 1);
-        char *problem = call_problem(t, c);
-        if (problem) {
-            c->content = problem;
-            c->is_error = 1;
-            t->calls_pending--;
-            atomic_fetch_add(&t->env->metrics->tool_errors, 1);
-            continue;
-        }
-        parley_tool_call *h = inbox_handle_new(t->env->box, t, i);
-        parley_tool_call *given = h ? tool_handle_register(h) : NULL;
-        if (!given) {
-            if (h)
-                inbox_handle_free(h);
-            turn_end(t, PARLEY_ERR_NO_MEMORY, "out of memory");
-            return;
-        }
-        c->handle = h;
-        parley_tool_call_info info = {
-            .struct_size = sizeof info,
-            .request_id = t->id,
-            .conversation_id = t->conversation_id,
-            .turn_id = t->turn_id,
-            .call_id = c->id,
-            .tool_name = c->name,
-            .arguments_json = c->arguments,
-            .user_data = t->user_data,
-            .language = t->language,
-            .device_id = t->device_id,
-            .satellite_id = t->satellite_id,
-            .agent_id = t->agent_id,
-            .context_json = t->context_json,
-            .interface_type = t->interface_type && *t->interface_type ? t->interface_type : NULL,
-            .persona = t->persona_name,
-        };
-        /* The host cannot end the turn from here: cancel and results go through the inbox. */
-        t->env->host->tool_call(t->env->host->host_data, given, &info);
-    }
-    if (t->calls_pending == 0) {
-        after_tools(t);
-        return;
-    }
-    if (timer_arm(t->env->timers, &t->wait, clock_mono_ms() + (uint64_t)t->cfg->opts.tool_timeout_ms) != 0)
-        turn_end(t, PARLEY_ERR_NO_MEMORY, "out of memory");
-}
-
-/* The tool message content for what the host gave back. */
-static char *result_content(const turn *t, const char *result, int is_error, int *is_error_out)
-{
-    size_t max = (size_t)t->cfg->opts.max_tool_result_bytes;
-    const char *text = result ? result : "";
-    size_t n = strlen(text);
-    *is_error_out = 1;
-    if (n > max) {
-        char *m = pstr_printf("The tool result of %zu bytes exceeds max_tool_result_bytes (%zu)", n, max);
-        char *s = error_content("result_too_large", m ? m : "result too large");
-        free(m);
-        return s;
-    }
-    if (!utf8_valid(text, n))
-        return error_content("invalid_result", "The tool result is not valid UTF-8");
-    if (is_error) {
-        /* A JSON string means the text inside; other JSON stays JSON, under
-         * "details" (never JSON inside a string), with its message, if it has
-         * one, as the error_text; anything else is the text itself. */
-        json_t *v = json_loads(text, JSON_DECODE_ANY, NULL);
-        if (!v || json_is_string(v)) {
-            char *s = error_content("tool_error", v ? json_string_value(v)
-                                                  : *text ? text : "The tool failed");
-            json_decref(v);
-            return s;
-        }
-        const char *said = json_string_value(json_object_get(v, "message"));
-        if (!said)
-            said = json_string_value(json_object_get(v, "error"));
-        json_t *o = json_pack("{s:s,s:s,s:O}", "error", "tool_error", "error_text",
-                              said ? said : "The tool failed (see details)", "details", v);
-        char *s = o ? json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
-        json_decref(o);
-        json_decref(v);
-        return s;
-    }
-    *is_error_out = 0;
-    json_t *v = json_loads(text, JSON_DECODE_ANY, NULL);
-    char *s = v ? json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY | JSON_PRESERVE_ORDER) : strdup(text);
-    json_decref(v);
-    return s;
-}
-
-/* Drop the turn's claim on a handle: a later completion is then discarded. */
-static void detach_handle(turn_call *c)
-{
-    if (!c->handle)
-        return;
-    inbox_handle_detach(c->handle);
-    c->handle = NULL;
-}
-
-void turn_on_tool_result(turn *t, parley_tool_call *h)
-{
-    turn_call *c = &t->calls[h->index];
-    c->handle = NULL;
-    c->content = result_content(t, h->result, h->is_error, &c->is_error);
-    if (c->is_error)
-        atomic_fetch_add(&t->env->metrics->tool_errors, 1);
-    if (!c->content) {
-        turn_end(t, PARLEY_ERR_NO_MEMORY, "out of memory");
-        return;
-    }
-    if (--t->calls_pending == 0) {
-        timer_disarm(t->env->timers, &t->wait);
-        after_tools(t);
-    }
-}
 
 /* Every call of the round has a result: record them, ask the model again. */
 static void after_tools(turn *t)
 {
     record_tool_results(t);
-    free_calls(t);
+    tools_free(t);
     turn_request(t);
+}
+
+/* The model asked for tools: record the round, hand the calls to the host, wait for their
+   results (turn_on_tool_result) at most tool_timeout_ms. */
+static void turn_run_tools(turn *t, llm_reply *reply)
+{
+    turn_enter(t, TURN_TOOLS);
+    if (tools_take(t, reply) != 0) {
+        turn_end(t, PARLEY_ERR_NO_MEMORY, "out of memory");
+        return;
+    }
+    record_tool_calls(t, reply);
+    t->tool.rounds++;
+    if (tools_send(t) != 0) {
+        turn_end(t, PARLEY_ERR_NO_MEMORY, "out of memory");
+        return;
+    }
+    if (t->tool.pending == 0) {
+        after_tools(t);
+        return;
+    }
+    if (timer_arm(t->env->timers, &t->wait,
+                  clock_mono_ms() + (uint64_t)t->cfg->opts.tool_timeout_ms) != 0)
+        turn_end(t, PARLEY_ERR_NO_MEMORY, "out of memory");
+}
+
+void turn_on_tool_result(turn *t, parley_tool_call *h)
+{
+    if (tools_take_result(t, h) != 0) {
+        turn_end(t, PARLEY_ERR_NO_MEMORY, "out of memory");
+        return;
+    }
+    if (t->tool.pending == 0) {
+        timer_disarm(t->env->timers, &t->wait);
+        after_tools(t);
+    }
 }
 
 /* The host did not answer some calls in time: they fail, the turn goes on. */
 static void tool_timeout(turn *t)
 {
-    for (size_t i = 0; i < t->ncalls; i++) {
-        turn_call *c = &t->calls[i];
-        if (c->content)
-            continue;
-        detach_handle(c);
-        char *m = pstr_printf("The host did not answer within %lld ms", (long long)t->cfg->opts.tool_timeout_ms);
-        c->content = error_content("timeout", m ? m : "timeout");
-        c->is_error = 1;
-        free(m);
-        atomic_fetch_add(&t->env->metrics->tool_timeouts, 1);
-        if (!c->content) {
-            turn_end(t, PARLEY_ERR_NO_MEMORY, "out of memory");
-            return;
-        }
+    if (tools_time_out(t) != 0) {
+        turn_end(t, PARLEY_ERR_NO_MEMORY, "out of memory");
+        return;
     }
-    t->calls_pending = 0;
     after_tools(t);
 }
 
@@ -1543,6 +1174,34 @@ static void tool_timeout(turn *t)
  * 5. Timers
  * ====================================================================== */
 
+/* The request's `wait` timer: [DONE] came but not the body's end, no first byte in time
+   (counted from when it got a connection), or a stream gone quiet. */
+static void request_timer(turn *t)
+{
+    const parley_options *o = &t->cfg->opts;
+    http_call *h = t->req.http;
+    if (h->complete) {
+        turn_on_http_done(t, CURLE_OK); /* [DONE] came, the body's end did not: done anyway */
+        return;
+    }
+    uint64_t due = h->started_ms + (uint64_t)o->request_timeout_ms;
+    if (!h->received && (!h->started || clock_mono_ms() < due)) {
+        if (timer_arm(t->env->timers, &t->wait,
+                      h->started ? due : clock_mono_ms() + (uint64_t)o->request_timeout_ms))
+            turn_end(t, PARLEY_ERR_NO_MEMORY, "out of memory");
+        return;
+    }
+    char *m = h->received
+                  ? pstr_printf("the streamed answer stalled: no data for "
+                                "stream_idle_timeout_ms (%lld ms)",
+                                (long long)o->stream_idle_timeout_ms)
+                  : pstr_printf("no answer from the LLM server within request_timeout_ms (%lld ms)",
+                                (long long)o->request_timeout_ms);
+    turn_end(t, PARLEY_ERR_TIMEOUT, m ? m : "stream timeout");
+    free(m);
+}
+
+/* The deadline, or `wait`: what `wait` meant is the phase's (turn.h). */
 void turn_on_timer(turn *t, ptimer *which)
 {
     if (which == &t->deadline) {
@@ -1550,32 +1209,24 @@ void turn_on_timer(turn *t, ptimer *which)
                       (long long)t->cfg->opts.turn_timeout_ms);
         turn_end(t, PARLEY_ERR_TIMEOUT, m ? m : "turn timeout");
         free(m);
-    } else if (t->http && t->http->complete) {
-        turn_on_http_done(t, CURLE_OK); /* [DONE] came, the body's end did not: done anyway */
-    } else if (t->http) {
-        const parley_options *o = &t->cfg->opts;
-        /* No first byte yet: the request's time counts from when it got a connection. */
-        uint64_t due = t->http->started_ms + (uint64_t)o->request_timeout_ms;
-        if (!t->http->received && (!t->http->started || clock_mono_ms() < due)) {
-            if (timer_arm(t->env->timers, &t->wait,
-                          t->http->started ? due : clock_mono_ms() + (uint64_t)o->request_timeout_ms))
-                turn_end(t, PARLEY_ERR_NO_MEMORY, "out of memory");
-            return;
-        }
-        char *m = t->http->received
-                      ? pstr_printf("the streamed answer stalled: no data for "
-                                    "stream_idle_timeout_ms (%lld ms)", (long long)o->stream_idle_timeout_ms)
-                      : pstr_printf("no answer from the LLM server within request_timeout_ms (%lld ms)",
-                                    (long long)o->request_timeout_ms);
-        turn_end(t, PARLEY_ERR_TIMEOUT, m ? m : "stream timeout");
-        free(m);
-    } else if (t->calls_pending) {
+        return;
+    }
+    switch (t->phase) {
+    case TURN_REQUESTING:
+        request_timer(t);
+        break;
+    case TURN_TOOLS:
         tool_timeout(t);
-    } else if (t->lease_waiting) {
-        t->lease_waiting = 0;
+        break;
+    case TURN_LEASE_WAIT:
         turn_load_history(t); /* the conversation's lease was busy: try again */
-    } else {
+        break;
+    case TURN_BACKOFF:
         turn_request(t); /* the backoff before a retry is over */
+        break;
+    default: /* no other phase arms `wait`, and turn_commit and turn_end disarm it */
+        assert(!"a wait timer in a phase that never arms it");
+        break;
     }
 }
 
@@ -1596,27 +1247,6 @@ static int ends_in_question(const char *s)
     return n >= 3 && memcmp(s + n - 3, "\xEF\xBC\x9F", 3) == 0; /* fullwidth '?' */
 }
 
-/* The store's view of this turn's messages (malloc'd array; JSON borrowed from t->messages). */
-static store_message *store_messages(const turn *t)
-{
-    store_message *msgs = calloc(t->nmessages, sizeof *msgs);
-    for (size_t i = 0; msgs && i < t->nmessages; i++) {
-        const turn_message *m = &t->message_index[i];
-        msgs[i] = (store_message){.message_id = m->id, .role = m->role, .created_ms = m->created_ms,
-                                  .json = t->messages.data + m->offset, .json_len = m->len};
-    }
-    if (msgs) { /* what the host said of the user's message (append_message: of its one) */
-        msgs[0].interface_message_id = t->interface_message_id;
-        msgs[0].metadata = t->metadata;
-        msgs[0].metadata_len = t->metadata ? strlen(t->metadata) : 0;
-    }
-    if (msgs && t->stored_user.len) { /* the user message with its images as placeholders */
-        msgs[0].json = t->stored_user.data;
-        msgs[0].json_len = t->stored_user.len;
-    }
-    return msgs;
-}
-
 /*
  * The answer is in: append the whole turn to its conversation, then end.
  * The turn is reported ok only once the store has it; a store failure ends
@@ -1626,15 +1256,15 @@ static store_message *store_messages(const turn *t)
 static void turn_commit(turn *t)
 {
     const turn_env *env = t->env;
-    if (!t->answer || t->messages.oom) {
+    if (!t->rec.answer || t->rec.messages.oom) {
         turn_end(t, PARLEY_ERR_NO_MEMORY, "out of memory recording the turn");
         return;
     }
-    if (!t->conversation_id) {
+    if (!t->conv.conversation_id) {
         turn_end(t, PARLEY_OK, NULL);
         return;
     }
-    store_message *msgs = store_messages(t);
+    store_message *msgs = record_store_messages(t);
     if (!msgs) {
         turn_end(t, PARLEY_ERR_NO_MEMORY, "out of memory committing the turn");
         return;
@@ -1643,42 +1273,41 @@ static void turn_commit(turn *t)
     timer_disarm(env->timers, &t->wait);
     uint64_t now = clock_wall_ms();
     store_turn in = {.turn_id = t->turn_id,
-                     .started_ms = t->host_time_ms ? t->host_time_ms : t->started_wall_ms,
+                     .started_ms = t->in.host_time_ms ? t->in.host_time_ms : t->started_wall_ms,
                      .finished_ms = turn_clock_ms(t),
-                     .messages = msgs, .nmessages = t->nmessages,
-                     .tokens = ctx_turn_tokens(msgs, t->nmessages,
+                     .messages = msgs, .nmessages = t->rec.nmessages,
+                     .tokens = ctx_turn_tokens(msgs, t->rec.nmessages,
                                                ctx_model_of(t->env->ctx, t->opts->model)->factor)};
-    if (t->ctx.enabled && t->last_prompt > 0) { /* what the next turn's server count */
-        t->ctx.rec.last_prompt = (uint64_t)t->last_prompt;
-        t->ctx.rec.last_bytes = t->last_bytes;
+    if (t->ctx.window.enabled && t->ctx.last_prompt > 0) { /* what the next turn's server count */
+        t->ctx.window.rec.last_prompt = (uint64_t)t->ctx.last_prompt;
+        t->ctx.window.rec.last_bytes = t->ctx.last_bytes;
     }
-    if (t->ctx.enabled) { /* what the next request should start with */
+    if (t->ctx.window.enabled) { /* what the next request should start with */
         pbuf turn_text = PBUF_INIT;
-        for (size_t i = 0; i < t->nmessages; i++) {
-            pbuf_append(&turn_text, msgs[i].json, msgs[i].json_len);
-            pbuf_putc(&turn_text, ',');
-        }
+        for (size_t i = 0; i < t->rec.nmessages; i++)
+            msgtext_append(&turn_text, msgs[i].json, msgs[i].json_len);
         char *stable = stable_prompt(t);
-        ctx_set_prefix(&t->ctx, stable ? stable : "", toolset_json(t->tools), t->history.data,
-                       window_len(t), turn_text.data, turn_text.len);
+        ctx_set_prefix(&t->ctx.window, stable ? stable : "", toolset_json(t->in.tools),
+                       t->ctx.history.data, window_len(t), turn_text.data, turn_text.len);
         if (turn_text.oom || !stable)
-            t->ctx.rec.prefix_hash = 0; /* unknown: the next turn checks nothing */
+            t->ctx.window.rec.prefix_hash = 0; /* unknown: the next turn checks nothing */
         free(stable);
         pbuf_free(&turn_text);
     }
-    if (t->ctx.enabled && ctx_record_write(&t->ctx) == 0) { /* the window's start goes with it */
-        in.context = t->ctx.record.data;
-        in.context_len = t->ctx.record.len;
+    if (t->ctx.window.enabled &&
+        ctx_record_write(&t->ctx.window) == 0) { /* the window's start goes with it */
+        in.context = t->ctx.window.record.data;
+        in.context_len = t->ctx.window.record.len;
     }
     store_key key = key_of(t);
+    turn_enter(t, TURN_COMMITTING);
     if (env->jobs) { /* WAIT committing: the store's write thread appends */
         store_job *job = store_job_new(STORE_JOB_APPEND, &key);
         if (job)
             job->turn = in; /* takes msgs */
         else
             free(msgs);
-        if (wait_for_store(t, job) == 0)
-            t->committing = 1;
+        wait_for_store(t, job);
         return;
     }
     char *err = NULL;
@@ -1714,7 +1343,6 @@ static const char AHEAD_PROMPT[] =
 /* The summary is done (made, failed or given up): the turn ends as it was reported. */
 static void summary_end(turn *t, int made, const char *why)
 {
-    t->summarizing = 0;
     atomic_fetch_add(made ? &t->env->metrics->summaries_made : &t->env->metrics->summaries_failed,
                      1);
     if (!made)
@@ -1724,12 +1352,12 @@ static void summary_end(turn *t, int made, const char *why)
     turn_end(t, PARLEY_OK, NULL);
 }
 
-/* The summary request's body, in the codec's form, into t->body. */
+/* The summary request's body, in the codec's form, into t->req.body. */
 static int render_summary(turn *t, char **err)
 {
     ctx_budget b = budget_of(t); /* its request must fit the window: about 3/4 of it */
     double bytes = (double)(b.window - b.reserve) * CTX_BYTES_PER_TOKEN * 0.75 / b.factor;
-    char *input = ctx_summary_input(&t->ctx, bytes > 1024 ? (size_t)bytes : 1024);
+    char *input = ctx_summary_input(&t->ctx.window, bytes > 1024 ? (size_t)bytes : 1024);
     json_t *msg = input ? json_pack("{s:s,s:s}", "role", "user", "content", input) : NULL;
     json_t *msgs = msg ? json_pack("[O]", msg) : NULL;
     json_t *none = json_array();
@@ -1754,7 +1382,7 @@ static int render_summary(turn *t, char **err)
             .messages_text_len = strlen(text_list),
             .tools_json = "[]",
         };
-        rc = t->cfg->prov->encode(&t->body, &o, &r, err);
+        rc = t->cfg->prov->encode(&t->req.body, &o, &r, err);
     }
     free(input);
     free(text);
@@ -1768,30 +1396,30 @@ static int render_summary(turn *t, char **err)
 /* The request for the summary made ahead of the next cut: this turn's own
  * last request plus its answer and the instruction, in the conversation's
  * codec and options (so the server reads all but the instruction from its
- * cache), without streaming or tools, into t->body. */
+ * cache), without streaming or tools, into t->req.body. */
 static int render_ahead(turn *t, size_t k, char **err)
 {
     char *instruction = pstr_printf(AHEAD_PROMPT, k);
     if (!instruction)
         return -1;
-    size_t mark = t->messages.len;
-    pbuf_puts(&t->messages, mark ? ",{\"role\":\"user\",\"content\":"
+    size_t mark = t->rec.messages.len;
+    pbuf_puts(&t->rec.messages, mark ? ",{\"role\":\"user\",\"content\":"
                                  : "{\"role\":\"user\",\"content\":");
-    pbuf_json_string(&t->messages, instruction, strlen(instruction));
-    pbuf_putc(&t->messages, '}');
+    pbuf_json_string(&t->rec.messages, instruction, strlen(instruction));
+    pbuf_putc(&t->rec.messages, '}');
     free(instruction);
     parley_options o = *t->opts; /* a shallow copy: one answer, not streamed */
     o.stream = 0;
     const parley_options *saved = t->opts;
-    int rounds = t->tool_rounds;
+    int rounds = t->tool.rounds;
     t->opts = &o;
-    t->tool_rounds = (int)t->cfg->opts.max_tool_iterations; /* tool_choice "none" */
-    int rc = t->messages.oom ? -1 : render_request(t, err);
+    t->tool.rounds = (int)t->cfg->opts.max_tool_iterations; /* tool_choice "none" */
+    int rc = t->rec.messages.oom ? -1 : render_request(t, err);
     t->opts = saved;
-    t->tool_rounds = rounds;
-    t->messages.len = mark; /* the turn's messages as committed */
-    if (t->messages.data)
-        t->messages.data[mark] = '\0';
+    t->tool.rounds = rounds;
+    t->rec.messages.len = mark; /* the turn's messages as committed */
+    if (t->rec.messages.data)
+        t->rec.messages.data[mark] = '\0';
     return rc;
 }
 
@@ -1805,24 +1433,24 @@ static int render_ahead(turn *t, size_t k, char **err)
  */
 static int summary_start(turn *t)
 {
-    if (!t->ctx.enabled || !t->ctx.summarize || t->append)
+    if (!t->ctx.window.enabled || !t->ctx.window.summarize || t->append)
         return 0;
     size_t ahead = 0;
     const char *own = t->opts->summary_model;
     /* Ahead of the cut only with the conversation's own model: another model
      * has none of its prompt cached, so the turns' transcript costs it less. */
-    if (!t->ctx.dropped.len) {
-        if ((own && strcmp(own, t->opts->model) != 0) || t->format) /* not its own answer */
+    if (!t->ctx.window.dropped.len) {
+        if ((own && strcmp(own, t->opts->model) != 0) || t->in.format) /* not its own answer */
             return 0;
         ctx_budget b = budget_of(t);
-        int64_t tokens = body_tokens(t, b.factor) + ctx_tokens(strlen(t->answer), b.factor) +
+        int64_t tokens = body_tokens(t, b.factor) + ctx_tokens(strlen(t->rec.answer), b.factor) +
                          ctx_tokens(sizeof AHEAD_PROMPT, b.factor);
         /* its request must fit too (else the cut's transcript makes the summary) */
         if (tokens > b.window - b.reserve - b.window * CTX_MARGIN_PERCENT / 100 ||
-            !(ahead = ctx_ahead_turns(&t->ctx, &b, tokens)))
+            !(ahead = ctx_ahead_turns(&t->ctx.window, &b, tokens)))
             return 0;
     }
-    t->summary_ahead = ahead;
+    t->ctx.summary_ahead = ahead;
     char *err = NULL;
     if ((ahead ? render_ahead(t, ahead, &err) : render_summary(t, &err)) != 0) {
         host_log(t->env->host, PARLEY_LOG_WARN, "turn %s: no summary request: %s", t->turn_id,
@@ -1831,17 +1459,18 @@ static int summary_start(turn *t)
         atomic_fetch_add(&t->env->metrics->summaries_failed, 1);
         return 0;
     }
-    pbuf_fit(&t->body);
-    t->end_status = PARLEY_OK;
-    t->end_message = NULL;
-    if (t->steps.len)
-        pbuf_putc(&t->steps, ']');
+    pbuf_fit(&t->req.body);
+    t->end.status = PARLEY_OK;
+    t->end.message = NULL;
+    if (t->rec.steps.len)
+        pbuf_putc(&t->rec.steps, ']');
     turn_report(t); /* the answer is the host's now */
-    t->summarizing = 1;
-    provider_stream_free(t->stream);
-    t->stream = NULL;
-    t->http = http_call_start(t->env->pool, &t->cfg->http, t->body.data, t->body.len, t, NULL);
-    if (!t->http) {
+    turn_enter(t, TURN_SUMMARIZING);
+    provider_stream_free(t->req.stream);
+    t->req.stream = NULL;
+    t->req.http =
+        http_call_start(t->env->pool, &t->cfg->http, t->req.body.data, t->req.body.len, t, NULL);
+    if (!t->req.http) {
         summary_end(t, 0, "could not start the HTTP request");
         return 1;
     }
@@ -1853,40 +1482,43 @@ static void summary_on_http_done(turn *t, CURLcode code)
 {
     char *msg = NULL;
     int retryable = 0;
-    parley_status st = http_call_outcome(t->http, code, &msg, &retryable);
+    parley_status st = http_call_outcome(t->req.http, code, &msg, &retryable);
     llm_reply reply;
     memset(&reply, 0, sizeof reply);
     char *err = NULL;
     if (st == PARLEY_OK && decode_reply(t, &reply, &err) != 0)
         st = PARLEY_ERR_BAD_RESPONSE;
-    http_call_free(t->http);
-    t->http = NULL;
+    http_call_free(t->req.http);
+    t->req.http = NULL;
     const char *summary = reply.content;
     while (summary && (*summary == ' ' || *summary == '\n'))
         summary++;
     /* the record the commit wrote: the summary replaces it only if no other host's turn
        has written one since (a shared store) */
-    size_t expected_len = t->ctx.record.len;
+    size_t expected_len = t->ctx.window.record.len;
     char *expected = malloc(expected_len + 1);
     if (expected)
-        memcpy(expected, t->ctx.record.data ? t->ctx.record.data : "", expected_len + 1);
+        memcpy(expected, t->ctx.window.record.data ? t->ctx.window.record.data : "",
+               expected_len + 1);
     if (!expected) {
         summary_end(t, 0, "out of memory");
     } else if (st != PARLEY_OK || !summary || !*summary) {
         summary_end(t, 0, st != PARLEY_OK ? (err ? err : msg ? msg : status_name(st))
                                           : "an empty answer");
-    } else if ((t->summary_ahead ? ctx_record_write_next(&t->ctx, summary, t->summary_ahead)
-                                 : ctx_record_write_summary(&t->ctx, summary)) != 0) {
+    } else if ((t->ctx.summary_ahead
+                    ? ctx_record_write_next(&t->ctx.window, summary, t->ctx.summary_ahead)
+                    : ctx_record_write_summary(&t->ctx.window, summary)) != 0) {
         summary_end(t, 0, "out of memory");
     } else { /* the record: the same start, the new summary up to it */
         store_key key = key_of(t);
+        turn_enter(t, TURN_SUMMARY_SAVING);
         if (t->env->jobs) {
             store_job *job = store_job_new(STORE_JOB_SET_CONTEXT, &key);
-            char *copy = job ? malloc(t->ctx.record.len + 1) : NULL;
+            char *copy = job ? malloc(t->ctx.window.record.len + 1) : NULL;
             if (copy) { /* the job's own: the turn may end before it runs */
-                memcpy(copy, t->ctx.record.data, t->ctx.record.len + 1);
+                memcpy(copy, t->ctx.window.record.data, t->ctx.window.record.len + 1);
                 job->turn.context = copy;
-                job->turn.context_len = t->ctx.record.len;
+                job->turn.context_len = t->ctx.window.record.len;
                 job->expected = expected;
                 job->expected_len = expected_len;
                 expected = NULL; /* the job's */
@@ -1900,8 +1532,8 @@ static void summary_on_http_done(turn *t, CURLcode code)
             }
         } else {
             char *serr = NULL;
-            parley_status sst = store_context_set(t->env->store, &key, t->ctx.record.data,
-                                                  t->ctx.record.len, expected, expected_len,
+            parley_status sst = store_context_set(t->env->store, &key, t->ctx.window.record.data,
+                                                  t->ctx.window.record.len, expected, expected_len,
                                                   clock_wall_ms(), &serr);
             summary_saved(t, sst, serr);
             free(serr);
@@ -1928,21 +1560,20 @@ static void summary_saved(turn *t, parley_status status, const char *message)
 void turn_on_committed(turn *t, parley_status status, const char *message)
 {
     t->job = NULL;
-    t->committing = 0;
-    if (t->summarizing) { /* the summary's record, not the turn */
+    if (t->phase == TURN_SUMMARY_SAVING) { /* the summary's record, not the turn */
         summary_saved(t, status, message);
         return;
     }
-    if (status == PARLEY_OK && t->counters) {
-        atomic_fetch_add(&t->counters->turns_stored, 1);
-        atomic_fetch_add(&t->counters->messages_stored, t->nmessages);
+    if (status == PARLEY_OK && t->conv.counters) {
+        atomic_fetch_add(&t->conv.counters->turns_stored, 1);
+        atomic_fetch_add(&t->conv.counters->messages_stored, t->rec.nmessages);
     }
-    if (status == PARLEY_OK && t->series) {
-        atomic_fetch_add(&t->series->turns_stored, 1);
-        atomic_fetch_add(&t->series->messages_stored, t->nmessages);
+    if (status == PARLEY_OK && t->conv.series) {
+        atomic_fetch_add(&t->conv.series->turns_stored, 1);
+        atomic_fetch_add(&t->conv.series->messages_stored, t->rec.nmessages);
     }
     if (status == PARLEY_OK) {
-        t->lease_held = 0; /* the append gave it back (store.h v2) */
+        t->lease.held = 0; /* the append gave it back (store.h v2) */
         if (!summary_start(t))
             turn_end(t, PARLEY_OK, NULL);
         return;
@@ -1958,38 +1589,37 @@ void turn_on_committed(turn *t, parley_status status, const char *message)
 
 void turn_cancel(turn *t, const char *message)
 {
-    if (t->committing)
+    if (t->phase == TURN_COMMITTING)
         return; /* the append may already be on disk: its outcome ends the turn */
     turn_end(t, PARLEY_ERR_CANCELLED, message);
 }
 
 void turn_end(turn *t, parley_status status, const char *message)
 {
-    if (t->ended)
+    if (t->phase == TURN_ENDED)
         return;
-    t->ended = 1;
+    turn_enter(t, TURN_ENDED);
     /* Stop everything still running for this turn. */
-    http_call_free(t->http);
-    t->http = NULL;
+    http_call_free(t->req.http);
+    t->req.http = NULL;
     timer_disarm(t->env->timers, &t->deadline);
     timer_disarm(t->env->timers, &t->wait);
-    for (size_t i = 0; i < t->ncalls; i++)
-        detach_handle(&t->calls[i]);
-    if (t->lease_held && t->env->jobs) { /* ended before a commit gave the lease back */
+    tools_detach(t);
+    if (t->lease.held && t->env->jobs) { /* ended before a commit gave the lease back */
         store_key key = key_of(t);
         store_job *release = store_job_new(STORE_JOB_RELEASE_LEASE, &key);
         if (release && store_jobs_submit(t->env->jobs, release) != 0)
             store_job_free(release); /* stopping: the store's close lets it expire */
-        t->lease_held = 0;
+        t->lease.held = 0;
     }
     if (t->job) { /* a load in flight: its result will go nowhere */
         t->job->owner = NULL;
         t->job = NULL;
     }
-    if (t->steps.len && !t->reported)
-        pbuf_putc(&t->steps, ']');
-    t->end_status = status;
-    t->end_message = status == PARLEY_OK ? NULL : (message ? message : status_name(status));
+    if (t->rec.steps.len && !t->end.reported)
+        pbuf_putc(&t->rec.steps, ']');
+    t->end.status = status;
+    t->end.message = status == PARLEY_OK ? NULL : (message ? message : status_name(status));
     t->env->ended(t->env->worker, t); /* reports (turn_report), then frees t */
 }
 
@@ -2015,45 +1645,46 @@ static char *put_count(char *o, const char *key, long long v)
 
 void turn_report(turn *t)
 {
-    if (t->reported)
+    if (t->end.reported)
         return;
-    t->reported = 1;
-    parley_status status = t->end_status;
-    const char *answer = t->answer;
+    t->end.reported = 1;
+    parley_status status = t->end.status;
+    const char *answer = t->rec.answer;
     char usage[400], *u = usage;
-    u = put_count(u, "{\"prompt_tokens\":", t->usage.prompt);
-    u = put_count(u, ",\"completion_tokens\":", t->usage.completion);
-    u = put_count(u, ",\"cache_read_tokens\":", t->usage.cache_read);
-    u = put_count(u, ",\"cache_creation_tokens\":", t->usage.cache_creation);
-    u = put_count(u, ",\"prompt_tokens_evaluated\":", t->usage.evaluated);
-    u = put_count(u, ",\"reasoning_tokens\":", t->usage.reasoning);
-    u = put_count(u, ",\"requests\":", t->requests);
+    u = put_count(u, "{\"prompt_tokens\":", t->req.usage.prompt);
+    u = put_count(u, ",\"completion_tokens\":", t->req.usage.completion);
+    u = put_count(u, ",\"cache_read_tokens\":", t->req.usage.cache_read);
+    u = put_count(u, ",\"cache_creation_tokens\":", t->req.usage.cache_creation);
+    u = put_count(u, ",\"prompt_tokens_evaluated\":", t->req.usage.evaluated);
+    u = put_count(u, ",\"reasoning_tokens\":", t->req.usage.reasoning);
+    u = put_count(u, ",\"requests\":", t->req.requests);
     memcpy(u, "}", 2);
     /* The server's words may quote the key back: never pass it on. */
-    char *error_message = without_secrets(t, t->end_message);
+    char *error_message = without_secrets(t, t->end.message);
     parley_result r = {
         .struct_size = sizeof r,
         .request_id = t->id,
         .status = status,
-        .error_message = error_message || !t->end_message ? error_message : "out of memory",
-        .conversation_id = t->conversation_id,
+        .error_message = error_message || !t->end.message ? error_message : "out of memory",
+        .conversation_id = t->conv.conversation_id,
         .turn_id = t->turn_id,
         .response = status == PARLEY_OK ? answer : NULL,
-        .steps_json = t->steps.len && !t->steps.oom ? t->steps.data : "[]",
+        .steps_json = t->rec.steps.len && !t->rec.steps.oom ? t->rec.steps.data : "[]",
         .continue_conversation = status == PARLEY_OK && ends_in_question(answer),
         .usage_json = usage,
-        .stop_reason = t->stop_reason,
-        .reply_context = reply_outcome_name(t->reply.outcome),
-        .structured_json = status == PARLEY_OK ? t->structured : NULL,
+        .stop_reason = t->req.stop_reason,
+        .reply_context = reply_outcome_name(t->in.reply.outcome),
+        .structured_json = status == PARLEY_OK ? t->rec.structured : NULL,
     };
-    if (status == PARLEY_OK && t->conversation_id && t->nmessages) { /* stored: it has ids */
-        r.user_message_id = t->message_index[0].id;
-        r.answer_message_id = t->message_index[t->nmessages - 1].id;
+    if (status == PARLEY_OK && t->conv.conversation_id &&
+        t->rec.nmessages) { /* stored: it has ids */
+        r.user_message_id = t->rec.index[0].id;
+        r.answer_message_id = t->rec.index[t->rec.nmessages - 1].id;
     }
     if (t->append) /* append_message: one message, the "answer"; no user message */
         r.user_message_id = NULL;
     agent_counters *m = t->env->metrics;
-    if (status == PARLEY_OK && t->stop_reason && strcmp(t->stop_reason, "length") == 0)
+    if (status == PARLEY_OK && t->req.stop_reason && strcmp(t->req.stop_reason, "length") == 0)
         atomic_fetch_add(&m->answers_cut_short, 1);
     if (status == PARLEY_OK)
         atomic_fetch_add(&m->turns_ok, 1);
@@ -2061,16 +1692,17 @@ void turn_report(turn *t)
         atomic_fetch_add(&m->turns_cancelled, 1);
     else
         atomic_fetch_add(&m->turns_failed, 1);
-    if (!t->series && t->env->persona_metrics) /* ended before it began (cancelled queued) */
-        t->series = series_for(&t->env->persona_metrics->series, t->persona, t->interface_type);
-    if (t->series) /* (NULL: no memory) */
-        atomic_fetch_add(status == PARLEY_OK                ? &t->series->turns_ok
-                         : status == PARLEY_ERR_CANCELLED ? &t->series->turns_cancelled
-                                                          : &t->series->turns_failed,
+    if (!t->conv.series && t->env->persona_metrics) /* ended before it began (cancelled queued) */
+        t->conv.series =
+            series_for(&t->env->persona_metrics->series, t->conv.persona, t->conv.interface_type);
+    if (t->conv.series) /* (NULL: no memory) */
+        atomic_fetch_add(status == PARLEY_OK                ? &t->conv.series->turns_ok
+                         : status == PARLEY_ERR_CANCELLED ? &t->conv.series->turns_cancelled
+                                                          : &t->conv.series->turns_failed,
                          1);
     if (status != PARLEY_OK && status != PARLEY_ERR_CANCELLED)
         host_log(t->env->host, PARLEY_LOG_INFO, "turn %s failed: %s: %s", t->turn_id,
                  status_name(status), r.error_message);
-    t->done(t->user_data, &r);
+    t->host.done(t->host.user_data, &r);
     free(error_message);
 }

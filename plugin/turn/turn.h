@@ -7,25 +7,31 @@
  *   turn_input_accept (host thread, turn_input.c) validate + copy the input,
  *                     resolve its history key, take a reference to the
  *                     agent's config snapshot; inbox_submit hands it over
- *   (worker arrival)  the turn deadline runs from acceptance; the turn waits
- *                     for its conversation's earlier turns (lanes)
- *   turn_begin        load the last max_history_turns
+ *   (worker arrival)  QUEUED: the turn deadline runs from acceptance; the
+ *                     turn waits for its conversation's earlier turns (lanes)
+ *   turn_begin        LOADING: load the last max_history_turns
  *                     turns of its conversation from the store (and, in the
  *                     same store call, the turn reply_to names: reply_context.h)
- *                     -- WAIT "loading" when the store blocks (store_jobs.h)
+ *                     on the store threads when the store blocks (store_jobs.h);
+ *                     LEASE_WAIT while another host holds the conversation
  *   turn_on_history   add a replied-to turn older than the window after the
  *                     history, record the user message, then
- *   turn_request      render the request, start the HTTP call
- *   turn_on_http_done decode the reply (or retry / fail)
- *     -> tool calls: dispatch to the host -> turn_on_tool_result
+ *   turn_request      REQUESTING: render the request, start the HTTP call
+ *   turn_on_http_done decode the reply (or BACKOFF and retry / fail)
+ *     -> tool calls: TOOLS: dispatch to the host (tools.c) -> turn_on_tool_result
  *        -> all results in: back to turn_request (tool_choice "none" once
  *           max_tool_iterations rounds are spent)
- *     -> text: commit: append the whole turn to the store
- *              -- WAIT "committing" when the store blocks
- *   turn_on_committed the store has it: end OK (or the store's error)
- *   turn_end          stop everything, tell the worker (env->ended), which
- *                     forgets the turn, calls turn_report (the host's done
- *                     callback, exactly once) and frees it
+ *     -> text: COMMITTING: append the whole turn to the store
+ *   turn_on_committed the store has it: end OK (or the store's error); or,
+ *                     reported OK, SUMMARIZING turns that left the window
+ *                     (then SUMMARY_SAVING) before it ends
+ *   turn_end          ENDED: stop everything, tell the worker (env->ended),
+ *                     which forgets the turn, calls turn_report (the host's
+ *                     done callback, exactly once) and frees it
+ *
+ * What each step leaves (the messages to commit, the host's steps) is
+ * written by recording.c; which step comes next, and what the turn waits
+ * for, is turn.c's alone: t->phase (turn_phase below).
  *
  * Any failure ends in turn_end(error) before the commit: nothing is stored,
  * so history is exactly as it was.  A turn reported ok is in the store.
@@ -85,6 +91,31 @@ typedef struct turn_env {
     ctx_agent *ctx;            /* what the agent learned of the model's tokens and window */
 } turn_env;
 
+/*
+ * Where a turn is: what it waits for, and so what its `wait` timer means.  One
+ * function changes it (turn_enter, turn.c), which checks the move in debug
+ * builds.  The order is the data path's; a turn may skip phases (a stateless
+ * turn loads nothing, an answer without tools runs none) and may go back to
+ * REQUESTING (after a backoff, a tool round, or a context overflow).
+ */
+typedef enum turn_phase {
+    TURN_QUEUED,         /* accepted: waits for its lane and the worker (turn_begin) */
+    TURN_LOADING,        /* the history load (with the lease, if shared) is in flight: `job` */
+    TURN_LEASE_WAIT,     /* another host holds the conversation's lease: `wait` runs until the
+                            load is tried again */
+    TURN_REQUESTING,     /* the model's HTTP request is in flight: `http`; `wait` is its
+                            first-byte, stream idle or after-[DONE] timer */
+    TURN_BACKOFF,        /* a failed request waits on `wait` before its retry */
+    TURN_TOOLS,          /* the host runs the round's calls: `wait` is tool_timeout_ms */
+    TURN_COMMITTING,     /* the append is in flight: only its outcome ends the turn */
+    TURN_SUMMARIZING,    /* committed and reported: the summary's request is in flight */
+    TURN_SUMMARY_SAVING, /* and then the context record that holds it */
+    TURN_ENDED,          /* turn_end ran: the worker reports and frees it */
+} turn_phase;
+
+/* The phase's name, for messages: "queued", "loading", ... */
+const char *turn_phase_name(turn_phase p);
+
 /* One tool call of the current round. */
 typedef struct turn_call {
     char *id, *name, *arguments;
@@ -101,103 +132,142 @@ typedef struct turn_message {
     char id[UUID_STR_LEN];
 } turn_message;
 
+/*
+ * One turn.  The groups, in the order the data path fills them: who it is
+ * for, what the host gave, the history it is sent with, the requests, the
+ * tool rounds, what it records, and how it ended; the phase, the two timers
+ * and the store job are the state machine's own (turn.c).
+ */
 struct turn {
     const turn_env *env;      /* set when the worker takes the turn */
+    agent_config *cfg;        /* the agent's snapshot at acceptance (a reference) */
+    const parley_options *opts; /* what its requests use: &cfg->opts, or conv.persona_opts */
+    parley_request_id id;
+    char turn_id[UUID_STR_LEN];
     int append;               /* append_message's turn (turn_append.h): no model; its one
                                  message (metadata, interface_message_id below) goes straight
                                  to the commit */
-    agent_config *cfg;        /* the agent's snapshot at acceptance (a reference) */
-    parley_request_id id;
-    char turn_id[UUID_STR_LEN];
-    char *conversation_id;    /* NULL: stateless */
-    const char *persona;      /* with the id, the history key (store.h): persona_name or "" */
-    const char *interface_type; /* the input carries them: "" or own_interface_type */
-    char *own_interface_type;
-    char *persona_name;       /* the input's persona, NULL for none */
-    const persona_spec *persona_def; /* its settings, in cfg; NULL: the agent's own */
-    persona_counters *counters; /* the persona's metrics; NULL without a persona (or OOM) */
-    series_counters *series;  /* its (persona, interface_type) metrics, from turn_begin */
-    const parley_options *opts; /* what its requests use: &cfg->opts, or persona_opts */
-    parley_options *persona_opts; /* with a persona: cfg->opts with its overrides (a shallow
-                                 copy: strings borrowed from cfg), else NULL; out of line,
-                                 since most turns have no persona (turn_apply_persona) */
-    image_list images;        /* the input's images, checked */
-    pbuf stored_user;         /* the user message as stored, when it differs from the sent one
-                                 (images as placeholders); empty: the same */
+
+    /* where it is, and what it waits for */
+    turn_phase phase;         /* (turn_enter): what `wait` and `job` mean */
+    ptimer deadline;          /* turn_timeout_ms after acceptance (armed by the worker on arrival) */
+    ptimer wait;              /* lease wait, stream timers, retry backoff or tool timeout */
+    store_job *job;           /* the store job in flight, NULL when none */
+    uint64_t accepted_mono_ms; /* when async_process took it: the deadline's start */
+    uint64_t started_wall_ms;
+
+    /* whose conversation: the history key (store.h) and the persona */
+    struct turn_conv {
+        char *conversation_id; /* NULL: stateless */
+        const char *persona;  /* with the id, the history key: persona_name or "" */
+        const char *interface_type; /* the input carries them: "" or own_interface_type */
+        char *own_interface_type;
+        char *persona_name;   /* the input's persona, NULL for none */
+        const persona_spec *persona_def; /* its settings, in cfg; NULL: the agent's own */
+        parley_options *persona_opts; /* with a persona: cfg->opts with its overrides (a
+                                 shallow copy: strings borrowed from cfg), else NULL; out of
+                                 line, since most turns have no persona (turn_apply_persona) */
+        persona_counters *counters; /* the persona's metrics; NULL without a persona (or OOM) */
+        series_counters *series; /* its (persona, interface_type) metrics, from turn_begin */
+    } conv;
 
     /* the input, copied */
-    char *text, *extra_system_prompt, *context_json;
-    char *language, *device_id, *satellite_id, *agent_id;
-    char *metadata;           /* the input's metadata_json, compact; kept with the user message */
-    char *interface_message_id; /* kept with the user message */
-    reply_context reply;      /* the turn reply_to names, and what the load found of it */
-    response_format *format;  /* the input's response_format_json, or NULL: a text answer */
-    char *structured;         /* the answer checked against format->schema, compact JSON */
-    toolset *own_tools;       /* config tools + the input's tools, when it had any */
-    const toolset *tools;     /* what this turn offers the model */
-    parley_done_fn done;
-    parley_delta_fn on_delta;
-    parley_delta_fn on_reasoning;
-    void *user_data;
-
-    /* progress */
-    uint64_t accepted_mono_ms;  /* when async_process took it: the deadline's start */
-    uint64_t started_wall_ms;
-    uint64_t host_time_ms;    /* the input's timestamp (0: none): the turn's messages are
+    struct turn_in {
+        char *text, *extra_system_prompt, *context_json;
+        char *language, *device_id, *satellite_id, *agent_id;
+        char *metadata;       /* the input's metadata_json, compact; kept with the user message */
+        char *interface_message_id; /* kept with the user message */
+        image_list images;    /* the input's images, checked */
+        response_format *format; /* the input's response_format_json, or NULL: a text answer */
+        reply_context reply;  /* the turn reply_to names, and what the load found of it */
+        toolset *own_tools;   /* config tools + the input's tools, when it had any */
+        const toolset *tools; /* what this turn offers the model */
+        uint64_t host_time_ms; /* the input's timestamp (0: none): the turn's messages are
                                  stored on the host's clock (turn_clock_ms) */
-    pbuf history;             /* the last turns of the conversation, loaded at turn_begin */
-    size_t nhistory;          /* how many messages that is */
-    ctx_window ctx;           /* where that history starts, its turns, this turn's cuts */
-    int ctx_planned;          /* the window was checked against the budget (first request) */
-    int overflow_retried;     /* 1: sent again after a context-overflow answer; 2: answered */
-    int truncated;            /* accounting a reply to a silently truncated prompt */
-    long long last_prompt;    /* the last reply's prompt tokens as the server counted them */
-    size_t last_bytes;        /* and its request's body length */
-    int summarizing;          /* committed and reported: folding what left the window into
-                                 the summary (its request, then its record) */
-    int reported;             /* the host's done callback ran (turn_report: once) */
-    size_t summary_ahead;     /* summarizing ahead of the next cut: the turns it covers */
-    json_t *history_msgs;     /* the same, parsed once for a codec that needs it parsed */
-    pbuf messages;            /* this turn's messages, comma-joined: what gets committed */
-    turn_message *message_index; /* one per message of `messages` */
-    size_t nmessages, message_index_cap;
-    pbuf steps;               /* the steps JSON array being built */
-    pbuf body;                /* the current request body */
-    char *answer;             /* the final answer, once the model gave it */
-    int tool_rounds;
-    int attempt;              /* retries of the current request */
-    http_call *http;
-    provider_stream *stream;
-    char *stream_error;
-    int streamed;             /* this request's stream gave the host text: it is not retried */
-    llm_usage usage;          /* summed over the turn's requests */
-    int requests;             /* HTTP requests started, failed and retried ones too */
-    char *stop_reason;        /* the last reply's finish_reason */
-    llm_overflow overflow;    /* the sizes of the last context-overflow answer (the turn ended
-                                 or may end with PARLEY_ERR_CONTEXT_OVERFLOW); zero otherwise */
-    turn_call *calls;
-    size_t ncalls, calls_pending;
-    dict *call_ids;           /* the ids of every call of the turn so far (llm_reply_claim_ids) */
-    store_job *job;           /* the store job in flight, NULL when none */
-    int committing;           /* the append is in flight: only its outcome ends the turn */
-    int ended;
-    parley_status end_status; /* set by turn_end, for turn_report */
-    const char *end_message;  /* borrowed: valid only while turn_end runs */
+    } in;
 
-    ptimer deadline;          /* turn_timeout_ms after acceptance (armed by the worker on arrival) */
-    ptimer wait;              /* retry backoff, tool timeout, stream idle timeout, or lease wait */
-    int lease_held;           /* a shared store's lease on the conversation (store.h v2) */
-    int lease_waiting;        /* `wait` runs until the lease is tried again */
-    int lease_waits;          /* times the lease was busy: the wait grows with it */
-    uint64_t lease_retry_ms;  /* from a LOAD job that found the lease busy: the holder's time left */
+    /* the host's callbacks */
+    struct turn_host {
+        parley_done_fn done;
+        parley_delta_fn on_delta;
+        parley_delta_fn on_reasoning;
+        void *user_data;
+    } host;
+
+    /* the context: the history sent before this turn's messages (context/window.h) */
+    struct turn_ctx {
+        pbuf history;         /* the last turns of the conversation, loaded at turn_begin */
+        size_t nhistory;      /* how many messages that is */
+        json_t *history_msgs; /* the same, parsed once for a codec that needs it parsed */
+        ctx_window window;    /* where that history starts, its turns, this turn's cuts */
+        int planned;          /* the window was checked against the budget (first request) */
+        int overflow_retried; /* 1: sent again after a context-overflow answer; 2: answered */
+        int truncated;        /* accounting a reply to a silently truncated prompt */
+        long long last_prompt; /* the last reply's prompt tokens as the server counted them */
+        size_t last_bytes;    /* and its request's body length */
+        llm_overflow overflow; /* the sizes of the last context-overflow answer (the turn
+                                 ended or may end with PARLEY_ERR_CONTEXT_OVERFLOW); zero
+                                 otherwise */
+        size_t summary_ahead; /* summarizing ahead of the next cut: the turns it covers */
+    } ctx;
+
+    /* the model's requests */
+    struct turn_req {
+        pbuf body;            /* the current request body */
+        http_call *http;
+        provider_stream *stream;
+        char *stream_error;
+        int streamed;         /* this request's stream gave the host text: it is not retried */
+        int attempt;          /* retries of the current request */
+        int requests;         /* HTTP requests started, failed and retried ones too */
+        llm_usage usage;      /* summed over the turn's requests */
+        char *stop_reason;    /* the last reply's finish_reason */
+    } req;
+
+    /* the tool rounds (tools.c) */
+    struct turn_tool {
+        turn_call *calls;     /* the current round's */
+        size_t ncalls, pending; /* pending: results still to come */
+        dict *ids;            /* the ids of every call of the turn so far (llm_reply_claim_ids) */
+        int rounds;
+    } tool;
+
+    /* what it keeps (recording.c) */
+    struct turn_rec {
+        pbuf messages;        /* this turn's messages, comma-joined: what gets committed */
+        turn_message *index;  /* one per message of `messages` */
+        size_t nmessages, index_cap;
+        pbuf stored_user;     /* the user message as stored, when it differs from the sent
+                                 one (images as placeholders); empty: the same */
+        pbuf steps;           /* the steps JSON array being built */
+        char *answer;         /* the final answer, once the model gave it */
+        char *structured;     /* the answer checked against in.format->schema, compact JSON */
+    } rec;
+
+    /* a shared store's lease on the conversation (store.h v2) */
+    struct turn_lease {
+        int held;
+        int waits;            /* times the lease was busy: the wait grows with it */
+        uint64_t retry_ms;    /* from a LOAD job that found the lease busy: the holder's time
+                                 left */
+    } lease;
+
+    /* the end */
+    struct turn_ending {
+        parley_status status; /* set by turn_end, for turn_report */
+        const char *message;  /* borrowed: valid only while turn_end runs */
+        int reported;         /* the host's done callback ran (turn_report: once) */
+    } end;
 
     /* worker bookkeeping */
-    lane *lane;
-    turn *lane_next;          /* next in its conversation's queue */
-    turn *ready_next;         /* next in the worker's list of turns to begin */
-    int in_ready;             /* on that list */
-    turn *all_prev, *all_next;
-    inbox_entry submitted;   /* how the inbox holds it (inbox.h) */
+    struct turn_link {
+        lane *lane;
+        turn *lane_next;      /* next in its conversation's queue */
+        turn *ready_next;     /* next in the worker's list of turns to begin */
+        int in_ready;         /* on that list */
+        turn *all_prev, *all_next;
+    } link;
+    inbox_entry submitted;    /* how the inbox holds it (inbox.h) */
 };
 
 void turn_free(turn *t);
@@ -207,16 +277,16 @@ void turn_free(turn *t);
  * time since the turn began for the rest; else the wall clock. */
 uint64_t turn_clock_ms(const turn *t);
 
-/* The host's timestamp `text` (NULL: none) as t->host_time_ms: 0, or -1 with *err naming
+/* The host's timestamp `text` (NULL: none) as t->in.host_time_ms: 0, or -1 with *err naming
  * `field` when it is not an RFC 3339 time after 1970. */
 int turn_set_host_time(turn *t, const char *text, const char *field, char **err);
 
-/* Set t->opts from t->cfg and t->persona_def: 0, or -1 out of memory. */
+/* Set t->opts from t->cfg and t->conv.persona_def: 0, or -1 out of memory. */
 int turn_apply_persona(turn *t);
 
 /* Worker-thread events. */
 void turn_begin(turn *t);
-/* The conversation's history is in t->history (status PARLEY_OK), or could not be read. */
+/* The conversation's history is in t->ctx.history (status PARLEY_OK), or could not be read. */
 void turn_on_history(turn *t, parley_status status, const char *message);
 void turn_on_http_done(turn *t, CURLcode code);
 void turn_on_tool_result(turn *t, parley_tool_call *h);

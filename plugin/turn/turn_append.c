@@ -2,7 +2,7 @@
  * turn_append.c -- the host-thread half of append_message: validate the
  * message, then build the turn that carries it (see turn_append.h).  The
  * worker half is a few lines of turn.c: turn_begin goes straight to the
- * commit (store_messages gives the store the message's identity, as for a
+ * commit (record_store_messages gives the store the message's identity, as for a
  * user message), and turn_report names no user message.
  */
 #include "turn/turn_append.h"
@@ -63,21 +63,21 @@ static parley_status check_message_keys(json_t *root, size_t max_bytes, const ch
 /* The turn's one message, recorded as a model turn records its messages (turn.h). */
 static parley_status record_the_message(turn *t, const char *role, const char *content)
 {
-    pbuf_puts(&t->messages, "{\"role\":");
-    pbuf_json_string(&t->messages, role, strlen(role));
-    pbuf_puts(&t->messages, ",\"content\":");
-    pbuf_json_string(&t->messages, content, strlen(content));
-    pbuf_putc(&t->messages, '}');
-    t->message_index = calloc(1, sizeof *t->message_index);
-    if (t->messages.oom || !t->message_index || !(t->answer = strdup(content)))
+    pbuf_puts(&t->rec.messages, "{\"role\":");
+    pbuf_json_string(&t->rec.messages, role, strlen(role));
+    pbuf_puts(&t->rec.messages, ",\"content\":");
+    pbuf_json_string(&t->rec.messages, content, strlen(content));
+    pbuf_putc(&t->rec.messages, '}');
+    t->rec.index = calloc(1, sizeof *t->rec.index);
+    if (t->rec.messages.oom || !t->rec.index || !(t->rec.answer = strdup(content)))
         return PARLEY_ERR_NO_MEMORY;
-    turn_message *m = &t->message_index[0];
+    turn_message *m = &t->rec.index[0];
     m->offset = 0;
-    m->len = t->messages.len;
+    m->len = t->rec.messages.len;
     m->role = strcmp(role, "system") == 0 ? "system"   /* static, as turn.h wants */
               : strcmp(role, "user") == 0 ? "user"
                                           : "assistant";
-    t->message_index_cap = t->nmessages = 1;
+    t->rec.index_cap = t->rec.nmessages = 1;
     return uuid4(m->id) == 0 ? PARLEY_OK : PARLEY_ERR_INVALID_INPUT; /* no randomness */
 }
 
@@ -86,7 +86,7 @@ static parley_status build(turn *t, agent_config *cfg, const selector *sel, char
 {
     const char *role = NULL, *content = NULL;
     parley_status rc = check_message_keys(sel->root, (size_t)cfg->opts.max_input_bytes, &role,
-                                          &content, &t->metadata, err);
+                                          &content, &t->in.metadata, err);
     if (rc != PARLEY_OK)
         return rc;
     json_t *ts = json_object_get(sel->root, "timestamp");
@@ -100,23 +100,23 @@ static parley_status build(turn *t, agent_config *cfg, const selector *sel, char
         rc = persona_check_name(&cfg->personas, persona, 0, "message_json 'persona'", err);
         if (rc != PARLEY_OK)
             return rc;
-        t->persona_def = persona_find(&cfg->personas, persona);
-        if (!(t->persona_name = strdup(persona)))
+        t->conv.persona_def = persona_find(&cfg->personas, persona);
+        if (!(t->conv.persona_name = strdup(persona)))
             return PARLEY_ERR_NO_MEMORY;
     }
     if (turn_apply_persona(t) != 0)
         return PARLEY_ERR_NO_MEMORY;
-    t->persona = t->persona_name ? t->persona_name : "";
-    if (!(t->conversation_id = strdup(sel->key.conversation_id)))
+    t->conv.persona = t->conv.persona_name ? t->conv.persona_name : "";
+    if (!(t->conv.conversation_id = strdup(sel->key.conversation_id)))
         return PARLEY_ERR_NO_MEMORY;
-    t->interface_type = "";
+    t->conv.interface_type = "";
     if (*sel->key.interface_type) {
-        if (!(t->own_interface_type = strdup(sel->key.interface_type)))
+        if (!(t->conv.own_interface_type = strdup(sel->key.interface_type)))
             return PARLEY_ERR_NO_MEMORY;
-        t->interface_type = t->own_interface_type;
+        t->conv.interface_type = t->conv.own_interface_type;
     }
     if (sel->interface_message_id &&
-        !(t->interface_message_id = strdup(sel->interface_message_id)))
+        !(t->in.interface_message_id = strdup(sel->interface_message_id)))
         return PARLEY_ERR_NO_MEMORY;
     rc = record_the_message(t, role, content);
     if (rc == PARLEY_OK && uuid4(t->turn_id) != 0)
@@ -152,8 +152,8 @@ turn *turn_append_accept(agent_config *cfg, parley_request_id id, const char *me
     }
     t->append = 1;
     t->cfg = config_ref(cfg);
-    t->done = done;
-    t->user_data = user_data;
+    t->host.done = done;
+    t->host.user_data = user_data;
     t->deadline = (ptimer)PTIMER_INIT(t);
     t->wait = (ptimer)PTIMER_INIT(t);
     parley_status rc = build(t, cfg, &sel, err);

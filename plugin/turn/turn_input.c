@@ -78,7 +78,7 @@ static parley_status copy_identity(turn *t, size_t max, const parley_input *in, 
         char *given = NULL;
         parley_status rc = copy_field("metadata_json", in->metadata_json, max, &given, err);
         if (rc == PARLEY_OK)
-            rc = compact_object("metadata_json", given, &t->metadata, err);
+            rc = compact_object("metadata_json", given, &t->in.metadata, err);
         free(given);
         if (rc != PARLEY_OK)
             return rc;
@@ -91,7 +91,7 @@ static parley_status copy_identity(turn *t, size_t max, const parley_input *in, 
                                STORE_MAX_INTERFACE_MESSAGE_ID);
             return PARLEY_ERR_INVALID_INPUT;
         }
-        if (!(t->interface_message_id = strdup(in->interface_message_id))) {
+        if (!(t->in.interface_message_id = strdup(in->interface_message_id))) {
             *err = pstr_printf("out of memory");
             return PARLEY_ERR_NO_MEMORY;
         }
@@ -103,7 +103,7 @@ static parley_status copy_identity(turn *t, size_t max, const parley_input *in, 
                                n, max);
             return PARLEY_ERR_INVALID_INPUT;
         }
-        return reply_context_parse(in->reply_to_json, &t->reply, err);
+        return reply_context_parse(in->reply_to_json, &t->in.reply, err);
     }
     return PARLEY_OK;
 }
@@ -118,22 +118,22 @@ static parley_status copy_input(turn *t, const agent_config *cfg, const parley_i
         return PARLEY_ERR_INVALID_INPUT;
     }
     const struct { const char *name, *src; char **dst; } fields[] = {
-        {"text", in->text, &t->text},
-        {"language", in->language, &t->language},
-        {"device_id", in->device_id, &t->device_id},
-        {"satellite_id", in->satellite_id, &t->satellite_id},
-        {"agent_id", in->agent_id, &t->agent_id},
-        {"extra_system_prompt", in->extra_system_prompt, &t->extra_system_prompt},
-        {"context_json", in->context_json, &t->context_json},
+        {"text", in->text, &t->in.text},
+        {"language", in->language, &t->in.language},
+        {"device_id", in->device_id, &t->in.device_id},
+        {"satellite_id", in->satellite_id, &t->in.satellite_id},
+        {"agent_id", in->agent_id, &t->in.agent_id},
+        {"extra_system_prompt", in->extra_system_prompt, &t->in.extra_system_prompt},
+        {"context_json", in->context_json, &t->in.context_json},
     };
     for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++) {
         parley_status rc = copy_field(fields[i].name, fields[i].src, max, fields[i].dst, err);
         if (rc != PARLEY_OK)
             return rc;
     }
-    if (t->context_json) {
+    if (t->in.context_json) {
         json_error_t jerr;
-        json_t *ctx = json_loads(t->context_json, 0, &jerr);
+        json_t *ctx = json_loads(t->in.context_json, 0, &jerr);
         int ok = json_is_object(ctx);
         json_decref(ctx);
         if (!ok) {
@@ -149,18 +149,18 @@ static parley_status copy_input(turn *t, const agent_config *cfg, const parley_i
                  : PARLEY_ERR_INVALID_INPUT;
     if (rc != PARLEY_OK)
         return rc;
-    const toolset *base = t->persona_def && t->persona_def->tools ? t->persona_def->tools
-                                                                  : cfg->tools;
-    t->tools = base;
+    const toolset *base =
+        t->conv.persona_def && t->conv.persona_def->tools ? t->conv.persona_def->tools : cfg->tools;
+    t->in.tools = base;
     if (in->tools_json) {
         char *terr = NULL;
-        parley_status st = toolset_parse(in->tools_json, base, &t->own_tools, &terr);
+        parley_status st = toolset_parse(in->tools_json, base, &t->in.own_tools, &terr);
         if (st != PARLEY_OK) {
             *err = pstr_printf("input 'tools_json': %s", terr ? terr : "out of memory");
             free(terr);
             return st;
         }
-        t->tools = t->own_tools;
+        t->in.tools = t->in.own_tools;
     }
     return PARLEY_OK;
 }
@@ -195,15 +195,15 @@ static parley_status accept_response_format(turn *t, const agent_config *cfg,
         return PARLEY_ERR_INVALID_INPUT;
     }
     char *why = NULL;
-    parley_status st = response_format_parse(in->response_format_json, &t->format, &why);
+    parley_status st = response_format_parse(in->response_format_json, &t->in.format, &why);
     if (st != PARLEY_OK) {
         *err = pstr_printf("input 'response_format_json': %s", why ? why : "out of memory");
         free(why);
         return st;
     }
-    if (toolset_has(t->tools, t->format->name)) {
+    if (toolset_has(t->in.tools, t->in.format->name)) {
         *err = pstr_printf("input 'response_format_json': name '%s' is also a tool's; name the "
-                           "response format otherwise", t->format->name);
+                           "response format otherwise", t->in.format->name);
         return PARLEY_ERR_INVALID_INPUT;
     }
     const char *key = extra_body_format_key(t->opts->extra_body);
@@ -221,11 +221,11 @@ static parley_status check_tool_choice(const turn *t, char **err)
 {
     const char *c = t->opts->tool_choice;
     if (strcmp(c, "auto") == 0 || strcmp(c, "none") == 0 || strcmp(c, "required") == 0 ||
-        toolset_has(t->tools, c))
+        toolset_has(t->in.tools, c))
         return PARLEY_OK;
     *err = pstr_printf("option 'tool_choice' names the tool '%s', which this turn does not "
                        "offer (persona '%s' has no such tool)", c,
-                       t->persona_name ? t->persona_name : "");
+                       t->conv.persona_name ? t->conv.persona_name : "");
     return PARLEY_ERR_INVALID_INPUT;
 }
 
@@ -238,8 +238,8 @@ static parley_status resolve_persona(turn *t, const agent_config *cfg, const par
                                               err);
         if (rc != PARLEY_OK)
             return rc;
-        t->persona_def = persona_find(&cfg->personas, in->persona);
-        if (!(t->persona_name = strdup(in->persona))) {
+        t->conv.persona_def = persona_find(&cfg->personas, in->persona);
+        if (!(t->conv.persona_name = strdup(in->persona))) {
             *err = pstr_printf("out of memory");
             return PARLEY_ERR_NO_MEMORY;
         }
@@ -266,9 +266,9 @@ static parley_status accept_images(turn *t, const agent_config *cfg, const parle
                            "of max_image_bytes could need (%zu)", len, most);
         return PARLEY_ERR_INVALID_INPUT;
     }
-    parley_status rc = image_list_parse(in->images_json, &lim, &t->images, err);
-    for (size_t i = 0; rc == PARLEY_OK && i < t->images.n; i++) {
-        if (!t->images.items[i].base64 && !cfg->prov->images_by_url) {
+    parley_status rc = image_list_parse(in->images_json, &lim, &t->in.images, err);
+    for (size_t i = 0; rc == PARLEY_OK && i < t->in.images.n; i++) {
+        if (!t->in.images.items[i].base64 && !cfg->prov->images_by_url) {
             *err = pstr_printf("input 'images_json': image %zu: provider %s cannot be sent an "
                                "image by URL (only as base64 data); give it as a data: URL",
                                i + 1, cfg->prov->name);
@@ -292,24 +292,24 @@ static parley_status resolve_conversation(turn *t, const agent_config *cfg,
                        "characters", STORE_MAX_CONVERSATION_ID);
             return PARLEY_ERR_INVALID_INPUT;
         }
-        t->conversation_id = strdup(in->conversation_id);
+        t->conv.conversation_id = strdup(in->conversation_id);
     } else if (cfg->opts.auto_create_conversation_id) {
         char id[UUID_STR_LEN];
         if (uuid4(id) != 0) {
             *err = pstr_printf("no randomness available for a conversation id");
             return PARLEY_ERR_INVALID_INPUT;
         }
-        t->conversation_id = strdup(id);
-    } else if (reply_context_wanted(&t->reply)) {
+        t->conv.conversation_id = strdup(id);
+    } else if (reply_context_wanted(&t->in.reply)) {
         *err = pstr_printf("input 'reply_to_json': a turn without a conversation (no "
                            "conversation_id) has no earlier turn to reply to");
         return PARLEY_ERR_INVALID_INPUT;
     } else {
         return PARLEY_OK; /* stateless */
     }
-    t->persona = t->persona_name ? t->persona_name : "";
-    t->interface_type = "";
-    if (!t->conversation_id) {
+    t->conv.persona = t->conv.persona_name ? t->conv.persona_name : "";
+    t->conv.interface_type = "";
+    if (!t->conv.conversation_id) {
         *err = pstr_printf("out of memory");
         return PARLEY_ERR_NO_MEMORY;
     }
@@ -319,11 +319,11 @@ static parley_status resolve_conversation(turn *t, const agent_config *cfg,
                                "control characters", STORE_MAX_CONVERSATION_ID);
             return PARLEY_ERR_INVALID_INPUT;
         }
-        if (!(t->own_interface_type = strdup(in->interface_type))) {
+        if (!(t->conv.own_interface_type = strdup(in->interface_type))) {
             *err = pstr_printf("out of memory");
             return PARLEY_ERR_NO_MEMORY;
         }
-        t->interface_type = t->own_interface_type;
+        t->conv.interface_type = t->conv.own_interface_type;
     }
     return PARLEY_OK;
 }
@@ -349,10 +349,10 @@ turn *turn_input_accept(agent_config *cfg, parley_request_id id, const parley_in
         return NULL;
     }
     t->cfg = config_ref(cfg);
-    t->done = done;
-    t->user_data = user_data;
-    t->on_delta = copy.on_delta;
-    t->on_reasoning = copy.on_reasoning;
+    t->host.done = done;
+    t->host.user_data = user_data;
+    t->host.on_delta = copy.on_delta;
+    t->host.on_reasoning = copy.on_reasoning;
     t->deadline = (ptimer)PTIMER_INIT(t);
     t->wait = (ptimer)PTIMER_INIT(t);
     parley_status rc = resolve_persona(t, cfg, &copy, err);
@@ -360,7 +360,7 @@ turn *turn_input_accept(agent_config *cfg, parley_request_id id, const parley_in
         rc = copy_input(t, cfg, &copy, err);
     if (rc == PARLEY_OK)
         rc = accept_images(t, cfg, &copy, err);
-    if (rc == PARLEY_OK && !*t->text && !t->images.n) {
+    if (rc == PARLEY_OK && !*t->in.text && !t->in.images.n) {
         *err = pstr_printf("input 'text': must not be empty when images_json shows no image");
         rc = PARLEY_ERR_INVALID_INPUT;
     }

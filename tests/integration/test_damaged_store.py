@@ -79,6 +79,28 @@ class Sqlite(DamagedCase):
         self.assertEqual(n, 1)
         self.check_reads("sqlite:" + path, a)
 
+    def test_message_closed_by_a_bracket_is_refused(self):
+        # Its brackets balance, so a scanner counting '{' and ']' alike took it for a message
+        # and sent it to the server as it was (the request was not JSON); it is damage.
+        d = tempfile.TemporaryDirectory(prefix="parley-damaged-")
+        self.addCleanup(d.cleanup)
+        path = os.path.join(d.name, "history.db")
+        a, _ = self.first_run("sqlite:" + path)
+        db = sqlite3.connect(path)
+        with db:
+            db.execute("UPDATE messages SET json = ? WHERE message_id = ?",
+                       ('{"role":"user","content":"x"]', a["user_message_id"]))
+        db.close()
+        run = run_shim([{"text": "again", "conversation_id": "a"},
+                        {"text": "hello again b", "conversation_id": "b"}],
+                       options(self.llm, history_store="sqlite:" + path))
+        self.assertEqual(run.rc, 0, run.stderr)
+        err = run.by_seq(1)["error"]
+        self.assertIsNotNone(err, run.by_seq(1))
+        self.assertEqual(err["code"], "storage", err)
+        self.assertIn("conversation 'a' holds a damaged message", err["message"])
+        self.assertTurnOk(run.by_seq(2))
+
 
 class Redis(DamagedCase):
     def test_damaged_turn_is_refused_by_name(self):

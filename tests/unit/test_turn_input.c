@@ -150,24 +150,24 @@ int main(void)
     turn *t = check_accepted(cfg, (fields){"c", "{ \"from\" : \"anna\", \"n\": [1, 2] }",
                                            "tg-42", NULL});
     if (t) {
-        CHECK_STR(t->metadata, "{\"from\":\"anna\",\"n\":[1,2]}");
-        CHECK_STR(t->interface_message_id, "tg-42");
-        CHECK(!reply_context_wanted(&t->reply));
-        CHECK(reply_outcome_name(t->reply.outcome) == NULL);
+        CHECK_STR(t->in.metadata, "{\"from\":\"anna\",\"n\":[1,2]}");
+        CHECK_STR(t->in.interface_message_id, "tg-42");
+        CHECK(!reply_context_wanted(&t->in.reply));
+        CHECK(reply_outcome_name(t->in.reply.outcome) == NULL);
     }
     turn_free(t);
     char reply_by_id[128];
     snprintf(reply_by_id, sizeof reply_by_id, "{\"turn_id\":\"%s\"}", uuid);
     t = check_accepted(cfg, (fields){"c", NULL, NULL, reply_by_id});
     if (t) {
-        CHECK_STR(t->reply.turn_id, "5d0c2a4e-1f2b-4c3d-8e9f-0a1b2c3d4e5f");
-        CHECK(t->reply.interface_message_id == NULL);
+        CHECK_STR(t->in.reply.turn_id, "5d0c2a4e-1f2b-4c3d-8e9f-0a1b2c3d4e5f");
+        CHECK(t->in.reply.interface_message_id == NULL);
     }
     turn_free(t);
     t = check_accepted(cfg, (fields){"c", NULL, NULL, "{\"interface_message_id\":\"tg-41\"}"});
     if (t) {
-        CHECK_STR(t->reply.interface_message_id, "tg-41");
-        CHECK(t->reply.turn_id == NULL);
+        CHECK_STR(t->in.reply.interface_message_id, "tg-41");
+        CHECK(t->in.reply.turn_id == NULL);
     }
     turn_free(t);
     /* a stateless turn may carry metadata and an interface id (nothing is stored) */
@@ -213,7 +213,7 @@ int main(void)
                         .text = "hello", .metadata_json = "not json"};
     parley_status st = PARLEY_ERR_INTERNAL;
     t = turn_input_accept(cfg, 2, &old, done_cb, NULL, &st, &err);
-    CHECK(t && st == PARLEY_OK && !t->metadata);
+    CHECK(t && st == PARLEY_OK && !t->in.metadata);
     free(err);
     turn_free(t);
 
