@@ -435,16 +435,15 @@ class MessageOpsCase(ParleyTestCase):
                                      [{"type": "text", "text": "[system note] " + AWAY},
                                       {"type": "text", "text": "thanks",
                                        "cache_control": {"type": "ephemeral"}}])
-                else:
+                else:  # the note opens the next user message: no late system message
                     tail = [{"role": m["role"], "content": m["content"]}
                             for m in fresh["messages"][1:]]
                     self.assertEqual(tail, [assistant(WASHING),
-                                            {"role": "system", "content": AWAY},
-                                            user("anything new?")])
+                                            user("[system note] " + AWAY + "\n\nanything new?")])
                     self.assertEqual([m["role"] for m in mid["messages"]],
-                                     ["system", "user", "assistant", "assistant", "system",
-                                      "user"])
-                    self.assertEqual(mid["messages"][4]["content"], AWAY)
+                                     ["system", "user", "assistant", "assistant", "user"])
+                    self.assertEqual(mid["messages"][4]["content"],
+                                     "[system note] " + AWAY + "\n\nthanks")
 
     # ---- interface message ids -------------------------------------------------
 
