@@ -615,7 +615,8 @@ static bool check_template(const json_t *msgs, struct api_error *err)
         }
         if (g_cfg.strict_template == STRICT_QWEN && system)
             BAD(NULL, NULL, "%sSystem message must be at the beginning.", head);
-        if (g_cfg.strict_template == STRICT_GEMMA && (strcmp(r, "user") == 0) != ((i - skip) % 2 == 0))
+        if (g_cfg.strict_template == STRICT_GEMMA &&
+            (strcmp(r, "user") == 0) != ((i - skip) % 2 == 0))
             BAD(NULL, NULL, "%sConversation roles must alternate user/assistant/user/assistant/...",
                 head);
     }
