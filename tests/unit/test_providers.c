@@ -744,6 +744,14 @@ static void check_system_notes(void)
                              "\"announce\"}]";
     static const char turn[] = "[{\"role\":\"user\",\"content\":\"turn\"},"
                                "{\"role\":\"assistant\",\"content\":\"ok\"}]";
+    const char *const hs[] = {h1, h2};
+    for (size_t h = 0; h < 2; h++) { /* stored text and JSON: the very same bytes */
+        char *json = encode_history("openai", hs[h], turn, 0);
+        char *text = encode_history("openai", hs[h], turn, 1);
+        CHECK(json && text && strcmp(json, text) == 0);
+        free(json);
+        free(text);
+    }
     for (size_t k = 0; k < sizeof names / sizeof names[0]; k++) {
         for (int as_text = 0; as_text < 1 + !!provider_find(names[k])->reads_history_text;
              as_text++) {
