@@ -134,6 +134,86 @@ json_t *msgs_with_turn_note(const json_t *messages, const char *note)
     return out;
 }
 
+void notes_add(pbuf *notes, const json_t *m)
+{
+    char *text = msg_text(json_object_get(m, "content"));
+    pbuf_puts(notes, notes->len ? "\n\n" SYSTEM_NOTE_PREFIX : SYSTEM_NOTE_PREFIX);
+    if (text)
+        pbuf_puts(notes, text);
+    else
+        notes->oom = 1;
+    free(text);
+}
+
+json_t *msg_user_with_notes(const json_t *m, const char *notes)
+{
+    json_t *copy = json_copy((json_t *)m), *content = json_object_get(m, "content"), *with;
+    if (json_is_array(content)) {
+        with = json_copy(content);
+        char *text = pstr_printf("%s\n\n", notes);
+        if (!with || !text ||
+            json_array_insert_new(with, 0, json_pack("{s:s,s:s}", "type", "text", "text", text)))
+            json_decref(with), with = NULL;
+        free(text);
+    } else {
+        const char *text = json_string_value(content);
+        char *joined = pstr_printf("%s%s%s", notes, text && *text ? "\n\n" : "", text ? text : "");
+        with = joined ? json_string(joined) : NULL;
+        free(joined);
+    }
+    if (!copy || !with || json_object_set_new(copy, "content", with) != 0) { /* takes `with` */
+        json_decref(copy);
+        return NULL;
+    }
+    return copy;
+}
+
+json_t *msg_notes_alone(const char *notes)
+{
+    return json_pack("{s:s,s:s}", "role", "user", "content", notes);
+}
+
+/* The notes pending in `notes` before message m (NULL: the end) onto out. */
+static int flush_notes(json_t *out, pbuf *notes, const json_t *m)
+{
+    if (!notes->len || notes->oom)
+        return notes->oom ? -1 : json_array_append(out, (json_t *)m);
+    int user = m && strcmp(msg_role(m), "user") == 0;
+    json_t *first = user ? msg_user_with_notes(m, notes->data) : msg_notes_alone(notes->data);
+    pbuf_reset(notes);
+    if (json_array_append_new(out, first) != 0) /* takes `first`, NULL too */
+        return -1;
+    return user || !m ? 0 : json_array_append(out, (json_t *)m);
+}
+
+json_t *msgs_merge_notes(const json_t *all, size_t *first_current)
+{
+    json_t *out = json_array();
+    pbuf notes = PBUF_INIT;
+    size_t i, start = (size_t)-1;
+    int failed = !out;
+    const json_t *m;
+    json_array_foreach(all, i, m) {
+        if (failed)
+            break;
+        if (i == *first_current) /* the run, if any, opens this message or comes before it */
+            start = json_array_size(out) + (notes.len && strcmp(msg_role(m), "user") != 0);
+        if (strcmp(msg_role(m), "system") == 0)
+            notes_add(&notes, m);
+        else
+            failed = flush_notes(out, &notes, m) != 0;
+    }
+    if (!failed && notes.len)
+        failed = flush_notes(out, &notes, NULL) != 0;
+    pbuf_free(&notes);
+    if (failed) {
+        json_decref(out);
+        return NULL;
+    }
+    *first_current = start != (size_t)-1 ? start : json_array_size(out);
+    return out;
+}
+
 json_t *msgs_concat(const json_t *history, const json_t *messages, size_t *first_current)
 {
     json_t *all = json_array();

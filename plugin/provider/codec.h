@@ -48,6 +48,28 @@ char *msg_arguments_text(const json_t *call);
    (provider_request.turn_note) after its text: "\n\n" and the note appended to a string
    content, a text part "\n\n<note>" appended to parts.  New reference; NULL out of memory. */
 json_t *msgs_with_turn_note(const json_t *messages, const char *note);
+/*
+ * System notes: a system message in the history (append_message with role "system") goes to
+ * the model as user text where it happened, "[system note] <text>", never as a system message
+ * after the first: strict chat templates refuse one (Qwen 3.x: "System message must be at the
+ * beginning", ggml-org/llama.cpp#20733, #27367) and others want user and assistant to alternate
+ * (Gemma, Mistral: "Conversation roles must alternate user/assistant/user/assistant/...").  A
+ * run of notes (joined by "\n\n") opens the user message after it, else is a user message of
+ * its own.  Each depends only on the stored messages, so a stored note renders the same bytes
+ * on every later request and the server's prefix cache keeps matching.
+ */
+#define SYSTEM_NOTE_PREFIX "[system note] "
+/* Append the note of system message m to the run in notes ("\n\n" between notes). */
+void notes_add(pbuf *notes, const json_t *m);
+/* A copy of user message m opening with the notes: "<notes>\n\n<text>" for a string content,
+   a text part "<notes>\n\n" first for parts.  New reference; NULL out of memory. */
+json_t *msg_user_with_notes(const json_t *m, const char *notes);
+/* The notes as a user message of their own.  New reference; NULL out of memory. */
+json_t *msg_notes_alone(const char *notes);
+/* A copy of all with every run of system messages rendered so (the Ollama codec's).
+   *first_current (in and out): where this turn starts; a run that opens the turn's user message
+   belongs to the turn.  New reference; NULL out of memory. */
+json_t *msgs_merge_notes(const json_t *all, size_t *first_current);
 /* History then this turn's messages in one new array; *first_current = where this turn starts. */
 json_t *msgs_concat(const json_t *history, const json_t *messages, size_t *first_current);
 /* The tool name of the tool result all[index]: its own "name", else the name of the call with

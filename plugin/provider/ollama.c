@@ -8,7 +8,8 @@
  * (the last round simply offers no tools); the model's reasoning comes in
  * `thinking` and goes back with the tool calls it led to; streaming is
  * NDJSON -- one JSON object per line, the last with "done": true and the
- * token counts; `stream` must be sent as false for a whole reply.
+ * token counts; `stream` must be sent as false for a whole reply.  As for
+ * Chat Completions, a system note of the history goes as user text (codec.h).
  */
 #include <stdlib.h>
 #include <string.h>
@@ -110,8 +111,16 @@ static int ollama_encode(pbuf *out, const parley_options *o, const provider_requ
         json_decref(msgs);
         return codec_oom(err);
     }
-    json_t *all = msgs_concat(r->history, noted ? noted : r->messages, &first_current);
+    json_t *concat = msgs_concat(r->history, noted ? noted : r->messages, &first_current);
     json_decref(noted);
+    /* system notes as user text (codec.h): no system message after the first */
+    json_t *all = concat ? msgs_merge_notes(concat, &first_current) : NULL;
+    json_decref(concat);
+    if (!all) {
+        json_decref(body);
+        json_decref(msgs);
+        return codec_oom(err);
+    }
     for (size_t i = 0; i < json_array_size(all); i++)
         json_array_append_new(msgs, render_message(all, i, i >= first_current));
     json_decref(all);

@@ -7,7 +7,9 @@
  * rendering keeps each message's Chat Completions keys and drops Parley's
  * own (name, is_error, reasoning, provider_data) -- except that a tool-call
  * turn whose reasoning came in `reasoning_content` sends it back within the
- * turn, as DeepSeek requires.  Decoding is openai_reply.c (a whole reply)
+ * turn, as DeepSeek requires -- and that a system message of the history (an
+ * appended note) goes as user text, never as a late system message (codec.h,
+ * "System notes").  Decoding is openai_reply.c (a whole reply)
  * and openai_stream.c (a stream), declared in openai_decode.h.
  *
  * History is rendered from its stored text: a message whose keys are all
@@ -159,16 +161,17 @@ static void scan_call_string(call_ids *ids, const char *s, size_t len, int *repe
  * p at a message's '{': the byte after its '}', or NULL when the text is not
  * a JSON object.  *as_is: every top-level key is a Chat Completions one.
  * *repeats: two of its tool calls have the same id (a history an older Parley
- * stored): the JSON path renders it.
+ * stored): the JSON path renders it.  *system: its role is "system" (a note: codec.h).
  */
-static const char *scan_message(const char *p, const char *end, int *as_is, int *repeats)
+static const char *scan_message(const char *p, const char *end, int *as_is, int *repeats,
+                                int *system)
 {
-    int depth = 0, expect_key = 0;
+    int depth = 0, expect_key = 0, role_next = 0;
     call_ids ids; /* not zeroed whole: at[] and len[] are read only as far as n */
     ids.n = 0;
     ids.in_calls = ids.key = ids.want_id = 0;
     *as_is = 1;
-    *repeats = 0;
+    *repeats = *system = 0;
     if (p >= end || *p != '{')
         return NULL;
     for (; p < end; p++) {
@@ -182,6 +185,10 @@ static const char *scan_message(const char *p, const char *end, int *as_is, int 
                 if (!wire_key(p + 1, len))
                     *as_is = 0;
                 ids.in_calls = len == 10 && memcmp(p + 1, "tool_calls", 10) == 0;
+                role_next = len == 4 && memcmp(p + 1, "role", 4) == 0;
+            } else if (depth == 1 && role_next) {
+                *system = len == 6 && memcmp(p + 1, "system", 6) == 0;
+                role_next = 0;
             } else if (depth == 3 && ids.in_calls) {
                 scan_call_string(&ids, p + 1, len, repeats);
             }
@@ -220,12 +227,46 @@ static void put_message_separator(pbuf *out, int *first)
     *first = 0;
 }
 
+/* One message through the JSON path, system notes rendered as codec.h says: a system
+   message joins the run in notes; the run opens the user message after it, else goes
+   before the message as a user message of its own (m NULL: the end). */
+static void render_noted(pbuf *out, const json_t *m, int current_turn, call_renames *ren,
+                         pbuf *notes, int *first)
+{
+    if (m && strcmp(msg_role(m), "system") == 0) {
+        notes_add(notes, m);
+        return;
+    }
+    json_t *merged = NULL;
+    if (notes->len) {
+        int user = m && strcmp(msg_role(m), "user") == 0;
+        merged = user ? msg_user_with_notes(m, notes->data) : msg_notes_alone(notes->data);
+        if (!merged || notes->oom) {
+            json_decref(merged);
+            out->oom = 1;
+            return;
+        }
+        pbuf_reset(notes);
+        if (!user) {
+            put_message_separator(out, first);
+            render_message(out, merged, current_turn, ren);
+            json_decref(merged);
+            merged = NULL;
+        }
+    }
+    if (m) {
+        put_message_separator(out, first);
+        render_message(out, merged ? merged : m, current_turn, ren);
+    }
+    json_decref(merged);
+}
+
 /* Stored messages (message_text.h) into out: as they are when they hold only wire keys,
    else through render_message.  current_turn: as render_message's.  A run of
    messages copied as they are, with the stored ',' between them (the wire's
    separator too), is one append. */
-static int render_messages_text(pbuf *out, const char *p, size_t len, int *first,
-                                int current_turn, call_renames *ren, char **err)
+static int render_messages_text(pbuf *out, const char *p, size_t len, int *first, int current_turn,
+                                call_renames *ren, pbuf *notes, char **err)
 {
     msgtext_iter it;
     msgtext_msg m;
@@ -234,11 +275,13 @@ static int render_messages_text(pbuf *out, const char *p, size_t len, int *first
     msgtext_begin(&it, p, len);
     while ((rc = msgtext_next(&it, &m)) > 0) {
         const char *next = m.json + m.len;
-        int as_is = m.plain, repeats = 0; /* a plain message holds only wire keys */
-        if (!as_is && scan_message(m.json, next, &as_is, &repeats) != next)
+        /* a plain message holds only wire keys, and is no system note */
+        int as_is = m.plain, repeats = 0, system = 0;
+        if (!as_is && scan_message(m.json, next, &as_is, &repeats, &system) != next)
             break;
-        /* Renamed calls (codec.h): the message, and those after it until the renames end. */
-        if (repeats || ren->queues)
+        /* Renamed calls (codec.h): the message, and those after it until the renames end.
+           A system note, and the message after a run of them: render_noted. */
+        if (repeats || ren->queues || system || notes->len)
             as_is = 0;
         if (as_is && run && m.json == run_end + 1 && *run_end == ',') {
             run_end = next; /* extends the run */
@@ -260,8 +303,7 @@ static int render_messages_text(pbuf *out, const char *p, size_t len, int *first
             *err = pstr_printf("stored history holds a message that is not JSON");
             return -1;
         }
-        put_message_separator(out, first);
-        render_message(out, o, current_turn, ren);
+        render_noted(out, o, current_turn, ren, notes, first);
         json_decref(o);
     }
     if (rc != 0) {
@@ -354,21 +396,23 @@ static int openai_encode(pbuf *out, const parley_options *o, const provider_requ
             return codec_oom(err);
     }
     call_renames ren = {NULL, NULL};
+    pbuf notes = PBUF_INIT; /* system notes not sent yet (codec.h) */
     int rc = r->history_text ? render_messages_text(out, r->history_text, r->history_text_len,
-                                                    &first, 0, &ren, err)
+                                                    &first, 0, &ren, &notes, err)
                              : 0;
     const json_t *lists[] = {r->history_text ? NULL : r->history, noted ? noted : r->messages};
     for (size_t l = 0; l < 2 && rc == 0; l++) {
         size_t i;
         const json_t *m;
-        json_array_foreach(lists[l], i, m) {
-            put_message_separator(out, &first);
-            render_message(out, m, l == 1, &ren);
-        }
+        json_array_foreach(lists[l], i, m)
+            render_noted(out, m, l == 1, &ren, &notes, &first);
     }
     if (rc == 0 && r->messages_text && !noted)
         rc = render_messages_text(out, r->messages_text, r->messages_text_len, &first, 1, &ren,
-                                  err);
+                                  &notes, err);
+    if (rc == 0 && notes.len) /* notes last of all: a user message of their own */
+        render_noted(out, NULL, 1, &ren, &notes, &first);
+    pbuf_free(&notes);
     call_renames_free(&ren);
     json_decref(noted);
     if (rc != 0)

@@ -246,6 +246,9 @@ void ollama_ndjson_build(const struct chat_request *req, const struct chat_reply
 enum cache_mode { CACHE_LLAMACPP, CACHE_ANTHROPIC, CACHE_OPENAI, CACHE_NONE };
 enum overflow_style { OVERFLOW_LLAMACPP, OVERFLOW_OPENAI, OVERFLOW_VLLM, OVERFLOW_LLAMACPP_OLD };
 
+/* --strict-template: a chat template's rule on the order of messages (validate.c). */
+enum strict_template { STRICT_NONE, STRICT_QWEN, STRICT_GEMMA };
+
 /* A prompt in the fake's canonical text, its tokens, and (Anthropic) its blocks. */
 struct rendered {
     buf_t text;
@@ -382,6 +385,7 @@ struct config {
     size_t cache_min;            /* --cache-min: anthropic mode's minimum cacheable prefix */
     uint64_t cache_ttl_ms;       /* --cache-ttl-ms: anthropic/openai cache lifetime */
     bool honor_max_tokens;       /* --honor-max-tokens: cut text answers at max_tokens */
+    enum strict_template strict_template; /* --strict-template */
 };
 
 extern struct config g_cfg;

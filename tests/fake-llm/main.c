@@ -37,7 +37,7 @@ static void usage(FILE *out)
           "                       [--n-ctx N] [--cache llamacpp|anthropic|openai|none]\n"
           "                       [--slots N] [--overflow-style llamacpp|openai|vllm|llamacpp-old]\n"
           "                       [--cache-min N] [--cache-ttl-ms N] [--honor-max-tokens]\n"
-          "                       [--cache-ram N]\n"
+          "                       [--cache-ram N] [--strict-template none|qwen|gemma]\n"
           "fault modes: none 500 502 503 429 429:S NNNxK 429:SxK hang truncated not_json\n"
           "  bad_shape[:empty_choices|:null_message] invalid_utf8 reset oversized[:MB]\n"
           "  endless_tools slow_stream[:MS] stream_cut[:abort]\n",
@@ -57,6 +57,7 @@ static unsigned long num_arg(const char *opt, const char *s, unsigned long max)
 /* In enum cache_mode's and enum overflow_style's order. */
 static const char *const CACHE_MODES[] = {"llamacpp", "anthropic", "openai", "none", NULL};
 static const char *const OVERFLOW_STYLES[] = {"llamacpp", "openai", "vllm", "llamacpp-old", NULL};
+static const char *const STRICT_TEMPLATES[] = {"none", "qwen", "gemma", NULL};
 
 static int word_arg(const char *opt, const char *s, const char *const *words)
 {
@@ -87,6 +88,7 @@ static void parse_args(int argc, char **argv)
         {"cache-ttl-ms", required_argument, NULL, 'T'},
         {"honor-max-tokens", no_argument, NULL, 'X'},
         {"cache-ram", required_argument, NULL, 'R'},
+        {"strict-template", required_argument, NULL, 'S'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -120,6 +122,10 @@ static void parse_args(int argc, char **argv)
                 usage(stderr);
                 exit(2);
             }
+            break;
+        case 'S':
+            g_cfg.strict_template = (enum strict_template)word_arg("strict-template", optarg,
+                                                                   STRICT_TEMPLATES);
             break;
         case 'h': usage(stdout); exit(0);
         default: usage(stderr); exit(2);

@@ -592,6 +592,39 @@ static void split_turn_note(struct chat_request *req)
     req->turn_note = cut_turn_note(req->user_text);
 }
 
+/*
+ * --strict-template: what llama.cpp answers when the model's chat template raises on the order
+ * of the messages (a 400 invalid_request_error naming the Jinja exception, as in
+ * ggml-org/llama.cpp#20733).  qwen: Qwen 3.x's template takes a system message only first
+ * ("System message must be at the beginning."); gemma: Gemma's folds a first system message
+ * into the user's and then wants user at every even place and only there ("Conversation roles
+ * must alternate user/assistant/user/assistant/...").
+ */
+static bool check_template(const json_t *msgs, struct api_error *err)
+{
+    static const char head[] = "Unable to generate parser for this template. Automatic parser "
+                               "generation failed: Jinja Exception: ";
+    size_t i, skip = 0;
+    const json_t *msg;
+    json_array_foreach(msgs, i, msg) {
+        const char *r = chat_role_of(msg);
+        int system = strcmp(r, "system") == 0 || strcmp(r, "developer") == 0;
+        if (i == 0 && system) {
+            skip = 1;
+            continue;
+        }
+        if (g_cfg.strict_template == STRICT_QWEN && system)
+            BAD(NULL, NULL, "%sSystem message must be at the beginning.", head);
+        if (g_cfg.strict_template == STRICT_GEMMA &&
+            (strcmp(r, "user") == 0) != ((i - skip) % 2 == 0))
+            BAD(NULL, NULL, "%sConversation roles must alternate user/assistant/user/assistant/...",
+                head);
+    }
+    return true;
+fail:
+    return false;
+}
+
 bool chat_parse(json_t *body, struct chat_request *req, struct api_error *err)
 {
     memset(req, 0, sizeof *req);
@@ -642,6 +675,8 @@ bool chat_parse(json_t *body, struct chat_request *req, struct api_error *err)
         }
     }
     if (!check_tool_sequence(msgs, err))
+        goto fail;
+    if (g_cfg.strict_template != STRICT_NONE && !check_template(msgs, err))
         goto fail;
     req->n_messages = json_array_size(msgs);
     json_t *last = json_array_get(msgs, req->n_messages - 1);

@@ -435,16 +435,47 @@ class MessageOpsCase(ParleyTestCase):
                                      [{"type": "text", "text": "[system note] " + AWAY},
                                       {"type": "text", "text": "thanks",
                                        "cache_control": {"type": "ephemeral"}}])
-                else:
+                else:  # the note opens the next user message: no late system message
                     tail = [{"role": m["role"], "content": m["content"]}
                             for m in fresh["messages"][1:]]
                     self.assertEqual(tail, [assistant(WASHING),
-                                            {"role": "system", "content": AWAY},
-                                            user("anything new?")])
+                                            user("[system note] " + AWAY + "\n\nanything new?")])
                     self.assertEqual([m["role"] for m in mid["messages"]],
-                                     ["system", "user", "assistant", "assistant", "system",
-                                      "user"])
-                    self.assertEqual(mid["messages"][4]["content"], AWAY)
+                                     ["system", "user", "assistant", "assistant", "user"])
+                    self.assertEqual(mid["messages"][4]["content"],
+                                     "[system note] " + AWAY + "\n\nthanks")
+
+    def test_system_notes_pass_strict_chat_templates(self):
+        """A server whose chat template takes a system message only first (Qwen 3.x) or
+        wants user and assistant in turn (Gemma) refuses a late system message with a 400
+        (ggml-org/llama.cpp#20733): notes go as user text, so every turn passes."""
+        for template in ("qwen", "gemma"):
+            fake = self.fake("--strict-template", template)
+            for provider in ("openai", "ollama"):
+                with self.subTest(template=template, provider=provider):
+                    base = (fake.base_url if provider == "openai"
+                            else "http://127.0.0.1:%d" % fake.port)
+                    lines = [
+                        {"op": "append", "conversation_id": "fresh", "role": "system",
+                         "content": AWAY},
+                        {"text": "anything new?", "conversation_id": "fresh"},
+                        {"text": "hello", "conversation_id": "mid"},
+                        {"op": "append", "conversation_id": "mid", "role": "system",
+                         "content": AWAY},
+                        {"op": "append", "conversation_id": "mid", "role": "system",
+                         "content": WASHING},
+                        {"text": "thanks", "conversation_id": "mid"},
+                        {"text": "and now?", "conversation_id": "mid"}]
+                    before = len(fake.requests())
+                    run = self.run_ok(lines, self.opts(fake, provider=provider, base_url=base))
+                    for seq in (2, 3, 6, 7):
+                        self.assertTurnOk(run.by_seq(seq))
+                    reqs = [r for r in fake.requests()[before:] if r.get("path") == PATHS[provider]]
+                    last = reqs[-1]["body"]["messages"]
+                    self.assertEqual([m["role"] for m in last],
+                                     ["system", "user", "assistant", "user", "assistant", "user"])
+                    self.assertEqual(last[3]["content"], "[system note] %s\n\n[system note] %s"
+                                     "\n\nthanks" % (AWAY, WASHING))
 
     # ---- interface message ids -------------------------------------------------
 

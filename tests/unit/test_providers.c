@@ -13,6 +13,7 @@
 #include "lib/buf.h"
 #include "check.h"
 #include "config/options.h"
+#include "provider/codec.h"
 #include "provider/provider.h"
 #include "provider/think.h"
 #include "read_file.h"
@@ -677,6 +678,139 @@ static void check_turn_note(void)
     free(parts);
 }
 
+/* System notes (codec.h): a stored system message goes as user text where it happened, so
+ * no system message follows the first and user and assistant alternate (strict chat
+ * templates refuse anything else); from stored text the same bytes; and a note renders the
+ * same on every later request. */
+static char *encode_history(const char *name, const char *history_json, const char *turn_json,
+                            int as_text)
+{
+    char opts[128], *err = NULL;
+    snprintf(opts, sizeof opts, "{\"provider\":\"%s\",\"model\":\"m\"}", name);
+    parley_options o;
+    CHECK(options_parse(opts, &o, &err) == 0);
+    json_t *history = json_loads(history_json, 0, NULL), *messages = json_loads(turn_json, 0, NULL);
+    CHECK(history && messages);
+    pbuf htext = PBUF_INIT, mtext = PBUF_INIT, body = PBUF_INIT;
+    put_stored_text(&htext, history);
+    put_stored_text(&mtext, messages);
+    const provider *p = provider_find(name);
+    provider_request r = {.system = "sys", .history = history, .messages = messages,
+                          .tools_json = "[]"};
+    if (as_text) {
+        r.history = r.messages = NULL;
+        r.history_text = htext.data ? htext.data : "";
+        r.history_text_len = htext.len;
+        r.messages_text = mtext.data ? mtext.data : "";
+        r.messages_text_len = mtext.len;
+    }
+    CHECK(p->encode(&body, &o, &r, &err) == 0);
+    json_decref(history);
+    json_decref(messages);
+    pbuf_free(&htext);
+    pbuf_free(&mtext);
+    options_free(&o);
+    free(err);
+    return pbuf_take(&body);
+}
+
+/* messages[] of a body: no system message but the first, then user and assistant in turn. */
+static void check_alternates(const char *name, const json_t *msgs)
+{
+    size_t i;
+    const json_t *m;
+    int before = check_failed;
+    const char *want = "user";
+    json_array_foreach(msgs, i, m) {
+        const char *role = msg_role(m);
+        if (i == 0 && strcmp(role, "system") == 0 && strcmp(name, "anthropic") != 0)
+            continue;
+        CHECK_STR(role, want);
+        want = strcmp(role, "user") == 0 ? "assistant" : "user";
+    }
+    if (check_failed != before)
+        fprintf(stderr, "  %s: roles do not alternate\n", name);
+}
+
+#define OLD_TURN "{\"role\":\"user\",\"content\":\"old\"},{\"role\":\"assistant\",\"content\":\"hi\"}"
+#define NOTE(t) "{\"role\":\"system\",\"content\":\"" t "\"}"
+
+static void check_system_notes(void)
+{
+    static const char *const names[] = {"openai", "ollama", "anthropic"};
+    /* two notes before the turn's user message; one before an appended assistant message */
+    static const char h1[] = "[" OLD_TURN "," NOTE("A") "," NOTE("B") "]";
+    static const char h2[] = "[" OLD_TURN "," NOTE("A") ",{\"role\":\"assistant\",\"content\":"
+                             "\"announce\"}]";
+    static const char turn[] = "[{\"role\":\"user\",\"content\":\"turn\"},"
+                               "{\"role\":\"assistant\",\"content\":\"ok\"}]";
+    const char *const hs[] = {h1, h2};
+    for (size_t h = 0; h < 2; h++) { /* stored text and JSON: the very same bytes */
+        char *json = encode_history("openai", hs[h], turn, 0);
+        char *text = encode_history("openai", hs[h], turn, 1);
+        CHECK(json && text && strcmp(json, text) == 0);
+        free(json);
+        free(text);
+    }
+    for (size_t k = 0; k < sizeof names / sizeof names[0]; k++) {
+        for (int as_text = 0; as_text < 1 + !!provider_find(names[k])->reads_history_text;
+             as_text++) {
+            char *b1 = encode_history(names[k], h1, turn, as_text);
+            json_t *j = json_loads(b1 ? b1 : "", 0, NULL);
+            json_t *msgs = json_object_get(j, "messages");
+            check_alternates(names[k], msgs);
+            int anth = strcmp(names[k], "anthropic") == 0;
+            const json_t *u = json_array_get(msgs, anth ? 2 : 3);
+            CHECK(json_array_size(msgs) == (anth ? 4u : 5u));
+            if (anth) { /* blocks of one user message */
+                const json_t *c = json_object_get(u, "content");
+                CHECK_STR(json_string_value(json_object_get(json_array_get(c, 0), "text")),
+                          "[system note] A");
+                CHECK_STR(json_string_value(json_object_get(json_array_get(c, 2), "text")),
+                          "turn");
+            } else {
+                CHECK_STR(json_string_value(json_object_get(u, "content")),
+                          "[system note] A\n\n[system note] B\n\nturn");
+            }
+            /* The next request: the note, stored, renders the same bytes (openai) or JSON. */
+            char *h3 = pstr_printf("[" OLD_TURN "," NOTE("A") "," NOTE("B") ",%s]", turn + 1);
+            h3[strlen(h3) - 1] = '\0'; /* turn's own ']' closes the list */
+            char *b3 = encode_history(names[k], h3, "[{\"role\":\"user\",\"content\":\"next\"}]",
+                                      as_text);
+            json_t *j3 = json_loads(b3 ? b3 : "", 0, NULL);
+            check_alternates(names[k], json_object_get(j3, "messages"));
+            /* (Anthropic's cache mark moves on from the last message) */
+            for (size_t i = 0; i + anth < json_array_size(msgs); i++) {
+                int same = json_equal(json_array_get(msgs, i),
+                                      json_array_get(json_object_get(j3, "messages"), i));
+                CHECK(same);
+                if (!same)
+                    fprintf(stderr, "  %s: message %zu differs:\n  %s\n  %s\n", names[k], i, b1, b3);
+            }
+            if (!anth && b1 && b3 && strcmp(names[k], "openai") == 0)
+                CHECK(strncmp(b1, b3, strlen(b1) - 2) == 0); /* all but "]}" */
+            free(b1);
+            free(b3);
+            free(h3);
+            json_decref(j);
+            json_decref(j3);
+            b1 = encode_history(names[k], h2, "[{\"role\":\"user\",\"content\":\"turn\"}]",
+                                as_text);
+            j = json_loads(b1 ? b1 : "", 0, NULL);
+            msgs = json_object_get(j, "messages");
+            check_alternates(names[k], msgs);
+            u = json_array_get(msgs, anth ? 2 : 3); /* a user message of its own */
+            const json_t *c = json_object_get(u, "content");
+            CHECK_STR(json_is_string(c) ? json_string_value(c)
+                                        : json_string_value(json_object_get(json_array_get(c, 0),
+                                                                            "text")),
+                      "[system note] A");
+            free(b1);
+            json_decref(j);
+        }
+    }
+}
+
 /* Every registered codec sets every member provider.h does not allow to be NULL (all but
  * check_options and ask_window), so a provider added to the registry without one fails
  * here rather than at its first request; and each is one of NAMES, whose corpus the checks
@@ -746,6 +880,7 @@ int main(void)
     check_errors();
     check_think_tags();
     check_turn_note();
+    check_system_notes();
     check_codec_tables();
     return check_report();
 }
