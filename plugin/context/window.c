@@ -85,13 +85,9 @@ static int record_parse_plain(const char *json, size_t len, ctx_record *out)
     return 1;
 }
 
-/* A record that does not parse is no record: the window starts over (one
- * cache miss), the conversation goes on. */
-void ctx_record_parse(const char *json, size_t len, ctx_record *out)
+/* Any record (summaries, or written by an older Parley), field by field. */
+static void record_parse_json(const char *json, size_t len, ctx_record *out)
 {
-    memset(out, 0, sizeof *out);
-    if (!json || !len || record_parse_plain(json, len, out))
-        return;
     json_t *root = json_loadb(json, len, 0, NULL);
     json_t *start = json_object_get(root, "start");
     json_t *summary = json_object_get(root, "summary");
@@ -121,6 +117,30 @@ void ctx_record_parse(const char *json, size_t len, ctx_record *out)
     }
     json_decref(root);
 }
+
+/* A record that does not parse is no record: the window starts over (one
+ * cache miss), the conversation goes on. */
+void ctx_record_parse(const char *json, size_t len, ctx_record *out)
+{
+    memset(out, 0, sizeof *out);
+    if (!json || !len || record_parse_plain(json, len, out))
+        return;
+    record_parse_json(json, len, out);
+}
+
+#ifdef PARLEY_TEST_HOOKS
+int ctx_record_parse_plain(const char *json, size_t len, ctx_record *out)
+{
+    return record_parse_plain(json, len, out);
+}
+
+void ctx_record_parse_json(const char *json, size_t len, ctx_record *out)
+{
+    memset(out, 0, sizeof *out);
+    if (json && len)
+        record_parse_json(json, len, out);
+}
+#endif
 
 /* Calls fn(ud, offset, length) for each message of stored text (message_text.h), in order,
  * until fn returns non-zero. */
