@@ -130,6 +130,34 @@ static void test_records_that_do_not_parse(void)
     pbuf_free(&out);
 }
 
+/* A field of a record read either whole, as Parley writes it, or not at all
+ * (fuzz_context_record): no hash from the digits before a stray byte, no
+ * negative position read as a huge one. */
+static void test_record_fields_whole_or_none(void)
+{
+    const char *recs[] = {
+        "{\"start\":3,\"lp\":1,\"lb\":2,\"plen\":3,\"phash\":\"00c0ffee123$5678\"}",
+        "{\"start\":3,\"lp\":1,\"lb\":2,\"plen\":3,\"phash\":\"zz\"}",
+        "{\"start\":3,\"lp\":1,\"lb\":2,\"plen\":3,\"phash\":\" 123456789abcdef\"}",
+        "{\"start\":3,\"lp\":1,\"lb\":2,\"plen\":-3,\"phash\":\"0123456789abcdef\"}",
+        "{\"start\":3,\"next\":\"ahead\",\"next_upto\":-1}",
+    };
+    for (size_t i = 0; i < sizeof recs / sizeof recs[0]; i++) {
+        ctx_record r;
+        ctx_record_parse(recs[i], strlen(recs[i]), &r);
+        CHECK(r.start == 3 && !r.prefix_len && !r.prefix_hash);
+        CHECK(!r.summary && !r.upto && !r.next && !r.next_upto);
+        if (r.prefix_hash || r.summary || r.next)
+            fprintf(stderr, "record %zu half read\n", i);
+        free(r.summary);
+        free(r.next);
+    }
+    ctx_record r; /* upper-case digits are still the hash */
+    const char *upper = "{\"start\":3,\"lp\":1,\"lb\":2,\"plen\":3,\"phash\":\"0123456789ABCDEF\"}";
+    ctx_record_parse(upper, strlen(upper), &r);
+    CHECK(r.prefix_len == 3 && r.prefix_hash == 0x0123456789abcdefULL);
+}
+
 static void test_summary_input_clipped(void)
 {
     ctx_window w;
@@ -407,6 +435,7 @@ int main(void)
     test_plan_low_mark();
     test_next_summary_takes_the_cut();
     test_records_that_do_not_parse();
+    test_record_fields_whole_or_none();
     test_summary_input_clipped();
     return check_report();
 }
