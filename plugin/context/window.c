@@ -85,7 +85,19 @@ static int record_parse_plain(const char *json, size_t len, ctx_record *out)
     return 1;
 }
 
-/* Any record (summaries, or written by an older Parley), field by field. */
+/* The prefix hash as record_put writes it (16 hex digits; either case): 1 and
+ * *v, or 0 for anything else, which strtoull would half read (the digits
+ * before a stray byte: a hash no request has, a cache break reported). */
+static int record_hash(const char *s, uint64_t *v)
+{
+    if (strlen(s) != 16 || strspn(s, "0123456789abcdefABCDEF") != 16)
+        return 0;
+    *v = strtoull(s, NULL, 16);
+    return 1;
+}
+
+/* Any record (summaries, or written by an older Parley), field by field;
+ * a field that is not as Parley writes it is left out whole. */
 static void record_parse_json(const char *json, size_t len, ctx_record *out)
 {
     json_t *root = json_loadb(json, len, 0, NULL);
@@ -95,7 +107,8 @@ static void record_parse_json(const char *json, size_t len, ctx_record *out)
     if (json_is_integer(start) && json_integer_value(start) >= 0)
         out->start = (uint64_t)json_integer_value(start);
     json_t *next = json_object_get(root, "next"), *next_upto = json_object_get(root, "next_upto");
-    if (json_is_string(next) && json_string_length(next) && json_is_integer(next_upto)) {
+    if (json_is_string(next) && json_string_length(next) && json_is_integer(next_upto) &&
+        json_integer_value(next_upto) >= 0) {
         out->next = strdup(json_string_value(next));
         out->next_upto = (uint64_t)json_integer_value(next_upto);
     }
@@ -106,10 +119,9 @@ static void record_parse_json(const char *json, size_t len, ctx_record *out)
         out->last_bytes = (uint64_t)json_integer_value(lb);
     }
     json_t *plen = json_object_get(root, "plen"), *phash = json_object_get(root, "phash");
-    if (json_is_integer(plen) && json_is_string(phash)) {
+    if (json_is_integer(plen) && json_integer_value(plen) >= 0 && json_is_string(phash) &&
+        record_hash(json_string_value(phash), &out->prefix_hash))
         out->prefix_len = (uint64_t)json_integer_value(plen);
-        out->prefix_hash = strtoull(json_string_value(phash), NULL, 16);
-    }
     if (json_is_string(summary) && json_string_length(summary) && json_is_integer(upto) &&
         json_integer_value(upto) >= 0) {
         out->summary = strdup(json_string_value(summary));

@@ -74,7 +74,7 @@ static void check_fields(const ctx_record *r, json_t *root)
     if (r->prefix_hash || r->prefix_len) {
         const char *h = json_string_value(json_object_get(root, "phash"));
         FUZZ_CHECK(json_nonneg(root, "plen") == (long long)r->prefix_len);
-        FUZZ_CHECK(h && strlen(h) == 16 && strspn(h, "0123456789abcdef") == 16);
+        FUZZ_CHECK(h && strlen(h) == 16 && strspn(h, "0123456789abcdefABCDEF") == 16);
     }
 }
 
