@@ -24,8 +24,10 @@ for t in "${TARGETS[@]}"; do
   printf '==== %s: %s s\n' "$t" "$seconds"
   mkdir -p "$dir/corpus-run/$t"
   dict=()
-  case $t in fuzz_reply_decode | fuzz_sse_stream | fuzz_anthropic_stream | fuzz_ndjson_stream)
+  case $t in fuzz_reply_decode | fuzz_sse_stream | fuzz_anthropic_stream | fuzz_ndjson_stream | fuzz_overflow)
     dict=(-dict=tests/fuzz/llm.dict) ;;
+  fuzz_context_record) dict=(-dict=tests/fuzz/context.dict) ;;
+  fuzz_message_text) dict=(-dict=tests/fuzz/message_text.dict) ;;
   esac
   if ! "$dir/$t" -max_total_time="$seconds" -max_len=65536 -print_final_stats=1 \
       -artifact_prefix="$dir/$t-" "${dict[@]}" "$dir/corpus-run/$t" "tests/fuzz/corpus/$t"; then
