@@ -7,7 +7,8 @@
  * the fast one accepts, jansson must read alike; what it refuses leaves the
  * record untouched; bytes that are not a JSON object give an empty record;
  * every field read is whole (a summary is a non-empty string with what it
- * covers, a prefix has its length and a 16-digit hash), and nothing leaks.
+ * covers, a prefix has its length and a 16-digit hash), what history_get
+ * shows of it is JSON, and nothing leaks.
  */
 #include <jansson.h>
 #include <stdint.h>
@@ -97,6 +98,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     json_t *root = json_loadb(json, size, 0, NULL);
     check_fields(&slow, root);
     json_decref(root);
+    pbuf shown = PBUF_INIT; /* what history_get shows of it: JSON, whatever was stored */
+    ctx_describe(json, size, &shown);
+    json_t *described = json_loadb(shown.data, shown.len, 0, NULL);
+    FUZZ_CHECK(json_is_object(described) && json_object_size(described) == 3);
+    json_decref(described);
+    pbuf_free(&shown);
     record_free(&slow);
     record_free(&both);
     return 0;
