@@ -14,6 +14,7 @@
 #include "lib/json_schema.h"
 #include "lib/redact.h"
 #include "engine/store_jobs.h"
+#include "turn/budget.h"
 #include "turn/recording.h"
 #include "turn/tools.h"
 #include "store/message_text.h"
@@ -482,112 +483,6 @@ static int render_request(turn *t, char **err)
     return rc;
 }
 
-/* An image costs the model about this many tokens, whatever its base64 length. */
-#define IMAGE_TOKENS 1000
-
-/* What the turn may send: the window, the reserve, the turn bound, the factor. */
-static ctx_budget budget_of(const turn *t)
-{
-    const parley_options *o = t->opts;
-    const ctx_model *learned = ctx_model_of(t->env->ctx, t->opts->model);
-    ctx_budget b = {.max_turns = (size_t)o->max_history_turns,
-                    .factor = learned->factor > 0 ? learned->factor : 1.0,
-                    .idle_ms = (uint64_t)o->prompt_cache_ttl_ms};
-    int64_t discovered = atomic_load(&t->env->ctx->discovered);
-    if (o->context_window > 0)
-        b.window = o->context_window;
-    else if (learned->window > 0)
-        b.window = learned->window;
-    else if (discovered > 0)
-        b.window = discovered;
-    else
-        b.window = t->cfg->prov->default_window(o); /* what the API's models usually have */
-    if (learned->window > 0 && learned->window < b.window) /* the server knows better */
-        b.window = learned->window;
-    b.reserve = o->context_reserve >= 0 ? o->context_reserve
-                : o->max_tokens > 0       ? o->max_tokens
-                                          : 1024;
-    if (b.reserve > b.window / 2) /* a max_tokens near the window must leave room to ask */
-        b.reserve = b.window / 2;
-    return b;
-}
-
-/* The request body in estimated tokens, images counted as IMAGE_TOKENS. */
-static int64_t body_tokens(const turn *t, double factor)
-{
-    size_t image_bytes = 0;
-    for (size_t i = 0; i < t->in.images.n; i++)
-        image_bytes += strlen(t->in.images.items[i].url);
-    size_t text = t->req.body.len > image_bytes ? t->req.body.len - image_bytes : 0;
-    return ctx_tokens(text, factor) + (int64_t)t->in.images.n * IMAGE_TOKENS;
-}
-
-/* Cut n oldest turns of the window (a planned cut: counted, logged). */
-static void cut_window(turn *t, size_t n, ctx_cut_reason why)
-{
-    size_t msgs = ctx_cut(&t->ctx.window, &t->ctx.history, n, why);
-    t->ctx.nhistory = t->ctx.nhistory > msgs ? t->ctx.nhistory - msgs : 0;
-    json_decref(t->ctx.history_msgs); /* parsed again without them, if the codec parses */
-    t->ctx.history_msgs = NULL;
-    atomic_fetch_add(&t->env->metrics->context_cuts, 1);
-    if (t->conv.counters)
-        atomic_fetch_add(&t->conv.counters->truncations, 1);
-    if (t->conv.series)
-        atomic_fetch_add(&t->conv.series->history_cut, 1);
-    host_log(t->env->host, PARLEY_LOG_DEBUG,
-             "turn %s: the context window starts %zu turns later (%s), at message %llu",
-             t->turn_id, n, ctx_cut_reason_name(why), (unsigned long long)t->ctx.window.first);
-}
-
-/* Before the turn's first request: keep the window within the budget
- * (context/window.h).  1 when the history changed (render again). */
-/* The bytes of t->ctx.history that are the window (reply context may follow). */
-static size_t window_len(const turn *t)
-{
-    return t->ctx.window.nturns ? t->ctx.window.end[t->ctx.window.nturns - 1] : 0;
-}
-
-static void release_config(void *cfg)
-{
-    config_unref(cfg);
-}
-
-/* What comes before the history in every request of the turn, for the cache
- * break check: the prompt (the turn note comes after the history: turn_note;
- * malloc'd; NULL on OOM). */
-static char *stable_prompt(const turn *t) { return strdup(t->opts->prompt ? t->opts->prompt : ""); }
-
-static int plan_window(turn *t)
-{
-    if (!t->ctx.window.enabled || t->ctx.planned)
-        return 0;
-    t->ctx.planned = 1;
-    if (t->cfg->opts.context_window == 0 && !t->env->ctx->started) /* ask the server, once */
-        ctx_discover_start(t->env->ctx, &t->cfg->opts, config_ref(t->cfg), release_config);
-    ctx_budget b = budget_of(t);
-    ctx_cut_reason why;
-    size_t n = ctx_plan(&t->ctx.window, &b, body_tokens(t, b.factor), clock_wall_ms(), 0, &why);
-    char *stable = why == CTX_CUT_NONE ? stable_prompt(t) : NULL;
-    int kept = !stable || ctx_prefix_kept(&t->ctx.window, stable, toolset_json(t->in.tools),
-                                          t->ctx.history.data, window_len(t));
-    free(stable);
-    if (!kept) {
-        atomic_fetch_add(&t->env->metrics->cache_breaks, 1);
-        host_log(t->env->host, PARLEY_LOG_INFO,
-                 "turn %s: this request does not extend the conversation's previous one (the "
-                 "prompt, the tools or the stored history changed): the server reads it again",
-                 t->turn_id);
-    }
-    if (why == CTX_CUT_NONE)
-        return 0;
-    int use_next = 0;
-    n = ctx_cut_for_next(&t->ctx.window, &b, body_tokens(t, b.factor), n, &use_next);
-    cut_window(t, n, why);
-    if (use_next) /* the summary made ahead takes the cut turns' place */
-        ctx_take_next(&t->ctx.window);
-    return n > 0 || use_next;
-}
-
 static void turn_request(turn *t)
 {
     char *err = NULL;
@@ -596,7 +491,7 @@ static void turn_request(turn *t)
         return;
     }
     int rendered = render_request(t, &err);
-    if (rendered == 0 && plan_window(t)) /* the window moved: render it again */
+    if (rendered == 0 && budget_plan(t)) /* the window moved: render it again */
         rendered = render_request(t, &err);
     if (rendered != 0) {
         /* Only a store holding something that is not a message gets here: checked now, on
@@ -922,83 +817,7 @@ static void finish_answer(turn *t, const llm_reply *reply, const char *content)
     turn_commit(t);
 }
 
-/*
- * The server refused the prompt as longer than its window: learn the window
- * (and the tokens it counted) from its answer, cut the window's oldest turns
- * down to the low mark, and send again -- once per turn.  0 when that cannot
- * help (no window, nothing left to cut, already tried): the turn then fails
- * with context_overflow, its history unchanged.
- */
-static int recover_overflow(turn *t)
-{
-    if (t->ctx.overflow_retried || !t->ctx.window.enabled)
-        return 0;
-    t->ctx.overflow_retried = 1;
-    ctx_model *learned = ctx_model_of(t->env->ctx, t->opts->model);
-    if (t->ctx.overflow.n_ctx > 0)
-        learned->window = t->ctx.overflow.n_ctx;
-    if (t->ctx.overflow.n_prompt > 0 && !t->in.images.n)
-        ctx_learn_factor(learned, t->req.body.len, t->ctx.overflow.n_prompt);
-    ctx_budget b = budget_of(t);
-    ctx_cut_reason why;
-    size_t n = ctx_plan(&t->ctx.window, &b, body_tokens(t, b.factor), clock_wall_ms(), 1, &why);
-    if (!n)
-        return 0;
-    host_log(t->env->host, PARLEY_LOG_WARN,
-             "turn %s: the prompt did not fit the model's context window (%lld tokens > %lld): "
-             "sending it again without its %zu oldest turns",
-             t->turn_id, t->ctx.overflow.n_prompt, t->ctx.overflow.n_ctx, n);
-    cut_window(t, n, CTX_CUT_OVERFLOW);
-    turn_request(t);
-    return 1;
-}
-
 static void summary_on_http_done(turn *t, CURLcode code);
-
-/*
- * Ollama answers a prompt longer than its window after silently dropping the
- * oldest messages: its prompt_eval_count then counts far fewer tokens than
- * were sent (by the estimate, once the factor is known).
- */
-static int ollama_truncated(const turn *t, const llm_usage *u)
-{
-    if (!t->cfg->prov->truncates_silently || !t->ctx.window.enabled || t->in.images.n ||
-        u->prompt <= 0)
-        return 0;
-    double f = ctx_model_of(t->env->ctx, t->opts->model)->factor;
-    if (f <= 0)
-        return 0;
-    if (!t->tool.rounds && !t->ctx.overflow_retried &&
-        ctx_shrunk(&t->ctx.window, t->req.body.len, u->prompt, f))
-        return 1; /* longer than the conversation's last request, yet counted shorter */
-    return body_tokens(t, f) > u->prompt + u->prompt * 3 / 10 + 16; /* far fewer than sent */
-}
-
-/* After a silent truncation: what the server kept is its window (and the
- * answer's room); cut the window's oldest turns and send again, once. */
-static int recover_truncation(turn *t, long long read)
-{
-    if (t->ctx.overflow_retried || !t->ctx.window.enabled)
-        return 0;
-    t->ctx.overflow_retried = 1;
-    ctx_budget b = budget_of(t);
-    int64_t sent = body_tokens(t, b.factor);
-    /* the window whose limit (less the reserve and the margin of itself) is what it read */
-    ctx_model_of(t->env->ctx, t->opts->model)->window =
-        ((int64_t)read + b.reserve) * 100 / (100 - CTX_MARGIN_PERCENT);
-    b = budget_of(t);
-    ctx_cut_reason why;
-    size_t n = ctx_plan(&t->ctx.window, &b, sent, clock_wall_ms(), 1, &why);
-    if (!n)
-        return 0;
-    host_log(t->env->host, PARLEY_LOG_WARN,
-             "turn %s: the server read only %lld of about %lld prompt tokens (it dropped the "
-             "oldest messages to fit its window): sending it again without its %zu oldest turns",
-             t->turn_id, read, (long long)sent, n);
-    cut_window(t, n, CTX_CUT_OVERFLOW);
-    turn_request(t);
-    return 1;
-}
 
 void turn_on_http_done(turn *t, CURLcode code)
 {
@@ -1032,7 +851,8 @@ void turn_on_http_done(turn *t, CURLcode code)
     if (st != PARLEY_OK) {
         http_call_free(t->req.http);
         t->req.http = NULL;
-        if (st == PARLEY_ERR_CONTEXT_OVERFLOW && recover_overflow(t)) {
+        if (st == PARLEY_ERR_CONTEXT_OVERFLOW && budget_overflow_cut(t)) {
+            turn_request(t); /* without the window's oldest turns */
             free(msg);
             return;
         }
@@ -1069,13 +889,15 @@ void turn_on_http_done(turn *t, CURLcode code)
         return;
     }
     t->req.attempt = 0;
-    t->ctx.truncated = ollama_truncated(t, &reply.usage);
+    t->ctx.truncated = budget_truncated(t, &reply.usage);
     if (t->ctx.truncated && !t->ctx.overflow_retried && t->ctx.window.nturns) {
         account_reply(t, &reply); /* an answer to part of the prompt: its tokens were spent */
         long long read = reply.usage.prompt;
         llm_reply_free(&reply);
         t->ctx.truncated = 0;
-        if (!recover_truncation(t, read))
+        if (budget_truncation_cut(t, read))
+            turn_request(t); /* without the window's oldest turns */
+        else
             turn_end(t, PARLEY_ERR_CONTEXT_OVERFLOW, "the server dropped the start of the "
                      "prompt to fit its context window, and it could not be shortened");
         return;
@@ -1286,9 +1108,9 @@ static void turn_commit(turn *t)
         pbuf turn_text = PBUF_INIT;
         for (size_t i = 0; i < t->rec.nmessages; i++)
             msgtext_append(&turn_text, msgs[i].json, msgs[i].json_len);
-        char *stable = stable_prompt(t);
+        char *stable = budget_stable_prompt(t);
         ctx_set_prefix(&t->ctx.window, stable ? stable : "", toolset_json(t->in.tools),
-                       t->ctx.history.data, window_len(t), turn_text.data, turn_text.len);
+                       t->ctx.history.data, budget_window_len(t), turn_text.data, turn_text.len);
         if (turn_text.oom || !stable)
             t->ctx.window.rec.prefix_hash = 0; /* unknown: the next turn checks nothing */
         free(stable);
@@ -1443,7 +1265,7 @@ static int summary_start(turn *t)
         if ((own && strcmp(own, t->opts->model) != 0) || t->in.format) /* not its own answer */
             return 0;
         ctx_budget b = budget_of(t);
-        int64_t tokens = body_tokens(t, b.factor) + ctx_tokens(strlen(t->rec.answer), b.factor) +
+        int64_t tokens = budget_body_tokens(t, b.factor) + ctx_tokens(strlen(t->rec.answer), b.factor) +
                          ctx_tokens(sizeof AHEAD_PROMPT, b.factor);
         /* its request must fit too (else the cut's transcript makes the summary) */
         if (tokens > b.window - b.reserve - b.window * CTX_MARGIN_PERCENT / 100 ||
