@@ -284,6 +284,11 @@ int turn_set_host_time(turn *t, const char *text, const char *field, char **err)
 /* Set t->opts from t->cfg and t->conv.persona_def: 0, or -1 out of memory. */
 int turn_apply_persona(turn *t);
 
+/* The turn's request as it stands (system prompt, history, its messages, tools, t->opts),
+ * rendered by its codec into t->req.body: 0, or -1 with *err (malloc'd; NULL out of
+ * memory).  Also summary.c's, for the summary made ahead of the next cut. */
+int turn_render_request(turn *t, char **err);
+
 /* Worker-thread events. */
 void turn_begin(turn *t);
 /* The conversation's history is in t->ctx.history (status PARLEY_OK), or could not be read. */
