@@ -171,17 +171,16 @@ uint64_t turn_clock_ms(const turn *t)
     return t->in.host_time_ms + (now > t->started_wall_ms ? now - t->started_wall_ms : 0);
 }
 
-int turn_set_host_time(turn *t, const char *text, const char *field, char **err)
+parley_status turn_set_host_time(turn *t, const char *text, const char *field, char **err)
 {
     if (!text)
-        return 0;
-    if (rfc3339_parse(text, &t->in.host_time_ms) != 0 || t->in.host_time_ms == 0) {
-        t->in.host_time_ms = 0;
-        *err = pstr_printf("%s: must be an RFC 3339 time after 1970, e.g. "
-                           "\"2026-11-22T19:31:00Z\" or \"2026-11-22T20:31:00.250+01:00\"", field);
-        return -1;
-    }
-    return 0;
+        return PARLEY_OK;
+    if (rfc3339_parse(text, &t->in.host_time_ms) == 0 && t->in.host_time_ms != 0)
+        return PARLEY_OK;
+    t->in.host_time_ms = 0;
+    *err = pstr_printf("%s: must be an RFC 3339 time after 1970, e.g. "
+                       "\"2026-11-22T19:31:00Z\" or \"2026-11-22T20:31:00.250+01:00\"", field);
+    return *err ? PARLEY_ERR_INVALID_INPUT : PARLEY_ERR_NO_MEMORY;
 }
 
 /* append_message's turn: one message, stored as it is, without the model. */

@@ -277,9 +277,10 @@ void turn_free(turn *t);
  * time since the turn began for the rest; else the wall clock. */
 uint64_t turn_clock_ms(const turn *t);
 
-/* The host's timestamp `text` (NULL: none) as t->in.host_time_ms: 0, or -1 with *err naming
- * `field` when it is not an RFC 3339 time after 1970. */
-int turn_set_host_time(turn *t, const char *text, const char *field, char **err);
+/* The host's timestamp `text` (NULL: none) as t->in.host_time_ms: PARLEY_OK;
+ * PARLEY_ERR_INVALID_INPUT with *err (malloc'd) naming `field` when it is not an RFC 3339
+ * time after 1970 (t->in.host_time_ms stays 0); or PARLEY_ERR_NO_MEMORY. */
+parley_status turn_set_host_time(turn *t, const char *text, const char *field, char **err);
 
 /* Set t->opts from t->cfg and t->conv.persona_def: 0, or -1 out of memory. */
 int turn_apply_persona(turn *t);
