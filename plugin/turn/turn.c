@@ -316,7 +316,7 @@ void turn_on_history(turn *t, parley_status status, const char *message)
 }
 
 /* ======================================================================
- * 2. Request: render the body, start the HTTP call
+ * 2. Request: render the body (within the window's budget: budget.c), start the HTTP call
  * ====================================================================== */
 
 static void on_stream_text(void *ud, const char *text, size_t len)
@@ -1140,7 +1140,7 @@ static void turn_commit(turn *t)
 }
 
 /* ======================================================================
- * 6b. The summary: after the commit, off the answer's path
+ * 6b. The summary: after the commit, off the answer's path (its work: summary.c)
  * ====================================================================== */
 
 /*
