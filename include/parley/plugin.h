@@ -470,7 +470,8 @@ typedef struct parley_plugin {
      * options_json is a whole options object, as for create() (a key left out
      * takes its default, as at create).  It is validated like create()'s: on
      * any error nothing changes, PARLEY_ERR_INVALID_OPTIONS is returned and
-     * *error (if not NULL; free with free_string) names the option.
+     * *error (if not NULL; free with free_string) names the option
+     * (PARLEY_ERR_NO_MEMORY, "out of memory", when memory ran out instead).
      * History is kept; turns in flight finish under the options they were
      * accepted with; turns accepted after this returns use the new ones.
      * Options that belong to what create() opened once -- history_store,

@@ -135,7 +135,8 @@ static parley_agent *create_agent(const parley_host *host, const char *options_j
     }
     atomic_init(&a->next_request_id, 1);
     persona_metrics_init(&a->persona_metrics);
-    if (!(a->cfg = config_new(options_json, &err)) || open_store(a, backend, &err) != 0)
+    parley_status st; /* create() answers with the agent or the error text alone */
+    if (!(a->cfg = config_new(options_json, &st, &err)) || open_store(a, backend, &err) != 0)
         goto fail;
     worker_setup ws = {
         .store = a->store,
@@ -297,13 +298,14 @@ parley_status agent_update_options(parley_agent *a, const char *options_json, ch
             *error = dup_error("agent is NULL");
         return PARLEY_ERR_INVALID_INPUT;
     }
-    agent_config *next = config_new(options_json, &err);
+    parley_status st;
+    agent_config *next = config_new(options_json, &st, &err);
     if (!next) {
         if (error)
             *error = err ? err : dup_error(NULL);
         else
             free(err);
-        return PARLEY_ERR_INVALID_OPTIONS;
+        return st; /* INVALID_OPTIONS, or NO_MEMORY */
     }
     pthread_mutex_lock(&a->cfg_mu);
     agent_config *old = a->cfg;

@@ -84,13 +84,14 @@ static parley_status change_persona(parley_agent *a, const char *name, json_t *d
             return refuse(error, st, m);
         }
         char *err = NULL;
-        agent_config *next = config_new(text, &err);
+        agent_config *next = config_new(text, &st, &err);
         free(text);
         if (!next) {
             config_unref(base);
             char *m = pstr_printf("persona_json: %s", err ? err : "out of memory");
             free(err);
-            return refuse(error, m && err ? PARLEY_ERR_INVALID_INPUT : PARLEY_ERR_NO_MEMORY, m);
+            return refuse(error, m && st != PARLEY_ERR_NO_MEMORY ? PARLEY_ERR_INVALID_INPUT
+                                                                 : PARLEY_ERR_NO_MEMORY, m);
         }
         int swapped = swap_if_current(a, base, next);
         config_unref(base);

@@ -347,21 +347,27 @@ static parley_status check_base_url(const char *u, char **err)
         rc = curl_url_get(h, CURLUPART_SCHEME, &scheme, 0);
     if (rc == CURLUE_OK)
         rc = curl_url_get(h, CURLUPART_HOST, &host, 0);
-    curl_url_get(h, CURLUPART_QUERY, &query, 0);
-    curl_url_get(h, CURLUPART_FRAGMENT, &fragment, 0);
-    if (rc != CURLUE_OK)
+    /* absent parts answer CURLUE_NO_QUERY / NO_FRAGMENT; out of memory is told apart */
+    CURLUcode q = curl_url_get(h, CURLUPART_QUERY, &query, 0);
+    CURLUcode f = curl_url_get(h, CURLUPART_FRAGMENT, &fragment, 0);
+    parley_status st = PARLEY_ERR_INVALID_OPTIONS; /* the status, even when no message fits */
+    if (rc == CURLUE_OUT_OF_MEMORY || q == CURLUE_OUT_OF_MEMORY || f == CURLUE_OUT_OF_MEMORY)
+        st = PARLEY_ERR_NO_MEMORY;
+    else if (rc != CURLUE_OK)
         *err = pstr_printf("option 'base_url': not a URL libcurl can parse (%s)",
                            curl_url_strerror(rc));
     else if (strcmp(scheme, "http") != 0 && strcmp(scheme, "https") != 0)
         *err = pstr_printf("option 'base_url': must be an http:// or https:// URL");
     else if (query || fragment) /* "/chat/completions" would be appended to it */
         *err = pstr_printf("option 'base_url': must not have a ?query or #fragment");
+    else
+        st = PARLEY_OK;
     curl_free(scheme);
     curl_free(host);
     curl_free(query);
     curl_free(fragment);
     curl_url_cleanup(h);
-    return *err ? PARLEY_ERR_INVALID_OPTIONS : PARLEY_OK;
+    return st;
 }
 
 static const char *const TOKEN_FIELDS[] = {"max_tokens", "max_completion_tokens", NULL};
@@ -405,20 +411,23 @@ static const char *own_option_of(const char *key)
     return "Parley builds it from the model, the prompt and the history";
 }
 
-/* A tool name of the `tools` option (either form), 1 when found. */
-static int declared_tool(const char *tools_json, const char *name)
+/* Whether `name` is a tool of the `tools` option (either form): *found 1 when it is;
+   PARLEY_ERR_NO_MEMORY when the option could not be read again. */
+static parley_status declared_tool(const char *tools_json, const char *name, int *found)
 {
     json_t *tools = json_loads(tools_json ? tools_json : "[]", 0, NULL), *t;
+    *found = 0;
+    if (!tools) /* dumped from an array a moment ago: only memory can fail it */
+        return PARLEY_ERR_NO_MEMORY;
     size_t i;
-    int found = 0;
     json_array_foreach(tools, i, t) {
         const char *n = json_string_value(json_object_get(t, "name"));
         if (!n)
             n = json_string_value(json_object_get(json_object_get(t, "function"), "name"));
-        found |= n && strcmp(n, name) == 0;
+        *found |= n && strcmp(n, name) == 0;
     }
     json_decref(tools);
-    return found;
+    return PARLEY_OK;
 }
 
 /* tool_choice: a word, or a tool of the `tools` option (what each API can force is its
@@ -426,9 +435,12 @@ static int declared_tool(const char *tools_json, const char *name)
 static parley_status check_tool_choice(const parley_options *o, char **err)
 {
     const char *c = o->tool_choice;
-    if (strcmp(c, "auto") == 0 || strcmp(c, "none") == 0 || strcmp(c, "required") == 0 ||
-        declared_tool(o->tools_json, c))
+    if (strcmp(c, "auto") == 0 || strcmp(c, "none") == 0 || strcmp(c, "required") == 0)
         return PARLEY_OK;
+    int found;
+    parley_status st = declared_tool(o->tools_json, c, &found);
+    if (st != PARLEY_OK || found)
+        return st;
     *err = pstr_printf("option 'tool_choice': must be \"auto\", \"none\", \"required\" or the "
                        "name of a tool of the option 'tools' (got \"%.64s\")", c);
     return PARLEY_ERR_INVALID_OPTIONS;
@@ -449,6 +461,8 @@ static parley_status finish_provider_details(parley_options *o, char **err)
     }
     if (o->extra_body) {
         json_t *extra = json_loads(o->extra_body, 0, NULL);
+        if (!extra) /* dumped from an object a moment ago: only memory can fail it */
+            return PARLEY_ERR_NO_MEMORY;
         const char *key;
         json_t *v;
         json_object_foreach(extra, key, v) {

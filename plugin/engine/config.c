@@ -60,36 +60,44 @@ static void config_free(agent_config *c)
     free(c);
 }
 
-agent_config *config_new(const char *options_json, char **err)
+agent_config *config_new(const char *options_json, parley_status *status, char **err)
 {
     *err = NULL;
+    *status = PARLEY_ERR_NO_MEMORY;
     agent_config *c = calloc(1, sizeof *c);
     if (!c) {
         *err = pstr_printf("out of memory");
         return NULL;
     }
     atomic_init(&c->refs, 1);
-    if (provider_options_parse(options_json, &c->opts, err) != PARLEY_OK) {
+    if ((*status = provider_options_parse(options_json, &c->opts, err)) != PARLEY_OK) {
         free(c);
         return NULL;
     }
     char *terr = NULL;
-    if (toolset_parse(c->opts.tools_json, NULL, &c->tools, &terr) != PARLEY_OK) {
-        *err = pstr_printf("option 'tools': %s", terr ? terr : "out of memory");
+    parley_status st = toolset_parse(c->opts.tools_json, NULL, &c->tools, &terr);
+    if (st != PARLEY_OK) { /* INVALID_INPUT from toolset_parse: the options' tools */
+        *status = st == PARLEY_ERR_NO_MEMORY ? st : PARLEY_ERR_INVALID_OPTIONS;
+        *err = st == PARLEY_ERR_NO_MEMORY ? pstr_printf("out of memory")
+                                          : pstr_printf("option 'tools': %s", terr);
         free(terr);
-        config_free(c);
-        return NULL;
+        goto fail;
     }
-    if (persona_set_parse(c->opts.personas_json, c->tools, &c->personas, err) != 0) {
-        config_free(c);
-        return NULL;
-    }
+    if ((*status = persona_set_parse(c->opts.personas_json, c->tools, &c->personas, err)) !=
+        PARLEY_OK)
+        goto fail;
     if (setup_http(c) != 0 || !(c->options_json = strdup(options_json ? options_json : "{}"))) {
-        *err = pstr_printf("out of memory");
-        config_free(c);
-        return NULL;
+        *status = PARLEY_ERR_NO_MEMORY;
+        goto fail;
     }
     return c;
+fail:
+    config_free(c);
+    if (!*err) { /* out of memory, or a message that could not be made */
+        *status = PARLEY_ERR_NO_MEMORY;
+        *err = pstr_printf("out of memory");
+    }
+    return NULL;
 }
 
 agent_config *config_ref(agent_config *c)

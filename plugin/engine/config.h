@@ -37,8 +37,9 @@ typedef struct agent_config {
 } agent_config;
 
 /* Parse and validate options_json into a new snapshot (one reference), or
- * NULL with *err (malloc'd) naming the option. */
-agent_config *config_new(const char *options_json, char **err);
+ * NULL with *status PARLEY_ERR_INVALID_OPTIONS and *err (malloc'd) naming the
+ * option, or PARLEY_ERR_NO_MEMORY ("out of memory"). */
+agent_config *config_new(const char *options_json, parley_status *status, char **err);
 agent_config *config_ref(agent_config *c);
 void config_unref(agent_config *c);  /* frees it with the last reference; NULL is a no-op */
 

@@ -1,4 +1,5 @@
 /* test_options.c -- option parsing, validation messages, schema, and docs/options.md. */
+#include <curl/curl.h>
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -485,8 +486,87 @@ static void test_out_of_memory(void)
     CHECK(failed > 0);
 }
 
+/* Options that are refused stay refused out of memory: extra_body and the `tools` option
+   are parsed again in the last checks, and a parse that failed for memory skipped the
+   check (extra_body's "model" was taken) or said the named tool was not declared. */
+static void test_out_of_memory_late_checks(void)
+{
+    static const struct { const char *text; parley_status want; } cases[] = {
+        {"{\"model\":\"m\",\"extra_body\":{\"model\":\"x\"}}", PARLEY_ERR_INVALID_OPTIONS},
+        {"{\"model\":\"m\",\"tools\":[{\"name\":\"oven\"}],\"tool_choice\":\"oven\"}",
+         PARLEY_OK},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        for (long n = 0; n < 100000; n++) {
+            parley_options o;
+            char *err = NULL;
+            allocs_left = n;
+            json_set_alloc_funcs(failing_malloc, free);
+            parley_status st = provider_options_parse(cases[i].text, &o, &err);
+            json_set_alloc_funcs(malloc, free);
+            if (st == PARLEY_OK)
+                options_free(&o);
+            int oom_said = err && strcmp(err, "out of memory") == 0;
+            int ok = st == cases[i].want || (st == PARLEY_ERR_NO_MEMORY && oom_said) ||
+                     (st == PARLEY_ERR_INVALID_OPTIONS && err && strstr(err, "not valid JSON"));
+            CHECK(ok);
+            if (!ok)
+                fprintf(stderr, "  %s after %ld allocations: status %d, %s\n", cases[i].text, n,
+                        (int)st, err ? err : "(no message)");
+            free(err);
+            if (allocs_left > 0) /* the parse ran to its end with allocations to spare */
+                break;
+        }
+    }
+}
+
+/* libcurl's allocations fail from the nth on (curl_global_init_mem, set in main). */
+static long curl_allocs_left = -1; /* -1: none fails */
+static int curl_alloc_fails(void) { return curl_allocs_left >= 0 && curl_allocs_left-- == 0 ? (curl_allocs_left = 0, 1) : 0; }
+static void *curl_test_malloc(size_t n) { return curl_alloc_fails() ? NULL : malloc(n); }
+static void *curl_test_realloc(void *p, size_t n) { return curl_alloc_fails() ? NULL : realloc(p, n); }
+static char *curl_test_strdup(const char *s) { return curl_alloc_fails() ? NULL : strdup(s); }
+static void *curl_test_calloc(size_t n, size_t size) { return curl_alloc_fails() ? NULL : calloc(n, size); }
+
+/* base_url is parsed by libcurl: its running out of memory is NO_MEMORY, not a base_url
+   "libcurl cannot parse (A memory function failed)" the host would be told to fix. */
+static void test_base_url_out_of_memory(void)
+{
+    static const struct { const char *text; parley_status want; } cases[] = {
+        {"{\"model\":\"m\",\"base_url\":\"https://x.example/v1\"}", PARLEY_OK},
+        {"{\"model\":\"m\",\"base_url\":\"ftp://x.example/v1\"}", PARLEY_ERR_INVALID_OPTIONS},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        long failed = 0;
+        for (long n = 0; n < 10000; n++) {
+            parley_options o;
+            char *err = NULL;
+            curl_allocs_left = n;
+            parley_status st = provider_options_parse(cases[i].text, &o, &err);
+            long left = curl_allocs_left;
+            curl_allocs_left = -1;
+            if (st == PARLEY_OK)
+                options_free(&o);
+            int oom_said = err && strcmp(err, "out of memory") == 0;
+            int ok = st == cases[i].want ? st == PARLEY_OK || strstr(err, "http:// or https://")
+                                         : st == PARLEY_ERR_NO_MEMORY && oom_said;
+            CHECK(ok);
+            if (!ok)
+                fprintf(stderr, "  %s after %ld allocations: status %d, %s\n", cases[i].text, n,
+                        (int)st, err ? err : "(no message)");
+            free(err);
+            if (left > 0)
+                break;
+            failed++;
+        }
+        CHECK(failed > 0);
+    }
+}
+
 int main(void)
 {
+    CHECK(curl_global_init_mem(CURL_GLOBAL_DEFAULT, curl_test_malloc, free, curl_test_realloc,
+                               curl_test_strdup, curl_test_calloc) == CURLE_OK);
     test_defaults();
     test_provider_options();
     test_values();
@@ -500,5 +580,8 @@ int main(void)
     test_duplicate_keys();
     test_base_url_parsed_by_libcurl();
     test_out_of_memory();
+    test_out_of_memory_late_checks();
+    test_base_url_out_of_memory();
+    curl_global_cleanup();
     return check_report();
 }

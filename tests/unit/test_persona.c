@@ -7,6 +7,8 @@
 #include <string.h>
 
 #include "check.h"
+#include "api/agent_api.h"
+#include "api/personas_live.h"
 #include "config/persona.h"
 #include "lib/utf8.h"
 
@@ -283,6 +285,48 @@ static void test_out_of_memory(void)
     toolset_free(agent);
 }
 
+/* A live agent's persona_put and update_options out of memory: PARLEY_ERR_NO_MEMORY, never
+   a refusal of the host's valid settings saying "out of memory" (config_new dropped the
+   options' NO_MEMORY, so persona_put said INVALID_INPUT and update_options INVALID_OPTIONS). */
+static void test_live_out_of_memory(void)
+{
+    char *err = NULL;
+    parley_agent *a = agent_create(NULL, "{\"model\":\"m\",\"tools\":[{\"name\":\"oven\"}]}", &err);
+    CHECK(a != NULL);
+    free(err);
+    if (!a)
+        return;
+    const char *opts = "{\"model\":\"m\",\"tools\":[{\"name\":\"oven\"}],"
+                       "\"personas\":{\"chef\":{\"prompt\":\"p\",\"tools\":[\"oven\"]}}}";
+    for (int op = 0; op < 2; op++) {
+        long failed = 0;
+        for (long n = 0; n < 100000; n++) {
+            err = NULL;
+            allocs_left = n;
+            json_set_alloc_funcs(failing_malloc, free);
+            parley_status st = op == 0 ? agent_persona_put(a, "chef", "{\"prompt\": \"p\", "
+                                                           "\"tools\": [\"oven\"]}", &err)
+                                       : agent_update_options(a, opts, &err);
+            long left = allocs_left;
+            json_set_alloc_funcs(malloc, free);
+            int oom_said = contains(err, "out of memory");
+            int ok = st == PARLEY_OK || (st == PARLEY_ERR_NO_MEMORY && oom_said) ||
+                     (st != PARLEY_ERR_NO_MEMORY && err && !oom_said); /* jansson's "syntax" */
+            CHECK(ok);
+            if (!ok)
+                fprintf(stderr, "  %s after %ld allocations: status %d, %s\n",
+                        op == 0 ? "persona_put" : "update_options", n, (int)st,
+                        err ? err : "(no message)");
+            free(err);
+            if (st == PARLEY_OK && left > 0)
+                break;
+            failed++;
+        }
+        CHECK(failed > 0);
+    }
+    agent_destroy(a);
+}
+
 int main(void)
 {
     test_quoting();
@@ -291,5 +335,6 @@ int main(void)
     test_counters();
     test_counters_threads();
     test_out_of_memory();
+    test_live_out_of_memory();
     return check_report();
 }

@@ -207,8 +207,9 @@ static void test_unknown_keys(agent_config *cfg)
 int main(void)
 {
     char *err = NULL;
-    agent_config *cfg = config_new("{\"model\":\"m\",\"max_input_bytes\":200}", &err);
-    CHECK(cfg != NULL);
+    parley_status cfg_st;
+    agent_config *cfg = config_new("{\"model\":\"m\",\"max_input_bytes\":200}", &cfg_st, &err);
+    CHECK(cfg != NULL && cfg_st == PARLEY_OK);
     if (!cfg) {
         fprintf(stderr, "config: %s\n", err);
         return check_report();
