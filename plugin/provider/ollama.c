@@ -113,8 +113,8 @@ static int ollama_encode(pbuf *out, const parley_options *o, const provider_requ
     }
     json_t *concat = msgs_concat(r->history, noted ? noted : r->messages, &first_current);
     json_decref(noted);
-    /* system notes as user text (codec.h): no system message after the first */
-    json_t *all = concat ? msgs_merge_notes(concat, &first_current) : NULL;
+    /* system notes as user text, user and assistant in turn (codec.h) */
+    json_t *all = concat ? msgs_alternate(concat, &first_current) : NULL;
     json_decref(concat);
     if (!all) {
         json_decref(body);
