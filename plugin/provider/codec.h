@@ -66,7 +66,7 @@ void notes_add(pbuf *notes, const json_t *m);
 json_t *msg_user_with_notes(const json_t *m, const char *notes);
 /* The notes as a user message of their own.  New reference; NULL out of memory. */
 json_t *msg_notes_alone(const char *notes);
-/* A copy of all with every run of system messages rendered so (the Ollama codec's).
+/* A copy of all with every run of system messages rendered so (msgs_alternate starts here).
    *first_current (in and out): where this turn starts; a run that opens the turn's user message
    belongs to the turn.  New reference; NULL out of memory. */
 json_t *msgs_merge_notes(const json_t *all, size_t *first_current);

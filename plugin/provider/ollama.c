@@ -9,7 +9,8 @@
  * `thinking` and goes back with the tool calls it led to; streaming is
  * NDJSON -- one JSON object per line, the last with "done": true and the
  * token counts; `stream` must be sent as false for a whole reply.  As for
- * Chat Completions, a system note of the history goes as user text (codec.h).
+ * Chat Completions, a system note of the history goes as user text and user
+ * and assistant alternate (codec.h).
  */
 #include <stdlib.h>
 #include <string.h>

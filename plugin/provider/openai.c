@@ -9,7 +9,8 @@
  * turn whose reasoning came in `reasoning_content` sends it back within the
  * turn, as DeepSeek requires -- and that a system message of the history (an
  * appended note) goes as user text, never as a late system message (codec.h,
- * "System notes").  Decoding is openai_reply.c (a whole reply)
+ * "System notes"), and two user or two assistant messages in a row go as one
+ * (codec.h, "Alternation").  Decoding is openai_reply.c (a whole reply)
  * and openai_stream.c (a stream), declared in openai_decode.h.
  *
  * History is rendered from its stored text: a message whose keys are all
