@@ -281,7 +281,7 @@ static json_t *render_messages(const provider_request *r, int slots)
     json_t *first = json_array_get(out, 0);
     if (first && strcmp(msg_role(first), "assistant") == 0) {
         json_t *blocks = json_array();
-        json_array_append_new(blocks, text_block("(start of the conversation)"));
+        json_array_append_new(blocks, text_block(CONVERSATION_START));
         json_array_insert_new(out, 0, json_pack("{s:s,s:o}", "role", "user", "content", blocks));
     }
     if (slots > 0 && json_array_size(out))

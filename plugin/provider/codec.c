@@ -214,6 +214,106 @@ json_t *msgs_merge_notes(const json_t *all, size_t *first_current)
     return out;
 }
 
+int msg_join_kind(const json_t *m)
+{
+    const char *role = msg_role(m);
+    if (strcmp(role, "user") == 0)
+        return 'u';
+    if (strcmp(role, "assistant") == 0)
+        return json_array_size(json_object_get(m, "tool_calls")) ? 'c' : 'a';
+    if (strcmp(role, "tool") == 0)
+        return 't';
+    return strcmp(role, "system") == 0 ? 's' : 0;
+}
+
+/* content as parts: a string becomes one text part (copied); NULL out of memory. */
+static json_t *content_parts(const json_t *content)
+{
+    if (json_is_array(content))
+        return json_copy((json_t *)content);
+    const char *text = json_string_value(content);
+    json_t *parts = json_array();
+    if (parts && text && *text &&
+        json_array_append_new(parts, json_pack("{s:s,s:s}", "type", "text", "text", text)) != 0)
+        json_decref(parts), parts = NULL;
+    return parts;
+}
+
+/* content empty: no text and no parts. */
+static int content_empty(const json_t *content)
+{
+    const char *text = json_string_value(content);
+    return json_is_array(content) ? json_array_size(content) == 0 : !text || !*text;
+}
+
+json_t *msg_join(const json_t *a, const json_t *b)
+{
+    const json_t *ca = json_object_get(a, "content"), *cb = json_object_get(b, "content");
+    const char *sep = content_empty(ca) || content_empty(cb) ? "" : "\n\n";
+    json_t *copy = json_copy((json_t *)a), *with = NULL;
+    if (json_is_array(ca) || json_is_array(cb)) {
+        with = content_parts(ca);
+        json_t *more = content_parts(cb);
+        if (!with || !more ||
+            (*sep &&
+             json_array_append_new(with, json_pack("{s:s,s:s}", "type", "text", "text", sep))) ||
+            json_array_extend(with, more) != 0)
+            json_decref(with), with = NULL;
+        json_decref(more);
+    } else {
+        const char *ta = json_string_value(ca), *tb = json_string_value(cb);
+        char *joined = pstr_printf("%s%s%s", ta ? ta : "", sep, tb ? tb : "");
+        with = joined ? json_string(joined) : NULL;
+        free(joined);
+    }
+    if (!copy || !with || json_object_set_new(copy, "content", with) != 0) { /* takes `with` */
+        json_decref(copy);
+        return NULL;
+    }
+    return copy;
+}
+
+json_t *msg_conversation_start(void)
+{
+    return json_pack("{s:s,s:s}", "role", "user", "content", CONVERSATION_START);
+}
+
+json_t *msgs_alternate(const json_t *all, size_t *first_current)
+{
+    size_t cur = *first_current;
+    json_t *noted = msgs_merge_notes(all, &cur), *out = json_array();
+    size_t i, start = (size_t)-1;
+    int failed = !noted || !out;
+    json_t *m;
+    if (!failed && json_array_size(noted) &&
+        (msg_join_kind(json_array_get(noted, 0)) == 'a' ||
+         msg_join_kind(json_array_get(noted, 0)) == 'c'))
+        failed = json_array_append_new(out, msg_conversation_start()) != 0;
+    json_array_foreach(noted, i, m) {
+        if (failed)
+            break;
+        size_t n = json_array_size(out);
+        json_t *last = n ? json_array_get(out, n - 1) : NULL;
+        int kind = msg_join_kind(m),
+            join = last && (kind == 'u' || kind == 'a') && msg_join_kind(last) == kind;
+        if (i == cur)
+            start = join ? n - 1 : n;
+        if (!join) {
+            failed = json_array_append(out, m) != 0;
+            continue;
+        }
+        json_t *joined = msg_join(last, m);
+        failed = !joined || json_array_set_new(out, n - 1, joined) != 0;
+    }
+    json_decref(noted);
+    if (failed) {
+        json_decref(out);
+        return NULL;
+    }
+    *first_current = start != (size_t)-1 ? start : json_array_size(out);
+    return out;
+}
+
 json_t *msgs_concat(const json_t *history, const json_t *messages, size_t *first_current)
 {
     json_t *all = json_array();

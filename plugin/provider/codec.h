@@ -66,10 +66,33 @@ void notes_add(pbuf *notes, const json_t *m);
 json_t *msg_user_with_notes(const json_t *m, const char *notes);
 /* The notes as a user message of their own.  New reference; NULL out of memory. */
 json_t *msg_notes_alone(const char *notes);
-/* A copy of all with every run of system messages rendered so (the Ollama codec's).
+/* A copy of all with every run of system messages rendered so (msgs_alternate starts here).
    *first_current (in and out): where this turn starts; a run that opens the turn's user message
    belongs to the turn.  New reference; NULL out of memory. */
 json_t *msgs_merge_notes(const json_t *all, size_t *first_current);
+/*
+ * Alternation: after the system message user and assistant take turns, the user first, as
+ * strict chat templates want (Gemma: "Conversation roles must alternate ..."); a tool round
+ * keeps its shape, the assistant's calls then their results.  Two user messages in a row (an
+ * appended one, or a run of notes after a user message), or two assistant messages without
+ * calls in a row (an appended announcement after a reply), go as one, joined by msg_join; a
+ * history that opens with an assistant message gets CONVERSATION_START, a user message, first.
+ * Joining changes how the earlier message renders once the later one is stored: the one
+ * request after that re-reads the model's cache from the join on (docs/history.md).
+ */
+#define CONVERSATION_START "(start of the conversation)"
+/* What joins m with a message of the same kind: 'u' user, 'a' assistant without tool calls;
+   else 'c' assistant with calls, 't' tool, 's' system, 0 another role. */
+int msg_join_kind(const json_t *m);
+/* A copy of a whose content is a's then b's, "\n\n" between them (none if one is empty);
+   parts if either is parts, a text part "\n\n" between.  New reference; NULL out of memory. */
+json_t *msg_join(const json_t *a, const json_t *b);
+/* {"role":"user","content":CONVERSATION_START}.  New reference. */
+json_t *msg_conversation_start(void);
+/* msgs_merge_notes, then alternation as above (the Ollama codec's).  *first_current as
+   msgs_merge_notes's: a turn's user message joined to the one before belongs to the turn.
+   New reference; NULL out of memory. */
+json_t *msgs_alternate(const json_t *all, size_t *first_current);
 /* History then this turn's messages in one new array; *first_current = where this turn starts. */
 json_t *msgs_concat(const json_t *history, const json_t *messages, size_t *first_current);
 /* The tool name of the tool result all[index]: its own "name", else the name of the call with

@@ -9,7 +9,8 @@
  * `thinking` and goes back with the tool calls it led to; streaming is
  * NDJSON -- one JSON object per line, the last with "done": true and the
  * token counts; `stream` must be sent as false for a whole reply.  As for
- * Chat Completions, a system note of the history goes as user text (codec.h).
+ * Chat Completions, a system note of the history goes as user text and user
+ * and assistant alternate (codec.h).
  */
 #include <stdlib.h>
 #include <string.h>
@@ -113,8 +114,8 @@ static int ollama_encode(pbuf *out, const parley_options *o, const provider_requ
     }
     json_t *concat = msgs_concat(r->history, noted ? noted : r->messages, &first_current);
     json_decref(noted);
-    /* system notes as user text (codec.h): no system message after the first */
-    json_t *all = concat ? msgs_merge_notes(concat, &first_current) : NULL;
+    /* system notes as user text, user and assistant in turn (codec.h) */
+    json_t *all = concat ? msgs_alternate(concat, &first_current) : NULL;
     json_decref(concat);
     if (!all) {
         json_decref(body);

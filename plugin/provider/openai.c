@@ -9,7 +9,8 @@
  * turn whose reasoning came in `reasoning_content` sends it back within the
  * turn, as DeepSeek requires -- and that a system message of the history (an
  * appended note) goes as user text, never as a late system message (codec.h,
- * "System notes").  Decoding is openai_reply.c (a whole reply)
+ * "System notes"), and two user or two assistant messages in a row go as one
+ * (codec.h, "Alternation").  Decoding is openai_reply.c (a whole reply)
  * and openai_stream.c (a stream), declared in openai_decode.h.
  *
  * History is rendered from its stored text: a message whose keys are all
@@ -161,17 +162,17 @@ static void scan_call_string(call_ids *ids, const char *s, size_t len, int *repe
  * p at a message's '{': the byte after its '}', or NULL when the text is not
  * a JSON object.  *as_is: every top-level key is a Chat Completions one.
  * *repeats: two of its tool calls have the same id (a history an older Parley
- * stored): the JSON path renders it.  *system: its role is "system" (a note: codec.h).
+ * stored): the JSON path renders it.  *kind: its msg_join_kind (codec.h), from its role
+ * and whether a tool call follows "tool_calls".
  */
-static const char *scan_message(const char *p, const char *end, int *as_is, int *repeats,
-                                int *system)
+static const char *scan_message(const char *p, const char *end, int *as_is, int *repeats, int *kind)
 {
-    int depth = 0, expect_key = 0, role_next = 0;
+    int depth = 0, expect_key = 0, role_next = 0, role = 0, calls = 0;
     call_ids ids; /* not zeroed whole: at[] and len[] are read only as far as n */
     ids.n = 0;
     ids.in_calls = ids.key = ids.want_id = 0;
     *as_is = 1;
-    *repeats = *system = 0;
+    *repeats = *kind = 0;
     if (p >= end || *p != '{')
         return NULL;
     for (; p < end; p++) {
@@ -187,7 +188,11 @@ static const char *scan_message(const char *p, const char *end, int *as_is, int 
                 ids.in_calls = len == 10 && memcmp(p + 1, "tool_calls", 10) == 0;
                 role_next = len == 4 && memcmp(p + 1, "role", 4) == 0;
             } else if (depth == 1 && role_next) {
-                *system = len == 6 && memcmp(p + 1, "system", 6) == 0;
+                role = len == 6 && memcmp(p + 1, "system", 6) == 0      ? 's'
+                       : len == 4 && memcmp(p + 1, "user", 4) == 0      ? 'u'
+                       : len == 4 && memcmp(p + 1, "tool", 4) == 0      ? 't'
+                       : len == 9 && memcmp(p + 1, "assistant", 9) == 0 ? 'a'
+                                                                        : 0;
                 role_next = 0;
             } else if (depth == 3 && ids.in_calls) {
                 scan_call_string(&ids, p + 1, len, repeats);
@@ -200,11 +205,14 @@ static const char *scan_message(const char *p, const char *end, int *as_is, int 
         case '[':
             expect_key = ++depth == 1;
             ids.key = depth == 3 && *p == '{';
+            calls |= ids.key && ids.in_calls;
             break;
         case '}':
         case ']':
-            if (--depth == 0)
+            if (--depth == 0) {
+                *kind = role == 'a' && calls ? 'c' : role;
                 return p + 1;
+            }
             ids.key = ids.want_id = 0;
             break;
         case ',':
@@ -219,19 +227,60 @@ static const char *scan_message(const char *p, const char *end, int *as_is, int 
     return NULL;
 }
 
-/* The ',' before a message of the "messages" array, unless it is the first. */
-static void put_message_separator(pbuf *out, int *first)
+/* What is written of the "messages" array, for the alternation (codec.h). */
+typedef struct written {
+    int first;      /* nothing written yet, not even the system prompt */
+    int opened;     /* a message of the conversation written */
+    size_t last_at; /* where the last message starts in out */
+    int last_kind;  /* its msg_join_kind; 0 before any */
+} written;
+
+/* Before a message of msg_join_kind `kind`: the ',' unless it is the first, and before an
+   assistant message opening the conversation, CONVERSATION_START (msgs_alternate's). */
+static void begin_message(pbuf *out, written *w, int kind)
 {
-    if (!*first)
+    if (!w->opened && (kind == 'a' || kind == 'c')) {
+        if (!w->first)
+            pbuf_putc(out, ',');
+        w->first = 0;
+        pbuf_puts(out, "{\"role\":\"user\",\"content\":\"" CONVERSATION_START "\"}");
+    }
+    w->opened = 1;
+    if (!w->first)
         pbuf_putc(out, ',');
-    *first = 0;
+    w->first = 0;
+    w->last_at = out->len;
+    w->last_kind = kind;
+}
+
+/* m after what is written: joined to the last message when both are user messages or both
+   assistant messages without calls (msg_join, read back from out), else a message of its own. */
+static void write_message(pbuf *out, written *w, const json_t *m, int current_turn,
+                          call_renames *ren)
+{
+    int kind = msg_join_kind(m);
+    if ((kind == 'u' || kind == 'a') && kind == w->last_kind && !out->oom) {
+        json_t *prev = json_loadb(out->data + w->last_at, out->len - w->last_at, 0, NULL);
+        json_t *joined = prev ? msg_join(prev, m) : NULL;
+        json_decref(prev);
+        if (!joined) {
+            out->oom = 1;
+            return;
+        }
+        out->len = w->last_at;
+        render_message(out, joined, current_turn, ren);
+        json_decref(joined);
+        return;
+    }
+    begin_message(out, w, kind);
+    render_message(out, m, current_turn, ren);
 }
 
 /* One message through the JSON path, system notes rendered as codec.h says: a system
    message joins the run in notes; the run opens the user message after it, else goes
    before the message as a user message of its own (m NULL: the end). */
 static void render_noted(pbuf *out, const json_t *m, int current_turn, call_renames *ren,
-                         pbuf *notes, int *first)
+                         pbuf *notes, written *w)
 {
     if (m && strcmp(msg_role(m), "system") == 0) {
         notes_add(notes, m);
@@ -248,53 +297,67 @@ static void render_noted(pbuf *out, const json_t *m, int current_turn, call_rena
         }
         pbuf_reset(notes);
         if (!user) {
-            put_message_separator(out, first);
-            render_message(out, merged, current_turn, ren);
+            write_message(out, w, merged, current_turn, ren);
             json_decref(merged);
             merged = NULL;
         }
     }
-    if (m) {
-        put_message_separator(out, first);
-        render_message(out, merged ? merged : m, current_turn, ren);
-    }
+    if (m)
+        write_message(out, w, merged ? merged : m, current_turn, ren);
     json_decref(merged);
+}
+
+/* A run of messages copied as they are: the first of msg_join_kind first_kind, the last
+   at `last` of kind last_kind. */
+typedef struct text_run {
+    const char *at, *end, *last;
+    int first_kind, last_kind;
+} text_run;
+
+static void flush_run(pbuf *out, written *w, text_run *run)
+{
+    begin_message(out, w, run->first_kind);
+    size_t at = out->len;
+    pbuf_append(out, run->at, (size_t)(run->end - run->at));
+    w->last_at = at + (size_t)(run->last - run->at);
+    w->last_kind = run->last_kind;
+    run->at = NULL;
 }
 
 /* Stored messages (message_text.h) into out: as they are when they hold only wire keys,
    else through render_message.  current_turn: as render_message's.  A run of
    messages copied as they are, with the stored ',' between them (the wire's
    separator too), is one append. */
-static int render_messages_text(pbuf *out, const char *p, size_t len, int *first, int current_turn,
+static int render_messages_text(pbuf *out, const char *p, size_t len, written *w, int current_turn,
                                 call_renames *ren, pbuf *notes, char **err)
 {
     msgtext_iter it;
     msgtext_msg m;
-    const char *run = NULL, *run_end = NULL; /* as-is messages not copied yet */
+    text_run run = {NULL, NULL, NULL, 0, 0}; /* as-is messages not copied yet */
     int rc;
     msgtext_begin(&it, p, len);
     while ((rc = msgtext_next(&it, &m)) > 0) {
         const char *next = m.json + m.len;
         /* a plain message holds only wire keys, and is no system note */
-        int as_is = m.plain, repeats = 0, system = 0;
-        if (!as_is && scan_message(m.json, next, &as_is, &repeats, &system) != next)
+        int as_is = m.plain, repeats = 0, kind = !m.plain ? 0 : m.json[9] == 'u' ? 'u' : 'a';
+        if (!as_is && scan_message(m.json, next, &as_is, &repeats, &kind) != next)
             break;
         /* Renamed calls (codec.h): the message, and those after it until the renames end.
-           A system note, and the message after a run of them: render_noted. */
-        if (repeats || ren->queues || system || notes->len)
+           A system note, the message after a run of them, and one to join: render_noted. */
+        int before = run.at ? run.last_kind : w->last_kind;
+        if (repeats || ren->queues || kind == 's' || notes->len ||
+            ((kind == 'u' || kind == 'a') && kind == before))
             as_is = 0;
-        if (as_is && run && m.json == run_end + 1 && *run_end == ',') {
-            run_end = next; /* extends the run */
+        if (as_is && run.at && m.json == run.end + 1 && *run.end == ',') {
+            run.end = next; /* extends the run */
+            run.last = m.json;
+            run.last_kind = kind;
             continue;
         }
-        if (run) {
-            put_message_separator(out, first);
-            pbuf_append(out, run, (size_t)(run_end - run));
-            run = NULL;
-        }
+        if (run.at)
+            flush_run(out, w, &run);
         if (as_is) {
-            run = m.json;
-            run_end = next;
+            run = (text_run){m.json, next, m.json, kind, kind};
             continue;
         }
         json_t *o = json_loadb(m.json, m.len, 0, NULL);
@@ -303,17 +366,15 @@ static int render_messages_text(pbuf *out, const char *p, size_t len, int *first
             *err = pstr_printf("stored history holds a message that is not JSON");
             return -1;
         }
-        render_noted(out, o, current_turn, ren, notes, first);
+        render_noted(out, o, current_turn, ren, notes, w);
         json_decref(o);
     }
     if (rc != 0) {
         *err = pstr_printf("stored history is not a list of JSON objects");
         return -1;
     }
-    if (run) {
-        put_message_separator(out, first);
-        pbuf_append(out, run, (size_t)(run_end - run));
-    }
+    if (run.at)
+        flush_run(out, w, &run);
     return 0;
 }
 
@@ -360,8 +421,7 @@ static void put_response_format(pbuf *out, const response_format *rf)
     pbuf_puts(out, rf->strict ? ",\"strict\":true}}" : ",\"strict\":false}}");
 }
 
-static int openai_encode(pbuf *out, const parley_options *o, const provider_request *r,
-                         char **err)
+static int openai_encode(pbuf *out, const parley_options *o, const provider_request *r, char **err)
 {
     pbuf_reset(out);
     /* One allocation instead of a doubling per size step: room for the parts
@@ -375,12 +435,12 @@ static int openai_encode(pbuf *out, const parley_options *o, const provider_requ
     pbuf_puts(out, "{\"model\":");
     pbuf_json_string(out, o->model, strlen(o->model));
     pbuf_puts(out, ",\"messages\":[");
-    int first = 1;
+    written w = {1, 0, 0, 0};
     if (r->system && *r->system) {
         pbuf_puts(out, "{\"role\":\"system\",\"content\":");
         pbuf_json_string(out, r->system, strlen(r->system));
         pbuf_putc(out, '}');
-        first = 0;
+        w.first = 0;
     }
     /* the turn note (provider.h): in the turn's user message, through the JSON path */
     json_t *noted = NULL;
@@ -397,21 +457,21 @@ static int openai_encode(pbuf *out, const parley_options *o, const provider_requ
     }
     call_renames ren = {NULL, NULL};
     pbuf notes = PBUF_INIT; /* system notes not sent yet (codec.h) */
-    int rc = r->history_text ? render_messages_text(out, r->history_text, r->history_text_len,
-                                                    &first, 0, &ren, &notes, err)
+    int rc = r->history_text ? render_messages_text(out, r->history_text, r->history_text_len, &w,
+                                                    0, &ren, &notes, err)
                              : 0;
     const json_t *lists[] = {r->history_text ? NULL : r->history, noted ? noted : r->messages};
     for (size_t l = 0; l < 2 && rc == 0; l++) {
         size_t i;
         const json_t *m;
         json_array_foreach(lists[l], i, m)
-            render_noted(out, m, l == 1, &ren, &notes, &first);
+            render_noted(out, m, l == 1, &ren, &notes, &w);
     }
     if (rc == 0 && r->messages_text && !noted)
-        rc = render_messages_text(out, r->messages_text, r->messages_text_len, &first, 1, &ren,
-                                  &notes, err);
+        rc = render_messages_text(out, r->messages_text, r->messages_text_len, &w, 1, &ren, &notes,
+                                  err);
     if (rc == 0 && notes.len) /* notes last of all: a user message of their own */
-        render_noted(out, NULL, 1, &ren, &notes, &first);
+        render_noted(out, NULL, 1, &ren, &notes, &w);
     pbuf_free(&notes);
     call_renames_free(&ren);
     json_decref(noted);

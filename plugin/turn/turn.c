@@ -14,7 +14,9 @@
 #include "lib/json_schema.h"
 #include "lib/redact.h"
 #include "engine/store_jobs.h"
+#include "turn/budget.h"
 #include "turn/recording.h"
+#include "turn/summary.h"
 #include "turn/tools.h"
 #include "store/message_text.h"
 #include "store/store_json.h"
@@ -169,17 +171,16 @@ uint64_t turn_clock_ms(const turn *t)
     return t->in.host_time_ms + (now > t->started_wall_ms ? now - t->started_wall_ms : 0);
 }
 
-int turn_set_host_time(turn *t, const char *text, const char *field, char **err)
+parley_status turn_set_host_time(turn *t, const char *text, const char *field, char **err)
 {
     if (!text)
-        return 0;
-    if (rfc3339_parse(text, &t->in.host_time_ms) != 0 || t->in.host_time_ms == 0) {
-        t->in.host_time_ms = 0;
-        *err = pstr_printf("%s: must be an RFC 3339 time after 1970, e.g. "
-                           "\"2026-11-22T19:31:00Z\" or \"2026-11-22T20:31:00.250+01:00\"", field);
-        return -1;
-    }
-    return 0;
+        return PARLEY_OK;
+    if (rfc3339_parse(text, &t->in.host_time_ms) == 0 && t->in.host_time_ms != 0)
+        return PARLEY_OK;
+    t->in.host_time_ms = 0;
+    *err = pstr_printf("%s: must be an RFC 3339 time after 1970, e.g. "
+                       "\"2026-11-22T19:31:00Z\" or \"2026-11-22T20:31:00.250+01:00\"", field);
+    return *err ? PARLEY_ERR_INVALID_INPUT : PARLEY_ERR_NO_MEMORY;
 }
 
 /* append_message's turn: one message, stored as it is, without the model. */
@@ -315,7 +316,7 @@ void turn_on_history(turn *t, parley_status status, const char *message)
 }
 
 /* ======================================================================
- * 2. Request: render the body, start the HTTP call
+ * 2. Request: render the body (within the window's budget: budget.c), start the HTTP call
  * ====================================================================== */
 
 static void on_stream_text(void *ud, const char *text, size_t len)
@@ -440,7 +441,7 @@ static const char *forced_tool_choice(const turn *t)
 }
 
 /* The provider codec renders the neutral messages into t->req.body. */
-static int render_request(turn *t, char **err)
+int turn_render_request(turn *t, char **err)
 {
     const provider *prov = t->cfg->prov;
     const char *stored = t->ctx.history.data ? t->ctx.history.data : "";
@@ -482,112 +483,6 @@ static int render_request(turn *t, char **err)
     return rc;
 }
 
-/* An image costs the model about this many tokens, whatever its base64 length. */
-#define IMAGE_TOKENS 1000
-
-/* What the turn may send: the window, the reserve, the turn bound, the factor. */
-static ctx_budget budget_of(const turn *t)
-{
-    const parley_options *o = t->opts;
-    const ctx_model *learned = ctx_model_of(t->env->ctx, t->opts->model);
-    ctx_budget b = {.max_turns = (size_t)o->max_history_turns,
-                    .factor = learned->factor > 0 ? learned->factor : 1.0,
-                    .idle_ms = (uint64_t)o->prompt_cache_ttl_ms};
-    int64_t discovered = atomic_load(&t->env->ctx->discovered);
-    if (o->context_window > 0)
-        b.window = o->context_window;
-    else if (learned->window > 0)
-        b.window = learned->window;
-    else if (discovered > 0)
-        b.window = discovered;
-    else
-        b.window = t->cfg->prov->default_window(o); /* what the API's models usually have */
-    if (learned->window > 0 && learned->window < b.window) /* the server knows better */
-        b.window = learned->window;
-    b.reserve = o->context_reserve >= 0 ? o->context_reserve
-                : o->max_tokens > 0       ? o->max_tokens
-                                          : 1024;
-    if (b.reserve > b.window / 2) /* a max_tokens near the window must leave room to ask */
-        b.reserve = b.window / 2;
-    return b;
-}
-
-/* The request body in estimated tokens, images counted as IMAGE_TOKENS. */
-static int64_t body_tokens(const turn *t, double factor)
-{
-    size_t image_bytes = 0;
-    for (size_t i = 0; i < t->in.images.n; i++)
-        image_bytes += strlen(t->in.images.items[i].url);
-    size_t text = t->req.body.len > image_bytes ? t->req.body.len - image_bytes : 0;
-    return ctx_tokens(text, factor) + (int64_t)t->in.images.n * IMAGE_TOKENS;
-}
-
-/* Cut n oldest turns of the window (a planned cut: counted, logged). */
-static void cut_window(turn *t, size_t n, ctx_cut_reason why)
-{
-    size_t msgs = ctx_cut(&t->ctx.window, &t->ctx.history, n, why);
-    t->ctx.nhistory = t->ctx.nhistory > msgs ? t->ctx.nhistory - msgs : 0;
-    json_decref(t->ctx.history_msgs); /* parsed again without them, if the codec parses */
-    t->ctx.history_msgs = NULL;
-    atomic_fetch_add(&t->env->metrics->context_cuts, 1);
-    if (t->conv.counters)
-        atomic_fetch_add(&t->conv.counters->truncations, 1);
-    if (t->conv.series)
-        atomic_fetch_add(&t->conv.series->history_cut, 1);
-    host_log(t->env->host, PARLEY_LOG_DEBUG,
-             "turn %s: the context window starts %zu turns later (%s), at message %llu",
-             t->turn_id, n, ctx_cut_reason_name(why), (unsigned long long)t->ctx.window.first);
-}
-
-/* Before the turn's first request: keep the window within the budget
- * (context/window.h).  1 when the history changed (render again). */
-/* The bytes of t->ctx.history that are the window (reply context may follow). */
-static size_t window_len(const turn *t)
-{
-    return t->ctx.window.nturns ? t->ctx.window.end[t->ctx.window.nturns - 1] : 0;
-}
-
-static void release_config(void *cfg)
-{
-    config_unref(cfg);
-}
-
-/* What comes before the history in every request of the turn, for the cache
- * break check: the prompt (the turn note comes after the history: turn_note;
- * malloc'd; NULL on OOM). */
-static char *stable_prompt(const turn *t) { return strdup(t->opts->prompt ? t->opts->prompt : ""); }
-
-static int plan_window(turn *t)
-{
-    if (!t->ctx.window.enabled || t->ctx.planned)
-        return 0;
-    t->ctx.planned = 1;
-    if (t->cfg->opts.context_window == 0 && !t->env->ctx->started) /* ask the server, once */
-        ctx_discover_start(t->env->ctx, &t->cfg->opts, config_ref(t->cfg), release_config);
-    ctx_budget b = budget_of(t);
-    ctx_cut_reason why;
-    size_t n = ctx_plan(&t->ctx.window, &b, body_tokens(t, b.factor), clock_wall_ms(), 0, &why);
-    char *stable = why == CTX_CUT_NONE ? stable_prompt(t) : NULL;
-    int kept = !stable || ctx_prefix_kept(&t->ctx.window, stable, toolset_json(t->in.tools),
-                                          t->ctx.history.data, window_len(t));
-    free(stable);
-    if (!kept) {
-        atomic_fetch_add(&t->env->metrics->cache_breaks, 1);
-        host_log(t->env->host, PARLEY_LOG_INFO,
-                 "turn %s: this request does not extend the conversation's previous one (the "
-                 "prompt, the tools or the stored history changed): the server reads it again",
-                 t->turn_id);
-    }
-    if (why == CTX_CUT_NONE)
-        return 0;
-    int use_next = 0;
-    n = ctx_cut_for_next(&t->ctx.window, &b, body_tokens(t, b.factor), n, &use_next);
-    cut_window(t, n, why);
-    if (use_next) /* the summary made ahead takes the cut turns' place */
-        ctx_take_next(&t->ctx.window);
-    return n > 0 || use_next;
-}
-
 static void turn_request(turn *t)
 {
     char *err = NULL;
@@ -595,9 +490,9 @@ static void turn_request(turn *t)
         turn_end(t, PARLEY_ERR_NO_MEMORY, "out of memory building the request");
         return;
     }
-    int rendered = render_request(t, &err);
-    if (rendered == 0 && plan_window(t)) /* the window moved: render it again */
-        rendered = render_request(t, &err);
+    int rendered = turn_render_request(t, &err);
+    if (rendered == 0 && budget_plan(t)) /* the window moved: render it again */
+        rendered = turn_render_request(t, &err);
     if (rendered != 0) {
         /* Only a store holding something that is not a message gets here: checked now, on
            the failure path (store_json_object_list), so every turn does not pay for it. */
@@ -922,83 +817,7 @@ static void finish_answer(turn *t, const llm_reply *reply, const char *content)
     turn_commit(t);
 }
 
-/*
- * The server refused the prompt as longer than its window: learn the window
- * (and the tokens it counted) from its answer, cut the window's oldest turns
- * down to the low mark, and send again -- once per turn.  0 when that cannot
- * help (no window, nothing left to cut, already tried): the turn then fails
- * with context_overflow, its history unchanged.
- */
-static int recover_overflow(turn *t)
-{
-    if (t->ctx.overflow_retried || !t->ctx.window.enabled)
-        return 0;
-    t->ctx.overflow_retried = 1;
-    ctx_model *learned = ctx_model_of(t->env->ctx, t->opts->model);
-    if (t->ctx.overflow.n_ctx > 0)
-        learned->window = t->ctx.overflow.n_ctx;
-    if (t->ctx.overflow.n_prompt > 0 && !t->in.images.n)
-        ctx_learn_factor(learned, t->req.body.len, t->ctx.overflow.n_prompt);
-    ctx_budget b = budget_of(t);
-    ctx_cut_reason why;
-    size_t n = ctx_plan(&t->ctx.window, &b, body_tokens(t, b.factor), clock_wall_ms(), 1, &why);
-    if (!n)
-        return 0;
-    host_log(t->env->host, PARLEY_LOG_WARN,
-             "turn %s: the prompt did not fit the model's context window (%lld tokens > %lld): "
-             "sending it again without its %zu oldest turns",
-             t->turn_id, t->ctx.overflow.n_prompt, t->ctx.overflow.n_ctx, n);
-    cut_window(t, n, CTX_CUT_OVERFLOW);
-    turn_request(t);
-    return 1;
-}
-
 static void summary_on_http_done(turn *t, CURLcode code);
-
-/*
- * Ollama answers a prompt longer than its window after silently dropping the
- * oldest messages: its prompt_eval_count then counts far fewer tokens than
- * were sent (by the estimate, once the factor is known).
- */
-static int ollama_truncated(const turn *t, const llm_usage *u)
-{
-    if (!t->cfg->prov->truncates_silently || !t->ctx.window.enabled || t->in.images.n ||
-        u->prompt <= 0)
-        return 0;
-    double f = ctx_model_of(t->env->ctx, t->opts->model)->factor;
-    if (f <= 0)
-        return 0;
-    if (!t->tool.rounds && !t->ctx.overflow_retried &&
-        ctx_shrunk(&t->ctx.window, t->req.body.len, u->prompt, f))
-        return 1; /* longer than the conversation's last request, yet counted shorter */
-    return body_tokens(t, f) > u->prompt + u->prompt * 3 / 10 + 16; /* far fewer than sent */
-}
-
-/* After a silent truncation: what the server kept is its window (and the
- * answer's room); cut the window's oldest turns and send again, once. */
-static int recover_truncation(turn *t, long long read)
-{
-    if (t->ctx.overflow_retried || !t->ctx.window.enabled)
-        return 0;
-    t->ctx.overflow_retried = 1;
-    ctx_budget b = budget_of(t);
-    int64_t sent = body_tokens(t, b.factor);
-    /* the window whose limit (less the reserve and the margin of itself) is what it read */
-    ctx_model_of(t->env->ctx, t->opts->model)->window =
-        ((int64_t)read + b.reserve) * 100 / (100 - CTX_MARGIN_PERCENT);
-    b = budget_of(t);
-    ctx_cut_reason why;
-    size_t n = ctx_plan(&t->ctx.window, &b, sent, clock_wall_ms(), 1, &why);
-    if (!n)
-        return 0;
-    host_log(t->env->host, PARLEY_LOG_WARN,
-             "turn %s: the server read only %lld of about %lld prompt tokens (it dropped the "
-             "oldest messages to fit its window): sending it again without its %zu oldest turns",
-             t->turn_id, read, (long long)sent, n);
-    cut_window(t, n, CTX_CUT_OVERFLOW);
-    turn_request(t);
-    return 1;
-}
 
 void turn_on_http_done(turn *t, CURLcode code)
 {
@@ -1032,7 +851,8 @@ void turn_on_http_done(turn *t, CURLcode code)
     if (st != PARLEY_OK) {
         http_call_free(t->req.http);
         t->req.http = NULL;
-        if (st == PARLEY_ERR_CONTEXT_OVERFLOW && recover_overflow(t)) {
+        if (st == PARLEY_ERR_CONTEXT_OVERFLOW && budget_overflow_cut(t)) {
+            turn_request(t); /* without the window's oldest turns */
             free(msg);
             return;
         }
@@ -1069,13 +889,15 @@ void turn_on_http_done(turn *t, CURLcode code)
         return;
     }
     t->req.attempt = 0;
-    t->ctx.truncated = ollama_truncated(t, &reply.usage);
+    t->ctx.truncated = budget_truncated(t, &reply.usage);
     if (t->ctx.truncated && !t->ctx.overflow_retried && t->ctx.window.nturns) {
         account_reply(t, &reply); /* an answer to part of the prompt: its tokens were spent */
         long long read = reply.usage.prompt;
         llm_reply_free(&reply);
         t->ctx.truncated = 0;
-        if (!recover_truncation(t, read))
+        if (budget_truncation_cut(t, read))
+            turn_request(t); /* without the window's oldest turns */
+        else
             turn_end(t, PARLEY_ERR_CONTEXT_OVERFLOW, "the server dropped the start of the "
                      "prompt to fit its context window, and it could not be shortened");
         return;
@@ -1286,9 +1108,9 @@ static void turn_commit(turn *t)
         pbuf turn_text = PBUF_INIT;
         for (size_t i = 0; i < t->rec.nmessages; i++)
             msgtext_append(&turn_text, msgs[i].json, msgs[i].json_len);
-        char *stable = stable_prompt(t);
+        char *stable = budget_stable_prompt(t);
         ctx_set_prefix(&t->ctx.window, stable ? stable : "", toolset_json(t->in.tools),
-                       t->ctx.history.data, window_len(t), turn_text.data, turn_text.len);
+                       t->ctx.history.data, budget_window_len(t), turn_text.data, turn_text.len);
         if (turn_text.oom || !stable)
             t->ctx.window.rec.prefix_hash = 0; /* unknown: the next turn checks nothing */
         free(stable);
@@ -1318,148 +1140,19 @@ static void turn_commit(turn *t)
 }
 
 /* ======================================================================
- * 6b. The summary: after the commit, off the answer's path
+ * 6b. The summary: after the commit, off the answer's path (its work: summary.c)
  * ====================================================================== */
 
-static const char SUMMARY_PROMPT[] =
-    "You keep a running summary of a conversation between a user and an assistant, for the "
-    "assistant to read later in place of the turns it covers. You get the summary so far and "
-    "the turns that follow it. Write the updated summary: the facts, names, preferences, "
-    "requests, decisions and open questions worth remembering, including what the tools "
-    "returned, in the conversation's language, at most 250 words. Write only the summary.";
-
-static void summary_saved(turn *t, parley_status status, const char *message);
-
-/* The summary made ahead: the conversation's own request (which the server
- * has cached), then this. */
-static const char AHEAD_PROMPT[] =
-    "Before the conversation goes on: write the summary of the earlier conversation (shown "
-    "after the instructions at the top, if there is one) updated with the first %zu "
-    "exchanges of the conversation below it (an exchange: a user message, any tool calls and "
-    "results, and the answer). Keep the facts, names, preferences, requests, decisions and "
-    "open questions worth remembering, including what the tools returned, in the "
-    "conversation's language, at most 250 words. Write only the summary.";
-
-/* The summary is done (made, failed or given up): the turn ends as it was reported. */
-static void summary_end(turn *t, int made, const char *why)
-{
-    atomic_fetch_add(made ? &t->env->metrics->summaries_made : &t->env->metrics->summaries_failed,
-                     1);
-    if (!made)
-        host_log(t->env->host, PARLEY_LOG_WARN,
-                 "turn %s: the conversation's summary could not be updated (%s): its turns are "
-                 "kept and folded in later", t->turn_id, why ? why : "failed");
-    turn_end(t, PARLEY_OK, NULL);
-}
-
-/* The summary request's body, in the codec's form, into t->req.body. */
-static int render_summary(turn *t, char **err)
-{
-    ctx_budget b = budget_of(t); /* its request must fit the window: about 3/4 of it */
-    double bytes = (double)(b.window - b.reserve) * CTX_BYTES_PER_TOKEN * 0.75 / b.factor;
-    char *input = ctx_summary_input(&t->ctx.window, bytes > 1024 ? (size_t)bytes : 1024);
-    json_t *msg = input ? json_pack("{s:s,s:s}", "role", "user", "content", input) : NULL;
-    json_t *msgs = msg ? json_pack("[O]", msg) : NULL;
-    json_t *none = json_array();
-    char *text = msg ? json_dumps(msg, JSON_COMPACT) : NULL;
-    char *text_list = text ? pstr_printf("%s,", text) : NULL;
-    parley_options o = *t->opts; /* a shallow copy: the summary's own model, no stream */
-    o.stream = 0;
-    if (o.summary_model)
-        o.model = o.summary_model;
-    if (o.max_tokens <= 0 || o.max_tokens > 600)
-        o.max_tokens = 600;
-    int rc = -1;
-    if (msgs && none && text_list) {
-        int as_text = t->cfg->prov->reads_history_text; /* the codec's form (render_request) */
-        provider_request r = {
-            .system = SUMMARY_PROMPT,
-            .system_fixed_len = sizeof SUMMARY_PROMPT - 1,
-            .history = as_text ? NULL : none,
-            .history_text = as_text ? "" : NULL,
-            .messages = as_text ? NULL : msgs,
-            .messages_text = as_text ? text_list : NULL,
-            .messages_text_len = strlen(text_list),
-            .tools_json = "[]",
-        };
-        rc = t->cfg->prov->encode(&t->req.body, &o, &r, err);
-    }
-    free(input);
-    free(text);
-    free(text_list);
-    json_decref(msg);
-    json_decref(msgs);
-    json_decref(none);
-    return rc;
-}
-
-/* The request for the summary made ahead of the next cut: this turn's own
- * last request plus its answer and the instruction, in the conversation's
- * codec and options (so the server reads all but the instruction from its
- * cache), without streaming or tools, into t->req.body. */
-static int render_ahead(turn *t, size_t k, char **err)
-{
-    char *instruction = pstr_printf(AHEAD_PROMPT, k);
-    if (!instruction)
-        return -1;
-    size_t mark = t->rec.messages.len;
-    pbuf_puts(&t->rec.messages, mark ? ",{\"role\":\"user\",\"content\":"
-                                 : "{\"role\":\"user\",\"content\":");
-    pbuf_json_string(&t->rec.messages, instruction, strlen(instruction));
-    pbuf_putc(&t->rec.messages, '}');
-    free(instruction);
-    parley_options o = *t->opts; /* a shallow copy: one answer, not streamed */
-    o.stream = 0;
-    const parley_options *saved = t->opts;
-    int rounds = t->tool.rounds;
-    t->opts = &o;
-    t->tool.rounds = (int)t->cfg->opts.max_tool_iterations; /* tool_choice "none" */
-    int rc = t->rec.messages.oom ? -1 : render_request(t, err);
-    t->opts = saved;
-    t->tool.rounds = rounds;
-    t->rec.messages.len = mark; /* the turn's messages as committed */
-    if (t->rec.messages.data)
-        t->rec.messages.data[mark] = '\0';
-    return rc;
-}
-
 /*
- * After the commit: when turns left the window (this turn's cut, or earlier
- * ones a summary has not folded yet), report the turn to the host now and ask
- * the model for the summary so far plus those turns; or, when the window
- * nears its limit, for the summary made ahead of the next cut.  The conversation's
- * lane stays with this turn until the summary is stored (or given up), so
- * the next turn of the conversation reads it.  1 when started.
+ * After the commit: when a summary is due (summary.h), report the turn to the
+ * host now and ask the model for it.  The conversation's lane stays with this
+ * turn until the summary is stored (or given up), so the next turn of the
+ * conversation reads it.  1 when started.
  */
 static int summary_start(turn *t)
 {
-    if (!t->ctx.window.enabled || !t->ctx.window.summarize || t->append)
+    if (!summary_render(t))
         return 0;
-    size_t ahead = 0;
-    const char *own = t->opts->summary_model;
-    /* Ahead of the cut only with the conversation's own model: another model
-     * has none of its prompt cached, so the turns' transcript costs it less. */
-    if (!t->ctx.window.dropped.len) {
-        if ((own && strcmp(own, t->opts->model) != 0) || t->in.format) /* not its own answer */
-            return 0;
-        ctx_budget b = budget_of(t);
-        int64_t tokens = body_tokens(t, b.factor) + ctx_tokens(strlen(t->rec.answer), b.factor) +
-                         ctx_tokens(sizeof AHEAD_PROMPT, b.factor);
-        /* its request must fit too (else the cut's transcript makes the summary) */
-        if (tokens > b.window - b.reserve - b.window * CTX_MARGIN_PERCENT / 100 ||
-            !(ahead = ctx_ahead_turns(&t->ctx.window, &b, tokens)))
-            return 0;
-    }
-    t->ctx.summary_ahead = ahead;
-    char *err = NULL;
-    if ((ahead ? render_ahead(t, ahead, &err) : render_summary(t, &err)) != 0) {
-        host_log(t->env->host, PARLEY_LOG_WARN, "turn %s: no summary request: %s", t->turn_id,
-                 err ? err : "out of memory");
-        free(err);
-        atomic_fetch_add(&t->env->metrics->summaries_failed, 1);
-        return 0;
-    }
-    pbuf_fit(&t->req.body);
     t->end.status = PARLEY_OK;
     t->end.message = NULL;
     if (t->rec.steps.len)
@@ -1478,83 +1171,16 @@ static int summary_start(turn *t)
     return 1;
 }
 
+/* The summary's answer: into the window's record, which the store then keeps. */
 static void summary_on_http_done(turn *t, CURLcode code)
 {
-    char *msg = NULL;
-    int retryable = 0;
-    parley_status st = http_call_outcome(t->req.http, code, &msg, &retryable);
-    llm_reply reply;
-    memset(&reply, 0, sizeof reply);
-    char *err = NULL;
-    if (st == PARLEY_OK && decode_reply(t, &reply, &err) != 0)
-        st = PARLEY_ERR_BAD_RESPONSE;
-    http_call_free(t->req.http);
-    t->req.http = NULL;
-    const char *summary = reply.content;
-    while (summary && (*summary == ' ' || *summary == '\n'))
-        summary++;
-    /* the record the commit wrote: the summary replaces it only if no other host's turn
-       has written one since (a shared store) */
-    size_t expected_len = t->ctx.window.record.len;
-    char *expected = malloc(expected_len + 1);
-    if (expected)
-        memcpy(expected, t->ctx.window.record.data ? t->ctx.window.record.data : "",
-               expected_len + 1);
-    if (!expected) {
-        summary_end(t, 0, "out of memory");
-    } else if (st != PARLEY_OK || !summary || !*summary) {
-        summary_end(t, 0, st != PARLEY_OK ? (err ? err : msg ? msg : status_name(st))
-                                          : "an empty answer");
-    } else if ((t->ctx.summary_ahead
-                    ? ctx_record_write_next(&t->ctx.window, summary, t->ctx.summary_ahead)
-                    : ctx_record_write_summary(&t->ctx.window, summary)) != 0) {
-        summary_end(t, 0, "out of memory");
-    } else { /* the record: the same start, the new summary up to it */
-        store_key key = key_of(t);
-        turn_enter(t, TURN_SUMMARY_SAVING);
-        if (t->env->jobs) {
-            store_job *job = store_job_new(STORE_JOB_SET_CONTEXT, &key);
-            char *copy = job ? malloc(t->ctx.window.record.len + 1) : NULL;
-            if (copy) { /* the job's own: the turn may end before it runs */
-                memcpy(copy, t->ctx.window.record.data, t->ctx.window.record.len + 1);
-                job->turn.context = copy;
-                job->turn.context_len = t->ctx.window.record.len;
-                job->expected = expected;
-                job->expected_len = expected_len;
-                expected = NULL; /* the job's */
-                job->owner = t;
-                t->job = job;
-            }
-            if (!copy || store_jobs_submit(t->env->jobs, job) != 0) {
-                t->job = NULL;
-                store_job_free(job);
-                summary_end(t, 0, "out of memory");
-            }
-        } else {
-            char *serr = NULL;
-            parley_status sst = store_context_set(t->env->store, &key, t->ctx.window.record.data,
-                                                  t->ctx.window.record.len, expected, expected_len,
-                                                  clock_wall_ms(), &serr);
-            summary_saved(t, sst, serr);
-            free(serr);
-        }
-    }
-    free(expected);
-    free(msg);
-    free(err);
-    llm_reply_free(&reply);
-}
-
-static void summary_saved(turn *t, parley_status status, const char *message)
-{
-    t->job = NULL;
-    if (status != PARLEY_OK) {
-        char *m = pstr_printf("could not store it: %s", message ? message : status_name(status));
-        summary_end(t, 0, m ? m : "could not store it");
-        free(m);
-        return;
-    }
-    summary_end(t, 1, NULL);
+    char *expected = NULL;
+    size_t expected_len = 0;
+    if (summary_take(t, code, &expected, &expected_len) != 0)
+        return; /* given up: the turn ended */
+    store_key key = key_of(t);
+    turn_enter(t, TURN_SUMMARY_SAVING);
+    summary_save(t, &key, expected, expected_len);
 }
 
 void turn_on_committed(turn *t, parley_status status, const char *message)

@@ -16,22 +16,26 @@
  *                     LEASE_WAIT while another host holds the conversation
  *   turn_on_history   add a replied-to turn older than the window after the
  *                     history, record the user message, then
- *   turn_request      REQUESTING: render the request, start the HTTP call
- *   turn_on_http_done decode the reply (or BACKOFF and retry / fail)
+ *   turn_request      REQUESTING: render the request (first cutting the window's
+ *                     oldest turns to fit the budget: budget.c), start the HTTP call
+ *   turn_on_http_done decode the reply (or BACKOFF and retry / fail; or, told the
+ *                     prompt did not fit, cut the window (budget.c) and send again)
  *     -> tool calls: TOOLS: dispatch to the host (tools.c) -> turn_on_tool_result
  *        -> all results in: back to turn_request (tool_choice "none" once
  *           max_tool_iterations rounds are spent)
  *     -> text: COMMITTING: append the whole turn to the store
  *   turn_on_committed the store has it: end OK (or the store's error); or,
  *                     reported OK, SUMMARIZING turns that left the window
- *                     (then SUMMARY_SAVING) before it ends
+ *                     (then SUMMARY_SAVING its record: summary.c) before it ends
  *   turn_end          ENDED: stop everything, tell the worker (env->ended),
  *                     which forgets the turn, calls turn_report (the host's
  *                     done callback, exactly once) and frees it
  *
  * What each step leaves (the messages to commit, the host's steps) is
- * written by recording.c; which step comes next, and what the turn waits
- * for, is turn.c's alone: t->phase (turn_phase below).
+ * written by recording.c; the tool round's host side is tools.c's; the
+ * context window's budget and cuts are budget.c's; the summary's requests and
+ * record summary.c's.  Which step comes next, and what the turn waits for, is
+ * turn.c's alone: t->phase (turn_phase below), changed only there.
  *
  * Any failure ends in turn_end(error) before the commit: nothing is stored,
  * so history is exactly as it was.  A turn reported ok is in the store.
@@ -277,12 +281,18 @@ void turn_free(turn *t);
  * time since the turn began for the rest; else the wall clock. */
 uint64_t turn_clock_ms(const turn *t);
 
-/* The host's timestamp `text` (NULL: none) as t->in.host_time_ms: 0, or -1 with *err naming
- * `field` when it is not an RFC 3339 time after 1970. */
-int turn_set_host_time(turn *t, const char *text, const char *field, char **err);
+/* The host's timestamp `text` (NULL: none) as t->in.host_time_ms: PARLEY_OK;
+ * PARLEY_ERR_INVALID_INPUT with *err (malloc'd) naming `field` when it is not an RFC 3339
+ * time after 1970 (t->in.host_time_ms stays 0); or PARLEY_ERR_NO_MEMORY. */
+parley_status turn_set_host_time(turn *t, const char *text, const char *field, char **err);
 
 /* Set t->opts from t->cfg and t->conv.persona_def: 0, or -1 out of memory. */
 int turn_apply_persona(turn *t);
+
+/* The turn's request as it stands (system prompt, history, its messages, tools, t->opts),
+ * rendered by its codec into t->req.body: 0, or -1 with *err (malloc'd; NULL out of
+ * memory).  Also summary.c's, for the summary made ahead of the next cut. */
+int turn_render_request(turn *t, char **err);
 
 /* Worker-thread events. */
 void turn_begin(turn *t);

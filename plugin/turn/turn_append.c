@@ -93,8 +93,9 @@ static parley_status build(turn *t, agent_config *cfg, const selector *sel, char
     if (ts && !json_is_string(ts))
         return refuse(err, pstr_printf("message_json 'timestamp': must be a string, an RFC 3339 "
                                        "time"));
-    if (turn_set_host_time(t, json_string_value(ts), "message_json 'timestamp'", err) != 0)
-        return PARLEY_ERR_INVALID_INPUT;
+    rc = turn_set_host_time(t, json_string_value(ts), "message_json 'timestamp'", err);
+    if (rc != PARLEY_OK)
+        return rc;
     const char *persona = sel->key.persona;
     if (*persona) {
         rc = persona_check_name(&cfg->personas, persona, 0, "message_json 'persona'", err);

@@ -144,9 +144,7 @@ static parley_status copy_input(turn *t, const agent_config *cfg, const parley_i
     }
     parley_status rc = copy_identity(t, max, in, err);
     if (rc == PARLEY_OK)
-        rc = turn_set_host_time(t, in->timestamp, "input 'timestamp'", err) == 0
-                 ? PARLEY_OK
-                 : PARLEY_ERR_INVALID_INPUT;
+        rc = turn_set_host_time(t, in->timestamp, "input 'timestamp'", err);
     if (rc != PARLEY_OK)
         return rc;
     const toolset *base =

@@ -598,25 +598,28 @@ static void split_turn_note(struct chat_request *req)
  * ggml-org/llama.cpp#20733).  qwen: Qwen 3.x's template takes a system message only first
  * ("System message must be at the beginning."); gemma: Gemma's folds a first system message
  * into the user's and then wants user at every even place and only there ("Conversation roles
- * must alternate user/assistant/user/assistant/...").
+ * must alternate user/assistant/user/assistant/..."); as the Gemma-like templates that take
+ * tools do, a tool round (the results and the assistant message after them) counts as part of
+ * the assistant's place.
  */
 static bool check_template(const json_t *msgs, struct api_error *err)
 {
     static const char head[] = "Unable to generate parser for this template. Automatic parser "
                                "generation failed: Jinja Exception: ";
-    size_t i, skip = 0;
+    size_t i, place = 0;
+    const char *prev = "";
     const json_t *msg;
     json_array_foreach(msgs, i, msg) {
-        const char *r = chat_role_of(msg);
+        const char *r = chat_role_of(msg), *before = prev;
         int system = strcmp(r, "system") == 0 || strcmp(r, "developer") == 0;
-        if (i == 0 && system) {
-            skip = 1;
+        prev = r;
+        if (i == 0 && system)
             continue;
-        }
         if (g_cfg.strict_template == STRICT_QWEN && system)
             BAD(NULL, NULL, "%sSystem message must be at the beginning.", head);
-        if (g_cfg.strict_template == STRICT_GEMMA &&
-            (strcmp(r, "user") == 0) != ((i - skip) % 2 == 0))
+        if (strcmp(r, "tool") == 0 || (strcmp(r, "assistant") == 0 && strcmp(before, "tool") == 0))
+            continue; /* within a tool round */
+        if (g_cfg.strict_template == STRICT_GEMMA && (strcmp(r, "user") == 0) != (place++ % 2 == 0))
             BAD(NULL, NULL, "%sConversation roles must alternate user/assistant/user/assistant/...",
                 head);
     }

@@ -92,9 +92,9 @@ class MessageOpsCase(ParleyTestCase):
         self.assertEqual(messages(reqs[0]), [SYS, user("start the washing machine")],
                          "never inside the turn in flight")
         self.assertEqual(messages(reqs[1]),
-                         [SYS, user("start the washing machine"),
-                          assistant(fake_reply("start the washing machine", 2, 1)),
-                          assistant(WASHING), user("thanks")])
+                         [SYS, user("start the washing machine"),  # joined: roles alternate
+                          assistant(fake_reply("start the washing machine", 2, 1) + "\n\n"
+                                    + WASHING), user("thanks")])
 
     def test_user_appends_are_ordered_like_turns_and_reach_every_provider(self):
         """role "user": what a person said, recorded without an answer (a group chat
@@ -139,10 +139,9 @@ class MessageOpsCase(ParleyTestCase):
                                       {"type": "text", "text": "what did mum say?",
                                        "cache_control": {"type": "ephemeral"}}])
                 else:
-                    tail = [{"role": m["role"], "content": m["content"]} for m in sent[-3:]]
-                    self.assertEqual(tail, [assistant(fake_reply("hello", 2, 1)),
-                                            user("Mum: dinner at 7"),
-                                            user("what did mum say?")])
+                    tail = [{"role": m["role"], "content": m["content"]} for m in sent[-2:]]
+                    self.assertEqual(tail, [assistant(fake_reply("hello", 2, 1)),  # joined:
+                                            user("Mum: dinner at 7\n\nwhat did mum say?")])
 
     def test_host_timestamps_are_created_at_and_since_until_read_them(self):
         """A simulator on simulated time, a bridge importing earlier messages: the host's
@@ -164,8 +163,8 @@ class MessageOpsCase(ParleyTestCase):
         self.assertTurnOk(run.by_seq(3))
         old = run.by_seq(4)["result"]["messages"]
         self.assertEqual([m["message"]["content"] for m in old],
-                         ["sent last year", "simulated morning",
-                          fake_reply("simulated morning", 3, 2)])
+                         ["sent last year", "simulated morning",  # one user message sent
+                          fake_reply("sent last year\n\nsimulated morning", 2, 1)])
         self.assertEqual(old[0]["created_at"][:19], "2025-03-01T06:00:00")
         self.assertEqual(old[1]["created_at"][:23], "2025-06-01T09:30:00.250")
         self.assertTrue(old[2]["created_at"].startswith("2025-06-01T09:30:"), old[2])
@@ -382,6 +381,7 @@ class MessageOpsCase(ParleyTestCase):
         self.assertTurnOk(run.by_seq(3))
         reqs = self.llm.chat_requests()
         self.assertEqual(messages(reqs[0]), [{"role": "system", "content": chef},
+                                             user("(start of the conversation)"),
                                              assistant("The oven is hot."), user("what now?")])
         self.assertEqual(messages(reqs[1]), [SYS, user("and you?")], "another conversation")
         turns = run.by_seq(4)["result"]["turns"]
@@ -438,11 +438,12 @@ class MessageOpsCase(ParleyTestCase):
                 else:  # the note opens the next user message: no late system message
                     tail = [{"role": m["role"], "content": m["content"]}
                             for m in fresh["messages"][1:]]
-                    self.assertEqual(tail, [assistant(WASHING),
+                    self.assertEqual(tail, [user("(start of the conversation)"), assistant(WASHING),
                                             user("[system note] " + AWAY + "\n\nanything new?")])
                     self.assertEqual([m["role"] for m in mid["messages"]],
-                                     ["system", "user", "assistant", "assistant", "user"])
-                    self.assertEqual(mid["messages"][4]["content"],
+                                     ["system", "user", "assistant", "user"])
+                    self.assertTrue(mid["messages"][2]["content"].endswith("\n\n" + WASHING))
+                    self.assertEqual(mid["messages"][3]["content"],
                                      "[system note] " + AWAY + "\n\nthanks")
 
     def test_system_notes_pass_strict_chat_templates(self):
@@ -476,6 +477,45 @@ class MessageOpsCase(ParleyTestCase):
                                      ["system", "user", "assistant", "user", "assistant", "user"])
                     self.assertEqual(last[3]["content"], "[system note] %s\n\n[system note] %s"
                                      "\n\nthanks" % (AWAY, WASHING))
+
+    def test_every_stored_order_alternates_for_gemma(self):
+        """Gemma's template wants user and assistant in turn: two appended assistant messages
+        in a row, a note between a user message and an assistant one, and a history that
+        opens with an appended assistant message all pass, joined by a blank line."""
+        fake = self.fake("--strict-template", "gemma")
+        for provider in ("openai", "ollama"):
+            with self.subTest(provider=provider):
+                base = (fake.base_url if provider == "openai"
+                        else "http://127.0.0.1:%d" % fake.port)
+                lines = [
+                    {"text": "hello", "conversation_id": "mid"},
+                    {"op": "append", "conversation_id": "mid", "content": WASHING},
+                    {"op": "append", "conversation_id": "mid", "content": AWAY},
+                    {"text": "thanks", "conversation_id": "mid"},
+                    {"op": "append", "conversation_id": "mid", "role": "user",
+                     "content": "on my way"},
+                    {"op": "append", "conversation_id": "mid", "role": "system",
+                     "content": AWAY},
+                    {"op": "append", "conversation_id": "mid", "content": WASHING},
+                    {"text": "and now?", "conversation_id": "mid"},
+                    {"op": "append", "conversation_id": "opens", "content": WASHING},
+                    {"text": "what was that?", "conversation_id": "opens"}]
+                before = len(fake.requests())
+                run = self.run_ok(lines, self.opts(fake, provider=provider, base_url=base))
+                for seq in (1, 4, 8, 10):
+                    self.assertTurnOk(run.by_seq(seq))
+                reqs = [r for r in fake.requests()[before:] if r.get("path") == PATHS[provider]]
+                mid = reqs[2]["body"]["messages"]
+                self.assertEqual([m["role"] for m in mid], ["system"] + ["user", "assistant"] * 3
+                                 + ["user"])
+                self.assertTrue(mid[2]["content"].endswith("\n\n%s\n\n%s" % (WASHING, AWAY)),
+                                mid[2])
+                self.assertEqual(mid[5]["content"], "on my way\n\n[system note] %s" % AWAY)
+                self.assertEqual(mid[6]["content"], WASHING)
+                opens = reqs[3]["body"]["messages"]
+                self.assertEqual([m["role"] for m in opens],
+                                 ["system", "user", "assistant", "user"])
+                self.assertEqual(opens[1]["content"], "(start of the conversation)")
 
     # ---- interface message ids -------------------------------------------------
 

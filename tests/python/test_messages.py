@@ -69,16 +69,17 @@ class MessagesTest(AgentCase):
             h = await agent.history_by("h", interface_type="web")
             self.assertEqual([t["turn_id"] for t in h["turns"]],
                              [first.turn_id, note.turn_id, after.turn_id])
-            self.assertIn({"role": "assistant", "content": "The washing machine has finished."},
-                          harness.messages(self.fake.chat_requests()[-1]))
+            sent = harness.messages(self.fake.chat_requests()[-1])  # joined to the reply
+            self.assertTrue(sent[-2]["content"].endswith("\n\nThe washing machine has finished."),
+                            sent)
             with self.assertRaisesRegex(parley.InvalidInput, "role"):
                 await agent.append_message("h", "x", role="tool")
             said = await agent.append_message("h", "Dad: I'll be late", role="user",
                                               interface_type="web")
             await agent.process("what did dad say?", "h", interface_type="web")
             sent = harness.messages(self.fake.chat_requests()[-1])
-            self.assertEqual(sent[-2:], [{"role": "user", "content": "Dad: I'll be late"},
-                                         {"role": "user", "content": "what did dad say?"}])
+            self.assertEqual(sent[-1], {"role": "user",  # one user message: roles alternate
+                                        "content": "Dad: I'll be late\n\nwhat did dad say?"})
             self.assertEqual((await agent.message(said.answer_message_id))["role"], "user")
             found = await agent.find_message("h", "w-9", interface_type="web")
             self.assertEqual(found["message_id"], note.answer_message_id)

@@ -339,8 +339,7 @@ static void test_plain_records_read_as_parsed(void)
         "{\"start\":12345}",
         "{\"start\":7,\"lp\":4000,\"lb\":15000,\"plen\":14321,\"phash\":\"0123456789abcdef\"}",
         "{\"start\":0,\"lp\":0,\"lb\":0,\"plen\":0,\"phash\":\"ffffffffffffffff\"}",
-        ("{\"start\":999999999999999999,\"lp\":1,\"lb\":2,\"plen\":3,\"phash\":"
-         "\"00000000000000a1\"}"), /* one element: () for clang's -Wstring-concatenation */
+        "{\"start\":999999999999999999,\"lp\":1,\"lb\":2,\"plen\":3,\"phash\":\"00000000000000a1\"}",
         "{\"start\":9223372036854775807}",
         "{\"start\":9223372036854775808}",
         "{\"start\":1234567890123456789}",

@@ -811,6 +811,128 @@ static void check_system_notes(void)
     }
 }
 
+/* messages[] of a Chat Completions or Ollama body: the system message first only, then user
+ * and assistant in turn, the user first, where an assistant message with tool calls is
+ * followed by their results and then the assistant (the shape Gemma-like templates take). */
+static void check_alternates_rounds(const char *name, const json_t *msgs, const char *history)
+{
+    enum { USER, ASSISTANT, TOOL, TOOL_OR_ASSISTANT } want = USER;
+    size_t i;
+    const json_t *m;
+    int before = check_failed;
+    json_array_foreach(msgs, i, m) {
+        const char *role = msg_role(m);
+        if (i == 0 && strcmp(role, "system") == 0)
+            continue;
+        if (strcmp(role, "user") == 0) {
+            CHECK(want == USER);
+            want = ASSISTANT;
+        } else if (strcmp(role, "assistant") == 0) {
+            CHECK(want == ASSISTANT || want == TOOL_OR_ASSISTANT);
+            want = json_array_size(json_object_get(m, "tool_calls")) ? TOOL : USER;
+        } else {
+            CHECK_STR(role, "tool");
+            CHECK(want == TOOL || want == TOOL_OR_ASSISTANT);
+            want = TOOL_OR_ASSISTANT;
+        }
+    }
+    if (check_failed != before)
+        fprintf(stderr, "  %s: roles do not alternate for history %s\n", name, history);
+}
+
+/* One stored element of a random history: an appended user message (text or parts), an
+ * appended assistant message, a system note, or a turn (its user message, 0-2 tool rounds
+ * and the reply).  Call ids unique by n. */
+static void put_random_element(pbuf *b, unsigned pick, unsigned n)
+{
+    if (b->len > 1)
+        pbuf_putc(b, ',');
+    switch (pick % 5) {
+    case 0: pbuf_printf(b, "{\"role\":\"user\",\"content\":\"u%u\"}", n); break;
+    case 1:
+        pbuf_printf(b, "{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":\"p%u\"}]}", n);
+        break;
+    case 2: pbuf_printf(b, "{\"role\":\"assistant\",\"content\":\"a%u\"}", n); break;
+    case 3: pbuf_printf(b, "{\"role\":\"system\",\"content\":\"n%u\"}", n); break;
+    default:
+        pbuf_printf(b, "{\"role\":\"user\",\"content\":\"t%u\"}", n);
+        for (unsigned r = 0; r < (pick / 5) % 3; r++)
+            pbuf_printf(b,
+                        ",{\"role\":\"assistant\",\"content\":null,\"tool_calls\":[{\"id\":"
+                        "\"c%u_%u\",\"type\":\"function\",\"function\":{\"name\":\"f\","
+                        "\"arguments\":\"{}\"}}]},{\"role\":\"tool\",\"tool_call_id\":\"c%u_%u\","
+                        "\"content\":\"r\"}",
+                        n, r, n, r);
+        pbuf_printf(b, ",{\"role\":\"assistant\",\"content\":\"ok%u\"}", n);
+    }
+}
+
+/* Random stored histories (every order of appended user and assistant messages, notes and
+ * turns with tool rounds), then a turn's user message, or that and a tool round (a request
+ * within the turn): every provider's body alternates (check_alternates_rounds; Anthropic's
+ * plain alternation, tool results being user blocks), and Chat Completions renders the same
+ * bytes from stored text as from JSON. */
+static void check_alternation_random(void)
+{
+    static const char *const names[] = {"openai", "ollama", "anthropic"};
+    static const char *const turns[] = {
+        "[{\"role\":\"user\",\"content\":\"now\"}]",
+        "[{\"role\":\"user\",\"content\":\"now\"},{\"role\":\"assistant\",\"content\":\"\","
+        "\"tool_calls\":[{\"id\":\"cur\",\"type\":\"function\",\"function\":{\"name\":\"f\","
+        "\"arguments\":\"{}\"}}]},{\"role\":\"tool\",\"tool_call_id\":\"cur\",\"content\":\"r\"}]"};
+    unsigned seed = 12345;
+    for (unsigned h = 0; h < 400; h++) {
+        pbuf b = PBUF_INIT;
+        pbuf_putc(&b, '[');
+        seed = seed * 1103515245u + 12345u;
+        unsigned len = (seed >> 16) % 7;
+        for (unsigned e = 0; e < len; e++) {
+            seed = seed * 1103515245u + 12345u;
+            put_random_element(&b, seed >> 16, e);
+        }
+        pbuf_putc(&b, ']');
+        const char *turn = turns[h % 2];
+        for (size_t k = 0; k < sizeof names / sizeof names[0]; k++) {
+            int anth = strcmp(names[k], "anthropic") == 0;
+            for (int as_text = 0; as_text < 1 + !!provider_find(names[k])->reads_history_text;
+                 as_text++) {
+                char *body = encode_history(names[k], b.data, turn, as_text);
+                json_t *j = json_loads(body ? body : "", 0, NULL);
+                if (anth)
+                    check_alternates(names[k], json_object_get(j, "messages"));
+                else
+                    check_alternates_rounds(names[k], json_object_get(j, "messages"), b.data);
+                if (!anth) { /* the turn stored, the next request repeats every message */
+                    pbuf h2 = PBUF_INIT;
+                    pbuf_printf(&h2, "%.*s%s%s,{\"role\":\"assistant\",\"content\":\"done\"}]",
+                                (int)b.len - 1, b.data, b.len > 2 ? "," : "", turn + 1);
+                    h2.data[b.len - 1 + (b.len > 2) + strlen(turn) - 2] = ' '; /* turn's ']' */
+                    char *next = encode_history(names[k], h2.data,
+                                                "[{\"role\":\"user\",\"content\":\"next\"}]",
+                                                as_text);
+                    json_t *j2 = json_loads(next ? next : "", 0, NULL);
+                    const json_t *m1 = json_object_get(j, "messages"),
+                                 *m2 = json_object_get(j2, "messages");
+                    CHECK(json_array_size(m2) > json_array_size(m1));
+                    for (size_t i = 0; i < json_array_size(m1); i++)
+                        CHECK(json_equal(json_array_get(m1, i), json_array_get(m2, i)));
+                    json_decref(j2);
+                    free(next);
+                    pbuf_free(&h2);
+                }
+                json_decref(j);
+                if (as_text) {
+                    char *json = encode_history(names[k], b.data, turn, 0);
+                    CHECK(body && json && strcmp(body, json) == 0);
+                    free(json);
+                }
+                free(body);
+            }
+        }
+        pbuf_free(&b);
+    }
+}
+
 /* Every registered codec sets every member provider.h does not allow to be NULL (all but
  * check_options and ask_window), so a provider added to the registry without one fails
  * here rather than at its first request; and each is one of NAMES, whose corpus the checks
@@ -881,6 +1003,7 @@ int main(void)
     check_think_tags();
     check_turn_note();
     check_system_notes();
+    check_alternation_random();
     check_codec_tables();
     return check_report();
 }

@@ -1,6 +1,7 @@
 /* test_turn_input.c -- the message identity fields of a turn's input (turn_input.c):
- * metadata_json, interface_message_id, reply_to_json; each bad value is
+ * metadata_json, interface_message_id, reply_to_json, timestamp; each bad value is
  * invalid_input naming its field, and a good one is kept as the turn's. */
+#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -10,6 +11,20 @@
 #include "lib/utf8.h"
 #include "turn/turn_append.h"
 #include "turn/turn_input.h"
+
+/* Linked with -Wl,--wrap=vasprintf (tests/CMakeLists.txt): while fail_vasprintf > 0, a
+   vasprintf (pstr_printf's allocation) fails as it does out of memory. */
+static int fail_vasprintf;
+int __real_vasprintf(char **s, const char *fmt, va_list ap);
+int __wrap_vasprintf(char **s, const char *fmt, va_list ap);
+int __wrap_vasprintf(char **s, const char *fmt, va_list ap)
+{
+    if (fail_vasprintf > 0) {
+        fail_vasprintf--;
+        return -1;
+    }
+    return __real_vasprintf(s, fmt, ap);
+}
 
 static void done_cb(void *ud, const parley_result *r)
 {
@@ -95,6 +110,61 @@ static void test_append_bad_utf8(agent_config *cfg)
         CHECK_STR(sel.bad_key, cases[i].key);
         free(err);
     }
+}
+
+/* The host's timestamp (turn_set_host_time, a validator): PARLEY_OK and the time;
+   invalid_input naming the field; no_memory apart, never invalid_input without a message. */
+static void test_host_time(agent_config *cfg)
+{
+    turn t;
+    memset(&t, 0, sizeof t);
+    char *err = NULL;
+    CHECK(turn_set_host_time(&t, NULL, "input 'timestamp'", &err) == PARLEY_OK);
+    CHECK(t.in.host_time_ms == 0 && err == NULL);
+    CHECK(turn_set_host_time(&t, "2026-11-22T20:31:00+01:00", "input 'timestamp'", &err) ==
+          PARLEY_OK);
+    CHECK(t.in.host_time_ms == 1795375860000ull && err == NULL);
+    const char *bad[] = {"soon", "1970-01-01T00:00:00Z", "2026-11-22", ""};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        t.in.host_time_ms = 5;
+        CHECK(turn_set_host_time(&t, bad[i], "input 'timestamp'", &err) ==
+              PARLEY_ERR_INVALID_INPUT);
+        CHECK(t.in.host_time_ms == 0);
+        CHECK_STR(err, "input 'timestamp': must be an RFC 3339 time after 1970, e.g. "
+                       "\"2026-11-22T19:31:00Z\" or \"2026-11-22T20:31:00.250+01:00\"");
+        free(err);
+        err = NULL;
+    }
+    fail_vasprintf = 1;
+    CHECK(turn_set_host_time(&t, "soon", "input 'timestamp'", &err) == PARLEY_ERR_NO_MEMORY);
+    CHECK(err == NULL);
+    fail_vasprintf = 0;
+
+    /* through both doors: the input's and append_message's */
+    parley_input in = {.struct_size = sizeof in, .text = "hi", .timestamp = "soon"};
+    parley_status st = PARLEY_OK;
+    turn *got = turn_input_accept(cfg, 1, &in, done_cb, NULL, &st, &err);
+    CHECK(!got && st == PARLEY_ERR_INVALID_INPUT && err && strstr(err, "input 'timestamp'"));
+    free(err);
+    err = NULL;
+    fail_vasprintf = 1;
+    got = turn_input_accept(cfg, 1, &in, done_cb, NULL, &st, &err);
+    fail_vasprintf = 0;
+    CHECK(!got && st == PARLEY_ERR_NO_MEMORY);
+    free(err);
+    err = NULL;
+    const char *message = "{\"conversation_id\":\"c\",\"content\":\"x\",\"timestamp\":\"soon\"}";
+    got = turn_append_accept(cfg, 1, message, done_cb, NULL, &st, &err);
+    CHECK(!got && st == PARLEY_ERR_INVALID_INPUT && err &&
+          strstr(err, "message_json 'timestamp'"));
+    free(err);
+    err = NULL;
+    fail_vasprintf = 1;
+    got = turn_append_accept(cfg, 1, message, done_cb, NULL, &st, &err);
+    fail_vasprintf = 0;
+    CHECK(!got && st == PARLEY_ERR_NO_MEMORY);
+    CHECK_STR(err, "out of memory");
+    free(err);
 }
 
 /* Every reader refuses an unknown key in one shape, listing what it reads (lib/json_keys.h). */
@@ -232,6 +302,7 @@ int main(void)
 
     test_append_bad_utf8(cfg);
     test_unknown_keys(cfg);
+    test_host_time(cfg);
     /* a persona given through the ABI that is not UTF-8 is never quoted raw */
     parley_input bad_persona = {.struct_size = sizeof bad_persona, .text = "hello",
                                 .conversation_id = "c", .persona = "k\xc3\x28\xff"};
