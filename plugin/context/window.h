@@ -313,8 +313,7 @@ void ctx_record_parse(const char *json, size_t len, ctx_record *out);
 #ifdef PARLEY_TEST_HOOKS
 /* Its two readers alone, for the fuzz target that checks they agree: the fast
  * one for the form record_put writes without summaries (1, or 0 and *out
- * untouched), and jansson's for any record.  Only where window.c itself is
- * compiled with PARLEY_TEST_HOOKS (parley_core's is not). */
+ * untouched), and jansson's for any record. */
 int ctx_record_parse_plain(const char *json, size_t len, ctx_record *out);
 void ctx_record_parse_json(const char *json, size_t len, ctx_record *out);
 #endif
