@@ -273,6 +273,68 @@ json_t *msg_join(const json_t *a, const json_t *b)
     return copy;
 }
 
+/* A text part holding text; NULL out of memory. */
+static json_t *text_part(const char *text)
+{
+    return json_pack("{s:s,s:s}", "type", "text", "text", text);
+}
+
+/* The joined content so far: text while every content was a string (or no content), then
+   parts from the first parts content on, the text so far their first part (content_parts). */
+typedef struct joined_content {
+    pbuf text;
+    json_t *parts;
+    int oom;
+} joined_content;
+
+static void join_content(joined_content *j, const json_t *c)
+{
+    if (!j->parts && !json_is_array(c)) {
+        const char *t = json_string_value(c);
+        if (j->text.len && t && *t)
+            pbuf_puts(&j->text, "\n\n");
+        pbuf_puts(&j->text, t ? t : "");
+        return;
+    }
+    if (!j->parts) {
+        j->parts = json_array();
+        if (!j->parts ||
+            (j->text.len && json_array_append_new(j->parts, text_part(j->text.data)) != 0)) {
+            j->oom = 1;
+            return;
+        }
+    }
+    json_t *more = content_parts(c);
+    if (!more ||
+        (json_array_size(j->parts) && !content_empty(c) &&
+         json_array_append_new(j->parts, text_part("\n\n")) != 0) ||
+        json_array_extend(j->parts, more) != 0)
+        j->oom = 1;
+    json_decref(more);
+}
+
+json_t *msgs_join(const json_t *run)
+{
+    joined_content j = {PBUF_INIT, NULL, 0};
+    size_t i;
+    const json_t *m;
+    json_array_foreach(run, i, m) {
+        if (!j.oom)
+            join_content(&j, json_object_get(m, "content"));
+    }
+    json_t *with = j.oom || j.text.oom ? NULL
+                   : j.parts           ? json_incref(j.parts)
+                                       : json_stringn(j.text.data ? j.text.data : "", j.text.len);
+    json_t *copy = json_copy(json_array_get(run, 0));
+    pbuf_free(&j.text);
+    json_decref(j.parts);
+    if (!copy || !with || json_object_set_new(copy, "content", with) != 0) { /* takes `with` */
+        json_decref(copy);
+        return NULL;
+    }
+    return copy;
+}
+
 json_t *msg_conversation_start(void)
 {
     return json_pack("{s:s,s:s}", "role", "user", "content", CONVERSATION_START);
@@ -302,7 +364,20 @@ json_t *msgs_alternate(const json_t *all, size_t *first_current)
             failed = json_array_append(out, m) != 0;
             continue;
         }
-        json_t *joined = msg_join(last, m);
+        /* the whole run at once (msgs_join): a join per message copies the growing text */
+        json_t *run = json_array();
+        failed = !run || json_array_append(run, last) != 0;
+        for (; !failed && i < json_array_size(noted); i++) {
+            m = json_array_get(noted, i);
+            if (msg_join_kind(m) != kind)
+                break;
+            if (i == cur)
+                start = n - 1;
+            failed = json_array_append(run, m) != 0;
+        }
+        i--; /* json_array_foreach steps past the run's last */
+        json_t *joined = failed ? NULL : msgs_join(run);
+        json_decref(run);
         failed = !joined || json_array_set_new(out, n - 1, joined) != 0;
     }
     json_decref(noted);

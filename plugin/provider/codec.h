@@ -87,6 +87,10 @@ int msg_join_kind(const json_t *m);
 /* A copy of a whose content is a's then b's, "\n\n" between them (none if one is empty);
    parts if either is parts, a text part "\n\n" between.  New reference; NULL out of memory. */
 json_t *msg_join(const json_t *a, const json_t *b);
+/* The messages of run (two or more) joined as msg_join joins them one after another, left
+   to right, in time linear in their size: a run of hundreds of appended group-chat messages
+   joined pairwise copies the growing text each time.  New reference; NULL out of memory. */
+json_t *msgs_join(const json_t *run);
 /* {"role":"user","content":CONVERSATION_START}.  New reference. */
 json_t *msg_conversation_start(void);
 /* msgs_merge_notes, then alternation as above (the Ollama codec's).  *first_current as

@@ -229,16 +229,38 @@ static const char *scan_message(const char *p, const char *end, int *as_is, int 
 
 /* What is written of the "messages" array, for the alternation (codec.h). */
 typedef struct written {
-    int first;      /* nothing written yet, not even the system prompt */
-    int opened;     /* a message of the conversation written */
-    size_t last_at; /* where the last message starts in out */
-    int last_kind;  /* its msg_join_kind; 0 before any */
+    int first;       /* nothing written yet, not even the system prompt */
+    int opened;      /* a message of the conversation written */
+    size_t last_at;  /* where the last message starts in out */
+    int last_kind;   /* its msg_join_kind; 0 before any */
+    json_t *joining; /* the last message read back, then the messages joined to it; NULL none */
 } written;
+
+/* The run in w->joining joined once (msgs_join) in place of the last message: joining each
+   message as it came re-read and rewrote the growing message, quadratic in a long run of
+   appended messages (hundreds from a group chat).  A joined message has no calls, so
+   render_message's current_turn does not matter. */
+static void flush_join(pbuf *out, written *w, call_renames *ren)
+{
+    if (!w->joining)
+        return;
+    json_t *joined = msgs_join(w->joining);
+    json_decref(w->joining);
+    w->joining = NULL;
+    if (!joined) {
+        out->oom = 1;
+        return;
+    }
+    out->len = w->last_at;
+    render_message(out, joined, 0, ren);
+    json_decref(joined);
+}
 
 /* Before a message of msg_join_kind `kind`: the ',' unless it is the first, and before an
    assistant message opening the conversation, CONVERSATION_START (msgs_alternate's). */
-static void begin_message(pbuf *out, written *w, int kind)
+static void begin_message(pbuf *out, written *w, int kind, call_renames *ren)
 {
+    flush_join(out, w, ren);
     if (!w->opened && (kind == 'a' || kind == 'c')) {
         if (!w->first)
             pbuf_putc(out, ',');
@@ -254,25 +276,25 @@ static void begin_message(pbuf *out, written *w, int kind)
 }
 
 /* m after what is written: joined to the last message when both are user messages or both
-   assistant messages without calls (msg_join, read back from out), else a message of its own. */
+   assistant messages without calls (read back from out once, joined at the run's end by
+   flush_join), else a message of its own. */
 static void write_message(pbuf *out, written *w, const json_t *m, int current_turn,
                           call_renames *ren)
 {
     int kind = msg_join_kind(m);
     if ((kind == 'u' || kind == 'a') && kind == w->last_kind && !out->oom) {
-        json_t *prev = json_loadb(out->data + w->last_at, out->len - w->last_at, 0, NULL);
-        json_t *joined = prev ? msg_join(prev, m) : NULL;
-        json_decref(prev);
-        if (!joined) {
-            out->oom = 1;
-            return;
+        if (!w->joining) {
+            json_t *prev = json_loadb(out->data + w->last_at, out->len - w->last_at, 0, NULL);
+            w->joining = prev ? json_array() : NULL;
+            if (w->joining && json_array_append(w->joining, prev) != 0)
+                json_decref(w->joining), w->joining = NULL;
+            json_decref(prev);
         }
-        out->len = w->last_at;
-        render_message(out, joined, current_turn, ren);
-        json_decref(joined);
+        if (!w->joining || json_array_append(w->joining, (json_t *)m) != 0)
+            out->oom = 1;
         return;
     }
-    begin_message(out, w, kind);
+    begin_message(out, w, kind, ren);
     render_message(out, m, current_turn, ren);
 }
 
@@ -314,9 +336,9 @@ typedef struct text_run {
     int first_kind, last_kind;
 } text_run;
 
-static void flush_run(pbuf *out, written *w, text_run *run)
+static void flush_run(pbuf *out, written *w, text_run *run, call_renames *ren)
 {
-    begin_message(out, w, run->first_kind);
+    begin_message(out, w, run->first_kind, ren);
     size_t at = out->len;
     pbuf_append(out, run->at, (size_t)(run->end - run->at));
     w->last_at = at + (size_t)(run->last - run->at);
@@ -355,7 +377,7 @@ static int render_messages_text(pbuf *out, const char *p, size_t len, written *w
             continue;
         }
         if (run.at)
-            flush_run(out, w, &run);
+            flush_run(out, w, &run, ren);
         if (as_is) {
             run = (text_run){m.json, next, m.json, kind, kind};
             continue;
@@ -374,7 +396,7 @@ static int render_messages_text(pbuf *out, const char *p, size_t len, written *w
         return -1;
     }
     if (run.at)
-        flush_run(out, w, &run);
+        flush_run(out, w, &run, ren);
     return 0;
 }
 
@@ -435,7 +457,7 @@ static int openai_encode(pbuf *out, const parley_options *o, const provider_requ
     pbuf_puts(out, "{\"model\":");
     pbuf_json_string(out, o->model, strlen(o->model));
     pbuf_puts(out, ",\"messages\":[");
-    written w = {1, 0, 0, 0};
+    written w = {1, 0, 0, 0, NULL};
     if (r->system && *r->system) {
         pbuf_puts(out, "{\"role\":\"system\",\"content\":");
         pbuf_json_string(out, r->system, strlen(r->system));
@@ -472,6 +494,7 @@ static int openai_encode(pbuf *out, const parley_options *o, const provider_requ
                                   err);
     if (rc == 0 && notes.len) /* notes last of all: a user message of their own */
         render_noted(out, NULL, 1, &ren, &notes, &w);
+    flush_join(out, &w, &ren);
     pbuf_free(&notes);
     call_renames_free(&ren);
     json_decref(noted);

@@ -933,6 +933,85 @@ static void check_alternation_random(void)
     }
 }
 
+/* One element of a long run: text, empty, null, no content, parts, empty parts. */
+static json_t *run_message(const char *role, unsigned pick, unsigned n)
+{
+    char text[32];
+    snprintf(text, sizeof text, "%c%u \"q\"", role[0], n);
+    switch (pick % 8) {
+    case 0:
+        return json_pack("{s:s,s:s}", "role", role, "content", "");
+    case 1:
+        return json_pack("{s:s,s:n}", "role", role, "content");
+    case 2:
+        return json_pack("{s:s}", "role", role);
+    case 3:
+        return json_pack("{s:s,s:[{s:s,s:s}]}", "role", role, "content", "type", "text", "text",
+                         text);
+    case 4:
+        return json_pack("{s:s,s:[]}", "role", role, "content");
+    default:
+        return json_pack("{s:s,s:s}", "role", role, "content", text);
+    }
+}
+
+/* msgs_join of a long run (thousands of appended user or assistant messages), and the body
+ * such a stored run renders to, are what msg_join one message after another gives (the
+ * definition; the codecs join a run at once, linear in its size): the same content, and for
+ * Chat Completions and Ollama the same message in the body. */
+static void check_long_runs(void)
+{
+    static const char *const roles[] = {"user", "assistant"};
+    unsigned seed = 99;
+    for (unsigned round = 0; round < 40; round++) {
+        const char *role = roles[round % 2];
+        unsigned len = round < 38 ? 2 + round % 13 : 3000, text_only = round % 3 == 0;
+        json_t *run = json_array(), *folded = NULL;
+        /* a text message first and last: no message of its own at either end of the body */
+        for (unsigned i = 0; i < len; i++) {
+            seed = seed * 1103515245u + 12345u;
+            unsigned pick = i == 0 || i + 1 == len || text_only ? 7 : seed >> 16;
+            json_t *m = run_message(role, pick, i);
+            json_array_append_new(run, m);
+            json_t *next = folded ? msg_join(folded, m) : json_incref(m);
+            json_decref(folded);
+            folded = next;
+        }
+        json_t *joined = msgs_join(run);
+        CHECK(joined && json_equal(joined, folded));
+        pbuf stored = PBUF_INIT, one = PBUF_INIT;
+        const char *opening = round % 2 ? "{\"role\":\"user\",\"content\":\"hi\"}," : "";
+        char *items = json_dumps(run, JSON_COMPACT | JSON_PRESERVE_ORDER);
+        char *alone = json_dumps(folded, JSON_COMPACT | JSON_PRESERVE_ORDER);
+        pbuf_printf(&stored, "[%s%s", opening, items + 1); /* past its '[' */
+        pbuf_printf(&one, "[%s%s]", opening, alone);
+        for (size_t k = 0; k < 2; k++) {
+            const char *name = k ? "ollama" : "openai",
+                       *turn = "[{\"role\":\"user\",\"content\":\"now\"}]";
+            char *want = encode_history(name, one.data, turn, 0);
+            for (int as_text = 0; as_text < 1 + !!provider_find(name)->reads_history_text;
+                 as_text++) {
+                char *body = encode_history(name, stored.data, turn, as_text);
+                int same = body && want && strcmp(body, want) == 0;
+                CHECK(same);
+                if (!same)
+                    fprintf(stderr,
+                            "  %s (text %d): run of %u %s messages\n  %.300s\n  not\n  %.300s\n",
+                            name, as_text, len, role, body, want);
+                free(body);
+            }
+            free(want);
+        }
+        free(items);
+        free(alone);
+        pbuf_free(&one);
+        pbuf_free(&stored);
+        json_decref(joined);
+        json_decref(folded);
+        json_decref(run);
+    }
+}
+
 /* Every registered codec sets every member provider.h does not allow to be NULL (all but
  * check_options and ask_window), so a provider added to the registry without one fails
  * here rather than at its first request; and each is one of NAMES, whose corpus the checks
@@ -1004,6 +1083,7 @@ int main(void)
     check_turn_note();
     check_system_notes();
     check_alternation_random();
+    check_long_runs();
     check_codec_tables();
     return check_report();
 }
