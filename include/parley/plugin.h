@@ -571,7 +571,8 @@ typedef struct parley_plugin {
      * or "system", "interface_type"?, "persona"?, "interface_message_id"?,
      * "metadata"?: {...}, "timestamp"?: RFC 3339, stored as its created_at}.  Like async_process: it waits behind the turns
      * already accepted on that conversation (never lands inside one), is
-     * stored as a turn of one message, and the model sees it in later turns.
+     * stored as a turn of one message, and the model sees it in later turns
+     * (a "system" note as "[system note] ..." user text: docs/history.md).
      * `done` is called exactly once, on the worker thread, with
      * response = content, turn_id, answer_message_id = the new message's id,
      * steps_json "[]"; status INVALID_INPUT (named in error_message) is
