@@ -423,13 +423,16 @@ typedef struct parley_plugin {
      *    is {"error":{"status":"storage","field":"history_store","message"}}
      *    with the store's reason, also logged. -- */
 
-    /** {"conversation_id", "created_at", "last_used_at", "turns":[...]} or NOT_FOUND. */
+    /** {"conversation_id", "created_at", "last_used_at", ..., "turns":[{"turn_id",
+     *  "started_at", "finished_at", "tokens" (when known), "messages"}]} (docs/history.md)
+     *  or NOT_FOUND. */
     /* [any-thread] [blocking: store I/O] */
     parley_status (*history_get)(parley_agent *agent, const char *conversation_id,
                                  char **out_json);
 
-    /** {"conversation_id", "turn": {...}, "persona", "interface_type", "messages": [the
-     *  turn's messages in history_query's form]} for a turn_id, or NOT_FOUND. */
+    /** {"conversation_id", "turn": {...} (as history_get's turns: "tokens" included), "persona",
+     *  "interface_type", "messages": [the turn's messages in history_query's form]} for a
+     *  turn_id, or NOT_FOUND. */
     /* [any-thread] [blocking: store I/O] */
     parley_status (*turn_get)(parley_agent *agent, const char *turn_id, char **out_json);
 
@@ -568,7 +571,8 @@ typedef struct parley_plugin {
      * or "system", "interface_type"?, "persona"?, "interface_message_id"?,
      * "metadata"?: {...}, "timestamp"?: RFC 3339, stored as its created_at}.  Like async_process: it waits behind the turns
      * already accepted on that conversation (never lands inside one), is
-     * stored as a turn of one message, and the model sees it in later turns.
+     * stored as a turn of one message, and the model sees it in later turns
+     * (a "system" note as "[system note] ..." user text: docs/history.md).
      * `done` is called exactly once, on the worker thread, with
      * response = content, turn_id, answer_message_id = the new message's id,
      * steps_json "[]"; status INVALID_INPUT (named in error_message) is
@@ -600,7 +604,8 @@ typedef struct parley_plugin {
      * `personas` option ({"prompt": "You are a chef.", "temperature": 0.9}).
      * Validated as create() validates `personas`: on any error nothing changes,
      * PARLEY_ERR_INVALID_INPUT and *error (if not NULL; free with free_string)
-     * names the field ("name: ...", "persona_json: ...unknown key...").
+     * names the field ("name: ...", "persona_json: ...unknown key..."); PARLEY_ERR_NO_MEMORY
+     * (nothing changed) when memory ran out.
      * Every history is kept (a replaced persona keeps its conversations); turns
      * in flight finish under the persona they started with; turns accepted
      * after this returns use the new one.  Any thread, also from a callback.

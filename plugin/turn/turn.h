@@ -9,8 +9,9 @@
  *                     agent's config snapshot; inbox_submit hands it over
  *   (worker arrival)  QUEUED: the turn deadline runs from acceptance; the
  *                     turn waits for its conversation's earlier turns (lanes)
- *   turn_begin        LOADING: load the last max_history_turns
- *                     turns of its conversation from the store (and, in the
+ *   turn_begin        LOADING: load its conversation's window from the
+ *                     store (the context record, then the turns from the
+ *                     window's start: ctx_load, context/window.h; in the
  *                     same store call, the turn reply_to names: reply_context.h)
  *                     on the store threads when the store blocks (store_jobs.h);
  *                     LEASE_WAIT while another host holds the conversation

@@ -608,8 +608,10 @@ class HomeAssistantTest(AgentCase):
         msgs = [(m["role"], without_note(m["content"]))
                 for m in harness.messages(self.fake.chat_requests()[-1]) if m["role"] != "system"]
         self.assertEqual(msgs[2:], [("user", "turn on the lights"),
-                                    ("assistant", "Turned on the lights"),
-                                    ("assistant", "The washing machine is done."),
+                                    # the announcement joins the answer before it: the
+                                    # roles alternate, as strict chat templates require
+                                    ("assistant",
+                                     "Turned on the lights\n\nThe washing machine is done."),
                                     ("user", "what happened? [[recall]]")])
         # A failed turn in between adds nothing twice.
         r = await self.ask("oops [[fault:400]]", conversation_id=cid)
@@ -619,7 +621,7 @@ class HomeAssistantTest(AgentCase):
         core.async_fire_time_changed(self.hass)
         await self.ask("and now?", conversation_id=cid)
         contents = [m["content"] for m in harness.messages(self.fake.chat_requests()[-1])]
-        self.assertIn("Turned on the lights", contents)
+        self.assertIn("Turned on the lights\n\nThe washing machine is done.", contents)
         self.assertEqual(contents.count("turn on the lights"), 1)
 
     async def test_forget_one_memory_or_all(self):
