@@ -568,9 +568,16 @@ size_t ctx_ahead_turns(const ctx_window *w, const ctx_budget *b, int64_t body_to
     if (!near)
         return 0;
     /* What the cut will drop when it comes: by the turn bound, the window of
-     * max_turns + 1 down to its low mark; by tokens, down to the low mark. */
+     * max_turns + 1 down to its low mark; by tokens, the window grown to the
+     * limit down to the low mark.  The turns still to come before that cut are
+     * kept by it, so the oldest turns it drops add up to limit - low, not to
+     * what a cut now would drop (that left the cut keeping twice the low mark). */
     ctx_cut_reason why;
     size_t k = ctx_plan(w, b, body_tokens, 0, 1, &why);
+    int64_t limit = limit_of(b);
+    int64_t low = fixed + (limit > fixed ? (limit - fixed) / CTX_LOW_MARK_DIVISOR : 0);
+    while (k < w->nturns && turns_tokens(w, 0, k, b->factor) < limit - low)
+        k++;
     if (b->max_turns && w->nturns + 1 >= b->max_turns) {
         size_t by_turns = b->max_turns + 1 - low_turns(b->max_turns);
         if (by_turns > k)

@@ -108,6 +108,47 @@ static void test_next_summary_takes_the_cut(void)
     pbuf_free(&h);
 }
 
+/* The summary made ahead near the limit covers what the cut will drop when the
+ * window has grown to the limit, so that cut keeps a third, not what a cut at
+ * the moment of the summary would have kept plus the turns since (about half). */
+static void test_ahead_summary_covers_the_cut_to_a_third(void)
+{
+    ctx_window w;
+    pbuf h = PBUF_INIT;
+    window_of(&w, &h, "");
+    w.summarize = 1;
+    ctx_budget b = {.window = 4000, .reserve = 500, .factor = 1.0};
+    const char *turn = U("a question of some length, about forty tokens or so in all, "
+                         "give or take") A("an answer of some length too, about as long as the "
+                                           "question was, more or less");
+    size_t ahead = 0, made_at = 0;
+    ctx_cut_reason why = CTX_CUT_NONE;
+    size_t n = 0;
+    for (int i = 0; i < 200 && why == CTX_CUT_NONE; i++) {
+        pbuf_puts(&h, turn);
+        ctx_window_free(&w);
+        memset(&w, 0, sizeof w);
+        w.enabled = w.summarize = 1;
+        CHECK(ctx_split(&w, &h) == 0);
+        if (ahead)
+            CHECK(ctx_record_write_next(&w, "so far", ahead) == 0);
+        n = ctx_plan(&w, &b, 100, 0, 0, &why);
+        if (!ahead && why == CTX_CUT_NONE && (ahead = ctx_ahead_turns(&w, &b, 100)))
+            made_at = w.nturns;
+    }
+    CHECK(why == CTX_CUT_TOKENS && ahead > 0 && made_at < w.nturns);
+    int use = 0;
+    size_t cut = ctx_cut_for_next(&w, &b, 100, n, &use);
+    size_t kept = w.nturns - cut;
+    CHECK(use == 1);
+    CHECK(kept * 10 <= w.nturns * 4); /* a third (and a turn): it kept about half before */
+    if (!(kept * 10 <= w.nturns * 4))
+        fprintf(stderr, "  made ahead at %zu turns for %zu; cut at %zu kept %zu\n", made_at, ahead,
+                w.nturns, kept);
+    ctx_window_free(&w);
+    pbuf_free(&h);
+}
+
 static void test_records_that_do_not_parse(void)
 {
     const char *bad[] = {"",
@@ -433,6 +474,7 @@ int main(void)
     test_split_whole_turns();
     test_plan_low_mark();
     test_next_summary_takes_the_cut();
+    test_ahead_summary_covers_the_cut_to_a_third();
     test_records_that_do_not_parse();
     test_record_fields_whole_or_none();
     test_summary_input_clipped();
