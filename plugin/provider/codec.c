@@ -246,6 +246,7 @@ static int content_empty(const json_t *content)
     return json_is_array(content) ? json_array_size(content) == 0 : !text || !*text;
 }
 
+#ifdef PARLEY_TEST_HOOKS
 json_t *msg_join(const json_t *a, const json_t *b)
 {
     const json_t *ca = json_object_get(a, "content"), *cb = json_object_get(b, "content");
@@ -272,6 +273,7 @@ json_t *msg_join(const json_t *a, const json_t *b)
     }
     return copy;
 }
+#endif
 
 /* A text part holding text; NULL out of memory. */
 static json_t *text_part(const char *text)

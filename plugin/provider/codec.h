@@ -84,9 +84,12 @@ json_t *msgs_merge_notes(const json_t *all, size_t *first_current);
 /* What joins m with a message of the same kind: 'u' user, 'a' assistant without tool calls;
    else 'c' assistant with calls, 't' tool, 's' system, 0 another role. */
 int msg_join_kind(const json_t *m);
+#ifdef PARLEY_TEST_HOOKS
 /* A copy of a whose content is a's then b's, "\n\n" between them (none if one is empty);
-   parts if either is parts, a text part "\n\n" between.  New reference; NULL out of memory. */
+   parts if either is parts, a text part "\n\n" between.  New reference; NULL out of memory.
+   The join's definition, which the tests hold msgs_join to; the plugin joins runs with it. */
 json_t *msg_join(const json_t *a, const json_t *b);
+#endif
 /* The messages of run (two or more) joined as msg_join joins them one after another, left
    to right, in time linear in their size: a run of hundreds of appended group-chat messages
    joined pairwise copies the growing text each time.  New reference; NULL out of memory. */
