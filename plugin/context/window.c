@@ -465,6 +465,12 @@ size_t ctx_plan(const ctx_window *w, const ctx_budget *b, int64_t body_tokens, u
     return n;
 }
 
+void ctx_forget_sizes(ctx_window *w)
+{
+    if (w->tokens)
+        memset(w->tokens, 0, w->nturns * sizeof *w->tokens);
+}
+
 size_t ctx_cut(ctx_window *w, pbuf *history, size_t n, ctx_cut_reason why)
 {
     w->memo.valid = 0;

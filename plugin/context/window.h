@@ -234,6 +234,12 @@ uint32_t ctx_turn_tokens(const store_message *msgs, size_t n, double factor);
 size_t ctx_plan(const ctx_window *w, const ctx_budget *b, int64_t body_tokens, uint64_t now_ms,
                 int force, ctx_cut_reason *why);
 
+/* Count every turn from its bytes from now on, not by the size stored with
+ * it: the server refused a request the stored sizes said would fit, so they
+ * undercount (a file edited or copied, sizes kept with another model), and
+ * a cut by them would keep what was just refused. */
+void ctx_forget_sizes(ctx_window *w);
+
 /* Drop the oldest n turns from `history` and move the start past them;
  * returns the messages dropped. */
 size_t ctx_cut(ctx_window *w, pbuf *history, size_t n, ctx_cut_reason why);

@@ -128,6 +128,7 @@ int budget_overflow_cut(turn *t)
         learned->window = t->ctx.overflow.n_ctx;
     if (t->ctx.overflow.n_prompt > 0 && !t->in.images.n)
         ctx_learn_factor(learned, t->req.body.len, t->ctx.overflow.n_prompt);
+    ctx_forget_sizes(&t->ctx.window); /* they said it would fit */
     ctx_budget b = budget_of(t);
     ctx_cut_reason why;
     size_t n =
@@ -168,6 +169,7 @@ int budget_truncation_cut(turn *t, long long read)
     if (t->ctx.overflow_retried || !t->ctx.window.enabled)
         return 0;
     t->ctx.overflow_retried = 1;
+    ctx_forget_sizes(&t->ctx.window); /* they said it would fit */
     ctx_budget b = budget_of(t);
     int64_t sent = budget_body_tokens(t, b.factor);
     /* the window whose limit (less the reserve and the margin of itself) is what it read */

@@ -10,6 +10,7 @@ metric context_cuts); the window then starts at a later whole turn.
 """
 import json
 import os
+import sqlite3
 import tempfile
 import time
 import unittest
@@ -569,6 +570,35 @@ class Overflow(ParleyTestCase):
                 after = chats[chats.index(r) + 1]
                 self.assertFalse(after.get("truncated_messages"))
                 self.assertEqual(messages(after)[-1], messages(r)[-1])
+
+    def test_stored_sizes_that_undercount_still_recovered(self):
+        """Turns whose stored sizes say far less than the server counts (a file
+        edited or copied, sizes kept from another model): the server's refusal
+        is believed over them, and the turn sent again cut to fit, not cut by
+        the sizes that were refused."""
+        for provider in ("openai", "anthropic"):
+            with self.subTest(provider=provider), \
+                    tempfile.TemporaryDirectory(prefix="parley-ctx-") as d:
+                path = os.path.join(d, "h.db")
+                with FakeLLM() as big:
+                    o = options(big, summarize=False, max_history_turns=0,
+                                history_store="sqlite:" + path)
+                    self.run_ok([{"text": "%d %s" % (k, FILLER * 20), "conversation_id": "z"}
+                                 for k in range(1, 9)], o)
+                db = sqlite3.connect(path)
+                db.execute("UPDATE turns SET tokens = 1")
+                db.commit()
+                db.close()
+                with FakeLLM("--n-ctx", "1000") as small:
+                    base = (small.base_url if provider == "openai"
+                            else "http://127.0.0.1:%d" % small.port)
+                    o = options(small, provider=provider, base_url=base, summarize=False,
+                                max_history_turns=0, history_store="sqlite:" + path,
+                                context_window=1000, max_tokens=100)
+                    run = self.run_ok([{"text": "after", "conversation_id": "z"},
+                                       {"op": "metrics"}], o)
+                    self.assertTurnOk(run.turn_lines()[0])
+                    self.assertEqual(metrics_of(run)["context_overflows_recovered"], 1)
 
     def test_newest_turn_alone_too_long_fails_history_unchanged(self):
         with FakeLLM("--n-ctx", "300") as fake:
