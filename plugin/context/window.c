@@ -200,6 +200,15 @@ static void skip_messages(pbuf *text, size_t k, pbuf *into)
  * bytes are estimated) when any of them is, or when they do not line up
  * with it.  `skipped`: the loaded messages before the window.
  */
+/* Whether `sum`, the sizes of `n` stored turns of `bytes` bytes in all, is
+ * what ctx_turn_tokens could have given them with a factor in bounds. */
+static int size_possible(uint64_t sum, size_t bytes, size_t n)
+{
+    double low = (double)bytes / CTX_BYTES_PER_TOKEN * CTX_FACTOR_MIN,
+           high = (double)bytes / CTX_BYTES_PER_TOKEN * CTX_FACTOR_MAX + (double)n;
+    return sum <= UINT32_MAX && (double)sum + 1 >= low && (double)sum <= high + 1;
+}
+
 static void take_sizes(ctx_window *w, const store_sizes *z, size_t loaded, size_t skipped)
 {
     uint64_t all = 0;
@@ -211,6 +220,7 @@ static void take_sizes(ctx_window *w, const store_sizes *z, size_t loaded, size_
     size_t j = 0;
     for (size_t i = 0; i < w->nturns; i++) {
         uint64_t end = at + w->nmsgs[i], sum = 0;
+        size_t nstored = 0;
         while (j < z->n && s_at + z->turn[j].nmessages <= at) /* stored turns before it */
             s_at += z->turn[j++].nmessages;
         int known = 1;
@@ -219,11 +229,13 @@ static void take_sizes(ctx_window *w, const store_sizes *z, size_t loaded, size_
             known = t && s_at == p && t->nmessages && s_at + t->nmessages <= end && t->tokens;
             if (known) {
                 sum += t->tokens;
+                nstored++;
                 p = s_at += t->nmessages;
                 j++;
             }
         }
-        w->tokens[i] = known && sum <= UINT32_MAX ? (uint32_t)sum : 0;
+        size_t bytes = w->end[i] - (i ? w->end[i - 1] : 0);
+        w->tokens[i] = known && size_possible(sum, bytes, nstored) ? (uint32_t)sum : 0;
         at = end;
     }
 }
@@ -750,10 +762,10 @@ void ctx_learn_factor(ctx_model *a, size_t body_bytes, long long prompt_tokens)
     if (prompt_tokens <= 0 || body_bytes < 64)
         return;
     double sample = (double)prompt_tokens / ((double)body_bytes / CTX_BYTES_PER_TOKEN);
-    if (sample < 0.1)
-        sample = 0.1;
-    if (sample > 10)
-        sample = 10;
+    if (sample < CTX_FACTOR_MIN)
+        sample = CTX_FACTOR_MIN;
+    if (sample > CTX_FACTOR_MAX)
+        sample = CTX_FACTOR_MAX;
     /* Weighted towards the newest, never below it by much: an estimate that
      * runs low is what overflows. */
     a->factor = a->factor > 0 ? 0.5 * a->factor + 0.5 * sample : sample;

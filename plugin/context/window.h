@@ -90,6 +90,11 @@
 #define CTX_MARGIN_PERCENT 3
 /* Bytes per token before correction. */
 #define CTX_BYTES_PER_TOKEN 4
+/* The factor learned from servers stays within these (ctx_learn_factor): a
+ * stored size outside what they give the turn's bytes was not written by
+ * Parley (an edited file) and is estimated instead. */
+#define CTX_FACTOR_MIN 0.1
+#define CTX_FACTOR_MAX 10.0
 
 /* Why a window moved (metrics, logs). */
 typedef enum ctx_cut_reason {

@@ -215,6 +215,33 @@ class Persistence(ContextCase):
                 self.assertFalse(req.get("overflow"))
                 self.assertLessEqual(prompt_tokens(req), 4000 - 100)
 
+    def test_stored_sizes_parley_could_not_have_written_are_estimated(self):
+        """A stored size no factor Parley learns could give the turn's bytes (an
+        edited file: 2^23-1 tokens for a turn of a few hundred bytes, or 1) is
+        unknown: the turn is estimated from its bytes, not cut (all the history
+        dropped for nothing) nor trusted into a refusal."""
+        for size in (2 ** 23 - 1, 1):
+            with self.subTest(size=size), \
+                    tempfile.TemporaryDirectory(prefix="parley-ctx-") as d:
+                path = os.path.join(d, "h.db")
+                o = options(self.llm, summarize=False, max_history_turns=0,
+                            history_store="sqlite:" + path, context_window=4000, max_tokens=100)
+                self.run_ok([{"text": "%d %s" % (k, FILLER * (2 + 2 * k)),
+                              "conversation_id": "z"} for k in range(1, 9)], o)
+                db = sqlite3.connect(path)
+                db.execute("UPDATE turns SET tokens = ?", (size,))
+                db.commit()
+                db.close()
+                with FakeLLM("--n-ctx", "4000") as fresh:
+                    o = dict(o, base_url=fresh.base_url)
+                    run = self.run_ok([{"text": "after", "conversation_id": "z"},
+                                       {"op": "metrics"}], o)
+                    self.assertTurnOk(run.turn_lines()[0])
+                    m = metrics_of(run)
+                    self.assertEqual((m["context_cuts"], m["context_overflows_recovered"]), (0, 0))
+                    [req] = fresh.chat_requests()
+                    self.assertEqual(len(messages(req)), 1 + 2 * 8 + 1)  # all the history
+
     def test_a_changed_prompt_is_a_cache_break(self):
         with tempfile.TemporaryDirectory(prefix="parley-ctx-") as d:
             o = options(self.llm, history_store="sqlite:" + os.path.join(d, "h.db"))
@@ -586,7 +613,7 @@ class Overflow(ParleyTestCase):
                     self.run_ok([{"text": "%d %s" % (k, FILLER * 20), "conversation_id": "z"}
                                  for k in range(1, 9)], o)
                 db = sqlite3.connect(path)
-                db.execute("UPDATE turns SET tokens = 1")
+                db.execute("UPDATE turns SET tokens = 80")  # possible, ~1/6 of the truth
                 db.commit()
                 db.close()
                 with FakeLLM("--n-ctx", "1000") as small:

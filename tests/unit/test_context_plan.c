@@ -237,10 +237,12 @@ static void test_factor_per_model(void)
     CHECK(ctx_model_of(&a, "big")->factor == 0);
 }
 
+#define FORTY "the quick brown fox jumps over the lazy "
+
 /* Append turn n of "c": messages `spec` ("u:text|a:text|..."), stored with `tokens`. */
 static void put_turn(store *s, unsigned n, const char *spec, uint32_t tokens)
 {
-    char tid[37], mids[4][37], json[4][96];
+    char tid[37], mids[4][37], json[4][256];
     store_message m[4];
     size_t count = 0;
     snprintf(tid, sizeof tid, "%08x-0000-4000-8000-000000000000", n);
@@ -277,8 +279,8 @@ static void test_turn_sizes_from_the_store(void)
     CHECK(ctx_turn_tokens(&one, 1, 1.0) == ctx_tokens(strlen(hi) + 1, 1.0));
     CHECK(ctx_turn_tokens(&one, 1, 2.0) == ctx_tokens(strlen(hi) + 1, 2.0));
     put_turn(s, 1, "u:one|a:1", 0);     /* stored without a size */
-    put_turn(s, 2, "u:two|a:2", 900);   /* a turn the server counted large */
-    put_turn(s, 3, "a:announced", 100); /* an announcement: a stored turn inside turn 2 */
+    put_turn(s, 2, "u:two|a:2", 200);   /* a turn the server counted large */
+    put_turn(s, 3, "a:announced", 40);  /* an announcement: a stored turn inside turn 2 */
     put_turn(s, 4, "u:four|a:4", 50);
     store_key key = {"c", "", ""};
     ctx_window w;
@@ -287,10 +289,10 @@ static void test_turn_sizes_from_the_store(void)
     size_t n = 0;
     CHECK(ctx_load(s, &key, 0, 0, 2000, &h, &n, &w, NULL) == PARLEY_OK);
     CHECK(n == 7 && w.nturns == 3);
-    CHECK(w.tokens && w.tokens[0] == 0 && w.tokens[1] == 1000 && w.tokens[2] == 50);
-    /* Counted as stored: 1000 + 50 + turn 1's bytes estimated, far over what
-     * the bytes alone say (under 100 tokens): a 1000-token budget cuts. */
-    ctx_budget b = {.window = 1000, .reserve = 0, .max_turns = 0, .factor = 1.0};
+    CHECK(w.tokens && w.tokens[0] == 0 && w.tokens[1] == 240 && w.tokens[2] == 50);
+    /* Counted as stored: 240 + 50 + turn 1's bytes estimated, far over what
+     * the bytes alone say (under 100 tokens): a 300-token budget cuts. */
+    ctx_budget b = {.window = 300, .reserve = 0, .max_turns = 0, .factor = 1.0};
     int64_t body = ctx_tokens(h.len, 1.0) + 20; /* the history and a little more */
     ctx_cut_reason why;
     size_t cut = ctx_plan(&w, &b, body, 2000, 0, &why);
@@ -303,14 +305,14 @@ static void test_turn_sizes_from_the_store(void)
     pbuf_reset(&h);
     CHECK(ctx_load(s, &key, 0, 0, 2000, &h, &n, &w, NULL) == PARLEY_OK);
     CHECK(ctx_cut(&w, &h, 1, CTX_CUT_TOKENS) == 2);
-    CHECK(w.nturns == 2 && w.tokens[0] == 1000 && w.tokens[1] == 50);
+    CHECK(w.nturns == 2 && w.tokens[0] == 240 && w.tokens[1] == 50);
     ctx_window_free(&w);
     /* A window that starts inside the loaded text (its record's start) lines up too. */
     memset(&w, 0, sizeof w);
     pbuf_reset(&h);
     CHECK(store_context_set(s, &key, "{\"start\":2}", 11, NULL, 0, 2000, NULL) == PARLEY_OK);
     CHECK(ctx_load(s, &key, 0, 0, 2000, &h, &n, &w, NULL) == PARLEY_OK);
-    CHECK(n == 5 && w.nturns == 2 && w.tokens[0] == 1000 && w.tokens[1] == 50);
+    CHECK(n == 5 && w.nturns == 2 && w.tokens[0] == 240 && w.tokens[1] == 50);
     ctx_window_free(&w);
     /* A start that splits a stored turn (not one Parley writes): that turn is estimated. */
     memset(&w, 0, sizeof w);
@@ -318,6 +320,16 @@ static void test_turn_sizes_from_the_store(void)
     CHECK(store_context_set(s, &key, "{\"start\":3}", 11, NULL, 0, 2000, NULL) == PARLEY_OK);
     CHECK(ctx_load(s, &key, 0, 0, 2000, &h, &n, &w, NULL) == PARLEY_OK);
     CHECK(n == 4 && w.nturns == 2 && w.tokens[0] == 0 && w.tokens[1] == 50);
+    ctx_window_free(&w);
+    /* A size no factor Parley learns gives the turn's bytes (an edited file), too
+     * large or too small: estimated, not trusted into a cut or an overflow. */
+    put_turn(s, 5, "u:five|a:5", 8388607);
+    put_turn(s, 6, "u:six " FORTY FORTY FORTY FORTY "|a:6", 1);
+    put_turn(s, 7, "u:seven|a:7", 150);
+    memset(&w, 0, sizeof w);
+    pbuf_reset(&h);
+    CHECK(ctx_load(s, &key, 0, 0, 2000, &h, &n, &w, NULL) == PARLEY_OK);
+    CHECK(w.nturns == 5 && w.tokens[2] == 0 && w.tokens[3] == 0 && w.tokens[4] == 150);
     ctx_window_free(&w);
     pbuf_free(&h);
     store_close(s);
