@@ -94,27 +94,6 @@ static void render_message(pbuf *b, const json_t *m, int current_turn, call_rena
     pbuf_putc(b, '}');
 }
 
-/* p at a string's opening quote: the closing quote, or NULL.  Stored text is
- * mostly string content, so jump from quote to quote with memchr (this scan
- * ran at ~8 instructions a byte, byte by byte; and even for short keys a
- * memchr call costs less than a byte loop); a quote is the closing one when
- * an even number of backslashes precedes it. */
-static const char *string_end(const char *p, const char *end)
-{
-    const char *start = p + 1;
-    for (const char *q = start; q < end; q++) {
-        q = memchr(q, '"', (size_t)(end - q));
-        if (!q)
-            return NULL;
-        const char *b = q;
-        while (b > start && b[-1] == '\\')
-            b--;
-        if ((q - b) % 2 == 0)
-            return q;
-    }
-    return NULL;
-}
-
 /* A Chat Completions message key: role, content, tool_calls, tool_call_id. */
 static int wire_key(const char *k, size_t n)
 {
@@ -178,7 +157,7 @@ static const char *scan_message(const char *p, const char *end, int *as_is, int 
     for (; p < end; p++) {
         switch (*p) {
         case '"': {
-            const char *close = string_end(p, end);
+            const char *close = msgtext_string_end(p, end);
             if (!close)
                 return NULL;
             size_t len = (size_t)(close - p - 1);

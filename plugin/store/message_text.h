@@ -41,6 +41,10 @@ static inline void msgtext_begin(msgtext_iter *it, const char *text, size_t len)
    damaged there (not an object, or one that does not close). */
 int msgtext_next(msgtext_iter *it, msgtext_msg *m);
 
+/* p at a string's opening quote in stored text: its closing quote, or NULL
+   when it does not close before end (for scanners of a message's inside). */
+const char *msgtext_string_end(const char *p, const char *end);
+
 /* Append one message and its ',' to `b` (load()'s form). */
 void msgtext_append(pbuf *b, const char *json, size_t len);
 

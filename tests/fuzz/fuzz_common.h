@@ -1,6 +1,6 @@
 /*
- * fuzz_common.h -- checks the llm_reply fuzz targets share.  A failed check
- * aborts, which libFuzzer reports as a crash with the input that caused it.
+ * fuzz_common.h -- checks the llm_reply fuzz targets share (fuzz_check.h:
+ * FUZZ_CHECK and fuzz_str_equal).
  */
 #ifndef PARLEY_FUZZ_COMMON_H
 #define PARLEY_FUZZ_COMMON_H
@@ -10,20 +10,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fuzz_check.h"
 #include "provider/llm_reply.h"
 
-#define FUZZ_CHECK(cond)                                                          \
-    do {                                                                          \
-        if (!(cond)) {                                                            \
-            fprintf(stderr, "%s:%d: FUZZ_CHECK failed: %s\n", __FILE__, __LINE__, #cond); \
-            abort();                                                              \
-        }                                                                         \
-    } while (0)
-
-static inline int fuzz_str_equal(const char *a, const char *b)
-{
-    return (!a && !b) || (a && b && strcmp(a, b) == 0);
-}
 
 static inline int fuzz_replies_equal(const llm_reply *a, const llm_reply *b)
 {

@@ -17,26 +17,14 @@
 #include <string.h>
 
 #include "context/window.h"
-
-#define FUZZ_CHECK(cond)                                                                  \
-    do {                                                                                  \
-        if (!(cond)) {                                                                    \
-            fprintf(stderr, "%s:%d: FUZZ_CHECK failed: %s\n", __FILE__, __LINE__, #cond); \
-            abort();                                                                      \
-        }                                                                                 \
-    } while (0)
+#include "fuzz_check.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
-static int str_equal(const char *a, const char *b)
-{
-    return (!a && !b) || (a && b && strcmp(a, b) == 0);
-}
-
 static int records_equal(const ctx_record *a, const ctx_record *b)
 {
-    return a->start == b->start && str_equal(a->summary, b->summary) && a->upto == b->upto &&
-           str_equal(a->next, b->next) && a->next_upto == b->next_upto &&
+    return a->start == b->start && fuzz_str_equal(a->summary, b->summary) && a->upto == b->upto &&
+           fuzz_str_equal(a->next, b->next) && a->next_upto == b->next_upto &&
            a->last_prompt == b->last_prompt && a->last_bytes == b->last_bytes &&
            a->prefix_len == b->prefix_len && a->prefix_hash == b->prefix_hash;
 }
