@@ -311,6 +311,18 @@ parley_status ctx_load(store *s, const store_key *key, size_t max_turns, int sum
 
 /* ---- turns ---- */
 
+int64_t ctx_limit(const ctx_budget *b)
+{
+    return b->window - b->reserve - b->window * CTX_MARGIN_PERCENT / 100;
+}
+
+/* The tokens a cut keeps: what every request holds (fixed) and a third of the
+ * rest of the limit (window.h: CTX_LOW_MARK_DIVISOR). */
+static int64_t low_tokens(int64_t fixed, int64_t limit)
+{
+    return fixed + (limit > fixed ? (limit - fixed) / CTX_LOW_MARK_DIVISOR : 0);
+}
+
 /* The turns a cut by the turn bound keeps (window.h: CTX_LOW_MARK_DIVISOR). */
 static size_t low_turns(size_t max_turns)
 {
@@ -456,13 +468,13 @@ size_t ctx_plan(const ctx_window *w, const ctx_budget *b, int64_t body_tokens, u
     *why = CTX_CUT_NONE;
     if (!w->enabled || !w->nturns)
         return 0;
-    int64_t limit = b->window - b->reserve - b->window * CTX_MARGIN_PERCENT / 100;
+    int64_t limit = ctx_limit(b);
     int64_t fixed;
     int64_t body = body_counted(w, b, body_tokens, &fixed);
     ctx_cut_reason r = trigger(w, b, body, limit, now_ms, force);
     if (r == CTX_CUT_NONE)
         return 0;
-    int64_t low = fixed + (limit > fixed ? (limit - fixed) / CTX_LOW_MARK_DIVISOR : 0);
+    int64_t low = low_tokens(fixed, limit);
     size_t keep_turns = b->max_turns ? low_turns(b->max_turns) : SIZE_MAX;
     size_t n = 0;
     while (n < w->nturns) {
@@ -568,12 +580,6 @@ int ctx_record_write_next(ctx_window *w, const char *next, size_t n_turns)
     return ctx_record_write(w);
 }
 
-/* The window's limit in tokens (window - reserve - margin). */
-static int64_t limit_of(const ctx_budget *b)
-{
-    return b->window - b->reserve - b->window * CTX_MARGIN_PERCENT / 100;
-}
-
 size_t ctx_ahead_turns(const ctx_window *w, const ctx_budget *b, int64_t body_tokens)
 {
     if (!w->enabled || !w->summarize || !w->nturns || w->dropped.len)
@@ -581,7 +587,7 @@ size_t ctx_ahead_turns(const ctx_window *w, const ctx_budget *b, int64_t body_to
     if (w->rec.next && w->rec.next_upto > w->first) /* one is waiting */
         return 0;
     int64_t fixed;
-    int near = body_counted(w, b, body_tokens, &fixed) > limit_of(b) * 8 / 10 ||
+    int near = body_counted(w, b, body_tokens, &fixed) > ctx_limit(b) * 8 / 10 ||
                (b->max_turns && w->nturns + 1 >= b->max_turns);
     if (!near)
         return 0;
@@ -592,9 +598,8 @@ size_t ctx_ahead_turns(const ctx_window *w, const ctx_budget *b, int64_t body_to
      * what a cut now would drop (that left the cut keeping twice the low mark). */
     ctx_cut_reason why;
     size_t k = ctx_plan(w, b, body_tokens, 0, 1, &why);
-    int64_t limit = limit_of(b);
-    int64_t low = fixed + (limit > fixed ? (limit - fixed) / CTX_LOW_MARK_DIVISOR : 0);
-    while (k < w->nturns && turns_tokens(w, 0, k, b->factor) < limit - low)
+    int64_t limit = ctx_limit(b);
+    while (k < w->nturns && turns_tokens(w, 0, k, b->factor) < limit - low_tokens(fixed, limit))
         k++;
     if (b->max_turns && w->nturns + 1 >= b->max_turns) {
         size_t by_turns = b->max_turns + 1 - low_turns(b->max_turns);
@@ -619,7 +624,7 @@ size_t ctx_cut_for_next(const ctx_window *w, const ctx_budget *b, int64_t body_t
         return n;
     int64_t fixed;
     int64_t kept = body_counted(w, b, body_tokens, &fixed) - turns_tokens(w, 0, k, b->factor);
-    int fits = kept <= limit_of(b) && (!b->max_turns || w->nturns - k <= b->max_turns);
+    int fits = kept <= ctx_limit(b) && (!b->max_turns || w->nturns - k <= b->max_turns);
     if (!fits)
         return n;
     *use_next = 1; /* exactly what it covers: nothing is left to fold afterwards */

@@ -224,6 +224,10 @@ size_t ctx_reply_window(const ctx_window *w, size_t max_turns);
 /* Estimated tokens of `bytes` bytes of request text. */
 int64_t ctx_tokens(size_t bytes, double factor);
 
+/* The most a request may hold in tokens: the window less the reserve for the
+   answer and CTX_MARGIN_PERCENT of the window (estimates are estimates). */
+int64_t ctx_limit(const ctx_budget *b);
+
 /* The size to store with a turn being committed (store_turn.tokens): its
  * messages' bytes as the window holds them, times `factor`, the correction
  * learned from what the server reported for this model.  0 (unknown: the

@@ -126,7 +126,7 @@ static size_t ahead_turns(turn *t)
     int64_t tokens = budget_body_tokens(t, b.factor) + ctx_tokens(strlen(t->rec.answer), b.factor) +
                      ctx_tokens(sizeof AHEAD_PROMPT, b.factor);
     /* its request must fit too (else the cut's transcript makes the summary) */
-    if (tokens > b.window - b.reserve - b.window * CTX_MARGIN_PERCENT / 100)
+    if (tokens > ctx_limit(&b))
         return 0;
     return ctx_ahead_turns(&t->ctx.window, &b, tokens);
 }
