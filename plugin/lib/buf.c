@@ -28,6 +28,7 @@ int pbuf_reserve(pbuf *b, size_t extra)
     }
     b->data = p;
     b->cap = cap;
+    b->data[b->len] = '\0'; /* a buffer only reserved is still an empty string */
     return 0;
 }
 

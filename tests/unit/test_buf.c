@@ -107,8 +107,22 @@ static void check_utf8_valid(void)
     }
 }
 
+/* A buffer that was only reserved is the empty string when taken (utf8_quotable of ""). */
+static void check_reserved_is_empty(void)
+{
+    pbuf b = PBUF_INIT;
+    CHECK(pbuf_reserve(&b, 40) == 0);
+    char *p = pbuf_take(&b);
+    CHECK(p && p[0] == '\0');
+    free(p);
+    char *q = utf8_quotable("", 0, 64);
+    CHECK(q && strcmp(q, "") == 0);
+    free(q);
+}
+
 int main(void)
 {
+    check_reserved_is_empty();
     check_utf8_valid();
     const char *fixed[] = {"", "plain", "\"", "\\", "a\"b\\c", "\n\r\t\b\f\v", "\x01\x1f ",
                            "ends with escape\n", "\x7f del is not escaped", "caf\xc3\xa9"};

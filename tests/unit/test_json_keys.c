@@ -60,10 +60,21 @@ static void test_key_is_quoted_safely(void)
     free(err);
 }
 
+/* The empty key quotes as "" (the fuzzer's crash: utf8_quotable's buffer, only reserved, was
+ * unterminated, and printing it with %s read past its end under ASan). */
+static void test_empty_key_quoted(void)
+{
+    char *err;
+    CHECK(check_text("{\"\":1}", "sel", &err) == PARLEY_ERR_INVALID_INPUT);
+    CHECK_STR(err, "sel: unknown key \"\" (expected conversation_id, persona, limit)");
+    free(err);
+}
+
 int main(void)
 {
     test_known_keys_pass();
     test_unknown_key_refused();
     test_key_is_quoted_safely();
+    test_empty_key_quoted();
     return check_report();
 }
