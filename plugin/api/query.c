@@ -81,7 +81,7 @@ static parley_status refuse(query_request *r, const char **field, char **err, co
     *field = name;
     *err = pstr_printf("%s: %s", name, why);
     query_request_free(r);
-    return PARLEY_ERR_INVALID_INPUT;
+    return *err ? PARLEY_ERR_INVALID_INPUT : PARLEY_ERR_NO_MEMORY; /* no message: no memory */
 }
 
 /* 1 (and *out set) when v is a string of at most max bytes without NUL (non-empty when

@@ -23,12 +23,13 @@ int selector_valid_string(const json_t *v, size_t max, int controls_ok)
     return 1;
 }
 
+/* A refusal: message NULL is a message that could not be made, so out of memory. */
 static parley_status refuse(selector *sel, const char *bad_key, char **err, char *message)
 {
     *err = message;
     sel->bad_key = bad_key;
     selector_free(sel);
-    return PARLEY_ERR_INVALID_INPUT;
+    return message ? PARLEY_ERR_INVALID_INPUT : PARLEY_ERR_NO_MEMORY;
 }
 
 /* The keys a selector (or append_message's message) knows: a bad_key must be static. */

@@ -16,11 +16,12 @@
 #include "lib/json_keys.h"
 #include "config/selector.h"
 
-/* PARLEY_ERR_INVALID_INPUT with *err = the message (malloc'd): the input is refused. */
+/* PARLEY_ERR_INVALID_INPUT with *err = the message (malloc'd): the input is refused;
+   NO_MEMORY when the message could not be made. */
 static parley_status refuse(char **err, char *message)
 {
     *err = message;
-    return PARLEY_ERR_INVALID_INPUT;
+    return message ? PARLEY_ERR_INVALID_INPUT : PARLEY_ERR_NO_MEMORY;
 }
 
 /* The keys selector_parse does not read: role, content, metadata. */
@@ -138,9 +139,11 @@ turn *turn_append_accept(agent_config *cfg, parley_request_id id, const char *me
     }
     selector sel;
     char *serr = NULL;
-    if (selector_parse(message_json, SELECTOR_INTERFACE_MESSAGE_ID | SELECTOR_OTHER_KEYS, &sel,
-                       &serr) != PARLEY_OK) {
-        *err = pstr_printf("message_json: %s", serr ? serr : "invalid");
+    parley_status sst = selector_parse(
+        message_json, SELECTOR_INTERFACE_MESSAGE_ID | SELECTOR_OTHER_KEYS, &sel, &serr);
+    if (sst != PARLEY_OK) {
+        *err = sst == PARLEY_ERR_NO_MEMORY ? NULL : pstr_printf("message_json: %s", serr);
+        *status = *err ? sst : PARLEY_ERR_NO_MEMORY;
         free(serr);
         return NULL;
     }

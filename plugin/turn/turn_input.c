@@ -381,6 +381,8 @@ turn *turn_input_accept(agent_config *cfg, parley_request_id id, const parley_in
     *status = PARLEY_OK;
     return t;
 fail:
+    if (*status == PARLEY_ERR_INVALID_INPUT && !*err) /* the refusal's message: no memory */
+        *status = PARLEY_ERR_NO_MEMORY;
     turn_free(t);
     return NULL;
 }
