@@ -20,9 +20,11 @@ typedef struct walk {
     char *err;
 } walk;
 
+/* The error at the current path; none (out of memory, walk_result says) when the path
+ * could not be kept whole: a message naming the wrong place would mislead. */
 static int fail(walk *w, const char *fmt, const char *a, const char *b)
 {
-    if (!w->err)
+    if (!w->err && !w->path.oom)
         w->err = pstr_printf(fmt, w->path.len ? w->path.data : "$", a ? a : "", b ? b : "");
     return -1;
 }
