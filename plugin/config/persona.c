@@ -47,10 +47,12 @@ static parley_status tool_subset(const char *who, json_t *names, const toolset *
         }
         if (!toolset_has(agent_tools, n)) {
             char *q = utf8_quotable(n, json_string_length(name), 64);
-            *err = pstr_printf("option 'personas': persona \"%s\": tool \"%s\" is not one of "
-                               "the agent's tools", who, q ? q : "?");
+            *err = q ? pstr_printf("option 'personas': persona \"%s\": tool \"%s\" is not one "
+                                   "of the agent's tools", who, q)
+                     : NULL;
             free(q);
-            st = PARLEY_ERR_INVALID_OPTIONS;
+            if (*err) /* else out of memory (st) */
+                st = PARLEY_ERR_INVALID_OPTIONS;
             goto done;
         }
         size_t k;
@@ -238,9 +240,11 @@ parley_status persona_check_name(const persona_set *s, const char *name, int all
     const char *why = utf8_valid(name, strlen(name)) ? unicode_name_problem(name, strlen(name), &cp)
                                                      : NULL;
     char *hint = why ? pstr_printf("; it holds U+%04X, %s", cp, why) : NULL;
-    *err = pstr_printf("%s: unknown persona \"%s\" (%s%s%s)", where, q ? q : "?",
-                       s->n ? "personas: " : "the option 'personas' names none",
-                       s->n && names ? names : "", hint ? hint : "");
+    *err = NULL;
+    if (q && names && (hint || !why)) /* else out of memory: no message with parts missing */
+        *err = pstr_printf("%s: unknown persona \"%s\" (%s%s%s)", where, q,
+                           s->n ? "personas: " : "the option 'personas' names none", names,
+                           hint ? hint : "");
     free(hint);
     free(q);
     free(names);
