@@ -80,12 +80,18 @@ static parley_status normalise(json_t *decl, size_t i, json_t **out, char **err)
         return PARLEY_ERR_INVALID_INPUT;
     }
     json_t *out_fn = json_pack("{s:O}", "name", name);
-    if (desc)
-        json_object_set(out_fn, "description", desc);
-    if (params)
-        json_object_set(out_fn, "parameters", params);
-    else
-        json_object_set_new(out_fn, "parameters", json_pack("{s:s,s:{}}", "type", "object", "properties"));
+    int failed = !out_fn; /* a member left out would offer the model another tool */
+    if (desc && !failed)
+        failed = json_object_set(out_fn, "description", desc) != 0;
+    if (!failed)
+        failed = params ? json_object_set(out_fn, "parameters", params) != 0
+                        : json_object_set_new(out_fn, "parameters",
+                                              json_pack("{s:s,s:{}}", "type", "object",
+                                                        "properties")) != 0;
+    if (failed) {
+        json_decref(out_fn);
+        return PARLEY_ERR_NO_MEMORY;
+    }
     *out = json_pack("{s:s,s:o}", "type", "function", "function", out_fn);
     return *out ? PARLEY_OK : PARLEY_ERR_NO_MEMORY;
 }
@@ -134,8 +140,7 @@ parley_status toolset_parse(const char *json_text, const toolset *base, toolset 
             goto fail;
         }
         t->names[t->count++] = strdup(name);
-        json_array_append_new(out, norm);
-        if (!t->names[t->count - 1])
+        if (json_array_append_new(out, norm) != 0 || !t->names[t->count - 1])
             goto oom;
     }
     t->json = json_dumps(out, JSON_COMPACT | JSON_PRESERVE_ORDER);
