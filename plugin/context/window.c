@@ -97,10 +97,16 @@ static int record_hash(const char *s, uint64_t *v)
 }
 
 /* Any record (summaries, or written by an older Parley), field by field;
- * a field that is not as Parley writes it is left out whole. */
-static void record_parse_json(const char *json, size_t len, ctx_record *out)
+ * a field that is not as Parley writes it is left out whole.  0, or -1 out of
+ * memory (a summary dropped then would be lost for good when the turn writes
+ * the record back). */
+static int record_parse_json(const char *json, size_t len, ctx_record *out)
 {
-    json_t *root = json_loadb(json, len, 0, NULL);
+    json_error_t jerr;
+    json_t *root = json_loadb(json, len, 0, &jerr);
+    if (!root && json_error_code(&jerr) == json_error_out_of_memory)
+        return -1;
+    int oom = 0;
     json_t *start = json_object_get(root, "start");
     json_t *summary = json_object_get(root, "summary");
     json_t *upto = json_object_get(root, "upto");
@@ -109,7 +115,7 @@ static void record_parse_json(const char *json, size_t len, ctx_record *out)
     json_t *next = json_object_get(root, "next"), *next_upto = json_object_get(root, "next_upto");
     if (json_is_string(next) && json_string_length(next) && json_is_integer(next_upto) &&
         json_integer_value(next_upto) >= 0) {
-        out->next = strdup(json_string_value(next));
+        oom |= !(out->next = strdup(json_string_value(next)));
         out->next_upto = (uint64_t)json_integer_value(next_upto);
     }
     json_t *lp = json_object_get(root, "lp"), *lb = json_object_get(root, "lb");
@@ -124,20 +130,27 @@ static void record_parse_json(const char *json, size_t len, ctx_record *out)
         out->prefix_len = (uint64_t)json_integer_value(plen);
     if (json_is_string(summary) && json_string_length(summary) && json_is_integer(upto) &&
         json_integer_value(upto) >= 0) {
-        out->summary = strdup(json_string_value(summary));
+        oom |= !(out->summary = strdup(json_string_value(summary)));
         out->upto = (uint64_t)json_integer_value(upto);
     }
     json_decref(root);
+    if (oom) {
+        free(out->next);
+        free(out->summary);
+        memset(out, 0, sizeof *out);
+        return -1;
+    }
+    return 0;
 }
 
 /* A record that does not parse is no record: the window starts over (one
  * cache miss), the conversation goes on. */
-void ctx_record_parse(const char *json, size_t len, ctx_record *out)
+int ctx_record_parse(const char *json, size_t len, ctx_record *out)
 {
     memset(out, 0, sizeof *out);
     if (!json || !len || record_parse_plain(json, len, out))
-        return;
-    record_parse_json(json, len, out);
+        return 0;
+    return record_parse_json(json, len, out);
 }
 
 #ifdef PARLEY_TEST_HOOKS
@@ -256,8 +269,10 @@ parley_status ctx_load(store *s, const store_key *key, size_t max_turns, int sum
     w->enabled = 1;
     free(w->rec.summary); /* a window read again (a busy lease) */
     free(w->rec.next);
-    ctx_record_parse(rec.data, rec.len, &w->rec);
+    int parsed = ctx_record_parse(rec.data, rec.len, &w->rec);
     pbuf_free(&rec);
+    if (parsed != 0)
+        return PARLEY_ERR_NO_MEMORY;
     uint64_t total = w->life.message_count;
     if (w->rec.start > total || w->rec.upto > w->rec.start) { /* not this conversation's */
         free(w->rec.summary);
@@ -871,7 +886,10 @@ int ctx_shrunk(const ctx_window *w, size_t body_bytes, long long prompt, double 
 void ctx_describe(const char *record, size_t len, pbuf *out)
 {
     ctx_record r;
-    ctx_record_parse(record, len, &r);
+    if (ctx_record_parse(record, len, &r) != 0) {
+        out->oom = 1; /* not "no summary" */
+        return;
+    }
     pbuf_printf(out, "{\"window_start\":%llu,\"summary\":", (unsigned long long)r.start);
     if (r.summary)
         pbuf_json_string(out, r.summary, strlen(r.summary));

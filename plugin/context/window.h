@@ -323,8 +323,9 @@ int ctx_prefix_kept(ctx_window *w, const char *prompt, const char *tools, const 
  */
 int ctx_shrunk(const ctx_window *w, size_t body_bytes, long long prompt, double factor);
 
-/* Read a stored record (the fields it has; all 0 when it does not parse). */
-void ctx_record_parse(const char *json, size_t len, ctx_record *out);
+/* Read a stored record (the fields it has; all 0 when it does not parse): 0, or -1 out
+ * of memory (then all 0 too). */
+int ctx_record_parse(const char *json, size_t len, ctx_record *out);
 #ifdef PARLEY_TEST_HOOKS
 /* Its two readers alone, for the fuzz target that checks they agree: the fast
  * one for the form record_put writes without summaries (1, or 0 and *out
