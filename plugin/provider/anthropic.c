@@ -56,11 +56,11 @@ static void push_message(json_t *out, const char *role, json_t *blocks)
 {
     json_t *last = json_array_get(out, json_array_size(out) - 1);
     if (last && strcmp(msg_role(last), role) == 0) {
-        json_array_extend(json_object_get(last, "content"), blocks);
+        codec_extend(json_object_get(last, "content"), blocks);
         json_decref(blocks);
         return;
     }
-    json_array_append_new(out, json_pack("{s:s,s:o}", "role", role, "content", blocks));
+    codec_append(out, json_pack("{s:s,s:o}", "role", role, "content", blocks));
 }
 
 static json_t *assistant_blocks(const json_t *m, int current_turn, call_renames *ren)
@@ -71,35 +71,35 @@ static json_t *assistant_blocks(const json_t *m, int current_turn, call_renames 
     const json_t *thinking = msg_provider_data(m, "anthropic", "thinking");
     /* Thinking goes back unchanged, first, within the tool turn that made it. */
     if (current_turn && json_array_size(calls) > 0 && json_is_array(thinking))
-        json_array_extend(blocks, (json_t *)thinking);
-    char *text = msg_text(json_object_get(m, "content"));
+        codec_extend(blocks, (json_t *)thinking);
+    char *text = codec_text(json_object_get(m, "content"));
     if (text && *text)
-        json_array_append_new(blocks, text_block(text));
+        codec_append(blocks, text_block(text));
     free(text);
     size_t i;
     const json_t *call;
     json_array_foreach(calls, i, call) {
         const char *id = sent ? json_string_value(json_array_get(sent, i)) : msg_str(call, "id");
         const char *name = msg_str(json_object_get(call, "function"), "name");
-        json_array_append_new(blocks, json_pack("{s:s,s:s,s:s,s:o}", "type", "tool_use", "id",
-                                                id ? id : "", "name", name ? name : "",
-                                                "input", msg_arguments_object(call)));
+        codec_append(blocks,
+                     json_pack("{s:s,s:s,s:s,s:o}", "type", "tool_use", "id", id ? id : "", "name",
+                               name ? name : "", "input", msg_arguments_object(call)));
     }
     json_decref(sent);
     if (json_array_size(blocks) == 0) /* the API refuses empty text */
-        json_array_append_new(blocks, text_block("(no answer)"));
+        codec_append(blocks, text_block("(no answer)"));
     return blocks;
 }
 
 static json_t *tool_result_block(const json_t *m, call_renames *ren)
 {
     const char *id = call_renames_result(ren, msg_str(m, "tool_call_id"));
-    char *content = msg_text(json_object_get(m, "content"));
+    char *content = codec_text(json_object_get(m, "content"));
     json_t *b = json_pack("{s:s,s:s,s:s}", "type", "tool_result", "tool_use_id", id ? id : "",
                           "content", content ? content : "");
     free(content);
     if (json_is_true(json_object_get(m, "is_error")))
-        json_object_set_new(b, "is_error", json_true());
+        codec_set(b, "is_error", json_true());
     return b;
 }
 
@@ -118,7 +118,7 @@ static void append_image_blocks(json_t *blocks, const json_t *content)
                              ? json_pack("{s:s,s:s%,s:s}", "type", "base64", "media_type", mime,
                                          mime_len, "data", data)
                              : json_pack("{s:s,s:s}", "type", "url", "url", url);
-        json_array_append_new(blocks, json_pack("{s:s,s:o}", "type", "image", "source", source));
+        codec_append(blocks, json_pack("{s:s,s:o}", "type", "image", "source", source));
     }
 }
 
@@ -131,10 +131,10 @@ static void append_image_blocks(json_t *blocks, const json_t *content)
  */
 static json_t *system_note_blocks(const json_t *m)
 {
-    char *text = msg_text(json_object_get(m, "content"));
-    char *note = pstr_printf("[system note] %s", text ? text : "");
+    char *text = codec_text(json_object_get(m, "content"));
+    char *note = text ? pstr_printf("[system note] %s", text) : NULL;
     json_t *blocks = json_array();
-    json_array_append_new(blocks, text_block(note ? note : "[system note]"));
+    codec_append(blocks, text_block(note)); /* NULL: not a block, a failed append */
     free(note);
     free(text);
     return blocks;
@@ -188,7 +188,7 @@ static int mark(json_t *block)
 {
     if (!block || json_object_get(block, "cache_control"))
         return 0;
-    json_object_set_new(block, "cache_control", json_pack("{s:s}", "type", "ephemeral"));
+    codec_set(block, "cache_control", json_pack("{s:s}", "type", "ephemeral"));
     return 1;
 }
 
@@ -214,11 +214,11 @@ static void place_marks(json_t *out, const cache_points *c, size_t nblocks, int 
 static json_t *user_blocks(const json_t *m)
 {
     const json_t *content = json_object_get(m, "content");
-    char *text = msg_text(content);
+    char *text = codec_text(content);
     json_t *blocks = json_array();
     append_image_blocks(blocks, content);
     if (text && (*text || !json_array_size(blocks))) /* no empty text block */
-        json_array_insert_new(blocks, 0, text_block(text));
+        codec_insert(blocks, 0, text_block(text));
     free(text);
     return blocks;
 }
@@ -248,7 +248,7 @@ static json_t *render_messages(const provider_request *r, int slots)
                 as = "assistant";
             } else if (strcmp(role, "tool") == 0) {
                 blocks = json_array();
-                json_array_append_new(blocks, tool_result_block(m, &ren));
+                codec_append(blocks, tool_result_block(m, &ren));
             } else if (strcmp(role, "user") == 0) {
                 blocks = user_blocks(m);
             } else if (strcmp(role, "system") == 0) {
@@ -268,7 +268,7 @@ static json_t *render_messages(const provider_request *r, int slots)
                 c.user_at = nblocks;
                 if (r->turn_note && *r->turn_note) {
                     json_t *note = json_array();
-                    json_array_append_new(note, text_block(r->turn_note));
+                    codec_append(note, text_block(r->turn_note));
                     nblocks++;
                     push_message(out, "user", note);
                     c.note = last_block(out);
@@ -281,8 +281,8 @@ static json_t *render_messages(const provider_request *r, int slots)
     json_t *first = json_array_get(out, 0);
     if (first && strcmp(msg_role(first), "assistant") == 0) {
         json_t *blocks = json_array();
-        json_array_append_new(blocks, text_block(CONVERSATION_START));
-        json_array_insert_new(out, 0, json_pack("{s:s,s:o}", "role", "user", "content", blocks));
+        codec_append(blocks, text_block(CONVERSATION_START));
+        codec_insert(out, 0, json_pack("{s:s,s:o}", "role", "user", "content", blocks));
     }
     if (slots > 0 && json_array_size(out))
         place_marks(out, &c, nblocks, slots);
@@ -299,15 +299,15 @@ static json_t *render_tools(const char *tools_json, int cache)
         const json_t *fn = json_object_get(t, "function");
         json_t *tool = json_pack("{s:O}", "name", json_object_get(fn, "name"));
         if (json_object_get(fn, "description"))
-            json_object_set(tool, "description", json_object_get(fn, "description"));
-        json_object_set(tool, "input_schema", json_object_get(fn, "parameters"));
-        json_array_append_new(out, tool);
+            codec_set(tool, "description", json_incref(json_object_get(fn, "description")));
+        codec_set(tool, "input_schema", json_incref(json_object_get(fn, "parameters")));
+        codec_append(out, tool);
     }
     json_decref(in);
     /* A breakpoint on the last tool caches the whole tool list. */
     if (cache && json_array_size(out) > 0)
-        json_object_set_new(json_array_get(out, json_array_size(out) - 1), "cache_control",
-                            json_pack("{s:s}", "type", "ephemeral"));
+        codec_set(json_array_get(out, json_array_size(out) - 1), "cache_control",
+                  json_pack("{s:s}", "type", "ephemeral"));
     return out;
 }
 
@@ -325,10 +325,10 @@ static json_t *render_system(const provider_request *r, int cache)
     json_t *first = split ? json_pack("{s:s,s:s%}", "type", "text", "text", r->system, fixed)
                           : text_block(r->system);
     if (cache)
-        json_object_set_new(first, "cache_control", json_pack("{s:s}", "type", "ephemeral"));
-    json_array_append_new(sys, first);
+        codec_set(first, "cache_control", json_pack("{s:s}", "type", "ephemeral"));
+    codec_append(sys, first);
     if (split) /* past the "\n\n" that joins them */
-        json_array_append_new(sys, text_block(r->system + fixed + 2));
+        codec_append(sys, text_block(r->system + fixed + 2));
     return sys;
 }
 
@@ -386,36 +386,37 @@ static long long max_tokens(const parley_options *o)
 static int anthropic_encode(pbuf *out, const parley_options *o, const provider_request *r,
                             char **err)
 {
+    codec_build_begin();
     json_t *body = json_pack("{s:s,s:I}", "model", o->model, "max_tokens",
                              (json_int_t)max_tokens(o));
     if (r->system && *r->system)
-        json_object_set_new(body, "system", render_system(r, o->prompt_cache));
+        codec_set(body, "system", render_system(r, o->prompt_cache));
     int host_tools = strcmp(r->tools_json, "[]") != 0;
     /* the marks left for the messages: the system prompt and the tools have theirs */
     int slots = o->prompt_cache ? CACHE_MARKS - (r->system && *r->system) - host_tools : 0;
-    json_object_set_new(body, "messages", render_messages(r, slots));
+    codec_set(body, "messages", render_messages(r, slots));
     int forced = r->response_format && o->thinking_budget_tokens <= 0;
     if (host_tools || forced) {
         json_t *tools = render_tools(r->tools_json, o->prompt_cache);
         if (forced) /* after the cache breakpoint: the tools before it stay cached */
-            json_array_append_new(tools, response_tool(r->response_format));
-        json_object_set_new(body, "tools", tools);
+            codec_append(tools, response_tool(r->response_format));
+        codec_set(body, "tools", tools);
         json_t *choice = tool_choice(r, host_tools, forced);
-        if (choice)
-            json_object_set_new(body, "tool_choice", choice);
+        if (choice || forced || r->tool_choice_none || r->tool_choice) /* NULL: auto, or OOM */
+            codec_set(body, "tool_choice", choice);
     }
     if (r->response_format && !forced) /* thinking allows no forced tool: output_config */
-        json_object_set_new(body, "output_config", output_config(r->response_format));
+        codec_set(body, "output_config", output_config(r->response_format));
     if (o->stream)
-        json_object_set_new(body, "stream", json_true());
+        codec_set(body, "stream", json_true());
     if (o->temperature >= 0)
-        json_object_set_new(body, "temperature", json_real(o->temperature));
+        codec_set(body, "temperature", json_real(o->temperature));
     if (o->top_p >= 0)
-        json_object_set_new(body, "top_p", json_real(o->top_p));
+        codec_set(body, "top_p", json_real(o->top_p));
     if (o->thinking_budget_tokens > 0)
-        json_object_set_new(body, "thinking",
-                            json_pack("{s:s,s:I}", "type", "enabled", "budget_tokens",
-                                      (json_int_t)o->thinking_budget_tokens));
+        codec_set(body, "thinking",
+                  json_pack("{s:s,s:I}", "type", "enabled", "budget_tokens",
+                            (json_int_t)o->thinking_budget_tokens));
     return codec_body_text(out, body, o, err);
 }
 

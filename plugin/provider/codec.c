@@ -557,12 +557,53 @@ void render_extra_body(pbuf *b, const parley_options *o)
     json_decref(extra);
 }
 
+static _Thread_local int build_failed; /* codec_set and the others since codec_build_begin */
+
+void codec_build_begin(void) { build_failed = 0; }
+
+void codec_set(json_t *obj, const char *key, json_t *value)
+{
+    if (json_object_set_new(obj, key, value) != 0)
+        build_failed = 1;
+}
+
+void codec_append(json_t *array, json_t *value)
+{
+    if (json_array_append_new(array, value) != 0)
+        build_failed = 1;
+}
+
+void codec_extend(json_t *array, json_t *other)
+{
+    if (json_array_extend(array, other) != 0)
+        build_failed = 1;
+}
+
+void codec_insert(json_t *array, size_t index, json_t *value)
+{
+    if (json_array_insert_new(array, index, value) != 0)
+        build_failed = 1;
+}
+
+void codec_build_oom(void) { build_failed = 1; }
+
+char *codec_text(const json_t *content)
+{
+    char *text = msg_text(content);
+    if (!text)
+        build_failed = 1;
+    return text;
+}
+
 int codec_body_text(pbuf *out, json_t *body, const parley_options *o, char **err)
 {
     pbuf_reset(out);
+    int failed = build_failed;
+    build_failed = 0;
     char *text =
-        body ? json_dumps(body, JSON_COMPACT | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(15))
-             : NULL;
+        body && !failed
+            ? json_dumps(body, JSON_COMPACT | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(15))
+            : NULL;
     json_decref(body);
     if (text) {
         pbuf_append(out, text, strlen(text) - 1); /* extra_body goes before the brace */

@@ -131,8 +131,23 @@ void pbuf_json(pbuf *b, const json_t *v);
 
 /* Parley's parts of a request body every codec renders alike. */
 void render_extra_body(pbuf *b, const parley_options *o); /* ",k:v" per extra_body key */
-/* Render a body built with jansson (stolen) into out, extra_body merged.  0 or -1 (OOM). */
+/* Render a body built with jansson (stolen) into out, extra_body merged.  0 or -1 (OOM,
+   also when a codec_set/codec_append since codec_build_begin failed). */
 int codec_body_text(pbuf *out, json_t *body, const parley_options *o, char **err);
+
+/* Building a body with jansson.  Its setters fail quietly out of memory (the member is
+ * left out; a constructor's NULL, its out of memory, is a failed set too), and a request
+ * missing a message or its system prompt must not be sent.  An encoder that builds its
+ * body with these, between codec_build_begin and codec_body_text, has any failure counted
+ * once at the end, as pbuf's oom (per thread: the encoders run on many). */
+void codec_build_begin(void);
+void codec_set(json_t *obj, const char *key, json_t *value);   /* steals value */
+void codec_append(json_t *array, json_t *value);               /* steals value */
+void codec_extend(json_t *array, json_t *other);               /* other is borrowed */
+void codec_insert(json_t *array, size_t index, json_t *value); /* steals value */
+void codec_build_oom(void); /* a piece of the body (a text) could not be made */
+/* msg_text for the body: NULL (out of memory) counted as codec_build_oom. */
+char *codec_text(const json_t *content);
 /* "Authorization: Bearer <api_key>" when there is a key.  0 or -1 (OOM). */
 int codec_bearer_header(const parley_options *o, struct curl_slist **list);
 

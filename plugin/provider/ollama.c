@@ -36,7 +36,7 @@ static json_t *user_images(const json_t *content)
         if (url && image_data_url_split(url, &mime, &mime_len, &data) == 0) {
             if (!images)
                 images = json_array();
-            json_array_append_new(images, json_string(data));
+            codec_append(images, json_string(data));
         }
     }
     return images;
@@ -65,14 +65,14 @@ static json_t *render_message(const json_t *all, size_t index, int current_turn)
 {
     const json_t *m = json_array_get(all, index);
     const char *role = msg_role(m);
-    char *text = msg_text(json_object_get(m, "content"));
+    char *text = codec_text(json_object_get(m, "content"));
     json_t *out = json_pack("{s:s,s:s}", "role", role, "content", text ? text : "");
     free(text);
     json_t *images = user_images(json_object_get(m, "content"));
     if (images)
-        json_object_set_new(out, "images", images);
+        codec_set(out, "images", images);
     if (strcmp(role, "tool") == 0) {
-        json_object_set_new(out, "tool_name", json_string(msg_tool_name(all, index)));
+        codec_set(out, "tool_name", json_string(msg_tool_name(all, index)));
         return out;
     }
     const json_t *calls = json_object_get(m, "tool_calls");
@@ -83,14 +83,13 @@ static json_t *render_message(const json_t *all, size_t index, int current_turn)
     const json_t *call;
     json_array_foreach(calls, i, call) {
         const char *name = msg_str(json_object_get(call, "function"), "name");
-        json_array_append_new(list, json_pack("{s:{s:s,s:o}}", "function", "name",
-                                              name ? name : "", "arguments",
-                                              msg_arguments_object(call)));
+        codec_append(list, json_pack("{s:{s:s,s:o}}", "function", "name", name ? name : "",
+                                     "arguments", msg_arguments_object(call)));
     }
-    json_object_set_new(out, "tool_calls", list);
+    codec_set(out, "tool_calls", list);
     const char *reasoning = msg_str(m, "reasoning");
     if (current_turn && reasoning) /* thinking goes back with the calls it led to */
-        json_object_set_new(out, "thinking", json_string(reasoning));
+        codec_set(out, "thinking", json_string(reasoning));
     return out;
 }
 
@@ -99,10 +98,11 @@ static int ollama_encode(pbuf *out, const parley_options *o, const provider_requ
 {
     if (refuse_url_images(r->history, err) != 0 || refuse_url_images(r->messages, err) != 0)
         return -1;
+    codec_build_begin();
     json_t *body = json_pack("{s:s}", "model", o->model);
     json_t *msgs = json_array();
     if (r->system && *r->system)
-        json_array_append_new(msgs, json_pack("{s:s,s:s}", "role", "system", "content", r->system));
+        codec_append(msgs, json_pack("{s:s,s:s}", "role", "system", "content", r->system));
     size_t first_current = 0;
     /* the turn note (provider.h): in the turn's user message, after the history */
     json_t *noted =
@@ -123,33 +123,33 @@ static int ollama_encode(pbuf *out, const parley_options *o, const provider_requ
         return codec_oom(err);
     }
     for (size_t i = 0; i < json_array_size(all); i++)
-        json_array_append_new(msgs, render_message(all, i, i >= first_current));
+        codec_append(msgs, render_message(all, i, i >= first_current));
     json_decref(all);
-    json_object_set_new(body, "messages", msgs);
+    codec_set(body, "messages", msgs);
     if (strcmp(r->tools_json, "[]") != 0 && !r->tool_choice_none)
-        json_object_set_new(body, "tools", json_loads(r->tools_json, 0, NULL));
+        codec_set(body, "tools", json_loads(r->tools_json, 0, NULL));
     if (r->response_format) /* structured output: the schema, or "json" without one */
-        json_object_set_new(body, "format", r->response_format->schema
-                                                ? json_incref(r->response_format->schema)
-                                                : json_string("json"));
-    json_object_set_new(body, "stream", json_boolean(o->stream));
+        codec_set(body, "format",
+                  r->response_format->schema ? json_incref(r->response_format->schema)
+                                             : json_string("json"));
+    codec_set(body, "stream", json_boolean(o->stream));
     json_t *opts = json_object();
     if (o->temperature >= 0)
-        json_object_set_new(opts, "temperature", json_real(o->temperature));
+        codec_set(opts, "temperature", json_real(o->temperature));
     if (o->top_p >= 0)
-        json_object_set_new(opts, "top_p", json_real(o->top_p));
+        codec_set(opts, "top_p", json_real(o->top_p));
     if (o->max_tokens > 0)
-        json_object_set_new(opts, "num_predict", json_integer(o->max_tokens));
+        codec_set(opts, "num_predict", json_integer(o->max_tokens));
     if (o->num_ctx > 0)
-        json_object_set_new(opts, "num_ctx", json_integer(o->num_ctx));
+        codec_set(opts, "num_ctx", json_integer(o->num_ctx));
     if (json_object_size(opts))
-        json_object_set_new(body, "options", opts);
+        codec_set(body, "options", opts);
     else
         json_decref(opts);
     if (o->keep_alive)
-        json_object_set_new(body, "keep_alive", json_loads(o->keep_alive, JSON_DECODE_ANY, NULL));
+        codec_set(body, "keep_alive", json_loads(o->keep_alive, JSON_DECODE_ANY, NULL));
     if (o->think)
-        json_object_set_new(body, "think", json_loads(o->think, JSON_DECODE_ANY, NULL));
+        codec_set(body, "think", json_loads(o->think, JSON_DECODE_ANY, NULL));
     return codec_body_text(out, body, o, err);
 }
 
