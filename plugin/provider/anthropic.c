@@ -529,8 +529,8 @@ static int block_start(builder *b, size_t index, const json_t *cb, char **err)
             return (*err = pstr_printf("tool_use block %zu has no name", index)), -1;
         if (!(k->name = strdup(name)) || (id && !(k->id = strdup(id))))
             return codec_oom(err);
-    } else if (strcmp(type, "redacted_thinking") == 0) {
-        k->data = json_deep_copy(cb);
+    } else if (strcmp(type, "redacted_thinking") == 0 && !(k->data = json_deep_copy(cb))) {
+        return codec_oom(err);
     }
     return 0;
 }
@@ -568,23 +568,27 @@ static int build_reply(builder *b, llm_reply *out, char **err)
     for (size_t i = 0; i < b->n; i++)
         ncalls += b->blocks[i].type && strcmp(b->blocks[i].type, "tool_use") == 0;
     int rc = 0;
-    if (ncalls && !(out->calls = calloc(ncalls, sizeof *out->calls)))
+    if (!thinking || (ncalls && !(out->calls = calloc(ncalls, sizeof *out->calls))))
         rc = codec_oom(err);
     for (size_t i = 0; rc == 0 && i < b->n; i++) {
         block *k = &b->blocks[i];
         if (!k->type)
             continue;
-        if (strcmp(k->type, "text") == 0) {
+        if (k->text.oom || k->signature.oom) { /* not a shorter text, nor no signature */
+            rc = codec_oom(err);
+        } else if (strcmp(k->type, "text") == 0) {
             pbuf_append(&text, k->text.data ? k->text.data : "", k->text.len);
         } else if (strcmp(k->type, "thinking") == 0) {
             pbuf_append(&reasoning, k->text.data ? k->text.data : "", k->text.len);
-            json_array_append_new(thinking,
-                                  json_pack("{s:s,s:s%,s:s%}", "type", "thinking", "thinking",
-                                            k->text.data ? k->text.data : "", k->text.len,
-                                            "signature", k->signature.data ? k->signature.data : "",
-                                            k->signature.len));
+            if (json_array_append_new(
+                    thinking,
+                    json_pack("{s:s,s:s%,s:s%}", "type", "thinking", "thinking",
+                              k->text.data ? k->text.data : "", k->text.len, "signature",
+                              k->signature.data ? k->signature.data : "", k->signature.len)) != 0)
+                rc = codec_oom(err); /* the block goes back to the API whole, or not at all */
         } else if (strcmp(k->type, "redacted_thinking") == 0 && k->data) {
-            json_array_append(thinking, k->data);
+            if (json_array_append(thinking, k->data) != 0)
+                rc = codec_oom(err);
         } else if (strcmp(k->type, "tool_use") == 0) {
             if (!k->data && block_stop(k, i, err) != 0) {
                 rc = -1;
@@ -666,6 +670,10 @@ static int anthropic_decode(const char *body, size_t len, llm_reply *out, char *
                     break;
                 }
                 k->data = input ? json_deep_copy(input) : json_object();
+                if (!k->data) { /* not a call without arguments */
+                    rc = codec_oom(err);
+                    break;
+                }
             }
             k->stopped = 1;
         }
