@@ -7,6 +7,8 @@
 #include <string.h>
 #include <strings.h>
 
+#include "lib/utf8.h"
+
 static const char *const MIME_TYPES[] = {"image/png", "image/jpeg", "image/webp", "image/gif"};
 
 static int b64_value(unsigned char c)
@@ -168,7 +170,7 @@ parley_status image_list_parse(const char *json, const image_limits *lim, image_
     parley_status st = PARLEY_ERR_INVALID_INPUT;
     if (!json_is_array(root)) {
         *err = pstr_printf("input 'images_json': must be a JSON array of {\"url\": ...}%s%s",
-                           root ? "" : ": ", root ? "" : jerr.text);
+                           root ? "" : ": ", root ? "" : utf8_mend(jerr.text));
         goto done;
     }
     size_t n = json_array_size(root);

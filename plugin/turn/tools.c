@@ -60,7 +60,7 @@ static char *call_problem(const turn *t, const turn_call *c)
     json_decref(args);
     if (!is_object) {
         char *text = pstr_printf("Arguments are not a JSON object%s%s", args ? "" : ": ",
-                                 args ? "" : jerr.text);
+                                 args ? "" : utf8_mend(jerr.text));
         char *s = error_content("invalid_arguments", text ? text : "invalid arguments");
         free(text);
         return s;
