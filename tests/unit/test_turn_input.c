@@ -195,6 +195,25 @@ static void test_unknown_keys(agent_config *cfg)
     free(err);
     turn_free(t);
 
+    /* a role or a time with a NUL inside is refused, not read up to the NUL (the message is
+       read with JSON_ALLOW_NUL) */
+    static const struct {
+        const char *message, *field;
+    } nul[] = {
+        {"{\"conversation_id\":\"c\",\"content\":\"x\",\"role\":\"user\\u0000x\"}",
+         "message_json 'role'"},
+        {"{\"conversation_id\":\"c\",\"content\":\"x\",\"timestamp\":"
+         "\"2026-11-22T19:31:00Z\\u0000x\"}",
+         "message_json 'timestamp'"},
+    };
+    for (size_t i = 0; i < sizeof nul / sizeof nul[0]; i++) {
+        err = NULL;
+        t = turn_append_accept(cfg, 1, nul[i].message, done_cb, NULL, &st, &err);
+        CHECK(t == NULL && st == PARLEY_ERR_INVALID_INPUT && err && strstr(err, nul[i].field));
+        free(err);
+        turn_free(t);
+    }
+
     err = NULL;
     t = accept_input(cfg, (fields){"c", NULL, NULL, "{\"colour\":\"x\"}"}, &st, &err);
     CHECK(t == NULL && st == PARLEY_ERR_INVALID_INPUT);
