@@ -76,6 +76,17 @@ static void set_string(json_t *o, const char *key, const char *value)
         FUZZ_CHECK(json_object_set_new(o, key, json_string(value)) == 0);
 }
 
+/* What a reader of JSON with NUL escapes accepted holds no string value it read only the
+   start of ("user\\u0000x" is not "user"). */
+static void check_no_nul_values(const char *text)
+{
+    json_t *root = json_loads(text, JSON_ALLOW_NUL, NULL), *v;
+    const char *key;
+    json_object_foreach(root, key, v)
+        FUZZ_CHECK(!json_is_string(v) || strlen(json_string_value(v)) == json_string_length(v));
+    json_decref(root);
+}
+
 static void fuzz_selector(const char *text, int flags)
 {
     selector sel;
@@ -90,6 +101,8 @@ static void fuzz_selector(const char *text, int flags)
     FUZZ_CHECK(!err && sel.key.conversation_id && sel.key.persona && sel.key.interface_type);
     FUZZ_CHECK(!sel.every_persona || (flags & SELECTOR_EVERY_PERSONA));
     FUZZ_CHECK(!sel.interface_message_id || (flags & SELECTOR_INTERFACE_MESSAGE_ID));
+    if (!(flags & SELECTOR_OTHER_KEYS)) /* the other keys are the caller's to check */
+        check_no_nul_values(text);
     /* What it read, as a selector of its own: the same conversation. */
     json_t *o = json_object();
     set_string(o, "conversation_id", sel.key.conversation_id);
@@ -136,6 +149,7 @@ static void fuzz_query(const char *text, uint64_t position)
     }
     FUZZ_CHECK(!err && r.q.limit >= 1 && r.q.limit <= STORE_QUERY_MAX_LIMIT);
     FUZZ_CHECK(r.q.since_ms <= r.q.until_ms);
+    check_no_nul_values(text);
     /* The same query with the cursor its results would end with: accepted, and
        continuing from that position. */
     char *cursor = query_cursor(&r.q, position);
@@ -326,6 +340,7 @@ static void fuzz_append(const char *text)
         FUZZ_CHECK(json_is_object(m) && json_string_length(json_object_get(m, "content")) > 0);
         json_decref(m);
         check_metadata(t->in.metadata);
+        check_no_nul_values(text);
     }
     turn_free(t);
 }
