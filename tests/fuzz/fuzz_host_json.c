@@ -5,7 +5,8 @@
  *
  *   0 selector_parse (history *_by; the byte's high bits are its flags)
  *   1 query_parse (history_query)
- *   2 persona_set_parse (the personas option; persona_put's object)
+ *   2 persona_set_parse (the personas option), or (a high bit) persona_put's object in
+ *     the options given to config_new
  *   3 reply_context_parse (input reply_to_json)
  *   4 turn_input_accept: the text as one field of an input (the high bits pick it)
  *   5 turn_append_accept (append_message's message_json)
@@ -243,6 +244,32 @@ static void fuzz_personas(const char *text)
     persona_set_free(&set);
 }
 
+/* persona_put's way: the text as one persona's object in the options, made a snapshot. */
+static void fuzz_persona_put(const char *text)
+{
+    json_t *def = json_loads(text, JSON_REJECT_DUPLICATES, NULL);
+    if (!json_is_object(def)) { /* persona_put refuses it before */
+        json_decref(def);
+        return;
+    }
+    json_t *options = json_loads(OPTIONS, 0, NULL);
+    FUZZ_CHECK(json_object_set_new(json_object_get(options, "personas"), "guest", def) == 0);
+    char *options_text = dump(options);
+    json_decref(options);
+    parley_status st = PARLEY_ERR_INTERNAL;
+    char *err = NULL;
+    agent_config *cfg = config_new(options_text, &st, &err);
+    if (cfg) {
+        FUZZ_CHECK(st == PARLEY_OK && !err && persona_find(&cfg->personas, "guest"));
+        config_unref(cfg);
+    } else {
+        check_refusal(st, err);
+        FUZZ_CHECK(st == PARLEY_ERR_INVALID_OPTIONS);
+        free(err);
+    }
+    free(options_text);
+}
+
 static void fuzz_reply_to(const char *text)
 {
     reply_context rc;
@@ -441,7 +468,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         fuzz_query(text, 1 + (uint64_t)size * 0x9e3779b97f4a7c15ull % INT64_MAX);
         break;
     case 2:
-        fuzz_personas(text);
+        if ((pick >> 3) & 1)
+            fuzz_persona_put(text);
+        else
+            fuzz_personas(text);
         break;
     case 3:
         fuzz_reply_to(text);
