@@ -919,7 +919,7 @@ parley_status agent_conversations_list_by(parley_agent *a, const char *filter_js
             *out = err ? input_error_json("persona", err) : NULL;
             free(err);
             json_decref(filter);
-            return PARLEY_ERR_INVALID_INPUT;
+            return rc; /* NO_MEMORY stays NO_MEMORY */
         }
     }
     parley_status st;
