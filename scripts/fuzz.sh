@@ -28,6 +28,7 @@ for t in "${TARGETS[@]}"; do
     dict=(-dict=tests/fuzz/llm.dict) ;;
   fuzz_context_record) dict=(-dict=tests/fuzz/context.dict) ;;
   fuzz_message_text) dict=(-dict=tests/fuzz/message_text.dict) ;;
+  fuzz_host_json) dict=(-dict=tests/fuzz/host_json.dict) ;;
   esac
   if ! "$dir/$t" -max_total_time="$seconds" -max_len=65536 -print_final_stats=1 \
       -artifact_prefix="$dir/$t-" "${dict[@]}" "$dir/corpus-run/$t" "tests/fuzz/corpus/$t"; then

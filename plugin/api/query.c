@@ -95,6 +95,15 @@ static int string_member(json_t *v, size_t max, int nonempty, const char **out)
     return 1;
 }
 
+/* v's text when it is a string without NUL, else NULL: the root is read with JSON_ALLOW_NUL
+ * (string_member refuses a NUL in what it reads), and "user\u0000x" is no role, as
+ * "2026-11-22T19:31:00Z\u0000x" is no time. */
+static const char *whole_string(const json_t *v)
+{
+    const char *s = json_string_value(v);
+    return s && strlen(s) == json_string_length(v) ? s : NULL;
+}
+
 parley_status query_parse(const char *json, query_request *r, const char **field, char **err)
 {
     memset(r, 0, sizeof *r);
@@ -126,14 +135,14 @@ parley_status query_parse(const char *json, query_request *r, const char **field
                 return refuse(r, field, err, key[0] == 'i' ? "interface_type" : "persona",
                               "must be a string of at most 256 bytes");
         } else if (strcmp(key, "role") == 0) {
-            const char *role = json_string_value(v);
+            const char *role = whole_string(v);
             if (!role || (strcmp(role, "user") && strcmp(role, "assistant") &&
                           strcmp(role, "tool") && strcmp(role, "system")))
                 return refuse(r, field, err, "role", "must be user, assistant, tool or system");
             r->q.role = role;
         } else if (strcmp(key, "since") == 0 || strcmp(key, "until") == 0) {
             uint64_t *dst = key[0] == 's' ? &r->q.since_ms : &r->q.until_ms;
-            if (rfc3339_parse(json_string_value(v), dst) != 0)
+            if (rfc3339_parse(whole_string(v), dst) != 0)
                 return refuse(r, field, err, key[0] == 's' ? "since" : "until",
                               "must be an RFC 3339 time, e.g. \"2026-11-22T19:31:00Z\"");
         } else if (strcmp(key, "turn_id") == 0 || strcmp(key, "interface_message_id") == 0) {
@@ -152,12 +161,12 @@ parley_status query_parse(const char *json, query_request *r, const char **field
                 return refuse(r, field, err, "limit", "must be an integer from 1 to 10000");
             r->q.limit = (size_t)n;
         } else if (strcmp(key, "order") == 0) {
-            const char *order = json_string_value(v);
+            const char *order = whole_string(v);
             if (!order || (strcmp(order, "newest") && strcmp(order, "oldest")))
                 return refuse(r, field, err, "order", "must be \"newest\" or \"oldest\"");
             r->q.newest_first = strcmp(order, "newest") == 0;
         } else if (strcmp(key, "cursor") == 0) {
-            if (!json_is_null(v) && !(cursor = json_string_value(v)))
+            if (!json_is_null(v) && !(cursor = whole_string(v)))
                 return refuse(r, field, err, "cursor", "must be a string from next_cursor");
         }
     }

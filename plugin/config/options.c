@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "lib/buf.h"
+#include "lib/utf8.h"
 #include "config/options_ui.h"
 #include "store/store.h"
 
@@ -441,8 +442,10 @@ static parley_status check_tool_choice(const parley_options *o, char **err)
     parley_status st = declared_tool(o->tools_json, c, &found);
     if (st != PARLEY_OK || found)
         return st;
+    char *q = utf8_quotable(c, strlen(c), 64); /* not %.64s: that may cut a character */
     *err = pstr_printf("option 'tool_choice': must be \"auto\", \"none\", \"required\" or the "
-                       "name of a tool of the option 'tools' (got \"%.64s\")", c);
+                       "name of a tool of the option 'tools' (got \"%s\")", q ? q : "?");
+    free(q);
     return PARLEY_ERR_INVALID_OPTIONS;
 }
 
@@ -551,8 +554,10 @@ static parley_status finish(parley_options *o, json_t *root, char **err)
         return PARLEY_ERR_INVALID_OPTIONS;
     }
     if (strcmp(o->history_images, "placeholder") != 0 && strcmp(o->history_images, "keep") != 0) {
+        char *q = utf8_quotable(o->history_images, strlen(o->history_images), 32);
         *err = pstr_printf("option 'history_images': must be \"placeholder\" or \"keep\" (got "
-                           "\"%.32s\")", o->history_images);
+                           "\"%s\")", q ? q : "?");
+        free(q);
         return PARLEY_ERR_INVALID_OPTIONS;
     }
     if (strcmp(o->history_sync, "normal") != 0 && strcmp(o->history_sync, "full") != 0) {

@@ -7,6 +7,7 @@
 #include "lib/buf.h"
 #include "lib/json_keys.h"
 #include "lib/json_schema.h"
+#include "lib/utf8.h"
 
 void response_format_free(response_format *rf)
 {
@@ -96,7 +97,7 @@ parley_status response_format_parse(const char *json_text, response_format **out
     json_t *root = json_loads(json_text, JSON_REJECT_DUPLICATES, &jerr);
     if (!json_is_object(root)) {
         *err = pstr_printf("must be a JSON object {\"name\", \"schema\", \"strict\"?}%s%s",
-                           root ? "" : ": ", root ? "" : jerr.text);
+                           root ? "" : ": ", root ? "" : utf8_mend(jerr.text));
         json_decref(root);
         return *err ? PARLEY_ERR_INVALID_INPUT : PARLEY_ERR_NO_MEMORY;
     }

@@ -6,6 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "lib/utf8.h"
+
 struct toolset {
     char **names;
     size_t count;
@@ -109,7 +111,7 @@ parley_status toolset_parse(const char *json_text, const toolset *base, toolset 
     if (!t || !out)
         goto oom;
     if (!arr) {
-        if (asprintf(err, "tools are not valid JSON: %s", jerr.text) < 0)
+        if (asprintf(err, "tools are not valid JSON: %s", utf8_mend(jerr.text)) < 0)
             *err = NULL;
         goto fail;
     }

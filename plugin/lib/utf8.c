@@ -2,6 +2,7 @@
 #include "lib/utf8.h"
 
 #include <stdint.h>
+#include <string.h>
 
 #include "lib/json_word.h"
 
@@ -80,6 +81,19 @@ char *utf8_quotable(const char *s, size_t n, size_t max)
         }
     }
     return pbuf_take(&b);
+}
+
+char *utf8_mend(char *s)
+{
+    size_t n = strlen(s);
+    for (size_t i = 0; i < n;) {
+        size_t len = utf8_seq_len(s + i, n - i);
+        if (len == 0)
+            s[i++] = '?';
+        else
+            i += len;
+    }
+    return s;
 }
 
 void utf8_append_repaired(pbuf *b, const char *s, size_t n)

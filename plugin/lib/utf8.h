@@ -23,4 +23,10 @@ void utf8_append_repaired(pbuf *b, const char *s, size_t n);
    be quoted before it was found to be UTF-8, or cut. */
 char *utf8_quotable(const char *s, size_t n, size_t max);
 
+/* s (NUL-terminated) made valid UTF-8 in place: each byte that starts no valid character
+   becomes '?'.  Returns s.  For jansson's error text (json_error_t.text), which quotes the
+   input near the error one byte at a time: it can end inside a character ("invalid
+   escape near '\"\\\xC3'" for "\é"), so quote it through this. */
+char *utf8_mend(char *s);
+
 #endif

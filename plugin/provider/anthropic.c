@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "lib/utf8.h"
 #include "provider/codec.h"
 #include "provider/image.h"
 #include "provider/provider.h"
@@ -636,7 +637,7 @@ static int anthropic_decode(const char *body, size_t len, llm_reply *out, char *
     json_t *root = json_loadb(body ? body : "", body ? len : 0, 0, &jerr);
     if (!json_is_object(root)) {
         json_decref(root);
-        *err = pstr_printf("response is not a JSON object: %s", root ? "" : jerr.text);
+        *err = pstr_printf("response is not a JSON object: %s", root ? "" : utf8_mend(jerr.text));
         return -1;
     }
     builder b;
@@ -744,7 +745,7 @@ static int on_event(void *ud, const char *data, size_t len, char **err)
     if (!json_is_object(ev)) {
         json_decref(ev);
         *err = pstr_printf("stream event is not a JSON object%s%s", ev ? "" : ": ",
-                           ev ? "" : jerr.text);
+                           ev ? "" : utf8_mend(jerr.text));
         return -1;
     }
     const char *type = msg_str(ev, "type");

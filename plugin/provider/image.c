@@ -7,6 +7,8 @@
 #include <string.h>
 #include <strings.h>
 
+#include "lib/utf8.h"
+
 static const char *const MIME_TYPES[] = {"image/png", "image/jpeg", "image/webp", "image/gif"};
 
 static int b64_value(unsigned char c)
@@ -85,10 +87,11 @@ static parley_status check_data_url(const char *url, size_t index, const image_l
         return PARLEY_ERR_INVALID_INPUT;
     }
     out->mime = known_mime(type, (size_t)(semi - type));
-    if (!out->mime) {
-        *err = pstr_printf("input 'images_json': image %zu: type \"%.*s\" is not image/png, "
-                           "image/jpeg, image/webp or image/gif", index + 1,
-                           (int)((semi - type) > 64 ? 64 : semi - type), type);
+    if (!out->mime) { /* quoted, not cut with %.*s: a cut may fall inside a character */
+        char *q = utf8_quotable(type, (size_t)(semi - type), 64);
+        *err = pstr_printf("input 'images_json': image %zu: type \"%s\" is not image/png, "
+                           "image/jpeg, image/webp or image/gif", index + 1, q ? q : "?");
+        free(q);
         return PARLEY_ERR_INVALID_INPUT;
     }
     out->base64 = comma + 1;
@@ -153,8 +156,11 @@ parley_status image_check_url(const char *url, size_t index, const image_limits 
     }
     const char *colon = strchr(url, ':');
     size_t n = colon ? (size_t)(colon - url) : 0;
-    *err = pstr_printf("input 'images_json': image %zu: the URL must be data:, http: or https:%s%.*s%s",
-                       index + 1, n ? " (not " : "", (int)(n > 16 ? 16 : n), url, n ? ":)" : "");
+    char *scheme = n ? utf8_quotable(url, n, 16) : NULL;
+    *err = pstr_printf("input 'images_json': image %zu: the URL must be data:, http: or "
+                       "https:%s%s%s",
+                       index + 1, scheme ? " (not " : "", scheme ? scheme : "", scheme ? ":)" : "");
+    free(scheme);
     return PARLEY_ERR_INVALID_INPUT;
 }
 
@@ -168,7 +174,7 @@ parley_status image_list_parse(const char *json, const image_limits *lim, image_
     parley_status st = PARLEY_ERR_INVALID_INPUT;
     if (!json_is_array(root)) {
         *err = pstr_printf("input 'images_json': must be a JSON array of {\"url\": ...}%s%s",
-                           root ? "" : ": ", root ? "" : jerr.text);
+                           root ? "" : ": ", root ? "" : utf8_mend(jerr.text));
         goto done;
     }
     size_t n = json_array_size(root);

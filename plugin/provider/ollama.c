@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "lib/utf8.h"
 #include "provider/codec.h"
 #include "provider/image.h"
 #include "provider/provider.h"
@@ -313,7 +314,7 @@ static int apply_line(ollama_stream *s, const char *p, size_t n, char **err)
     json_error_t jerr;
     json_t *o = json_loadb(p, n, 0, &jerr);
     if (!o)
-        return (*err = pstr_printf("stream line %zu is not JSON: %s", s->lines, jerr.text)), -1;
+        return (*err = pstr_printf("stream line %zu is not JSON: %s", s->lines, utf8_mend(jerr.text))), -1;
     int rc = apply_object(s, o, err);
     json_decref(o);
     return rc;
@@ -378,7 +379,7 @@ static int ollama_decode(const char *body, size_t len, llm_reply *out, char **er
     if (o)
         rc = apply_object(s, o, err);
     else
-        *err = pstr_printf("response is not JSON: %s", jerr.text);
+        *err = pstr_printf("response is not JSON: %s", utf8_mend(jerr.text));
     if (rc == 0 && !s->done)
         rc = ((*err = pstr_printf("response is not done (\"done\": true missing)")), -1);
     if (rc == 0)

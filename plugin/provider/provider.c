@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "lib/utf8.h"
 #include "provider/codec.h"
 #include "provider/think.h"
 #include "store/message_text.h"
@@ -39,7 +40,7 @@ json_t *provider_parse_messages(const char *text, size_t len, char **err)
         json_t *o = json_loadb(m.json, m.len, 0, &jerr);
         char *why = NULL;
         if (!o)
-            why = pstr_printf("stored messages are not JSON: %s", jerr.text);
+            why = pstr_printf("stored messages are not JSON: %s", utf8_mend(jerr.text));
         else if (!json_is_object(o) || !json_is_string(json_object_get(o, "role")))
             why = pstr_printf("stored message %zu is not a message object", i);
         else if (json_array_append_new(arr, o) == 0)

@@ -49,25 +49,30 @@ int tools_take(turn *t, llm_reply *reply)
     return 0;
 }
 
-/* Why a call cannot go to the host, or NULL when it can. */
-static char *call_problem(const turn *t, const turn_call *c)
+/* 1 when the call cannot go to the host, with *content its error content (NULL out of
+   memory: never a call sent on because its refusal could not be written); 0 when it can. */
+static int call_problem(const turn *t, const turn_call *c, char **content)
 {
-    if (!toolset_has(t->in.tools, c->name))
-        return error_content("unknown_tool", "No tool with this name is available");
+    if (!toolset_has(t->in.tools, c->name)) {
+        *content = error_content("unknown_tool", "No tool with this name is available");
+        return 1;
+    }
     json_error_t jerr;
     json_t *args = json_loads(c->arguments, 0, &jerr);
     int is_object = json_is_object(args);
     json_decref(args);
     if (!is_object) {
         char *text = pstr_printf("Arguments are not a JSON object%s%s", args ? "" : ": ",
-                                 args ? "" : jerr.text);
-        char *s = error_content("invalid_arguments", text ? text : "invalid arguments");
+                                 args ? "" : utf8_mend(jerr.text));
+        *content = error_content("invalid_arguments", text ? text : "invalid arguments");
         free(text);
-        return s;
+        return 1;
     }
-    if (!t->env->host->tool_call)
-        return error_content("no_executor", "The host does not execute tools");
-    return NULL;
+    if (!t->env->host->tool_call) {
+        *content = error_content("no_executor", "The host does not execute tools");
+        return 1;
+    }
+    return 0;
 }
 
 int tools_send(turn *t)
@@ -77,8 +82,10 @@ int tools_send(turn *t)
     for (size_t i = 0; i < t->tool.ncalls; i++) {
         turn_call *c = &t->tool.calls[i];
         atomic_fetch_add(&t->env->metrics->tool_calls, 1);
-        char *problem = call_problem(t, c);
-        if (problem) {
+        char *problem = NULL;
+        if (call_problem(t, c, &problem)) {
+            if (!problem)
+                return -1;
             c->content = problem;
             c->is_error = 1;
             t->tool.pending--;

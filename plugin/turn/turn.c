@@ -13,6 +13,7 @@
 #include "lib/host_log.h"
 #include "lib/json_schema.h"
 #include "lib/redact.h"
+#include "lib/utf8.h"
 #include "engine/store_jobs.h"
 #include "turn/budget.h"
 #include "turn/recording.h"
@@ -781,7 +782,7 @@ static char *structured_answer(const turn *t, const llm_reply *reply, const char
     json_t *v = answer_json(content, &jerr);
     char *problem = NULL, *out = NULL;
     if (!v)
-        *why = pstr_printf("the model's answer is not JSON (%s)%s", jerr.text, cut);
+        *why = pstr_printf("the model's answer is not JSON (%s)%s", utf8_mend(jerr.text), cut);
     else if (!json_is_object(v))
         *why = pstr_printf("the model's answer is JSON but not an object%s", cut);
     else if (f->schema && json_schema_validate(f->schema, v, &problem) != 0)

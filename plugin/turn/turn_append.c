@@ -36,8 +36,9 @@ static parley_status check_message_keys(json_t *root, size_t max_bytes, const ch
         return st;
     json_t *r = json_object_get(root, "role");
     *role = r ? json_string_value(r) : "assistant";
-    if (!*role || (strcmp(*role, "assistant") != 0 && strcmp(*role, "system") != 0 &&
-                   strcmp(*role, "user") != 0))
+    if (!*role || (r && strlen(*role) != json_string_length(r)) || /* "user\u0000x": no role */
+        (strcmp(*role, "assistant") != 0 && strcmp(*role, "system") != 0 &&
+         strcmp(*role, "user") != 0))
         return refuse(err, pstr_printf("message_json 'role': must be \"assistant\" (the default), "
                                        "\"user\" or \"system\" (a tool message belongs to a "
                                        "turn)"));
@@ -91,7 +92,7 @@ static parley_status build(turn *t, agent_config *cfg, const selector *sel, char
     if (rc != PARLEY_OK)
         return rc;
     json_t *ts = json_object_get(sel->root, "timestamp");
-    if (ts && !json_is_string(ts))
+    if (ts && (!json_is_string(ts) || strlen(json_string_value(ts)) != json_string_length(ts)))
         return refuse(err, pstr_printf("message_json 'timestamp': must be a string, an RFC 3339 "
                                        "time"));
     rc = turn_set_host_time(t, json_string_value(ts), "message_json 'timestamp'", err);

@@ -58,7 +58,7 @@ static parley_status compact_object(const char *name, const char *text, char **o
     json_t *v = json_loads(text, JSON_REJECT_DUPLICATES, &jerr);
     if (!json_is_object(v)) {
         *err = pstr_printf("input '%s': must be a JSON object%s%s", name, v ? "" : ": ",
-                           v ? "" : jerr.text);
+                           v ? "" : utf8_mend(jerr.text));
         json_decref(v);
         return PARLEY_ERR_INVALID_INPUT;
     }
@@ -138,7 +138,7 @@ static parley_status copy_input(turn *t, const agent_config *cfg, const parley_i
         json_decref(ctx);
         if (!ok) {
             *err = pstr_printf("input 'context_json': must be a JSON object%s%s", ctx ? "" : ": ",
-                       ctx ? "" : jerr.text);
+                       ctx ? "" : utf8_mend(jerr.text));
             return PARLEY_ERR_INVALID_INPUT;
         }
     }

@@ -1,6 +1,6 @@
 /* test_buf.c -- pbuf_json_string against a trivially correct reference
  * (one byte at a time) and against jansson reading it back; utf8_valid, which
- * skips ASCII 8 bytes at a time too, against the byte-at-a-time walk. */
+ * skips ASCII 8 bytes at a time too, against the byte-at-a-time walk; utf8_mend. */
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -120,9 +120,37 @@ static void check_reserved_is_empty(void)
     free(q);
 }
 
+/* utf8_mend: valid text kept, each byte that starts no character made '?', in place. */
+static void check_utf8_mend(void)
+{
+    static const struct {
+        const char *in, *out;
+    } cases[] = {{"", ""},
+                 {"caf\xc3\xa9 \x01", "caf\xc3\xa9 \x01"},
+                 {"invalid escape near '\"\\\xc3'", "invalid escape near '\"\\?'"},
+                 {"\xf2\xa4\xa3.", "???."},
+                 {"\xff\xc0\xaf\xed\xa0\x80x", "??????x"}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char text[64];
+        snprintf(text, sizeof text, "%s", cases[i].in);
+        CHECK(utf8_mend(text) == text);
+        CHECK_STR(text, cases[i].out);
+    }
+    for (int round = 0; round < 2000; round++) {
+        char text[40];
+        size_t n = next() % sizeof text;
+        for (size_t k = 0; k < n; k++)
+            text[k] = (char)(1 + next() % 255);
+        text[n] = '\0';
+        utf8_mend(text);
+        CHECK(strlen(text) == n && utf8_valid(text, n));
+    }
+}
+
 int main(void)
 {
     check_reserved_is_empty();
+    check_utf8_mend();
     check_utf8_valid();
     const char *fixed[] = {"", "plain", "\"", "\\", "a\"b\\c", "\n\r\t\b\f\v", "\x01\x1f ",
                            "ends with escape\n", "\x7f del is not escaped", "caf\xc3\xa9"};

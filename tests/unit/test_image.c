@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "check.h"
+#include "lib/utf8.h"
 #include "provider/image.h"
 
 /* Plain reference encoder, for building inputs. */
@@ -214,8 +215,32 @@ static void test_urls_and_list(void)
     pbuf_free(&b);
 }
 
+/* What the refusal quotes of a URL (its scheme, a data URL's type) is cut at a character,
+   never inside one (the fuzzer's find: "...680\xc9" of "...680\xc9\x9a:/gn"). */
+static void test_quotes_are_utf8(void)
+{
+    static const struct {
+        const char *url, *want;
+    } cases[] = {
+        {"Adat92#33720680\xc9\x9a:/gn", "(not Adat92#33720680...:)"},
+        {"caf\xc3\xa9:x", "(not caf\xc3\xa9:)"},
+        {"data:image/aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\xe2\x82\xac;base64,AA",
+         "type \"image/aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa...\""},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        image_list l;
+        char *err = parse_one(cases[i].url, 1 << 20, &l);
+        CHECK(err && utf8_valid(err, strlen(err)) && contains(err, cases[i].want));
+        if (!contains(err, cases[i].want))
+            fprintf(stderr, "  %s -> %s\n", cases[i].url, err ? err : "(null)");
+        free(err);
+        image_list_free(&l);
+    }
+}
+
 int main(void)
 {
+    test_quotes_are_utf8();
     test_base64();
     test_sniff();
     test_data_urls();

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "check.h"
+#include "lib/utf8.h"
 #include "config/options.h"
 #include "provider/provider.h"
 #include "config/toolset.h"
@@ -26,8 +27,8 @@ static void expect_error(const char *json, const char *needle)
     char *err = NULL;
     parley_status rc = provider_options_parse(json, &o, &err);
     CHECK(rc == PARLEY_ERR_INVALID_OPTIONS);
-    CHECK(err && strstr(err, needle));
-    if (!err || !strstr(err, needle))
+    CHECK(err && strstr(err, needle) && utf8_valid(err, strlen(err)));
+    if (!err || !strstr(err, needle) || !utf8_valid(err, strlen(err)))
         fprintf(stderr, "  options %s\n  error   %s\n  wanted  %s\n", json, err ? err : "(none)", needle);
     free(err);
 }
@@ -186,6 +187,12 @@ static void test_errors(void)
     unsetenv("PARLEY_TEST_UNSET");
     expect_error("{\"model\":\"m\",\"api_key_env\":\"PARLEY_TEST_UNSET\"}", "'PARLEY_TEST_UNSET' is not set");
     expect_error("{\"model\":\"m\",\"api_key\":\"a\\nb\"}", "option 'api_key'");
+    /* a value quoted in part is cut at a character, never inside one */
+    expect_error("{\"model\":\"m\",\"tool_choice\":\"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
+                 "aaaaaaaaaaaaaaa\xc3\xa9\"}", "(got \"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
+                 "aaaaaaaaaaaa...\")");
+    expect_error("{\"model\":\"m\",\"history_images\":\"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\xc3\xa9\"}",
+                 "(got \"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa...\")");
     test_key_as_variable_name();
 }
 

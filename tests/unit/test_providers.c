@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "lib/buf.h"
+#include "lib/utf8.h"
 #include "check.h"
 #include "config/options.h"
 #include "provider/codec.h"
@@ -546,6 +547,31 @@ static void check_errors(void)
     CHECK(err && strstr(err, "tool_use block 0 input is not a JSON object"));
     free(err);
     provider_stream_free(s);
+    /* A body jansson cannot read: the error quotes jansson's text, which ends inside the
+       character after the bad escape; the message stays UTF-8 (utf8_mend). */
+    const char *bad = "{\"a\":\"\\\xc3\xa9\"}";
+    const char *names[] = {"openai", "anthropic", "ollama"};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        const provider *pv = provider_find(names[i]);
+        llm_reply r;
+        err = NULL;
+        CHECK(provider_decode(pv, 1, bad, strlen(bad), &r, &err) != 0);
+        CHECK(err && utf8_valid(err, strlen(err)));
+        free(err);
+        pbuf event = PBUF_INIT;
+        pbuf_printf(&event, "%s%s\n\n", strcmp(names[i], "ollama") ? "data: " : "", bad);
+        s = provider_stream_new(pv, 1, &sink);
+        err = NULL;
+        int rc = provider_stream_feed(s, event.data, event.len, &err);
+        if (rc == 0)
+            rc = provider_stream_finish(s, &r, &err);
+        CHECK(rc != 0 && err && utf8_valid(err, strlen(err)));
+        if (err && !utf8_valid(err, strlen(err)))
+            fprintf(stderr, "  %s: not UTF-8: %s\n", names[i], err);
+        free(err);
+        provider_stream_free(s);
+        pbuf_free(&event);
+    }
 }
 
 typedef struct split { pbuf text, reasoning; } split;

@@ -52,6 +52,11 @@ static void test_bad_input_names_the_field(void)
     CHECK_STR(refused_field(big), "search");
     CHECK_STR(refused_field("{\"cursor\":\"abc\"}"), "cursor");
     CHECK_STR(refused_field("{\"search\":\"a\\u0000b\"}"), "search"); /* no NUL inside */
+    /* nor in a word or a time: its start alone is not the value (fuzz_host_json) */
+    CHECK_STR(refused_field("{\"role\":\"user\\u0000x\"}"), "role");
+    CHECK_STR(refused_field("{\"order\":\"oldest\\u0000\"}"), "order");
+    CHECK_STR(refused_field("{\"since\":\"2026-11-22T19:31:00Z\\u0000x\"}"), "since");
+    CHECK_STR(refused_field("{\"until\":\"2026-11-22T19:31:00Z\\u0000\"}"), "until");
 }
 
 /* An unknown key is refused by the shared check, listing what a query reads. */
@@ -116,6 +121,8 @@ static void test_cursor(void)
     char upper[64];
     snprintf(upper, sizeof upper, "C1.%.16s.2a", fp);
     snprintf(json, sizeof json, "{\"role\":\"user\",\"cursor\":\"%s\"}", upper);
+    CHECK_STR(refused_field(json), "cursor");
+    snprintf(json, sizeof json, "{\"role\":\"user\",\"cursor\":\"%s\\u0000x\"}", cursor);
     CHECK_STR(refused_field(json), "cursor");
     free(cursor);
 }

@@ -195,6 +195,25 @@ static void test_unknown_keys(agent_config *cfg)
     free(err);
     turn_free(t);
 
+    /* a role or a time with a NUL inside is refused, not read up to the NUL (the message is
+       read with JSON_ALLOW_NUL) */
+    static const struct {
+        const char *message, *field;
+    } nul[] = {
+        {"{\"conversation_id\":\"c\",\"content\":\"x\",\"role\":\"user\\u0000x\"}",
+         "message_json 'role'"},
+        {"{\"conversation_id\":\"c\",\"content\":\"x\",\"timestamp\":"
+         "\"2026-11-22T19:31:00Z\\u0000x\"}",
+         "message_json 'timestamp'"},
+    };
+    for (size_t i = 0; i < sizeof nul / sizeof nul[0]; i++) {
+        err = NULL;
+        t = turn_append_accept(cfg, 1, nul[i].message, done_cb, NULL, &st, &err);
+        CHECK(t == NULL && st == PARLEY_ERR_INVALID_INPUT && err && strstr(err, nul[i].field));
+        free(err);
+        turn_free(t);
+    }
+
     err = NULL;
     t = accept_input(cfg, (fields){"c", NULL, NULL, "{\"colour\":\"x\"}"}, &st, &err);
     CHECK(t == NULL && st == PARLEY_ERR_INVALID_INPUT);
@@ -202,6 +221,30 @@ static void test_unknown_keys(agent_config *cfg)
                    "interface_message_id)");
     free(err);
     turn_free(t);
+}
+
+/* A field's JSON that jansson cannot read is refused in a message that is UTF-8: jansson's
+   own text quotes the input near the error one byte at a time, here half of "é". */
+static void test_parse_error_is_utf8(agent_config *cfg)
+{
+    const char *bad = "{\"a\":\"\\\xc3\xa9\"}"; /* {"a":"\é"}: an invalid escape */
+    static const char *const names[] = {"context_json", "metadata_json", "tools_json",
+                                        "response_format_json", "images_json"};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        parley_input in = {.struct_size = sizeof in, .text = "hello", .conversation_id = "c"};
+        const char **field[] = {&in.context_json, &in.metadata_json, &in.tools_json,
+                                &in.response_format_json, &in.images_json};
+        *field[i] = bad;
+        parley_status st = PARLEY_OK;
+        char *err = NULL;
+        turn *t = turn_input_accept(cfg, 1, &in, done_cb, NULL, &st, &err);
+        CHECK(!t && st == PARLEY_ERR_INVALID_INPUT && err && strstr(err, names[i]));
+        CHECK(err && utf8_valid(err, strlen(err)) && strstr(err, "invalid escape"));
+        if (err && !utf8_valid(err, strlen(err)))
+            fprintf(stderr, "  %s: not UTF-8: %s\n", names[i], err);
+        free(err);
+        turn_free(t);
+    }
 }
 
 int main(void)
@@ -303,6 +346,7 @@ int main(void)
     test_append_bad_utf8(cfg);
     test_unknown_keys(cfg);
     test_host_time(cfg);
+    test_parse_error_is_utf8(cfg);
     /* a persona given through the ABI that is not UTF-8 is never quoted raw */
     parley_input bad_persona = {.struct_size = sizeof bad_persona, .text = "hello",
                                 .conversation_id = "c", .persona = "k\xc3\x28\xff"};
