@@ -709,16 +709,17 @@ parley_status agent_history_get_by(parley_agent *a, const char *selector_json, c
         return PARLEY_ERR_INVALID_INPUT;
     selector sel;
     char *err = NULL;
-    if (selector_parse(selector_json, 0, &sel, &err) != PARLEY_OK) {
+    parley_status rc = selector_parse(selector_json, 0, &sel, &err);
+    if (rc != PARLEY_OK) { /* INVALID_INPUT, or NO_MEMORY */
         *out = err ? input_error_json("selector", err) : NULL;
         free(err);
-        return PARLEY_ERR_INVALID_INPUT;
+        return rc;
     }
-    if (check_selector_persona(a, &sel, &err) != PARLEY_OK) {
+    if ((rc = check_selector_persona(a, &sel, &err)) != PARLEY_OK) {
         *out = err ? input_error_json("persona", err) : NULL;
         free(err);
         selector_free(&sel);
-        return PARLEY_ERR_INVALID_INPUT;
+        return rc;
     }
     pbuf b = PBUF_INIT;
     parley_status st =
@@ -741,15 +742,16 @@ parley_status agent_message_find(parley_agent *a, const char *selector_json, cha
         return PARLEY_ERR_INVALID_INPUT;
     selector sel;
     char *err = NULL;
-    if (selector_parse(selector_json, SELECTOR_INTERFACE_MESSAGE_ID, &sel, &err) != PARLEY_OK) {
+    parley_status st = selector_parse(selector_json, SELECTOR_INTERFACE_MESSAGE_ID, &sel, &err);
+    if (st != PARLEY_OK) { /* INVALID_INPUT, or NO_MEMORY */
         *out = err ? input_error_json(sel.bad_key, err) : NULL;
         free(err);
-        return PARLEY_ERR_INVALID_INPUT;
+        return st;
     }
-    parley_status st = PARLEY_ERR_INVALID_INPUT;
+    st = PARLEY_ERR_INVALID_INPUT;
     if (!sel.interface_message_id) {
         *out = input_error_json("interface_message_id", "interface_message_id: required");
-    } else if (check_selector_persona(a, &sel, &err) != PARLEY_OK) {
+    } else if ((st = check_selector_persona(a, &sel, &err)) != PARLEY_OK) {
         *out = err ? input_error_json("persona", err) : NULL;
     } else {
         pbuf b = PBUF_INIT;
@@ -957,18 +959,18 @@ parley_status agent_history_clear_by(parley_agent *a, const char *selector_json)
         return PARLEY_ERR_INVALID_INPUT;
     selector sel;
     char *err = NULL;
-    if (selector_parse(selector_json, SELECTOR_EVERY_PERSONA, &sel, &err) != PARLEY_OK) {
-        host_log(&a->host, PARLEY_LOG_WARN, "history_clear_by: %s", err ? err : "invalid");
-        last_error_set("%s", err ? err : "invalid selector");
-        free(err);
-        return PARLEY_ERR_INVALID_INPUT;
-    }
-    if (check_selector_persona(a, &sel, &err) != PARLEY_OK) {
-        host_log(&a->host, PARLEY_LOG_WARN, "history_clear_by: %s", err ? err : "invalid");
-        last_error_set("%s", err ? err : "invalid selector");
+    parley_status rc = selector_parse(selector_json, SELECTOR_EVERY_PERSONA, &sel, &err);
+    if (rc == PARLEY_OK) /* a refusal left nothing to free */
+        rc = check_selector_persona(a, &sel, &err);
+    if (rc != PARLEY_OK) { /* INVALID_INPUT, or NO_MEMORY (no message) */
+        const char *why = err                         ? err
+                          : rc == PARLEY_ERR_NO_MEMORY ? "out of memory"
+                                                       : "invalid selector";
+        host_log(&a->host, PARLEY_LOG_WARN, "history_clear_by: %s", why);
+        last_error_set("%s", why);
         free(err);
         selector_free(&sel);
-        return PARLEY_ERR_INVALID_INPUT;
+        return rc;
     }
     parley_status st = PARLEY_ERR_NOT_FOUND;
     if (!sel.every_persona) {
