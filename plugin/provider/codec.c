@@ -634,7 +634,9 @@ long long codec_default_window(const parley_options *o)
 
 /* ---- small shared pieces of the decoders ---- */
 
-int codec_oom(char **err) { return codec_fail(err, "out of memory"); }
+int codec_oom(char **err) { return codec_fail(err, LLM_OUT_OF_MEMORY); }
+
+int llm_error_is_oom(const char *err) { return !err || strcmp(err, LLM_OUT_OF_MEMORY) == 0; }
 
 long long codec_count(const json_t *obj, const char *key)
 {

@@ -106,6 +106,11 @@ char *llm_error_text(const char *body, size_t len);
  */
 parley_status llm_server_error_status(const char *decode_error, int *retryable);
 
+/* The codecs' *err when out of memory (codec_oom), and whether an encoder's or decoder's
+   *err says that: it does, or it is NULL (not even a message could be made). */
+#define LLM_OUT_OF_MEMORY "out of memory"
+int llm_error_is_oom(const char *err);
+
 /* ---- streaming ---- */
 
 /* Called with each piece of assistant text as soon as it is decoded. */

@@ -498,7 +498,7 @@ static void turn_request(turn *t)
         /* Only a store holding something that is not a message gets here: checked now, on
            the failure path (store_json_object_list), so every turn does not pay for it. */
         char *m = NULL;
-        parley_status st = PARLEY_ERR_INTERNAL;
+        parley_status st = llm_error_is_oom(err) ? PARLEY_ERR_NO_MEMORY : PARLEY_ERR_INTERNAL;
         if (t->ctx.history.len &&
             store_json_object_list(t->ctx.history.data, t->ctx.history.len) < 0 &&
             t->conv.conversation_id)
@@ -839,6 +839,11 @@ void turn_on_http_done(turn *t, CURLcode code)
         st = PARLEY_ERR_CONTEXT_OVERFLOW; /* said inside the stream (older llama.cpp) */
         msg = overflow_message(&t->ctx.overflow, t->req.stream_error);
     }
+    if (st == PARLEY_ERR_BAD_RESPONSE && !msg && t->req.stream_error &&
+        llm_error_is_oom(t->req.stream_error)) {
+        st = PARLEY_ERR_NO_MEMORY; /* the stream's decoder, not the server */
+        msg = pstr_printf("out of memory decoding the streamed answer");
+    }
     if (st == PARLEY_ERR_BAD_RESPONSE && !msg && t->req.stream_error) {
         st = llm_server_error_status(t->req.stream_error, &retryable); /* an error event? */
         retryable &= !t->req.streamed; /* the host has part of this answer: never twice */
@@ -876,8 +881,10 @@ void turn_on_http_done(turn *t, CURLcode code)
     t->req.http = NULL;
     if (rc != 0) { /* an error object with a 200 says what went wrong: classify it */
         int again = 0;
-        parley_status est = llm_server_error_status(err, &again);
-        char *m = est == PARLEY_ERR_BAD_RESPONSE
+        parley_status est = llm_error_is_oom(err) ? PARLEY_ERR_NO_MEMORY
+                                                  : llm_server_error_status(err, &again);
+        char *m = est == PARLEY_ERR_NO_MEMORY ? pstr_printf("out of memory decoding the answer")
+                  : est == PARLEY_ERR_BAD_RESPONSE
                       ? pstr_printf("bad response from the LLM server: %s",
                                     err ? err : "undecodable")
                       : pstr_printf("LLM server error (in a 200 answer): %s",

@@ -14,6 +14,7 @@
 
 #include "lib/buf.h"
 #include "fuzz_common.h"
+#include "provider/llm_reply.h"
 #include "provider/openai_decode.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
@@ -94,6 +95,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     } else {
         FUZZ_CHECK(reply.content == NULL && reply.calls == NULL && reply.finish_reason == NULL);
         fuzz_check_message(err);
+        FUZZ_CHECK(!llm_error_is_oom(err)); /* a refusal says why: out of memory is not one */
         free(err);
     }
 

@@ -15,6 +15,7 @@
 
 #include "lib/buf.h"
 #include "fuzz_common.h"
+#include "provider/llm_reply.h"
 #include "provider/openai_decode.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
@@ -111,6 +112,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     } else {
         FUZZ_CHECK(split.reply.content == NULL && split.reply.calls == NULL);
         fuzz_check_message(split.err);
+        FUZZ_CHECK(!llm_error_is_oom(split.err)); /* a refusal says why */
     }
     outcome_free(&split);
     outcome_free(&whole);

@@ -1025,8 +1025,23 @@ static void test_claim_ids(void)
     llm_call_ids_free(taken);
 }
 
+/* The turn tells the codecs' out of memory from a bad answer by these words (or no words). */
+static void test_out_of_memory_is_told_apart(void)
+{
+    CHECK(llm_error_is_oom(NULL));
+    CHECK(llm_error_is_oom(LLM_OUT_OF_MEMORY));
+    CHECK(!llm_error_is_oom("out of memory here")); /* a server's words, quoted: not ours */
+    CHECK(!llm_error_is_oom(LLM_SERVER_ERROR "out of memory"));
+    llm_reply r;
+    char *err = NULL;
+    CHECK(llm_reply_decode("{\"choices\":7}", 13, &r, &err) != 0);
+    CHECK(err && !llm_error_is_oom(err)); /* a bad answer is not out of memory */
+    free(err);
+}
+
 int main(void)
 {
+    test_out_of_memory_is_told_apart();
     test_decode_content();
     test_decode_tool_calls();
     test_decode_ollama_object_arguments();
