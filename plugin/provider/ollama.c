@@ -224,7 +224,8 @@ static int apply_object(ollama_stream *s, const json_t *o, char **err)
                                            llm_json_type_name(args))), -1;
             if (json_array_size(s->calls) == LLM_MAX_TOOL_CALLS)
                 return llm_too_many_calls(err);
-            json_array_append(s->calls, (json_t *)c);
+            if (json_array_append(s->calls, (json_t *)c) != 0)
+                return codec_oom(err); /* a call left out would be a reply without it */
         }
     }
     if (json_is_true(json_object_get(o, "done"))) {
