@@ -681,6 +681,10 @@ parley_status http_call_outcome(const http_call *c, CURLcode code, char **msg, i
      * its body was then cut: the same answer gives the same status, always. */
     int error_status = c->headers_done && (status < 200 || status >= 300);
     if (code != CURLE_OK && !error_status) {
+        if (code == CURLE_OUT_OF_MEMORY) { /* libcurl's own allocation failed: no fault of the server */
+            *msg = pstr_printf("LLM request failed: %s", detail);
+            return PARLEY_ERR_NO_MEMORY;
+        }
         int began = c->header_bytes > 0 || c->received > 0;
         /* A reused connection has no connect time, but its request did get under way. */
         curl_off_t connect_us = 0, pretransfer_us = 0;
