@@ -81,9 +81,9 @@ static struct turn *unref_locked(struct turn *t) { return --t->refs == 0 ? t : N
 static void error_line(unsigned long seq, json_t *error)
 {
     json_t *line = json_object();
-    json_object_set_new(line, "seq", json_integer((json_int_t)seq));
-    json_object_set_new(line, "error", error);
-    out_json_line(line);
+    jset(line, "seq", json_integer((json_int_t)seq));
+    jset(line, "error", error);
+    out_json_line(line, seq, NULL);
     json_decref(line);
 }
 
@@ -91,11 +91,11 @@ static void error_line(unsigned long seq, json_t *error)
 static void op_reply(unsigned long seq, const char *op, json_t *result, json_t *error)
 {
     json_t *line = json_object();
-    json_object_set_new(line, "seq", json_integer((json_int_t)seq));
-    json_object_set_new(line, "op", jstr(op));
-    json_object_set_new(line, "result", result ? result : json_null());
-    json_object_set_new(line, "error", error ? error : json_null());
-    out_json_line(line);
+    jset(line, "seq", json_integer((json_int_t)seq));
+    jset(line, "op", jstr(op));
+    jset(line, "result", result ? result : json_null());
+    jset(line, "error", error ? error : json_null());
+    out_json_line(line, seq, op);
     json_decref(line);
 }
 
@@ -162,44 +162,40 @@ static void on_done(void *user_data, const parley_result *r)
 #define FIELD(f, dflt) (PARLEY_HAS_FIELD(r, parley_result, f) ? r->f : (dflt))
     parley_status status = FIELD(status, PARLEY_ERR_INTERNAL);
     json_t *line = json_object();
-    json_object_set_new(line, "seq", json_integer((json_int_t)t->seq));
+    jset(line, "seq", json_integer((json_int_t)t->seq));
     if (t->op)
-        json_object_set_new(line, "op", jstr(t->op));
-    json_object_set_new(line, "conversation_id", jstr(FIELD(conversation_id, NULL)));
-    json_object_set_new(line, "turn_id", jstr(FIELD(turn_id, NULL)));
-    json_object_set_new(line, "response", jstr(FIELD(response, NULL)));
-    json_object_set_new(line, "steps",
-                        jparse_plugin(FIELD(steps_json, NULL), json_array(), "steps_json"));
-    json_object_set_new(line, "continue_conversation",
-                        json_boolean(FIELD(continue_conversation, 0) != 0));
-    json_object_set_new(line, "error",
-                        status == PARLEY_OK ? json_null()
-                                            : jerror(status, FIELD(error_message, NULL)));
+        jset(line, "op", jstr(t->op));
+    jset(line, "conversation_id", jstr(FIELD(conversation_id, NULL)));
+    jset(line, "turn_id", jstr(FIELD(turn_id, NULL)));
+    jset(line, "response", jstr(FIELD(response, NULL)));
+    jset(line, "steps", jparse_plugin(FIELD(steps_json, NULL), json_array(), "steps_json"));
+    jset(line, "continue_conversation", json_boolean(FIELD(continue_conversation, 0) != 0));
+    jset(line, "error",
+         status == PARLEY_OK ? json_null() : jerror(status, FIELD(error_message, NULL)));
     if (t->ndeltas > 0) {
-        json_object_set_new(line, "deltas", json_integer((json_int_t)t->ndeltas));
-        json_object_set_new(line, "streamed", jstrn(t->streamed ? t->streamed : "", t->slen));
+        jset(line, "deltas", json_integer((json_int_t)t->ndeltas));
+        jset(line, "streamed", jstrn(t->streamed ? t->streamed : "", t->slen));
     }
     if (t->rlen > 0)
-        json_object_set_new(line, "reasoning_streamed", jstrn(t->reasoning, t->rlen));
+        jset(line, "reasoning_streamed", jstrn(t->reasoning, t->rlen));
     if (PARLEY_HAS_FIELD(r, parley_result, usage_json))
-        json_object_set_new(line, "usage", jparse_plugin(r->usage_json, json_null(), "usage_json"));
+        jset(line, "usage", jparse_plugin(r->usage_json, json_null(), "usage_json"));
     if (PARLEY_HAS_FIELD(r, parley_result, stop_reason))
-        json_object_set_new(line, "stop_reason", jstr(r->stop_reason));
+        jset(line, "stop_reason", jstr(r->stop_reason));
     /* message identity: only when set (a stored turn; an input with reply_to) */
     const char *identity[][2] = {{"user_message_id", FIELD(user_message_id, NULL)},
                                  {"answer_message_id", FIELD(answer_message_id, NULL)},
                                  {"reply_context", FIELD(reply_context, NULL)}};
     for (size_t i = 0; i < sizeof identity / sizeof identity[0]; i++)
         if (identity[i][1])
-            json_object_set_new(line, identity[i][0], jstr(identity[i][1]));
+            jset(line, identity[i][0], jstr(identity[i][1]));
     const char *structured = FIELD(structured_json, NULL); /* with a response_format */
     if (structured)
-        json_object_set_new(line, "structured",
-                            jparse_plugin(structured, json_null(), "structured_json"));
+        jset(line, "structured", jparse_plugin(structured, json_null(), "structured_json"));
 #undef FIELD
     /* Written before the turn leaves the in-flight set: a barrier that sees
      * in_flight == 0 knows every result line is out. */
-    out_json_line(line);
+    out_json_line(line, t->seq, t->op);
     json_decref(line);
 
     pthread_mutex_lock(&g_shim.mu);

@@ -26,12 +26,32 @@ static void clear_status_locked(void)
     }
 }
 
-void out_json_line(json_t *value)
+/* Memory ran out while this thread built its current output line (a value in
+ * it became null or went missing); out_json_line clears it. */
+static _Thread_local int line_short;
+
+void jset(json_t *object, const char *key, json_t *value)
 {
-    char *s = json_dumps(value, SHIM_JSON_COMPACT);
+    if (json_object_set_new(object, key, value) != 0)
+        line_short = 1;
+}
+
+void out_json_line(json_t *value, unsigned long seq, const char *op)
+{
+    /* Only on OOM: every string we build is valid UTF-8. */
+    char *s = line_short ? NULL : json_dumps(value, SHIM_JSON_COMPACT);
+    line_short = 0;
     if (!s) {
-        /* Only on OOM: every string we build is valid UTF-8. */
-        diag(PARLEY_LOG_ERROR, "cannot serialize an output line");
+        pthread_mutex_lock(&out_mu);
+        if (op)
+            fprintf(stdout, "{\"seq\":%lu,\"op\":\"%s\",\"result\":null,\"error\":", seq, op);
+        else
+            fprintf(stdout, "{\"seq\":%lu,\"error\":", seq);
+        fputs("{\"code\":\"no_memory\",\"message\":\"parley-host: out of memory writing this "
+              "answer\"}}\n",
+              stdout);
+        fflush(stdout);
+        pthread_mutex_unlock(&out_mu);
         return;
     }
     size_t n = strlen(s);
@@ -168,11 +188,12 @@ json_t *jstrn(const char *s, size_t len)
     /* Invalid UTF-8: replace each bad byte with U+FFFD. */
     size_t o = 0;
     char *fixed = utf8_repaired(s, len, &o);
-    if (!fixed)
-        return json_null();
-    j = json_stringn(fixed, o);
+    j = fixed ? json_stringn(fixed, o) : NULL;
     free(fixed);
-    return j ? j : json_null();
+    if (j)
+        return j;
+    line_short = 1; /* out of memory: the line must not say null for the text */
+    return json_null();
 }
 
 json_t *jstr(const char *s) { return s ? jstrn(s, strlen(s)) : json_null(); }
@@ -186,6 +207,10 @@ json_t *jparse_plugin(const char *text, json_t *if_null, const char *what)
     json_t *v = json_loads(text, JSON_DECODE_ANY, &e);
     if (v)
         return v;
+    if (json_error_code(&e) == json_error_out_of_memory) {
+        line_short = 1;
+        return json_null();
+    }
     diag(PARLEY_LOG_WARN, "%s from the plugin is not valid JSON (%s); passing it on as a string",
          what, e.text);
     return jstr(text);
@@ -226,8 +251,8 @@ const char *status_str(parley_status status)
 json_t *jerror_code(const char *code, const char *message)
 {
     json_t *e = json_object();
-    json_object_set_new(e, "code", jstr(code));
-    json_object_set_new(e, "message", jstr(message ? message : code));
+    jset(e, "code", jstr(code));
+    jset(e, "message", jstr(message ? message : code));
     return e;
 }
 

@@ -51,8 +51,15 @@ extern struct shim g_shim;
 /* ---- output.c ---------------------------------------------------------- */
 
 /* Write one JSON value as one compact line: single fwrite + fflush under the
- * output lock, so lines from different threads never interleave. */
-void out_json_line(json_t *value);
+ * output lock, so lines from different threads never interleave.  The answer
+ * to input line seq (an op's when op is non-NULL): should memory have run out
+ * while it was built (a helper below or jset flagged it on this thread) or
+ * serialized, a fixed no_memory line for seq takes its place, written without
+ * allocating, so no line goes unanswered and none is answered with a part. */
+void out_json_line(json_t *value, unsigned long seq, const char *op);
+/* json_object_set_new, flagging the line being built when it fails (a NULL
+ * value: out of memory; value is stolen either way). */
+void jset(json_t *object, const char *key, json_t *value);
 /* Text to stdout under the same lock (interactive mode). */
 void out_text(const char *s, size_t len);
 void out_printf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));

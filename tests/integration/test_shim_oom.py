@@ -1,0 +1,40 @@
+"""parley-host out of memory while writing an answer (docs/shim.md, JSONL mode): the line
+is still answered, with a fixed no_memory line, never dropped or written in part.
+tests/tools/dumps_fault.so makes json_dumps fail for the answer to one input line."""
+import os
+import unittest
+
+from harness import BUILD, FakeLLM, ParleyTestCase, options
+
+FAULT = os.path.join(BUILD, "tests", "dumps_fault.so")
+# the sanitizer runtime need not come first: this library intercepts nothing of it
+ASAN = os.environ.get("ASAN_OPTIONS", "") + ":verify_asan_link_order=0"
+NO_MEMORY = {"code": "no_memory", "message": "parley-host: out of memory writing this answer"}
+
+
+class AnswerOutOfMemory(ParleyTestCase):
+    def run_failing(self, seq, lines, fake):
+        return self.run_ok(lines, options(fake), env={
+            "LD_PRELOAD": FAULT, "PARLEY_FAULT_DUMPS_SEQ": str(seq), "ASAN_OPTIONS": ASAN})
+
+    def test_a_turn_result_that_cannot_be_written_is_answered_no_memory(self):
+        with FakeLLM() as fake:
+            run = self.run_failing(2, [{"text": "one", "conversation_id": "a"},
+                                       {"text": "two", "conversation_id": "a"},
+                                       {"text": "three", "conversation_id": "a"}], fake)
+            self.assertEqual([l["seq"] for l in run.lines], [1, 2, 3])
+            self.assertEqual(run.by_seq(2), {"seq": 2, "error": NO_MEMORY})
+            self.assertTurnOk(run.by_seq(3))
+
+    def test_an_op_answer_that_cannot_be_written_is_answered_no_memory(self):
+        with FakeLLM() as fake:
+            run = self.run_failing(2, [{"text": "one", "conversation_id": "a"},
+                                       {"op": "history", "conversation_id": "a"},
+                                       {"op": "list"}], fake)
+            self.assertEqual(run.by_seq(2),
+                             {"seq": 2, "op": "history", "result": None, "error": NO_MEMORY})
+            self.assertIsNone(run.by_seq(3)["error"])
+
+
+if __name__ == "__main__":
+    unittest.main()
