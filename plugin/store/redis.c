@@ -304,13 +304,13 @@ static void disconnect(redis_conn *c)
     c->ctx = NULL;
 }
 
-/* Run one command while connecting: 0, or -1 with *err. */
+/* Run one command while connecting: 0, or -1 with *err (-2: hiredis ran out of memory). */
 static int setup_command(redis_store *s, redis_conn *c, char **err, int argc, const char **argv)
 {
     redisReply *r = redisCommandArgv(c->ctx, argc, argv, NULL);
     if (!r) {
         fail(s, err, "lost the connection while connecting", c->ctx->errstr);
-        return -1;
+        return c->ctx->err == REDIS_ERR_OOM ? -2 : -1;
     }
     int ok = r->type != REDIS_REPLY_ERROR;
     if (!ok) /* e.g. "WRONGPASS invalid username-password pair": the server never echoes it */
@@ -348,9 +348,10 @@ static parley_status connect_now(redis_store *s, redis_conn *c, char **err)
     if (!c->ctx)
         return PARLEY_ERR_NO_MEMORY;
     if (c->ctx->err) {
+        parley_status st = c->ctx->err == REDIS_ERR_OOM ? PARLEY_ERR_NO_MEMORY : PARLEY_ERR_STORAGE;
         fail(s, err, "cannot connect", c->ctx->errstr);
         disconnect(c);
-        return PARLEY_ERR_STORAGE;
+        return st;
     }
     redisSetTimeout(c->ctx, ms_to_timeval(REDIS_COMMAND_TIMEOUT_MS));
     redisEnableKeepAlive(c->ctx);
@@ -359,11 +360,14 @@ static parley_status connect_now(redis_store *s, redis_conn *c, char **err)
     const char *auth[] = {"AUTH", s->addr.password};
     const char *select[] = {"SELECT", db};
     const char *ping[] = {"PING"};
-    if ((s->addr.password && setup_command(s, c, err, 2, auth) != 0) ||
-        (s->addr.db && setup_command(s, c, err, 2, select) != 0) ||
-        setup_command(s, c, err, 1, ping) != 0) {
+    int rc = s->addr.password ? setup_command(s, c, err, 2, auth) : 0;
+    if (rc == 0 && s->addr.db)
+        rc = setup_command(s, c, err, 2, select);
+    if (rc == 0)
+        rc = setup_command(s, c, err, 1, ping);
+    if (rc != 0) {
         disconnect(c);
-        return PARLEY_ERR_STORAGE;
+        return rc == -2 ? PARLEY_ERR_NO_MEMORY : PARLEY_ERR_STORAGE;
     }
     load_scripts(c);
     return PARLEY_OK;
@@ -380,7 +384,9 @@ static parley_status ensure_connected(redis_store *s, redis_conn *c, int *fresh,
     char *why = NULL;
     parley_status st = connect_now(s, c, &why);
     if (st != PARLEY_OK) {
-        c->next_connect_ms = clock_mono_ms() + REDIS_RECONNECT_MS;
+        /* Out of memory here is ours, not the server's: the next call may try again at once. */
+        if (st != PARLEY_ERR_NO_MEMORY)
+            c->next_connect_ms = clock_mono_ms() + REDIS_RECONNECT_MS;
         if (!c->lost_logged && s->log && why) { /* why names the store already */
             char *line = pstr_printf("%s; turns that need history fail until it is back", why);
             if (line)
@@ -468,6 +474,8 @@ static parley_status run_on(redis_store *s, redis_conn *c, int id, script_args *
             int again = retry && !fresh && attempt == 0;
             if (!again) {
                 st = fail(s, err, "lost the connection", c->ctx->errstr);
+                if (c->ctx->err == REDIS_ERR_OOM) /* hiredis' allocation: the server is fine */
+                    st = PARLEY_ERR_NO_MEMORY;
                 say(s, PARLEY_LOG_WARN, "%s: lost the connection (%s); reconnecting on the next call",
                     c->ctx->errstr);
             }
