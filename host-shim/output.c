@@ -207,7 +207,9 @@ json_t *jparse_plugin(const char *text, json_t *if_null, const char *what)
     json_t *v = json_loads(text, JSON_DECODE_ANY, &e);
     if (v)
         return v;
-    if (json_error_code(&e) == json_error_out_of_memory) {
+    /* Out of memory: jansson's error code, or no error set at all (its lexer's first
+     * allocation failed; the code byte is then never written). */
+    if (e.text[0] == '\0' || json_error_code(&e) == json_error_out_of_memory) {
         line_short = 1;
         return json_null();
     }

@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "lib/buf.h"
+#include "lib/json_oom.h"
 #include "lib/utf8.h"
 #include "config/options_ui.h"
 #include "store/store.h"
@@ -589,8 +590,9 @@ static const opt_spec *find_spec(const char *name)
 static char *parse_error(const json_error_t *e)
 {
     const char *why;
+    if (json_load_oom(e))
+        return pstr_printf("out of memory");
     switch (json_error_code(e)) {
-    case json_error_out_of_memory: return pstr_printf("out of memory");
     case json_error_stack_overflow: why = "nested too deeply"; break;
     case json_error_invalid_utf8: why = "not valid UTF-8"; break;
     case json_error_premature_end_of_input: why = "the text ends too early"; break;
@@ -726,7 +728,7 @@ parley_status options_parse(const char *json_text, parley_options *o, char **err
     json_t *root = json_loads(json_text ? json_text : "", JSON_REJECT_DUPLICATES, &jerr);
     if (!root) {
         *err = parse_error(&jerr);
-        if (json_error_code(&jerr) == json_error_out_of_memory)
+        if (json_load_oom(&jerr))
             st = PARLEY_ERR_NO_MEMORY;
         goto fail;
     }

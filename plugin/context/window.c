@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "http/context_window.h"
+#include "lib/json_oom.h"
 #include "store/message_text.h"
 
 void ctx_window_free(ctx_window *w)
@@ -104,7 +105,7 @@ static int record_parse_json(const char *json, size_t len, ctx_record *out)
 {
     json_error_t jerr;
     json_t *root = json_loadb(json, len, 0, &jerr);
-    if (!root && json_error_code(&jerr) == json_error_out_of_memory)
+    if (!root && json_load_oom(&jerr))
         return -1;
     int oom = 0;
     json_t *start = json_object_get(root, "start");

@@ -20,6 +20,7 @@
 #include <strings.h>
 
 #include "lib/dict.h"
+#include "lib/json_oom.h"
 
 #define MAX_ERROR_TEXT 500 /* llm_error_text's bound, in bytes */
 
@@ -806,6 +807,8 @@ char *llm_clean_text(const char *text, size_t n) { return clean_text(text, n, MA
 
 int codec_fail_not_json(char **err, const char *what, const json_error_t *jerr)
 {
+    if (json_load_oom(jerr))
+        return codec_oom(err);
     char *why = clean_text(jerr->text, strlen(jerr->text), MAX_ERROR_TEXT);
     int rc = codec_fail(err, "%s is not JSON: %s (at byte %d)", what, why ? why : "parse error",
                         jerr->position);

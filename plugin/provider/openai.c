@@ -22,6 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "lib/json_oom.h"
 #include "provider/codec.h"
 #include "provider/openai_decode.h"
 #include "provider/provider.h"
@@ -361,9 +362,12 @@ static int render_messages_text(pbuf *out, const char *p, size_t len, written *w
             run = (text_run){m.json, next, m.json, kind, kind};
             continue;
         }
-        json_t *o = json_loadb(m.json, m.len, 0, NULL);
+        json_error_t jerr;
+        json_t *o = json_loadb(m.json, m.len, 0, &jerr);
         if (!json_is_object(o)) {
             json_decref(o);
+            if (!o && json_load_oom(&jerr))
+                return codec_oom(err);
             *err = pstr_printf("stored history holds a message that is not JSON");
             return -1;
         }

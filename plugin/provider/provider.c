@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "lib/json_oom.h"
 #include "lib/utf8.h"
 #include "provider/codec.h"
 #include "provider/think.h"
@@ -39,8 +40,10 @@ json_t *provider_parse_messages(const char *text, size_t len, char **err)
         size_t i = json_array_size(arr);
         json_t *o = json_loadb(m.json, m.len, 0, &jerr);
         char *why = NULL;
-        if (!o)
-            why = pstr_printf("stored messages are not JSON: %s", utf8_mend(jerr.text));
+        if (!o) /* out of memory leaves why NULL */
+            why = json_load_oom(&jerr) ? NULL
+                                       : pstr_printf("stored messages are not JSON: %s",
+                                                     utf8_mend(jerr.text));
         else if (!json_is_object(o) || !json_is_string(json_object_get(o, "role")))
             why = pstr_printf("stored message %zu is not a message object", i);
         else if (json_array_append_new(arr, o) == 0)

@@ -6,6 +6,7 @@
  * turn sizes: kept with each turn in the store, loaded with the window and
  * counted instead of the byte estimate (which a turn without one falls back to).
  */
+#include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -476,8 +477,30 @@ static void test_commit_hash_after_the_check(void)
     pbuf_free(&h);
 }
 
+/* A record (JSON, as older Parleys wrote it) whose parse ran out of memory is -1, never a
+ * record read without its summary: the turn would write that back and lose the summary
+ * for good.  jansson's first allocation failing sets no error code at all (lib/json_oom.h). */
+static void *no_malloc(size_t n)
+{
+    (void)n;
+    return NULL;
+}
+
+static void test_record_out_of_memory_keeps_the_summary(void)
+{
+    const char *rec = "{\"start\":3,\"summary\":\"Lamps.\",\"upto\":2}";
+    ctx_record r;
+    json_set_alloc_funcs(no_malloc, free);
+    int rc = ctx_record_parse(rec, strlen(rec), &r);
+    json_set_alloc_funcs(malloc, free);
+    CHECK(rc == -1);
+    free(r.summary);
+    free(r.next);
+}
+
 int main(void)
 {
+    test_record_out_of_memory_keeps_the_summary();
     test_commit_hash_after_the_check();
     test_plain_records_read_as_parsed();
     test_prefix_hash_is_fnv1a();

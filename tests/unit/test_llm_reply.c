@@ -1,10 +1,12 @@
 /* test_llm_reply.c -- decoding whole and streamed Chat Completions replies. */
+#include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "lib/buf.h"
 #include "check.h"
+#include "provider/codec.h"
 #include "provider/openai_decode.h"
 #include "reply_diff.h"
 
@@ -1039,9 +1041,38 @@ static void test_out_of_memory_is_told_apart(void)
     free(err);
 }
 
+/* jansson's first allocation of a load (its lexer's buffer) failing sets no error at all:
+ * still out of memory, not "not JSON" (lib/json_oom.h). */
+static void *no_malloc(size_t n)
+{
+    (void)n;
+    return NULL;
+}
+
+static void test_parser_without_memory_is_out_of_memory(void)
+{
+    static const char body[] = "{\"choices\":[]}";
+    json_error_t jerr;
+    memset(&jerr, 0x04, sizeof jerr); /* the stack's garbage, as jansson may leave it */
+    json_set_alloc_funcs(no_malloc, free);
+    json_t *root = json_loadb(body, sizeof body - 1, 0, &jerr);
+    json_set_alloc_funcs(malloc, free);
+    CHECK(root == NULL);
+    char *err = NULL;
+    CHECK(codec_fail_not_json(&err, "response", &jerr) != 0 && llm_error_is_oom(err));
+    free(err);
+    json_decref(root);
+    memset(&jerr, 0, sizeof jerr); /* a real syntax error stays one */
+    root = json_loadb("{", 1, 0, &jerr);
+    err = NULL;
+    CHECK(!root && codec_fail_not_json(&err, "response", &jerr) != 0 && !llm_error_is_oom(err));
+    free(err);
+}
+
 int main(void)
 {
     test_out_of_memory_is_told_apart();
+    test_parser_without_memory_is_out_of_memory();
     test_decode_content();
     test_decode_tool_calls();
     test_decode_ollama_object_arguments();
