@@ -327,6 +327,8 @@ static int parse_nonblank(const char *line, size_t len, struct jsonl_line *l)
     /* DECODE_ANY: any other value is "not a JSON object", not a syntax error. */
     json_error_t je;
     json_t *obj = json_loadb(line, len, JSON_DECODE_ANY | JSON_REJECT_DUPLICATES, &je);
+    if (!obj && (je.text[0] == '\0' || json_error_code(&je) == json_error_out_of_memory))
+        return -1; /* out of memory (an empty text: jansson's first allocation failed) */
     if (!obj)
         return decode_error(l, je.text);
     json_t *jop = json_object_get(obj, "op");

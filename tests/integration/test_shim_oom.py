@@ -1,12 +1,13 @@
-"""parley-host out of memory while writing an answer (docs/shim.md, JSONL mode): the line
-is still answered, with a fixed no_memory line, never dropped or written in part.
-tests/tools/dumps_fault.so makes json_dumps fail for the answer to one input line."""
+"""parley-host out of memory (docs/shim.md, JSONL mode): a line whose answer cannot be written
+is still answered, with a fixed no_memory line, never dropped or written in part; a line that
+cannot be parsed for want of memory is answered no_memory, not invalid_input.
+tests/tools/jansson_fault.so makes jansson fail there."""
 import os
 import unittest
 
 from harness import BUILD, FakeLLM, ParleyTestCase, options
 
-FAULT = os.path.join(BUILD, "tests", "dumps_fault.so")
+FAULT = os.path.join(BUILD, "tests", "jansson_fault.so")
 # the sanitizer runtime need not come first: this library intercepts nothing of it
 ASAN = os.environ.get("ASAN_OPTIONS", "") + ":verify_asan_link_order=0"
 NO_MEMORY = {"code": "no_memory", "message": "parley-host: out of memory writing this answer"}
@@ -34,6 +35,14 @@ class AnswerOutOfMemory(ParleyTestCase):
             self.assertEqual(run.by_seq(2),
                              {"seq": 2, "op": "history", "result": None, "error": NO_MEMORY})
             self.assertIsNone(run.by_seq(3)["error"])
+
+    def test_a_line_that_cannot_be_parsed_is_answered_no_memory(self):
+        with FakeLLM() as fake:
+            run = self.run_ok([{"text": "oom-here", "conversation_id": "a"},
+                               {"text": "two", "conversation_id": "a"}], options(fake), env={
+                "LD_PRELOAD": FAULT, "PARLEY_FAULT_LOADB_MARK": "oom-here", "ASAN_OPTIONS": ASAN})
+            self.assertEqual(run.by_seq(1)["error"]["code"], "no_memory")
+            self.assertTurnOk(run.by_seq(2))
 
 
 if __name__ == "__main__":
