@@ -27,6 +27,7 @@
 #include "provider/openai_decode.h"
 #include "provider/provider.h"
 #include "store/message_text.h"
+#include "store/store_json.h"
 
 static void put_key(pbuf *b, const char *key)
 {
@@ -366,7 +367,9 @@ static int render_messages_text(pbuf *out, const char *p, size_t len, written *w
         json_t *o = json_loadb(m.json, m.len, 0, &jerr);
         if (!json_is_object(o)) {
             json_decref(o);
-            if (!o && json_load_oom(&jerr))
+            /* A message that is one JSON object and does not parse: jansson ran out of memory
+               (it words some such failures as syntax errors). */
+            if (!o && (json_load_oom(&jerr) || store_json_object_list(m.json, m.len) == 1))
                 return codec_oom(err);
             *err = pstr_printf("stored history holds a message that is not JSON");
             return -1;

@@ -1091,8 +1091,49 @@ static void check_codec_tables(void)
     options_free(&o);
 }
 
+/* jansson's allocations fail from the nth on (json_set_alloc_funcs). */
+static long jansson_left;
+static void *jansson_malloc(size_t n) { return jansson_left-- > 0 ? malloc(n) : NULL; }
+
+/* A stored message that is rendered from its parse (a system note) and could not be parsed for
+ * want of memory is out of memory -- even where jansson words it a syntax error -- never
+ * "stored history holds a message that is not JSON", which ended the turn `internal`. */
+static void test_stored_history_out_of_memory(void)
+{
+    parley_options o;
+    char *err = NULL;
+    CHECK(options_parse("{\"model\":\"m\"}", &o, &err) == PARLEY_OK);
+    const char *text = "{\"role\":\"user\",\"content\":\"is the washer done?\"},"
+                       "{\"role\":\"system\",\"content\":\"the user is away until 18:00\"},"
+                       "{\"role\":\"assistant\",\"content\":\"not yet\"}";
+    json_t *msgs = json_loads("[{\"role\":\"user\",\"content\":\"and now?\"}]", 0, NULL);
+    provider_request r = {.system = "s", .history_text = text, .history_text_len = strlen(text),
+                          .messages = msgs, .tools_json = "[]"};
+    const provider *p = provider_find("openai");
+    long n;
+    for (n = 0; p && n < 10000; n++) {
+        pbuf body = PBUF_INIT;
+        jansson_left = n;
+        json_set_alloc_funcs(jansson_malloc, free);
+        int rc = p->encode(&body, &o, &r, &err);
+        json_set_alloc_funcs(malloc, free);
+        pbuf_free(&body);
+        if (rc == 0)
+            break;
+        CHECK(llm_error_is_oom(err));
+        if (!llm_error_is_oom(err))
+            fprintf(stderr, "  jansson failing from allocation %ld: %s\n", n, err);
+        free(err);
+        err = NULL;
+    }
+    CHECK(n > 0);
+    json_decref(msgs);
+    options_free(&o);
+}
+
 int main(void)
 {
+    test_stored_history_out_of_memory();
     json_t *conv = load_json(CORPUS "conversation.json");
     CHECK(conv != NULL);
     for (size_t i = 0; conv && i < sizeof NAMES / sizeof NAMES[0]; i++) {
