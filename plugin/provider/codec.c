@@ -162,7 +162,12 @@ json_t *msg_user_with_notes(const json_t *m, const char *notes)
         with = joined ? json_string(joined) : NULL;
         free(joined);
     }
-    if (!copy || !with || json_object_set_new(copy, "content", with) != 0) { /* takes `with` */
+    if (!copy || !with) {
+        json_decref(with);
+        json_decref(copy);
+        return NULL;
+    }
+    if (json_object_set_new(copy, "content", with) != 0) { /* takes `with` */
         json_decref(copy);
         return NULL;
     }
@@ -268,7 +273,12 @@ json_t *msg_join(const json_t *a, const json_t *b)
         with = joined ? json_string(joined) : NULL;
         free(joined);
     }
-    if (!copy || !with || json_object_set_new(copy, "content", with) != 0) { /* takes `with` */
+    if (!copy || !with) {
+        json_decref(with);
+        json_decref(copy);
+        return NULL;
+    }
+    if (json_object_set_new(copy, "content", with) != 0) { /* takes `with` */
         json_decref(copy);
         return NULL;
     }
@@ -331,7 +341,12 @@ json_t *msgs_join(const json_t *run)
     json_t *copy = json_copy(json_array_get(run, 0));
     pbuf_free(&j.text);
     json_decref(j.parts);
-    if (!copy || !with || json_object_set_new(copy, "content", with) != 0) { /* takes `with` */
+    if (!copy || !with) {
+        json_decref(with);
+        json_decref(copy);
+        return NULL;
+    }
+    if (json_object_set_new(copy, "content", with) != 0) { /* takes `with` */
         json_decref(copy);
         return NULL;
     }
