@@ -356,6 +356,20 @@ def third_party_valgrind(report):
     return " + ".join(sorted(seen)) + " (valgrind)" if seen else None
 
 
+def third_party_crash(err):
+    """The library a crash came from, when failmalloc's stack shows it is one of THIRD_PARTY."""
+    if "failmalloc: fatal signal, stack:" not in err:
+        return None
+    stack = err.split("failmalloc: fatal signal, stack:", 1)[1].splitlines()[1:]
+    for frame in stack:
+        if "failmalloc.so" in frame or "libc.so" in frame:
+            continue
+        lib = os.path.basename(frame.split("(")[0])
+        fn = frame.split("(")[1].split(")")[0] if "(" in frame else ""
+        return "%s %s" % (lib, fn) if any(t in lib for t in THIRD_PARTY) else None
+    return None
+
+
 class Reader:
     """Reads a shim's stdout lines without blocking past a deadline."""
 
