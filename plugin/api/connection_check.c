@@ -65,6 +65,9 @@ static parley_status transport_error(CURLcode code, const char *detail, const pa
                                      const char *url, long connected, char **error)
 {
     switch (code) {
+    case CURLE_OUT_OF_MEMORY: /* libcurl's own allocation: nothing to do with the server */
+        *error = pstr_printf("out of memory");
+        return PARLEY_ERR_NO_MEMORY;
     case CURLE_COULDNT_CONNECT:
         *error = pstr_printf("nothing listens at %s (%s); is the server running?", url, detail);
         return PARLEY_ERR_CONNECT;

@@ -2,9 +2,13 @@
  * HTTP server in this process (canned answers) and a closed port; also from
  * several threads at once (run under TSan: label tsan). */
 #include <arpa/inet.h>
+#include <curl/curl.h>
+#include <dlfcn.h>
 #include <jansson.h>
 #include <netinet/in.h>
 #include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -249,8 +253,39 @@ static void test_bad_options_and_null_outputs(void)
     CHECK(connection_check("not json", NULL, NULL) == PARLEY_ERR_INVALID_OPTIONS);
 }
 
+/* libcurl's transfer, or CURLE_OUT_OF_MEMORY while a test says so (libcurl short of
+ * memory): this program's definition takes the place of libcurl's for parley_core. */
+static CURLcode (*real_perform)(CURL *);
+static atomic_int perform_oom;
+
+CURLcode curl_easy_perform(CURL *e)
+{
+    return atomic_load(&perform_oom) ? CURLE_OUT_OF_MEMORY : real_perform(e);
+}
+
+/* libcurl out of memory is no_memory, not "cannot reach" (connect). */
+static void test_curl_out_of_memory(void)
+{
+    int fd;
+    int port = closed_port(&fd);
+    CHECK(port > 0);
+    char *o = opts(port, "/v1", "");
+    char *err = NULL;
+    atomic_store(&perform_oom, 1);
+    parley_status st = connection_check(o, NULL, &err);
+    atomic_store(&perform_oom, 0);
+    CHECK(st == PARLEY_ERR_NO_MEMORY);
+    if (st != PARLEY_ERR_NO_MEMORY)
+        fprintf(stderr, "  libcurl out of memory: status %d: %s\n", (int)st, err ? err : "");
+    free(err);
+    free(o);
+    close(fd);
+}
+
 int main(void)
 {
+    real_perform = (CURLcode(*)(CURL *))dlsym(RTLD_NEXT, "curl_easy_perform");
+    test_curl_out_of_memory();
     test_models_listed_with_auth_header();
     test_errors_say_what_to_do();
     test_closed_port_from_many_threads();
