@@ -36,10 +36,52 @@ void jset(json_t *object, const char *key, json_t *value)
         line_short = 1;
 }
 
+/* json_dump_callback's writer into a growing string; a failed write sticks. */
+struct dump_buf {
+    char *s;
+    size_t len, cap;
+    int failed;
+};
+
+static int dump_put(const char *text, size_t n, void *data)
+{
+    struct dump_buf *b = data;
+    if (!b->failed && b->len + n + 1 > b->cap) {
+        size_t cap = b->cap ? b->cap * 2 : 256;
+        while (cap < b->len + n + 1)
+            cap *= 2;
+        char *p = realloc(b->s, cap);
+        if (p) {
+            b->s = p;
+            b->cap = cap;
+        } else {
+            b->failed = 1;
+        }
+    }
+    if (b->failed)
+        return -1;
+    memcpy(b->s + b->len, text, n);
+    b->len += n;
+    b->s[b->len] = '\0';
+    return 0;
+}
+
+/* json_dumps, or NULL when any write failed: jansson 2.14's json_dumps ignores a failed
+ * write of an object's key and returns the line without it. */
+static char *dumps_whole(const json_t *value)
+{
+    struct dump_buf b = {NULL, 0, 0, 0};
+    if (json_dump_callback(value, dump_put, &b, SHIM_JSON_COMPACT) != 0 || b.failed || !b.s) {
+        free(b.s);
+        return NULL;
+    }
+    return b.s;
+}
+
 void out_json_line(json_t *value, unsigned long seq, const char *op)
 {
     /* Only on OOM: every string we build is valid UTF-8. */
-    char *s = line_short ? NULL : json_dumps(value, SHIM_JSON_COMPACT);
+    char *s = line_short ? NULL : dumps_whole(value);
     line_short = 0;
     if (!s) {
         pthread_mutex_lock(&out_mu);

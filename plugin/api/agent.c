@@ -19,6 +19,7 @@
 #include "config/selector.h"
 #include "context/window.h"
 #include "engine/tool_handle.h"
+#include "lib/json_oom.h"
 #include "turn/turn.h"
 #include "turn/turn_append.h"
 #include "turn/turn_input.h"
@@ -512,7 +513,7 @@ static parley_status describe_turn(parley_agent *a, const char *turn_id, char **
         json_object_set_new(root, "persona", json_string(persona ? persona : "")) == 0 &&
         json_object_set_new(root, "interface_type", json_string(iface ? iface : "")) == 0 &&
         json_object_set(root, "messages", msgs) == 0)
-        text = json_dumps(root, JSON_COMPACT | JSON_PRESERVE_ORDER);
+        text = json_dumps_whole(root, JSON_COMPACT | JSON_PRESERVE_ORDER);
     json_decref(root);
     json_decref(msgs);
     if (!text)
@@ -944,7 +945,7 @@ parley_status agent_conversations_list_by(parley_agent *a, const char *filter_js
     } else if (json_object_set_new(root, "conversations", kept) != 0) { /* it took kept */
         st = PARLEY_ERR_NO_MEMORY;
     }
-    if (st == PARLEY_OK && !(*out = json_dumps(root, JSON_COMPACT | JSON_PRESERVE_ORDER)))
+    if (st == PARLEY_OK && !(*out = json_dumps_whole(root, JSON_COMPACT | JSON_PRESERVE_ORDER)))
         st = PARLEY_ERR_NO_MEMORY;
     json_decref(root);
     return st;

@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "lib/buf.h"
+#include "lib/json_oom.h"
 #include "lib/redact.h"
 #include "http/llm_http.h"
 #include "config/options.h"
@@ -158,7 +159,7 @@ static char *models_json(const char *url, const char *body, size_t len)
         json_object_set_new(out, "ok", json_true());
         json_object_set_new(out, "url", json_string(url));
         json_object_set(out, "models", ids);
-        s = json_dumps(out, JSON_COMPACT | JSON_PRESERVE_ORDER);
+        s = json_dumps_whole(out, JSON_COMPACT | JSON_PRESERVE_ORDER);
     }
     json_decref(ids);
     json_decref(out);

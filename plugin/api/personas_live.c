@@ -8,6 +8,7 @@
 #include "api/agent.h"
 #include "lib/buf.h"
 #include "lib/host_log.h"
+#include "lib/json_oom.h"
 
 /* Another update swapped the snapshot between our read and our swap: read it again.  Each
  * retry follows a change that did land, so a handful is plenty. */
@@ -45,7 +46,7 @@ static char *options_with(const agent_config *base, const char *name, json_t *de
     if (!def && !json_object_get(personas, name))
         *st = PARLEY_ERR_NOT_FOUND;
     else if ((def ? json_object_set(personas, name, def) : json_object_del(personas, name)) == 0)
-        text = json_dumps(root, JSON_COMPACT | JSON_PRESERVE_ORDER);
+        text = json_dumps_whole(root, JSON_COMPACT | JSON_PRESERVE_ORDER);
     json_decref(root);
     if (text)
         *st = PARLEY_OK;

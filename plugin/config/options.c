@@ -289,7 +289,7 @@ static parley_status set_value(parley_options *o, const opt_spec *s, json_t *v, 
             *dst = NULL;
             return PARLEY_OK;
         }
-        *dst = json_dumps(v, JSON_COMPACT | JSON_PRESERVE_ORDER | JSON_ENCODE_ANY);
+        *dst = json_dumps_whole(v, JSON_COMPACT | JSON_PRESERVE_ORDER | JSON_ENCODE_ANY);
         return *dst ? PARLEY_OK : PARLEY_ERR_NO_MEMORY;
     }
     }

@@ -7,6 +7,7 @@
 
 #include "lib/buf.h"
 #include "lib/json_keys.h"
+#include "lib/json_oom.h"
 #include "lib/unicode_name.h"
 #include "lib/utf8.h"
 
@@ -64,7 +65,7 @@ static parley_status tool_subset(const char *who, json_t *names, const toolset *
                 goto done;
         }
     }
-    char *text = json_dumps(picked, JSON_COMPACT | JSON_PRESERVE_ORDER);
+    char *text = json_dumps_whole(picked, JSON_COMPACT | JSON_PRESERVE_ORDER);
     if (text)
         st = toolset_parse(text, NULL, out, err); /* a repeated name is refused here, by name */
     free(text);

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "lib/json_oom.h"
 #include "lib/utf8.h"
 
 struct toolset {
@@ -145,7 +146,7 @@ parley_status toolset_parse(const char *json_text, const toolset *base, toolset 
         if (json_array_append_new(out, norm) != 0 || !t->names[t->count - 1])
             goto oom;
     }
-    t->json = json_dumps(out, JSON_COMPACT | JSON_PRESERVE_ORDER);
+    t->json = json_dumps_whole(out, JSON_COMPACT | JSON_PRESERVE_ORDER);
     if (!t->json)
         goto oom;
     json_decref(arr);

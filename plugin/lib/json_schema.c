@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "lib/buf.h"
+#include "lib/json_oom.h"
 
 /* Deeper than any schema a host writes; bounds recursion through $ref cycles. */
 #define MAX_DEPTH 64
@@ -218,7 +219,7 @@ static int validate(walk *w, const json_t *s, const json_t *v);
 /* A value as short JSON text for a message (malloc'd). */
 static char *shown(const json_t *v)
 {
-    char *s = json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY | JSON_PRESERVE_ORDER);
+    char *s = json_dumps_whole(v, JSON_COMPACT | JSON_ENCODE_ANY | JSON_PRESERVE_ORDER);
     if (s && strlen(s) > 80)
         strcpy(s + 77, "...");
     return s;

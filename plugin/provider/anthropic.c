@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include "lib/utf8.h"
+#include "lib/json_oom.h"
 #include "provider/codec.h"
 #include "provider/image.h"
 #include "provider/provider.h"
@@ -611,7 +612,7 @@ static int build_reply(builder *b, llm_reply *out, char **err)
         rc = codec_oom(err);
     if (rc == 0 && json_array_size(thinking) > 0) {
         json_t *pd = json_pack("{s:{s:O}}", "anthropic", "thinking", thinking);
-        out->provider_data = pd ? json_dumps(pd, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
+        out->provider_data = pd ? json_dumps_whole(pd, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
         json_decref(pd);
         if (!out->provider_data)
             rc = codec_oom(err);

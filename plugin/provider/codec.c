@@ -544,7 +544,7 @@ void pbuf_json(pbuf *b, const json_t *v)
         pbuf_json_string(b, json_string_value(v), json_string_length(v));
         return;
     }
-    char *s = json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY | JSON_PRESERVE_ORDER);
+    char *s = json_dumps_whole(v, JSON_COMPACT | JSON_ENCODE_ANY | JSON_PRESERVE_ORDER);
     if (!s) {
         b->oom = 1;
         return;
@@ -618,7 +618,7 @@ int codec_body_text(pbuf *out, json_t *body, const parley_options *o, char **err
     build_failed = 0;
     char *text =
         body && !failed
-            ? json_dumps(body, JSON_COMPACT | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(15))
+            ? json_dumps_whole(body, JSON_COMPACT | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(15))
             : NULL;
     json_decref(body);
     if (text) {
@@ -986,7 +986,7 @@ parley_status llm_server_error_status(const char *decode_error, int *retryable)
  * than jansson's default "0.10000000000000001"; else with 17. */
 char *llm_arguments_text(const json_t *obj)
 {
-    char *text = json_dumps(obj, JSON_COMPACT | JSON_REAL_PRECISION(15));
+    char *text = json_dumps_whole(obj, JSON_COMPACT | JSON_REAL_PRECISION(15));
     if (!text)
         return NULL;
     json_t *back = json_loads(text, 0, NULL);
@@ -995,7 +995,7 @@ char *llm_arguments_text(const json_t *obj)
     if (exact)
         return text;
     free(text);
-    return json_dumps(obj, JSON_COMPACT | JSON_REAL_PRECISION(17));
+    return json_dumps_whole(obj, JSON_COMPACT | JSON_REAL_PRECISION(17));
 }
 
 int codec_fill_call(llm_tool_call *c, size_t pos, const char *id, const char *name,

@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "lib/utf8.h"
+#include "lib/json_oom.h"
 #include "provider/codec.h"
 #include "provider/image.h"
 #include "provider/provider.h"
@@ -444,7 +445,7 @@ static int ollama_ask_window(const parley_options *o, provider_ask_fn ask, void 
     pbuf b = PBUF_INIT;
     char *url = pstr_printf("%s/api/show", o->base_url);
     json_t *req = json_pack("{s:s}", "model", o->model ? o->model : "");
-    char *body = req ? json_dumps(req, JSON_COMPACT) : NULL;
+    char *body = req ? json_dumps_whole(req, JSON_COMPACT) : NULL;
     json_decref(req);
     int rc = body ? ask(ctx, url, body, &b, err) : codec_oom(err);
     free(url);

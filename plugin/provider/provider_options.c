@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "lib/buf.h"
+#include "lib/json_oom.h"
 
 /* "\"openai\", \"anthropic\" or \"ollama\"": the registry's names for an error. */
 static void registry_names(pbuf *b)
@@ -106,7 +107,7 @@ char *provider_options_schema(void)
              set_in(props, "provider", "default", json_string(provider_registry[0]->name)) == 0 &&
              set_in(props, "provider", "description", json_string(help)) == 0 &&
              set_in(props, "base_url", "description", json_string(url_help)) == 0)
-        out = json_dumps(schema, JSON_COMPACT | JSON_PRESERVE_ORDER);
+        out = json_dumps_whole(schema, JSON_COMPACT | JSON_PRESERVE_ORDER);
     free(help);
     free(url_help);
     json_decref(schema);

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "lib/json_oom.h"
 #include "lib/uuid.h"
 
 /*
@@ -136,7 +137,7 @@ void record_user_message(turn *t)
 static void put_json_or_string(pbuf *b, const char *text)
 {
     json_t *v = json_loads(text, JSON_DECODE_ANY, NULL);
-    char *compact = v ? json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY | JSON_PRESERVE_ORDER) : NULL;
+    char *compact = v ? json_dumps_whole(v, JSON_COMPACT | JSON_ENCODE_ANY | JSON_PRESERVE_ORDER) : NULL;
     if (compact)
         pbuf_puts(b, compact);
     else

@@ -8,6 +8,7 @@
 #include "engine/store_jobs.h"
 #include "lib/clock.h"
 #include "lib/host_log.h"
+#include "lib/json_oom.h"
 #include "store/message_text.h"
 #include "turn/budget.h"
 
@@ -49,7 +50,7 @@ static int render_summary(turn *t, char **err)
     json_t *msg = input ? json_pack("{s:s,s:s}", "role", "user", "content", input) : NULL;
     json_t *msgs = msg ? json_pack("[O]", msg) : NULL;
     json_t *none = json_array();
-    char *text = msg ? json_dumps(msg, JSON_COMPACT) : NULL;
+    char *text = msg ? json_dumps_whole(msg, JSON_COMPACT) : NULL;
     pbuf text_list = PBUF_INIT; /* the one message as stored text */
     if (text)
         msgtext_append(&text_list, text, strlen(text));

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "engine/tool_handle.h"
+#include "lib/json_oom.h"
 #include "lib/utf8.h"
 
 void tools_free(turn *t)
@@ -24,7 +25,7 @@ void tools_free(turn *t)
 static char *error_content(const char *kind, const char *text)
 {
     json_t *o = json_pack("{s:s,s:s}", "error", kind, "error_text", text);
-    char *s = o ? json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
+    char *s = o ? json_dumps_whole(o, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
     json_decref(o);
     return s;
 }
@@ -157,7 +158,7 @@ static char *result_content(const turn *t, const char *result, int is_error, int
             said = json_string_value(json_object_get(v, "error"));
         json_t *o = json_pack("{s:s,s:s,s:O}", "error", "tool_error", "error_text",
                               said ? said : "The tool failed (see details)", "details", v);
-        char *s = o ? json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
+        char *s = o ? json_dumps_whole(o, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
         json_decref(o);
         json_decref(v);
         return s;
@@ -165,7 +166,7 @@ static char *result_content(const turn *t, const char *result, int is_error, int
     *is_error_out = 0;
     json_t *v = json_loads(text, JSON_DECODE_ANY, NULL);
     char *s =
-        v ? json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY | JSON_PRESERVE_ORDER) : strdup(text);
+        v ? json_dumps_whole(v, JSON_COMPACT | JSON_ENCODE_ANY | JSON_PRESERVE_ORDER) : strdup(text);
     json_decref(v);
     return s;
 }

@@ -9,6 +9,7 @@
 #include <sys/random.h>
 
 #include "lib/clock.h"
+#include "lib/json_oom.h"
 #include "lib/rfc3339.h"
 #include "lib/host_log.h"
 #include "lib/json_schema.h"
@@ -788,7 +789,7 @@ static char *structured_answer(const turn *t, const llm_reply *reply, const char
     else if (f->schema && json_schema_validate(f->schema, v, &problem) != 0)
         *why = pstr_printf("the model's answer does not match the response format '%s': %s%s",
                            f->name, problem ? problem : "out of memory", cut);
-    else if (!(out = json_dumps(v, JSON_COMPACT | JSON_PRESERVE_ORDER)))
+    else if (!(out = json_dumps_whole(v, JSON_COMPACT | JSON_PRESERVE_ORDER)))
         *why = pstr_printf("out of memory");
     free(problem);
     json_decref(v);

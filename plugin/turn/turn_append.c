@@ -15,6 +15,7 @@
 #include "lib/clock.h"
 #include "lib/json_keys.h"
 #include "config/selector.h"
+#include "lib/json_oom.h"
 
 /* PARLEY_ERR_INVALID_INPUT with *err = the message (malloc'd): the input is refused;
    NO_MEMORY when the message could not be made. */
@@ -54,7 +55,7 @@ static parley_status check_message_keys(json_t *root, size_t max_bytes, const ch
         return PARLEY_OK;
     if (!json_is_object(m))
         return refuse(err, pstr_printf("message_json 'metadata': must be a JSON object"));
-    if (!(*metadata = json_dumps(m, JSON_COMPACT | JSON_PRESERVE_ORDER)))
+    if (!(*metadata = json_dumps_whole(m, JSON_COMPACT | JSON_PRESERVE_ORDER)))
         return PARLEY_ERR_NO_MEMORY;
     if (strlen(*metadata) > max_bytes)
         return refuse(err, pstr_printf("message_json 'metadata': %zu bytes, more than "

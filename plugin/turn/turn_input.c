@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "lib/clock.h"
+#include "lib/json_oom.h"
 #include "lib/utf8.h"
 
 /* A conversation id or an interface type: 1..256 bytes of UTF-8, no control characters. */
@@ -62,7 +63,7 @@ static parley_status compact_object(const char *name, const char *text, char **o
         json_decref(v);
         return PARLEY_ERR_INVALID_INPUT;
     }
-    *out = json_dumps(v, JSON_COMPACT | JSON_PRESERVE_ORDER);
+    *out = json_dumps_whole(v, JSON_COMPACT | JSON_PRESERVE_ORDER);
     json_decref(v);
     if (!*out) {
         *err = pstr_printf("out of memory");

@@ -1,7 +1,8 @@
 /*
  * jansson_fault.c -- an LD_PRELOAD library for the integration tests: jansson
  * runs out of memory in parley-host where a test says.
- *   PARLEY_FAULT_DUMPS_SEQ=N   json_dumps fails for the object whose "seq" member
+ *   PARLEY_FAULT_DUMPS_SEQ=N   json_dump_callback (what parley-host writes its
+ *                              lines with) fails for the object whose "seq" member
  *                              is N (parley-host's answer to input line N);
  *   PARLEY_FAULT_LOADB_MARK=S  json_loadb of a text holding S runs with every
  *                              allocation of jansson's failing (the parse of an
@@ -16,17 +17,17 @@
 #include <stdlib.h>
 #include <string.h>
 
-typedef char *(*dumps_fn)(const json_t *, size_t);
+typedef int (*dump_callback_fn)(const json_t *, json_dump_callback_t, void *, size_t);
 typedef json_t *(*loadb_fn)(const char *, size_t, size_t, json_error_t *);
 
-char *json_dumps(const json_t *json, size_t flags)
+int json_dump_callback(const json_t *json, json_dump_callback_t callback, void *data, size_t flags)
 {
-    dumps_fn real = (dumps_fn)dlsym(RTLD_NEXT, "json_dumps");
+    dump_callback_fn real = (dump_callback_fn)dlsym(RTLD_NEXT, "json_dump_callback");
     const char *seq = getenv("PARLEY_FAULT_DUMPS_SEQ");
     json_t *s = json_is_object(json) ? json_object_get(json, "seq") : NULL;
     if (seq && json_is_integer(s) && json_integer_value(s) == atoll(seq))
-        return NULL;
-    return real(json, flags);
+        return -1;
+    return real(json, callback, data, flags);
 }
 
 static void *no_memory(size_t n)
