@@ -490,24 +490,41 @@ static http_call *call_new(http_pool *pool)
     return c;
 }
 
+/*
+ * A fresh easy handle in c's place (0, or -1 out of memory), where curl_easy_reset
+ * would do: a transfer that did not end cleanly (libcurl short of memory) can leave
+ * libcurl's receive buffer allocated at CURLOPT_BUFFERSIZE's 1 KiB; curl_easy_reset
+ * then puts the size back to 16 KiB and keeps the buffer, and setting the option again
+ * is refused once a buffer exists (CURLE_BAD_FUNCTION_ARGUMENT, libcurl 7.88), so the
+ * next transfer received 16 KiB into 1 KiB and corrupted the heap.
+ */
+static int call_renew(http_call *c)
+{
+    CURL *fresh = curl_easy_init();
+    if (!fresh)
+        return -1;
+    curl_easy_cleanup(c->easy);
+    c->easy = fresh;
+    c->configured = 0;
+    return 0;
+}
+
 /* Keep the call and its easy handle (as configured) for the next request,
  * or free them.  Its answer buffer goes either way: a spare call would carry
  * it through its next request's whole wait. */
 static void call_recycle(http_pool *p, http_call *c)
 {
     pbuf_free(&c->body);
-    if (p->nspare >= SPARE_CALLS_MAX || p->nspare >= p->max_active) {
+    /* libcurl counts the times it resent a request on a closed kept-alive
+     * connection (giving up after 5) per easy handle, and only a new handle
+     * (a reset, see call_renew) zeroes that count: after a resend, or a
+     * transfer that did not end cleanly (it may have resent before failing),
+     * start afresh. */
+    if (p->nspare >= SPARE_CALLS_MAX || p->nspare >= p->max_active ||
+        ((c->sends != 1 || !c->finished_ok) && call_renew(c) != 0)) {
         curl_easy_cleanup(c->easy);
         free(c);
         return;
-    }
-    /* libcurl counts the times it resent a request on a closed kept-alive
-     * connection (giving up after 5) per easy handle, and only a reset
-     * zeroes that count: after a resend, or a transfer that did not end
-     * cleanly (it may have resent before failing), start afresh. */
-    if (c->sends != 1 || !c->finished_ok) {
-        curl_easy_reset(c->easy);
-        c->configured = 0;
     }
     c->wait_next = p->spare;
     p->spare = c;
@@ -529,11 +546,11 @@ static int on_prereq(void *ud, char *remote_ip, char *local_ip, int remote_port,
  * to the call itself stay right because a call keeps its easy handle for
  * life (call_new, call_recycle).
  */
-static void call_configure(http_call *c, const http_config *cfg)
+static int call_configure(http_call *c, const http_config *cfg)
 {
+    if (c->configured && call_renew(c) != 0) /* another config: nothing of the old one may stay */
+        return -1;
     CURL *e = c->easy;
-    if (c->configured)
-        curl_easy_reset(e); /* another config: nothing of the old one may stay */
     if (cfg->parsed_url) /* no parse per transfer: libcurl duplicates the parsed handle */
         curl_easy_setopt(e, CURLOPT_CURLU, cfg->parsed_url);
     else
@@ -563,6 +580,7 @@ static void call_configure(http_call *c, const http_config *cfg)
     curl_easy_setopt(e, CURLOPT_CLOSESOCKETFUNCTION, on_close_socket);
     curl_easy_setopt(e, CURLOPT_CLOSESOCKETDATA, c->pool);
     c->configured = cfg->generation;
+    return 0;
 }
 
 http_call *http_call_start(http_pool *pool, const http_config *cfg, const char *body, size_t len,
@@ -577,8 +595,11 @@ http_call *http_call_start(http_pool *pool, const http_config *cfg, const char *
     c->max_bytes = cfg->max_response_bytes;
     c->retry_after_ms = -1;
     c->display_url = cfg->display_url ? cfg->display_url : "the LLM server";
-    if (c->configured != cfg->generation || !cfg->generation)
-        call_configure(c, cfg);
+    if ((c->configured != cfg->generation || !cfg->generation) && call_configure(c, cfg) != 0) {
+        curl_easy_cleanup(c->easy);
+        free(c);
+        return NULL;
+    }
     /* What changes from request to request: only the body. */
     curl_easy_setopt(c->easy, CURLOPT_POSTFIELDS, body);
     curl_easy_setopt(c->easy, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)len);
