@@ -201,7 +201,7 @@ class Iteration:
         if out.timed_out:
             self.problems.append("hang: no end within the timeout (stacks below)")
         elif rc is not None and rc < 0:
-            culprit = third_party_crash(err)
+            culprit = third_party_crash(err, -rc)
             if culprit:
                 self.soak.tolerated[culprit] += 1
             else:
@@ -307,6 +307,9 @@ class Iteration:
 # redisBufferWrite reads the length of the sdsempty() it could not allocate (both fixed in
 # hiredis 1.0).
 THIRD_PARTY = ("libhiredis",)
+# libcurl 7.88's singlesocket(): when adding a transfer to a socket's hash fails it destroys
+# that hash (0 slots) but keeps the socket's entry, whose next lookup divides by zero.
+LIBCURL_SIGFPE = "libcurl 7.88: a socket's transfer hash used after its destruction (SIGFPE)"
 # glibc's dynamic loader ends the process (exit 127) when it cannot allocate a thread's
 # storage for a dlopen()ed library's thread-local variables.
 GLIBC_TLS = "cannot allocate memory for thread-local data"
@@ -356,8 +359,9 @@ def third_party_valgrind(report):
     return " + ".join(sorted(seen)) + " (valgrind)" if seen else None
 
 
-def third_party_crash(err):
-    """The library a crash came from, when failmalloc's stack shows it is one of THIRD_PARTY."""
+def third_party_crash(err, sig):
+    """The library a crash came from, when failmalloc's stack shows it is one of THIRD_PARTY
+    (libcurl: only its division by zero, see LIBCURL_SIGFPE)."""
     if "failmalloc: fatal signal, stack:" not in err:
         return None
     stack = err.split("failmalloc: fatal signal, stack:", 1)[1].splitlines()[1:]
@@ -366,6 +370,8 @@ def third_party_crash(err):
             continue
         lib = os.path.basename(frame.split("(")[0])
         fn = frame.split("(")[1].split(")")[0] if "(" in frame else ""
+        if "libcurl" in lib and sig == signal.SIGFPE:
+            return LIBCURL_SIGFPE
         return "%s %s" % (lib, fn) if any(t in lib for t in THIRD_PARTY) else None
     return None
 
