@@ -725,11 +725,15 @@ parley_status options_parse(const char *json_text, parley_options *o, char **err
     }
     parley_status st = PARLEY_ERR_INVALID_OPTIONS;
     json_error_t jerr;
-    json_t *root = json_loads(json_text ? json_text : "", JSON_REJECT_DUPLICATES, &jerr);
+    const char *text = json_text ? json_text : "";
+    json_t *root = json_loads(text, JSON_REJECT_DUPLICATES, &jerr);
+    if (!root && json_load_oom_text(&jerr, text, strlen(text))) {
+        *err = pstr_printf("out of memory");
+        st = PARLEY_ERR_NO_MEMORY;
+        goto fail;
+    }
     if (!root) {
         *err = parse_error(&jerr);
-        if (json_load_oom(&jerr))
-            st = PARLEY_ERR_NO_MEMORY;
         goto fail;
     }
     if (!json_is_object(root)) {

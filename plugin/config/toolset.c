@@ -106,10 +106,11 @@ parley_status toolset_parse(const char *json_text, const toolset *base, toolset 
     *err = NULL;
     parley_status st = PARLEY_ERR_INVALID_INPUT;
     json_error_t jerr;
-    json_t *arr = json_loads(json_text ? json_text : "[]", 0, &jerr);
+    const char *text = json_text ? json_text : "[]";
+    json_t *arr = json_loads(text, 0, &jerr);
     json_t *out = base ? json_loads(base->json, 0, NULL) : json_array();
     toolset *t = calloc(1, sizeof *t);
-    if (!t || !out)
+    if (!t || !out || (!arr && json_load_oom_text(&jerr, text, strlen(text))))
         goto oom;
     if (!arr) {
         if (asprintf(err, "tools are not valid JSON: %s", utf8_mend(jerr.text)) < 0)

@@ -2,6 +2,18 @@
 #include "lib/json_oom.h"
 
 #include "lib/buf.h"
+#include "lib/json_scan.h"
+
+int json_load_oom_text(const json_error_t *e, const char *text, size_t len)
+{
+    if (json_load_oom(e))
+        return 1;
+    if (json_error_code(e) != json_error_invalid_syntax || !text)
+        return 0;
+    jscan s;
+    jscan_init(&s, text, len);
+    return jscan_skip(&s) == 0 && jscan_end(&s) == 0;
+}
 
 /* json_dump_callback's writer: once one write failed, the text is lost. */
 static int put(const char *text, size_t n, void *data)

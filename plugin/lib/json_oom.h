@@ -25,6 +25,11 @@ static inline int json_load_oom(const json_error_t *e)
     return e->text[0] == '\0' || json_error_code(e) == json_error_out_of_memory;
 }
 
+/* The same, and also when jansson called a failed allocation a syntax error (its lexer
+ * does): text (len bytes) that jansson found "invalid syntax" but that is valid JSON
+ * (json_scan.h's checks) failed for want of memory. */
+int json_load_oom_text(const json_error_t *e, const char *text, size_t len);
+
 /* json_dumps(json, flags), or NULL (out of memory) rather than text with a part missing. */
 char *json_dumps_whole(const json_t *json, size_t flags);
 

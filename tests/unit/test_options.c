@@ -465,8 +465,9 @@ static long allocs_left;
 static void *failing_malloc(size_t n) { return allocs_left-- > 0 ? malloc(n) : NULL; }
 
 /* Out of memory while parsing is PARLEY_ERR_NO_MEMORY saying so, never an option refused
-   with "out of memory" (the host would fix options that are right).  (jansson itself words
-   some of its failed allocations as a syntax error: those stay INVALID_OPTIONS.) */
+   with "out of memory" (the host would fix options that are right), nor options that are
+   right refused as not JSON (jansson words some of its failed allocations as a syntax error,
+   or sets no error at all: lib/json_oom.h tells them). */
 static void test_out_of_memory(void)
 {
     const char *text = "{\"model\":\"m\",\"temperature\":0.5,\"tools\":[],\"provider\":\"ollama\"}";
@@ -485,7 +486,8 @@ static void test_out_of_memory(void)
         failed++;
         int oom_said = err && strcmp(err, "out of memory") == 0;
         CHECK(err != NULL && oom_said == (st == PARLEY_ERR_NO_MEMORY));
-        if (!err || oom_said != (st == PARLEY_ERR_NO_MEMORY))
+        CHECK(st == PARLEY_ERR_NO_MEMORY);
+        if (!err || oom_said != (st == PARLEY_ERR_NO_MEMORY) || st != PARLEY_ERR_NO_MEMORY)
             fprintf(stderr, "  after %ld allocations: status %d, %s\n", n, (int)st,
                     err ? err : "(no message)");
         free(err);
