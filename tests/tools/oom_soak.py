@@ -318,7 +318,6 @@ GLIBC_TLS = "cannot allocate memory for thread-local data"
 def third_party_valgrind(report):
     """What a valgrind report found, when every error in it is a known one of a library of
     others under out of memory, else None:
-    - libcurl 7.88 receives past its receive buffer (every frame libcurl's or below);
     - hiredis 0.14's redisFormatSdsCommandArgv leaks its empty command when growing it fails
       (sdsMakeRoomFor's NULL overwrites it);
     - libgnutls's library constructor leaks when an allocation fails in it;
@@ -343,9 +342,7 @@ def third_party_valgrind(report):
     errors = [b for b in blocks if any(k in head(b) for k in kinds)]
     seen = set()
     for e in errors:
-        if "socketcall.recvfrom(buf) points to unaddressable" in e and "libcurl" in e:
-            seen.add("libcurl 7.88: recv() past its receive buffer")
-        elif "lost in" in e and "redisFormatSdsCommandArgv" in e:
+        if "lost in" in e and "redisFormatSdsCommandArgv" in e:
             seen.add("hiredis 0.14: redisFormatSdsCommandArgv leaks its command")
         elif "lost in" in e and "curl_global_init" in e and "libcrypto" in e:
             seen.add("OpenSSL: its initialisation (from curl_global_init) leaks when it runs "
