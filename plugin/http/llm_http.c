@@ -426,13 +426,17 @@ static http_shard *shard_with_room(http_pool *p)
     return NULL;
 }
 
-/* Put the call on a multi handle: its timeouts start now. */
+/* Put the call on a multi handle: its timeouts start now.  0, or -1 with errno ENOMEM
+ * (libcurl out of memory) or EINVAL (refused). */
 static int call_add(http_call *c)
 {
     http_pool *p = c->pool;
     http_shard *sh = shard_with_room(p);
-    if (!sh || curl_multi_add_handle(sh->multi, c->easy) != CURLM_OK)
+    CURLMcode mc = sh ? curl_multi_add_handle(sh->multi, c->easy) : CURLM_INTERNAL_ERROR;
+    if (mc != CURLM_OK) {
+        errno = mc == CURLM_OUT_OF_MEMORY ? ENOMEM : EINVAL;
         return -1;
+    }
     c->shard = sh;
     c->started = 1;
     c->started_ms = clock_mono_ms();
@@ -587,8 +591,10 @@ http_call *http_call_start(http_pool *pool, const http_config *cfg, const char *
                            void *owner, http_sink_fn sink)
 {
     http_call *c = call_new(pool);
-    if (!c)
+    if (!c) {
+        errno = ENOMEM;
         return NULL;
+    }
     c->pool = pool;
     c->owner = owner;
     c->sink = sink;
@@ -598,6 +604,7 @@ http_call *http_call_start(http_pool *pool, const http_config *cfg, const char *
     if ((c->configured != cfg->generation || !cfg->generation) && call_configure(c, cfg) != 0) {
         curl_easy_cleanup(c->easy);
         free(c);
+        errno = ENOMEM;
         return NULL;
     }
     /* What changes from request to request: only the body. */
@@ -605,7 +612,9 @@ http_call *http_call_start(http_pool *pool, const http_config *cfg, const char *
     curl_easy_setopt(c->easy, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)len);
     if (pool->active < pool->max_active && !pool->wait_head) {
         if (call_add(c) != 0) {
+            int why = errno;
             call_recycle(pool, c);
+            errno = why;
             return NULL;
         }
     } else {

@@ -170,7 +170,8 @@ struct http_call {
 };
 
 /* Start a POST of body (borrowed until the call ends), now or once a
- * connection is free.  NULL on failure. */
+ * connection is free.  NULL on failure, with errno ENOMEM (out of memory,
+ * libcurl's included) or EINVAL (libcurl refused the transfer). */
 http_call *http_call_start(http_pool *pool, const http_config *cfg, const char *body, size_t len,
                            void *owner, http_sink_fn sink);
 

@@ -2,6 +2,7 @@
 #include "turn/turn.h"
 
 #include <assert.h>
+#include <errno.h>
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -531,7 +532,9 @@ static void turn_request(turn *t)
     t->req.http = http_call_start(t->env->pool, &t->cfg->http, t->req.body.data, t->req.body.len, t,
                               t->req.stream ? stream_sink : NULL);
     if (!t->req.http) {
-        turn_end(t, PARLEY_ERR_INTERNAL, "could not start the HTTP request");
+        turn_end(t, errno == ENOMEM ? PARLEY_ERR_NO_MEMORY : PARLEY_ERR_INTERNAL,
+                 errno == ENOMEM ? "out of memory starting the HTTP request"
+                                 : "could not start the HTTP request");
         return;
     }
     if (t->req.stream && arm_stream_timer(t, 1) != 0) {
