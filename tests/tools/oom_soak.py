@@ -21,6 +21,7 @@ import collections
 import json
 import os
 import random
+import re
 import shutil
 import signal
 import subprocess
@@ -363,6 +364,8 @@ def third_party_crash(err, sig):
         return None
     stack = err.split("failmalloc: fatal signal, stack:", 1)[1].splitlines()[1:]
     for frame in stack:
+        if not re.search(r"\[0x[0-9a-f]+\]$", frame):
+            continue  # another thread's output between the frames
         if "failmalloc.so" in frame or "libc.so" in frame:
             continue
         lib = os.path.basename(frame.split("(")[0])
