@@ -706,6 +706,10 @@ parley_status http_call_outcome(const http_call *c, CURLcode code, char **msg, i
         return PARLEY_OK; /* the sink had the whole answer; what came after does not matter */
     if (c->sink_failed)
         return PARLEY_ERR_BAD_RESPONSE; /* the sink keeps its own message */
+    if (c->body.oom) { /* on_body could not keep the answer: libcurl says "write error" */
+        *msg = pstr_printf("out of memory receiving the LLM's answer");
+        return PARLEY_ERR_NO_MEMORY;
+    }
     long status = http_call_status(c);
     /* An error status whose headers arrived is the server's answer, even if
      * its body was then cut: the same answer gives the same status, always. */
