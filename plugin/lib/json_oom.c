@@ -10,6 +10,11 @@ int json_load_oom_text(const json_error_t *e, const char *text, size_t len)
         return 1;
     if (json_error_code(e) != json_error_invalid_syntax || !text)
         return 0;
+    size_t i = 0;
+    while (i < len && (text[i] == ' ' || text[i] == '\t' || text[i] == '\n' || text[i] == '\r'))
+        i++;
+    if (i == len || (text[i] != '{' && text[i] != '['))
+        return 0; /* a scalar: valid JSON, but jansson rightly refuses it without JSON_DECODE_ANY */
     jscan s;
     jscan_init(&s, text, len);
     return jscan_skip(&s) == 0 && jscan_end(&s) == 0;

@@ -26,8 +26,9 @@ static inline int json_load_oom(const json_error_t *e)
 }
 
 /* The same, and also when jansson called a failed allocation a syntax error (its lexer
- * does): text (len bytes) that jansson found "invalid syntax" but that is valid JSON
- * (json_scan.h's checks) failed for want of memory. */
+ * does): text (len bytes) that jansson found "invalid syntax" but that is a valid JSON
+ * object or array (json_scan.h's checks) failed for want of memory.  (A scalar is not: a
+ * load without JSON_DECODE_ANY refuses one as a syntax error.) */
 int json_load_oom_text(const json_error_t *e, const char *text, size_t len);
 
 /* json_dumps(json, flags), or NULL (out of memory) rather than text with a part missing. */

@@ -40,6 +40,10 @@ static void test_provider_options(void)
     expect_error("{\"model\":\"m\",\"provider\":\"gemini\"}",
                  "option 'provider': must be \"openai\", \"anthropic\" or \"ollama\" (got \"gemini\")");
     expect_error("{\"model\":\"m\",\"max_tokens_field\":\"tokens\"}", "option 'max_tokens_field'");
+    /* valid JSON but no object: refused as such, not taken for out of memory (fuzz_options) */
+    expect_error("8", "options");
+    expect_error(" \"text\"", "options");
+    expect_error("[1]", "options must be a JSON object");
     expect_error("{\"model\":\"m\",\"extra_body\":[1]}", "option 'extra_body': must be an object or null");
     expect_error("{\"model\":\"m\",\"extra_body\":{\"top_k\":2,\"messages\":[]}}",
                  "option 'extra_body': key 'messages' is one Parley sends itself");
