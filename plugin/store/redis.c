@@ -471,7 +471,11 @@ static parley_status run_on(redis_store *s, redis_conn *c, int id, script_args *
         a->len[1] = strlen(a->argv[1]);
         redisReply *r = redisCommandArgv(c->ctx, a->argc, a->argv, a->len);
         if (!r) {
-            int again = retry && !fresh && attempt == 0;
+            /* hiredis out of memory (its reply unread: the script may have run) is tried again
+               once more, even on a fresh connection: the server is fine, and a retryable script
+               is idempotent, so an append that ran says so rather than "failed" */
+            int oom = c->ctx->err == REDIS_ERR_OOM;
+            int again = retry && ((attempt == 0 && !fresh) || (oom && attempt < 2));
             if (!again) {
                 st = fail(s, err, "lost the connection", c->ctx->errstr);
                 if (c->ctx->err == REDIS_ERR_OOM) /* hiredis' allocation: the server is fine */

@@ -135,7 +135,8 @@ class Iteration:
 
     def opts(self):
         o = options(self.soak.llm, max_history_turns=2, history_keep_turns=0, summarize=True,
-                    stream=self.stream, request_timeout_ms=20000, turn_timeout_ms=60000)
+                    stream=self.stream, request_timeout_ms=20000, turn_timeout_ms=30000,
+                    history_lease_ms=3000)
         if self.store == "sqlite":
             o["history_store"] = "sqlite:" + os.path.join(self.soak.dir, "it%d.db" % self.it)
         elif self.store == "redis":
@@ -160,7 +161,8 @@ class Iteration:
         env = {"LD_PRELOAD": self.soak.lib, "PARLEY_FAILMALLOC": self.spec()}
         p = self.shim(env, self.valgrind)
         slow = 20 if self.valgrind else 1
-        out = Reader(p, time.time() + 30 * slow)
+        # every turn ends within turn_timeout_ms (30 s), waits for a Redis lease included
+        out = Reader(p, time.time() + 75 * slow)
         send(p, lines)
         answered = out.until(len(lines))
         verify = []
