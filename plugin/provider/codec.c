@@ -89,6 +89,22 @@ char *msg_arguments_text(const json_t *call)
     return s;
 }
 
+/* A copy of message m with `with` for its content (taken, also on failure), or NULL out of
+   memory (also when `with` is NULL: the content could not be made). */
+static json_t *msg_with_content(const json_t *m, json_t *with)
+{
+    json_t *copy = with ? json_copy((json_t *)m) : NULL;
+    if (!copy) {
+        json_decref(with);
+        return NULL;
+    }
+    if (json_object_set_new(copy, "content", with) != 0) { /* takes `with` */
+        json_decref(copy);
+        return NULL;
+    }
+    return copy;
+}
+
 json_t *msgs_with_turn_note(const json_t *messages, const char *note)
 {
     json_t *out = json_array();
@@ -103,7 +119,7 @@ json_t *msgs_with_turn_note(const json_t *messages, const char *note)
             continue;
         }
         noted = 1;
-        json_t *copy = json_copy(m), *content = json_object_get(m, "content"), *with = NULL;
+        json_t *content = json_object_get(m, "content"), *with = NULL;
         if (json_is_array(content)) {
             with = json_copy(content);
             char *text = pstr_printf("\n\n%s", note);
@@ -117,16 +133,8 @@ json_t *msgs_with_turn_note(const json_t *messages, const char *note)
             with = joined ? json_string(joined) : NULL;
             free(joined);
         }
-        if (!copy || !with) {
-            json_decref(copy);
-            json_decref(with);
-            failed = 1;
-        } else if (json_object_set_new(copy, "content", with) != 0) { /* takes `with` */
-            json_decref(copy);
-            failed = 1;
-        } else {
-            failed = json_array_append_new(out, copy) != 0; /* takes `copy` */
-        }
+        json_t *copy = msg_with_content(m, with);
+        failed = !copy || json_array_append_new(out, copy) != 0; /* takes `copy` */
     }
     if (failed) {
         json_decref(out);
@@ -148,7 +156,7 @@ void notes_add(pbuf *notes, const json_t *m)
 
 json_t *msg_user_with_notes(const json_t *m, const char *notes)
 {
-    json_t *copy = json_copy((json_t *)m), *content = json_object_get(m, "content"), *with;
+    json_t *content = json_object_get(m, "content"), *with;
     if (json_is_array(content)) {
         with = json_copy(content);
         char *text = pstr_printf("%s\n\n", notes);
@@ -162,16 +170,7 @@ json_t *msg_user_with_notes(const json_t *m, const char *notes)
         with = joined ? json_string(joined) : NULL;
         free(joined);
     }
-    if (!copy || !with) {
-        json_decref(with);
-        json_decref(copy);
-        return NULL;
-    }
-    if (json_object_set_new(copy, "content", with) != 0) { /* takes `with` */
-        json_decref(copy);
-        return NULL;
-    }
-    return copy;
+    return msg_with_content(m, with);
 }
 
 json_t *msg_notes_alone(const char *notes)
@@ -257,7 +256,7 @@ json_t *msg_join(const json_t *a, const json_t *b)
 {
     const json_t *ca = json_object_get(a, "content"), *cb = json_object_get(b, "content");
     const char *sep = content_empty(ca) || content_empty(cb) ? "" : "\n\n";
-    json_t *copy = json_copy((json_t *)a), *with = NULL;
+    json_t *with = NULL;
     if (json_is_array(ca) || json_is_array(cb)) {
         with = content_parts(ca);
         json_t *more = content_parts(cb);
@@ -273,16 +272,7 @@ json_t *msg_join(const json_t *a, const json_t *b)
         with = joined ? json_string(joined) : NULL;
         free(joined);
     }
-    if (!copy || !with) {
-        json_decref(with);
-        json_decref(copy);
-        return NULL;
-    }
-    if (json_object_set_new(copy, "content", with) != 0) { /* takes `with` */
-        json_decref(copy);
-        return NULL;
-    }
-    return copy;
+    return msg_with_content(a, with);
 }
 #endif
 
@@ -338,19 +328,9 @@ json_t *msgs_join(const json_t *run)
     json_t *with = j.oom || j.text.oom ? NULL
                    : j.parts           ? json_incref(j.parts)
                                        : json_stringn(j.text.data ? j.text.data : "", j.text.len);
-    json_t *copy = json_copy(json_array_get(run, 0));
     pbuf_free(&j.text);
     json_decref(j.parts);
-    if (!copy || !with) {
-        json_decref(with);
-        json_decref(copy);
-        return NULL;
-    }
-    if (json_object_set_new(copy, "content", with) != 0) { /* takes `with` */
-        json_decref(copy);
-        return NULL;
-    }
-    return copy;
+    return msg_with_content(json_array_get(run, 0), with);
 }
 
 json_t *msg_conversation_start(void)
